@@ -1,0 +1,346 @@
+// kiln: the command-line front end. Local subcommands: compile, run, bench, inspect.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kiln/compiler/compile.h"
+#include "kiln/compiler/frontend.h"
+#include "kiln/runtime.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(kiln: compile ONNX models to native shared objects, and run them.
+
+Usage:
+  kiln compile MODEL.onnx -o OUT.so [--target T] [--input-shape NAME=1x3x224x224]...
+               [--pipeline P] [--print-after-all] [--print-after PASS] [--report R.json]
+  kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
+  kiln bench OUT.so [--threads N] [--iters N] [--warmup N]
+  kiln inspect OUT.so
+  kiln help
+
+compile
+  --target T         host (default), a preset, or triple=T[,cpu=C][,features=+a,+b].
+                     Presets: %TARGETS%
+  --input-shape S    fix a graph input's shape, e.g. input=1x3x224x224 (repeatable)
+  --pipeline P       comma-separated passes (default: %PIPELINE%)
+                     Passes: %PASSES%
+  --print-after-all  print the IR after import and after every pass (stderr)
+  --print-after P    print the IR after pass P (repeatable)
+  --report R.json    write the compile report (per-pass time and node counts, memory plan)
+run
+  --input NAME=FILE  an ONNX TensorProto file for the graph input NAME (repeatable)
+  --output-dir DIR   writes DIR/output_0.pb, output_1.pb, ... in the model's output order
+  --threads N        worker threads (default 1; 0 = one per CPU)
+bench
+  prints one JSON line: median_ms, p90_ms, mean_ms, min_ms, iters, threads
+  --threads N (default 1)  --iters N (default 50)  --warmup N (default 5)
+inspect
+  prints the artifact's manifest (inputs, outputs, target, compiler version, workspace) as JSON
+
+Exit status: 0 on success, 1 on a failed operation, 2 on a usage error.
+)";
+
+struct Args {
+  std::vector<std::string> positional;
+  std::multimap<std::string, std::string> flags;
+  std::string Get(const std::string& key, const std::string& fallback = "") const {
+    auto it = flags.find(key);
+    return it == flags.end() ? fallback : it->second;
+  }
+  bool Has(const std::string& key) const { return flags.count(key) != 0; }
+  std::vector<std::string> All(const std::string& key) const {
+    std::vector<std::string> values;
+    for (auto [it, end] = flags.equal_range(key); it != end; ++it) values.push_back(it->second);
+    return values;
+  }
+};
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "kiln: %s\nRun 'kiln help' for usage.\n", message.c_str());
+  return 2;
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "kiln: error: %s\n", message.c_str());
+  return 1;
+}
+
+// Parses "--flag value", "--flag=value" and boolean flags; unknown flags are errors.
+bool ParseArgs(int argc, char** argv, int start, const std::map<std::string, bool>& known, Args& args, std::string& error) {
+  for (int i = start; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.size() > 1 && a[0] == '-') {
+      std::string key = a, value;
+      size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        key = a.substr(0, eq);
+        value = a.substr(eq + 1);
+      }
+      auto it = known.find(key);
+      if (it == known.end()) {
+        error = absl::StrCat("unknown option '", key, "'");
+        return false;
+      }
+      if (it->second && eq == std::string::npos) {
+        if (i + 1 >= argc) {
+          error = absl::StrCat("option '", key, "' needs a value");
+          return false;
+        }
+        value = argv[++i];
+      }
+      args.flags.emplace(key, value);
+    } else {
+      args.positional.push_back(a);
+    }
+  }
+  return true;
+}
+
+bool ParseInt(const std::string& text, const char* flag, int min_value, int* out, std::string& error) {
+  if (!absl::SimpleAtoi(text, out) || *out < min_value) {
+    error = absl::StrCat(flag, " must be an integer >= ", min_value, ", got '", text, "'");
+    return false;
+  }
+  return true;
+}
+
+std::string Usage() {
+  std::string text = kUsage;
+  auto replace = [&](const std::string& key, const std::string& value) {
+    size_t at = text.find(key);
+    if (at != std::string::npos) text.replace(at, key.size(), value);
+  };
+  std::vector<std::string> passes;
+  for (const auto& p : kiln::RegisteredPasses()) passes.push_back(p.name);
+  replace("%TARGETS%", absl::StrJoin(kiln::TargetPresets(), ", "));
+  replace("%PIPELINE%", kiln::kDefaultPipeline);
+  replace("%PASSES%", absl::StrJoin(passes, ", "));
+  return text;
+}
+
+int Compile(int argc, char** argv) {
+  Args args;
+  std::string error;
+  if (!ParseArgs(argc, argv, 2, {{"-o", true}, {"--output", true}, {"--target", true}, {"--input-shape", true},
+                                 {"--pipeline", true}, {"--print-after-all", false}, {"--print-after", true},
+                                 {"--report", true}}, args, error)) {
+    return UsageError(error);
+  }
+  if (args.positional.size() != 1) return UsageError("compile takes one MODEL.onnx");
+  std::string out = args.Get("-o", args.Get("--output"));
+  if (out.empty()) return UsageError("compile needs -o OUT.so");
+  const std::string model_path = args.positional[0];
+  kiln::CompileOptions options;
+  options.target = args.Get("--target", "host");
+  options.pipeline = args.Get("--pipeline", kiln::kDefaultPipeline);
+  options.model_label = model_path;
+  for (const std::string& s : args.All("--input-shape")) {
+    if (auto st = kiln::ParseInputShape(s, options.input_shapes); !st.ok()) return UsageError(std::string(st.message()));
+  }
+  options.print.print_after_all = args.Has("--print-after-all");
+  for (const std::string& p : args.All("--print-after")) options.print.print_after.insert(p);
+  if (options.print.print_after_all || !options.print.print_after.empty()) options.print.print_stream = &std::cerr;
+  options.external_data = kiln::DirectoryExternalData(std::filesystem::path(model_path).parent_path().string().empty()
+                                                          ? "."
+                                                          : std::filesystem::path(model_path).parent_path().string());
+  auto bytes = kiln::ReadFile(model_path);
+  if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+  auto result = kiln::CompileModel(*bytes, options);
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+  if (auto s = kiln::WriteFile(out, result->shared_object); !s.ok()) return Fail(std::string(s.message()));
+  if (args.Has("--report")) {
+    if (auto s = kiln::WriteFile(args.Get("--report"), result->report_json); !s.ok()) return Fail(std::string(s.message()));
+  }
+  std::fprintf(stderr, "kiln: compiled %s -> %s (%zu bytes, target %s, %zu nodes, arena %lld bytes vs %lld naive) in %.0f ms\n",
+               model_path.c_str(), out.c_str(), result->shared_object.size(), kiln::CanonicalTarget(result->target).c_str(),
+               result->graph->num_nodes(), static_cast<long long>(result->memory_plan.arena_bytes),
+               static_cast<long long>(result->memory_plan.naive_bytes), result->import_ms + result->passes_ms + result->codegen_ms);
+  return 0;
+}
+
+// A loaded artifact with a session; closes both on scope exit.
+struct Loaded {
+  kiln_module* module = nullptr;
+  kiln_session* session = nullptr;
+  const kiln_module_desc* desc = nullptr;
+  ~Loaded() {
+    kiln_session_destroy(session);
+    kiln_module_unload(module);
+  }
+};
+
+bool Load(const std::string& path, int threads, Loaded& loaded, std::string& error) {
+  if (kiln_module_load(path.c_str(), &loaded.module) != KILN_OK || kiln_module_describe(loaded.module, &loaded.desc) != KILN_OK) {
+    error = kiln_last_error();
+    return false;
+  }
+  kiln_session_options options{sizeof(kiln_session_options), threads};
+  if (kiln_session_create(loaded.module, &options, &loaded.session) != KILN_OK) {
+    error = kiln_last_error();
+    return false;
+  }
+  return true;
+}
+
+std::string ShapeText(const kiln_tensor_info& info) {
+  std::vector<int64_t> dims(info.dims, info.dims + info.rank);
+  return absl::StrCat(kiln::DTypeName(static_cast<kiln::DType>(info.dtype)), "[", absl::StrJoin(dims, ","), "]");
+}
+
+int Run(int argc, char** argv) {
+  Args args;
+  std::string error;
+  if (!ParseArgs(argc, argv, 2, {{"--input", true}, {"--output-dir", true}, {"--threads", true}}, args, error)) return UsageError(error);
+  if (args.positional.size() != 1) return UsageError("run takes one OUT.so");
+  if (!args.Has("--output-dir")) return UsageError("run needs --output-dir DIR");
+  int threads = 1;
+  if (args.Has("--threads") && !ParseInt(args.Get("--threads"), "--threads", 0, &threads, error)) return UsageError(error);
+  Loaded loaded;
+  if (!Load(args.positional[0], threads, loaded, error)) return Fail(error);
+  const kiln_module_desc* desc = loaded.desc;
+  std::map<std::string, std::string> files;
+  for (const std::string& spec : args.All("--input")) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos) return UsageError(absl::StrCat("--input '", spec, "': expected NAME=FILE.pb"));
+    files[spec.substr(0, eq)] = spec.substr(eq + 1);
+  }
+  std::vector<kiln::Tensor> inputs;
+  for (int32_t i = 0; i < desc->num_inputs; ++i) {
+    const kiln_tensor_info& info = desc->inputs[i];
+    auto it = files.find(info.name);
+    if (it == files.end()) return UsageError(absl::StrCat("missing --input ", info.name, "=FILE.pb (", ShapeText(info), ")"));
+    auto bytes = kiln::ReadFile(it->second);
+    if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+    auto tensor = kiln::ParseTensorProto(*bytes);
+    if (!tensor.ok()) return Fail(absl::StrCat(it->second, ": ", tensor.status().message()));
+    std::vector<int64_t> want(info.dims, info.dims + info.rank);
+    if (static_cast<int32_t>(tensor->dtype()) != info.dtype || tensor->dims() != want) {
+      return Fail(absl::StrCat(it->second, ": input '", info.name, "' is ", kiln::PrintType(kiln::TensorType::Static(tensor->dtype(), tensor->dims())),
+                               ", the artifact expects ", ShapeText(info)));
+    }
+    inputs.push_back(std::move(*tensor));
+    files.erase(it);
+  }
+  if (!files.empty()) return UsageError(absl::StrCat("'", files.begin()->first, "' is not an input of this artifact"));
+  std::vector<kiln::Tensor> outputs;
+  for (int32_t i = 0; i < desc->num_outputs; ++i) {
+    const kiln_tensor_info& info = desc->outputs[i];
+    outputs.emplace_back(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+  }
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (auto& t : inputs) in_ptrs.push_back(t.data());
+  for (auto& t : outputs) out_ptrs.push_back(t.data());
+  if (kiln_session_run(loaded.session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) return Fail(kiln_last_error());
+  std::error_code ec;
+  std::filesystem::create_directories(args.Get("--output-dir"), ec);
+  if (ec) return Fail(absl::StrCat(args.Get("--output-dir"), ": ", ec.message()));
+  for (int32_t i = 0; i < desc->num_outputs; ++i) {
+    const std::string path = absl::StrCat(args.Get("--output-dir"), "/output_", i, ".pb");
+    if (auto s = kiln::WriteFile(path, kiln::SerializeTensorProto(outputs[i], desc->outputs[i].name)); !s.ok()) return Fail(std::string(s.message()));
+  }
+  return 0;
+}
+
+int Bench(int argc, char** argv) {
+  Args args;
+  std::string error;
+  if (!ParseArgs(argc, argv, 2, {{"--threads", true}, {"--iters", true}, {"--warmup", true}}, args, error)) return UsageError(error);
+  if (args.positional.size() != 1) return UsageError("bench takes one OUT.so");
+  int threads = 1, iters = 50, warmup = 5;
+  if (args.Has("--threads") && !ParseInt(args.Get("--threads"), "--threads", 0, &threads, error)) return UsageError(error);
+  if (args.Has("--iters") && !ParseInt(args.Get("--iters"), "--iters", 1, &iters, error)) return UsageError(error);
+  if (args.Has("--warmup") && !ParseInt(args.Get("--warmup"), "--warmup", 0, &warmup, error)) return UsageError(error);
+  Loaded loaded;
+  if (!Load(args.positional[0], threads, loaded, error)) return Fail(error);
+  std::mt19937 rng(42);
+  std::vector<kiln::Tensor> inputs, outputs;
+  for (int32_t i = 0; i < loaded.desc->num_inputs; ++i) {
+    const kiln_tensor_info& info = loaded.desc->inputs[i];
+    kiln::Tensor t(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+    auto* bytes = static_cast<unsigned char*>(t.data());
+    if (t.dtype() == kiln::DType::kFloat32) {
+      std::normal_distribution<float> dist(0.f, 1.f);
+      for (int64_t k = 0; k < t.num_elements(); ++k) t.data_as<float>()[k] = dist(rng);
+    } else {
+      // Integer inputs are often indices: keep them small and valid.
+      std::memset(bytes, 0, t.size_bytes());
+    }
+    inputs.push_back(std::move(t));
+  }
+  for (int32_t i = 0; i < loaded.desc->num_outputs; ++i) {
+    const kiln_tensor_info& info = loaded.desc->outputs[i];
+    outputs.emplace_back(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+  }
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (auto& t : inputs) in_ptrs.push_back(t.data());
+  for (auto& t : outputs) out_ptrs.push_back(t.data());
+  for (int i = 0; i < warmup; ++i) {
+    if (kiln_session_run(loaded.session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) return Fail(kiln_last_error());
+  }
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    if (kiln_session_run(loaded.session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) return Fail(kiln_last_error());
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double t : times) mean += t;
+  mean /= static_cast<double>(times.size());
+  auto percentile = [&](double p) { return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * (sorted.size() - 1) + 0.5))]; };
+  std::printf("{\"median_ms\": %.4f, \"p90_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"iters\": %d, \"threads\": %d}\n",
+              percentile(0.5), percentile(0.9), mean, sorted.front(), iters, kiln_session_num_threads(loaded.session));
+  return 0;
+}
+
+int Inspect(int argc, char** argv) {
+  Args args;
+  std::string error;
+  if (!ParseArgs(argc, argv, 2, {}, args, error)) return UsageError(error);
+  if (args.positional.size() != 1) return UsageError("inspect takes one OUT.so");
+  kiln_module* module = nullptr;
+  const kiln_module_desc* desc = nullptr;
+  if (kiln_module_load(args.positional[0].c_str(), &module) != KILN_OK || kiln_module_describe(module, &desc) != KILN_OK) {
+    return Fail(kiln_last_error());
+  }
+  std::fputs(desc->manifest_json, stdout);
+  kiln_module_unload(module);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return UsageError("missing subcommand");
+  const std::string command = argv[1];
+  if (command == "help" || command == "--help" || command == "-h") {
+    std::fputs(Usage().c_str(), stdout);
+    return 0;
+  }
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(Usage().c_str(), stdout);
+      return 0;
+    }
+  }
+  if (command == "compile") return Compile(argc, argv);
+  if (command == "run") return Run(argc, argv);
+  if (command == "bench") return Bench(argc, argv);
+  if (command == "inspect") return Inspect(argc, argv);
+  return UsageError(absl::StrCat("unknown subcommand '", command, "'"));
+}

@@ -1,0 +1,434 @@
+// LLVM code generation: one module per model. Weights are aligned constant globals, each
+// node becomes a call into the kernel library (linked in from embedded bitcode and then
+// inlined and specialised for its constant shapes), intermediates live at fixed offsets
+// in the workspace arena from the memory plan, and kiln_module_v1() describes it all.
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/codegen.h"
+#include "kiln/compiler/ops.h"
+#include "kiln/runtime.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Linker/Linker.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+
+extern "C" const char kiln_kernel_bitcode_begin[];
+extern "C" const char kiln_kernel_bitcode_end[];
+
+namespace kiln {
+namespace {
+
+enum class Typing { kNumeric, kFloat, kBytes, kUntyped };
+enum class Source { kInput0, kOutput0 };
+struct KernelTyping {
+  Typing typing;
+  Source source;
+};
+
+const std::map<std::string, KernelTyping>& KernelTypings() {
+  static const auto* table = new std::map<std::string, KernelTyping>{
+#define NUMERIC Typing::kNumeric
+#define FLOAT Typing::kFloat
+#define BYTES Typing::kBytes
+#define UNTYPED Typing::kUntyped
+#define INPUT0 Source::kInput0
+#define OUTPUT0 Source::kOutput0
+#define X(name, typing, source) {#name, {typing, source}},
+#include "kernel_list.inc"
+#undef X
+#undef NUMERIC
+#undef FLOAT
+#undef BYTES
+#undef UNTYPED
+#undef INPUT0
+#undef OUTPUT0
+  };
+  return *table;
+}
+
+// The symbol of the kernel instantiation for this call: kiln_k_<name>_<suffix>.
+absl::StatusOr<std::string> KernelSymbol(const std::string& kernel, const TensorType* input0, const TensorType* output0) {
+  auto it = KernelTypings().find(kernel);
+  if (it == KernelTypings().end()) return absl::InternalError(absl::StrCat("no kernel named '", kernel, "'"));
+  if (it->second.typing == Typing::kUntyped) return absl::StrCat("kiln_k_", kernel);
+  const TensorType* type = it->second.source == Source::kInput0 ? input0 : output0;
+  if (type == nullptr) return absl::InternalError(absl::StrCat("kernel '", kernel, "' has no tensor to pick its type from"));
+  if (it->second.typing == Typing::kBytes) return absl::StrCat("kiln_k_", kernel, "_b", DTypeSize(type->dtype));
+  std::string suffix = DTypeName(type->dtype);
+  if (it->second.typing == Typing::kFloat && type->dtype != DType::kFloat32 && type->dtype != DType::kFloat64) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel '", kernel, "' has no ", suffix, " version"));
+  }
+  return absl::StrCat("kiln_k_", kernel, "_", suffix);
+}
+
+class ModuleBuilder {
+ public:
+  ModuleBuilder(llvm::LLVMContext& ctx, llvm::Module& module, const Graph& graph, const MemoryPlan& plan)
+      : ctx_(ctx), module_(module), graph_(graph), plan_(plan), builder_(ctx) {
+    ptr_ = llvm::PointerType::getUnqual(ctx);
+    i32_ = llvm::Type::getInt32Ty(ctx);
+    i64_ = llvm::Type::getInt64Ty(ctx);
+    f64_ = llvm::Type::getDoubleTy(ctx);
+    i8_ = llvm::Type::getInt8Ty(ctx);
+    // Mirrors kiln_ktensor and kiln_kcall in kernel_abi.h.
+    ktensor_ = llvm::StructType::create(ctx, {ptr_, ptr_, i32_, i32_}, "kiln_ktensor");
+    kcall_ = llvm::StructType::create(ctx, {ptr_, ptr_, ptr_, ptr_, ptr_, i32_, i32_, i32_, i32_}, "kiln_kcall");
+    kernel_type_ = llvm::FunctionType::get(i32_, {ptr_}, false);
+  }
+
+  absl::Status Build(const CodegenOptions& options);
+
+ private:
+  llvm::GlobalVariable* ConstantBytes(const std::string& name, const void* data, int64_t size, unsigned align) {
+    llvm::Constant* init = llvm::ConstantDataArray::get(
+        ctx_, llvm::ArrayRef<uint8_t>(static_cast<const uint8_t*>(data), static_cast<size_t>(size)));
+    auto* gv = new llvm::GlobalVariable(module_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, name);
+    gv->setAlignment(llvm::Align(align));
+    gv->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+    return gv;
+  }
+  llvm::Constant* Int64Array(const std::vector<int64_t>& values) {
+    std::string key(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+    auto it = int_arrays_.find(key);
+    if (it != int_arrays_.end()) return it->second;
+    if (values.empty()) return int_arrays_[key] = llvm::ConstantPointerNull::get(ptr_);
+    return int_arrays_[key] = ConstantBytes("ints", values.data(), static_cast<int64_t>(values.size() * 8), 8);
+  }
+  llvm::Constant* DoubleArray(const std::vector<double>& values) {
+    if (values.empty()) return llvm::ConstantPointerNull::get(ptr_);
+    return ConstantBytes("floats", values.data(), static_cast<int64_t>(values.size() * 8), 8);
+  }
+  llvm::Constant* CString(const std::string& text) {
+    return builder_.CreateGlobalStringPtr(text, "str", 0, &module_);
+  }
+  llvm::Value* ConstantTensor(const Tensor* tensor) {
+    auto it = weights_.find(tensor);
+    if (it != weights_.end()) return it->second;
+    // 64-byte alignment: whole cache lines, and aligned vector loads for every ISA.
+    int64_t size = tensor->size_bytes();
+    llvm::GlobalVariable* gv = size == 0 ? ConstantBytes("weight", "", 1, 64) : ConstantBytes("weight", tensor->data(), size, 64);
+    return weights_[tensor] = gv;
+  }
+  // The address of a value's buffer inside the entry function.
+  absl::StatusOr<llvm::Value*> Address(const Value* value);
+  absl::Status EmitNode(const Node& node, size_t index, llvm::Function* entry);
+  llvm::Constant* TensorInfos(const std::vector<Value*>& values);
+
+  llvm::LLVMContext& ctx_;
+  llvm::Module& module_;
+  const Graph& graph_;
+  const MemoryPlan& plan_;
+  llvm::IRBuilder<> builder_;
+  llvm::PointerType* ptr_;
+  llvm::Type *i32_, *i64_, *f64_, *i8_;
+  llvm::StructType *ktensor_, *kcall_;
+  llvm::FunctionType* kernel_type_;
+  std::map<std::string, llvm::Constant*> int_arrays_;
+  std::map<const Tensor*, llvm::Value*> weights_;
+  std::map<const Value*, llvm::Value*> addresses_;
+  std::vector<std::shared_ptr<const Tensor>> owned_constants_;
+  llvm::Value* inputs_arg_ = nullptr;
+  llvm::Value* outputs_arg_ = nullptr;
+  llvm::Value* workspace_arg_ = nullptr;
+  llvm::Value* exec_arg_ = nullptr;
+  llvm::BasicBlock* fail_block_ = nullptr;
+  llvm::PHINode* fail_code_ = nullptr;
+  llvm::IRBuilder<>* entry_builder_ = nullptr;
+};
+
+absl::StatusOr<llvm::Value*> ModuleBuilder::Address(const Value* value) {
+  auto it = addresses_.find(value);
+  if (it != addresses_.end()) return it->second;
+  llvm::Value* address = nullptr;
+  for (size_t i = 0; i < graph_.outputs().size() && address == nullptr; ++i) {
+    if (graph_.outputs()[i] == value && value->producer() != nullptr && !value->is_constant()) {
+      address = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, outputs_arg_, i), value->name() + ".out");
+    }
+  }
+  for (size_t i = 0; i < graph_.inputs().size() && address == nullptr; ++i) {
+    if (graph_.inputs()[i] == value) {
+      address = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, inputs_arg_, i), value->name() + ".in");
+    }
+  }
+  if (address == nullptr && value->is_constant()) address = ConstantTensor(value->constant().get());
+  if (address == nullptr) {
+    auto alias = plan_.alias.find(value);
+    if (alias != plan_.alias.end()) {
+      auto owner = Address(alias->second);
+      if (!owner.ok()) return owner.status();
+      address = *owner;
+    }
+  }
+  if (address == nullptr) {
+    auto slot = plan_.arena.find(value);
+    if (slot == plan_.arena.end()) {
+      return absl::InternalError(absl::StrCat("value '", value->name(), "' has no place in the memory plan"));
+    }
+    address = builder_.CreateConstGEP1_64(i8_, workspace_arg_, slot->second.offset, value->name());
+  }
+  addresses_[value] = address;
+  return address;
+}
+
+absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Function* entry) {
+  const OpSchema* schema = FindOp(node.op());
+  if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
+  if (schema->from_types) {
+    return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": must be folded before codegen (include fold-constants in the pipeline)"));
+  }
+  for (const Value* out : node.outputs()) {
+    if (!out->type().IsStatic()) {
+      return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": output '", out->name(), "' has no static shape (",
+                                                        PrintType(out->type()), "); give input shapes with --input-shape"));
+    }
+  }
+  absl::StatusOr<KernelCall> call = schema->lower(node);
+  if (!call.ok()) return call.status();
+  // A view whose output shares the input's buffer needs no code at all.
+  if (call->is_view && plan_.alias.count(node.output(0))) return absl::OkStatus();
+
+  auto tensor_array = [&](const std::vector<std::pair<llvm::Value*, const TensorType*>>& items, const char* name) -> llvm::Value* {
+    if (items.empty()) return llvm::ConstantPointerNull::get(ptr_);
+    llvm::Value* array = entry_builder_->CreateAlloca(ktensor_, builder_.getInt32(static_cast<uint32_t>(items.size())), name);
+    for (size_t i = 0; i < items.size(); ++i) {
+      llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, array, i);
+      const TensorType* type = items[i].second;
+      std::vector<int64_t> dims = type ? type->StaticDims() : std::vector<int64_t>{};
+      builder_.CreateStore(items[i].first, builder_.CreateStructGEP(ktensor_, slot, 0));
+      builder_.CreateStore(Int64Array(dims), builder_.CreateStructGEP(ktensor_, slot, 1));
+      builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(dims.size())), builder_.CreateStructGEP(ktensor_, slot, 2));
+      builder_.CreateStore(builder_.getInt32(type ? static_cast<uint32_t>(type->dtype) : 0), builder_.CreateStructGEP(ktensor_, slot, 3));
+    }
+    return array;
+  };
+  std::vector<std::pair<llvm::Value*, const TensorType*>> ins, outs;
+  std::vector<TensorType> constant_types;
+  constant_types.reserve(call->inputs.size());
+  for (const KernelOperand& operand : call->inputs) {
+    if (operand.node_input >= 0) {
+      const Value* v = node.input(operand.node_input);
+      auto address = Address(v);
+      if (!address.ok()) return address.status();
+      ins.push_back({*address, &v->type()});
+    } else if (operand.constant != nullptr) {
+      constant_types.push_back(TensorType::Static(operand.constant->dtype(), operand.constant->dims()));
+      ins.push_back({ConstantTensor(operand.constant.get()), &constant_types.back()});
+      // The call's constants must outlive codegen of this module.
+      owned_constants_.push_back(operand.constant);
+    } else {
+      ins.push_back({llvm::ConstantPointerNull::get(ptr_), nullptr});
+    }
+  }
+  for (const Value* out : node.outputs()) {
+    auto address = Address(out);
+    if (!address.ok()) return address.status();
+    outs.push_back({*address, &out->type()});
+  }
+  llvm::Value* in_array = tensor_array(ins, "in");
+  llvm::Value* out_array = tensor_array(outs, "out");
+  llvm::Value* kcall = entry_builder_->CreateAlloca(kcall_, nullptr, "call");
+  builder_.CreateStore(in_array, builder_.CreateStructGEP(kcall_, kcall, 0));
+  builder_.CreateStore(out_array, builder_.CreateStructGEP(kcall_, kcall, 1));
+  builder_.CreateStore(Int64Array(call->ints), builder_.CreateStructGEP(kcall_, kcall, 2));
+  builder_.CreateStore(DoubleArray(call->floats), builder_.CreateStructGEP(kcall_, kcall, 3));
+  builder_.CreateStore(exec_arg_, builder_.CreateStructGEP(kcall_, kcall, 4));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(ins.size())), builder_.CreateStructGEP(kcall_, kcall, 5));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(outs.size())), builder_.CreateStructGEP(kcall_, kcall, 6));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call->ints.size())), builder_.CreateStructGEP(kcall_, kcall, 7));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call->floats.size())), builder_.CreateStructGEP(kcall_, kcall, 8));
+  auto symbol = KernelSymbol(call->kernel, ins.empty() ? nullptr : ins[0].second, outs.empty() ? nullptr : outs[0].second);
+  if (!symbol.ok()) return absl::Status(symbol.status().code(), absl::StrCat(NodeLabel(node), ": ", symbol.status().message()));
+  llvm::FunctionCallee kernel = module_.getOrInsertFunction(*symbol, kernel_type_);
+  llvm::Value* rc = builder_.CreateCall(kernel, {kcall});
+  // Failure: return (node index + 1) << 8 | code.
+  llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "after." + node.name(), entry);
+  llvm::BasicBlock* here = builder_.GetInsertBlock();
+  llvm::Value* code = builder_.CreateOr(rc, builder_.getInt32(static_cast<uint32_t>((index + 1) << 8)));
+  builder_.CreateCondBr(builder_.CreateICmpEQ(rc, builder_.getInt32(0)), next, fail_block_);
+  fail_code_->addIncoming(code, here);
+  builder_.SetInsertPoint(next);
+  return absl::OkStatus();
+}
+
+llvm::Constant* ModuleBuilder::TensorInfos(const std::vector<Value*>& values) {
+  // Mirrors kiln_tensor_info: {name, dtype, rank, dims}.
+  auto* info_type = llvm::StructType::get(ctx_, {ptr_, i32_, i32_, ptr_});
+  std::vector<llvm::Constant*> infos;
+  for (const Value* v : values) {
+    std::vector<int64_t> dims = v->type().StaticDims();
+    infos.push_back(llvm::ConstantStruct::get(info_type, {CString(v->name()), builder_.getInt32(static_cast<uint32_t>(v->type().dtype)),
+                                                          builder_.getInt32(static_cast<uint32_t>(dims.size())), Int64Array(dims)}));
+  }
+  auto* array_type = llvm::ArrayType::get(info_type, infos.size());
+  auto* gv = new llvm::GlobalVariable(module_, array_type, true, llvm::GlobalValue::PrivateLinkage,
+                                      llvm::ConstantArray::get(array_type, infos), "tensor_infos");
+  return gv;
+}
+
+absl::Status ModuleBuilder::Build(const CodegenOptions& options) {
+  for (const Value* v : graph_.inputs()) {
+    if (!v->type().IsStatic()) {
+      return absl::FailedPreconditionError(absl::StrCat("graph input '", v->name(), "' has shape ", PrintType(v->type()),
+                                                        "; give a static shape with --input-shape ", v->name(), "=..."));
+    }
+  }
+  auto* entry_type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false);
+  llvm::Function* entry = llvm::Function::Create(entry_type, llvm::GlobalValue::InternalLinkage, "kiln_entry", module_);
+  inputs_arg_ = entry->getArg(0);
+  outputs_arg_ = entry->getArg(1);
+  workspace_arg_ = entry->getArg(2);
+  exec_arg_ = entry->getArg(3);
+  llvm::BasicBlock* allocas = llvm::BasicBlock::Create(ctx_, "allocas", entry);
+  llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx_, "body", entry);
+  fail_block_ = llvm::BasicBlock::Create(ctx_, "fail", entry);
+  llvm::IRBuilder<> alloca_builder(allocas);
+  entry_builder_ = &alloca_builder;
+  builder_.SetInsertPoint(fail_block_);
+  fail_code_ = builder_.CreatePHI(i32_, 0, "code");
+  builder_.CreateRet(fail_code_);
+  builder_.SetInsertPoint(body);
+
+  std::vector<Node*> nodes = graph_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (absl::Status s = EmitNode(*nodes[i], i, entry); !s.ok()) return s;
+  }
+  // Graph outputs that no node writes in place (constants, inputs, repeats) are copied.
+  for (size_t i = 0; i < graph_.outputs().size(); ++i) {
+    const Value* v = graph_.outputs()[i];
+    bool written = v->producer() != nullptr && !v->is_constant();
+    for (size_t j = 0; j < i && written; ++j) written = graph_.outputs()[j] != v;
+    if (written) continue;
+    auto source = Address(v);
+    if (!source.ok()) return source.status();
+    llvm::Value* dest = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, outputs_arg_, i));
+    const int64_t bytes = NumElements(v->type().StaticDims()) * DTypeSize(v->type().dtype);
+    builder_.CreateMemCpy(dest, llvm::MaybeAlign(1), *source, llvm::MaybeAlign(1), bytes);
+  }
+  builder_.CreateRet(builder_.getInt32(0));
+  alloca_builder.CreateBr(body);
+  if (fail_code_->getNumIncomingValues() == 0) {
+    fail_code_->eraseFromParent();
+    fail_block_->eraseFromParent();
+  }
+
+  // Descriptor: mirrors kiln_module_desc in runtime.h.
+  auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, ptr_, ptr_, ptr_, i32_, i32_, ptr_, ptr_, i64_, ptr_});
+  const uint64_t desc_size = module_.getDataLayout().getTypeAllocSize(desc_type);
+  llvm::Constant* desc_init = llvm::ConstantStruct::get(
+      desc_type, {builder_.getInt32(static_cast<uint32_t>(desc_size)), builder_.getInt32(KILN_ABI_VERSION),
+                  CString(options.compiler_version), CString(CanonicalTarget(options.target)), CString(options.manifest_json),
+                  builder_.getInt32(static_cast<uint32_t>(graph_.inputs().size())),
+                  builder_.getInt32(static_cast<uint32_t>(graph_.outputs().size())), TensorInfos(graph_.inputs()),
+                  TensorInfos(graph_.outputs()), builder_.getInt64(static_cast<uint64_t>(plan_.arena_bytes)), entry});
+  auto* desc = new llvm::GlobalVariable(module_, desc_type, true, llvm::GlobalValue::PrivateLinkage, desc_init, "kiln_descriptor");
+  llvm::Function* describe = llvm::Function::Create(llvm::FunctionType::get(ptr_, {}, false), llvm::GlobalValue::ExternalLinkage, "kiln_module_v1", module_);
+  builder_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", describe));
+  builder_.CreateRet(desc);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const TargetSpec& target) {
+  std::string error;
+  const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
+  if (llvm_target == nullptr) return nullptr;
+  llvm::TargetOptions options;
+  return std::unique_ptr<llvm::TargetMachine>(llvm_target->createTargetMachine(
+      target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+}
+
+}  // namespace
+
+absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan, const CodegenOptions& options) {
+  std::unique_ptr<llvm::TargetMachine> machine = MakeTargetMachine(options.target);
+  if (machine == nullptr) return absl::InvalidArgumentError(absl::StrCat("cannot create an LLVM target machine for ", CanonicalTarget(options.target)));
+  llvm::LLVMContext ctx;
+  auto module = std::make_unique<llvm::Module>(graph.name(), ctx);
+  module->setTargetTriple(options.target.triple);
+  module->setDataLayout(machine->createDataLayout());
+  ModuleBuilder builder(ctx, *module, graph, plan);
+  if (absl::Status s = builder.Build(options); !s.ok()) return s;
+
+  // Link in the kernel library: only what the model calls.
+  llvm::StringRef bitcode(kiln_kernel_bitcode_begin, static_cast<size_t>(kiln_kernel_bitcode_end - kiln_kernel_bitcode_begin));
+  auto kernels = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "kiln_kernels.bc"), ctx);
+  if (!kernels) return absl::InternalError("the embedded kernel bitcode does not parse: " + llvm::toString(kernels.takeError()));
+  (*kernels)->setTargetTriple(options.target.triple);
+  (*kernels)->setDataLayout(module->getDataLayout());
+  if (llvm::Linker::linkModules(*module, std::move(*kernels), llvm::Linker::LinkOnlyNeeded)) {
+    return absl::InternalError("linking the kernel library into the module failed");
+  }
+  // Retarget every function to the requested CPU: the bitcode was compiled for a generic
+  // one, and these attributes would otherwise cap the vector width.
+  for (llvm::Function& f : *module) {
+    if (f.isDeclaration()) continue;
+    f.removeFnAttr("target-cpu");
+    f.removeFnAttr("target-features");
+    f.removeFnAttr("tune-cpu");
+    f.addFnAttr("target-cpu", options.target.cpu);
+    if (!options.target.features.empty()) f.addFnAttr("target-features", options.target.features);
+    if (f.getName() != "kiln_module_v1") f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    // Each kernel (and everything it calls) is inlined at its call so its constant
+    // shapes, strides and op codes fold: the generic loop nest becomes one specialised
+    // for this node.
+    if (f.getName() != "kiln_entry" && f.getName() != "kiln_module_v1") {
+      f.removeFnAttr(llvm::Attribute::NoInline);
+      f.removeFnAttr(llvm::Attribute::OptimizeNone);
+      f.addFnAttr(llvm::Attribute::AlwaysInline);
+    }
+  }
+  for (llvm::GlobalVariable& g : module->globals()) {
+    if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
+  std::string verify_errors;
+  llvm::raw_string_ostream verify_stream(verify_errors);
+  if (llvm::verifyModule(*module, &verify_stream)) return absl::InternalError("generated LLVM IR is invalid: " + verify_errors);
+
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PipelineTuningOptions tuning;
+    tuning.LoopVectorization = true;
+    tuning.SLPVectorization = true;
+    llvm::PassBuilder passes(machine.get(), tuning);
+    passes.registerModuleAnalyses(mam);
+    passes.registerCGSCCAnalyses(cgam);
+    passes.registerFunctionAnalyses(fam);
+    passes.registerLoopAnalyses(lam);
+    passes.crossRegisterProxies(lam, fam, cgam, mam);
+    llvm::ModulePassManager mpm = passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+    mpm.run(*module, mam);
+  }
+
+  llvm::SmallVector<char, 0> object;
+  {
+    llvm::raw_svector_ostream stream(object);
+    llvm::legacy::PassManager codegen;
+    if (machine->addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+      return absl::InternalError("the target cannot emit object files");
+    }
+    codegen.run(*module);
+  }
+  ArtifactBytes result;
+  result.object_bytes = static_cast<int64_t>(object.size());
+  result.workspace_bytes = plan.arena_bytes;
+  auto shared = LinkSharedObject(std::string(object.data(), object.size()), options.target);
+  if (!shared.ok()) return shared.status();
+  result.shared_object = std::move(*shared);
+  return result;
+}
+
+}  // namespace kiln

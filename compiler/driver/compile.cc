@@ -1,0 +1,144 @@
+// CompileModel: import -> passes -> codegen -> link, with the manifest and compile report.
+#include "kiln/compiler/compile.h"
+
+#include <chrono>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kiln/compiler/frontend.h"
+
+namespace kiln {
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string TensorInfoJson(const Value* v) {
+  std::vector<std::string> dims;
+  for (const Dim& d : v->type().shape) dims.push_back(std::to_string(d.size));
+  return absl::StrCat("{\"name\": \"", JsonEscape(v->name()), "\", \"dtype\": \"", DTypeName(v->type().dtype),
+                      "\", \"shape\": [", absl::StrJoin(dims, ", "), "]}");
+}
+
+}  // namespace
+
+std::string CompilerVersion() { return KILN_COMPILER_VERSION; }
+
+std::string JsonEscape(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes) {
+  size_t eq = text.rfind('=');
+  if (eq == std::string::npos || eq == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--input-shape '", text, "': expected NAME=DIMS, e.g. input=1x3x224x224"));
+  }
+  std::vector<int64_t> dims;
+  std::string dims_text = text.substr(eq + 1);
+  if (!dims_text.empty()) {
+    for (absl::string_view part : absl::StrSplit(dims_text, absl::ByAnyChar("x,"))) {
+      int64_t d;
+      if (!absl::SimpleAtoi(part, &d) || d < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--input-shape '", text, "': '", part, "' is not a dimension"));
+      }
+      dims.push_back(d);
+    }
+  }
+  shapes[text.substr(0, eq)] = dims;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options) {
+  CompileResult result;
+  auto target = ResolveTarget(options.target);
+  if (!target.ok()) return target.status();
+  result.target = *target;
+
+  if (options.on_phase) options.on_phase("import");
+  auto start = std::chrono::steady_clock::now();
+  ImportOptions import_options;
+  import_options.model_label = options.model_label;
+  import_options.input_shapes = options.input_shapes;
+  import_options.external_data = options.external_data;
+  auto graph = ImportOnnxModel(model_bytes, import_options);
+  if (!graph.ok()) return graph.status();
+  result.import_ms = MsSince(start);
+  if (options.print.print_stream && options.print.print_after_all) {
+    *options.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(**graph);
+  }
+
+  if (options.on_phase) options.on_phase("passes");
+  start = std::chrono::steady_clock::now();
+  PassContext context;
+  auto stats = RunPipeline(**graph, options.pipeline, options.print, context);
+  if (!stats.ok()) return absl::Status(stats.status().code(), absl::StrCat(options.model_label, ": ", stats.status().message()));
+  result.passes = *stats;
+  result.passes_ms = MsSince(start);
+  result.memory_plan = context.has_memory_plan ? context.memory_plan : NaiveMemoryPlan(**graph);
+
+  std::ostringstream manifest;
+  manifest << "{\n  \"schema\": \"kiln.manifest/v1\",\n  \"compiler_version\": \"" << CompilerVersion() << "\",\n"
+           << "  \"target\": {\"name\": \"" << JsonEscape(target->name) << "\", \"triple\": \"" << JsonEscape(target->triple)
+           << "\", \"cpu\": \"" << JsonEscape(target->cpu) << "\", \"canonical\": \"" << JsonEscape(CanonicalTarget(*target)) << "\"},\n"
+           << "  \"pipeline\": \"" << JsonEscape(options.pipeline) << "\",\n  \"inputs\": [";
+  for (size_t i = 0; i < (*graph)->inputs().size(); ++i) manifest << (i ? ", " : "") << TensorInfoJson((*graph)->inputs()[i]);
+  manifest << "],\n  \"outputs\": [";
+  for (size_t i = 0; i < (*graph)->outputs().size(); ++i) manifest << (i ? ", " : "") << TensorInfoJson((*graph)->outputs()[i]);
+  manifest << "],\n  \"workspace_bytes\": " << result.memory_plan.arena_bytes << "\n}\n";
+  result.manifest_json = manifest.str();
+
+  if (options.on_phase) options.on_phase("codegen");
+  start = std::chrono::steady_clock::now();
+  CodegenOptions codegen;
+  codegen.target = *target;
+  codegen.manifest_json = result.manifest_json;
+  codegen.compiler_version = CompilerVersion();
+  auto artifact = GenerateArtifact(**graph, result.memory_plan, codegen);
+  if (!artifact.ok()) return absl::Status(artifact.status().code(), absl::StrCat(options.model_label, ": ", artifact.status().message()));
+  result.codegen_ms = MsSince(start);
+  result.shared_object = std::move(artifact->shared_object);
+
+  std::ostringstream report;
+  report << "{\n  \"schema\": \"kiln.compile-report/v1\",\n  \"compiler_version\": \"" << CompilerVersion() << "\",\n"
+         << "  \"target\": \"" << JsonEscape(CanonicalTarget(*target)) << "\",\n"
+         << "  \"timings_ms\": {\"import\": " << result.import_ms << ", \"passes\": " << result.passes_ms
+         << ", \"codegen\": " << result.codegen_ms << "},\n  \"passes\": [";
+  for (size_t i = 0; i < result.passes.size(); ++i) {
+    const PassStats& p = result.passes[i];
+    report << (i ? ",\n    " : "\n    ") << "{\"name\": \"" << p.name << "\", \"changed\": " << (p.changed ? "true" : "false")
+           << ", \"time_ms\": " << p.time_ms << ", \"nodes_before\": " << p.nodes_before << ", \"nodes_after\": " << p.nodes_after << "}";
+  }
+  report << "\n  ],\n  \"memory_plan\": {\"arena_bytes\": " << result.memory_plan.arena_bytes
+         << ", \"naive_bytes\": " << result.memory_plan.naive_bytes << ", \"in_place\": " << result.memory_plan.in_place
+         << ", \"views\": " << result.memory_plan.views << "},\n"
+         << "  \"nodes\": " << (*graph)->num_nodes() << ",\n"
+         << "  \"object_bytes\": " << artifact->object_bytes << ",\n"
+         << "  \"artifact_bytes\": " << result.shared_object.size() << "\n}\n";
+  result.report_json = report.str();
+  result.graph = std::move(*graph);
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,433 @@
+// ONNX import: parse, run the ONNX checker and shape inference, then build the graph IR.
+// Multi-input variadic ops (Sum, Mean, Max, Min) are expanded into binary chains and
+// Dropout into Identity here, so later stages see one form of each.
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kiln/compiler/frontend.h"
+#include "kiln/compiler/ops.h"
+#include "onnx/checker.h"
+#include "onnx/onnx_pb.h"
+#include "onnx/shape_inference/implementation.h"
+
+namespace kiln {
+namespace {
+
+constexpr int kMinOpset = 7;
+constexpr int kMaxOpset = 17;
+
+class Importer {
+ public:
+  Importer(const ImportOptions& options) : options_(options) {}
+
+  absl::StatusOr<std::unique_ptr<Graph>> Run(std::string_view bytes);
+
+ private:
+  absl::Status Error(const std::string& message) const {
+    return absl::InvalidArgumentError(absl::StrCat(options_.model_label, ": ", message));
+  }
+  absl::StatusOr<TensorType> TypeFromValueInfo(const onnx::ValueInfoProto& info);
+  absl::StatusOr<Tensor> LoadTensor(const onnx::TensorProto& proto);
+  absl::Status ImportNode(const onnx::NodeProto& proto, int index);
+  absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& attr, const std::string& where);
+  Value* Lookup(const std::string& name) const {
+    auto it = values_.find(name);
+    return it == values_.end() ? nullptr : it->second;
+  }
+  Node* Emit(const std::string& op, const std::string& name, std::vector<Value*> inputs,
+             const std::vector<std::string>& outputs);
+
+  const ImportOptions& options_;
+  std::unique_ptr<Graph> graph_;
+  std::map<std::string, Value*> values_;
+  int opset_ = 0;
+};
+
+absl::StatusOr<Tensor> Importer::LoadTensor(const onnx::TensorProto& proto) {
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& entry : proto.external_data()) {
+      if (entry.key() == "location") location = entry.value();
+      if (entry.key() == "offset") offset = std::stoll(entry.value());
+      if (entry.key() == "length") length = std::stoll(entry.value());
+    }
+    if (!options_.external_data) {
+      return Error(absl::StrCat("tensor '", proto.name(), "' uses external data ('", location,
+                                "'), which this import does not accept"));
+    }
+    auto bytes = options_.external_data(location);
+    if (!bytes.ok()) return Error(absl::StrCat("tensor '", proto.name(), "': ", bytes.status().message()));
+    if (offset < 0 || offset > static_cast<int64_t>(bytes->size())) return Error(absl::StrCat("tensor '", proto.name(), "': external data offset out of range"));
+    if (length < 0) length = static_cast<int64_t>(bytes->size()) - offset;
+    if (offset + length > static_cast<int64_t>(bytes->size())) return Error(absl::StrCat("tensor '", proto.name(), "': external data shorter than declared"));
+    onnx::TensorProto copy = proto;
+    copy.clear_external_data();
+    copy.set_data_location(onnx::TensorProto::DEFAULT);
+    copy.set_raw_data(bytes->substr(offset, length));
+    return ParseTensorProto(copy.SerializeAsString());
+  }
+  auto t = ParseTensorProto(proto.SerializeAsString());
+  if (!t.ok()) return Error(absl::StrCat("tensor '", proto.name(), "': ", t.status().message()));
+  return t;
+}
+
+absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProto& info) {
+  if (!info.type().has_tensor_type()) {
+    return Error(absl::StrCat("value '", info.name(), "' is not a tensor (sequences, maps and optionals are not supported)"));
+  }
+  const auto& tt = info.type().tensor_type();
+  TensorType type;
+  type.dtype = static_cast<DType>(tt.elem_type());
+  if (type.dtype == DType::kString) return Error(absl::StrCat("value '", info.name(), "' has string elements, which are not supported"));
+  if (tt.has_shape()) {
+    type.has_shape = true;
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value()) {
+        type.shape.push_back(Dim::Known(d.dim_value()));
+      } else {
+        type.shape.push_back(Dim::Symbolic(d.has_dim_param() ? d.dim_param() : "?"));
+      }
+    }
+  }
+  auto it = options_.input_shapes.find(info.name());
+  if (it != options_.input_shapes.end()) {
+    if (type.has_shape && type.shape.size() != it->second.size()) {
+      return Error(absl::StrCat("--input-shape for '", info.name(), "' has rank ", it->second.size(),
+                                ", the model declares rank ", type.shape.size()));
+    }
+    for (size_t i = 0; type.has_shape && i < type.shape.size(); ++i) {
+      if (type.shape[i].known() && type.shape[i].size != it->second[i]) {
+        return Error(absl::StrCat("--input-shape for '", info.name(), "' sets dimension ", i, " to ",
+                                  it->second[i], ", the model fixes it at ", type.shape[i].size));
+      }
+    }
+    type = TensorType::Static(type.dtype, it->second);
+  }
+  return type;
+}
+
+absl::StatusOr<AttrValue> Importer::ConvertAttribute(const onnx::AttributeProto& attr, const std::string& where) {
+  switch (attr.type()) {
+    case onnx::AttributeProto::INT: return AttrValue(static_cast<int64_t>(attr.i()));
+    case onnx::AttributeProto::FLOAT: return AttrValue(static_cast<double>(attr.f()));
+    case onnx::AttributeProto::STRING: return AttrValue(attr.s());
+    case onnx::AttributeProto::INTS: return AttrValue(std::vector<int64_t>(attr.ints().begin(), attr.ints().end()));
+    case onnx::AttributeProto::FLOATS: {
+      std::vector<double> v(attr.floats().begin(), attr.floats().end());
+      return AttrValue(v);
+    }
+    case onnx::AttributeProto::STRINGS: return AttrValue(std::vector<std::string>(attr.strings().begin(), attr.strings().end()));
+    case onnx::AttributeProto::TENSOR: {
+      auto t = LoadTensor(attr.t());
+      if (!t.ok()) return t.status();
+      return AttrValue(std::make_shared<const Tensor>(std::move(*t)));
+    }
+    default:
+      return Error(absl::StrCat(where, ": attribute '", attr.name(), "' has a type Kiln does not support (graphs, sparse tensors and type protos)"));
+  }
+}
+
+Node* Importer::Emit(const std::string& op, const std::string& name, std::vector<Value*> inputs,
+                     const std::vector<std::string>& outputs) {
+  Node* node = graph_->AddNode(op, name, std::move(inputs), outputs, opset_);
+  for (size_t i = 0; i < outputs.size(); ++i) values_[outputs[i]] = node->output(i);
+  return node;
+}
+
+absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
+  const std::string name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
+  const std::string where = absl::StrCat("node '", name, "' (", proto.op_type(), ", opset ", opset_, ")");
+  if (!proto.domain().empty() && proto.domain() != "ai.onnx") {
+    return Error(absl::StrCat(where, ": domain '", proto.domain(), "' is not supported (only the default ONNX domain is)"));
+  }
+  std::map<std::string, AttrValue> attrs;
+  for (const auto& attr : proto.attribute()) {
+    if (!attr.ref_attr_name().empty()) return Error(absl::StrCat(where, ": attribute references are not supported"));
+    auto value = ConvertAttribute(attr, where);
+    if (!value.ok()) return value.status();
+    attrs[attr.name()] = std::move(*value);
+  }
+  std::vector<Value*> inputs;
+  for (const std::string& in : proto.input()) {
+    if (in.empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    Value* v = Lookup(in);
+    if (v == nullptr) return Error(absl::StrCat(where, ": input '", in, "' is not defined before this node"));
+    inputs.push_back(v);
+  }
+  while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
+  // Optional outputs left unnamed are dropped from the end; interior ones get a name.
+  std::vector<std::string> outputs(proto.output().begin(), proto.output().end());
+  while (!outputs.empty() && outputs.back().empty()) outputs.pop_back();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].empty()) outputs[i] = graph_->UniqueName(absl::StrCat(name, ".unused", i));
+  }
+  const std::string& op = proto.op_type();
+
+  if (op == "Constant") {
+    std::shared_ptr<const Tensor> tensor;
+    for (const auto& [key, value] : attrs) {
+      if (key == "value") {
+        tensor = std::get<std::shared_ptr<const Tensor>>(value);
+      } else if (key == "value_float" || key == "value_int") {
+        auto t = std::make_shared<Tensor>(key == "value_float" ? DType::kFloat32 : DType::kInt64, std::vector<int64_t>{});
+        if (key == "value_float") t->data_as<float>()[0] = static_cast<float>(std::get<double>(value));
+        else t->data_as<int64_t>()[0] = std::get<int64_t>(value);
+        tensor = t;
+      } else if (key == "value_floats" || key == "value_ints") {
+        const bool floats = key == "value_floats";
+        const size_t n = floats ? std::get<std::vector<double>>(value).size() : std::get<std::vector<int64_t>>(value).size();
+        auto t = std::make_shared<Tensor>(floats ? DType::kFloat32 : DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(n)});
+        for (size_t i = 0; i < n; ++i) {
+          if (floats) t->data_as<float>()[i] = static_cast<float>(std::get<std::vector<double>>(value)[i]);
+          else t->data_as<int64_t>()[i] = std::get<std::vector<int64_t>>(value)[i];
+        }
+        tensor = t;
+      } else {
+        return Error(absl::StrCat(where, ": Constant attribute '", key, "' is not supported"));
+      }
+    }
+    if (tensor == nullptr || outputs.size() != 1) return Error(absl::StrCat(where, ": Constant needs one value attribute and one output"));
+    values_[outputs[0]] = graph_->AddConstant(outputs[0], tensor);
+    return absl::OkStatus();
+  }
+  if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") {
+    if (inputs.empty() || outputs.size() != 1) return Error(absl::StrCat(where, ": needs at least one input and one output"));
+    const std::string binary = op == "Sum" || op == "Mean" ? "Add" : op;
+    Value* acc = inputs[0];
+    if (inputs.size() == 1 && op != "Mean") {
+      Emit("Identity", name, {acc}, outputs);
+      return absl::OkStatus();
+    }
+    for (size_t i = 1; i < inputs.size(); ++i) {
+      const bool last = i + 1 == inputs.size() && op != "Mean";
+      std::string out = last ? outputs[0] : graph_->UniqueName(absl::StrCat(name, ".partial"));
+      acc = Emit(binary, absl::StrCat(name, inputs.size() > 2 ? absl::StrCat(".", i) : ""), {acc, inputs[i]}, {out})->output(0);
+    }
+    if (op == "Mean") {
+      const DType dtype = inputs[0]->type().dtype;
+      auto count = std::make_shared<Tensor>(dtype, std::vector<int64_t>{});
+      if (dtype == DType::kFloat64) count->data_as<double>()[0] = static_cast<double>(inputs.size());
+      else if (dtype == DType::kFloat32) count->data_as<float>()[0] = static_cast<float>(inputs.size());
+      else return Error(absl::StrCat(where, ": Mean needs floating-point inputs"));
+      Value* n = graph_->AddConstant(graph_->UniqueName(absl::StrCat(name, ".count")), count);
+      Emit("Div", name, {acc, n}, outputs);
+    }
+    return absl::OkStatus();
+  }
+  if (op == "Dropout") {
+    if (inputs.size() > 2 && inputs[2] != nullptr) {
+      if (!inputs[2]->is_constant() || inputs[2]->constant()->GetAsInt64(0) != 0) {
+        return Error(absl::StrCat(where, ": training_mode must be a constant false for inference"));
+      }
+    }
+    Emit("Identity", name, {inputs[0]}, {outputs[0]});
+    if (outputs.size() > 1) {  // the mask: all true in inference mode
+      Value* shape = Emit("Shape", name + ".mask_shape", {inputs[0]}, {graph_->UniqueName(name + ".mask_shape")})->output(0);
+      Node* fill = Emit("ConstantOfShape", name + ".mask", {shape}, {outputs[1]});
+      auto one = std::make_shared<Tensor>(DType::kBool, std::vector<int64_t>{1});
+      one->data_as<uint8_t>()[0] = 1;
+      fill->mutable_attrs()["value"] = std::shared_ptr<const Tensor>(one);
+    }
+    return absl::OkStatus();
+  }
+  if (FindOp(op) == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(options_.model_label, ": ", where, ": op '", op, "' is not supported by Kiln"));
+  }
+  Node* node = Emit(op, name, inputs, outputs);
+  node->mutable_attrs() = std::move(attrs);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT32_MAX) || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Error("not a valid ONNX model (the protobuf could not be parsed)");
+  }
+  opset_ = 0;
+  for (const auto& import : model.opset_import()) {
+    if (import.domain().empty() || import.domain() == "ai.onnx") opset_ = static_cast<int>(import.version());
+  }
+  if (model.opset_import_size() == 0) opset_ = 1;  // IR version 1 models
+  if (opset_ < kMinOpset || opset_ > kMaxOpset) {
+    return Error(absl::StrCat("opset ", opset_, " of the default domain is not supported (Kiln supports ",
+                              kMinOpset, " to ", kMaxOpset, ")"));
+  }
+  for (const auto& input : model.graph().input()) {
+    auto it = options_.input_shapes.find(input.name());
+    if (it == options_.input_shapes.end() || !input.type().has_tensor_type()) continue;
+    auto* shape = model.mutable_graph()->mutable_input(&input - &model.graph().input(0))->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : it->second) shape->add_dim()->set_dim_value(d);
+  }
+  try {
+    onnx::checker::check_model(model);
+    onnx::ShapeInferenceOptions inference_options{/*check_type=*/true, /*error_mode=*/1, /*enable_data_propagation=*/false};
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), inference_options);
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    return Error(absl::StrCat("rejected by the ONNX checker: ", message));
+  }
+
+  graph_ = std::make_unique<Graph>();
+  graph_->set_opset(opset_);
+  graph_->set_name(model.graph().name().empty() ? "main" : model.graph().name());
+  for (const auto& init : model.graph().initializer()) {
+    auto tensor = LoadTensor(init);
+    if (!tensor.ok()) return tensor.status();
+    values_[init.name()] = graph_->AddConstant(init.name(), std::make_shared<const Tensor>(std::move(*tensor)));
+  }
+  for (const auto& input : model.graph().input()) {
+    if (values_.count(input.name())) continue;  // an initializer with a default value
+    auto type = TypeFromValueInfo(input);
+    if (!type.ok()) return type.status();
+    Value* v = graph_->AddValue(input.name(), *type);
+    graph_->AddInput(v);
+    values_[input.name()] = v;
+  }
+  for (const auto& name_shape : options_.input_shapes) {
+    if (!graph_->IsGraphInput(Lookup(name_shape.first))) {
+      return Error(absl::StrCat("--input-shape names '", name_shape.first, "', which is not a graph input"));
+    }
+  }
+  int index = 0;
+  for (const auto& node : model.graph().node()) {
+    if (auto s = ImportNode(node, index++); !s.ok()) return s;
+  }
+  for (const auto& output : model.graph().output()) {
+    Value* v = Lookup(output.name());
+    if (v == nullptr) return Error(absl::StrCat("graph output '", output.name(), "' is never produced"));
+    graph_->AddOutput(v);
+  }
+  if (auto s = InferTypes(*graph_); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(options_.model_label, ": ", s.message()));
+  }
+  if (auto s = VerifyGraph(*graph_); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(options_.model_label, ": ", s.message()));
+  }
+  return std::move(graph_);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes,
+                                                       const ImportOptions& options) {
+  Importer importer(options);
+  return importer.Run(model_bytes);
+}
+
+std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(std::string directory) {
+  return [directory](const std::string& location) -> absl::StatusOr<std::string> {
+    if (location.empty() || location[0] == '/') {
+      return absl::InvalidArgumentError(absl::StrCat("external data location '", location, "' must be a relative path"));
+    }
+    for (absl::string_view part : absl::StrSplit(location, '/')) {
+      if (part == "..") {
+        return absl::InvalidArgumentError(absl::StrCat("external data location '", location, "' leaves the model's directory"));
+      }
+    }
+    return ReadFile(directory + "/" + location);
+  };
+}
+
+absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* name) {
+  onnx::TensorProto proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError("not a valid ONNX TensorProto");
+  }
+  if (name != nullptr) *name = proto.name();
+  const DType dtype = static_cast<DType>(proto.data_type());
+  if (DTypeSize(dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor element type ", proto.data_type(), " (", DTypeName(dtype), ") is not supported"));
+  }
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    return absl::InvalidArgumentError("tensor uses external data");
+  }
+  std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+  for (int64_t d : dims) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor has negative dimension ", d));
+  }
+  Tensor tensor(dtype, dims);
+  const int64_t n = tensor.num_elements();
+  if (proto.has_raw_data()) {
+    if (static_cast<int64_t>(proto.raw_data().size()) != tensor.size_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor raw_data has ", proto.raw_data().size(),
+                                                     " bytes, dims [", absl::StrJoin(dims, ","), "] need ", tensor.size_bytes()));
+    }
+    std::memcpy(tensor.data(), proto.raw_data().data(), proto.raw_data().size());
+    return tensor;
+  }
+  auto check = [&](int64_t have) -> absl::Status {
+    if (have != n) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor has ", have, " values, dims [", absl::StrJoin(dims, ","), "] need ", n));
+    }
+    return absl::OkStatus();
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      if (auto s = check(proto.float_data_size()); !s.ok()) return s;
+      for (int64_t i = 0; i < n; ++i) tensor.data_as<float>()[i] = proto.float_data(i);
+      break;
+    case DType::kFloat64:
+      if (auto s = check(proto.double_data_size()); !s.ok()) return s;
+      for (int64_t i = 0; i < n; ++i) tensor.data_as<double>()[i] = proto.double_data(i);
+      break;
+    case DType::kInt64:
+      if (auto s = check(proto.int64_data_size()); !s.ok()) return s;
+      for (int64_t i = 0; i < n; ++i) tensor.data_as<int64_t>()[i] = proto.int64_data(i);
+      break;
+    case DType::kUInt32: case DType::kUInt64:
+      if (auto s = check(proto.uint64_data_size()); !s.ok()) return s;
+      for (int64_t i = 0; i < n; ++i) {
+        if (dtype == DType::kUInt32) tensor.data_as<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
+        else tensor.data_as<uint64_t>()[i] = proto.uint64_data(i);
+      }
+      break;
+    default: {  // int32_data carries int32, int16, int8, uint16, uint8, bool, f16, bf16
+      if (auto s = check(proto.int32_data_size()); !s.ok()) return s;
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t v = proto.int32_data(i);
+        switch (DTypeSize(dtype)) {
+          case 1: tensor.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+          case 2: tensor.data_as<uint16_t>()[i] = static_cast<uint16_t>(v); break;
+          default: tensor.data_as<int32_t>()[i] = v; break;
+        }
+      }
+    }
+  }
+  return tensor;
+}
+
+std::string SerializeTensorProto(const Tensor& tensor, const std::string& name) {
+  onnx::TensorProto proto;
+  proto.set_name(name);
+  proto.set_data_type(static_cast<int32_t>(tensor.dtype()));
+  for (int64_t d : tensor.dims()) proto.add_dims(d);
+  proto.set_raw_data(std::string(static_cast<const char*>(tensor.data()), tensor.size_bytes()));
+  return proto.SerializeAsString();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+absl::Status WriteFile(const std::string& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open for writing"));
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace kiln

@@ -1,0 +1,50 @@
+// The compiler's front door: ONNX bytes in, artifact + manifest + compile report out.
+// Used by the `kiln` CLI and by the service's workers.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/compiler/codegen.h"
+#include "kiln/compiler/ir.h"
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+
+struct CompileOptions {
+  std::string target = "host";
+  std::map<std::string, std::vector<int64_t>> input_shapes;
+  std::string pipeline = kDefaultPipeline;
+  std::string model_label = "model";
+  std::function<absl::StatusOr<std::string>(const std::string&)> external_data;
+  PipelineOptions print;  // --print-after-all / --print-after
+  // Progress callback: phase name ("import", "passes", "codegen", "link") as each starts.
+  std::function<void(const std::string& phase)> on_phase;
+};
+
+struct CompileResult {
+  std::string shared_object;
+  std::string manifest_json;
+  std::string report_json;  // compile statistics (passes, memory plan, sizes, timings)
+  TargetSpec target;
+  std::vector<PassStats> passes;
+  MemoryPlan memory_plan;
+  std::unique_ptr<Graph> graph;  // the optimised graph
+  double import_ms = 0, passes_ms = 0, codegen_ms = 0;
+};
+
+absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options);
+
+// Parses "name=1x3x224x224" into the input_shapes map.
+absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes);
+
+std::string CompilerVersion();
+std::string JsonEscape(const std::string& text);
+
+}  // namespace kiln

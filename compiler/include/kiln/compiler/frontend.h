@@ -1,0 +1,41 @@
+// The ONNX frontend: ModelProto bytes -> checked, shape-inferred graph IR.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/compiler/ir.h"
+
+namespace kiln {
+
+struct ImportOptions {
+  // Used in error messages ("resnet50.onnx: node ...").
+  std::string model_label = "model";
+  // Overrides for graph input shapes (symbolic dims become static).
+  std::map<std::string, std::vector<int64_t>> input_shapes;
+  // Supplies the bytes of an external-data file named by a tensor's `location`. Unset:
+  // external data is refused. Implementations must never reach outside the upload.
+  std::function<absl::StatusOr<std::string>(const std::string& location)> external_data;
+};
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes,
+                                                       const ImportOptions& options);
+
+// An external-data resolver that reads files inside `directory` only: absolute paths and
+// paths that climb out with ".." are refused.
+std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(
+    std::string directory);
+
+// ONNX TensorProto <-> Tensor (the input/output file format of `kiln run`).
+absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* name = nullptr);
+std::string SerializeTensorProto(const Tensor& tensor, const std::string& name);
+
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+absl::Status WriteFile(const std::string& path, std::string_view bytes);
+
+}  // namespace kiln

@@ -1,0 +1,174 @@
+// The graph IR: a Graph of Nodes over SSA Values with TensorTypes. Nodes are kept in
+// topological order; passes that insert nodes keep that order. Constant tensors are Values
+// that carry their data (ONNX initializers and folded results).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kiln/compiler/tensor.h"
+
+namespace kiln {
+
+// A dimension: a known size, or a symbol ("N", "batch") when the size is not known yet.
+struct Dim {
+  int64_t size = -1;
+  std::string symbol;
+  static Dim Known(int64_t n) { return Dim{n, ""}; }
+  static Dim Symbolic(std::string name) { return Dim{-1, std::move(name)}; }
+  bool known() const { return size >= 0; }
+  bool operator==(const Dim& other) const { return size == other.size && symbol == other.symbol; }
+};
+
+struct TensorType {
+  DType dtype = DType::kUndefined;
+  std::vector<Dim> shape;
+  bool has_shape = false;  // false: rank unknown
+
+  static TensorType Static(DType dtype, const std::vector<int64_t>& dims);
+  bool IsStatic() const;
+  // Static dims; only valid when IsStatic().
+  std::vector<int64_t> StaticDims() const;
+  bool operator==(const TensorType& other) const {
+    return dtype == other.dtype && has_shape == other.has_shape && shape == other.shape;
+  }
+};
+
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>,
+                               std::vector<double>, std::vector<std::string>,
+                               std::shared_ptr<const Tensor>>;
+
+class Node;
+
+class Value {
+ public:
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  const TensorType& type() const { return type_; }
+  void set_type(TensorType type) { type_ = std::move(type); }
+  Node* producer() const { return producer_; }
+  int producer_output() const { return producer_output_; }
+  // Non-null when the value is a compile-time constant (initializer or folded).
+  const std::shared_ptr<const Tensor>& constant() const { return constant_; }
+  bool is_constant() const { return constant_ != nullptr; }
+
+ private:
+  friend class Graph;
+  std::string name_;
+  TensorType type_;
+  Node* producer_ = nullptr;
+  int producer_output_ = 0;
+  std::shared_ptr<const Tensor> constant_;
+};
+
+class Node {
+ public:
+  const std::string& op() const { return op_; }
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  // Inputs may be nullptr for omitted optional inputs.
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  Value* input(size_t i) const { return i < inputs_.size() ? inputs_[i] : nullptr; }
+  Value* output(size_t i) const { return outputs_[i]; }
+  void set_input(size_t i, Value* value) { inputs_[i] = value; }
+  void set_inputs(std::vector<Value*> values) { inputs_ = std::move(values); }
+
+  const std::map<std::string, AttrValue>& attrs() const { return attrs_; }
+  std::map<std::string, AttrValue>& mutable_attrs() { return attrs_; }
+  bool has_attr(const std::string& key) const { return attrs_.count(key) != 0; }
+  int64_t GetInt(const std::string& key, int64_t fallback) const;
+  double GetFloat(const std::string& key, double fallback) const;
+  std::string GetString(const std::string& key, const std::string& fallback) const;
+  std::vector<int64_t> GetInts(const std::string& key,
+                               const std::vector<int64_t>& fallback = {}) const;
+  std::vector<double> GetFloats(const std::string& key,
+                                const std::vector<double>& fallback = {}) const;
+  const Tensor* GetTensor(const std::string& key) const;
+
+  // Opset of the default domain the node was imported under.
+  int opset() const { return opset_; }
+
+ private:
+  friend class Graph;
+  std::string op_;
+  std::string name_;
+  int opset_ = 0;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::map<std::string, AttrValue> attrs_;
+  bool dead_ = false;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Value* AddValue(std::string name, TensorType type);
+  Value* AddConstant(std::string name, std::shared_ptr<const Tensor> tensor);
+  // Appends a node producing `num_outputs` fresh values named from `output_names`.
+  Node* AddNode(std::string op, std::string name, std::vector<Value*> inputs,
+                const std::vector<std::string>& output_names, int opset);
+  // Inserts a node immediately before `anchor` in topological order.
+  Node* InsertNodeBefore(Node* anchor, std::string op, std::string name,
+                         std::vector<Value*> inputs,
+                         const std::vector<std::string>& output_names, int opset);
+
+  // Makes `value` a constant holding `tensor`; its producer (if any) keeps running until DCE.
+  void SetConstant(Value* value, std::shared_ptr<const Tensor> tensor);
+  // Replaces every use of `from` (node inputs and graph outputs) by `to`.
+  void ReplaceAllUses(Value* from, Value* to);
+  // Marks a node for removal; Compact() drops it.
+  void RemoveNode(Node* node);
+  // Drops removed nodes and values no longer referenced.
+  void Compact();
+
+  std::vector<Node*> nodes() const;
+  size_t num_nodes() const;
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  void AddInput(Value* value) { inputs_.push_back(value); }
+  void AddOutput(Value* value) { outputs_.push_back(value); }
+  void set_output(size_t i, Value* value) { outputs_[i] = value; }
+  std::vector<Value*> values() const;
+
+  // Nodes that read `value`, in order (recomputed on each call).
+  std::vector<Node*> Users(const Value* value) const;
+  bool IsGraphOutput(const Value* value) const;
+  bool IsGraphInput(const Value* value) const;
+
+  // A value name not yet used in the graph, derived from `hint`.
+  std::string UniqueName(const std::string& hint);
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  int opset() const { return opset_; }
+  void set_opset(int opset) { opset_ = opset; }
+
+ private:
+  std::string name_ = "main";
+  int opset_ = 13;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::map<std::string, int> name_counts_;
+};
+
+// Checks SSA form, topological order, arity and that every type is set; the message names
+// the offending node.
+absl::Status VerifyGraph(const Graph& graph);
+
+// Stable text form: one line per node, constants summarised by shape and a short digest.
+std::string PrintGraph(const Graph& graph);
+std::string PrintType(const TensorType& type);
+
+}  // namespace kiln

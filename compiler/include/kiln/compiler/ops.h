@@ -1,0 +1,72 @@
+// The operator table: for each supported ONNX op, how to infer its output types and how
+// to lower it to a call into the kernel library. The reference interpreter, constant
+// folding and codegen all go through this one table.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kiln/compiler/ir.h"
+
+namespace kiln {
+
+// What type inference sees of one node.
+struct InferContext {
+  const Node& node;
+  std::vector<const TensorType*> input_types;  // nullptr for omitted optional inputs
+  std::vector<const Tensor*> input_constants;  // nullptr unless the input is a constant
+  std::vector<TensorType> output_types;        // to fill, one per node output
+
+  const TensorType& type(size_t i) const { return *input_types[i]; }
+  bool has_input(size_t i) const { return i < input_types.size() && input_types[i] != nullptr; }
+  const Tensor* constant(size_t i) const {
+    return i < input_constants.size() ? input_constants[i] : nullptr;
+  }
+};
+
+// One operand of a kernel call: a node input, or a constant the lowering made.
+struct KernelOperand {
+  int node_input = -1;                   // index into node inputs, or -1
+  std::shared_ptr<const Tensor> constant;  // when node_input == -1 (null: omitted input)
+};
+
+// A call into the kernel library: kiln_k_<kernel>(inputs, outputs = node outputs, ints, floats).
+struct KernelCall {
+  std::string kernel;
+  std::vector<KernelOperand> inputs;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  // Outputs that alias input 0 (Reshape and friends): codegen may skip the copy.
+  bool is_view = false;
+};
+
+struct OpSchema {
+  std::string name;
+  int min_inputs = 1;
+  int max_inputs = 1;
+  // Inputs that decide output shapes and must be known at compile time (bitmask).
+  uint32_t constant_inputs = 0;
+  std::function<absl::Status(InferContext&)> infer;
+  // Requires static types on all inputs and outputs.
+  std::function<absl::StatusOr<KernelCall>(const Node&)> lower;
+  // For ops whose result follows from input types alone (Shape, Size): computes outputs.
+  std::function<absl::StatusOr<std::vector<Tensor>>(const Node&)> from_types;
+};
+
+const OpSchema* FindOp(std::string_view name);
+std::vector<std::string> SupportedOps();
+
+// "node 'conv_1' (Conv, opset 13)": the prefix of every error about a node.
+std::string NodeLabel(const Node& node);
+
+// Infers the types of every node output in order. Inputs listed as constant_inputs that
+// are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated
+// with the reference interpreter and replaced by constants.
+absl::Status InferTypes(Graph& graph);
+
+}  // namespace kiln

@@ -1,0 +1,87 @@
+// Graph passes and the pass manager. Each pass lives in its own file under
+// compiler/passes/, registers itself by name, and reports whether it changed the graph.
+// Pipelines are text: "fold-constants,cse,dce,simplify,fold-batchnorm,fuse,plan-memory".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/compiler/ir.h"
+
+namespace kiln {
+
+// Where each non-constant value lives at run time.
+struct MemoryPlan {
+  struct Slot {
+    int64_t offset = 0;      // in the workspace arena
+    int64_t size_bytes = 0;
+  };
+  std::map<const Value*, Slot> arena;          // intermediates
+  std::map<const Value*, const Value*> alias;  // views and in-place results: value -> owner
+  int64_t arena_bytes = 0;
+  int64_t naive_bytes = 0;  // sum of all intermediates, no reuse
+  int64_t in_place = 0;     // results written over a dying input
+  int64_t views = 0;        // results that share their input's buffer
+};
+
+struct PassContext {
+  MemoryPlan memory_plan;
+  bool has_memory_plan = false;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  // Returns whether the graph changed.
+  virtual absl::StatusOr<bool> Run(Graph& graph, PassContext& context) = 0;
+};
+
+struct PassInfo {
+  std::string name;
+  std::string summary;
+  std::function<std::unique_ptr<Pass>()> create;
+};
+
+// Called by each pass file through KILN_REGISTER_PASS.
+bool RegisterPass(PassInfo info);
+std::vector<PassInfo> RegisteredPasses();
+
+#define KILN_REGISTER_PASS(CLASS, NAME, SUMMARY)                                          \
+  static const bool kiln_registered_##CLASS = ::kiln::RegisterPass(                        \
+      {NAME, SUMMARY, [] { return std::unique_ptr<::kiln::Pass>(new CLASS()); }});        \
+  void kiln_link_pass_##CLASS() { (void)kiln_registered_##CLASS; }
+
+constexpr const char kDefaultPipeline[] =
+    "fold-constants,simplify,cse,dce,fold-batchnorm,fuse,dce,plan-memory";
+
+struct PassStats {
+  std::string name;
+  bool changed = false;
+  double time_ms = 0;
+  size_t nodes_before = 0;
+  size_t nodes_after = 0;
+};
+
+struct PipelineOptions {
+  bool print_after_all = false;
+  std::set<std::string> print_after;
+  std::ostream* print_stream = nullptr;
+};
+
+// Runs each named pass in order, verifying the graph after each one.
+absl::StatusOr<std::vector<PassStats>> RunPipeline(Graph& graph, const std::string& pipeline,
+                                                   const PipelineOptions& options,
+                                                   PassContext& context);
+
+// Plans buffers without reuse: every intermediate gets its own slot. Codegen uses it when
+// the pipeline has no plan-memory pass.
+MemoryPlan NaiveMemoryPlan(const Graph& graph);
+
+}  // namespace kiln

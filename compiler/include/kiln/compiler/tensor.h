@@ -1,0 +1,81 @@
+// Element types and dense host tensors: the constant data of the IR and the values the
+// reference interpreter computes. DType numbers are ONNX's TensorProto.DataType numbers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kiln {
+
+enum class DType : int32_t {
+  kUndefined = 0,
+  kFloat32 = 1,
+  kUInt8 = 2,
+  kInt8 = 3,
+  kUInt16 = 4,
+  kInt16 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kString = 8,
+  kBool = 9,
+  kFloat16 = 10,
+  kFloat64 = 11,
+  kUInt32 = 12,
+  kUInt64 = 13,
+  kBFloat16 = 16,
+};
+
+// Bytes per element; 0 for kUndefined and kString (not a fixed-size type).
+int64_t DTypeSize(DType dtype);
+// Short printable name ("f32", "i64", "bool"), used by the IR printer and the manifest.
+const char* DTypeName(DType dtype);
+absl::StatusOr<DType> DTypeFromName(std::string_view name);
+bool IsFloat(DType dtype);
+bool IsSignedInt(DType dtype);
+bool IsUnsignedInt(DType dtype);
+inline bool IsInteger(DType dtype) { return IsSignedInt(dtype) || IsUnsignedInt(dtype); }
+
+int64_t NumElements(const std::vector<int64_t>& dims);
+
+// A dense, row-major host tensor. Bytes are 64-byte aligned so kernels may use aligned loads.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, std::vector<int64_t> dims);
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
+  int64_t num_elements() const { return NumElements(dims_); }
+  int64_t size_bytes() const { return num_elements() * DTypeSize(dtype_); }
+
+  void* data() { return storage_.data(); }
+  const void* data() const { return storage_.data(); }
+  template <typename T>
+  T* data_as() { return reinterpret_cast<T*>(storage_.data()); }
+  template <typename T>
+  const T* data_as() const { return reinterpret_cast<const T*>(storage_.data()); }
+
+  // Element i converted to double / int64 (for attribute-like small tensors: shapes, axes).
+  double GetAsDouble(int64_t i) const;
+  int64_t GetAsInt64(int64_t i) const;
+
+ private:
+  struct alignas(64) Block {
+    unsigned char bytes[64];
+  };
+  DType dtype_ = DType::kUndefined;
+  std::vector<int64_t> dims_;
+  // Block-typed so the allocation is 64-byte aligned; data() reinterprets it as bytes.
+  std::vector<Block> storage_;
+};
+
+// IEEE half <-> float conversion (round to nearest even).
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+
+}  // namespace kiln

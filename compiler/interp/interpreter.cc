@@ -1,0 +1,133 @@
+// The reference interpreter: a plain walk over the nodes, each run through its op's
+// lowering and the natively compiled kernel library.
+#include "kiln/compiler/interp.h"
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "kernel_abi.h"
+#include "kiln/compiler/ops.h"
+
+#define X(name, typing, source) extern "C" int32_t kiln_k_##name(const kiln_kcall* call);
+#include "kernel_list.inc"
+#undef X
+
+namespace kiln {
+namespace {
+
+const std::map<std::string, kiln_kernel_fn>& KernelTable() {
+  static const auto* table = new std::map<std::string, kiln_kernel_fn>{
+#define X(name, typing, source) {#name, &kiln_k_##name},
+#include "kernel_list.inc"
+#undef X
+  };
+  return *table;
+}
+
+kiln_ktensor View(const Tensor* t) {
+  if (t == nullptr) return kiln_ktensor{nullptr, nullptr, 0, 0};
+  return kiln_ktensor{const_cast<void*>(t->data()), t->dims().data(),
+                      static_cast<int32_t>(t->rank()), static_cast<int32_t>(t->dtype())};
+}
+
+std::string KernelError(int32_t code) {
+  switch (code) {
+    case KILN_KERR_DTYPE: return "element type not supported by the kernel";
+    case KILN_KERR_INDEX: return "an index is out of range";
+    case KILN_KERR_UNSUPPORTED: return "parameter combination not supported by the kernel";
+    default: return absl::StrCat("kernel error ", code);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node,
+                                                 const std::vector<const Tensor*>& inputs) {
+  const OpSchema* schema = FindOp(node.op());
+  if (schema == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
+  }
+  if (schema->from_types) return schema->from_types(node);
+  for (const Value* out : node.outputs()) {
+    if (!out->type().IsStatic()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          NodeLabel(node), ": output '", out->name(), "' has no static shape (",
+          PrintType(out->type()), "); give input shapes with --input-shape"));
+    }
+  }
+  absl::StatusOr<KernelCall> call = schema->lower(node);
+  if (!call.ok()) return call.status();
+  auto kernel = KernelTable().find(call->kernel);
+  if (kernel == KernelTable().end()) {
+    return absl::InternalError(absl::StrCat("no kernel named '", call->kernel, "'"));
+  }
+  std::vector<kiln_ktensor> in_views;
+  for (const KernelOperand& operand : call->inputs) {
+    in_views.push_back(View(operand.node_input >= 0 ? inputs[operand.node_input]
+                                                    : operand.constant.get()));
+  }
+  std::vector<Tensor> outputs;
+  outputs.reserve(node.outputs().size());
+  for (const Value* out : node.outputs()) outputs.emplace_back(out->type().dtype, out->type().StaticDims());
+  std::vector<kiln_ktensor> out_views;
+  for (const Tensor& t : outputs) out_views.push_back(View(&t));
+  kiln_kcall kcall{};
+  kcall.inputs = in_views.data();
+  kcall.outputs = out_views.data();
+  kcall.ints = call->ints.data();
+  kcall.floats = call->floats.data();
+  kcall.num_inputs = static_cast<int32_t>(in_views.size());
+  kcall.num_outputs = static_cast<int32_t>(out_views.size());
+  kcall.num_ints = static_cast<int32_t>(call->ints.size());
+  kcall.num_floats = static_cast<int32_t>(call->floats.size());
+  int32_t rc = kernel->second(&kcall);
+  if (rc != KILN_KERR_OK) {
+    return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", KernelError(rc)));
+  }
+  return outputs;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph,
+                                             const std::vector<Tensor>& inputs) {
+  if (inputs.size() != graph.inputs().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("graph has ", graph.inputs().size(),
+                                                   " inputs, got ", inputs.size()));
+  }
+  std::unordered_map<const Value*, const Tensor*> env;
+  std::vector<std::unique_ptr<Tensor>> owned;
+  for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = &inputs[i];
+  auto lookup = [&](const Value* v) -> const Tensor* {
+    if (v == nullptr) return nullptr;
+    if (v->is_constant()) return v->constant().get();
+    auto it = env.find(v);
+    return it == env.end() ? nullptr : it->second;
+  };
+  for (const Node* node : graph.nodes()) {
+    std::vector<const Tensor*> args;
+    for (const Value* in : node->inputs()) {
+      const Tensor* t = lookup(in);
+      if (in != nullptr && t == nullptr) {
+        return absl::InternalError(absl::StrCat(NodeLabel(*node), ": input '", in->name(), "' has no value"));
+      }
+      args.push_back(t);
+    }
+    absl::StatusOr<std::vector<Tensor>> results = EvaluateNode(*node, args);
+    if (!results.ok()) return results.status();
+    for (size_t i = 0; i < results->size(); ++i) {
+      owned.push_back(std::make_unique<Tensor>(std::move((*results)[i])));
+      env[node->outputs()[i]] = owned.back().get();
+    }
+  }
+  std::vector<Tensor> outputs;
+  for (const Value* out : graph.outputs()) {
+    const Tensor* t = lookup(out);
+    if (t == nullptr) return absl::InternalError(absl::StrCat("graph output '", out->name(), "' has no value"));
+    outputs.push_back(*t);
+  }
+  return outputs;
+}
+
+}  // namespace kiln

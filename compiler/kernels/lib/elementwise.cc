@@ -1,0 +1,359 @@
+// Elementwise kernels: unary math, broadcasting binary ops, Where, Cast, Clip.
+#include "kernel_common.h"
+#include "kernel_ops.h"
+#include "unary_math.h"
+
+using namespace kiln_kernels;
+
+namespace {
+
+struct UnaryKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const int op = static_cast<int>(call->ints[0]);
+    const double alpha = call->num_floats > 0 ? call->floats[0] : 0.0;
+    const double beta = call->num_floats > 1 ? call->floats[1] : 0.0;
+    const T* in = static_cast<const T*>(call->inputs[0].data);
+    const int64_t n = Numel(call->outputs[0]);
+    if (op == KILN_UNARY_IS_NAN || op == KILN_UNARY_IS_INF) {
+      bool* out = static_cast<bool*>(call->outputs[0].data);
+      const bool negative = call->ints[1] != 0, positive = call->ints[2] != 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double v = static_cast<double>(in[i]);
+        out[i] = op == KILN_UNARY_IS_NAN ? v != v
+                                         : ((positive && v == INFINITY) || (negative && v == -INFINITY));
+      }
+      return KILN_KERR_OK;
+    }
+    T* out = static_cast<T*>(call->outputs[0].data);
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] = ApplyUnary<T>(op, in[i], alpha, beta);
+    };
+    ParallelFor(call, n, 1 << 14, body);
+    return KILN_KERR_OK;
+  }
+};
+
+template <typename T>
+inline T FloorMod(T a, T b) {
+  if constexpr (kIsFloat<T>) {
+    T r = fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  } else {
+    if (b == 0) return 0;
+    T r = static_cast<T>(a % b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+  }
+}
+
+template <typename T>
+inline T ApplyArith(int op, T a, T b) {
+  switch (op) {
+    case KILN_BINARY_ADD: return static_cast<T>(a + b);
+    case KILN_BINARY_SUB: return static_cast<T>(a - b);
+    case KILN_BINARY_MUL: return static_cast<T>(a * b);
+    case KILN_BINARY_DIV:
+      if constexpr (!kIsFloat<T>) {
+        if (b == 0) return 0;
+      }
+      return static_cast<T>(a / b);
+    case KILN_BINARY_MAX: return a > b || a != a ? a : b;
+    case KILN_BINARY_MIN: return a < b || a != a ? a : b;
+    case KILN_BINARY_MOD: return FloorMod(a, b);
+    case KILN_BINARY_FMOD:
+      if constexpr (kIsFloat<T>) {
+        return fmod(a, b);
+      } else {
+        return b == 0 ? T(0) : static_cast<T>(a % b);
+      }
+    case KILN_BINARY_PRELU: return a < 0 ? static_cast<T>(a * b) : a;
+    case KILN_BINARY_AND: return a && b;
+    case KILN_BINARY_OR: return a || b;
+    case KILN_BINARY_XOR: return (a != 0) != (b != 0);
+    case KILN_BINARY_SHIFT_LEFT:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a << b);
+      return a;
+    case KILN_BINARY_SHIFT_RIGHT:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a >> b);
+      return a;
+    default: return a;
+  }
+}
+
+template <typename T>
+inline bool ApplyCompareT(int op, T a, T b) {
+  switch (op) {
+    case KILN_BINARY_EQUAL: return a == b;
+    case KILN_BINARY_LESS: return a < b;
+    case KILN_BINARY_GREATER: return a > b;
+    case KILN_BINARY_LESS_EQUAL: return a <= b;
+    case KILN_BINARY_GREATER_EQUAL: return a >= b;
+    default: return false;
+  }
+}
+
+// Loops over the output, reading a and b with broadcast strides; `f(i, ia, ib)` does one
+// element. Equal shapes and scalar operands take a flat loop LLVM can vectorize.
+template <typename F>
+inline void BroadcastLoop2(const kiln_ktensor& a, const kiln_ktensor& b, const kiln_ktensor& out,
+                           F f) {
+  const int64_t n = Numel(out);
+  const int64_t na = Numel(a), nb = Numel(b);
+  if (na == n && nb == n) {
+    for (int64_t i = 0; i < n; ++i) f(i, i, i);
+    return;
+  }
+  if (na == n && nb == 1) {
+    for (int64_t i = 0; i < n; ++i) f(i, i, 0);
+    return;
+  }
+  if (na == 1 && nb == n) {
+    for (int64_t i = 0; i < n; ++i) f(i, 0, i);
+    return;
+  }
+  int64_t sa[kMaxRank], sb[kMaxRank];
+  BroadcastStrides(a, out.dims, out.rank, sa);
+  BroadcastStrides(b, out.dims, out.rank, sb);
+  // Innermost dimension as a flat loop; the walker covers the outer ones.
+  const int32_t r = out.rank;
+  const int64_t inner = r > 0 ? out.dims[r - 1] : 1;
+  const int64_t ia_step = r > 0 ? sa[r - 1] : 0, ib_step = r > 0 ? sb[r - 1] : 0;
+  int64_t offsets[2] = {0, 0};
+  const int64_t* strides[2] = {sa, sb};
+  IndexWalker walker(out.dims, r > 0 ? r - 1 : 0);
+  for (int64_t base = 0; base < n; base += inner) {
+    for (int64_t j = 0; j < inner; ++j) f(base + j, offsets[0] + j * ia_step, offsets[1] + j * ib_step);
+    walker.Next(offsets, strides);
+  }
+}
+
+struct BinaryKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const int op = static_cast<int>(call->ints[0]);
+    const kiln_ktensor& a = call->inputs[0];
+    const kiln_ktensor& b = call->inputs[1];
+    const kiln_ktensor& out = call->outputs[0];
+    const T* pa = static_cast<const T*>(a.data);
+    if (op == KILN_BINARY_POW) {
+      // The exponent may have another element type than the base.
+      T* po = static_cast<T*>(out.data);
+      if (b.dtype == a.dtype) {
+        const T* pb = static_cast<const T*>(b.data);
+        BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) {
+          po[i] = static_cast<T>(pow(static_cast<double>(pa[ia]), static_cast<double>(pb[ib])));
+        });
+      } else {
+        BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) {
+          po[i] = static_cast<T>(pow(static_cast<double>(pa[ia]), LoadAsDouble(b.data, b.dtype, ib)));
+        });
+      }
+      return KILN_KERR_OK;
+    }
+    const T* pb = static_cast<const T*>(b.data);
+    if (op >= KILN_BINARY_EQUAL && op <= KILN_BINARY_GREATER_EQUAL) {
+      bool* po = static_cast<bool*>(out.data);
+      BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) {
+        po[i] = ApplyCompareT<T>(op, pa[ia], pb[ib]);
+      });
+      return KILN_KERR_OK;
+    }
+    T* po = static_cast<T*>(out.data);
+    switch (op) {  // hoisted so each loop body is a single operation LLVM can vectorize
+      case KILN_BINARY_ADD:
+        BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) { po[i] = static_cast<T>(pa[ia] + pb[ib]); });
+        break;
+      case KILN_BINARY_SUB:
+        BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) { po[i] = static_cast<T>(pa[ia] - pb[ib]); });
+        break;
+      case KILN_BINARY_MUL:
+        BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) { po[i] = static_cast<T>(pa[ia] * pb[ib]); });
+        break;
+      default:
+        BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) {
+          po[i] = ApplyArith<T>(op, pa[ia], pb[ib]);
+        });
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct WhereKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& c = call->inputs[0];
+    const kiln_ktensor& x = call->inputs[1];
+    const kiln_ktensor& y = call->inputs[2];
+    const kiln_ktensor& out = call->outputs[0];
+    int64_t sc[kMaxRank], sx[kMaxRank], sy[kMaxRank];
+    BroadcastStrides(c, out.dims, out.rank, sc);
+    BroadcastStrides(x, out.dims, out.rank, sx);
+    BroadcastStrides(y, out.dims, out.rank, sy);
+    const bool* pc = static_cast<const bool*>(c.data);
+    const T* px = static_cast<const T*>(x.data);
+    const T* py = static_cast<const T*>(y.data);
+    T* po = static_cast<T*>(out.data);
+    int64_t offsets[3] = {0, 0, 0};
+    const int64_t* strides[3] = {sc, sx, sy};
+    IndexWalker walker(out.dims, out.rank);
+    const int64_t n = Numel(out);
+    for (int64_t i = 0; i < n; ++i) {
+      po[i] = pc[offsets[0]] ? px[offsets[1]] : py[offsets[2]];
+      walker.Next(offsets, strides);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+template <typename From>
+struct CastTo {
+  template <typename To>
+  static int32_t Run(const From* in, void* out_data, int64_t n) {
+    To* out = static_cast<To*>(out_data);
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (kIsFloat<From> && !kIsFloat<To>) {
+        // Float to integer: NaN and out-of-range values are undefined in C++; pin them.
+        double v = static_cast<double>(in[i]);
+        out[i] = v != v ? To(0) : static_cast<To>(v);
+      } else {
+        out[i] = static_cast<To>(in[i]);
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct CastFrom {
+  template <typename From>
+  static int32_t Run(const kiln_kcall* call) {
+    const From* in = static_cast<const From*>(call->inputs[0].data);
+    const int64_t n = Numel(call->outputs[0]);
+    void* out = call->outputs[0].data;
+    KILN_DISPATCH_NUMERIC(call->outputs[0].dtype, CastTo<From>, in, out, n);
+  }
+};
+
+uint16_t FloatToHalfBits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (abs < 0x38800000u) {
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
+    uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
+    int shift = 126 - static_cast<int>(abs >> 23);
+    uint32_t half = mantissa >> (shift + 1);
+    uint32_t rest = mantissa & ((1u << (shift + 1)) - 1);
+    uint32_t halfway = 1u << shift;
+    if (rest > halfway || (rest == halfway && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (abs >> 13) - ((127 - 15) << 10);
+  uint32_t rest = abs & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+float HalfBitsToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+struct ClipKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const T* in = static_cast<const T*>(call->inputs[0].data);
+    T* out = static_cast<T*>(call->outputs[0].data);
+    // ints[0]/ints[1]: whether a min/max bound is present; the bounds come as inputs 1/2
+    // (opset 11+) or as floats (opset 6).
+    T lo = 0, hi = 0;
+    const bool has_lo = call->ints[0] != 0, has_hi = call->ints[1] != 0;
+    if (has_lo) {
+      lo = call->num_inputs > 1 && call->inputs[1].data ? static_cast<const T*>(call->inputs[1].data)[0]
+                                                        : static_cast<T>(call->floats[0]);
+    }
+    if (has_hi) {
+      hi = call->num_inputs > 2 && call->inputs[2].data ? static_cast<const T*>(call->inputs[2].data)[0]
+                                                        : static_cast<T>(call->floats[1]);
+    }
+    const int64_t n = Numel(call->outputs[0]);
+    for (int64_t i = 0; i < n; ++i) {
+      T v = in[i];
+      if (has_lo && v < lo) v = lo;
+      if (has_hi && v > hi) v = hi;
+      out[i] = v;
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+}  // namespace
+
+KILN_NUMERIC_KERNEL(unary, UnaryKernel, inputs[0].dtype)
+
+KILN_NUMERIC_KERNEL(binary, BinaryKernel, inputs[0].dtype)
+
+KILN_NUMERIC_KERNEL(where, WhereKernel, outputs[0].dtype)
+
+KILN_NUMERIC_KERNEL(clip, ClipKernel, outputs[0].dtype)
+
+KILN_KERNEL(cast) {
+  const kiln_ktensor& in = call->inputs[0];
+  const kiln_ktensor& out = call->outputs[0];
+  const int64_t n = Numel(out);
+  if (in.dtype == kF16) {  // half -> float -> target
+    const uint16_t* src = static_cast<const uint16_t*>(in.data);
+    if (out.dtype == kF16) {
+      memcpy(out.data, in.data, n * 2);
+      return KILN_KERR_OK;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      float f = HalfBitsToFloat(src[i]);
+      switch (out.dtype) {
+        case kF32: static_cast<float*>(out.data)[i] = f; break;
+        case kF64: static_cast<double*>(out.data)[i] = f; break;
+        default: {
+          kiln_ktensor one_in = {&f, nullptr, 0, kF32};
+          kiln_ktensor one_out = out;
+          one_out.data = static_cast<char*>(out.data) + i * ElementSize(out.dtype);
+          one_out.rank = 0;
+          kiln_kcall one = *call;
+          one.inputs = &one_in;
+          one.outputs = &one_out;
+          int32_t rc = kiln_k_cast(&one);
+          if (rc != KILN_KERR_OK) return rc;
+        }
+      }
+    }
+    return KILN_KERR_OK;
+  }
+  if (out.dtype == kF16) {
+    uint16_t* dst = static_cast<uint16_t*>(out.data);
+    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalfBits(static_cast<float>(LoadAsDouble(in.data, in.dtype, i)));
+    return KILN_KERR_OK;
+  }
+  KILN_DISPATCH_NUMERIC(in.dtype, CastFrom, call);
+}

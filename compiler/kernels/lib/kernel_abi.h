@@ -1,0 +1,57 @@
+/* The calling convention between generated code and the kernel library.
+ *
+ * The kernel library is plain, freestanding C++ (no exceptions, no allocation, libm only).
+ * The build compiles it twice: natively, where the reference interpreter calls it, and to
+ * LLVM bitcode, which codegen links into every artifact so LLVM can inline and specialise
+ * each call for the constant shapes and attributes it sees. */
+#ifndef KILN_KERNEL_ABI_H_
+#define KILN_KERNEL_ABI_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_ktensor {
+  void* data; /* NULL for an omitted optional input */
+  const int64_t* dims;
+  int32_t rank;
+  int32_t dtype; /* ONNX TensorProto.DataType number */
+} kiln_ktensor;
+
+/* Work-sharing hook: runs fn(ctx, begin, end) over [0, n) split into chunks, possibly on
+ * several threads; returns when all chunks are done. */
+typedef void (*kiln_range_fn)(void* ctx, int64_t begin, int64_t end);
+typedef struct kiln_kexec {
+  void* pool;
+  void (*parallel_for)(void* pool, int64_t n, int64_t min_chunk, kiln_range_fn fn, void* ctx);
+} kiln_kexec;
+
+typedef struct kiln_kcall {
+  const kiln_ktensor* inputs;
+  const kiln_ktensor* outputs;
+  const int64_t* ints; /* op-specific integer parameters, layout fixed per kernel */
+  const double* floats;
+  const kiln_kexec* exec; /* may be NULL: run serially */
+  int32_t num_inputs;
+  int32_t num_outputs;
+  int32_t num_ints;
+  int32_t num_floats;
+} kiln_kcall;
+
+/* Every kernel: returns 0 on success, a KILN_KERR_* code otherwise. */
+typedef int32_t (*kiln_kernel_fn)(const kiln_kcall* call);
+
+enum {
+  KILN_KERR_OK = 0,
+  KILN_KERR_DTYPE = 1,        /* element type not handled by this kernel */
+  KILN_KERR_INDEX = 2,        /* an index input was out of range */
+  KILN_KERR_UNSUPPORTED = 3,  /* parameter combination not implemented */
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_KERNEL_ABI_H_ */

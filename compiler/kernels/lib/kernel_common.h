@@ -1,0 +1,178 @@
+// Helpers shared by the kernel library: element-type dispatch and index arithmetic.
+// Freestanding: no standard library beyond <math.h>, <stdint.h>, <string.h>.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>  // header-only: compile-time traits, nothing to link
+
+#include "kernel_abi.h"
+
+#define KILN_KERNEL(name) extern "C" int32_t kiln_k_##name(const kiln_kcall* call)
+
+// Typed kernels: one exported function per element type (kiln_k_<name>_f32, ...), which
+// is what codegen calls, so an artifact links only the instantiations it uses; plus an
+// untyped kiln_k_<name> that dispatches on `dtype_expr` for the interpreter.
+#define KILN_TYPED_ENTRY(name, Impl, suffix, T) \
+  extern "C" int32_t kiln_k_##name##_##suffix(const kiln_kcall* call) { return Impl::template Run<T>(call); }
+#define KILN_NUMERIC_KERNEL(name, Impl, dtype_expr)                                   \
+  KILN_TYPED_ENTRY(name, Impl, f32, float)                                            \
+  KILN_TYPED_ENTRY(name, Impl, f64, double)                                           \
+  KILN_TYPED_ENTRY(name, Impl, i8, int8_t)                                            \
+  KILN_TYPED_ENTRY(name, Impl, u8, uint8_t)                                           \
+  KILN_TYPED_ENTRY(name, Impl, i16, int16_t)                                          \
+  KILN_TYPED_ENTRY(name, Impl, u16, uint16_t)                                         \
+  KILN_TYPED_ENTRY(name, Impl, i32, int32_t)                                          \
+  KILN_TYPED_ENTRY(name, Impl, u32, uint32_t)                                         \
+  KILN_TYPED_ENTRY(name, Impl, i64, int64_t)                                          \
+  KILN_TYPED_ENTRY(name, Impl, u64, uint64_t)                                         \
+  KILN_TYPED_ENTRY(name, Impl, bool, bool)                                            \
+  KILN_KERNEL(name) { KILN_DISPATCH_NUMERIC(call->dtype_expr, Impl, call); }
+#define KILN_FLOAT_KERNEL(name, Impl, dtype_expr)                                     \
+  KILN_TYPED_ENTRY(name, Impl, f32, float)                                            \
+  KILN_TYPED_ENTRY(name, Impl, f64, double)                                           \
+  KILN_KERNEL(name) { KILN_DISPATCH_FLOAT(call->dtype_expr, Impl, call); }
+
+namespace kiln_kernels {
+
+enum DTypeId : int32_t {
+  kF32 = 1, kU8 = 2, kI8 = 3, kU16 = 4, kI16 = 5, kI32 = 6, kI64 = 7,
+  kBool = 9, kF16 = 10, kF64 = 11, kU32 = 12, kU64 = 13,
+};
+
+inline int64_t Numel(const kiln_ktensor& t) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < t.rank; ++i) n *= t.dims[i];
+  return n;
+}
+
+inline int64_t ElementSize(int32_t dtype) {
+  switch (dtype) {
+    case kF64: case kI64: case kU64: return 8;
+    case kF32: case kI32: case kU32: return 4;
+    case kF16: case kI16: case kU16: return 2;
+    default: return 1;
+  }
+}
+
+// Calls F::template Run<T>(args...) for the element type; all numeric types and bool.
+#define KILN_DISPATCH_NUMERIC(dtype, F, ...)                                   \
+  switch (dtype) {                                                            \
+    case kiln_kernels::kF32: return F::template Run<float>(__VA_ARGS__);      \
+    case kiln_kernels::kF64: return F::template Run<double>(__VA_ARGS__);     \
+    case kiln_kernels::kI8: return F::template Run<int8_t>(__VA_ARGS__);      \
+    case kiln_kernels::kU8: return F::template Run<uint8_t>(__VA_ARGS__);     \
+    case kiln_kernels::kI16: return F::template Run<int16_t>(__VA_ARGS__);    \
+    case kiln_kernels::kU16: return F::template Run<uint16_t>(__VA_ARGS__);   \
+    case kiln_kernels::kI32: return F::template Run<int32_t>(__VA_ARGS__);    \
+    case kiln_kernels::kU32: return F::template Run<uint32_t>(__VA_ARGS__);   \
+    case kiln_kernels::kI64: return F::template Run<int64_t>(__VA_ARGS__);    \
+    case kiln_kernels::kU64: return F::template Run<uint64_t>(__VA_ARGS__);   \
+    case kiln_kernels::kBool: return F::template Run<bool>(__VA_ARGS__);      \
+    default: return KILN_KERR_DTYPE;                                          \
+  }
+
+#define KILN_DISPATCH_FLOAT(dtype, F, ...)                                 \
+  switch (dtype) {                                                        \
+    case kiln_kernels::kF32: return F::template Run<float>(__VA_ARGS__);  \
+    case kiln_kernels::kF64: return F::template Run<double>(__VA_ARGS__); \
+    default: return KILN_KERR_DTYPE;                                      \
+  }
+
+// Reads element i of a tensor of any numeric type as double (for mixed-type inputs such
+// as Pow's exponent or Clip's bounds).
+inline double LoadAsDouble(const void* data, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case kF32: return static_cast<const float*>(data)[i];
+    case kF64: return static_cast<const double*>(data)[i];
+    case kI8: return static_cast<const int8_t*>(data)[i];
+    case kU8: return static_cast<const uint8_t*>(data)[i];
+    case kI16: return static_cast<const int16_t*>(data)[i];
+    case kU16: return static_cast<const uint16_t*>(data)[i];
+    case kI32: return static_cast<const int32_t*>(data)[i];
+    case kU32: return static_cast<const uint32_t*>(data)[i];
+    case kI64: return static_cast<double>(static_cast<const int64_t*>(data)[i]);
+    case kU64: return static_cast<double>(static_cast<const uint64_t*>(data)[i]);
+    case kBool: return static_cast<const bool*>(data)[i] ? 1.0 : 0.0;
+    default: return 0.0;
+  }
+}
+
+inline int64_t LoadAsInt64(const void* data, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case kI32: return static_cast<const int32_t*>(data)[i];
+    case kI64: return static_cast<const int64_t*>(data)[i];
+    default: return static_cast<int64_t>(LoadAsDouble(data, dtype, i));
+  }
+}
+
+constexpr int kMaxRank = 8;
+
+template <typename T>
+constexpr bool kIsFloat = std::is_floating_point_v<T>;
+
+// Row-major strides of `dims`, written into `strides`.
+inline void ContiguousStrides(const int64_t* dims, int32_t rank, int64_t* strides) {
+  int64_t s = 1;
+  for (int32_t i = rank - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+}
+
+// Strides for reading `in` broadcast (numpy rules) to an output of rank `out_rank`:
+// 0 where the input dimension is 1 or missing.
+inline void BroadcastStrides(const kiln_ktensor& in, const int64_t* out_dims, int32_t out_rank,
+                             int64_t* strides) {
+  int64_t in_strides[kMaxRank];
+  ContiguousStrides(in.dims, in.rank, in_strides);
+  int32_t offset = out_rank - in.rank;
+  for (int32_t i = 0; i < out_rank; ++i) {
+    int32_t j = i - offset;
+    strides[i] = (j < 0 || in.dims[j] == 1) ? 0 : in_strides[j];
+  }
+}
+
+// Walks a multi-dimensional index over `dims`, keeping up to 3 linear offsets in step.
+struct IndexWalker {
+  int64_t index[kMaxRank] = {0};
+  const int64_t* dims;
+  int32_t rank;
+  explicit IndexWalker(const int64_t* d, int32_t r) : dims(d), rank(r) {}
+  // Advances the index by one; updates offsets[k] using strides[k][dim].
+  template <int N>
+  void Next(int64_t (&offsets)[N], const int64_t* const (&strides)[N]) {
+    for (int32_t d = rank - 1; d >= 0; --d) {
+      ++index[d];
+      for (int k = 0; k < N; ++k) offsets[k] += strides[k][d];
+      if (index[d] < dims[d]) return;
+      for (int k = 0; k < N; ++k) offsets[k] -= strides[k][d] * dims[d];
+      index[d] = 0;
+    }
+  }
+};
+
+inline bool SameDims(const kiln_ktensor& a, const kiln_ktensor& b) {
+  if (a.rank != b.rank) return false;
+  for (int32_t i = 0; i < a.rank; ++i) {
+    if (a.dims[i] != b.dims[i]) return false;
+  }
+  return true;
+}
+
+// Runs body(begin, end) over [0, n), in parallel when the call has an executor.
+template <typename Body>
+void ParallelFor(const kiln_kcall* call, int64_t n, int64_t min_chunk, Body& body) {
+  if (call->exec == nullptr || call->exec->parallel_for == nullptr || n <= min_chunk) {
+    body(0, n);
+    return;
+  }
+  call->exec->parallel_for(
+      call->exec->pool, n, min_chunk,
+      [](void* ctx, int64_t begin, int64_t end) { (*static_cast<Body*>(ctx))(begin, end); },
+      &body);
+}
+
+}  // namespace kiln_kernels

@@ -1,0 +1,487 @@
+// Data-movement kernels: copies, strided views (Transpose/Slice/Expand/DepthToSpace),
+// Concat, Gather/Scatter families, Tile, Pad, Trilu, and generators (Range, fill, EyeLike,
+// OneHot, CumSum).
+#include "kernel_common.h"
+#include "kernel_ops.h"
+
+using namespace kiln_kernels;
+
+namespace {
+
+// Element carriers by size: movement kernels only need the bytes.
+template <int kSize> struct Carrier;
+template <> struct Carrier<1> { using T = uint8_t; };
+template <> struct Carrier<2> { using T = uint16_t; };
+template <> struct Carrier<4> { using T = uint32_t; };
+template <> struct Carrier<8> { using T = uint64_t; };
+
+#define KILN_BYTES_KERNEL(name, Impl, dtype_expr)                  \
+  KILN_TYPED_ENTRY(name, Impl, b1, Carrier<1>::T)                  \
+  KILN_TYPED_ENTRY(name, Impl, b2, Carrier<2>::T)                  \
+  KILN_TYPED_ENTRY(name, Impl, b4, Carrier<4>::T)                  \
+  KILN_TYPED_ENTRY(name, Impl, b8, Carrier<8>::T)                  \
+  KILN_KERNEL(name) { KILN_DISPATCH_BYTES(call->dtype_expr, Impl, call); }
+
+#define KILN_DISPATCH_BYTES(dtype, F, ...)                                  \
+  switch (ElementSize(dtype)) {                                            \
+    case 1: return F::template Run<Carrier<1>::T>(__VA_ARGS__);            \
+    case 2: return F::template Run<Carrier<2>::T>(__VA_ARGS__);            \
+    case 4: return F::template Run<Carrier<4>::T>(__VA_ARGS__);            \
+    case 8: return F::template Run<Carrier<8>::T>(__VA_ARGS__);            \
+    default: return KILN_KERR_DTYPE;                                       \
+  }
+
+inline int64_t IndexAt(const kiln_ktensor& t, int64_t i) { return LoadAsInt64(t.data, t.dtype, i); }
+
+struct StridedCopy {
+  // ints: [rank, offset, dims[rank], strides[rank]]: output element (i_0 .. i_{r-1}) of a
+  // row-major view with these dims reads input[offset + sum(i_k * stride_k)].
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const int32_t r = static_cast<int32_t>(call->ints[0]);
+    const int64_t* dims = call->ints + 2;
+    const int64_t* strides = dims + r;
+    const T* in = static_cast<const T*>(call->inputs[0].data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    int64_t n = 1;
+    for (int32_t i = 0; i < r; ++i) n *= dims[i];
+    if (n == 0) return KILN_KERR_OK;
+    const int64_t inner = r > 0 ? dims[r - 1] : 1;
+    const int64_t inner_stride = r > 0 ? strides[r - 1] : 0;
+    int64_t offsets[1] = {call->ints[1]};
+    const int64_t* walk_strides[1] = {strides};
+    IndexWalker walker(dims, r > 0 ? r - 1 : 0);
+    for (int64_t base = 0; base < n; base += inner) {
+      const T* src = in + offsets[0];
+      if (inner_stride == 1) {
+        for (int64_t j = 0; j < inner; ++j) po[base + j] = src[j];
+      } else {
+        for (int64_t j = 0; j < inner; ++j) po[base + j] = src[j * inner_stride];
+      }
+      walker.Next(offsets, walk_strides);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct Concat {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& out = call->outputs[0];
+    const int64_t axis = call->ints[0];
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
+    for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
+    const int64_t out_row = out.dims[axis] * inner;
+    T* po = static_cast<T*>(out.data);
+    int64_t column = 0;
+    for (int32_t k = 0; k < call->num_inputs; ++k) {
+      const kiln_ktensor& in = call->inputs[k];
+      const int64_t row = in.dims[axis] * inner;
+      const T* pi = static_cast<const T*>(in.data);
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t j = 0; j < row; ++j) po[o * out_row + column + j] = pi[o * row + j];
+      }
+      column += row;
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct Split {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const int64_t axis = call->ints[0];
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
+    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    const int64_t in_row = in.dims[axis] * inner;
+    const T* pi = static_cast<const T*>(in.data);
+    int64_t column = 0;
+    for (int32_t k = 0; k < call->num_outputs; ++k) {
+      const kiln_ktensor& out = call->outputs[k];
+      const int64_t row = out.dims[axis] * inner;
+      T* po = static_cast<T*>(out.data);
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t j = 0; j < row; ++j) po[o * row + j] = pi[o * in_row + column + j];
+      }
+      column += row;
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct Gather {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& data = call->inputs[0];
+    const kiln_ktensor& indices = call->inputs[1];
+    const int64_t axis = call->ints[0];
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= data.dims[i];
+    for (int32_t i = static_cast<int32_t>(axis) + 1; i < data.rank; ++i) inner *= data.dims[i];
+    const int64_t axis_len = data.dims[axis];
+    const int64_t num_indices = Numel(indices);
+    const T* pd = static_cast<const T*>(data.data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t k = 0; k < num_indices; ++k) {
+        int64_t idx = IndexAt(indices, k);
+        if (idx < 0) idx += axis_len;
+        if (idx < 0 || idx >= axis_len) return KILN_KERR_INDEX;
+        const T* src = pd + (o * axis_len + idx) * inner;
+        T* dst = po + (o * num_indices + k) * inner;
+        for (int64_t j = 0; j < inner; ++j) dst[j] = src[j];
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct GatherElements {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& data = call->inputs[0];
+    const kiln_ktensor& indices = call->inputs[1];
+    const int64_t axis = call->ints[0];
+    int64_t data_strides[kMaxRank];
+    ContiguousStrides(data.dims, data.rank, data_strides);
+    const T* pd = static_cast<const T*>(data.data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    IndexWalker walker(indices.dims, indices.rank);
+    int64_t offsets[1] = {0};
+    int64_t fixed_strides[kMaxRank];
+    for (int32_t d = 0; d < indices.rank; ++d) fixed_strides[d] = d == axis ? 0 : data_strides[d];
+    const int64_t* strides[1] = {fixed_strides};
+    const int64_t n = Numel(indices);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t idx = IndexAt(indices, i);
+      if (idx < 0) idx += data.dims[axis];
+      if (idx < 0 || idx >= data.dims[axis]) return KILN_KERR_INDEX;
+      po[i] = pd[offsets[0] + idx * data_strides[axis]];
+      walker.Next(offsets, strides);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct GatherND {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& data = call->inputs[0];
+    const kiln_ktensor& indices = call->inputs[1];
+    const int64_t batch_dims = call->ints[0];
+    const int64_t index_depth = indices.dims[indices.rank - 1];
+    int64_t data_strides[kMaxRank];
+    ContiguousStrides(data.dims, data.rank, data_strides);
+    int64_t batch = 1;
+    for (int64_t i = 0; i < batch_dims; ++i) batch *= data.dims[i];
+    const int64_t batch_stride = batch_dims > 0 ? data_strides[batch_dims - 1] : 0;
+    int64_t slice = 1;
+    for (int32_t i = static_cast<int32_t>(batch_dims + index_depth); i < data.rank; ++i) slice *= data.dims[i];
+    const int64_t num_tuples = Numel(indices) / index_depth;
+    const int64_t tuples_per_batch = num_tuples / batch;
+    const T* pd = static_cast<const T*>(data.data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    for (int64_t t = 0; t < num_tuples; ++t) {
+      int64_t offset = (t / tuples_per_batch) * batch_stride;
+      for (int64_t k = 0; k < index_depth; ++k) {
+        int64_t dim = data.dims[batch_dims + k];
+        int64_t idx = IndexAt(indices, t * index_depth + k);
+        if (idx < 0) idx += dim;
+        if (idx < 0 || idx >= dim) return KILN_KERR_INDEX;
+        offset += idx * data_strides[batch_dims + k];
+      }
+      for (int64_t j = 0; j < slice; ++j) po[t * slice + j] = pd[offset + j];
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+template <typename T>
+inline T Reduce(int64_t reduction, T old, T update) {
+  switch (reduction) {
+    case 1: return static_cast<T>(old + update);
+    case 2: return static_cast<T>(old * update);
+    case 3: return old > update ? old : update;
+    case 4: return old < update ? old : update;
+    default: return update;
+  }
+}
+
+struct ScatterElements {
+  // ints: [axis, reduction (0 none, 1 add, 2 mul, 3 max, 4 min)]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& data = call->inputs[0];
+    const kiln_ktensor& indices = call->inputs[1];
+    const kiln_ktensor& updates = call->inputs[2];
+    const int64_t axis = call->ints[0], reduction = call->ints[1];
+    T* po = static_cast<T*>(call->outputs[0].data);
+    const T* pu = static_cast<const T*>(updates.data);
+    const int64_t total = Numel(data);
+    memcpy(po, data.data, total * sizeof(T));
+    int64_t data_strides[kMaxRank], fixed[kMaxRank];
+    ContiguousStrides(data.dims, data.rank, data_strides);
+    for (int32_t d = 0; d < indices.rank; ++d) fixed[d] = d == axis ? 0 : data_strides[d];
+    IndexWalker walker(indices.dims, indices.rank);
+    int64_t offsets[1] = {0};
+    const int64_t* strides[1] = {fixed};
+    const int64_t n = Numel(indices);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t idx = IndexAt(indices, i);
+      if (idx < 0) idx += data.dims[axis];
+      if (idx < 0 || idx >= data.dims[axis]) return KILN_KERR_INDEX;
+      T* dst = po + offsets[0] + idx * data_strides[axis];
+      *dst = Reduce<T>(reduction, *dst, pu[i]);
+      walker.Next(offsets, strides);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct ScatterND {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& data = call->inputs[0];
+    const kiln_ktensor& indices = call->inputs[1];
+    const int64_t reduction = call->ints[0];
+    const int64_t depth = indices.dims[indices.rank - 1];
+    int64_t data_strides[kMaxRank];
+    ContiguousStrides(data.dims, data.rank, data_strides);
+    int64_t slice = 1;
+    for (int32_t i = static_cast<int32_t>(depth); i < data.rank; ++i) slice *= data.dims[i];
+    T* po = static_cast<T*>(call->outputs[0].data);
+    const T* pu = static_cast<const T*>(call->inputs[2].data);
+    memcpy(po, data.data, Numel(data) * sizeof(T));
+    const int64_t tuples = Numel(indices) / depth;
+    for (int64_t t = 0; t < tuples; ++t) {
+      int64_t offset = 0;
+      for (int64_t k = 0; k < depth; ++k) {
+        int64_t idx = IndexAt(indices, t * depth + k);
+        if (idx < 0) idx += data.dims[k];
+        if (idx < 0 || idx >= data.dims[k]) return KILN_KERR_INDEX;
+        offset += idx * data_strides[k];
+      }
+      for (int64_t j = 0; j < slice; ++j) po[offset + j] = Reduce<T>(reduction, po[offset + j], pu[t * slice + j]);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct Tile {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const kiln_ktensor& out = call->outputs[0];
+    int64_t in_strides[kMaxRank];
+    ContiguousStrides(in.dims, in.rank, in_strides);
+    const T* pi = static_cast<const T*>(in.data);
+    T* po = static_cast<T*>(out.data);
+    int64_t index[kMaxRank] = {0};
+    const int64_t n = Numel(out);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t src = 0;
+      for (int32_t d = 0; d < out.rank; ++d) src += (index[d] % in.dims[d]) * in_strides[d];
+      po[i] = pi[src];
+      for (int32_t d = out.rank - 1; d >= 0; --d) {
+        if (++index[d] < out.dims[d]) break;
+        index[d] = 0;
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct Pad {
+  // ints: [mode, begin_0.., end_0..]; the constant value is input 2 when given, else 0.
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const kiln_ktensor& out = call->outputs[0];
+    const int64_t mode = call->ints[0];
+    const int64_t* begin = call->ints + 1;
+    T value = 0;
+    if (call->num_inputs > 2 && call->inputs[2].data != nullptr) value = static_cast<const T*>(call->inputs[2].data)[0];
+    int64_t in_strides[kMaxRank];
+    ContiguousStrides(in.dims, in.rank, in_strides);
+    const T* pi = static_cast<const T*>(in.data);
+    T* po = static_cast<T*>(out.data);
+    int64_t index[kMaxRank] = {0};
+    const int64_t n = Numel(out);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t src = 0;
+      bool inside = true;
+      for (int32_t d = 0; d < out.rank; ++d) {
+        int64_t j = index[d] - begin[d];
+        const int64_t len = in.dims[d];
+        if (j < 0 || j >= len) {
+          if (mode == KILN_PAD_CONSTANT || len == 0) {
+            inside = false;
+            break;
+          }
+          if (mode == KILN_PAD_EDGE) {
+            j = j < 0 ? 0 : len - 1;
+          } else {  // reflect, without repeating the edge
+            const int64_t period = len > 1 ? 2 * (len - 1) : 1;
+            j = j % period;
+            if (j < 0) j += period;
+            if (j >= len) j = period - j;
+          }
+        }
+        src += j * in_strides[d];
+      }
+      po[i] = inside ? pi[src] : value;
+      for (int32_t d = out.rank - 1; d >= 0; --d) {
+        if (++index[d] < out.dims[d]) break;
+        index[d] = 0;
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct Trilu {
+  // ints: [upper, k]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const bool upper = call->ints[0] != 0;
+    const int64_t k = call->ints[1];
+    const int64_t rows = in.dims[in.rank - 2], cols = in.dims[in.rank - 1];
+    const int64_t batches = rows * cols == 0 ? 0 : Numel(in) / (rows * cols);
+    const T* pi = static_cast<const T*>(in.data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    for (int64_t b = 0; b < batches; ++b) {
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t at = (b * rows + i) * cols + j;
+          const bool keep = upper ? j - i >= k : j - i <= k;
+          po[at] = keep ? pi[at] : T(0);
+        }
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct RangeKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const T start = static_cast<const T*>(call->inputs[0].data)[0];
+    const T delta = static_cast<const T*>(call->inputs[2].data)[0];
+    T* po = static_cast<T*>(call->outputs[0].data);
+    const int64_t n = Numel(call->outputs[0]);
+    for (int64_t i = 0; i < n; ++i) po[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+    return KILN_KERR_OK;
+  }
+};
+
+struct Fill {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const T value = static_cast<const T*>(call->inputs[0].data)[0];
+    T* po = static_cast<T*>(call->outputs[0].data);
+    const int64_t n = Numel(call->outputs[0]);
+    for (int64_t i = 0; i < n; ++i) po[i] = value;
+    return KILN_KERR_OK;
+  }
+};
+
+struct EyeLike {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& out = call->outputs[0];
+    const int64_t k = call->ints[0];
+    T* po = static_cast<T*>(out.data);
+    const int64_t rows = out.dims[0], cols = out.dims[1];
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) po[i * cols + j] = j - i == k ? T(1) : T(0);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct OneHot {
+  // inputs: indices, depth, values[off, on]; ints: [axis (normalised)]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& indices = call->inputs[0];
+    const kiln_ktensor& out = call->outputs[0];
+    const T* values = static_cast<const T*>(call->inputs[2].data);
+    const int64_t axis = call->ints[0];
+    const int64_t depth = out.dims[axis];
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
+    for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
+    T* po = static_cast<T*>(out.data);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t d = 0; d < depth; ++d) {
+        for (int64_t j = 0; j < inner; ++j) {
+          int64_t idx = static_cast<int64_t>(LoadAsDouble(indices.data, indices.dtype, o * inner + j));
+          if (idx < 0) idx += depth;
+          po[(o * depth + d) * inner + j] = idx == d ? values[1] : values[0];
+        }
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct CumSum {
+  // ints: [axis, exclusive, reverse]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const int64_t axis = call->ints[0];
+    const bool exclusive = call->ints[1] != 0, reverse = call->ints[2] != 0;
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
+    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    const int64_t len = in.dims[axis];
+    const T* pi = static_cast<const T*>(in.data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < inner; ++j) {
+        T sum = 0;
+        for (int64_t s = 0; s < len; ++s) {
+          const int64_t k = reverse ? len - 1 - s : s;
+          const int64_t at = (o * len + k) * inner + j;
+          if (exclusive) {
+            po[at] = sum;
+            sum = static_cast<T>(sum + pi[at]);
+          } else {
+            sum = static_cast<T>(sum + pi[at]);
+            po[at] = sum;
+          }
+        }
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+}  // namespace
+
+KILN_KERNEL(copy) {
+  const int64_t bytes = Numel(call->outputs[0]) * ElementSize(call->outputs[0].dtype);
+  if (call->outputs[0].data != call->inputs[0].data) memmove(call->outputs[0].data, call->inputs[0].data, bytes);
+  return KILN_KERR_OK;
+}
+KILN_BYTES_KERNEL(strided_copy, StridedCopy, outputs[0].dtype)
+KILN_BYTES_KERNEL(concat, Concat, outputs[0].dtype)
+KILN_BYTES_KERNEL(split, Split, inputs[0].dtype)
+KILN_BYTES_KERNEL(gather, Gather, outputs[0].dtype)
+KILN_BYTES_KERNEL(gather_elements, GatherElements, outputs[0].dtype)
+KILN_BYTES_KERNEL(gather_nd, GatherND, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(scatter_elements, ScatterElements, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(scatter_nd, ScatterND, outputs[0].dtype)
+KILN_BYTES_KERNEL(tile, Tile, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(pad, Pad, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(trilu, Trilu, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(range, RangeKernel, outputs[0].dtype)
+KILN_BYTES_KERNEL(fill, Fill, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(eye_like, EyeLike, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(one_hot, OneHot, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(cumsum, CumSum, outputs[0].dtype)

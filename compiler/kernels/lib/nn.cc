@@ -1,0 +1,448 @@
+// Neural-network kernels: MatMul, Gemm, Conv, ConvTranspose, pooling, normalisations, LRN.
+// Spatial kernels see 1-D and 2-D problems as 3-D ones with leading extents of 1, so one
+// loop nest serves all three ranks.
+#include "kernel_common.h"
+#include "kernel_ops.h"
+#include "unary_math.h"
+
+using namespace kiln_kernels;
+
+namespace {
+
+// Spatial parameters unpacked from ints (layout: rank, kernel[r], strides[r], pads_begin[r],
+// pads_end[r], dilations[r]) and widened to three dimensions.
+struct Window {
+  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dilation[3] = {1, 1, 1};
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+
+  // `p` points at the rank entry; returns the position after the block.
+  const int64_t* Load(const int64_t* p, const kiln_ktensor& x, const kiln_ktensor& y) {
+    const int64_t r = *p++;
+    const int64_t shift = 3 - r;
+    for (int64_t i = 0; i < r; ++i) kernel[shift + i] = p[i];
+    for (int64_t i = 0; i < r; ++i) stride[shift + i] = p[r + i];
+    for (int64_t i = 0; i < r; ++i) pad[shift + i] = p[2 * r + i];
+    for (int64_t i = 0; i < r; ++i) dilation[shift + i] = p[4 * r + i];
+    for (int64_t i = 0; i < r; ++i) in[shift + i] = x.dims[2 + i];
+    for (int64_t i = 0; i < r; ++i) out[shift + i] = y.dims[2 + i];
+    return p + 5 * r;
+  }
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }
+};
+
+struct MatMulKernel {
+  // ints: [M, K, N, batch_rank, out_batch_dims[batch_rank], a_batch_strides[batch_rank],
+  //        b_batch_strides[batch_rank], activation] (strides in elements, 0 where
+  //        broadcast); floats: [activation alpha, beta]. Optional input 2: a bias [N].
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const int64_t M = call->ints[0], K = call->ints[1], N = call->ints[2];
+    const int32_t batch_rank = static_cast<int32_t>(call->ints[3]);
+    const int64_t* batch_dims = call->ints + 4;
+    const int64_t* a_strides = batch_dims + batch_rank;
+    const int64_t* b_strides = a_strides + batch_rank;
+    const int64_t activation = b_strides[batch_rank];
+    const double act_alpha = call->floats[0], act_beta = call->floats[1];
+    const T* bias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    int64_t batches = 1;
+    for (int32_t i = 0; i < batch_rank; ++i) batches *= batch_dims[i];
+    const T* pa = static_cast<const T*>(call->inputs[0].data);
+    const T* pb = static_cast<const T*>(call->inputs[1].data);
+    T* pc = static_cast<T*>(call->outputs[0].data);
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t batch = row / M, i = row % M;
+        int64_t a_off = 0, b_off = 0, rest = batch;
+        for (int32_t d = batch_rank - 1; d >= 0; --d) {
+          const int64_t idx = rest % batch_dims[d];
+          rest /= batch_dims[d];
+          a_off += idx * a_strides[d];
+          b_off += idx * b_strides[d];
+        }
+        const T* a = pa + a_off + i * K;
+        const T* b = pb + b_off;
+        T* c = pc + row * N;
+        for (int64_t j = 0; j < N; ++j) c[j] = bias ? bias[j] : T(0);
+        for (int64_t k = 0; k < K; ++k) {
+          const T aik = a[k];
+          const T* brow = b + k * N;
+          for (int64_t j = 0; j < N; ++j) c[j] += aik * brow[j];
+        }
+        ApplyActivation(c, N, activation, act_alpha, act_beta);
+      }
+    };
+    ParallelFor(call, batches * M, 4, body);
+    return KILN_KERR_OK;
+  }
+};
+
+struct GemmKernel {
+  // ints: [trans_a, trans_b, activation]; floats: [alpha, beta, activation alpha, beta].
+  // C (input 2) broadcasts to [M, N].
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& A = call->inputs[0];
+    const kiln_ktensor& B = call->inputs[1];
+    const bool ta = call->ints[0] != 0, tb = call->ints[1] != 0;
+    const T alpha = static_cast<T>(call->floats[0]), beta = static_cast<T>(call->floats[1]);
+    const int64_t M = ta ? A.dims[1] : A.dims[0], K = ta ? A.dims[0] : A.dims[1];
+    const int64_t N = tb ? B.dims[0] : B.dims[1];
+    const T* pa = static_cast<const T*>(A.data);
+    const T* pb = static_cast<const T*>(B.data);
+    T* pc = static_cast<T*>(call->outputs[0].data);
+    const bool has_c = call->num_inputs > 2 && call->inputs[2].data != nullptr;
+    int64_t c_strides[2] = {0, 0};
+    if (has_c) BroadcastStrides(call->inputs[2], call->outputs[0].dims, 2, c_strides);
+    const T* pbias = has_c ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        T* c = pc + i * N;
+        for (int64_t j = 0; j < N; ++j) c[j] = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const T aik = ta ? pa[k * M + i] : pa[i * K + k];
+          if (tb) {
+            for (int64_t j = 0; j < N; ++j) c[j] += aik * pb[j * K + k];
+          } else {
+            const T* brow = pb + k * N;
+            for (int64_t j = 0; j < N; ++j) c[j] += aik * brow[j];
+          }
+        }
+        for (int64_t j = 0; j < N; ++j) {
+          T v = alpha * c[j];
+          if (has_c) v += beta * pbias[i * c_strides[0] + j * c_strides[1]];
+          c[j] = v;
+        }
+        ApplyActivation(c, N, call->ints[2], call->floats[2], call->floats[3]);
+      }
+    };
+    ParallelFor(call, M, 4, body);
+    return KILN_KERR_OK;
+  }
+};
+
+struct ConvKernel {
+  // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional.
+  // ints: [group, window block..., activation]; floats: [activation alpha, beta]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const kiln_ktensor& W = call->inputs[1];
+    const kiln_ktensor& Y = call->outputs[0];
+    const int64_t group = call->ints[0];
+    Window w;
+    const int64_t activation = *w.Load(call->ints + 1, X, Y);
+    const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+    const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
+    const T* px = static_cast<const T*>(X.data);
+    const T* pw = static_cast<const T*>(W.data);
+    const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    T* py = static_cast<T*>(Y.data);
+    const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t n = job / out_channels, oc = job % out_channels;
+        const int64_t g = oc / oc_per_group;
+        T* y = py + job * out_size;
+        const T bias = pbias ? pbias[oc] : T(0);
+        for (int64_t i = 0; i < out_size; ++i) y[i] = bias;
+        for (int64_t ic = 0; ic < ic_per_group; ++ic) {
+          const T* x = px + (n * in_channels + g * ic_per_group + ic) * in_size;
+          const T* wk = pw + (oc * ic_per_group + ic) * kernel_size;
+          for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
+            for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
+              for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                const T weight = wk[(kd * w.kernel[1] + kh) * w.kernel[2] + kw];
+                for (int64_t od = 0; od < w.out[0]; ++od) {
+                  const int64_t id = od * w.stride[0] + kd * w.dilation[0] - w.pad[0];
+                  if (id < 0 || id >= w.in[0]) continue;
+                  for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+                    const int64_t ih = oh * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+                    if (ih < 0 || ih >= w.in[1]) continue;
+                    const T* xrow = x + (id * w.in[1] + ih) * w.in[2];
+                    T* yrow = y + (od * w.out[1] + oh) * w.out[2];
+                    // Valid output columns: 0 <= ow*stride + kw*dilation - pad < in.
+                    const int64_t shift = kw * w.dilation[2] - w.pad[2];
+                    int64_t lo = shift >= 0 ? 0 : (-shift + w.stride[2] - 1) / w.stride[2];
+                    int64_t hi = w.in[2] - shift <= 0 ? 0 : (w.in[2] - shift + w.stride[2] - 1) / w.stride[2];
+                    if (hi > w.out[2]) hi = w.out[2];
+                    if (w.stride[2] == 1) {
+                      for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * xrow[ow + shift];
+                    } else {
+                      for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * xrow[ow * w.stride[2] + shift];
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+        ApplyActivation(y, out_size, activation, call->floats[0], call->floats[1]);
+      }
+    };
+    ParallelFor(call, batch * out_channels, 1, body);
+    return KILN_KERR_OK;
+  }
+};
+
+struct ConvTransposeKernel {
+  // inputs: X [N, C, *in], W [C, OC/group, *kernel], B optional. ints: [group, window...]
+  // where pads are the begin pads applied to the full (uncropped) output.
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const kiln_ktensor& W = call->inputs[1];
+    const kiln_ktensor& Y = call->outputs[0];
+    const int64_t group = call->ints[0];
+    Window w;
+    w.Load(call->ints + 1, X, Y);
+    const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+    const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
+    const T* px = static_cast<const T*>(X.data);
+    const T* pw = static_cast<const T*>(W.data);
+    const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    T* py = static_cast<T*>(Y.data);
+    const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t oc = 0; oc < out_channels; ++oc) {
+        T* y = py + (n * out_channels + oc) * out_size;
+        const T bias = pbias ? pbias[oc] : T(0);
+        for (int64_t i = 0; i < out_size; ++i) y[i] = bias;
+        const int64_t g = oc / oc_per_group, ocg = oc % oc_per_group;
+        for (int64_t icg = 0; icg < ic_per_group; ++icg) {
+          const int64_t ic = g * ic_per_group + icg;
+          const T* x = px + (n * in_channels + ic) * in_size;
+          const T* wk = pw + (ic * oc_per_group + ocg) * kernel_size;
+          for (int64_t id = 0; id < w.in[0]; ++id)
+            for (int64_t ih = 0; ih < w.in[1]; ++ih)
+              for (int64_t iw = 0; iw < w.in[2]; ++iw) {
+                const T xv = x[(id * w.in[1] + ih) * w.in[2] + iw];
+                for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
+                  const int64_t od = id * w.stride[0] + kd * w.dilation[0] - w.pad[0];
+                  if (od < 0 || od >= w.out[0]) continue;
+                  for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
+                    const int64_t oh = ih * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+                    if (oh < 0 || oh >= w.out[1]) continue;
+                    for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                      const int64_t ow = iw * w.stride[2] + kw * w.dilation[2] - w.pad[2];
+                      if (ow < 0 || ow >= w.out[2]) continue;
+                      y[(od * w.out[1] + oh) * w.out[2] + ow] += xv * wk[(kd * w.kernel[1] + kh) * w.kernel[2] + kw];
+                    }
+                  }
+                }
+              }
+        }
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct PoolKernel {
+  // ints: [op, window block..., count_include_pad]; floats: [p] for LpPool.
+  // Output 1 (MaxPool Indices) is filled when present, row-major over N, C and space.
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const kiln_ktensor& Y = call->outputs[0];
+    const int op = static_cast<int>(call->ints[0]);
+    Window w;
+    const int64_t* rest = w.Load(call->ints + 1, X, Y);
+    const bool count_include_pad = rest[0] != 0;
+    const double p = call->num_floats > 0 ? call->floats[0] : 2.0;
+    const T* px = static_cast<const T*>(X.data);
+    T* py = static_cast<T*>(Y.data);
+    int64_t* indices = call->num_outputs > 1 ? static_cast<int64_t*>(call->outputs[1].data) : nullptr;
+    const int64_t planes = X.dims[0] * X.dims[1];
+    const int64_t in_size = w.in_size(), out_size = w.out_size();
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T* x = px + plane * in_size;
+        for (int64_t od = 0; od < w.out[0]; ++od)
+          for (int64_t oh = 0; oh < w.out[1]; ++oh)
+            for (int64_t ow = 0; ow < w.out[2]; ++ow) {
+              double acc = op == KILN_POOL_MAX ? -INFINITY : 0.0;
+              int64_t arg = 0, count = 0;
+              for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
+                const int64_t id = od * w.stride[0] + kd * w.dilation[0] - w.pad[0];
+                for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
+                  const int64_t ih = oh * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+                  for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                    const int64_t iw = ow * w.stride[2] + kw * w.dilation[2] - w.pad[2];
+                    const bool inside = id >= 0 && id < w.in[0] && ih >= 0 && ih < w.in[1] && iw >= 0 && iw < w.in[2];
+                    if (!inside) {
+                      // Padding counts for the average only inside the padded extent.
+                      if (count_include_pad && id < w.in[0] + w.pad[0] && ih < w.in[1] + w.pad[1] && iw < w.in[2] + w.pad[2]) ++count;
+                      continue;
+                    }
+                    const int64_t at = (id * w.in[1] + ih) * w.in[2] + iw;
+                    const double v = static_cast<double>(x[at]);
+                    ++count;
+                    if (op == KILN_POOL_MAX) {
+                      if (v > acc) {
+                        acc = v;
+                        arg = at;
+                      }
+                    } else if (op == KILN_POOL_LP) {
+                      acc += pow(v < 0 ? -v : v, p);
+                    } else {
+                      acc += v;
+                    }
+                  }
+                }
+              }
+              const int64_t o = (od * w.out[1] + oh) * w.out[2] + ow;
+              if (op == KILN_POOL_AVERAGE) acc = count ? acc / static_cast<double>(count) : 0.0;
+              if (op == KILN_POOL_LP) acc = pow(acc, 1.0 / p);
+              py[plane * out_size + o] = static_cast<T>(acc);
+              if (indices) indices[plane * out_size + o] = plane * in_size + arg;
+            }
+      }
+    };
+    ParallelFor(call, planes, 1, body);
+    return KILN_KERR_OK;
+  }
+};
+
+struct BatchNormKernel {
+  // inputs: X, scale, bias, mean, var; floats: [epsilon]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const T* scale = static_cast<const T*>(call->inputs[1].data);
+    const T* bias = static_cast<const T*>(call->inputs[2].data);
+    const T* mean = static_cast<const T*>(call->inputs[3].data);
+    const T* var = static_cast<const T*>(call->inputs[4].data);
+    const double eps = call->floats[0];
+    const int64_t batch = X.dims[0], channels = X.rank > 1 ? X.dims[1] : 1;
+    int64_t spatial = 1;
+    for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
+    const T* px = static_cast<const T*>(X.data);
+    T* py = static_cast<T*>(call->outputs[0].data);
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const double inv = 1.0 / sqrt(static_cast<double>(var[c]) + eps);
+        const T a = static_cast<T>(scale[c] * inv);
+        const T b = static_cast<T>(bias[c] - mean[c] * scale[c] * inv);
+        const T* x = px + (n * channels + c) * spatial;
+        T* y = py + (n * channels + c) * spatial;
+        for (int64_t i = 0; i < spatial; ++i) y[i] = a * x[i] + b;
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct InstanceNormKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const T* scale = static_cast<const T*>(call->inputs[1].data);
+    const T* bias = static_cast<const T*>(call->inputs[2].data);
+    const double eps = call->floats[0];
+    const int64_t channels = X.dims[1];
+    int64_t spatial = 1;
+    for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
+    const T* px = static_cast<const T*>(X.data);
+    T* py = static_cast<T*>(call->outputs[0].data);
+    for (int64_t plane = 0; plane < X.dims[0] * channels; ++plane) {
+      const T* x = px + plane * spatial;
+      T* y = py + plane * spatial;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < spatial; ++i) mean += x[i];
+      mean /= static_cast<double>(spatial);
+      for (int64_t i = 0; i < spatial; ++i) var += (x[i] - mean) * (x[i] - mean);
+      var /= static_cast<double>(spatial);
+      const double inv = 1.0 / sqrt(var + eps);
+      const int64_t c = plane % channels;
+      for (int64_t i = 0; i < spatial; ++i) y[i] = static_cast<T>((x[i] - mean) * inv * scale[c] + bias[c]);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct LayerNormKernel {
+  // inputs: X, Scale, B (optional); ints: [axis]; floats: [epsilon].
+  // Outputs: Y, Mean and InvStdDev (optional, shape [outer..., 1...]).
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const int64_t axis = call->ints[0];
+    const double eps = call->floats[0];
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= X.dims[i];
+    for (int32_t i = static_cast<int32_t>(axis); i < X.rank; ++i) inner *= X.dims[i];
+    const kiln_ktensor& S = call->inputs[1];
+    const T* scale = static_cast<const T*>(S.data);
+    const bool has_bias = call->num_inputs > 2 && call->inputs[2].data != nullptr;
+    const T* bias = has_bias ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    const int64_t scale_n = Numel(S), bias_n = has_bias ? Numel(call->inputs[2]) : 1;
+    const T* px = static_cast<const T*>(X.data);
+    T* py = static_cast<T*>(call->outputs[0].data);
+    T* mean_out = call->num_outputs > 1 && call->outputs[1].data ? static_cast<T*>(call->outputs[1].data) : nullptr;
+    T* inv_out = call->num_outputs > 2 && call->outputs[2].data ? static_cast<T*>(call->outputs[2].data) : nullptr;
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        const T* x = px + o * inner;
+        T* y = py + o * inner;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < inner; ++i) mean += x[i];
+        mean /= static_cast<double>(inner);
+        for (int64_t i = 0; i < inner; ++i) var += (x[i] - mean) * (x[i] - mean);
+        var /= static_cast<double>(inner);
+        const double inv = 1.0 / sqrt(var + eps);
+        for (int64_t i = 0; i < inner; ++i) {
+          double v = (x[i] - mean) * inv * static_cast<double>(scale[i % scale_n]);
+          if (bias) v += static_cast<double>(bias[i % bias_n]);
+          y[i] = static_cast<T>(v);
+        }
+        if (mean_out) mean_out[o] = static_cast<T>(mean);
+        if (inv_out) inv_out[o] = static_cast<T>(inv);
+      }
+    };
+    ParallelFor(call, outer, 8, body);
+    return KILN_KERR_OK;
+  }
+};
+
+struct LrnKernel {
+  // ints: [size]; floats: [alpha, beta, bias]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const int64_t size = call->ints[0];
+    const double alpha = call->floats[0], beta = call->floats[1], bias = call->floats[2];
+    const int64_t channels = X.dims[1];
+    int64_t spatial = 1;
+    for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
+    const T* px = static_cast<const T*>(X.data);
+    T* py = static_cast<T*>(call->outputs[0].data);
+    const int64_t before = (size - 1) / 2, after = size - 1 - before;
+    for (int64_t n = 0; n < X.dims[0]; ++n)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t s = 0; s < spatial; ++s) {
+          double square_sum = 0;
+          for (int64_t k = c - before; k <= c + after; ++k) {
+            if (k < 0 || k >= channels) continue;
+            const double v = px[(n * channels + k) * spatial + s];
+            square_sum += v * v;
+          }
+          const int64_t at = (n * channels + c) * spatial + s;
+          py[at] = static_cast<T>(px[at] / pow(bias + alpha / static_cast<double>(size) * square_sum, beta));
+        }
+    return KILN_KERR_OK;
+  }
+};
+
+}  // namespace
+
+KILN_NUMERIC_KERNEL(matmul, MatMulKernel, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(gemm, GemmKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(conv, ConvKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(conv_transpose, ConvTransposeKernel, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(pool, PoolKernel, inputs[0].dtype)
+KILN_FLOAT_KERNEL(batch_norm, BatchNormKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(instance_norm, InstanceNormKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(layer_norm, LayerNormKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(lrn, LrnKernel, outputs[0].dtype)

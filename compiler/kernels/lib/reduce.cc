@@ -1,0 +1,194 @@
+// Reductions (ReduceSum … ReduceLogSumExp), ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax.
+#include "kernel_common.h"
+#include "kernel_ops.h"
+
+using namespace kiln_kernels;
+
+namespace {
+
+struct ReduceKernel {
+  // ints: [op, reduced-axes bitmask]. The output keeps the input's order of kept axes, so
+  // keepdims does not matter here.
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const int op = static_cast<int>(call->ints[0]);
+    const int64_t mask = call->ints[1];
+    int64_t strides[kMaxRank];
+    ContiguousStrides(in.dims, in.rank, strides);
+    int64_t kept_dims[kMaxRank], kept_strides[kMaxRank], red_dims[kMaxRank], red_strides[kMaxRank];
+    int32_t kept = 0, reduced = 0;
+    int64_t reduce_count = 1;
+    for (int32_t d = 0; d < in.rank; ++d) {
+      if (mask & (int64_t{1} << d)) {
+        red_dims[reduced] = in.dims[d];
+        red_strides[reduced++] = strides[d];
+        reduce_count *= in.dims[d];
+      } else {
+        kept_dims[kept] = in.dims[d];
+        kept_strides[kept++] = strides[d];
+      }
+    }
+    const T* pi = static_cast<const T*>(in.data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    const int64_t out_n = Numel(call->outputs[0]);
+    IndexWalker out_walker(kept_dims, kept);
+    int64_t out_offset[1] = {0};
+    const int64_t* out_strides[1] = {kept_strides};
+    for (int64_t o = 0; o < out_n; ++o) {
+      // Floating types accumulate in double: the oracle should not lose bits to order.
+      using Acc = typename Select<T>::Acc;
+      Acc acc = Init<Acc>(op);
+      Acc max_value = 0;
+      if (op == KILN_REDUCE_LOG_SUM_EXP) {
+        max_value = -INFINITY;
+        Walk(pi + out_offset[0], red_dims, red_strides, reduced, reduce_count,
+             [&](T v) { if (static_cast<Acc>(v) > max_value) max_value = static_cast<Acc>(v); });
+        if (reduce_count == 0 || max_value == -INFINITY) max_value = 0;
+      }
+      Walk(pi + out_offset[0], red_dims, red_strides, reduced, reduce_count, [&](T value) {
+        const Acc v = static_cast<Acc>(value);
+        switch (op) {
+          case KILN_REDUCE_SUM: case KILN_REDUCE_MEAN: case KILN_REDUCE_LOG_SUM: acc += v; break;
+          case KILN_REDUCE_MAX: if (v > acc) acc = v; break;
+          case KILN_REDUCE_MIN: if (v < acc) acc = v; break;
+          case KILN_REDUCE_PROD: acc *= v; break;
+          case KILN_REDUCE_L1: acc += v < 0 ? -v : v; break;
+          case KILN_REDUCE_L2: case KILN_REDUCE_SUM_SQUARE: acc += v * v; break;
+          case KILN_REDUCE_LOG_SUM_EXP: acc += static_cast<Acc>(exp(static_cast<double>(v - max_value))); break;
+        }
+      });
+      switch (op) {
+        case KILN_REDUCE_MEAN: acc = reduce_count ? static_cast<Acc>(acc / static_cast<Acc>(reduce_count)) : acc; break;
+        case KILN_REDUCE_L2: acc = static_cast<Acc>(sqrt(static_cast<double>(acc))); break;
+        case KILN_REDUCE_LOG_SUM: acc = static_cast<Acc>(log(static_cast<double>(acc))); break;
+        case KILN_REDUCE_LOG_SUM_EXP: acc = static_cast<Acc>(log(static_cast<double>(acc))) + max_value; break;
+      }
+      po[o] = static_cast<T>(acc);
+      out_walker.Next(out_offset, out_strides);
+    }
+    return KILN_KERR_OK;
+  }
+
+  template <typename T, bool kFloat = kIsFloat<T>>
+  struct Select { using Acc = int64_t; };
+  template <typename T>
+  struct Select<T, true> { using Acc = double; };
+
+  template <typename Acc>
+  static Acc Init(int op) {
+    constexpr bool kFloatAcc = kIsFloat<Acc>;
+    switch (op) {
+      case KILN_REDUCE_MAX:
+        if constexpr (kFloatAcc) return -INFINITY;
+        return INT64_MIN;
+      case KILN_REDUCE_MIN:
+        if constexpr (kFloatAcc) return INFINITY;
+        return INT64_MAX;
+      case KILN_REDUCE_PROD: return 1;
+      default: return 0;
+    }
+  }
+
+  template <typename T, typename F>
+  static void Walk(const T* base, const int64_t* dims, const int64_t* strides, int32_t rank,
+                   int64_t count, F f) {
+    IndexWalker walker(dims, rank);
+    int64_t offset[1] = {0};
+    const int64_t* s[1] = {strides};
+    for (int64_t i = 0; i < count; ++i) {
+      f(base[offset[0]]);
+      walker.Next(offset, s);
+    }
+  }
+};
+
+struct ArgReduce {
+  // ints: [is_min, axis, select_last_index]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const bool is_min = call->ints[0] != 0, last = call->ints[2] != 0;
+    const int64_t axis = call->ints[1];
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
+    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    const int64_t len = in.dims[axis];
+    const T* pi = static_cast<const T*>(in.data);
+    int64_t* po = static_cast<int64_t*>(call->outputs[0].data);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t best = 0;
+        T best_value = pi[o * len * inner + j];
+        for (int64_t k = 1; k < len; ++k) {
+          const T v = pi[(o * len + k) * inner + j];
+          const bool better = is_min ? (last ? v <= best_value : v < best_value)
+                                     : (last ? v >= best_value : v > best_value);
+          if (better) {
+            best = k;
+            best_value = v;
+          }
+        }
+        po[o * inner + j] = best;
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+struct Softmax {
+  // ints: [op, axis, coerce_2d]. coerce_2d: opset < 13 semantics, where the input is seen
+  // as a matrix [prod(dims[:axis]), prod(dims[axis:])].
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& in = call->inputs[0];
+    const int op = static_cast<int>(call->ints[0]);
+    const int64_t axis = call->ints[1];
+    const bool coerce = call->ints[2] != 0;
+    int64_t outer = 1, len = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
+    if (coerce) {
+      for (int32_t i = static_cast<int32_t>(axis); i < in.rank; ++i) len *= in.dims[i];
+    } else {
+      len = in.dims[axis];
+      for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    }
+    const T* pi = static_cast<const T*>(in.data);
+    T* po = static_cast<T*>(call->outputs[0].data);
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t o = row / inner, j = row % inner;
+        const T* x = pi + o * len * inner + j;
+        T* y = po + o * len * inner + j;
+        T max_value = x[0];
+        int64_t arg = 0;
+        for (int64_t k = 1; k < len; ++k) {
+          if (x[k * inner] > max_value) {
+            max_value = x[k * inner];
+            arg = k;
+          }
+        }
+        if (op == KILN_HARDMAX) {
+          for (int64_t k = 0; k < len; ++k) y[k * inner] = k == arg ? T(1) : T(0);
+          continue;
+        }
+        double sum = 0;
+        for (int64_t k = 0; k < len; ++k) sum += exp(static_cast<double>(x[k * inner] - max_value));
+        if (op == KILN_LOG_SOFTMAX) {
+          const double log_sum = log(sum);
+          for (int64_t k = 0; k < len; ++k) y[k * inner] = static_cast<T>(x[k * inner] - max_value - log_sum);
+        } else {
+          for (int64_t k = 0; k < len; ++k) y[k * inner] = static_cast<T>(exp(static_cast<double>(x[k * inner] - max_value)) / sum);
+        }
+      }
+    };
+    ParallelFor(call, outer * inner, 64, body);
+    return KILN_KERR_OK;
+  }
+};
+
+}  // namespace
+
+KILN_NUMERIC_KERNEL(reduce, ReduceKernel, inputs[0].dtype)
+KILN_NUMERIC_KERNEL(arg_reduce, ArgReduce, inputs[0].dtype)
+KILN_FLOAT_KERNEL(softmax, Softmax, inputs[0].dtype)

@@ -1,0 +1,90 @@
+// Scalar definitions of the unary ops and activations, shared by the unary kernel and
+// the fused activation epilogues of Conv/Gemm/MatMul.
+#pragma once
+
+#include "kernel_common.h"
+#include "kernel_ops.h"
+
+namespace kiln_kernels {
+
+template <typename T>
+inline T ApplyUnary(int op, T x, double alpha, double beta) {
+  if constexpr (kIsFloat<T>) {
+    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
+    switch (op) {
+      case KILN_UNARY_ABS: return fabs(x);
+      case KILN_UNARY_NEG: return -x;
+      case KILN_UNARY_EXP: return exp(x);
+      case KILN_UNARY_LOG: return log(x);
+      case KILN_UNARY_SQRT: return sqrt(x);
+      case KILN_UNARY_RECIPROCAL: return T(1) / x;
+      case KILN_UNARY_SIN: return sin(x);
+      case KILN_UNARY_COS: return cos(x);
+      case KILN_UNARY_TAN: return tan(x);
+      case KILN_UNARY_ASIN: return asin(x);
+      case KILN_UNARY_ACOS: return acos(x);
+      case KILN_UNARY_ATAN: return atan(x);
+      case KILN_UNARY_SINH: return sinh(x);
+      case KILN_UNARY_COSH: return cosh(x);
+      case KILN_UNARY_ASINH: return asinh(x);
+      case KILN_UNARY_ACOSH: return acosh(x);
+      case KILN_UNARY_ATANH: return atanh(x);
+      case KILN_UNARY_TANH: return tanh(x);
+      case KILN_UNARY_SIGMOID: return x >= 0 ? T(1) / (T(1) + exp(-x)) : exp(x) / (T(1) + exp(x));
+      case KILN_UNARY_RELU: return x > 0 ? x : T(0);
+      case KILN_UNARY_FLOOR: return floor(x);
+      case KILN_UNARY_CEIL: return ceil(x);
+      case KILN_UNARY_ROUND: return nearbyint(x);  // ties to even in the default mode
+      case KILN_UNARY_SIGN: return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0));
+      case KILN_UNARY_ERF: return erf(x);
+      case KILN_UNARY_SOFTPLUS: return x > 20 ? x : log1p(exp(x));
+      case KILN_UNARY_SOFTSIGN: return x / (T(1) + fabs(x));
+      case KILN_UNARY_ELU: return x >= 0 ? x : a * (exp(x) - T(1));
+      case KILN_UNARY_SELU: return x > 0 ? b * x : b * (a * exp(x) - a);
+      case KILN_UNARY_LEAKY_RELU: return x >= 0 ? x : a * x;
+      case KILN_UNARY_HARD_SIGMOID: {
+        T y = a * x + b;
+        return y < 0 ? T(0) : (y > 1 ? T(1) : y);
+      }
+      case KILN_UNARY_THRESHOLDED_RELU: return x > a ? x : T(0);
+      case KILN_UNARY_CELU: return (x > 0 ? x : T(0)) + (x < 0 ? a * (exp(x / a) - T(1)) : T(0));
+      case KILN_UNARY_HARD_SWISH: {
+        T y = x / T(6) + T(0.5);
+        return x * (y < 0 ? T(0) : (y > 1 ? T(1) : y));
+      }
+      case KILN_UNARY_SHRINK:  // alpha = lambd, beta = bias
+        return x < -a ? x + b : (x > a ? x - b : T(0));
+      case KILN_UNARY_GELU: return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+      case KILN_UNARY_CLIP: return x < a ? a : (x > b ? b : x);
+      default: return x;
+    }
+  } else {
+    const double a = alpha, b = beta;
+    switch (op) {
+      case KILN_UNARY_ABS: return x < 0 ? static_cast<T>(-x) : x;
+      case KILN_UNARY_NEG: return static_cast<T>(-x);
+      case KILN_UNARY_RELU: return x > 0 ? x : T(0);
+      case KILN_UNARY_SIGN: return x > 0 ? T(1) : (x < 0 ? static_cast<T>(-1) : T(0));
+      case KILN_UNARY_NOT: return !x;
+      case KILN_UNARY_SHRINK: {
+        double v = static_cast<double>(x);
+        return static_cast<T>(v < -a ? v + b : (v > a ? v - b : 0.0));
+      }
+      case KILN_UNARY_FLOOR: case KILN_UNARY_CEIL: case KILN_UNARY_ROUND: return x;
+      default: return x;
+    }
+  }
+}
+
+// Applies a fused activation (a unary op code, or -1 for none) to y[0..n).
+template <typename T>
+inline void ApplyActivation(T* y, int64_t n, int64_t code, double alpha, double beta) {
+  if (code < 0) return;
+  if (code == KILN_UNARY_RELU) {
+    for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : T(0);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary<T>(static_cast<int>(code), y[i], alpha, beta);
+}
+
+}  // namespace kiln_kernels

@@ -1,0 +1,257 @@
+// Elementwise ops: unary math and activations, broadcasting binary ops, comparisons,
+// logic, Where, Cast/CastLike and Clip.
+#include <limits>
+
+#include "op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+struct UnaryDef {
+  const char* name;
+  int code;
+  const char* alpha_attr;
+  double alpha_default;
+  const char* beta_attr;
+  double beta_default;
+  bool float_only;
+};
+
+constexpr UnaryDef kUnaryOps[] = {
+    {"Abs", KILN_UNARY_ABS, nullptr, 0, nullptr, 0, false},
+    {"Neg", KILN_UNARY_NEG, nullptr, 0, nullptr, 0, false},
+    {"Exp", KILN_UNARY_EXP, nullptr, 0, nullptr, 0, true},
+    {"Log", KILN_UNARY_LOG, nullptr, 0, nullptr, 0, true},
+    {"Sqrt", KILN_UNARY_SQRT, nullptr, 0, nullptr, 0, true},
+    {"Reciprocal", KILN_UNARY_RECIPROCAL, nullptr, 0, nullptr, 0, true},
+    {"Sin", KILN_UNARY_SIN, nullptr, 0, nullptr, 0, true},
+    {"Cos", KILN_UNARY_COS, nullptr, 0, nullptr, 0, true},
+    {"Tan", KILN_UNARY_TAN, nullptr, 0, nullptr, 0, true},
+    {"Asin", KILN_UNARY_ASIN, nullptr, 0, nullptr, 0, true},
+    {"Acos", KILN_UNARY_ACOS, nullptr, 0, nullptr, 0, true},
+    {"Atan", KILN_UNARY_ATAN, nullptr, 0, nullptr, 0, true},
+    {"Sinh", KILN_UNARY_SINH, nullptr, 0, nullptr, 0, true},
+    {"Cosh", KILN_UNARY_COSH, nullptr, 0, nullptr, 0, true},
+    {"Asinh", KILN_UNARY_ASINH, nullptr, 0, nullptr, 0, true},
+    {"Acosh", KILN_UNARY_ACOSH, nullptr, 0, nullptr, 0, true},
+    {"Atanh", KILN_UNARY_ATANH, nullptr, 0, nullptr, 0, true},
+    {"Tanh", KILN_UNARY_TANH, nullptr, 0, nullptr, 0, true},
+    {"Sigmoid", KILN_UNARY_SIGMOID, nullptr, 0, nullptr, 0, true},
+    {"Relu", KILN_UNARY_RELU, nullptr, 0, nullptr, 0, false},
+    {"Floor", KILN_UNARY_FLOOR, nullptr, 0, nullptr, 0, true},
+    {"Ceil", KILN_UNARY_CEIL, nullptr, 0, nullptr, 0, true},
+    {"Round", KILN_UNARY_ROUND, nullptr, 0, nullptr, 0, true},
+    {"Sign", KILN_UNARY_SIGN, nullptr, 0, nullptr, 0, false},
+    {"Erf", KILN_UNARY_ERF, nullptr, 0, nullptr, 0, true},
+    {"Softplus", KILN_UNARY_SOFTPLUS, nullptr, 0, nullptr, 0, true},
+    {"Softsign", KILN_UNARY_SOFTSIGN, nullptr, 0, nullptr, 0, true},
+    {"Elu", KILN_UNARY_ELU, "alpha", 1.0, nullptr, 0, true},
+    {"Selu", KILN_UNARY_SELU, "alpha", 1.67326319217681884765625, "gamma", 1.05070102214813232421875, true},
+    {"LeakyRelu", KILN_UNARY_LEAKY_RELU, "alpha", 0.01, nullptr, 0, true},
+    {"HardSigmoid", KILN_UNARY_HARD_SIGMOID, "alpha", 0.2, "beta", 0.5, true},
+    {"ThresholdedRelu", KILN_UNARY_THRESHOLDED_RELU, "alpha", 1.0, nullptr, 0, true},
+    {"Celu", KILN_UNARY_CELU, "alpha", 1.0, nullptr, 0, true},
+    {"HardSwish", KILN_UNARY_HARD_SWISH, nullptr, 0, nullptr, 0, true},
+    {"Shrink", KILN_UNARY_SHRINK, "lambd", 0.5, "bias", 0.0, false},
+    {"Not", KILN_UNARY_NOT, nullptr, 0, nullptr, 0, false},
+    {"Gelu", KILN_UNARY_GELU, nullptr, 0, nullptr, 0, true},  // kiln-internal (fusion)
+};
+
+struct BinaryDef {
+  const char* name;
+  int code;
+  bool boolean_result;
+};
+
+constexpr BinaryDef kBinaryOps[] = {
+    {"Add", KILN_BINARY_ADD, false},
+    {"Sub", KILN_BINARY_SUB, false},
+    {"Mul", KILN_BINARY_MUL, false},
+    {"Div", KILN_BINARY_DIV, false},
+    {"Pow", KILN_BINARY_POW, false},
+    {"Mod", KILN_BINARY_MOD, false},
+    {"Max", KILN_BINARY_MAX, false},
+    {"Min", KILN_BINARY_MIN, false},
+    {"Equal", KILN_BINARY_EQUAL, true},
+    {"Less", KILN_BINARY_LESS, true},
+    {"Greater", KILN_BINARY_GREATER, true},
+    {"LessOrEqual", KILN_BINARY_LESS_EQUAL, true},
+    {"GreaterOrEqual", KILN_BINARY_GREATER_EQUAL, true},
+    {"And", KILN_BINARY_AND, false},
+    {"Or", KILN_BINARY_OR, false},
+    {"Xor", KILN_BINARY_XOR, false},
+    {"BitShift", KILN_BINARY_SHIFT_LEFT, false},
+    {"PRelu", KILN_BINARY_PRELU, false},
+};
+
+absl::Status RequireFloat(const InferContext& ctx) {
+  DType d = ctx.type(0).dtype;
+  if (d != DType::kFloat32 && d != DType::kFloat64) {
+    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d),
+                                            " is not supported (f32 and f64 are)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireNumeric(const InferContext& ctx, size_t i) {
+  DType d = ctx.type(i).dtype;
+  if (d == DType::kString || d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kUndefined) {
+    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " of input ", i,
+                                            " is not supported"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferBroadcast(InferContext& ctx, DType result) {
+  std::vector<Dim> shape;
+  bool all_ranked = true;
+  for (size_t i = 0; i < ctx.input_types.size(); ++i) {
+    if (!ctx.has_input(i)) continue;
+    if (!ctx.type(i).has_shape) all_ranked = false;
+  }
+  if (!all_ranked) {
+    ctx.output_types[0] = TensorType{result, {}, false};
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < ctx.input_types.size(); ++i) {
+    auto b = BroadcastShapes(ctx.node, shape, ctx.type(i).shape);
+    if (!b.ok()) return b.status();
+    shape = *b;
+  }
+  ctx.output_types[0] = WithShape(result, shape);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterElementwiseOps(Registry& registry) {
+  for (const UnaryDef& def : kUnaryOps) {
+    OpSchema schema;
+    schema.name = def.name;
+    schema.infer = [def](InferContext& ctx) -> absl::Status {
+      if (def.float_only) {
+        if (auto s = RequireFloat(ctx); !s.ok()) return s;
+      } else if (auto s = RequireNumeric(ctx, 0); !s.ok()) {
+        return s;
+      }
+      return SameAsInput0(ctx);
+    };
+    schema.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
+      KernelCall call{"unary", PassInputs(node, 1), {def.code}, {}};
+      call.floats.push_back(def.alpha_attr ? node.GetFloat(def.alpha_attr, def.alpha_default) : 0.0);
+      call.floats.push_back(def.beta_attr ? node.GetFloat(def.beta_attr, def.beta_default) : 0.0);
+      return call;
+    };
+    registry.Add(std::move(schema));
+  }
+
+  for (const char* name : {"IsNaN", "IsInf"}) {
+    OpSchema schema;
+    schema.name = name;
+    schema.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto s = RequireFloat(ctx); !s.ok()) return s;
+      ctx.output_types[0] = ctx.type(0);
+      ctx.output_types[0].dtype = DType::kBool;
+      return absl::OkStatus();
+    };
+    const bool is_nan = std::string(name) == "IsNaN";
+    schema.lower = [is_nan](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"unary", PassInputs(node, 1),
+                        {is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF,
+                         node.GetInt("detect_negative", 1), node.GetInt("detect_positive", 1)},
+                        {}};
+    };
+    registry.Add(std::move(schema));
+  }
+
+  for (const BinaryDef& def : kBinaryOps) {
+    OpSchema schema;
+    schema.name = def.name;
+    schema.min_inputs = 2;
+    schema.max_inputs = 2;
+    schema.infer = [def](InferContext& ctx) -> absl::Status {
+      for (size_t i = 0; i < 2; ++i) {
+        if (auto s = RequireNumeric(ctx, i); !s.ok()) return s;
+      }
+      const bool mixed_ok = def.code == KILN_BINARY_POW;
+      if (!mixed_ok && ctx.type(0).dtype != ctx.type(1).dtype) {
+        return NodeError(ctx.node, absl::StrCat("inputs have different element types (",
+                                                DTypeName(ctx.type(0).dtype), " and ",
+                                                DTypeName(ctx.type(1).dtype), ")"));
+      }
+      return InferBroadcast(ctx, def.boolean_result ? DType::kBool : ctx.type(0).dtype);
+    };
+    schema.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
+      int code = def.code;
+      if (code == KILN_BINARY_MOD && node.GetInt("fmod", 0) != 0) code = KILN_BINARY_FMOD;
+      if (code == KILN_BINARY_SHIFT_LEFT && node.GetString("direction", "") == "RIGHT") {
+        code = KILN_BINARY_SHIFT_RIGHT;
+      }
+      return KernelCall{"binary", PassInputs(node, 2), {code}, {}};
+    };
+    registry.Add(std::move(schema));
+  }
+
+  {
+    OpSchema schema;
+    schema.name = "Where";
+    schema.min_inputs = schema.max_inputs = 3;
+    schema.infer = [](InferContext& ctx) -> absl::Status {
+      if (ctx.type(1).dtype != ctx.type(2).dtype) {
+        return NodeError(ctx.node, "X and Y have different element types");
+      }
+      return InferBroadcast(ctx, ctx.type(1).dtype);
+    };
+    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"where", PassInputs(node, 3), {}, {}};
+    };
+    registry.Add(std::move(schema));
+  }
+
+  for (const char* name : {"Cast", "CastLike"}) {
+    OpSchema schema;
+    schema.name = name;
+    const bool like = std::string(name) == "CastLike";
+    schema.min_inputs = schema.max_inputs = like ? 2 : 1;
+    schema.infer = [like](InferContext& ctx) -> absl::Status {
+      DType to = like ? ctx.type(1).dtype : static_cast<DType>(ctx.node.GetInt("to", 0));
+      for (DType d : {to, ctx.type(0).dtype}) {
+        if (d == DType::kString || d == DType::kBFloat16 || DTypeSize(d) == 0) {
+          return NodeError(ctx.node, absl::StrCat("cast involving ", DTypeName(d), " is not supported"));
+        }
+      }
+      ctx.output_types[0] = ctx.type(0);
+      ctx.output_types[0].dtype = to;
+      return absl::OkStatus();
+    };
+    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"cast", PassInputs(node, 1), {}, {}};
+    };
+    registry.Add(std::move(schema));
+  }
+
+  {
+    OpSchema schema;
+    schema.name = "Clip";
+    schema.max_inputs = 3;
+    schema.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
+      return SameAsInput0(ctx);
+    };
+    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      KernelCall call{"clip", PassAllInputs(node), {}, {}};
+      if (node.opset() < 11) {
+        call.ints = {1, 1};
+        call.floats = {node.GetFloat("min", -std::numeric_limits<float>::max()),
+                       node.GetFloat("max", std::numeric_limits<float>::max())};
+      } else {
+        call.ints = {node.input(1) != nullptr, node.input(2) != nullptr};
+        call.floats = {0, 0};
+      }
+      return call;
+    };
+    registry.Add(std::move(schema));
+  }
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,378 @@
+// Neural-network ops: MatMul, Gemm, Conv, ConvTranspose, pooling, normalisations, LRN.
+#include <cmath>
+
+#include "op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+absl::Status RequireStatic(const InferContext& ctx, size_t i) {
+  if (!ctx.type(i).IsStatic()) {
+    return NodeError(ctx.node, absl::StrCat("input ", i, " needs a static shape, has ",
+                                            PrintType(ctx.type(i)), "; give input shapes with --input-shape"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireFloat(const InferContext& ctx) {
+  DType d = ctx.type(0).dtype;
+  if (d != DType::kFloat32 && d != DType::kFloat64) {
+    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " is not supported (f32 and f64 are)"));
+  }
+  return absl::OkStatus();
+}
+
+// Spatial window of a Conv/Pool node after auto_pad: the parameters and output extents.
+struct WindowParams {
+  std::vector<int64_t> kernel, strides, pads_begin, pads_end, dilations, out;
+};
+
+absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<int64_t>& in_spatial,
+                                           const std::vector<int64_t>& kernel, bool ceil_mode) {
+  const size_t r = in_spatial.size();
+  WindowParams w;
+  w.kernel = kernel;
+  w.strides = node.GetInts("strides", std::vector<int64_t>(r, 1));
+  w.dilations = node.GetInts("dilations", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * r, 0));
+  if (w.kernel.size() != r || w.strides.size() != r || w.dilations.size() != r || pads.size() != 2 * r) {
+    return NodeError(node, absl::StrCat("kernel_shape/strides/dilations/pads do not match ", r, " spatial dimensions"));
+  }
+  w.pads_begin.assign(pads.begin(), pads.begin() + r);
+  w.pads_end.assign(pads.begin() + r, pads.end());
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  for (size_t i = 0; i < r; ++i) {
+    if (w.strides[i] <= 0 || w.dilations[i] <= 0 || w.kernel[i] <= 0) return NodeError(node, "strides, dilations and kernel must be positive");
+    const int64_t extent = (w.kernel[i] - 1) * w.dilations[i] + 1;
+    int64_t out;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out = (in_spatial[i] + w.strides[i] - 1) / w.strides[i];
+      const int64_t total = std::max<int64_t>(0, (out - 1) * w.strides[i] + extent - in_spatial[i]);
+      w.pads_begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.pads_end[i] = total - w.pads_begin[i];
+    } else {
+      if (auto_pad == "VALID") w.pads_begin[i] = w.pads_end[i] = 0;
+      const int64_t span = in_spatial[i] + w.pads_begin[i] + w.pads_end[i] - extent;
+      if (span < 0) return NodeError(node, absl::StrCat("window (", extent, ") is larger than the padded input (", in_spatial[i] + w.pads_begin[i] + w.pads_end[i], ") on spatial axis ", i));
+      out = (ceil_mode ? (span + w.strides[i] - 1) / w.strides[i] : span / w.strides[i]) + 1;
+      // A window may not start in the end padding.
+      if (ceil_mode && (out - 1) * w.strides[i] >= in_spatial[i] + w.pads_begin[i]) --out;
+    }
+    w.out.push_back(out);
+  }
+  return w;
+}
+
+void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w) {
+  ints.push_back(static_cast<int64_t>(w.kernel.size()));
+  for (const auto* v : {&w.kernel, &w.strides, &w.pads_begin, &w.pads_end, &w.dilations}) {
+    ints.insert(ints.end(), v->begin(), v->end());
+  }
+}
+
+std::vector<int64_t> Spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
+
+// A fused activation epilogue set by the fuse pass: the unary op code (-1: none) goes in
+// ints, its two parameters in floats.
+void AppendActivation(const Node& node, KernelCall& call) {
+  call.ints.push_back(node.GetInt("kiln.activation", -1));
+  call.floats.push_back(node.GetFloat("kiln.activation_alpha", 0.0));
+  call.floats.push_back(node.GetFloat("kiln.activation_beta", 0.0));
+}
+
+absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
+  std::vector<int64_t> x = StaticDims(node.input(0)), w = StaticDims(node.input(1));
+  return ComputeWindow(node, Spatial(x), node.GetInts("kernel_shape", Spatial(w)), false);
+}
+
+absl::StatusOr<WindowParams> PoolWindow(const Node& node) {
+  std::vector<int64_t> x = StaticDims(node.input(0));
+  return ComputeWindow(node, Spatial(x), node.GetInts("kernel_shape"), node.GetInt("ceil_mode", 0) != 0);
+}
+
+// ConvTranspose: output extents and the begin pads applied to the full output.
+absl::StatusOr<WindowParams> ConvTransposeWindow(const Node& node) {
+  std::vector<int64_t> x = StaticDims(node.input(0)), wdims = StaticDims(node.input(1));
+  const size_t r = x.size() - 2;
+  WindowParams w;
+  w.kernel = node.GetInts("kernel_shape", Spatial(wdims));
+  w.strides = node.GetInts("strides", std::vector<int64_t>(r, 1));
+  w.dilations = node.GetInts("dilations", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * r, 0));
+  std::vector<int64_t> output_padding = node.GetInts("output_padding", std::vector<int64_t>(r, 0));
+  std::vector<int64_t> output_shape = node.GetInts("output_shape");
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  if (w.kernel.size() != r || w.strides.size() != r || pads.size() != 2 * r) return NodeError(node, "kernel_shape/strides/pads do not match the spatial rank");
+  w.pads_begin.assign(pads.begin(), pads.begin() + r);
+  w.pads_end.assign(pads.begin() + r, pads.end());
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t in = x[2 + i];
+    const int64_t full = w.strides[i] * (in - 1) + output_padding[i] + (w.kernel[i] - 1) * w.dilations[i] + 1;
+    int64_t out;
+    if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out = !output_shape.empty() ? output_shape[output_shape.size() - r + i] : in * w.strides[i];
+      const int64_t total = full - out;
+      if (auto_pad == "SAME_UPPER") {
+        w.pads_begin[i] = total / 2;
+      } else if (auto_pad == "SAME_LOWER") {
+        w.pads_begin[i] = total - total / 2;
+      } else {
+        w.pads_begin[i] = total / 2;
+      }
+      w.pads_end[i] = total - w.pads_begin[i];
+    } else {
+      if (auto_pad == "VALID") w.pads_begin[i] = w.pads_end[i] = 0;
+      out = full - w.pads_begin[i] - w.pads_end[i];
+    }
+    w.out.push_back(out);
+  }
+  return w;
+}
+
+}  // namespace
+
+void RegisterNnOps(Registry& registry) {
+  {
+    OpSchema s;
+    s.name = "MatMul";
+    s.min_inputs = 2;
+    s.max_inputs = 3;  // input 2: a bias [N] folded in by the fuse pass
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      for (size_t i = 0; i < 2; ++i) {
+        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      }
+      std::vector<int64_t> a = ctx.type(0).StaticDims(), b = ctx.type(1).StaticDims();
+      if (a.empty() || b.empty()) return NodeError(ctx.node, "operands must have rank 1 or more");
+      if (ctx.type(0).dtype != ctx.type(1).dtype) return NodeError(ctx.node, "operands have different element types");
+      const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+      if (a_vec) a.insert(a.begin(), 1);
+      if (b_vec) b.push_back(1);
+      if (a.back() != b[b.size() - 2]) {
+        return NodeError(ctx.node, absl::StrCat("inner dimensions differ: ", a.back(), " vs ", b[b.size() - 2]));
+      }
+      auto batch = BroadcastShapes(ctx.node, KnownDims({a.begin(), a.end() - 2}), KnownDims({b.begin(), b.end() - 2}));
+      if (!batch.ok()) return batch.status();
+      std::vector<Dim> out = *batch;
+      if (!a_vec) out.push_back(Dim::Known(a[a.size() - 2]));
+      if (!b_vec) out.push_back(Dim::Known(b.back()));
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      std::vector<int64_t> a = StaticDims(node.input(0)), b = StaticDims(node.input(1));
+      if (a.size() == 1) a.insert(a.begin(), 1);
+      if (b.size() == 1) b.push_back(1);
+      const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+      const size_t batch_rank = std::max(a.size(), b.size()) - 2;
+      std::vector<int64_t> batch(batch_rank), sa(batch_rank, 0), sb(batch_rank, 0);
+      auto fill = [&](const std::vector<int64_t>& d, std::vector<int64_t>& strides, int64_t matrix) {
+        const size_t own = d.size() - 2;
+        int64_t s = matrix;
+        for (size_t i = own; i-- > 0;) {
+          const size_t at = batch_rank - own + i;
+          strides[at] = d[i] == 1 ? 0 : s;
+          batch[at] = std::max(batch[at], d[i]);
+          s *= d[i];
+        }
+      };
+      fill(a, sa, M * K);
+      fill(b, sb, K * N);
+      KernelCall call{"matmul", PassAllInputs(node), {M, K, N, static_cast<int64_t>(batch_rank)}, {}};
+      for (const auto* v : {&batch, &sa, &sb}) call.ints.insert(call.ints.end(), v->begin(), v->end());
+      AppendActivation(node, call);
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "Gemm";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      for (size_t i = 0; i < 2; ++i) {
+        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      }
+      std::vector<int64_t> a = ctx.type(0).StaticDims(), b = ctx.type(1).StaticDims();
+      if (a.size() != 2 || b.size() != 2) return NodeError(ctx.node, "A and B must be 2-D");
+      const bool ta = ctx.node.GetInt("transA", 0) != 0, tb = ctx.node.GetInt("transB", 0) != 0;
+      const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
+      const int64_t KB = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+      if (K != KB) return NodeError(ctx.node, absl::StrCat("inner dimensions differ: A gives ", K, ", B gives ", KB));
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {M, N});
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      KernelCall call{"gemm", PassAllInputs(node),
+                      {node.GetInt("transA", 0), node.GetInt("transB", 0)},
+                      {node.GetFloat("alpha", 1.0), node.GetFloat("beta", 1.0)}};
+      AppendActivation(node, call);
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "Conv";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireFloat(ctx); !st.ok()) return st;
+      for (size_t i = 0; i < 2; ++i) {
+        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      }
+      std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
+      if (x.size() < 3 || x.size() > 5 || w.size() != x.size()) return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
+      const int64_t group = ctx.node.GetInt("group", 1);
+      if (group <= 0 || x[1] % group != 0 || w[0] % group != 0 || x[1] / group != w[1]) {
+        return NodeError(ctx.node, absl::StrCat("input channels ", x[1], " with group ", group, " do not match weight dims [", absl::StrJoin(w, ","), "]"));
+      }
+      std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(w));
+      if (kernel != Spatial(w)) return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","), "] does not match weight dims [", absl::StrJoin(w, ","), "]"));
+      auto win = ComputeWindow(ctx.node, Spatial(x), kernel, false);
+      if (!win.ok()) return win.status();
+      std::vector<int64_t> out = {x[0], w[0]};
+      out.insert(out.end(), win->out.begin(), win->out.end());
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto win = ConvWindow(node);
+      if (!win.ok()) return win.status();
+      KernelCall call{"conv", PassAllInputs(node), {node.GetInt("group", 1)}, {}};
+      AppendWindow(call.ints, *win);
+      AppendActivation(node, call);
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "ConvTranspose";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireFloat(ctx); !st.ok()) return st;
+      for (size_t i = 0; i < 2; ++i) {
+        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      }
+      auto win = ConvTransposeWindow(ctx.node);
+      if (!win.ok()) return win.status();
+      std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
+      std::vector<int64_t> out = {x[0], w[1] * ctx.node.GetInt("group", 1)};
+      out.insert(out.end(), win->out.begin(), win->out.end());
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto win = ConvTransposeWindow(node);
+      if (!win.ok()) return win.status();
+      KernelCall call{"conv_transpose", PassAllInputs(node), {node.GetInt("group", 1)}, {}};
+      AppendWindow(call.ints, *win);
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+  struct PoolDef {
+    const char* name;
+    int code;
+  };
+  for (PoolDef def : {PoolDef{"MaxPool", KILN_POOL_MAX}, PoolDef{"AveragePool", KILN_POOL_AVERAGE},
+                      PoolDef{"LpPool", KILN_POOL_LP}}) {
+    OpSchema s;
+    s.name = def.name;
+    s.infer = [def](InferContext& ctx) -> absl::Status {
+      if (def.code != KILN_POOL_MAX) {
+        if (auto st = RequireFloat(ctx); !st.ok()) return st;
+      }
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      std::vector<int64_t> x = ctx.type(0).StaticDims();
+      if (x.size() < 3 || x.size() > 5) return NodeError(ctx.node, "input must be 3-D, 4-D or 5-D");
+      if (ctx.node.GetInt("storage_order", 0) != 0) return NodeError(ctx.node, "storage_order=1 is not supported");
+      auto win = ComputeWindow(ctx.node, Spatial(x), ctx.node.GetInts("kernel_shape"), ctx.node.GetInt("ceil_mode", 0) != 0);
+      if (!win.ok()) return win.status();
+      std::vector<int64_t> out = {x[0], x[1]};
+      out.insert(out.end(), win->out.begin(), win->out.end());
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+      if (ctx.output_types.size() > 1) ctx.output_types[1] = TensorType::Static(DType::kInt64, out);
+      return absl::OkStatus();
+    };
+    s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto win = PoolWindow(node);
+      if (!win.ok()) return win.status();
+      KernelCall call{"pool", PassInputs(node, 1), {def.code}, {static_cast<double>(node.GetInt("p", 2))}};
+      AppendWindow(call.ints, *win);
+      call.ints.push_back(node.GetInt("count_include_pad", 0));
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "BatchNormalization";
+    s.min_inputs = s.max_inputs = 5;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireFloat(ctx); !st.ok()) return st;
+      if (ctx.node.GetInt("training_mode", 0) != 0 || ctx.output_types.size() > 1) {
+        return NodeError(ctx.node, "training mode (running statistics outputs) is not supported");
+      }
+      return SameAsInput0(ctx);
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"batch_norm", PassInputs(node, 5), {}, {node.GetFloat("epsilon", 1e-5)}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "InstanceNormalization";
+    s.min_inputs = s.max_inputs = 3;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireFloat(ctx); !st.ok()) return st;
+      return SameAsInput0(ctx);
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"instance_norm", PassInputs(node, 3), {}, {node.GetFloat("epsilon", 1e-5)}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "LayerNormalization";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireFloat(ctx); !st.ok()) return st;
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      const auto& in = ctx.type(0).shape;
+      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(in.size()));
+      if (!axis.ok()) return axis.status();
+      ctx.output_types[0] = ctx.type(0);
+      std::vector<Dim> stat(in.begin(), in.begin() + *axis);
+      while (stat.size() < in.size()) stat.push_back(Dim::Known(1));
+      for (size_t i = 1; i < ctx.output_types.size(); ++i) ctx.output_types[i] = WithShape(ctx.type(0).dtype, stat);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t axis = node.GetInt("axis", -1);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"layer_norm", PassAllInputs(node), {axis}, {node.GetFloat("epsilon", 1e-5)}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "LRN";
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireFloat(ctx); !st.ok()) return st;
+      return SameAsInput0(ctx);
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"lrn", PassInputs(node, 1), {node.GetInt("size", 1)},
+                        {node.GetFloat("alpha", 1e-4), node.GetFloat("beta", 0.75), node.GetFloat("bias", 1.0)}};
+    };
+    registry.Add(std::move(s));
+  }
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,63 @@
+// Helpers shared by the op definitions in compiler/ops/*.cc (private to the op table).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernel_ops.h"
+#include "kiln/compiler/ops.h"
+
+namespace kiln::ops {
+
+class Registry {
+ public:
+  void Add(OpSchema schema);
+};
+
+void RegisterElementwiseOps(Registry& registry);
+void RegisterShapeOps(Registry& registry);
+void RegisterReduceOps(Registry& registry);
+void RegisterNnOps(Registry& registry);
+
+inline absl::Status NodeError(const Node& node, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", message));
+}
+
+// Normalises a possibly negative axis against `rank`; error names the node.
+absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank,
+                                      const char* what = "axis");
+
+// Numpy-style broadcast of two shapes.
+absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::vector<Dim>& a,
+                                                 const std::vector<Dim>& b);
+
+// Reads a constant integer tensor (axes, shape, pads) into a vector.
+std::vector<int64_t> ToInts(const Tensor& tensor);
+
+// Kernel operands that pass node inputs [0, n) through unchanged.
+std::vector<KernelOperand> PassInputs(const Node& node, size_t n);
+std::vector<KernelOperand> PassAllInputs(const Node& node);
+
+std::vector<int64_t> StaticDims(const Value* value);
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims);
+
+// Requires a constant input; error says which input must be constant.
+absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i,
+                                              const char* what);
+
+// Output 0 gets input 0's type.
+absl::Status SameAsInput0(InferContext& ctx);
+TensorType WithShape(DType dtype, std::vector<Dim> shape);
+std::vector<Dim> KnownDims(const std::vector<int64_t>& dims);
+
+// Whether the node's attribute or input gives the value (attribute in old opsets,
+// input in newer ones): returns the ints of whichever is present.
+absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx,
+                                                        const char* attr, size_t input,
+                                                        bool* present);
+
+}  // namespace kiln::ops

@@ -1,0 +1,153 @@
+// Reductions, ArgMax/ArgMin, the Softmax family and global pooling (a reduction over
+// the spatial axes).
+#include "op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+struct ReduceDef {
+  const char* name;
+  int code;
+};
+
+constexpr ReduceDef kReduceOps[] = {
+    {"ReduceSum", KILN_REDUCE_SUM},          {"ReduceMean", KILN_REDUCE_MEAN},
+    {"ReduceMax", KILN_REDUCE_MAX},          {"ReduceMin", KILN_REDUCE_MIN},
+    {"ReduceProd", KILN_REDUCE_PROD},        {"ReduceL1", KILN_REDUCE_L1},
+    {"ReduceL2", KILN_REDUCE_L2},            {"ReduceLogSum", KILN_REDUCE_LOG_SUM},
+    {"ReduceLogSumExp", KILN_REDUCE_LOG_SUM_EXP}, {"ReduceSumSquare", KILN_REDUCE_SUM_SQUARE},
+};
+
+// The reduced-axes mask for a Reduce* node, from the attribute or the axes input.
+absl::StatusOr<int64_t> ReduceMask(const Node& node, const std::vector<const Tensor*>& constants,
+                                   bool has_axes_input, int64_t rank) {
+  std::vector<int64_t> axes;
+  if (node.has_attr("axes")) {
+    axes = node.GetInts("axes");
+  } else if (has_axes_input) {
+    if (constants.size() < 2 || constants[1] == nullptr) return NodeError(node, "axes must be a compile-time constant");
+    axes = ToInts(*constants[1]);
+  }
+  if (rank > 8) return NodeError(node, "rank above 8 is not supported");
+  if (axes.empty()) {
+    if (node.GetInt("noop_with_empty_axes", 0) != 0) return 0;
+    return (int64_t{1} << rank) - 1;
+  }
+  int64_t mask = 0;
+  for (int64_t a : axes) {
+    auto axis = NormalizeAxis(node, a, rank);
+    if (!axis.ok()) return axis.status();
+    mask |= int64_t{1} << *axis;
+  }
+  return mask;
+}
+
+std::vector<const Tensor*> ConstantsOf(const Node& node) {
+  std::vector<const Tensor*> constants;
+  for (const Value* in : node.inputs()) constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
+  return constants;
+}
+
+std::vector<Dim> ReducedShape(const std::vector<Dim>& in, int64_t mask, bool keepdims) {
+  std::vector<Dim> out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (mask & (int64_t{1} << i)) {
+      if (keepdims) out.push_back(Dim::Known(1));
+    } else {
+      out.push_back(in[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void RegisterReduceOps(Registry& registry) {
+  for (const ReduceDef& def : kReduceOps) {
+    OpSchema s;
+    s.name = def.name;
+    s.max_inputs = 2;
+    s.constant_inputs = 0b10;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      const auto& in = ctx.type(0).shape;
+      auto mask = ReduceMask(ctx.node, ctx.input_constants, ctx.has_input(1), static_cast<int64_t>(in.size()));
+      if (!mask.ok()) return mask.status();
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, ReducedShape(in, *mask, ctx.node.GetInt("keepdims", 1) != 0));
+      return absl::OkStatus();
+    };
+    s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
+      const int64_t rank = static_cast<int64_t>(StaticDims(node.input(0)).size());
+      auto mask = ReduceMask(node, ConstantsOf(node), node.input(1) != nullptr, rank);
+      if (!mask.ok()) return mask.status();
+      return KernelCall{"reduce", PassInputs(node, 1), {def.code, *mask}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+
+  for (const char* name : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    OpSchema s;
+    s.name = name;
+    const int code = std::string(name) == "GlobalMaxPool" ? KILN_REDUCE_MAX : KILN_REDUCE_MEAN;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (!ctx.type(0).has_shape || ctx.type(0).shape.size() < 3) return NodeError(ctx.node, "input must have rank 3 or more");
+      std::vector<Dim> out = ctx.type(0).shape;
+      for (size_t i = 2; i < out.size(); ++i) out[i] = Dim::Known(1);
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [code](const Node& node) -> absl::StatusOr<KernelCall> {
+      const int64_t rank = static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"reduce", PassInputs(node, 1), {code, ((int64_t{1} << rank) - 1) & ~int64_t{3}}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+
+  for (const char* name : {"ArgMax", "ArgMin"}) {
+    OpSchema s;
+    s.name = name;
+    const bool is_min = std::string(name) == "ArgMin";
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      const auto& in = ctx.type(0).shape;
+      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(in.size()));
+      if (!axis.ok()) return axis.status();
+      ctx.output_types[0] = WithShape(DType::kInt64, ReducedShape(in, int64_t{1} << *axis, ctx.node.GetInt("keepdims", 1) != 0));
+      return absl::OkStatus();
+    };
+    s.lower = [is_min](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t axis = node.GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"arg_reduce", PassInputs(node, 1), {is_min, axis, node.GetInt("select_last_index", 0)}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+
+  struct SoftmaxDef {
+    const char* name;
+    int code;
+  };
+  for (SoftmaxDef def : {SoftmaxDef{"Softmax", KILN_SOFTMAX}, SoftmaxDef{"LogSoftmax", KILN_LOG_SOFTMAX},
+                         SoftmaxDef{"Hardmax", KILN_HARDMAX}}) {
+    OpSchema s;
+    s.name = def.name;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      DType d = ctx.type(0).dtype;
+      if (d != DType::kFloat32 && d != DType::kFloat64) return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " is not supported"));
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", ctx.node.opset() < 13 ? 1 : -1),
+                                static_cast<int64_t>(ctx.type(0).shape.size()));
+      if (!axis.ok()) return axis.status();
+      return SameAsInput0(ctx);
+    };
+    s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
+      const bool coerce = node.opset() < 13;
+      int64_t axis = node.GetInt("axis", coerce ? 1 : -1);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"softmax", PassInputs(node, 1), {def.code, axis, coerce}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,247 @@
+// The op table and type inference over a graph.
+#include <map>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/interp.h"
+#include "kiln/compiler/ops.h"
+#include "op_helpers.h"
+
+namespace kiln {
+namespace ops {
+namespace {
+
+std::map<std::string, OpSchema>& Table() {
+  static auto* table = new std::map<std::string, OpSchema>();
+  return *table;
+}
+
+}  // namespace
+
+void Registry::Add(OpSchema schema) {
+  std::string name = schema.name;
+  Table()[name] = std::move(schema);
+}
+
+absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank,
+                                      const char* what) {
+  if (axis < -rank || axis >= rank) {
+    return NodeError(node, absl::StrCat(what, " ", axis, " is out of range for rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::vector<Dim>& a,
+                                                 const std::vector<Dim>& b) {
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<Dim> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const Dim* da = i + a.size() >= rank ? &a[i + a.size() - rank] : nullptr;
+    const Dim* db = i + b.size() >= rank ? &b[i + b.size() - rank] : nullptr;
+    if (da == nullptr) { out[i] = *db; continue; }
+    if (db == nullptr) { out[i] = *da; continue; }
+    if (*da == *db) { out[i] = *da; continue; }
+    if (da->known() && da->size == 1) { out[i] = *db; continue; }
+    if (db->known() && db->size == 1) { out[i] = *da; continue; }
+    if (!da->known() || !db->known()) {  // symbolic vs. other: assume the known one wins
+      out[i] = da->known() ? *da : *db;
+      continue;
+    }
+    auto text = [](const std::vector<Dim>& s) {
+      std::vector<std::string> parts;
+      for (const Dim& d : s) parts.push_back(d.known() ? std::to_string(d.size) : d.symbol);
+      return "[" + absl::StrJoin(parts, ",") + "]";
+    };
+    return NodeError(node, absl::StrCat("shapes ", text(a), " and ", text(b),
+                                        " cannot be broadcast (dimension ", i, ")"));
+  }
+  return out;
+}
+
+std::vector<int64_t> ToInts(const Tensor& tensor) {
+  std::vector<int64_t> values;
+  for (int64_t i = 0; i < tensor.num_elements(); ++i) values.push_back(tensor.GetAsInt64(i));
+  return values;
+}
+
+std::vector<KernelOperand> PassInputs(const Node& node, size_t n) {
+  std::vector<KernelOperand> operands;
+  for (size_t i = 0; i < n; ++i) {
+    KernelOperand operand;
+    if (i < node.inputs().size() && node.input(i) != nullptr) operand.node_input = static_cast<int>(i);
+    operands.push_back(operand);
+  }
+  return operands;
+}
+
+std::vector<KernelOperand> PassAllInputs(const Node& node) { return PassInputs(node, node.inputs().size()); }
+
+std::vector<int64_t> StaticDims(const Value* value) { return value->type().StaticDims(); }
+
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size());
+  int64_t s = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  return strides;
+}
+
+absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i, const char* what) {
+  const Tensor* t = ctx.constant(i);
+  if (t == nullptr) {
+    return NodeError(ctx.node, absl::StrCat("input ", i, " (", what,
+                                            ") must be a compile-time constant; Kiln compiles "
+                                            "static shapes only"));
+  }
+  return t;
+}
+
+absl::Status SameAsInput0(InferContext& ctx) {
+  ctx.output_types[0] = ctx.type(0);
+  return absl::OkStatus();
+}
+
+TensorType WithShape(DType dtype, std::vector<Dim> shape) {
+  TensorType type;
+  type.dtype = dtype;
+  type.shape = std::move(shape);
+  type.has_shape = true;
+  return type;
+}
+
+std::vector<Dim> KnownDims(const std::vector<int64_t>& dims) {
+  std::vector<Dim> out;
+  for (int64_t d : dims) out.push_back(Dim::Known(d));
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx,
+                                                        const char* attr, size_t input,
+                                                        bool* present) {
+  if (ctx.node.has_attr(attr)) {
+    *present = true;
+    return ctx.node.GetInts(attr);
+  }
+  if (ctx.has_input(input)) {
+    auto t = RequireConstant(ctx, input, attr);
+    if (!t.ok()) return t.status();
+    *present = true;
+    return ToInts(**t);
+  }
+  *present = false;
+  return std::vector<int64_t>{};
+}
+
+}  // namespace ops
+
+namespace {
+
+void EnsureRegistered() {
+  static bool done = [] {
+    ops::Registry registry;
+    ops::RegisterElementwiseOps(registry);
+    ops::RegisterShapeOps(registry);
+    ops::RegisterReduceOps(registry);
+    ops::RegisterNnOps(registry);
+    return true;
+  }();
+  (void)done;
+}
+
+// Evaluates `value` at compile time if everything it depends on is known: constants,
+// and ops that need only static input types (Shape, Size). Returns null if it cannot.
+std::shared_ptr<const Tensor> TryEvaluate(Value* value,
+                                          std::unordered_map<Value*, std::shared_ptr<const Tensor>>& memo,
+                                          int depth) {
+  if (value == nullptr) return nullptr;
+  if (value->is_constant()) return value->constant();
+  auto it = memo.find(value);
+  if (it != memo.end()) return it->second;
+  Node* node = value->producer();
+  if (node == nullptr || depth > 64) return nullptr;
+  const OpSchema* schema = FindOp(node->op());
+  if (schema == nullptr) return nullptr;
+  std::vector<std::shared_ptr<const Tensor>> holders;
+  std::vector<const Tensor*> args;
+  if (!schema->from_types) {
+    for (Value* in : node->inputs()) {
+      if (in == nullptr) {
+        args.push_back(nullptr);
+        continue;
+      }
+      auto t = TryEvaluate(in, memo, depth + 1);
+      if (t == nullptr) return nullptr;
+      holders.push_back(t);
+      args.push_back(t.get());
+    }
+  }
+  auto results = EvaluateNode(*node, args);
+  if (!results.ok()) return nullptr;
+  for (size_t i = 0; i < results->size(); ++i) {
+    memo[node->outputs()[i]] = std::make_shared<const Tensor>(std::move((*results)[i]));
+  }
+  return memo[value];
+}
+
+}  // namespace
+
+const OpSchema* FindOp(std::string_view name) {
+  EnsureRegistered();
+  auto it = ops::Table().find(std::string(name));
+  return it == ops::Table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> SupportedOps() {
+  EnsureRegistered();
+  std::vector<std::string> names;
+  for (const auto& [name, schema] : ops::Table()) names.push_back(name);
+  return names;
+}
+
+std::string NodeLabel(const Node& node) {
+  return absl::StrCat("node '", node.name(), "' (", node.op(), ", opset ", node.opset(), ")");
+}
+
+absl::Status InferTypes(Graph& graph) {
+  std::unordered_map<Value*, std::shared_ptr<const Tensor>> memo;
+  for (Node* node : graph.nodes()) {
+    const OpSchema* schema = FindOp(node->op());
+    if (schema == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(NodeLabel(*node), ": op '", node->op(),
+                                                   "' is not supported by Kiln"));
+    }
+    const int n = static_cast<int>(node->inputs().size());
+    if (n < schema->min_inputs || n > schema->max_inputs) {
+      return ops::NodeError(*node, absl::StrCat("has ", n, " inputs; expected ",
+                                                schema->min_inputs, " to ", schema->max_inputs));
+    }
+    // Shape-deciding inputs computed from other values become constants now.
+    for (int i = 0; i < n; ++i) {
+      Value* in = node->input(i);
+      if ((schema->constant_inputs & (1u << i)) == 0 || in == nullptr || in->is_constant()) continue;
+      auto value = TryEvaluate(in, memo, 0);
+      if (value == nullptr) continue;
+      Value* folded = graph.AddConstant(graph.UniqueName(in->name() + ".const"), value);
+      node->set_input(i, folded);
+    }
+    InferContext ctx{*node, {}, {}, {}};
+    for (Value* in : node->inputs()) {
+      ctx.input_types.push_back(in ? &in->type() : nullptr);
+      ctx.input_constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
+      if (in != nullptr && in->type().dtype == DType::kUndefined) {
+        return ops::NodeError(*node, absl::StrCat("input '", in->name(), "' has no type"));
+      }
+    }
+    ctx.output_types.resize(node->outputs().size());
+    if (absl::Status s = schema->infer(ctx); !s.ok()) return s;
+    for (size_t i = 0; i < node->outputs().size(); ++i) {
+      node->outputs()[i]->set_type(ctx.output_types[i]);
+    }
+  }
+  graph.Compact();
+  return absl::OkStatus();
+}
+
+}  // namespace kiln

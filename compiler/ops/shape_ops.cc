@@ -1,0 +1,713 @@
+// Shape and data-movement ops: Shape/Size, Reshape family, Transpose, Slice, Expand,
+// Concat/Split, Gather/Scatter families, Tile, Pad, DepthToSpace/SpaceToDepth, Trilu,
+// and the generators ConstantOfShape, Range, EyeLike, OneHot, CumSum.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+absl::Status RequireStatic(const InferContext& ctx, size_t i) {
+  if (!ctx.type(i).IsStatic()) {
+    return NodeError(ctx.node, absl::StrCat("input ", i, " needs a static shape, has ",
+                                            PrintType(ctx.type(i)),
+                                            "; give input shapes with --input-shape"));
+  }
+  return absl::OkStatus();
+}
+
+// A strided view copy: the lowering of Transpose, Slice, Expand and the depth/space ops.
+KernelCall StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+                       int64_t offset) {
+  KernelCall call{"strided_copy", {KernelOperand{0, nullptr}}, {}, {}};
+  call.ints.push_back(static_cast<int64_t>(dims.size()));
+  call.ints.push_back(offset);
+  call.ints.insert(call.ints.end(), dims.begin(), dims.end());
+  call.ints.insert(call.ints.end(), strides.begin(), strides.end());
+  return call;
+}
+
+KernelCall ViewCopy() {
+  KernelCall call{"copy", {KernelOperand{0, nullptr}}, {}, {}};
+  call.is_view = true;
+  return call;
+}
+
+OpSchema Schema(const char* name, int min_inputs, int max_inputs, uint32_t constant_inputs = 0) {
+  OpSchema schema;
+  schema.name = name;
+  schema.min_inputs = min_inputs;
+  schema.max_inputs = max_inputs;
+  schema.constant_inputs = constant_inputs;
+  return schema;
+}
+
+// Per-axis slice parameters after ONNX's clamping rules.
+struct SliceParams {
+  std::vector<int64_t> dims, starts, steps;
+};
+
+absl::StatusOr<SliceParams> ComputeSlice(const Node& node, const std::vector<int64_t>& in_dims,
+                                         const std::vector<int64_t>& starts,
+                                         const std::vector<int64_t>& ends,
+                                         std::vector<int64_t> axes, std::vector<int64_t> steps) {
+  const int64_t rank = static_cast<int64_t>(in_dims.size());
+  if (axes.empty()) {
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (starts.size() != ends.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+    return NodeError(node, "starts, ends, axes and steps must have the same length");
+  }
+  SliceParams p{in_dims, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1)};
+  for (size_t i = 0; i < axes.size(); ++i) {
+    auto axis = NormalizeAxis(node, axes[i], rank, "slice axis");
+    if (!axis.ok()) return axis.status();
+    const int64_t dim = in_dims[*axis];
+    const int64_t step = steps[i];
+    if (step == 0) return NodeError(node, "slice step is 0");
+    int64_t start = starts[i], end = ends[i];
+    if (start < 0) start += dim;
+    if (end < 0) end += dim;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+    } else {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+    }
+    int64_t len = step > 0 ? (end - start + step - 1) / step : (start - end + (-step) - 1) / (-step);
+    p.dims[*axis] = std::max<int64_t>(len, 0);
+    p.starts[*axis] = start;
+    p.steps[*axis] = step;
+  }
+  return p;
+}
+
+absl::StatusOr<SliceParams> SliceFromNode(const Node& node, const std::vector<int64_t>& in_dims,
+                                          const std::vector<const Tensor*>& constants) {
+  if (node.opset() < 10) {
+    return ComputeSlice(node, in_dims, node.GetInts("starts"), node.GetInts("ends"),
+                        node.GetInts("axes"), {});
+  }
+  for (size_t i = 1; i < 3; ++i) {
+    if (constants[i] == nullptr) return NodeError(node, "starts and ends must be compile-time constants");
+  }
+  auto optional = [&](size_t i) -> std::vector<int64_t> {
+    return i < constants.size() && constants[i] ? ToInts(*constants[i]) : std::vector<int64_t>{};
+  };
+  return ComputeSlice(node, in_dims, ToInts(*constants[1]), ToInts(*constants[2]), optional(3),
+                      optional(4));
+}
+
+std::vector<const Tensor*> ConstantsOf(const Node& node) {
+  std::vector<const Tensor*> constants;
+  for (const Value* in : node.inputs()) constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
+  return constants;
+}
+
+absl::StatusOr<std::vector<int64_t>> ReshapeTarget(const Node& node, const std::vector<int64_t>& in_dims,
+                                                   std::vector<int64_t> shape) {
+  const bool allow_zero = node.GetInt("allowzero", 0) != 0;
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allow_zero) {
+      if (i >= in_dims.size()) return NodeError(node, "shape has 0 at a position past the input rank");
+      shape[i] = in_dims[i];
+    }
+    if (shape[i] == -1) {
+      if (infer_at >= 0) return NodeError(node, "shape has more than one -1");
+      infer_at = static_cast<int64_t>(i);
+    } else if (shape[i] < 0) {
+      return NodeError(node, absl::StrCat("shape has invalid dimension ", shape[i]));
+    } else {
+      known *= shape[i];
+    }
+  }
+  const int64_t total = NumElements(in_dims);
+  if (infer_at >= 0) {
+    if (known == 0 || total % known != 0) {
+      return NodeError(node, absl::StrCat("cannot reshape ", total, " elements into [",
+                                          absl::StrJoin(shape, ","), "]"));
+    }
+    shape[infer_at] = total / known;
+  } else if (known != total) {
+    return NodeError(node, absl::StrCat("cannot reshape ", total, " elements into [",
+                                        absl::StrJoin(shape, ","), "]"));
+  }
+  return shape;
+}
+
+absl::StatusOr<std::vector<int64_t>> SqueezeAxes(const InferContext& ctx) {
+  bool present = false;
+  auto axes = IntsFromAttrOrInput(ctx, "axes", 1, &present);
+  return axes;
+}
+
+}  // namespace
+
+void RegisterShapeOps(Registry& registry) {
+  {
+    OpSchema s = Schema("Shape", 1, 1);
+    auto range = [](const Node& node, int64_t rank) {
+      int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
+      if (start < 0) start += rank;
+      if (end < 0) end += rank;
+      start = std::clamp<int64_t>(start, 0, rank);
+      end = std::clamp<int64_t>(end, 0, rank);
+      return std::make_pair(start, std::max(start, end));
+    };
+    s.infer = [range](InferContext& ctx) -> absl::Status {
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      auto [start, end] = range(ctx.node, static_cast<int64_t>(ctx.type(0).shape.size()));
+      ctx.output_types[0] = TensorType::Static(DType::kInt64, {end - start});
+      return absl::OkStatus();
+    };
+    s.from_types = [range](const Node& node) -> absl::StatusOr<std::vector<Tensor>> {
+      const TensorType& type = node.input(0)->type();
+      if (!type.IsStatic()) return NodeError(node, "input shape is not static");
+      auto [start, end] = range(node, static_cast<int64_t>(type.shape.size()));
+      Tensor t(DType::kInt64, {end - start});
+      for (int64_t i = start; i < end; ++i) t.data_as<int64_t>()[i - start] = type.shape[i].size;
+      std::vector<Tensor> out;
+      out.push_back(std::move(t));
+      return out;
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Size", 1, 1);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      ctx.output_types[0] = TensorType::Static(DType::kInt64, {});
+      return absl::OkStatus();
+    };
+    s.from_types = [](const Node& node) -> absl::StatusOr<std::vector<Tensor>> {
+      const TensorType& type = node.input(0)->type();
+      if (!type.IsStatic()) return NodeError(node, "input shape is not static");
+      Tensor t(DType::kInt64, {});
+      t.data_as<int64_t>()[0] = NumElements(type.StaticDims());
+      std::vector<Tensor> out;
+      out.push_back(std::move(t));
+      return out;
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Reshape", 1, 2, 0b10);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      std::vector<int64_t> shape;
+      if (ctx.node.opset() < 5) {
+        shape = ctx.node.GetInts("shape");
+      } else {
+        auto t = RequireConstant(ctx, 1, "shape");
+        if (!t.ok()) return t.status();
+        shape = ToInts(**t);
+      }
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      auto dims = ReshapeTarget(ctx.node, ctx.type(0).StaticDims(), shape);
+      if (!dims.ok()) return dims.status();
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, *dims);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node&) -> absl::StatusOr<KernelCall> { return ViewCopy(); };
+    registry.Add(std::move(s));
+  }
+  for (const char* name : {"Identity", "Flatten", "Squeeze", "Unsqueeze"}) {
+    OpSchema s = Schema(name, 1, std::string(name) == "Squeeze" || std::string(name) == "Unsqueeze" ? 2 : 1, 0b10);
+    std::string op = name;
+    s.infer = [op](InferContext& ctx) -> absl::Status {
+      if (op == "Identity") return SameAsInput0(ctx);
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      const std::vector<Dim>& in = ctx.type(0).shape;
+      const int64_t rank = static_cast<int64_t>(in.size());
+      std::vector<Dim> out;
+      if (op == "Flatten") {
+        auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 1), rank + 1);
+        if (!axis.ok()) return axis.status();
+        if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+        int64_t outer = 1, inner = 1;
+        for (int64_t i = 0; i < rank; ++i) (i < *axis ? outer : inner) *= in[i].size;
+        out = {Dim::Known(outer), Dim::Known(inner)};
+      } else if (op == "Squeeze") {
+        auto axes = SqueezeAxes(ctx);
+        if (!axes.ok()) return axes.status();
+        std::vector<bool> drop(rank, false);
+        for (int64_t a : *axes) {
+          auto axis = NormalizeAxis(ctx.node, a, rank);
+          if (!axis.ok()) return axis.status();
+          if (in[*axis].known() && in[*axis].size != 1) {
+            return NodeError(ctx.node, absl::StrCat("cannot squeeze axis ", a, " of size ", in[*axis].size));
+          }
+          drop[*axis] = true;
+        }
+        for (int64_t i = 0; i < rank; ++i) {
+          bool squeeze = axes->empty() ? (in[i].known() && in[i].size == 1) : drop[i];
+          if (!squeeze) out.push_back(in[i]);
+        }
+      } else {  // Unsqueeze
+        auto axes = SqueezeAxes(ctx);
+        if (!axes.ok()) return axes.status();
+        const int64_t out_rank = rank + static_cast<int64_t>(axes->size());
+        std::vector<bool> inserted(out_rank, false);
+        for (int64_t a : *axes) {
+          auto axis = NormalizeAxis(ctx.node, a, out_rank);
+          if (!axis.ok()) return axis.status();
+          if (inserted[*axis]) return NodeError(ctx.node, absl::StrCat("axis ", a, " repeated"));
+          inserted[*axis] = true;
+        }
+        size_t next = 0;
+        for (int64_t i = 0; i < out_rank; ++i) out.push_back(inserted[i] ? Dim::Known(1) : in[next++]);
+      }
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node&) -> absl::StatusOr<KernelCall> { return ViewCopy(); };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Transpose", 1, 1);
+    auto perm_of = [](const Node& node, int64_t rank) {
+      std::vector<int64_t> perm = node.GetInts("perm");
+      if (perm.empty()) {
+        for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+      }
+      return perm;
+    };
+    s.infer = [perm_of](InferContext& ctx) -> absl::Status {
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      const auto& in = ctx.type(0).shape;
+      std::vector<int64_t> perm = perm_of(ctx.node, static_cast<int64_t>(in.size()));
+      if (perm.size() != in.size()) return NodeError(ctx.node, "perm length does not match the input rank");
+      std::vector<bool> seen(in.size(), false);
+      std::vector<Dim> out;
+      for (int64_t p : perm) {
+        if (p < 0 || p >= static_cast<int64_t>(in.size()) || seen[p]) {
+          return NodeError(ctx.node, absl::StrCat("perm [", absl::StrJoin(perm, ","), "] is not a permutation"));
+        }
+        seen[p] = true;
+        out.push_back(in[p]);
+      }
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [perm_of](const Node& node) -> absl::StatusOr<KernelCall> {
+      std::vector<int64_t> in = StaticDims(node.input(0));
+      std::vector<int64_t> perm = perm_of(node, static_cast<int64_t>(in.size()));
+      std::vector<int64_t> in_strides = ContiguousStrides(in), dims, strides;
+      for (int64_t p : perm) {
+        dims.push_back(in[p]);
+        strides.push_back(in_strides[p]);
+      }
+      return StridedCopy(dims, strides, 0);
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Slice", 1, 5, 0b11110);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      auto p = SliceFromNode(ctx.node, ctx.type(0).StaticDims(), ctx.input_constants);
+      if (!p.ok()) return p.status();
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, p->dims);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      std::vector<int64_t> in = StaticDims(node.input(0));
+      auto p = SliceFromNode(node, in, ConstantsOf(node));
+      if (!p.ok()) return p.status();
+      std::vector<int64_t> in_strides = ContiguousStrides(in), strides;
+      int64_t offset = 0;
+      for (size_t i = 0; i < in.size(); ++i) {
+        offset += p->starts[i] * in_strides[i];
+        strides.push_back(p->steps[i] * in_strides[i]);
+      }
+      return StridedCopy(p->dims, strides, offset);
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Expand", 2, 2, 0b10);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      auto t = RequireConstant(ctx, 1, "shape");
+      if (!t.ok()) return t.status();
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      auto out = BroadcastShapes(ctx.node, ctx.type(0).shape, KnownDims(ToInts(**t)));
+      if (!out.ok()) return out.status();
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      std::vector<int64_t> in = StaticDims(node.input(0)), out = StaticDims(node.output(0));
+      std::vector<int64_t> in_strides = ContiguousStrides(in), strides(out.size(), 0);
+      const size_t shift = out.size() - in.size();
+      for (size_t i = 0; i < in.size(); ++i) strides[shift + i] = in[i] == 1 ? 0 : in_strides[i];
+      return StridedCopy(out, strides, 0);
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Concat", 1, 1 << 20);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      for (size_t i = 0; i < ctx.input_types.size(); ++i) {
+        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      }
+      std::vector<int64_t> out = ctx.type(0).StaticDims();
+      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(out.size()));
+      if (!axis.ok()) return axis.status();
+      for (size_t i = 1; i < ctx.input_types.size(); ++i) {
+        std::vector<int64_t> d = ctx.type(i).StaticDims();
+        if (d.size() != out.size()) return NodeError(ctx.node, absl::StrCat("input ", i, " has rank ", d.size(), ", input 0 has ", out.size()));
+        for (size_t k = 0; k < d.size(); ++k) {
+          if (static_cast<int64_t>(k) != *axis && d[k] != out[k]) {
+            return NodeError(ctx.node, absl::StrCat("input ", i, " dimension ", k, " is ", d[k], ", input 0 has ", out[k]));
+          }
+        }
+        out[*axis] += d[*axis];
+      }
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      const int64_t rank = static_cast<int64_t>(StaticDims(node.output(0)).size());
+      int64_t axis = node.GetInt("axis", 0);
+      if (axis < 0) axis += rank;
+      return KernelCall{"concat", PassAllInputs(node), {axis}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Split", 1, 2, 0b10);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      std::vector<int64_t> in = ctx.type(0).StaticDims();
+      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(in.size()));
+      if (!axis.ok()) return axis.status();
+      bool present = false;
+      auto split = IntsFromAttrOrInput(ctx, "split", 1, &present);
+      if (!split.ok()) return split.status();
+      const int64_t n = static_cast<int64_t>(ctx.output_types.size());
+      std::vector<int64_t> sizes = *split;
+      if (!present || sizes.empty()) {
+        if (in[*axis] % n != 0) return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split evenly into ", n));
+        sizes.assign(n, in[*axis] / n);
+      }
+      int64_t total = 0;
+      for (int64_t v : sizes) total += v;
+      if (static_cast<int64_t>(sizes.size()) != n || total != in[*axis]) {
+        return NodeError(ctx.node, absl::StrCat("split sizes [", absl::StrJoin(sizes, ","), "] do not cover axis size ", in[*axis], " in ", n, " outputs"));
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<int64_t> d = in;
+        d[*axis] = sizes[i];
+        ctx.output_types[i] = TensorType::Static(ctx.type(0).dtype, d);
+      }
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t axis = node.GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"split", PassInputs(node, 1), {axis}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Gather", 2, 2);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (!ctx.type(0).has_shape || !ctx.type(1).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      const auto& data = ctx.type(0).shape;
+      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(data.size()));
+      if (!axis.ok()) return axis.status();
+      std::vector<Dim> out(data.begin(), data.begin() + *axis);
+      for (const Dim& d : ctx.type(1).shape) out.push_back(d);
+      for (size_t i = *axis + 1; i < data.size(); ++i) out.push_back(data[i]);
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t axis = node.GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"gather", PassInputs(node, 2), {axis}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("GatherElements", 2, 2);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, ctx.type(1).shape);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t axis = node.GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"gather_elements", PassInputs(node, 2), {axis}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("GatherND", 2, 2);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      if (auto st = RequireStatic(ctx, 1); !st.ok()) return st;
+      std::vector<int64_t> data = ctx.type(0).StaticDims(), idx = ctx.type(1).StaticDims();
+      const int64_t batch_dims = ctx.node.GetInt("batch_dims", 0);
+      const int64_t depth = idx.back();
+      if (batch_dims + depth > static_cast<int64_t>(data.size())) return NodeError(ctx.node, "index depth exceeds data rank");
+      std::vector<int64_t> out(idx.begin(), idx.end() - 1);
+      for (size_t i = batch_dims + depth; i < data.size(); ++i) out.push_back(data[i]);
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"gather_nd", PassInputs(node, 2), {node.GetInt("batch_dims", 0)}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  auto reduction_code = [](const Node& node) -> absl::StatusOr<int64_t> {
+    std::string r = node.GetString("reduction", "none");
+    if (r == "none") return 0;
+    if (r == "add") return 1;
+    if (r == "mul") return 2;
+    if (r == "max") return 3;
+    if (r == "min") return 4;
+    return NodeError(node, absl::StrCat("unknown reduction '", r, "'"));
+  };
+  for (const char* name : {"ScatterElements", "Scatter"}) {
+    OpSchema s = Schema(name, 3, 3);
+    s.infer = SameAsInput0;
+    s.lower = [reduction_code](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto code = reduction_code(node);
+      if (!code.ok()) return code.status();
+      int64_t axis = node.GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"scatter_elements", PassInputs(node, 3), {axis, *code}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("ScatterND", 3, 3);
+    s.infer = SameAsInput0;
+    s.lower = [reduction_code](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto code = reduction_code(node);
+      if (!code.ok()) return code.status();
+      return KernelCall{"scatter_nd", PassInputs(node, 3), {*code}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Tile", 2, 2, 0b10);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      auto t = RequireConstant(ctx, 1, "repeats");
+      if (!t.ok()) return t.status();
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      std::vector<int64_t> in = ctx.type(0).StaticDims(), reps = ToInts(**t);
+      if (reps.size() != in.size()) return NodeError(ctx.node, "repeats length does not match the input rank");
+      for (size_t i = 0; i < in.size(); ++i) in[i] *= reps[i];
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"tile", PassInputs(node, 1), {}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Pad", 1, 4, 0b1010);
+    auto pads_of = [](const Node& node, const std::vector<const Tensor*>& constants,
+                      int64_t rank) -> absl::StatusOr<std::vector<int64_t>> {
+      std::vector<int64_t> pads;
+      if (node.opset() < 11) {
+        pads = node.GetInts("pads");
+      } else {
+        if (constants.size() < 2 || constants[1] == nullptr) return NodeError(node, "pads must be a compile-time constant");
+        pads = ToInts(*constants[1]);
+      }
+      if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
+        std::vector<int64_t> axes = ToInts(*constants[3]), full(2 * rank, 0);
+        for (size_t i = 0; i < axes.size(); ++i) {
+          int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+          full[a] = pads[i];
+          full[a + rank] = pads[i + axes.size()];
+        }
+        pads = full;
+      }
+      if (static_cast<int64_t>(pads.size()) != 2 * rank) {
+        return NodeError(node, absl::StrCat("pads has ", pads.size(), " entries, expected ", 2 * rank));
+      }
+      return pads;
+    };
+    s.infer = [pads_of](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      std::vector<int64_t> in = ctx.type(0).StaticDims();
+      const int64_t rank = static_cast<int64_t>(in.size());
+      auto pads = pads_of(ctx.node, ctx.input_constants, rank);
+      if (!pads.ok()) return pads.status();
+      for (int64_t i = 0; i < rank; ++i) in[i] += (*pads)[i] + (*pads)[i + rank];
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
+      return absl::OkStatus();
+    };
+    s.lower = [pads_of](const Node& node) -> absl::StatusOr<KernelCall> {
+      std::vector<int64_t> in = StaticDims(node.input(0));
+      const int64_t rank = static_cast<int64_t>(in.size());
+      auto pads = pads_of(node, ConstantsOf(node), rank);
+      if (!pads.ok()) return pads.status();
+      std::string mode = node.GetString("mode", "constant");
+      int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
+      if (mode != "constant" && mode != "reflect" && mode != "edge") return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
+      KernelCall call{"pad", PassInputs(node, 1), {code}, {}};
+      call.ints.insert(call.ints.end(), pads->begin(), pads->begin() + rank);
+      call.inputs.push_back(KernelOperand{});
+      if (node.opset() < 11) {
+        auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
+        double v = node.GetFloat("value", 0.0);
+        if (value->dtype() == DType::kFloat32) value->data_as<float>()[0] = static_cast<float>(v);
+        else if (value->dtype() == DType::kFloat64) value->data_as<double>()[0] = v;
+        call.inputs.push_back(KernelOperand{-1, value});
+      } else {
+        call.inputs.push_back(node.input(2) ? KernelOperand{2, nullptr} : KernelOperand{});
+      }
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+  for (const char* name : {"DepthToSpace", "SpaceToDepth"}) {
+    OpSchema s = Schema(name, 1, 1);
+    const bool to_space = std::string(name) == "DepthToSpace";
+    s.infer = [to_space](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      std::vector<int64_t> d = ctx.type(0).StaticDims();
+      const int64_t b = ctx.node.GetInt("blocksize", 0);
+      if (d.size() != 4 || b <= 0) return NodeError(ctx.node, "needs a 4-D input and a positive blocksize");
+      if (to_space) {
+        if (d[1] % (b * b) != 0) return NodeError(ctx.node, "channels not divisible by blocksize^2");
+        d = {d[0], d[1] / (b * b), d[2] * b, d[3] * b};
+      } else {
+        if (d[2] % b || d[3] % b) return NodeError(ctx.node, "height/width not divisible by blocksize");
+        d = {d[0], d[1] * b * b, d[2] / b, d[3] / b};
+      }
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, d);
+      return absl::OkStatus();
+    };
+    s.lower = [to_space](const Node& node) -> absl::StatusOr<KernelCall> {
+      std::vector<int64_t> d = StaticDims(node.input(0));
+      const int64_t b = node.GetInt("blocksize", 0), N = d[0], C = d[1], H = d[2], W = d[3];
+      if (to_space) {
+        const int64_t c = C / (b * b);
+        const bool crd = node.GetString("mode", "DCR") == "CRD";
+        // Input seen as [N, b, b, c, H, W] (DCR) or [N, c, b, b, H, W] (CRD).
+        std::vector<int64_t> view = crd ? std::vector<int64_t>{N, c, b, b, H, W} : std::vector<int64_t>{N, b, b, c, H, W};
+        std::vector<int64_t> st = ContiguousStrides(view);
+        std::vector<int64_t> strides = crd ? std::vector<int64_t>{st[0], st[1], st[4], st[2], st[5], st[3]}
+                                           : std::vector<int64_t>{st[0], st[3], st[4], st[1], st[5], st[2]};
+        return StridedCopy({N, c, H, b, W, b}, strides, 0);
+      }
+      // Input seen as [N, C, H/b, b, W/b, b]; output is [N, b, b, C, H/b, W/b].
+      std::vector<int64_t> st = ContiguousStrides({N, C, H / b, b, W / b, b});
+      return StridedCopy({N, b, b, C, H / b, W / b}, {st[0], st[3], st[5], st[1], st[2], st[4]}, 0);
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Trilu", 1, 2, 0b10);
+    s.infer = SameAsInput0;
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t k = 0;
+      if (node.input(1) != nullptr) {
+        if (!node.input(1)->is_constant()) return NodeError(node, "k must be a compile-time constant");
+        k = node.input(1)->constant()->GetAsInt64(0);
+      }
+      return KernelCall{"trilu", PassInputs(node, 1), {node.GetInt("upper", 1), k}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("ConstantOfShape", 1, 1, 0b1);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      auto t = RequireConstant(ctx, 0, "shape");
+      if (!t.ok()) return t.status();
+      const Tensor* value = ctx.node.GetTensor("value");
+      ctx.output_types[0] = TensorType::Static(value ? value->dtype() : DType::kFloat32, ToInts(**t));
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto value = std::make_shared<Tensor>(node.output(0)->type().dtype, std::vector<int64_t>{});
+      if (const Tensor* given = node.GetTensor("value")) {
+        std::memcpy(value->data(), given->data(), DTypeSize(given->dtype()));
+      }
+      return KernelCall{"fill", {KernelOperand{-1, value}}, {}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("Range", 3, 3, 0b111);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      double v[3];
+      for (size_t i = 0; i < 3; ++i) {
+        auto t = RequireConstant(ctx, i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
+        if (!t.ok()) return t.status();
+        v[i] = (*t)->GetAsDouble(0);
+      }
+      if (v[2] == 0) return NodeError(ctx.node, "delta is 0");
+      const int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])), 0);
+      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {n});
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"range", PassInputs(node, 3), {}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("EyeLike", 1, 1);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      if (ctx.type(0).shape.size() != 2) return NodeError(ctx.node, "input must be 2-D");
+      ctx.output_types[0] = ctx.type(0);
+      if (ctx.node.has_attr("dtype")) ctx.output_types[0].dtype = static_cast<DType>(ctx.node.GetInt("dtype", 1));
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"eye_like", {}, {node.GetInt("k", 0)}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("OneHot", 3, 3, 0b10);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      auto depth = RequireConstant(ctx, 1, "depth");
+      if (!depth.ok()) return depth.status();
+      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+      std::vector<Dim> out = ctx.type(0).shape;
+      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(out.size()) + 1);
+      if (!axis.ok()) return axis.status();
+      out.insert(out.begin() + *axis, Dim::Known(static_cast<int64_t>((*depth)->GetAsDouble(0))));
+      ctx.output_types[0] = WithShape(ctx.type(2).dtype, out);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t axis = node.GetInt("axis", -1);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.output(0)).size());
+      return KernelCall{"one_hot", PassInputs(node, 3), {axis}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s = Schema("CumSum", 2, 2, 0b10);
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      auto axis = RequireConstant(ctx, 1, "axis");
+      if (!axis.ok()) return axis.status();
+      return SameAsInput0(ctx);
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      int64_t axis = node.input(1)->constant()->GetAsInt64(0);
+      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      return KernelCall{"cumsum", PassInputs(node, 1),
+                        {axis, node.GetInt("exclusive", 0), node.GetInt("reverse", 0)}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+}
+
+}  // namespace kiln::ops

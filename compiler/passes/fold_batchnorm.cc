@@ -1,0 +1,114 @@
+// fold-batchnorm: folds inference-mode BatchNormalization into the Conv before it, or
+// turns a lone one into a multiply-add with precomputed constants.
+//   %c = Conv(%x, W, b) ; %y = BatchNormalization(%c, s, t, m, v)
+//     =>  %y = Conv(%x, W', b')   W'[o] = W[o]·k[o],  b'[o] = (b[o] - m[o])·k[o] + t[o],
+//                                  k = s / sqrt(v + eps)
+//   %y = BatchNormalization(%x, s, t, m, v)  =>  %y = Add(Mul(%x, k), t - m·k)  (k, t-m·k
+//                                  shaped [C, 1, ...] to broadcast over the spatial axes)
+#include <cmath>
+
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+namespace {
+
+bool AllConstant(const Node* node, size_t from) {
+  for (size_t i = from; i < node->inputs().size(); ++i) {
+    if (node->input(i) == nullptr || !node->input(i)->is_constant()) return false;
+  }
+  return true;
+}
+
+class FoldBatchNorm : public Pass {
+ public:
+  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+    bool changed = false;
+    for (Node* bn : graph.nodes()) {
+      if (bn->op() != "BatchNormalization" || bn->outputs().size() != 1 || !AllConstant(bn, 1)) continue;
+      const Value* x = bn->input(0);
+      if (x->type().dtype != DType::kFloat32 || !x->type().IsStatic() || x->type().shape.size() < 2) continue;
+      const int64_t channels = x->type().shape[1].size;
+      const double eps = bn->GetFloat("epsilon", 1e-5);
+      std::vector<double> k(channels), shift(channels);
+      for (int64_t c = 0; c < channels; ++c) {
+        const double scale = bn->input(1)->constant()->GetAsDouble(c);
+        const double bias = bn->input(2)->constant()->GetAsDouble(c);
+        const double mean = bn->input(3)->constant()->GetAsDouble(c);
+        const double var = bn->input(4)->constant()->GetAsDouble(c);
+        k[c] = scale / std::sqrt(var + eps);
+        shift[c] = bias - mean * k[c];
+      }
+      Node* conv = x->producer();
+      if (conv != nullptr && conv->op() == "Conv" && graph.Users(x).size() == 1 && !graph.IsGraphOutput(x) &&
+          conv->input(1)->is_constant() && (conv->inputs().size() < 3 || conv->input(2) == nullptr || conv->input(2)->is_constant()) &&
+          !conv->has_attr("kiln.activation")) {
+        FoldIntoConv(graph, conv, bn, k, shift);
+      } else {
+        ToMultiplyAdd(graph, bn, k, shift);
+      }
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  void FoldIntoConv(Graph& graph, Node* conv, Node* bn, const std::vector<double>& k, const std::vector<double>& shift) {
+    const Tensor& w = *conv->input(1)->constant();
+    const int64_t out_channels = w.dims()[0];
+    const int64_t per_channel = w.num_elements() / out_channels;
+    auto new_w = std::make_shared<Tensor>(DType::kFloat32, w.dims());
+    for (int64_t o = 0; o < out_channels; ++o) {
+      for (int64_t i = 0; i < per_channel; ++i) {
+        new_w->data_as<float>()[o * per_channel + i] = static_cast<float>(w.data_as<float>()[o * per_channel + i] * k[o]);
+      }
+    }
+    auto new_b = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{out_channels});
+    const Value* old_b = conv->inputs().size() > 2 ? conv->input(2) : nullptr;
+    for (int64_t o = 0; o < out_channels; ++o) {
+      const double b = old_b ? old_b->constant()->GetAsDouble(o) : 0.0;
+      new_b->data_as<float>()[o] = static_cast<float>(b * k[o] + shift[o]);
+    }
+    Value* w_value = graph.AddConstant(graph.UniqueName(conv->input(1)->name() + ".bn"), new_w);
+    Value* b_value = graph.AddConstant(graph.UniqueName(conv->name() + ".bias.bn"), new_b);
+    Node* fused = graph.InsertNodeBefore(bn, "Conv", conv->name(), {conv->input(0), w_value, b_value}, {graph.UniqueName(bn->output(0)->name() + ".conv")}, conv->opset());
+    fused->mutable_attrs() = conv->attrs();
+    TakeOver(graph, bn, fused);
+    graph.RemoveNode(conv);
+  }
+
+  void ToMultiplyAdd(Graph& graph, Node* bn, const std::vector<double>& k, const std::vector<double>& shift) {
+    const int64_t rank = static_cast<int64_t>(bn->input(0)->type().shape.size());
+    std::vector<int64_t> dims = {static_cast<int64_t>(k.size())};
+    for (int64_t i = 2; i < rank; ++i) dims.push_back(1);
+    auto scale = std::make_shared<Tensor>(DType::kFloat32, dims);
+    auto offset = std::make_shared<Tensor>(DType::kFloat32, dims);
+    for (size_t c = 0; c < k.size(); ++c) {
+      scale->data_as<float>()[c] = static_cast<float>(k[c]);
+      offset->data_as<float>()[c] = static_cast<float>(shift[c]);
+    }
+    Value* scale_value = graph.AddConstant(graph.UniqueName(bn->name() + ".scale"), scale);
+    Value* offset_value = graph.AddConstant(graph.UniqueName(bn->name() + ".offset"), offset);
+    Node* mul = graph.InsertNodeBefore(bn, "Mul", bn->name() + ".mul", {bn->input(0), scale_value}, {graph.UniqueName(bn->output(0)->name() + ".scaled")}, bn->opset());
+    mul->output(0)->set_type(bn->input(0)->type());
+    Node* add = graph.InsertNodeBefore(bn, "Add", bn->name(), {mul->output(0), offset_value}, {graph.UniqueName(bn->output(0)->name() + ".shifted")}, bn->opset());
+    TakeOver(graph, bn, add);
+  }
+
+  // `replacement` takes over the name, type and uses of `node`'s output.
+  void TakeOver(Graph& graph, Node* node, Node* replacement) {
+    Value* old_out = node->output(0);
+    Value* new_out = replacement->output(0);
+    new_out->set_type(old_out->type());
+    const std::string name = old_out->name();
+    old_out->set_name(graph.UniqueName(name + ".replaced"));
+    new_out->set_name(name);
+    graph.ReplaceAllUses(old_out, new_out);
+    graph.RemoveNode(node);
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(FoldBatchNorm, "fold-batchnorm", "fold inference BatchNormalization into Conv weights or a multiply-add")
+
+}  // namespace kiln

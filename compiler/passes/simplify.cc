@@ -1,0 +1,140 @@
+// simplify: algebraic simplification and strength reduction.
+//   Add(x, 0), Sub(x, 0), Mul(x, 1), Div(x, 1), Pow(x, 1)   =>  x
+//   Div(x, c)                                               =>  Mul(x, 1/c)   (float c)
+//   Pow(x, 2)  =>  Mul(x, x)          Pow(x, 0.5)  =>  Sqrt(x)
+//   Identity(x), Cast(x to its own type), a view to x's own shape     =>  x
+//   Reshape(Reshape(x))  =>  Reshape(x)   (any chain of Reshape/Flatten/Squeeze/Unsqueeze)
+//   Transpose(Transpose(x, p), q)  =>  Transpose(x, p∘q), or x when that is the identity
+// Rewrites that would rename a graph output leave the node in place.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+namespace {
+
+bool IsView(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+}
+
+// True when `v` is a constant whose every element equals `x`.
+bool IsSplat(const Value* v, double x) {
+  if (v == nullptr || !v->is_constant()) return false;
+  const Tensor& t = *v->constant();
+  if (t.num_elements() == 0) return false;
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    if (t.GetAsDouble(i) != x) return false;
+  }
+  return true;
+}
+
+class Simplify : public Pass {
+ public:
+  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+    bool changed = false;
+    for (Node* node : graph.nodes()) changed |= Visit(graph, node);
+    return changed;
+  }
+
+ private:
+  // Replaces uses of the node's single output by `with`; false if that would rename a
+  // graph output or change the type.
+  bool Forward(Graph& graph, Node* node, Value* with) {
+    Value* out = node->output(0);
+    if (graph.IsGraphOutput(out) || !(out->type() == with->type())) return false;
+    graph.ReplaceAllUses(out, with);
+    graph.RemoveNode(node);
+    return true;
+  }
+
+  Value* Constant(Graph& graph, const std::string& hint, DType dtype, double value) {
+    auto t = std::make_shared<Tensor>(dtype, std::vector<int64_t>{});
+    if (dtype == DType::kFloat32) t->data_as<float>()[0] = static_cast<float>(value);
+    else t->data_as<double>()[0] = value;
+    return graph.AddConstant(graph.UniqueName(hint), t);
+  }
+
+  bool Visit(Graph& graph, Node* node) {
+    const std::string& op = node->op();
+    Value* x = node->input(0);
+    Value* y = node->input(1);
+    if (op == "Identity") return Forward(graph, node, x);
+    if (op == "Cast" && x->type().dtype == node->output(0)->type().dtype) return Forward(graph, node, x);
+    if ((op == "Add" || op == "Sub") && IsSplat(y, 0)) return Forward(graph, node, x);
+    if (op == "Add" && IsSplat(x, 0)) return Forward(graph, node, y);
+    if ((op == "Mul" || op == "Div") && IsSplat(y, 1)) return Forward(graph, node, x);
+    if (op == "Mul" && IsSplat(x, 1)) return Forward(graph, node, y);
+    if (op == "Pow" && IsSplat(y, 1)) return Forward(graph, node, x);
+    const DType dtype = x ? x->type().dtype : DType::kUndefined;
+    const bool is_float = dtype == DType::kFloat32 || dtype == DType::kFloat64;
+    if (op == "Div" && is_float && y->is_constant() && y->type().dtype == dtype) {
+      // x / c  =>  x * (1/c): a multiply is several times cheaper than a divide.
+      auto reciprocal = std::make_shared<Tensor>(dtype, y->constant()->dims());
+      for (int64_t i = 0; i < reciprocal->num_elements(); ++i) {
+        const double c = y->constant()->GetAsDouble(i);
+        if (dtype == DType::kFloat32) reciprocal->data_as<float>()[i] = 1.0f / static_cast<float>(c);
+        else reciprocal->data_as<double>()[i] = 1.0 / c;
+      }
+      Node* mul = graph.InsertNodeBefore(node, "Mul", node->name(), {x, graph.AddConstant(graph.UniqueName(y->name() + ".reciprocal"), reciprocal)}, {graph.UniqueName(node->output(0)->name() + ".mul")}, node->opset());
+      return Replace(graph, node, mul);
+    }
+    if (op == "Pow" && is_float && y->type().dtype == dtype && y->type().IsStatic() && NumElements(y->type().StaticDims()) == 1 &&
+        y->type().shape.size() <= x->type().shape.size()) {
+      if (IsSplat(y, 2)) return Replace(graph, node, graph.InsertNodeBefore(node, "Mul", node->name(), {x, x}, {graph.UniqueName(node->output(0)->name() + ".square")}, node->opset()));
+      if (IsSplat(y, 0.5)) return Replace(graph, node, graph.InsertNodeBefore(node, "Sqrt", node->name(), {x}, {graph.UniqueName(node->output(0)->name() + ".sqrt")}, node->opset()));
+    }
+    if (IsView(op) && node->output(0)->type().IsStatic()) {
+      if (node->output(0)->type() == x->type()) return Forward(graph, node, x);
+      Node* inner = x->producer();
+      if (inner != nullptr && IsView(inner->op()) && inner->input(0) != nullptr) {
+        // Collapse the chain into one Reshape of the innermost input.
+        std::vector<int64_t> dims = node->output(0)->type().StaticDims();
+        auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(dims.size())});
+        for (size_t i = 0; i < dims.size(); ++i) shape->data_as<int64_t>()[i] = dims[i];
+        Value* shape_value = graph.AddConstant(graph.UniqueName(node->name() + ".shape"), shape);
+        Node* reshape = graph.InsertNodeBefore(node, "Reshape", node->name(), {inner->input(0), shape_value}, {graph.UniqueName(node->output(0)->name() + ".flat")}, std::max(node->opset(), 14));
+        return Replace(graph, node, reshape);
+      }
+    }
+    if (op == "Transpose" && x->type().has_shape) {
+      const int64_t rank = static_cast<int64_t>(x->type().shape.size());
+      std::vector<int64_t> perm = node->GetInts("perm");
+      if (perm.empty()) for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+      bool identity = true;
+      for (int64_t i = 0; i < rank; ++i) identity &= perm[i] == i;
+      if (identity) return Forward(graph, node, x);
+      Node* inner = x->producer();
+      if (inner != nullptr && inner->op() == "Transpose") {
+        std::vector<int64_t> inner_perm = inner->GetInts("perm");
+        if (inner_perm.empty()) for (int64_t i = rank - 1; i >= 0; --i) inner_perm.push_back(i);
+        std::vector<int64_t> composed(rank);
+        for (int64_t i = 0; i < rank; ++i) composed[i] = inner_perm[perm[i]];
+        Node* merged = graph.InsertNodeBefore(node, "Transpose", node->name(), {inner->input(0)}, {graph.UniqueName(node->output(0)->name() + ".merged")}, node->opset());
+        merged->mutable_attrs()["perm"] = composed;
+        return Replace(graph, node, merged);
+      }
+    }
+    return false;
+  }
+
+  // Makes `replacement` (already inserted before `node`) take over node's output.
+  bool Replace(Graph& graph, Node* node, Node* replacement) {
+    Value* old_out = node->output(0);
+    Value* new_out = replacement->output(0);
+    new_out->set_type(old_out->type());
+    // Keep the original name on the surviving value so outputs keep their names.
+    const std::string name = old_out->name();
+    old_out->set_name(graph.UniqueName(name + ".replaced"));
+    new_out->set_name(name);
+    graph.ReplaceAllUses(old_out, new_out);
+    graph.RemoveNode(node);
+    return true;
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(Simplify, "simplify", "algebraic simplification and strength reduction")
+
+}  // namespace kiln

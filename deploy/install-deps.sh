@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that Kiln's build, tests and benchmarks need.
+# Idempotent: safe to run on a machine that already has them. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  # build
+  cmake ninja-build ccache g++ pkg-config git
+  # compiler core
+  llvm-19-dev llvm-19-tools lld-19 liblld-19-dev clang-19 libclang-rt-14-dev clang-14
+  libonnx-dev libprotobuf-dev protobuf-compiler libabsl-dev zlib1g-dev libzstd-dev libedit-dev
+  libxml2-dev libcurl4-openssl-dev
+  # service (issue 3)
+  libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev
+  # tests
+  libgtest-dev libgmock-dev libbenchmark-dev libonnx-testdata
+  # model export and the conformance helpers
+  python3 python3-onnx python3-numpy python3-torch python3-torchvision
+)
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#packages[@]} packages present"
+fi
+
+# bench: ONNX Runtime comes from npm (onnxruntime-node). Some images ship Node.js from
+# another repository whose nodejs package bundles npm and conflicts with Debian's npm.
+if ! command -v npm >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi

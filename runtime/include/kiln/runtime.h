@@ -1,0 +1,91 @@
+/* Kiln runtime: load a compiled Kiln artifact (an ELF shared object) and run it.
+ *
+ * This is the only header a user of an artifact needs. Plain C, libc only. Every call
+ * returns a kiln_status; on failure kiln_last_error() gives a message for a person.
+ * Structs passed in carry a struct_size field so the ABI can grow. */
+#ifndef KILN_RUNTIME_H_
+#define KILN_RUNTIME_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_ABI_VERSION 1
+
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_ERROR_INVALID_ARGUMENT = 1,
+  KILN_ERROR_LOAD = 2,          /* dlopen failed or the file is not a Kiln artifact */
+  KILN_ERROR_ABI_MISMATCH = 3,  /* artifact built for another ABI version */
+  KILN_ERROR_OUT_OF_MEMORY = 4,
+  KILN_ERROR_RUNTIME = 5,       /* a kernel reported an error (e.g. index out of range) */
+} kiln_status;
+
+/* Element types use ONNX TensorProto.DataType numbers (1 = float32, 7 = int64, ...). */
+typedef struct kiln_tensor_info {
+  const char* name;
+  int32_t dtype;
+  int32_t rank;
+  const int64_t* dims;
+} kiln_tensor_info;
+
+/* Work-sharing hook the artifact calls for parallel loops (mirrors the kernel ABI). */
+typedef void (*kiln_range_fn)(void* ctx, int64_t begin, int64_t end);
+typedef struct kiln_exec_hooks {
+  void* pool;
+  void (*parallel_for)(void* pool, int64_t n, int64_t min_chunk, kiln_range_fn fn, void* ctx);
+} kiln_exec_hooks;
+
+/* Returns 0, or (node index + 1) << 8 | kernel error code. */
+typedef int32_t (*kiln_entry_fn)(void* const* inputs, void* const* outputs, void* workspace,
+                                 const kiln_exec_hooks* exec);
+
+/* What kiln_module_v1() in an artifact returns. */
+typedef struct kiln_module_desc {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const char* compiler_version;
+  const char* target;
+  const char* manifest_json;
+  int32_t num_inputs;
+  int32_t num_outputs;
+  const kiln_tensor_info* inputs;
+  const kiln_tensor_info* outputs;
+  uint64_t workspace_bytes;
+  kiln_entry_fn entry;
+} kiln_module_desc;
+
+typedef struct kiln_module kiln_module;
+typedef struct kiln_session kiln_session;
+
+typedef struct kiln_session_options {
+  uint32_t struct_size; /* sizeof(kiln_session_options) */
+  int32_t num_threads;  /* 0: one per online CPU */
+} kiln_session_options;
+
+kiln_status kiln_module_load(const char* path, kiln_module** out_module);
+void kiln_module_unload(kiln_module* module);
+kiln_status kiln_module_describe(const kiln_module* module, const kiln_module_desc** out_desc);
+
+kiln_status kiln_session_create(const kiln_module* module, const kiln_session_options* options,
+                                kiln_session** out_session);
+/* inputs[i] / outputs[i]: dense row-major buffers in the order of the descriptor. */
+kiln_status kiln_session_run(kiln_session* session, const void* const* inputs,
+                             void* const* outputs);
+int32_t kiln_session_num_threads(const kiln_session* session);
+void kiln_session_destroy(kiln_session* session);
+
+/* Bytes per element of a dtype, 0 if unknown. */
+size_t kiln_dtype_size(int32_t dtype);
+
+/* The message of the last failed call on this thread ("" if none). */
+const char* kiln_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RUNTIME_H_ */

@@ -1,0 +1,276 @@
+/* The Kiln runtime: loads an artifact with dlopen, checks its ABI, and runs it with a
+ * small fixed thread pool (static partitioning, the calling thread takes the first chunk,
+ * so N threads means N-1 pool workers and no oversubscription). */
+#define _GNU_SOURCE
+#include "kiln/runtime.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static _Thread_local char last_error[512];
+
+static kiln_status fail(kiln_status status, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(last_error, sizeof(last_error), format, args);
+  va_end(args);
+  return status;
+}
+
+const char* kiln_last_error(void) { return last_error; }
+
+size_t kiln_dtype_size(int32_t dtype) {
+  switch (dtype) {
+    case 1: case 6: case 12: return 4;
+    case 2: case 3: case 9: return 1;
+    case 4: case 5: case 10: case 16: return 2;
+    case 7: case 11: case 13: return 8;
+    default: return 0;
+  }
+}
+
+struct kiln_module {
+  void* handle;
+  const kiln_module_desc* desc;
+};
+
+kiln_status kiln_module_load(const char* path, kiln_module** out_module) {
+  if (path == NULL || out_module == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "path and out_module must not be NULL");
+  /* dlopen searches the library path for bare names; make plain file names local. */
+  char resolved[4096];
+  if (strchr(path, '/') == NULL) {
+    snprintf(resolved, sizeof(resolved), "./%s", path);
+    path = resolved;
+  }
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (handle == NULL) return fail(KILN_ERROR_LOAD, "cannot load %s: %s", path, dlerror());
+  typedef const kiln_module_desc* (*describe_fn)(void);
+  describe_fn describe = (describe_fn)dlsym(handle, "kiln_module_v1");
+  if (describe == NULL) {
+    dlclose(handle);
+    return fail(KILN_ERROR_LOAD, "%s is not a Kiln artifact (no kiln_module_v1 symbol)", path);
+  }
+  const kiln_module_desc* desc = describe();
+  if (desc == NULL || desc->struct_size < sizeof(kiln_module_desc) || desc->abi_version != KILN_ABI_VERSION) {
+    unsigned version = desc ? desc->abi_version : 0;
+    dlclose(handle);
+    return fail(KILN_ERROR_ABI_MISMATCH, "%s has ABI version %u; this runtime supports %d", path, version, KILN_ABI_VERSION);
+  }
+  kiln_module* module = calloc(1, sizeof(*module));
+  if (module == NULL) {
+    dlclose(handle);
+    return fail(KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  }
+  module->handle = handle;
+  module->desc = desc;
+  *out_module = module;
+  return KILN_OK;
+}
+
+void kiln_module_unload(kiln_module* module) {
+  if (module == NULL) return;
+  dlclose(module->handle);
+  free(module);
+}
+
+kiln_status kiln_module_describe(const kiln_module* module, const kiln_module_desc** out_desc) {
+  if (module == NULL || out_desc == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "module and out_desc must not be NULL");
+  *out_desc = module->desc;
+  return KILN_OK;
+}
+
+/* ---- thread pool ---- */
+
+typedef struct pool {
+  pthread_mutex_t mutex;
+  pthread_cond_t work_ready;
+  pthread_cond_t work_done;
+  pthread_t* threads;
+  int num_workers;
+  int stop;
+  /* the current job */
+  uint64_t generation;
+  int pending;
+  int64_t n;
+  int chunks;
+  kiln_range_fn fn;
+  void* ctx;
+} pool;
+
+static void run_chunk(pool* p, int chunk) {
+  int64_t begin = p->n * chunk / p->chunks;
+  int64_t end = p->n * (chunk + 1) / p->chunks;
+  if (begin < end) p->fn(p->ctx, begin, end);
+}
+
+typedef struct worker_arg {
+  pool* p;
+  int index;
+} worker_arg;
+
+static void* worker_main(void* raw) {
+  worker_arg* arg = raw;
+  pool* p = arg->p;
+  const int index = arg->index;
+  free(arg);
+  uint64_t seen = 0;
+  pthread_mutex_lock(&p->mutex);
+  for (;;) {
+    while (!p->stop && p->generation == seen) pthread_cond_wait(&p->work_ready, &p->mutex);
+    if (p->stop) break;
+    seen = p->generation;
+    int active = index + 1 < p->chunks;
+    pthread_mutex_unlock(&p->mutex);
+    if (active) run_chunk(p, index + 1);
+    pthread_mutex_lock(&p->mutex);
+    if (--p->pending == 0) pthread_cond_signal(&p->work_done);
+  }
+  pthread_mutex_unlock(&p->mutex);
+  return NULL;
+}
+
+static void pool_parallel_for(void* raw, int64_t n, int64_t min_chunk, kiln_range_fn fn, void* ctx) {
+  pool* p = raw;
+  int64_t chunks = p->num_workers + 1;
+  if (min_chunk < 1) min_chunk = 1;
+  if (n / min_chunk < chunks) chunks = n / min_chunk > 0 ? n / min_chunk : 1;
+  if (chunks <= 1 || p->num_workers == 0) {
+    fn(ctx, 0, n);
+    return;
+  }
+  pthread_mutex_lock(&p->mutex);
+  p->n = n;
+  p->chunks = (int)chunks;
+  p->fn = fn;
+  p->ctx = ctx;
+  p->pending = p->num_workers;
+  p->generation++;
+  pthread_cond_broadcast(&p->work_ready);
+  pthread_mutex_unlock(&p->mutex);
+  run_chunk(p, 0);
+  pthread_mutex_lock(&p->mutex);
+  while (p->pending > 0) pthread_cond_wait(&p->work_done, &p->mutex);
+  pthread_mutex_unlock(&p->mutex);
+}
+
+static void pool_destroy(pool* p) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->mutex);
+  p->stop = 1;
+  pthread_cond_broadcast(&p->work_ready);
+  pthread_mutex_unlock(&p->mutex);
+  for (int i = 0; i < p->num_workers; ++i) pthread_join(p->threads[i], NULL);
+  pthread_mutex_destroy(&p->mutex);
+  pthread_cond_destroy(&p->work_ready);
+  pthread_cond_destroy(&p->work_done);
+  free(p->threads);
+  free(p);
+}
+
+static pool* pool_create(int num_workers) {
+  pool* p = calloc(1, sizeof(*p));
+  if (p == NULL) return NULL;
+  pthread_mutex_init(&p->mutex, NULL);
+  pthread_cond_init(&p->work_ready, NULL);
+  pthread_cond_init(&p->work_done, NULL);
+  p->threads = calloc((size_t)(num_workers > 0 ? num_workers : 1), sizeof(pthread_t));
+  if (p->threads == NULL) {
+    pool_destroy(p);
+    return NULL;
+  }
+  for (int i = 0; i < num_workers; ++i) {
+    worker_arg* arg = malloc(sizeof(*arg));
+    if (arg == NULL) break;
+    arg->p = p;
+    arg->index = i;
+    if (pthread_create(&p->threads[i], NULL, worker_main, arg) != 0) {
+      free(arg);
+      break;
+    }
+    p->num_workers = i + 1;
+  }
+  return p;
+}
+
+/* ---- sessions ---- */
+
+struct kiln_session {
+  const kiln_module* module;
+  void* workspace;
+  pool* threads;
+  int num_threads;
+  kiln_exec_hooks hooks;
+};
+
+kiln_status kiln_session_create(const kiln_module* module, const kiln_session_options* options,
+                                kiln_session** out_session) {
+  if (module == NULL || out_session == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "module and out_session must not be NULL");
+  int threads = 0;
+  if (options != NULL) {
+    if (options->struct_size < sizeof(kiln_session_options)) return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_session_options.struct_size is %u, expected %zu", options->struct_size, sizeof(kiln_session_options));
+    threads = options->num_threads;
+  }
+  if (threads < 0) return fail(KILN_ERROR_INVALID_ARGUMENT, "num_threads must be >= 0, got %d", threads);
+  if (threads == 0) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = online > 0 ? (int)online : 1;
+  }
+  kiln_session* session = calloc(1, sizeof(*session));
+  if (session == NULL) return fail(KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  session->module = module;
+  session->num_threads = threads;
+  uint64_t bytes = module->desc->workspace_bytes;
+  if (bytes > 0) {
+    size_t rounded = (size_t)((bytes + 63) / 64 * 64);
+    session->workspace = aligned_alloc(64, rounded);
+    if (session->workspace == NULL) {
+      free(session);
+      return fail(KILN_ERROR_OUT_OF_MEMORY, "cannot allocate %llu workspace bytes", (unsigned long long)bytes);
+    }
+  }
+  if (threads > 1) {
+    session->threads = pool_create(threads - 1);
+    if (session->threads == NULL) {
+      free(session->workspace);
+      free(session);
+      return fail(KILN_ERROR_OUT_OF_MEMORY, "cannot start %d threads", threads - 1);
+    }
+    session->hooks.pool = session->threads;
+    session->hooks.parallel_for = pool_parallel_for;
+  }
+  *out_session = session;
+  return KILN_OK;
+}
+
+kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, void* const* outputs) {
+  if (session == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "session must not be NULL");
+  const kiln_module_desc* desc = session->module->desc;
+  for (int32_t i = 0; i < desc->num_inputs; ++i) {
+    if (inputs == NULL || inputs[i] == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s') is NULL", i, desc->inputs[i].name);
+  }
+  for (int32_t i = 0; i < desc->num_outputs; ++i) {
+    if (outputs == NULL || outputs[i] == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "output %d ('%s') is NULL", i, desc->outputs[i].name);
+  }
+  int32_t rc = desc->entry((void* const*)inputs, outputs, session->workspace,
+                           session->threads ? &session->hooks : NULL);
+  if (rc != 0) {
+    const int node = (rc >> 8) - 1, code = rc & 0xff;
+    const char* what = code == 2 ? "an index input is out of range" : code == 1 ? "unsupported element type" : "kernel error";
+    return fail(KILN_ERROR_RUNTIME, "node %d of the compiled graph failed: %s (code %d)", node, what, code);
+  }
+  return KILN_OK;
+}
+
+int32_t kiln_session_num_threads(const kiln_session* session) { return session ? session->num_threads : 0; }
+
+void kiln_session_destroy(kiln_session* session) {
+  if (session == NULL) return;
+  pool_destroy(session->threads);
+  free(session->workspace);
+  free(session);
+}
