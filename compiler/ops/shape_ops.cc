@@ -225,8 +225,11 @@ void RegisterShapeOps(Registry& registry) {
       const int64_t rank = static_cast<int64_t>(in.size());
       std::vector<Dim> out;
       if (op == "Flatten") {
-        auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 1), rank + 1);
-        if (!axis.ok()) return axis.status();
+        // Flatten's axis ranges over [-rank, rank]; a negative one counts from rank.
+        int64_t flat_axis = ctx.node.GetInt("axis", 1);
+        if (flat_axis < 0) flat_axis += rank;
+        if (flat_axis < 0 || flat_axis > rank) return NodeError(ctx.node, absl::StrCat("axis ", ctx.node.GetInt("axis", 1), " is out of range for rank ", rank));
+        const int64_t* axis = &flat_axis;
         if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
         int64_t outer = 1, inner = 1;
         for (int64_t i = 0; i < rank; ++i) (i < *axis ? outer : inner) *= in[i].size;

@@ -1,0 +1,214 @@
+// ONNX backend node-test conformance runner. For each data/node/<test>/: compile
+// model.onnx for the host, run every test_data_set_* through the artifact and compare with
+// the expected outputs (floats: |got - want| <= atol + rtol*|want|, rtol 1e-3, atol 1e-5;
+// integers and bools exact). Prints passed / failed / unsupported counts.
+//
+//   kiln-conformance --data DIR [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE]
+//
+// With --pass-list, a test on the list that does not pass is a regression: exit 1.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/compile.h"
+#include "kiln/compiler/frontend.h"
+#include "kiln/runtime.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+enum class Outcome { kPass, kFail, kUnsupported };
+
+std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
+  if (got.dtype() != want.dtype()) return absl::StrCat("dtype ", kiln::DTypeName(got.dtype()), " vs ", kiln::DTypeName(want.dtype()));
+  if (got.dims() != want.dims()) return "shape differs";
+  const bool is_float = kiln::IsFloat(got.dtype());
+  for (int64_t i = 0; i < got.num_elements(); ++i) {
+    if (is_float) {
+      const double g = got.GetAsDouble(i), w = want.GetAsDouble(i);
+      if (std::isnan(w) && std::isnan(g)) continue;
+      if (std::isinf(w) && g == w) continue;
+      if (!(std::fabs(g - w) <= 1e-5 + 1e-3 * std::fabs(w))) return absl::StrCat("element ", i, ": got ", g, ", want ", w);
+    } else if (got.GetAsInt64(i) != want.GetAsInt64(i)) {
+      return absl::StrCat("element ", i, ": got ", got.GetAsInt64(i), ", want ", want.GetAsInt64(i));
+    }
+  }
+  return "";
+}
+
+Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detail) {
+  auto bytes = kiln::ReadFile((dir / "model.onnx").string());
+  if (!bytes.ok()) {
+    detail = std::string(bytes.status().message());
+    return Outcome::kFail;
+  }
+  kiln::CompileOptions options;
+  options.model_label = dir.filename().string();
+  auto result = kiln::CompileModel(*bytes, options);
+  if (!result.ok()) {
+    detail = std::string(result.status().message());
+    // Refusals (unsupported op, dtype, dynamic shape) are "unsupported"; anything else
+    // that fails to compile counts as a failure.
+    const auto code = result.status().code();
+    return code == absl::StatusCode::kUnimplemented || code == absl::StatusCode::kInvalidArgument ||
+                   code == absl::StatusCode::kFailedPrecondition
+               ? Outcome::kUnsupported
+               : Outcome::kFail;
+  }
+  const std::string so_path = work + "/model.so";
+  if (auto s = kiln::WriteFile(so_path, result->shared_object); !s.ok()) {
+    detail = std::string(s.message());
+    return Outcome::kFail;
+  }
+  kiln_module* module = nullptr;
+  const kiln_module_desc* desc = nullptr;
+  kiln_session* session = nullptr;
+  if (kiln_module_load(so_path.c_str(), &module) != KILN_OK || kiln_module_describe(module, &desc) != KILN_OK ||
+      kiln_session_create(module, nullptr, &session) != KILN_OK) {
+    detail = kiln_last_error();
+    kiln_module_unload(module);
+    return Outcome::kFail;
+  }
+  Outcome outcome = Outcome::kPass;
+  int sets = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_directory() || entry.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
+    ++sets;
+    std::vector<kiln::Tensor> inputs, outputs, expected;
+    for (int32_t i = 0; i < desc->num_inputs; ++i) {
+      auto data = kiln::ReadFile((entry.path() / absl::StrCat("input_", i, ".pb")).string());
+      auto t = data.ok() ? kiln::ParseTensorProto(*data) : absl::StatusOr<kiln::Tensor>(data.status());
+      if (!t.ok()) {
+        detail = std::string(t.status().message());
+        outcome = Outcome::kFail;
+        break;
+      }
+      inputs.push_back(std::move(*t));
+    }
+    if (outcome != Outcome::kPass) break;
+    for (int32_t i = 0; i < desc->num_outputs; ++i) {
+      const kiln_tensor_info& info = desc->outputs[i];
+      outputs.emplace_back(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+      auto data = kiln::ReadFile((entry.path() / absl::StrCat("output_", i, ".pb")).string());
+      auto t = data.ok() ? kiln::ParseTensorProto(*data) : absl::StatusOr<kiln::Tensor>(data.status());
+      if (!t.ok()) {
+        detail = std::string(t.status().message());
+        outcome = Outcome::kFail;
+        break;
+      }
+      expected.push_back(std::move(*t));
+    }
+    if (outcome != Outcome::kPass) break;
+    std::vector<const void*> in_ptrs;
+    std::vector<void*> out_ptrs;
+    for (auto& t : inputs) in_ptrs.push_back(t.data());
+    for (auto& t : outputs) out_ptrs.push_back(t.data());
+    if (kiln_session_run(session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) {
+      detail = kiln_last_error();
+      outcome = Outcome::kFail;
+      break;
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      std::string diff = Compare(outputs[i], expected[i]);
+      if (!diff.empty()) {
+        detail = absl::StrCat(entry.path().filename().string(), " output ", i, ": ", diff);
+        outcome = Outcome::kFail;
+        break;
+      }
+    }
+    if (outcome != Outcome::kPass) break;
+  }
+  if (sets == 0 && outcome == Outcome::kPass) {
+    detail = "no test_data_set_* directories";
+    outcome = Outcome::kFail;
+  }
+  kiln_session_destroy(session);
+  kiln_module_unload(module);
+  return outcome;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data = "/usr/share/libonnx-testdata/data/node", filter, pass_list, write_pass_list;
+  bool verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kiln-conformance: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      out = argv[++i];
+    };
+    if (a == "--data") value(data);
+    else if (a == "--filter") value(filter);
+    else if (a == "--pass-list") value(pass_list);
+    else if (a == "--write-pass-list") value(write_pass_list);
+    else if (a == "--verbose") verbose = true;
+    else {
+      std::fprintf(stderr, "usage: kiln-conformance [--data DIR] [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE] [--verbose]\n");
+      return 2;
+    }
+  }
+  std::vector<fs::path> tests;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(data, ec)) {
+    if (entry.is_directory() && entry.path().filename().string().find(filter) != std::string::npos) tests.push_back(entry.path());
+  }
+  if (ec || tests.empty()) {
+    std::fprintf(stderr, "kiln-conformance: no tests under %s (install libonnx-testdata)\n", data.c_str());
+    return 2;
+  }
+  std::sort(tests.begin(), tests.end());
+  std::string work = (fs::temp_directory_path() / absl::StrCat("kiln-conformance-", getpid())).string();
+  fs::create_directories(work);
+  std::set<std::string> passed;
+  int failed = 0, unsupported = 0;
+  for (const fs::path& test : tests) {
+    std::string detail;
+    Outcome outcome = RunTest(test, work, detail);
+    const std::string name = test.filename().string();
+    if (outcome == Outcome::kPass) passed.insert(name);
+    if (outcome == Outcome::kFail) ++failed;
+    if (outcome == Outcome::kUnsupported) ++unsupported;
+    if (verbose || outcome == Outcome::kFail) {
+      std::printf("%-60s %s %s\n", name.c_str(), outcome == Outcome::kPass ? "PASS" : outcome == Outcome::kFail ? "FAIL" : "UNSUPPORTED",
+                  detail.substr(0, 300).c_str());
+    }
+  }
+  fs::remove_all(work, ec);
+  std::printf("conformance: %zu passed, %d failed, %d unsupported, of %zu node tests\n", passed.size(), failed, unsupported, tests.size());
+  if (!write_pass_list.empty()) {
+    std::ofstream out(write_pass_list);
+    out << "# ONNX node tests that pass compiled (kiln-conformance --write-pass-list). Only grows.\n";
+    for (const std::string& name : passed) out << name << "\n";
+  }
+  int regressions = 0;
+  if (!pass_list.empty()) {
+    std::ifstream in(pass_list);
+    if (!in) {
+      std::fprintf(stderr, "kiln-conformance: cannot read %s\n", pass_list.c_str());
+      return 2;
+    }
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      if (!filter.empty() && line.find(filter) == std::string::npos) continue;
+      if (!passed.count(line)) {
+        std::printf("REGRESSION: %s is on the pass list but did not pass\n", line.c_str());
+        ++regressions;
+      }
+    }
+  }
+  return regressions == 0 ? 0 : 1;
+}

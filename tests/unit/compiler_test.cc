@@ -1,0 +1,166 @@
+// Unit tests for the IR, passes and codegen: graphs built in C++, compiled with real LLVM
+// and LLD, loaded with the runtime, and compared with the reference interpreter.
+#include <unistd.h>
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kiln/compiler/codegen.h"
+#include "kiln/compiler/interp.h"
+#include "kiln/compiler/ops.h"
+#include "kiln/compiler/passes.h"
+#include "kiln/compiler/frontend.h"
+#include "kiln/runtime.h"
+
+namespace kiln {
+namespace {
+
+std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float scale = 1.0f) {
+  auto t = std::make_shared<Tensor>(DType::kFloat32, dims);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
+  return t;
+}
+
+// x[1,3,7,9] -> Conv(5 out, 3x3, pad 1) -> BN -> Relu -> Reshape -> MatMul -> Add(bias)
+std::unique_ptr<Graph> ConvNet() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 3, 7, 9}));
+  g->AddInput(x);
+  Node* conv = g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({5, 3, 3, 3}, 1)), g->AddConstant("b", Random({5}, 2))}, {"c"}, 13);
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  auto positive = Random({5}, 3);
+  for (int i = 0; i < 5; ++i) positive->data_as<float>()[i] = std::fabs(positive->data_as<float>()[i]) + 0.5f;
+  Node* bn = g->AddNode("BatchNormalization", "bn", {conv->output(0), g->AddConstant("s", Random({5}, 4)), g->AddConstant("t", Random({5}, 5)),
+                                                   g->AddConstant("m", Random({5}, 6)), g->AddConstant("v", positive)}, {"n"}, 13);
+  Node* relu = g->AddNode("Relu", "relu", {bn->output(0)}, {"r"}, 13);
+  auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
+  shape->data_as<int64_t>()[0] = 5;
+  shape->data_as<int64_t>()[1] = 63;
+  Node* reshape = g->AddNode("Reshape", "flat", {relu->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
+  Node* mm = g->AddNode("MatMul", "mm", {reshape->output(0), g->AddConstant("proj", Random({63, 11}, 7, 0.2f))}, {"p"}, 13);
+  Node* add = g->AddNode("Add", "bias", {mm->output(0), g->AddConstant("pb", Random({11}, 8))}, {"y"}, 13);
+  g->AddOutput(add->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(IrTest, PrinterIsStable) {
+  auto g = ConvNet();
+  std::string text = PrintGraph(*g);
+  EXPECT_NE(text.find("%c = Conv(%x, %w, %b) {pads=[1,1,1,1]} : f32[1,5,7,9]"), std::string::npos) << text;
+  EXPECT_NE(text.find("%y = Add(%p, %pb) : f32[5,11]"), std::string::npos) << text;
+  EXPECT_EQ(text, PrintGraph(*g));
+  EXPECT_TRUE(VerifyGraph(*g).ok());
+}
+
+TEST(PassTest, FoldConstantsEvaluatesShapeArithmetic) {
+  Graph g;
+  Value* x = g.AddValue("x", TensorType::Static(DType::kFloat32, {2, 3}));
+  g.AddInput(x);
+  Node* shape = g.AddNode("Shape", "shape", {x}, {"s"}, 13);
+  Node* twice = g.AddNode("Add", "twice", {shape->output(0), shape->output(0)}, {"t"}, 13);
+  g.AddOutput(twice->output(0));
+  ASSERT_TRUE(InferTypes(g).ok());
+  PassContext ctx;
+  auto stats = RunPipeline(g, "fold-constants,dce", {}, ctx);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(g.num_nodes(), 0u);
+  ASSERT_TRUE(g.outputs()[0]->is_constant());
+  EXPECT_EQ(g.outputs()[0]->constant()->GetAsInt64(0), 4);
+  EXPECT_EQ(g.outputs()[0]->constant()->GetAsInt64(1), 6);
+}
+
+TEST(PassTest, PipelineRejectsUnknownPass) {
+  auto g = ConvNet();
+  PassContext ctx;
+  auto stats = RunPipeline(*g, "dce,no-such-pass", {}, ctx);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(std::string(stats.status().message()).find("unknown pass 'no-such-pass'"), std::string::npos);
+}
+
+TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
+  auto g = ConvNet();
+  PassContext ctx;
+  auto stats = RunPipeline(*g, kDefaultPipeline, {}, ctx);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::string text = PrintGraph(*g);
+  EXPECT_EQ(text.find("BatchNormalization"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Relu("), std::string::npos) << text;
+  EXPECT_NE(text.find("kiln.activation"), std::string::npos) << text;
+  EXPECT_EQ(g->num_nodes(), 3u) << text;  // Conv(+BN+Relu), Reshape, MatMul(+bias)
+  EXPECT_TRUE(ctx.has_memory_plan);
+  EXPECT_LE(ctx.memory_plan.arena_bytes, ctx.memory_plan.naive_bytes);
+  EXPECT_EQ(ctx.memory_plan.views, 1);
+}
+
+// Compiles the graph, runs the artifact and returns max |compiled - reference| relative
+// to the reference's largest magnitude.
+double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Graph> compiled_graph, const std::string& pipeline) {
+  auto input = Random(reference->inputs()[0]->type().StaticDims(), 99);
+  auto expected = RunGraph(*reference, {*input});
+  EXPECT_TRUE(expected.ok()) << expected.status();
+  PassContext ctx;
+  auto stats = RunPipeline(*compiled_graph, pipeline, {}, ctx);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  auto target = ResolveTarget("host");
+  EXPECT_TRUE(target.ok());
+  CodegenOptions options{*target, "{}", "test"};
+  auto artifact = GenerateArtifact(*compiled_graph, ctx.has_memory_plan ? ctx.memory_plan : NaiveMemoryPlan(*compiled_graph), options);
+  EXPECT_TRUE(artifact.ok()) << artifact.status();
+  if (!artifact.ok()) return 1e9;
+  std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
+  EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
+  kiln_module* module = nullptr;
+  kiln_session* session = nullptr;
+  EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
+  kiln_session_options session_options{sizeof(kiln_session_options), 2};
+  EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
+  Tensor out(DType::kFloat32, (*expected)[0].dims());
+  const void* ins[] = {input->data()};
+  void* outs[] = {out.data()};
+  EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
+  kiln_session_destroy(session);
+  kiln_module_unload(module);
+  unlink(path.c_str());
+  double max_error = 0, scale = 0;
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    max_error = std::max(max_error, std::fabs(double(out.data_as<float>()[i]) - (*expected)[0].data_as<float>()[i]));
+    scale = std::max(scale, std::fabs(double((*expected)[0].data_as<float>()[i])));
+  }
+  EXPECT_GT(scale, 0.1);  // the comparison means something only if outputs are not tiny
+  return max_error / scale;
+}
+
+TEST(CodegenTest, OptimisedArtifactMatchesInterpreter) {
+  EXPECT_LT(CompiledVsReference(ConvNet(), ConvNet(), kDefaultPipeline), 1e-5);
+}
+
+TEST(CodegenTest, UnoptimisedArtifactMatchesInterpreter) {
+  EXPECT_LT(CompiledVsReference(ConvNet(), ConvNet(), "fold-constants"), 1e-5);
+}
+
+TEST(TargetTest, PresetsAndErrors) {
+  auto v3 = ResolveTarget("x86-64-v3");
+  ASSERT_TRUE(v3.ok());
+  EXPECT_EQ(v3->cpu, "x86-64-v3");
+  auto custom = ResolveTarget("triple=aarch64-unknown-linux-gnu,cpu=neoverse-v1,features=+neon");
+  ASSERT_TRUE(custom.ok()) << custom.status();
+  EXPECT_FALSE(custom->is_host);
+  auto bad = ResolveTarget("pentium-pro");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("unknown target 'pentium-pro'"), std::string::npos);
+}
+
+TEST(FrontendTest, GarbageIsAClearError) {
+  ImportOptions options;
+  options.model_label = "junk.onnx";
+  auto g = ImportOnnxModel("this is not a protobuf \x01\x02", options);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(std::string(g.status().message()).find("junk.onnx"), std::string::npos) << g.status();
+}
+
+}  // namespace
+}  // namespace kiln
