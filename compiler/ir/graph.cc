@@ -149,6 +149,14 @@ void Graph::ReplaceAllUses(Value* from, Value* to) {
   }
 }
 
+void Graph::TakeOver(Value* from, Value* to) {
+  const std::string name = from->name();
+  from->set_name(UniqueName(name + ".replaced"));
+  to->set_name(name);
+  to->set_type(from->type());
+  ReplaceAllUses(from, to);
+}
+
 void Graph::RemoveNode(Node* node) { node->dead_ = true; }
 
 void Graph::Compact() {

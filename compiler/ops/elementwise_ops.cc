@@ -84,15 +84,6 @@ constexpr BinaryDef kBinaryOps[] = {
     {"PRelu", KILN_BINARY_PRELU, false},
 };
 
-absl::Status RequireFloat(const InferContext& ctx) {
-  DType d = ctx.type(0).dtype;
-  if (d != DType::kFloat32 && d != DType::kFloat64) {
-    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d),
-                                            " is not supported (f32 and f64 are)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RequireNumeric(const InferContext& ctx, size_t i) {
   DType d = ctx.type(i).dtype;
   if (d == DType::kString || d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kUndefined) {

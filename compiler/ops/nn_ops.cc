@@ -6,22 +6,6 @@
 namespace kiln::ops {
 namespace {
 
-absl::Status RequireStatic(const InferContext& ctx, size_t i) {
-  if (!ctx.type(i).IsStatic()) {
-    return NodeError(ctx.node, absl::StrCat("input ", i, " needs a static shape, has ",
-                                            PrintType(ctx.type(i)), "; give input shapes with --input-shape"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RequireFloat(const InferContext& ctx) {
-  DType d = ctx.type(0).dtype;
-  if (d != DType::kFloat32 && d != DType::kFloat64) {
-    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " is not supported (f32 and f64 are)"));
-  }
-  return absl::OkStatus();
-}
-
 // Spatial window of a Conv/Pool node after auto_pad: the parameters and output extents.
 struct WindowParams {
   std::vector<int64_t> kernel, strides, pads_begin, pads_end, dilations, out;

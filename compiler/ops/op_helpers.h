@@ -49,6 +49,13 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims);
 absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i,
                                               const char* what);
 
+// Constant inputs of a node (nullptr where an input is not constant or omitted).
+std::vector<const Tensor*> ConstantsOf(const Node& node);
+
+// Input i must have a fully static shape / a float element type (f32, f64).
+absl::Status RequireStatic(const InferContext& ctx, size_t i);
+absl::Status RequireFloat(const InferContext& ctx);
+
 // Output 0 gets input 0's type.
 absl::Status SameAsInput0(InferContext& ctx);
 TensorType WithShape(DType dtype, std::vector<Dim> shape);

@@ -42,12 +42,6 @@ absl::StatusOr<int64_t> ReduceMask(const Node& node, const std::vector<const Ten
   return mask;
 }
 
-std::vector<const Tensor*> ConstantsOf(const Node& node) {
-  std::vector<const Tensor*> constants;
-  for (const Value* in : node.inputs()) constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
-  return constants;
-}
-
 std::vector<Dim> ReducedShape(const std::vector<Dim>& in, int64_t mask, bool keepdims) {
   std::vector<Dim> out;
   for (size_t i = 0; i < in.size(); ++i) {

@@ -98,6 +98,28 @@ absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i,
   return t;
 }
 
+std::vector<const Tensor*> ConstantsOf(const Node& node) {
+  std::vector<const Tensor*> constants;
+  for (const Value* in : node.inputs()) constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
+  return constants;
+}
+
+absl::Status RequireStatic(const InferContext& ctx, size_t i) {
+  if (!ctx.type(i).IsStatic()) {
+    return NodeError(ctx.node, absl::StrCat("input ", i, " needs a static shape, has ", PrintType(ctx.type(i)),
+                                            "; give input shapes with --input-shape"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireFloat(const InferContext& ctx) {
+  DType d = ctx.type(0).dtype;
+  if (d != DType::kFloat32 && d != DType::kFloat64) {
+    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " is not supported (f32 and f64 are)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SameAsInput0(InferContext& ctx) {
   ctx.output_types[0] = ctx.type(0);
   return absl::OkStatus();

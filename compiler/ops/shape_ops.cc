@@ -10,15 +10,6 @@
 namespace kiln::ops {
 namespace {
 
-absl::Status RequireStatic(const InferContext& ctx, size_t i) {
-  if (!ctx.type(i).IsStatic()) {
-    return NodeError(ctx.node, absl::StrCat("input ", i, " needs a static shape, has ",
-                                            PrintType(ctx.type(i)),
-                                            "; give input shapes with --input-shape"));
-  }
-  return absl::OkStatus();
-}
-
 // A strided view copy: the lowering of Transpose, Slice, Expand and the depth/space ops.
 KernelCall StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                        int64_t offset) {
@@ -101,12 +92,6 @@ absl::StatusOr<SliceParams> SliceFromNode(const Node& node, const std::vector<in
   };
   return ComputeSlice(node, in_dims, ToInts(*constants[1]), ToInts(*constants[2]), optional(3),
                       optional(4));
-}
-
-std::vector<const Tensor*> ConstantsOf(const Node& node) {
-  std::vector<const Tensor*> constants;
-  for (const Value* in : node.inputs()) constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
-  return constants;
 }
 
 absl::StatusOr<std::vector<int64_t>> ReshapeTarget(const Node& node, const std::vector<int64_t>& in_dims,

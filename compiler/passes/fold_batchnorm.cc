@@ -96,13 +96,7 @@ class FoldBatchNorm : public Pass {
 
   // `replacement` takes over the name, type and uses of `node`'s output.
   void TakeOver(Graph& graph, Node* node, Node* replacement) {
-    Value* old_out = node->output(0);
-    Value* new_out = replacement->output(0);
-    new_out->set_type(old_out->type());
-    const std::string name = old_out->name();
-    old_out->set_name(graph.UniqueName(name + ".replaced"));
-    new_out->set_name(name);
-    graph.ReplaceAllUses(old_out, new_out);
+    graph.TakeOver(node->output(0), replacement->output(0));
     graph.RemoveNode(node);
   }
 };

@@ -107,13 +107,7 @@ class Fuse : public Pass {
 
   // `producer` now computes what `consumer` returned: it takes the consumer's output name.
   static void Absorb(Graph& graph, Node* producer, Node* consumer) {
-    Value* produced = producer->output(0);
-    Value* consumed = consumer->output(0);
-    const std::string name = consumed->name();
-    consumed->set_name(graph.UniqueName(name + ".fused"));
-    produced->set_name(name);
-    produced->set_type(consumed->type());
-    graph.ReplaceAllUses(consumed, produced);
+    graph.TakeOver(consumer->output(0), producer->output(0));
     graph.RemoveNode(consumer);
   }
 };

@@ -120,14 +120,7 @@ class Simplify : public Pass {
 
   // Makes `replacement` (already inserted before `node`) take over node's output.
   bool Replace(Graph& graph, Node* node, Node* replacement) {
-    Value* old_out = node->output(0);
-    Value* new_out = replacement->output(0);
-    new_out->set_type(old_out->type());
-    // Keep the original name on the surviving value so outputs keep their names.
-    const std::string name = old_out->name();
-    old_out->set_name(graph.UniqueName(name + ".replaced"));
-    new_out->set_name(name);
-    graph.ReplaceAllUses(old_out, new_out);
+    graph.TakeOver(node->output(0), replacement->output(0));
     graph.RemoveNode(node);
     return true;
   }

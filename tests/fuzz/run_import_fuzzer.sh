@@ -11,4 +11,4 @@ for model in /usr/share/libonnx-testdata/data/node/*/model.onnx; do
   i=$((i + 1))
   (( i % 8 == 0 )) && cp "$model" "$corpus/seed_$i.onnx"
 done
-"$fuzzer" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -print_final_stats=1 "$corpus" 2>&1 | tail -15
+"$fuzzer" -seed=1 -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -print_final_stats=1 "$corpus" 2>&1 | tail -15

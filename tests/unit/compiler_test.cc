@@ -12,6 +12,7 @@
 #include "kiln/compiler/passes.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/runtime.h"
+#include "onnx/onnx_pb.h"
 
 namespace kiln {
 namespace {
@@ -160,6 +161,41 @@ TEST(FrontendTest, GarbageIsAClearError) {
   auto g = ImportOnnxModel("this is not a protobuf \x01\x02", options);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(std::string(g.status().message()).find("junk.onnx"), std::string::npos) << g.status();
+}
+
+// Found by the importer fuzzer: libonnx's shape inference reads out of bounds on this
+// LayerNormalization axis. The import must fail with a message, not crash.
+TEST(FrontendTest, MalformedModelThatCrashesOnnxInferenceIsAnError) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->set_name("g");
+  for (const char* name : {"X", "W", "B"}) {
+    onnx::ValueInfoProto* in = graph->add_input();
+    in->set_name(name);
+    auto* tensor = in->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(onnx::TensorProto::FLOAT);
+    if (std::string(name) == "X") tensor->mutable_shape()->add_dim()->set_dim_value(3);
+    tensor->mutable_shape()->add_dim()->set_dim_value(4);
+  }
+  onnx::NodeProto* node = graph->add_node();
+  node->set_op_type("LayerNormalization");
+  for (const char* name : {"X", "W", "B"}) node->add_input(name);
+  node->add_output("Y");
+  node->add_output("Mean");
+  onnx::AttributeProto* axis = node->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(-1073741825);
+  onnx::ValueInfoProto* out = graph->add_output();
+  out->set_name("Y");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  ImportOptions options;
+  options.model_label = "fuzzed.onnx";
+  auto g = ImportOnnxModel(model.SerializeAsString(), options);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(std::string(g.status().message()).find("fuzzed.onnx"), std::string::npos) << g.status();
 }
 
 }  // namespace

@@ -126,6 +126,9 @@ class Graph {
   void SetConstant(Value* value, std::shared_ptr<const Tensor> tensor);
   // Replaces every use of `from` (node inputs and graph outputs) by `to`.
   void ReplaceAllUses(Value* from, Value* to);
+  // `to` takes over `from`: its name (so graph outputs keep theirs), its type and every
+  // use. `from` is renamed out of the way and left for Compact().
+  void TakeOver(Value* from, Value* to);
   // Marks a node for removal; Compact() drops it.
   void RemoveNode(Node* node);
   // Drops removed nodes and values no longer referenced.
