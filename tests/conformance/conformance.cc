@@ -84,28 +84,26 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
     if (!entry.is_directory() || entry.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
     ++sets;
     std::vector<kiln::Tensor> inputs, outputs, expected;
-    for (int32_t i = 0; i < desc->num_inputs; ++i) {
-      auto data = kiln::ReadFile((entry.path() / absl::StrCat("input_", i, ".pb")).string());
+    // Reads <set>/<kind>_<i>.pb into `into`; on failure records why.
+    auto read = [&](const char* kind, int32_t i, std::vector<kiln::Tensor>& into) {
+      auto data = kiln::ReadFile((entry.path() / absl::StrCat(kind, "_", i, ".pb")).string());
       auto t = data.ok() ? kiln::ParseTensorProto(*data) : absl::StatusOr<kiln::Tensor>(data.status());
       if (!t.ok()) {
         detail = std::string(t.status().message());
         outcome = Outcome::kFail;
-        break;
+        return false;
       }
-      inputs.push_back(std::move(*t));
+      into.push_back(std::move(*t));
+      return true;
+    };
+    for (int32_t i = 0; i < desc->num_inputs; ++i) {
+      if (!read("input", i, inputs)) break;
     }
     if (outcome != Outcome::kPass) break;
     for (int32_t i = 0; i < desc->num_outputs; ++i) {
       const kiln_tensor_info& info = desc->outputs[i];
       outputs.emplace_back(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
-      auto data = kiln::ReadFile((entry.path() / absl::StrCat("output_", i, ".pb")).string());
-      auto t = data.ok() ? kiln::ParseTensorProto(*data) : absl::StatusOr<kiln::Tensor>(data.status());
-      if (!t.ok()) {
-        detail = std::string(t.status().message());
-        outcome = Outcome::kFail;
-        break;
-      }
-      expected.push_back(std::move(*t));
+      if (!read("output", i, expected)) break;
     }
     if (outcome != Outcome::kPass) break;
     std::vector<const void*> in_ptrs;
