@@ -126,8 +126,7 @@ void RegisterReduceOps(Registry& registry) {
     OpSchema s;
     s.name = def.name;
     s.infer = [](InferContext& ctx) -> absl::Status {
-      DType d = ctx.type(0).dtype;
-      if (d != DType::kFloat32 && d != DType::kFloat64) return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " is not supported"));
+      if (auto st = RequireFloat(ctx); !st.ok()) return st;
       if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
       auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", ctx.node.opset() < 13 ? 1 : -1),
                                 static_cast<int64_t>(ctx.type(0).shape.size()));

@@ -21,6 +21,7 @@ namespace kiln {
 namespace {
 
 constexpr int kMinOpset = 7;
+constexpr int kMaxOpset = 17;
 
 // Runs libonnx's checker and strict shape inference. They run in a child process because
 // libonnx 1.12 can crash on malformed models that pass the checker (the importer fuzzer
@@ -70,7 +71,6 @@ absl::Status CheckWithOnnx(const onnx::ModelProto& model) {
       "the ONNX checker crashed on this model (", WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status)) : absl::StrCat("exit ", WEXITSTATUS(status)),
       "); the model is malformed"));
 }
-constexpr int kMaxOpset = 17;
 
 class Importer {
  public:
