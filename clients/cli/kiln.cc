@@ -164,7 +164,7 @@ int Compile(int argc, char** argv) {
     if (auto s = kiln::WriteFile(args.Get("--report"), result->report_json); !s.ok()) return Fail(std::string(s.message()));
   }
   std::fprintf(stderr, "kiln: compiled %s -> %s (%zu bytes, target %s, %zu nodes, arena %lld bytes vs %lld naive) in %.0f ms\n",
-               model_path.c_str(), out.c_str(), result->shared_object.size(), kiln::CanonicalTarget(result->target).c_str(),
+               model_path.c_str(), out.c_str(), result->shared_object.size(), (result->target.triple + "/" + result->target.cpu).c_str(),
                result->graph->num_nodes(), static_cast<long long>(result->memory_plan.arena_bytes),
                static_cast<long long>(result->memory_plan.naive_bytes), result->import_ms + result->passes_ms + result->codegen_ms);
   return 0;

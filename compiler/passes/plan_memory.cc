@@ -85,12 +85,13 @@ class PlanMemory : public Pass {
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     MemoryPlan plan;
     std::vector<Node*> nodes = graph.nodes();
-    // Owner of each buffer (after following views) and the last node that reads it.
+    // Owner of each buffer: views and in-place results point at the value whose buffer they
+    // use, possibly through a chain (a Reshape of an in-place Add of a MatMul result).
     std::unordered_map<const Value*, const Value*> owner;
     std::unordered_map<const Value*, size_t> last_use;
     auto root = [&](const Value* v) {
-      auto it = owner.find(v);
-      return it == owner.end() ? v : it->second;
+      for (auto it = owner.find(v); it != owner.end(); it = owner.find(v)) v = it->second;
+      return v;
     };
     std::vector<absl::StatusOr<KernelCall>> calls;
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -104,16 +105,27 @@ class PlanMemory : public Pass {
       const Value* in = node->input(0);
       const Value* out = node->output(0);
       if (NeedsArena(graph, root(in)) && NeedsArena(graph, out)) {
-        owner[out] = root(in);
-        plan.alias[out] = root(in);
+        owner[out] = in;
+        plan.alias[out] = in;
         ++plan.views;
       }
     }
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      for (const Value* in : nodes[i]->inputs()) {
-        if (in != nullptr) last_use[root(in)] = i;
+    // Last reader of each buffer, through every alias of it; recomputed when an in-place
+    // result joins a buffer (which then lives as long as the result and its views).
+    auto compute_last_use = [&]() {
+      std::unordered_map<const Value*, size_t> fresh;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        for (const Value* in : nodes[i]->inputs()) {
+          if (in != nullptr) fresh[root(in)] = i;  // nodes are in order: the last write wins
+        }
+        for (const Value* out : nodes[i]->outputs()) fresh.emplace(out, i);  // never read: dies at birth
       }
-    }
+      for (const auto& [value, index] : last_use) {
+        if (index == SIZE_MAX) fresh[value] = SIZE_MAX;  // already released
+      }
+      last_use = std::move(fresh);
+    };
+    compute_last_use();
     Arena arena;
     for (size_t i = 0; i < nodes.size(); ++i) {
       Node* node = nodes[i];
@@ -127,7 +139,7 @@ class PlanMemory : public Pass {
         for (const Value* in : node->inputs()) {
           if (in == nullptr) continue;
           const Value* r = root(in);
-          if (r == in && plan.arena.count(r) && last_use[r] == i && ValueBytes(in) == ValueBytes(node->output(0)) &&
+          if (plan.arena.count(r) && last_use[r] == i && ValueBytes(in) == ValueBytes(node->output(0)) &&
               in->type().StaticDims() == node->output(0)->type().StaticDims()) {
             reuse = r;
             break;
@@ -140,16 +152,10 @@ class PlanMemory : public Pass {
           owner[out] = reuse;
           plan.alias[out] = reuse;
           ++plan.in_place;
-          // The reused buffer now lives as long as the result.
-          for (size_t j = i + 1; j < nodes.size(); ++j) {
-            for (const Value* in : nodes[j]->inputs()) {
-              if (in != nullptr && root(in) == reuse) last_use[reuse] = j;
-            }
-          }
+          compute_last_use();  // the reused buffer now lives as long as the result
           continue;
         }
         plan.arena[out] = MemoryPlan::Slot{arena.Allocate(ValueBytes(out)), ValueBytes(out)};
-        if (last_use.count(out) == 0) last_use[out] = i;  // never read: free right away
       }
       // Release buffers whose last reader is this node.
       for (const auto& [value, slot] : plan.arena) {

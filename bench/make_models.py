@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Exports the real-model set with Debian's torch/torchvision: random weights, fixed seed.
+
+    make_models.py OUT_DIR [--only NAME[,NAME...]] [--opset N]
+
+For each model it writes OUT_DIR/NAME.onnx plus NAME.input_K.pb / NAME.output_K.pb
+(ONNX TensorProtos: a seeded input and PyTorch's own output for it), so the compiled model
+can be checked against the reference interpreter and, independently, against PyTorch.
+
+BatchNorm layers get random affine parameters and running statistics gathered in train
+mode on random inputs: freshly initialised torchvision CNNs otherwise produce vanishing
+outputs (MobileNetV2 around 1e-9) against which any comparison passes. The script refuses
+to write a model whose reference output is degenerate (all outputs tiny or non-finite).
+"""
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+from onnx import numpy_helper
+
+SEED = 20261122
+
+
+# --- a BERT-style encoder written out in plain modules (what BERT-base exports to) --------
+class SelfAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.query, self.key, self.value = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.out = nn.Linear(hidden, hidden)
+
+    def split(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, mask_bias):
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + mask_bias
+        context = torch.matmul(torch.softmax(scores, dim=-1), v)
+        b, h, s, d = context.shape
+        return self.out(context.transpose(1, 2).reshape(b, s, h * d))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.attention = SelfAttention(hidden, heads)
+        self.norm1 = nn.LayerNorm(hidden, eps=1e-12)
+        self.ffn_in, self.ffn_out = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
+        self.norm2 = nn.LayerNorm(hidden, eps=1e-12)
+
+    def forward(self, x, mask_bias):
+        x = self.norm1(x + self.attention(x, mask_bias))
+        return self.norm2(x + self.ffn_out(nn.functional.gelu(self.ffn_in(x))))
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, vocab, seq, hidden, layers, heads, ffn):
+        super().__init__()
+        self.word = nn.Embedding(vocab, hidden)
+        self.position = nn.Embedding(seq, hidden)
+        self.norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn) for _ in range(layers))
+        self.pooler = nn.Linear(hidden, hidden)
+        self.register_buffer("positions", torch.arange(seq).unsqueeze(0), persistent=False)
+
+    def forward(self, input_ids, attention_mask):
+        x = self.norm(self.word(input_ids) + self.position(self.positions))
+        mask_bias = (1.0 - attention_mask[:, None, None, :]) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask_bias)
+        return x, torch.tanh(self.pooler(x[:, 0]))
+
+
+def bert_inputs(vocab, seq, gen):
+    ids = torch.randint(0, vocab, (1, seq), generator=gen)
+    mask = torch.ones(1, seq)
+    mask[0, seq - seq // 8:] = 0  # padded tail, so the mask matters
+    return ids, mask
+
+
+def randomize_batchnorm(model, input_shape, gen):
+    """Random BN affine parameters, then running statistics from train-mode passes."""
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    for bn in bns:
+        with torch.no_grad():
+            bn.weight.uniform_(0.5, 1.5, generator=gen)
+            bn.bias.uniform_(-0.3, 0.3, generator=gen)
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative average over the calibration batches
+    model.train()
+    with torch.no_grad():
+        for _ in range(4):
+            model(torch.randn(4, *input_shape[1:], generator=gen))
+    model.eval()
+
+
+def cnn(factory, size=224):
+    def build(gen):
+        torch.manual_seed(SEED)
+        model = factory()
+        shape = (1, 3, size, size)
+        randomize_batchnorm(model, shape, gen)
+        return model, (torch.randn(*shape, generator=gen),), ["input"], ["logits"], 13
+    return build
+
+
+def bert(layers, hidden, heads, seq, vocab):
+    def build(gen):
+        torch.manual_seed(SEED)
+        model = BertEncoder(vocab, seq, hidden, layers, heads, 4 * hidden).eval()
+        return (model, bert_inputs(vocab, seq, gen), ["input_ids", "attention_mask"],
+                ["last_hidden_state", "pooled"], 13)
+    return build
+
+
+MODELS = {
+    "resnet50": cnn(lambda: torchvision.models.resnet50()),
+    "mobilenet_v2": cnn(lambda: torchvision.models.mobilenet_v2()),
+    "squeezenet1_1": cnn(lambda: torchvision.models.squeezenet1_1()),
+    "resnet18_tiny": cnn(lambda: torchvision.models.resnet18(num_classes=10), size=64),
+    "bert_base": bert(layers=12, hidden=768, heads=12, seq=128, vocab=30522),
+    "bert_tiny": bert(layers=2, hidden=128, heads=2, seq=32, vocab=1000),
+}
+
+
+def save_tensor(array, name, path):
+    proto = numpy_helper.from_array(np.ascontiguousarray(array), name)
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+
+
+def export(name, out_dir, opset_override):
+    gen = torch.Generator().manual_seed(SEED)
+    model, inputs, input_names, output_names, opset = MODELS[name](gen)
+    opset = opset_override or opset
+    with torch.no_grad():
+        outputs = model(*inputs)
+    if isinstance(outputs, torch.Tensor):
+        outputs = (outputs,)
+    for out_name, out in zip(output_names, outputs):
+        scale = float(out.abs().max())
+        if not math.isfinite(scale) or scale < 1e-2:
+            sys.exit(f"{name}: reference output {out_name} is degenerate (max |y| = {scale:g}); "
+                     "refusing to write a model any comparison would pass")
+    path = os.path.join(out_dir, name + ".onnx")
+    torch.onnx.export(model, inputs, path, input_names=input_names, output_names=output_names,
+                      opset_version=opset, do_constant_folding=True)
+    for i, (in_name, t) in enumerate(zip(input_names, inputs)):
+        save_tensor(t.numpy(), in_name, os.path.join(out_dir, f"{name}.input_{i}.pb"))
+    for i, (out_name, t) in enumerate(zip(output_names, outputs)):
+        save_tensor(t.numpy(), out_name, os.path.join(out_dir, f"{name}.output_{i}.pb"))
+    scales = ", ".join(f"{n} max|y|={float(t.abs().max()):.3g}" for n, t in zip(output_names, outputs))
+    print(f"{name}: {path} (opset {opset}; {scales})", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--only", help="comma-separated subset of: " + ", ".join(MODELS))
+    parser.add_argument("--opset", type=int, default=0, help="override the export opset (13+)")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else list(MODELS)
+    for n in names:
+        if n not in MODELS:
+            sys.exit(f"unknown model '{n}'; known: {', '.join(MODELS)}")
+    if args.opset and args.opset < 13:
+        sys.exit("--opset must be 13 or later")
+    os.makedirs(args.out_dir, exist_ok=True)
+    torch.set_num_threads(2)
+    for n in names:
+        export(n, args.out_dir, args.opset)
+
+
+if __name__ == "__main__":
+    main()

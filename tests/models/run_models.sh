@@ -1,0 +1,22 @@
+#!/bin/bash
+# Exports the real models the test suite checks (bench/make_models.py, fixed seed) and runs
+# kiln-model-check on each: compiled artifact vs the reference interpreter (<= 1e-4 x output
+# scale) and vs PyTorch's own outputs (<= 1e-3 x scale). BERT-base runs only in bench/.
+#   run_models.sh KILN_MODEL_CHECK SOURCE_DIR WORK_DIR
+set -euo pipefail
+check=$1 src=$2 work=$3
+models=(squeezenet1_1 resnet18_tiny mobilenet_v2 resnet50 bert_tiny)
+mkdir -p "$work"
+/usr/bin/python3 "$src/bench/make_models.py" "$work" --only "$(IFS=,; echo "${models[*]}")" 2>&1 \
+  | grep -v -i -E "warning|^ *warnings.warn|^$" || true
+failed=0
+for m in "${models[@]}"; do
+  args=()
+  for f in "$work/$m".input_*.pb; do args+=(--input "$f"); done
+  for f in "$work/$m".output_*.pb; do args+=(--expected "$f"); done
+  if ! "$check" "$work/$m.onnx" "${args[@]}"; then
+    echo "FAILED: $m" >&2
+    failed=1
+  fi
+done
+exit $failed
