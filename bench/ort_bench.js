@@ -1,0 +1,109 @@
+#!/usr/bin/env node
+// ONNX Runtime side of the benchmark: the CPU execution provider that onnxruntime-node
+// ships, all graph optimisations on, intra-op threads = --threads, one inter-op thread.
+//   node ort_bench.js MODEL.onnx --input FILE.pb [--input ...] [--threads N] [--iters N] [--warmup N]
+// Prints one JSON line: {"median_ms":..,"p90_ms":..,"threads":..,"iters":..,"ort_version":..}.
+'use strict';
+const fs = require('fs');
+const ort = require('onnxruntime-node');
+
+function usage(problem) {
+  process.stderr.write(`ort_bench: ${problem}\nusage: node ort_bench.js MODEL.onnx --input FILE.pb ` +
+                       `[--input ...] [--threads N] [--iters N] [--warmup N]\n`);
+  process.exit(2);
+}
+
+// Minimal protobuf reader for the ONNX TensorProto fields numpy_helper writes:
+// dims (1), data_type (2), name (8), raw_data (9).
+function readTensorProto(path) {
+  const buf = fs.readFileSync(path);
+  let pos = 0;
+  const varint = () => {
+    let result = 0n, shift = 0n;
+    for (;;) {
+      const b = buf[pos++];
+      result |= BigInt(b & 0x7f) << shift;
+      if ((b & 0x80) === 0) return result;
+      shift += 7n;
+    }
+  };
+  const dims = [];
+  let dataType = 0, name = '', raw = null;
+  while (pos < buf.length) {
+    const key = Number(varint());
+    const field = key >> 3, wire = key & 7;
+    if (wire === 0) {
+      const v = varint();
+      if (field === 1) dims.push(Number(v));
+      else if (field === 2) dataType = Number(v);
+    } else if (wire === 2) {
+      const len = Number(varint());
+      const bytes = buf.subarray(pos, pos + len);
+      pos += len;
+      if (field === 1) {  // packed dims
+        const saved = pos;
+        let p = 0;
+        while (p < bytes.length) {
+          let r = 0n, s = 0n;
+          for (;;) { const b = bytes[p++]; r |= BigInt(b & 0x7f) << s; if ((b & 0x80) === 0) break; s += 7n; }
+          dims.push(Number(r));
+        }
+        pos = saved;
+      } else if (field === 8) name = bytes.toString('utf8');
+      else if (field === 9) raw = bytes;
+    } else if (wire === 5) pos += 4;
+    else if (wire === 1) pos += 8;
+    else throw new Error(`${path}: unsupported protobuf wire type ${wire}`);
+  }
+  if (raw === null) throw new Error(`${path}: tensor has no raw_data (write it with numpy_helper.from_array)`);
+  const copy = Uint8Array.from(raw).buffer;
+  const types = {1: ['float32', Float32Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 9: ['bool', Uint8Array]};
+  if (!types[dataType]) throw new Error(`${path}: data type ${dataType} is not supported here`);
+  const [type, Array] = types[dataType];
+  return {name, tensor: new ort.Tensor(type, new Array(copy), dims)};
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  let model = null, threads = 1, iters = 50, warmup = 5;
+  const inputs = [];
+  for (let i = 0; i < args.length; ++i) {
+    const a = args[i];
+    const value = () => { if (i + 1 >= args.length) usage(`${a} needs a value`); return args[++i]; };
+    if (a === '--input') inputs.push(value());
+    else if (a === '--threads') threads = parseInt(value(), 10);
+    else if (a === '--iters') iters = parseInt(value(), 10);
+    else if (a === '--warmup') warmup = parseInt(value(), 10);
+    else if (a.startsWith('-')) usage(`unknown flag ${a}`);
+    else if (model === null) model = a;
+    else usage(`unexpected argument ${a}`);
+  }
+  if (model === null) usage('no model given');
+  if (!(threads >= 1) || !(iters >= 1)) usage('--threads and --iters must be positive');
+  const session = await ort.InferenceSession.create(model, {
+    executionProviders: ['cpu'], graphOptimizationLevel: 'all', executionMode: 'sequential',
+    intraOpNumThreads: threads, interOpNumThreads: 1,
+  });
+  const feeds = {};
+  for (const path of inputs) {
+    const {name, tensor} = readTensorProto(path);
+    if (!session.inputNames.includes(name)) throw new Error(`${path}: the model has no input named '${name}'`);
+    feeds[name] = tensor;
+  }
+  for (const name of session.inputNames) {
+    if (!(name in feeds)) throw new Error(`no --input given for model input '${name}'`);
+  }
+  for (let i = 0; i < warmup; ++i) await session.run(feeds);
+  const times = [];
+  for (let i = 0; i < iters; ++i) {
+    const t0 = process.hrtime.bigint();
+    await session.run(feeds);
+    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  times.sort((a, b) => a - b);
+  const pick = (q) => times[Math.min(times.length - 1, Math.floor(q * times.length))];
+  const version = require('onnxruntime-node/package.json').version;
+  console.log(JSON.stringify({median_ms: +pick(0.5).toFixed(4), p90_ms: +pick(0.9).toFixed(4), threads, iters, ort_version: version}));
+}
+
+main().catch((e) => { process.stderr.write(`ort_bench: ${e.message}\n`); process.exit(1); });
