@@ -2,10 +2,12 @@
 // node becomes a call into the kernel library (linked in from embedded bitcode and then
 // inlined and specialised for its constant shapes), intermediates live at fixed offsets
 // in the workspace arena from the memory plan, and kiln_module_v1() describes it all.
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "kernel_ops.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/runtime.h"
@@ -124,6 +126,7 @@ class ModuleBuilder {
   // The address of a value's buffer inside the entry function.
   absl::StatusOr<llvm::Value*> Address(const Value* value);
   absl::Status EmitNode(const Node& node, size_t index, llvm::Function* entry);
+  absl::Status EmitFusedElementwise(const Node& node, size_t index);
   llvm::Constant* TensorInfos(const std::vector<Value*>& values);
 
   llvm::LLVMContext& ctx_;
@@ -194,6 +197,7 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
                                                         PrintType(out->type()), "); give input shapes with --input-shape"));
     }
   }
+  if (node.op() == kFusedElementwiseOp) return EmitFusedElementwise(node, index);
   absl::StatusOr<KernelCall> call = schema->lower(node);
   if (!call.ok()) return call.status();
   // A view whose output shares the input's buffer needs no code at all.
@@ -259,6 +263,226 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
   builder_.CreateCondBr(builder_.CreateICmpEQ(rc, builder_.getInt32(0)), next, fail_block_);
   fail_code_->addIncoming(code, here);
   builder_.SetInsertPoint(next);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The iteration space of a fused elementwise loop: the output's dims with every operand's
+// element strides (0 where it broadcasts), size-1 dims dropped and neighbours merged where
+// every operand is contiguous across them. Operand 0 is the output.
+struct LoopSpace {
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> strides;  // [operand][dim]
+};
+
+LoopSpace CollapseLoops(const std::vector<int64_t>& out_dims, const std::vector<std::vector<int64_t>>& operand_dims) {
+  const size_t rank = out_dims.size();
+  LoopSpace space;
+  std::vector<std::vector<int64_t>> strides(operand_dims.size(), std::vector<int64_t>(rank, 0));
+  for (size_t k = 0; k < operand_dims.size(); ++k) {
+    const std::vector<int64_t>& dims = operand_dims[k];
+    int64_t stride = 1;
+    for (size_t i = 0; i < dims.size(); ++i) {  // right-aligned against the output
+      const size_t d = rank - 1 - i;
+      const int64_t extent = dims[dims.size() - 1 - i];
+      strides[k][d] = extent == 1 ? 0 : stride;
+      stride *= extent;
+    }
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (out_dims[d] == 1) continue;
+    bool merge = !space.dims.empty();
+    for (size_t k = 0; k < strides.size() && merge; ++k) merge = space.strides[k].back() == strides[k][d] * out_dims[d];
+    if (merge) {
+      space.dims.back() *= out_dims[d];
+      for (size_t k = 0; k < strides.size(); ++k) space.strides[k].back() = strides[k][d];
+    } else {
+      space.dims.push_back(out_dims[d]);
+      space.strides.resize(strides.size());
+      for (size_t k = 0; k < strides.size(); ++k) space.strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (space.dims.empty()) {  // a scalar, or all ones
+    space.dims.push_back(1);
+    space.strides.assign(strides.size(), std::vector<int64_t>{0});
+  }
+  return space;
+}
+
+}  // namespace
+
+// kiln.Elementwise becomes a loop nest generated here, not a kernel call:
+//   kiln_body_N(out, in0, in1, ..., begin, end)   noalias pointers; rows [begin, end) of the
+//       collapsed iteration space, each an inner loop over the last dim that evaluates the
+//       fused ops on scalars (arithmetic inline; other ops through the kernel library's
+//       kiln_s_unary/kiln_s_binary, inlined with constant codes), which LLVM vectorizes
+//   kiln_loop_N(ctx, begin, end)                  unpacks the pointers: the parallel_for body
+// and the entry function runs kiln_loop_N through the thread pool's parallel_for.
+absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index) {
+  const Value* out = node.output(0);
+  const DType dtype = out->type().dtype;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) {
+    return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": fused loops handle f32 and f64 only"));
+  }
+  const std::vector<int64_t> program = node.GetInts("program");
+  const std::vector<double> params = node.GetFloats("params");
+  const size_t num_ops = program.size() / 4, num_inputs = node.inputs().size();
+  if (num_ops == 0 || params.size() != 2 * num_ops) return absl::InternalError(absl::StrCat(NodeLabel(node), ": malformed program"));
+  llvm::Type* elem = dtype == DType::kFloat32 ? builder_.getFloatTy() : builder_.getDoubleTy();
+  const char* suffix = dtype == DType::kFloat32 ? "f32" : "f64";
+
+  // Operands: the output, then inputs. One-element constants become immediates.
+  std::vector<std::vector<int64_t>> operand_dims = {out->type().StaticDims()};
+  std::vector<llvm::Value*> addresses;
+  std::vector<llvm::Constant*> immediates(num_inputs, nullptr);
+  auto out_address = Address(out);
+  if (!out_address.ok()) return out_address.status();
+  addresses.push_back(*out_address);
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const Value* in = node.input(i);
+    operand_dims.push_back(in->type().StaticDims());
+    if (in->is_constant() && in->constant()->num_elements() == 1) {
+      immediates[i] = llvm::ConstantFP::get(elem, in->constant()->GetAsDouble(0));
+    }
+    auto address = Address(in);
+    if (!address.ok()) return address.status();
+    addresses.push_back(*address);
+  }
+  // The output may share an input's buffer (in place): then no noalias on the pointers.
+  bool in_place = false;
+  for (size_t i = 1; i < addresses.size(); ++i) in_place |= addresses[i] == addresses[0];
+  const LoopSpace space = CollapseLoops(operand_dims[0], operand_dims);
+  const size_t depth = space.dims.size();
+  const int64_t inner = space.dims.back();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < depth; ++d) rows *= space.dims[d];
+
+  // kiln_body_N
+  std::vector<llvm::Type*> params_types(addresses.size(), ptr_);
+  params_types.push_back(i64_);
+  params_types.push_back(i64_);
+  auto* body_type = llvm::FunctionType::get(builder_.getVoidTy(), params_types, false);
+  auto* body = llvm::Function::Create(body_type, llvm::GlobalValue::InternalLinkage, absl::StrCat("kiln_body_", index), module_);
+  for (size_t k = 0; k < addresses.size(); ++k) {
+    if (!in_place) body->addParamAttr(static_cast<unsigned>(k), llvm::Attribute::NoAlias);
+    if (k > 0) body->addParamAttr(static_cast<unsigned>(k), llvm::Attribute::ReadOnly);
+  }
+  llvm::IRBuilder<> b(ctx_);
+  llvm::BasicBlock* entry_block = llvm::BasicBlock::Create(ctx_, "entry", body);
+  llvm::BasicBlock* row_head = llvm::BasicBlock::Create(ctx_, "row", body);
+  llvm::BasicBlock* col_head = llvm::BasicBlock::Create(ctx_, "col", body);
+  llvm::BasicBlock* row_latch = llvm::BasicBlock::Create(ctx_, "row.next", body);
+  llvm::BasicBlock* exit_block = llvm::BasicBlock::Create(ctx_, "exit", body);
+  llvm::Value* begin = body->getArg(static_cast<unsigned>(addresses.size()));
+  llvm::Value* end = body->getArg(static_cast<unsigned>(addresses.size() + 1));
+  b.SetInsertPoint(entry_block);
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), row_head, exit_block);
+
+  b.SetInsertPoint(row_head);
+  llvm::PHINode* row = b.CreatePHI(i64_, 2, "r");
+  row->addIncoming(begin, entry_block);
+  // Base offset of each operand for this row: decompose the row over the outer dims.
+  std::vector<llvm::Value*> base(addresses.size(), b.getInt64(0));
+  llvm::Value* rest = row;
+  for (size_t d = depth - 1; d-- > 0;) {
+    llvm::Value* idx = d == 0 ? rest : b.CreateURem(rest, b.getInt64(space.dims[d]));
+    if (d > 0) rest = b.CreateUDiv(rest, b.getInt64(space.dims[d]));
+    for (size_t k = 0; k < addresses.size(); ++k) {
+      if (space.strides[k][d] != 0) base[k] = b.CreateAdd(base[k], b.CreateMul(idx, b.getInt64(space.strides[k][d])));
+    }
+  }
+  b.CreateBr(col_head);
+
+  b.SetInsertPoint(col_head);
+  llvm::PHINode* col = b.CreatePHI(i64_, 2, "j");
+  col->addIncoming(b.getInt64(0), row_head);
+  auto element = [&](size_t k) {
+    const int64_t step = space.strides[k].back();
+    llvm::Value* offset = step == 0 ? base[k] : b.CreateAdd(base[k], step == 1 ? col : b.CreateMul(col, b.getInt64(step)));
+    return b.CreateInBoundsGEP(elem, body->getArg(static_cast<unsigned>(k)), offset);
+  };
+  std::vector<llvm::Value*> values;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    values.push_back(immediates[i] != nullptr ? static_cast<llvm::Value*>(immediates[i]) : b.CreateLoad(elem, element(i + 1)));
+  }
+  llvm::FunctionCallee unary_fn = module_.getOrInsertFunction(absl::StrCat("kiln_s_unary_", suffix), elem, i32_, elem, f64_, f64_);
+  llvm::FunctionCallee binary_fn = module_.getOrInsertFunction(absl::StrCat("kiln_s_binary_", suffix), elem, i32_, elem, elem);
+  for (size_t op = 0; op < num_ops; ++op) {
+    const int64_t* ins = &program[op * 4];
+    llvm::Value* a = values.at(static_cast<size_t>(ins[2]));
+    llvm::Value* result = nullptr;
+    if (ins[0] != 0) {
+      llvm::Value* c = values.at(static_cast<size_t>(ins[3]));
+      switch (ins[1]) {
+        case KILN_BINARY_ADD: result = b.CreateFAdd(a, c); break;
+        case KILN_BINARY_SUB: result = b.CreateFSub(a, c); break;
+        case KILN_BINARY_MUL: result = b.CreateFMul(a, c); break;
+        case KILN_BINARY_DIV: result = b.CreateFDiv(a, c); break;
+        default: result = b.CreateCall(binary_fn, {b.getInt32(static_cast<uint32_t>(ins[1])), a, c});
+      }
+    } else {
+      result = b.CreateCall(unary_fn, {b.getInt32(static_cast<uint32_t>(ins[1])), a, llvm::ConstantFP::get(f64_, params[op * 2]),
+                                       llvm::ConstantFP::get(f64_, params[op * 2 + 1])});
+    }
+    values.push_back(result);
+  }
+  b.CreateStore(values.back(), element(0));
+  llvm::Value* next_col = b.CreateAdd(col, b.getInt64(1), "j.next", true, true);
+  col->addIncoming(next_col, b.GetInsertBlock());
+  b.CreateCondBr(b.CreateICmpSLT(next_col, b.getInt64(inner)), col_head, row_latch);
+
+  b.SetInsertPoint(row_latch);
+  llvm::Value* next_row = b.CreateAdd(row, b.getInt64(1), "r.next", true, true);
+  row->addIncoming(next_row, row_latch);
+  b.CreateCondBr(b.CreateICmpSLT(next_row, end), row_head, exit_block);
+  b.SetInsertPoint(exit_block);
+  b.CreateRetVoid();
+
+  // kiln_loop_N(ctx, begin, end): ctx is the array of operand pointers.
+  auto* range_type = llvm::FunctionType::get(builder_.getVoidTy(), {ptr_, i64_, i64_}, false);
+  auto* loop = llvm::Function::Create(range_type, llvm::GlobalValue::InternalLinkage, absl::StrCat("kiln_loop_", index), module_);
+  b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", loop));
+  std::vector<llvm::Value*> args;
+  for (size_t k = 0; k < addresses.size(); ++k) {
+    args.push_back(b.CreateLoad(ptr_, b.CreateConstGEP1_64(ptr_, loop->getArg(0), k)));
+  }
+  args.push_back(loop->getArg(1));
+  args.push_back(loop->getArg(2));
+  b.CreateCall(body, args);
+  b.CreateRetVoid();
+
+  // In the entry function: fill the pointer array, then parallel_for over the rows when the
+  // runtime gave a pool, else one call over all of them.
+  llvm::Value* ctx = entry_builder_->CreateAlloca(ptr_, builder_.getInt32(static_cast<uint32_t>(addresses.size())), "operands");
+  for (size_t k = 0; k < addresses.size(); ++k) builder_.CreateStore(addresses[k], builder_.CreateConstGEP1_64(ptr_, ctx, k));
+  llvm::Function* entry = builder_.GetInsertBlock()->getParent();
+  llvm::BasicBlock* pooled = llvm::BasicBlock::Create(ctx_, "pooled." + node.name(), entry);
+  llvm::BasicBlock* serial = llvm::BasicBlock::Create(ctx_, "serial." + node.name(), entry);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "after." + node.name(), entry);
+  const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1));
+  llvm::Value* parallel_for = nullptr;
+  if (rows > min_rows) {
+    llvm::Value* has_exec = builder_.CreateICmpNE(exec_arg_, llvm::ConstantPointerNull::get(ptr_));
+    llvm::BasicBlock* check_fn = llvm::BasicBlock::Create(ctx_, "pool." + node.name(), entry);
+    builder_.CreateCondBr(has_exec, check_fn, serial);
+    builder_.SetInsertPoint(check_fn);
+    // kiln_kexec: {pool, parallel_for}
+    parallel_for = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 1));
+    builder_.CreateCondBr(builder_.CreateICmpNE(parallel_for, llvm::ConstantPointerNull::get(ptr_)), pooled, serial);
+    builder_.SetInsertPoint(pooled);
+    llvm::Value* pool = builder_.CreateLoad(ptr_, exec_arg_);
+    auto* pf_type = llvm::FunctionType::get(builder_.getVoidTy(), {ptr_, i64_, i64_, ptr_, ptr_}, false);
+    builder_.CreateCall(pf_type, parallel_for, {pool, builder_.getInt64(rows), builder_.getInt64(min_rows), loop, ctx});
+    builder_.CreateBr(done);
+  } else {
+    builder_.CreateBr(serial);
+    pooled->eraseFromParent();
+  }
+  builder_.SetInsertPoint(serial);
+  builder_.CreateCall(loop, {ctx, builder_.getInt64(0), builder_.getInt64(rows)});
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
   return absl::OkStatus();
 }
 
@@ -382,7 +606,8 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     // Each kernel (and everything it calls) is inlined at its call so its constant
     // shapes, strides and op codes fold: the generic loop nest becomes one specialised
     // for this node.
-    if (f.getName() != "kiln_entry" && f.getName() != "kiln_module_v1") {
+    // kiln_loop_N stays a function: the thread pool calls it through a pointer.
+    if (f.getName() != "kiln_entry" && f.getName() != "kiln_module_v1" && !f.getName().starts_with("kiln_loop_")) {
       f.removeFnAttr(llvm::Attribute::NoInline);
       f.removeFnAttr(llvm::Attribute::OptimizeNone);
       f.addFnAttr(llvm::Attribute::AlwaysInline);
@@ -411,6 +636,12 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     passes.crossRegisterProxies(lam, fam, cgam, mam);
     llvm::ModulePassManager mpm = passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
     mpm.run(*module, mam);
+  }
+  // Developer aid: KILN_DUMP_LLVM_IR=FILE writes the optimised module as text.
+  if (const char* dump = std::getenv("KILN_DUMP_LLVM_IR"); dump != nullptr && *dump != '\0') {
+    std::error_code error;
+    llvm::raw_fd_ostream file(dump, error);
+    if (!error) module->print(file, nullptr);
   }
 
   llvm::SmallVector<char, 0> object;

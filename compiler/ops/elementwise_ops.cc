@@ -113,9 +113,74 @@ absl::Status InferBroadcast(InferContext& ctx, DType result) {
   return absl::OkStatus();
 }
 
+// The binary ops a fused loop may contain: float results of the operands' own type.
+bool FusibleBinary(int code) {
+  return code == KILN_BINARY_ADD || code == KILN_BINARY_SUB || code == KILN_BINARY_MUL ||
+         code == KILN_BINARY_DIV || code == KILN_BINARY_POW || code == KILN_BINARY_MAX ||
+         code == KILN_BINARY_MIN;
+}
+
+absl::Status InferFusedElementwise(InferContext& ctx) {
+  const size_t n = ctx.input_types.size();
+  const std::vector<int64_t> program = ctx.node.GetInts("program");
+  const std::vector<double> params = ctx.node.GetFloats("params");
+  if (program.empty() || program.size() % 4 != 0 || params.size() * 2 != program.size()) {
+    return NodeError(ctx.node, "needs a program of 4 ints per op and params of 2 floats per op");
+  }
+  for (size_t i = 0; i < program.size() / 4; ++i) {
+    for (size_t k = 2; k < (program[i * 4] ? 4u : 3u); ++k) {
+      const int64_t operand = program[i * 4 + k];
+      if (operand < 0 || operand >= static_cast<int64_t>(n + i)) {
+        return NodeError(ctx.node, absl::StrCat("op ", i, " reads operand ", operand, ", which is not an input or an earlier result"));
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!ctx.has_input(i)) return NodeError(ctx.node, absl::StrCat("input ", i, " is missing"));
+    if (ctx.type(i).dtype != ctx.type(0).dtype) return NodeError(ctx.node, "inputs have different element types");
+  }
+  if (auto s = RequireFloat(ctx); !s.ok()) return s;
+  return InferBroadcast(ctx, ctx.type(0).dtype);
+}
+
 }  // namespace
 
+std::optional<ScalarOp> ScalarOpOf(const Node& node) {
+  if (node.outputs().size() != 1) return std::nullopt;
+  const DType dtype = node.output(0)->type().dtype;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return std::nullopt;
+  for (const Value* in : node.inputs()) {
+    if (in == nullptr || in->type().dtype != dtype) return std::nullopt;
+  }
+  for (const UnaryDef& def : kUnaryOps) {
+    if (node.op() != def.name || node.inputs().size() != 1 || def.code == KILN_UNARY_NOT) continue;
+    return ScalarOp{false, def.code, def.alpha_attr ? node.GetFloat(def.alpha_attr, def.alpha_default) : 0.0,
+                    def.beta_attr ? node.GetFloat(def.beta_attr, def.beta_default) : 0.0};
+  }
+  for (const BinaryDef& def : kBinaryOps) {
+    if (node.op() != def.name || node.inputs().size() != 2 || !FusibleBinary(def.code)) continue;
+    return ScalarOp{true, def.code, 0, 0};
+  }
+  return std::nullopt;
+}
+
 void RegisterElementwiseOps(Registry& registry) {
+  {
+    OpSchema schema;
+    schema.name = kFusedElementwiseOp;
+    schema.min_inputs = 1;
+    schema.max_inputs = KILN_FUSED_MAX_INPUTS;
+    schema.infer = InferFusedElementwise;
+    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      KernelCall call{"fused_elementwise", PassAllInputs(node), {}, node.GetFloats("params")};
+      const std::vector<int64_t> program = node.GetInts("program");
+      call.ints.push_back(static_cast<int64_t>(program.size() / 4));
+      call.ints.insert(call.ints.end(), program.begin(), program.end());
+      return call;
+    };
+    registry.Add(std::move(schema));
+  }
+
   for (const UnaryDef& def : kUnaryOps) {
     OpSchema schema;
     schema.name = def.name;
@@ -246,3 +311,7 @@ void RegisterElementwiseOps(Registry& registry) {
 }
 
 }  // namespace kiln::ops
+
+namespace kiln {
+std::optional<ScalarOp> AsScalarOp(const Node& node) { return ops::ScalarOpOf(node); }
+}  // namespace kiln

@@ -1,10 +1,20 @@
-// fuse: folds bias adds and activations into the Conv/Gemm/MatMul that feeds them, so the
-// epilogue runs while the result is still in cache.
-//   %m = MatMul(%x, W) ; %y = Add(%m, b)        =>  %y = MatMul(%x, W, b)        (b: [N])
-//   %c = Conv(...)     ; %y = Relu(%c)          =>  %y = Conv(...) {kiln.activation=Relu}
-//   also Gemm, and the activations LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Elu,
-//   Gelu, and Clip with constant bounds.
+// fuse: two fusions.
+// 1. Epilogues: bias adds and activations fold into the Conv/Gemm/MatMul that feeds them,
+//    so they run while the result is still in cache.
+//      %m = MatMul(%x, W) ; %y = Add(%m, b)     =>  %y = MatMul(%x, W, b)        (b: [N])
+//      %c = Conv(...)     ; %y = Relu(%c)       =>  %y = Conv(...) {kiln.activation=Relu}
+//    also Gemm, and the activations LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Elu,
+//    Gelu, and Clip with constant bounds.
+// 2. Elementwise chains: connected float elementwise ops whose intermediates have the
+//    result's shape and no other reader become one kiln.Elementwise node, which codegen
+//    turns into a single generated loop (no intermediate buffers, one pass over memory).
+//      %a = Div(%x, 1.41) ; %b = Erf(%a) ; %c = Add(%b, 1) ; %y = Mul(%x, %c)
+//        =>  %y = kiln.Elementwise(%x, 1.41, 1) {ops=["Div","Erf","Add","Mul"], ...}
+#include <algorithm>
+#include <set>
+
 #include "kernel_ops.h"
+#include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 
 namespace kiln {
@@ -42,6 +52,8 @@ class Fuse : public Pass {
     for (Node* node : graph.nodes()) {
       Value* x = node->input(0);
       if (x == nullptr) continue;
+      // Add is commutative: the bias may come first.
+      if (node->op() == "Add" && !IsProducer(x->producer()) && node->input(1) != nullptr) x = node->input(1);
       Node* producer = x->producer();
       if (!IsProducer(producer) || graph.Users(x).size() != 1 || graph.IsGraphOutput(x)) continue;
       if (x->type().dtype != DType::kFloat32 && x->type().dtype != DType::kFloat64) continue;
@@ -68,6 +80,8 @@ class Fuse : public Pass {
       Absorb(graph, producer, node);
       changed = true;
     }
+    graph.Compact();
+    changed |= FuseChains(graph);
     return changed;
   }
 
@@ -105,6 +119,72 @@ class Fuse : public Pass {
     return true;
   }
 
+  // Grows a group backwards from each not-yet-fused elementwise node (latest first) and
+  // replaces groups of two or more by one kiln.Elementwise node at the last one's place.
+  static bool FuseChains(Graph& graph) {
+    const std::vector<Node*> nodes = graph.nodes();
+    std::map<const Node*, size_t> position;
+    for (size_t i = 0; i < nodes.size(); ++i) position[nodes[i]] = i;
+    std::set<const Node*> taken;
+    bool changed = false;
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node* root = *it;
+      if (taken.count(root) || !AsScalarOp(*root) || !root->output(0)->type().IsStatic()) continue;
+      const TensorType& type = root->output(0)->type();
+      std::vector<Node*> group = {root};
+      auto in_group = [&](const Node* n) { return std::find(group.begin(), group.end(), n) != group.end(); };
+      for (size_t m = 0; m < group.size(); ++m) {
+        for (Value* in : group[m]->inputs()) {
+          Node* p = in->producer();
+          if (p == nullptr || in->is_constant() || taken.count(p) || in_group(p)) continue;
+          if (group.size() >= KILN_FUSED_MAX_OPS || !AsScalarOp(*p) || graph.IsGraphOutput(in) || !(in->type() == type)) continue;
+          bool private_value = true;
+          for (const Node* user : graph.Users(in)) private_value &= in_group(user);
+          if (private_value) group.push_back(p);
+        }
+      }
+      if (group.size() < 2) continue;
+      std::sort(group.begin(), group.end(), [&](const Node* a, const Node* b) { return position[a] < position[b]; });
+      // External operands in first-use order; each op reads inputs or earlier results.
+      std::vector<Value*> externals;
+      std::map<const Value*, int64_t> operand;
+      std::vector<int64_t> program;
+      std::vector<double> params;
+      std::vector<std::string> ops;
+      for (const Node* member : group) {
+        for (Value* in : member->inputs()) {
+          if (operand.count(in) || (in->producer() != nullptr && in_group(in->producer()))) continue;
+          operand[in] = static_cast<int64_t>(externals.size());
+          externals.push_back(in);
+        }
+      }
+      if (externals.size() > KILN_FUSED_MAX_INPUTS) continue;
+      for (size_t i = 0; i < group.size(); ++i) {
+        const ScalarOp op = *AsScalarOp(*group[i]);
+        const int64_t a = operand.at(group[i]->input(0));
+        const int64_t b = op.binary ? operand.at(group[i]->input(1)) : 0;
+        program.insert(program.end(), {op.binary ? 1 : 0, op.code, a, b});
+        params.insert(params.end(), {op.alpha, op.beta});
+        ops.push_back(group[i]->op());
+        operand[group[i]->output(0)] = static_cast<int64_t>(externals.size() + i);
+      }
+      Node* fused = graph.InsertNodeBefore(root, kFusedElementwiseOp, root->name(), externals,
+                                           {root->output(0)->name()}, root->opset());
+      fused->mutable_attrs()["ops"] = ops;
+      fused->mutable_attrs()["program"] = program;
+      fused->mutable_attrs()["params"] = params;
+      fused->output(0)->set_type(type);
+      graph.TakeOver(root->output(0), fused->output(0));
+      for (Node* member : group) {
+        graph.RemoveNode(member);
+        taken.insert(member);
+      }
+      changed = true;
+    }
+    graph.Compact();
+    return changed;
+  }
+
   // `producer` now computes what `consumer` returned: it takes the consumer's output name.
   static void Absorb(Graph& graph, Node* producer, Node* consumer) {
     graph.TakeOver(consumer->output(0), producer->output(0));
@@ -114,6 +194,6 @@ class Fuse : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Fuse, "fuse", "fuse bias adds and activations into Conv/Gemm/MatMul epilogues")
+KILN_REGISTER_PASS(Fuse, "fuse", "fuse bias adds and activations into Conv/Gemm/MatMul epilogues, and elementwise chains into one loop")
 
 }  // namespace kiln

@@ -135,6 +135,44 @@ double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Gra
   return max_error / scale;
 }
 
+// x[4,64,130] -> Mul(x, scale[64,1]) -> Add(bias[130]) -> Sigmoid -> Mul(x, .) -> Sub(., 0.25)
+// then a Reshape (a view) and Tanh: the chain fuses into one kiln.Elementwise whose loop
+// broadcasts two operands, uses x twice and has enough rows to run through the pool.
+std::unique_ptr<Graph> ChainNet() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {4, 64, 130}));
+  g->AddInput(x);
+  Node* scale = g->AddNode("Mul", "scale", {x, g->AddConstant("scale_w", Random({64, 1}, 11))}, {"a"}, 13);
+  Node* bias = g->AddNode("Add", "bias", {scale->output(0), g->AddConstant("bias_w", Random({130}, 12))}, {"b"}, 13);
+  Node* sig = g->AddNode("Sigmoid", "sig", {bias->output(0)}, {"c"}, 13);
+  Node* gate = g->AddNode("Mul", "gate", {x, sig->output(0)}, {"d"}, 13);
+  auto quarter = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+  quarter->data_as<float>()[0] = 0.25f;
+  Node* shift = g->AddNode("Sub", "shift", {gate->output(0), g->AddConstant("q", quarter)}, {"e"}, 13);
+  auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
+  shape->data_as<int64_t>()[0] = 256;
+  shape->data_as<int64_t>()[1] = 130;
+  Node* flat = g->AddNode("Reshape", "flat", {shift->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
+  Node* tanh = g->AddNode("Tanh", "tanh", {flat->output(0)}, {"y"}, 13);
+  g->AddOutput(tanh->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(PassTest, FuseTurnsElementwiseChainIntoOneLoop) {
+  auto g = ChainNet();
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+  std::string text = PrintGraph(*g);
+  EXPECT_NE(text.find("%e = kiln.Elementwise(%x, %scale_w, %bias_w, %q) {ops=[\"Mul\",\"Add\",\"Sigmoid\",\"Mul\",\"Sub\"]"), std::string::npos) << text;
+  EXPECT_EQ(g->num_nodes(), 3u) << text;  // fused chain, Reshape, Tanh
+  EXPECT_TRUE(VerifyGraph(*g).ok());
+}
+
+TEST(CodegenTest, FusedLoopMatchesUnfusedInterpreter) {
+  EXPECT_LT(CompiledVsReference(ChainNet(), ChainNet(), kDefaultPipeline), 1e-6);
+}
+
 TEST(CodegenTest, OptimisedArtifactMatchesInterpreter) {
   EXPECT_LT(CompiledVsReference(ConvNet(), ConvNet(), kDefaultPipeline), 1e-5);
 }

@@ -178,6 +178,53 @@ struct BinaryKernel {
   }
 };
 
+// One element of a binary op as kiln.Elementwise and the scalar entry points see it; the
+// same arithmetic as BinaryKernel (Pow through double, like the unfused kernel).
+template <typename T>
+inline T ScalarBinary(int op, T a, T b) {
+  if (op == KILN_BINARY_POW) return static_cast<T>(pow(static_cast<double>(a), static_cast<double>(b)));
+  return ApplyArith<T>(op, a, b);
+}
+
+// kiln.Elementwise in the reference interpreter: a fused chain evaluated element by
+// element, op by op, exactly as the unfused kernels would. (Codegen does not call this: it
+// generates the loop itself.) ints: [num_ops, then per op: binary, code, a, b];
+// floats: [alpha, beta] per op.
+struct FusedElementwiseKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const int64_t num_ops = call->ints[0];
+    const int64_t* program = call->ints + 1;
+    const int32_t n_in = call->num_inputs;
+    if (n_in > KILN_FUSED_MAX_INPUTS || num_ops > KILN_FUSED_MAX_OPS || num_ops < 1) return KILN_KERR_UNSUPPORTED;
+    const kiln_ktensor& out = call->outputs[0];
+    int64_t strides[KILN_FUSED_MAX_INPUTS][kMaxRank];
+    const int64_t* stride_ptrs[KILN_FUSED_MAX_INPUTS];
+    for (int32_t k = 0; k < KILN_FUSED_MAX_INPUTS; ++k) {
+      for (int32_t d = 0; d < kMaxRank; ++d) strides[k][d] = 0;
+      if (k < n_in) BroadcastStrides(call->inputs[k], out.dims, out.rank, strides[k]);
+      stride_ptrs[k] = strides[k];
+    }
+    int64_t offsets[KILN_FUSED_MAX_INPUTS] = {0};
+    T* po = static_cast<T*>(out.data);
+    IndexWalker walker(out.dims, out.rank);
+    const int64_t n = Numel(out);
+    T values[KILN_FUSED_MAX_INPUTS + KILN_FUSED_MAX_OPS];
+    for (int64_t i = 0; i < n; ++i) {
+      for (int32_t k = 0; k < n_in; ++k) values[k] = static_cast<const T*>(call->inputs[k].data)[offsets[k]];
+      for (int64_t op = 0; op < num_ops; ++op) {
+        const int64_t* ins = program + op * 4;
+        values[n_in + op] = ins[0] ? ScalarBinary<T>(static_cast<int>(ins[1]), values[ins[2]], values[ins[3]])
+                                   : ApplyUnary<T>(static_cast<int>(ins[1]), values[ins[2]], call->floats[op * 2],
+                                                   call->floats[op * 2 + 1]);
+      }
+      po[i] = values[n_in + num_ops - 1];
+      walker.Next(offsets, stride_ptrs);
+    }
+    return KILN_KERR_OK;
+  }
+};
+
 struct WhereKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
@@ -315,6 +362,7 @@ struct ClipKernel {
 KILN_NUMERIC_KERNEL(unary, UnaryKernel, inputs[0].dtype)
 
 KILN_NUMERIC_KERNEL(binary, BinaryKernel, inputs[0].dtype)
+KILN_FLOAT_KERNEL(fused_elementwise, FusedElementwiseKernel, outputs[0].dtype)
 
 KILN_NUMERIC_KERNEL(where, WhereKernel, outputs[0].dtype)
 
@@ -357,3 +405,15 @@ KILN_KERNEL(cast) {
   }
   KILN_DISPATCH_NUMERIC(in.dtype, CastFrom, call);
 }
+
+// Scalar entry points for loops that codegen generates (kiln.Elementwise): one element of
+// a unary or binary op. Inlined with a constant op code, each folds to straight-line code
+// the loop vectorizer can widen.
+extern "C" float kiln_s_unary_f32(int32_t op, float x, double alpha, double beta) {
+  return ApplyUnary<float>(op, x, alpha, beta);
+}
+extern "C" double kiln_s_unary_f64(int32_t op, double x, double alpha, double beta) {
+  return ApplyUnary<double>(op, x, alpha, beta);
+}
+extern "C" float kiln_s_binary_f32(int32_t op, float a, float b) { return ScalarBinary<float>(op, a, b); }
+extern "C" double kiln_s_binary_f64(int32_t op, double a, double b) { return ScalarBinary<double>(op, a, b); }

@@ -24,6 +24,9 @@ enum kiln_binary_op {
   KILN_BINARY_SHIFT_RIGHT, KILN_BINARY_PRELU, KILN_BINARY_COUNT
 };
 
+/* kiln.Elementwise (a fused chain): at most this many external inputs and ops. */
+enum { KILN_FUSED_MAX_INPUTS = 8, KILN_FUSED_MAX_OPS = 32 };
+
 enum kiln_reduce_op {
   KILN_REDUCE_SUM, KILN_REDUCE_MEAN, KILN_REDUCE_MAX, KILN_REDUCE_MIN, KILN_REDUCE_PROD,
   KILN_REDUCE_L1, KILN_REDUCE_L2, KILN_REDUCE_LOG_SUM, KILN_REDUCE_LOG_SUM_EXP,

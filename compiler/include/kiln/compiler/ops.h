@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,24 @@ std::vector<std::string> SupportedOps();
 
 // "node 'conv_1' (Conv, opset 13)": the prefix of every error about a node.
 std::string NodeLabel(const Node& node);
+
+// One elementwise op seen as a scalar operation, for loop fusion: unary (a KILN_UNARY_*
+// code from kernel_ops.h, with its alpha/beta) or binary (a KILN_BINARY_* code).
+struct ScalarOp {
+  bool binary = false;
+  int code = 0;
+  double alpha = 0, beta = 0;
+};
+// Set when `node` is a floating-point elementwise op (Add, Relu, Erf, ...) whose inputs and
+// result share one element type, i.e. one that kiln.Elementwise can run in a fused loop.
+std::optional<ScalarOp> AsScalarOp(const Node& node);
+
+// kiln.Elementwise, the fused form: inputs are the chain's external operands; attributes
+//   ops     = ["Mul", "Erf", ...]  the fused ops, in evaluation order (for people)
+//   program = [binary, code, a, b] per op; operand k < #inputs is input k, otherwise the
+//             result of op k - #inputs; the last op's result is the output
+//   params  = [alpha, beta] per op
+inline constexpr char kFusedElementwiseOp[] = "kiln.Elementwise";
 
 // Infers the types of every node output in order. Inputs listed as constant_inputs that
 // are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated
