@@ -47,6 +47,14 @@ std::string FormatDouble(double v) {
   return buf;
 }
 
+// An attribute float always reads as a float ("1.0", not "1") so the parser can tell it
+// from an integer.
+std::string FormatAttrDouble(double v) {
+  std::string text = FormatDouble(v);
+  if (text.find_first_of(".eEna") == std::string::npos) text += ".0";
+  return text;
+}
+
 std::string ConstantText(const Tensor& tensor) {
   // Small constants are printed in full so golden tests can see folded values.
   if (tensor.num_elements() <= 8) {
@@ -63,14 +71,14 @@ std::string ConstantText(const Tensor& tensor) {
 std::string AttrText(const AttrValue& value) {
   struct Visitor {
     std::string operator()(int64_t v) const { return std::to_string(v); }
-    std::string operator()(double v) const { return FormatDouble(v); }
+    std::string operator()(double v) const { return FormatAttrDouble(v); }
     std::string operator()(const std::string& v) const { return "\"" + v + "\""; }
     std::string operator()(const std::vector<int64_t>& v) const {
       return "[" + absl::StrJoin(v, ",") + "]";
     }
     std::string operator()(const std::vector<double>& v) const {
       std::vector<std::string> items;
-      for (double d : v) items.push_back(FormatDouble(d));
+      for (double d : v) items.push_back(FormatAttrDouble(d));
       return "[" + absl::StrJoin(items, ",") + "]";
     }
     std::string operator()(const std::vector<std::string>& v) const {

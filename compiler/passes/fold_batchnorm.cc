@@ -1,8 +1,10 @@
-// fold-batchnorm: folds inference-mode BatchNormalization into the Conv before it, or
-// turns a lone one into a multiply-add with precomputed constants.
+// fold-batchnorm: folds inference-mode BatchNormalization into the Conv or Gemm before it,
+// or turns a lone one into a multiply-add with precomputed constants.
 //   %c = Conv(%x, W, b) ; %y = BatchNormalization(%c, s, t, m, v)
 //     =>  %y = Conv(%x, W', b')   W'[o] = W[o]·k[o],  b'[o] = (b[o] - m[o])·k[o] + t[o],
 //                                  k = s / sqrt(v + eps)
+//   %g = Gemm(%a, B, C) ; %y = BatchNormalization(%g, ...)   (channels = Gemm's columns)
+//     =>  %y = Gemm(%a, B', C')   column n of B scaled by k[n], C' = beta·C·k + t - m·k
 //   %y = BatchNormalization(%x, s, t, m, v)  =>  %y = Add(Mul(%x, k), t - m·k)  (k, t-m·k
 //                                  shaped [C, 1, ...] to broadcast over the spatial axes)
 #include <cmath>
@@ -43,6 +45,11 @@ class FoldBatchNorm : public Pass {
           conv->input(1)->is_constant() && (conv->inputs().size() < 3 || conv->input(2) == nullptr || conv->input(2)->is_constant()) &&
           !conv->has_attr("kiln.activation")) {
         FoldIntoConv(graph, conv, bn, k, shift);
+      } else if (conv != nullptr && conv->op() == "Gemm" && x->type().shape.size() == 2 && graph.Users(x).size() == 1 &&
+                 !graph.IsGraphOutput(x) && conv->input(1)->is_constant() && conv->input(1)->type().dtype == DType::kFloat32 &&
+                 (conv->inputs().size() < 3 || conv->input(2) == nullptr || conv->input(2)->is_constant()) &&
+                 !conv->has_attr("kiln.activation")) {
+        FoldIntoGemm(graph, conv, bn, k, shift);
       } else {
         ToMultiplyAdd(graph, bn, k, shift);
       }
@@ -76,6 +83,53 @@ class FoldBatchNorm : public Pass {
     graph.RemoveNode(conv);
   }
 
+  void FoldIntoGemm(Graph& graph, Node* gemm, Node* bn, const std::vector<double>& k, const std::vector<double>& shift) {
+    const Tensor& b = *gemm->input(1)->constant();
+    const bool trans_b = gemm->GetInt("transB", 0) != 0;
+    const int64_t rows = b.dims()[0], cols = b.dims()[1];
+    auto new_b = std::make_shared<Tensor>(DType::kFloat32, b.dims());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t n = trans_b ? r : c;  // output column this weight feeds
+        new_b->data_as<float>()[r * cols + c] = static_cast<float>(b.data_as<float>()[r * cols + c] * k[n]);
+      }
+    }
+    // C' = beta·C·k + shift, as [M, N] when C was a full matrix, else as [N].
+    const std::vector<int64_t> out_dims = gemm->output(0)->type().StaticDims();
+    const Value* old_c = gemm->inputs().size() > 2 ? gemm->input(2) : nullptr;
+    const bool full = old_c != nullptr && NumElements(old_c->type().StaticDims()) == out_dims[0] * out_dims[1] && out_dims[0] > 1;
+    const int64_t m = full ? out_dims[0] : 1, n_cols = out_dims[1];
+    auto new_c = std::make_shared<Tensor>(DType::kFloat32, full ? out_dims : std::vector<int64_t>{n_cols});
+    const double beta = gemm->GetFloat("beta", 1.0);
+    int64_t c_strides[2] = {0, 0};
+    if (old_c != nullptr) {
+      const std::vector<int64_t> c_dims = old_c->type().StaticDims();
+      // Broadcast strides of C against [M, N] (C is a scalar, [N], [1, N], [M, 1] or [M, N]).
+      const int64_t c_rows = c_dims.size() == 2 ? c_dims[0] : 1;
+      const int64_t c_cols = c_dims.empty() ? 1 : c_dims.back();
+      c_strides[0] = c_rows == 1 ? 0 : c_cols;
+      c_strides[1] = c_cols == 1 ? 0 : 1;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n_cols; ++j) {
+        const double c = old_c ? old_c->constant()->GetAsDouble(i * c_strides[0] + j * c_strides[1]) : 0.0;
+        new_c->data_as<float>()[i * n_cols + j] = static_cast<float>(beta * c * k[j] + shift[j]);
+      }
+    }
+    // With an [M, 1] C and M > 1 the result differs per row: keep it full-size.
+    if (old_c != nullptr && !full && c_strides[0] != 0) {
+      ToMultiplyAdd(graph, bn, k, shift);
+      return;
+    }
+    Value* b_value = graph.AddConstant(graph.UniqueName(gemm->input(1)->name() + ".bn"), new_b);
+    Value* c_value = graph.AddConstant(graph.UniqueName(gemm->name() + ".bias.bn"), new_c);
+    Node* fused = graph.InsertNodeBefore(bn, "Gemm", gemm->name(), {gemm->input(0), b_value, c_value}, {graph.UniqueName(bn->output(0)->name() + ".gemm")}, gemm->opset());
+    fused->mutable_attrs() = gemm->attrs();
+    fused->mutable_attrs()["beta"] = 1.0;
+    TakeOver(graph, bn, fused);
+    graph.RemoveNode(gemm);
+  }
+
   void ToMultiplyAdd(Graph& graph, Node* bn, const std::vector<double>& k, const std::vector<double>& shift) {
     const int64_t rank = static_cast<int64_t>(bn->input(0)->type().shape.size());
     std::vector<int64_t> dims = {static_cast<int64_t>(k.size())};
@@ -103,6 +157,6 @@ class FoldBatchNorm : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(FoldBatchNorm, "fold-batchnorm", "fold inference BatchNormalization into Conv weights or a multiply-add")
+KILN_REGISTER_PASS(FoldBatchNorm, "fold-batchnorm", "fold inference BatchNormalization into Conv/Gemm weights or a multiply-add")
 
 }  // namespace kiln

@@ -32,8 +32,16 @@ bool IsSplat(const Value* v, double x) {
 class Simplify : public Pass {
  public:
   absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+    // Sweeps until nothing changes: a rewrite can expose another (two transposes merge
+    // into an identity one, which then goes). Bounded, in case two rewrites undo each other.
     bool changed = false;
-    for (Node* node : graph.nodes()) changed |= Visit(graph, node);
+    for (int sweep = 0; sweep < 16; ++sweep) {
+      bool swept = false;
+      for (Node* node : graph.nodes()) swept |= Visit(graph, node);
+      graph.Compact();
+      changed |= swept;
+      if (!swept) break;
+    }
     return changed;
   }
 

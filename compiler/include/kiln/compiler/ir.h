@@ -173,5 +173,8 @@ absl::Status VerifyGraph(const Graph& graph);
 // Stable text form: one line per node, constants summarised by shape and a short digest.
 std::string PrintGraph(const Graph& graph);
 std::string PrintType(const TensorType& type);
+// Reads PrintGraph's text back (plus splat(v)/random(seed) constants and `opset N`); the
+// error names the line. The result is verified.
+absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(std::string_view text);
 
 }  // namespace kiln

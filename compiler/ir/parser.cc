@@ -1,0 +1,397 @@
+// Reads the IR's text form (what PrintGraph writes) back into a Graph, so golden tests can
+// state a pass's input as text. Besides the printer's output it accepts:
+//   graph NAME(...) opset N {      the opset of every node (default 17)
+//   constant f32[64] splat(0.5)    every element the same
+//   constant f32[4,3,3,3] random(7)  deterministic values in [-1, 1) from seed 7
+//   // comment lines                 (FileCheck directives live there)
+// The printer's "#digest" form of a large constant names no values and is refused.
+#include <cctype>
+#include <cstdlib>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/ir.h"
+
+namespace kiln {
+namespace {
+
+void SetElement(Tensor& t, int64_t i, double v) {
+  void* p = t.data();
+  switch (t.dtype()) {
+    case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::kFloat64: static_cast<double*>(p)[i] = v; break;
+    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v)); break;
+    case DType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+    case DType::kUInt16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); break;
+    case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::kUInt32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v); break;
+    case DType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DType::kUInt64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v); break;
+    case DType::kBool: static_cast<bool*>(p)[i] = v != 0; break;
+    default: break;
+  }
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : text_(text) {}
+
+  absl::StatusOr<std::unique_ptr<Graph>> Parse() {
+    graph_ = std::make_unique<Graph>();
+    if (auto s = ParseGraph(); !s.ok()) return s;
+    return std::move(graph_);
+  }
+
+ private:
+  // --- lexing -------------------------------------------------------------------------
+  void SkipSpace() {
+    for (;;) {
+      while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) {
+        if (text_[pos_] == '\n') ++line_;
+        ++pos_;
+      }
+      if (text_.substr(pos_, 2) == "//") {
+        while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
+        continue;
+      }
+      return;
+    }
+  }
+  bool Peek(char c) {
+    SkipSpace();
+    return pos_ < text_.size() && text_[pos_] == c;
+  }
+  bool Accept(char c) {
+    if (!Peek(c)) return false;
+    ++pos_;
+    return true;
+  }
+  bool AcceptWord(std::string_view word) {
+    SkipSpace();
+    if (text_.substr(pos_, word.size()) != word) return false;
+    size_t end = pos_ + word.size();
+    if (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) || text_[end] == '_')) return false;
+    pos_ = end;
+    return true;
+  }
+  absl::Status Error(const std::string& what) {
+    std::string near(text_.substr(pos_, 24));
+    for (char& c : near) {
+      if (c == '\n') c = ' ';
+    }
+    return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": ", what, " (near \"", near, "\")"));
+  }
+  absl::Status Expect(char c) {
+    if (Accept(c)) return absl::OkStatus();
+    return Error(absl::StrCat("expected '", std::string(1, c), "'"));
+  }
+  // Identifiers: op names (kiln.Elementwise), attribute keys, dtypes, symbols.
+  std::string Word() {
+    SkipSpace();
+    size_t start = pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' || text_[pos_] == '.')) ++pos_;
+    return std::string(text_.substr(start, pos_ - start));
+  }
+  absl::StatusOr<std::string> Quoted() {
+    if (!Accept('"')) return Error("expected a quoted string");
+    std::string out;
+    while (pos_ < text_.size() && text_[pos_] != '"') {
+      if (text_[pos_] == '\\' && pos_ + 1 < text_.size()) ++pos_;
+      out += text_[pos_++];
+    }
+    if (pos_ >= text_.size()) return Error("unterminated string");
+    ++pos_;
+    return out;
+  }
+  // A number token; *is_float says whether it was written as a float (1.0, 1e-5, inf, nan).
+  absl::StatusOr<double> Number(bool* is_float) {
+    SkipSpace();
+    size_t start = pos_;
+    if (pos_ < text_.size() && (text_[pos_] == '-' || text_[pos_] == '+')) ++pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.' ||
+                                   ((text_[pos_] == '-' || text_[pos_] == '+') && (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E')))) {
+      ++pos_;
+    }
+    std::string token(text_.substr(start, pos_ - start));
+    if (token.empty()) return Error("expected a number");
+    char* end = nullptr;
+    double v = std::strtod(token.c_str(), &end);
+    if (end != token.c_str() + token.size()) return Error("'" + token + "' is not a number");
+    *is_float = token.find_first_of(".eEnN") != std::string::npos;  // also inf, nan
+    return v;
+  }
+  absl::StatusOr<std::string> ValueName() {
+    if (!Accept('%')) return Error("expected a value name (%name)");
+    if (Peek('"')) return Quoted();
+    std::string name = Word();
+    if (name.empty()) return Error("empty value name");
+    return name;
+  }
+
+  // --- grammar ------------------------------------------------------------------------
+  absl::StatusOr<TensorType> Type() {
+    std::string dtype_name = Word();
+    auto dtype = DTypeFromName(dtype_name);
+    if (!dtype.ok()) return Error(std::string(dtype.status().message()));
+    TensorType type;
+    type.dtype = *dtype;
+    if (auto s = Expect('['); !s.ok()) return s;
+    if (Accept('*')) {
+      if (auto s = Expect(']'); !s.ok()) return s;
+      return type;
+    }
+    type.has_shape = true;
+    if (Accept(']')) return type;
+    do {
+      SkipSpace();
+      if (Accept('?')) {
+        type.shape.push_back(Dim{});
+      } else if (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        bool is_float = false;
+        auto n = Number(&is_float);
+        if (!n.ok()) return n.status();
+        type.shape.push_back(Dim::Known(static_cast<int64_t>(*n)));
+      } else {
+        std::string symbol = Word();
+        if (symbol.empty()) return Error("expected a dimension");
+        type.shape.push_back(Dim::Symbolic(symbol));
+      }
+    } while (Accept(','));
+    if (auto s = Expect(']'); !s.ok()) return s;
+    return type;
+  }
+
+  // Values of a constant of static type `type`: [v, ...], splat(v) or random(seed).
+  absl::StatusOr<std::shared_ptr<Tensor>> TensorValues(const TensorType& type) {
+    if (!type.IsStatic()) return Error("a constant needs a static shape");
+    auto tensor = std::make_shared<Tensor>(type.dtype, type.StaticDims());
+    const int64_t n = tensor->num_elements();
+    bool is_float = false;
+    if (Peek('#')) return Error("a constant printed as a digest has no values; write them, or splat(v) or random(seed)");
+    if (AcceptWord("splat")) {
+      if (auto s = Expect('('); !s.ok()) return s;
+      auto v = Number(&is_float);
+      if (!v.ok()) return v.status();
+      for (int64_t i = 0; i < n; ++i) SetElement(*tensor, i, *v);
+      if (auto s = Expect(')'); !s.ok()) return s;
+      return tensor;
+    }
+    if (AcceptWord("random")) {
+      if (auto s = Expect('('); !s.ok()) return s;
+      auto seed = Number(&is_float);
+      if (!seed.ok()) return seed.status();
+      uint64_t state = static_cast<uint64_t>(*seed) * 6364136223846793005ull + 1442695040888963407ull;
+      for (int64_t i = 0; i < n; ++i) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const double unit = static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
+        SetElement(*tensor, i, IsFloat(type.dtype) ? unit * 2 - 1 : static_cast<double>(static_cast<int64_t>(unit * 10)));
+      }
+      if (auto s = Expect(')'); !s.ok()) return s;
+      return tensor;
+    }
+    if (auto s = Expect('['); !s.ok()) return s;
+    int64_t count = 0;
+    if (!Accept(']')) {
+      do {
+        auto v = Number(&is_float);
+        if (!v.ok()) return v.status();
+        if (count < n) SetElement(*tensor, count, *v);
+        ++count;
+      } while (Accept(','));
+      if (auto s = Expect(']'); !s.ok()) return s;
+    }
+    if (count != n) return Error(absl::StrCat("the constant has ", n, " elements but ", count, " values are given"));
+    return tensor;
+  }
+
+  absl::StatusOr<AttrValue> Attr() {
+    SkipSpace();
+    if (Peek('"')) {
+      auto s = Quoted();
+      if (!s.ok()) return s.status();
+      return AttrValue(*s);
+    }
+    if (Accept('[')) {
+      if (Accept(']')) return AttrValue(std::vector<int64_t>{});
+      if (Peek('"')) {
+        std::vector<std::string> items;
+        do {
+          auto s = Quoted();
+          if (!s.ok()) return s.status();
+          items.push_back(*s);
+        } while (Accept(','));
+        if (auto s = Expect(']'); !s.ok()) return s;
+        return AttrValue(items);
+      }
+      std::vector<double> values;
+      bool any_float = false;
+      do {
+        bool is_float = false;
+        auto v = Number(&is_float);
+        if (!v.ok()) return v.status();
+        values.push_back(*v);
+        any_float |= is_float;
+      } while (Accept(','));
+      if (auto s = Expect(']'); !s.ok()) return s;
+      if (any_float) return AttrValue(values);
+      return AttrValue(std::vector<int64_t>(values.begin(), values.end()));
+    }
+    SkipSpace();
+    if (pos_ < text_.size() && std::isalpha(static_cast<unsigned char>(text_[pos_])) && text_.substr(pos_, 3) != "inf" &&
+        text_.substr(pos_, 3) != "nan") {
+      auto type = Type();  // a tensor attribute: TYPE VALUES
+      if (!type.ok()) return type.status();
+      auto tensor = TensorValues(*type);
+      if (!tensor.ok()) return tensor.status();
+      return AttrValue(std::shared_ptr<const Tensor>(*tensor));
+    }
+    bool is_float = false;
+    auto v = Number(&is_float);
+    if (!v.ok()) return v.status();
+    if (is_float) return AttrValue(*v);
+    return AttrValue(static_cast<int64_t>(*v));
+  }
+
+  absl::StatusOr<Value*> Lookup(const std::string& name) {
+    auto it = values_.find(name);
+    if (it == values_.end()) return Error("use of undefined value %" + name);
+    return it->second;
+  }
+  absl::Status Define(const std::string& name, Value* value) {
+    if (!values_.emplace(name, value).second) return Error("value %" + name + " is defined twice");
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseGraph() {
+    if (!AcceptWord("graph")) return Error("expected 'graph'");
+    graph_->set_name(Word());
+    if (auto s = Expect('('); !s.ok()) return s;
+    if (!Accept(')')) {
+      do {
+        auto name = ValueName();
+        if (!name.ok()) return name.status();
+        if (auto s = Expect(':'); !s.ok()) return s;
+        auto type = Type();
+        if (!type.ok()) return type.status();
+        Value* v = graph_->AddValue(*name, *type);
+        graph_->AddInput(v);
+        if (auto s = Define(*name, v); !s.ok()) return s;
+      } while (Accept(','));
+      if (auto s = Expect(')'); !s.ok()) return s;
+    }
+    int opset = 17;
+    if (AcceptWord("opset")) {
+      bool is_float = false;
+      auto n = Number(&is_float);
+      if (!n.ok()) return n.status();
+      opset = static_cast<int>(*n);
+    }
+    graph_->set_opset(opset);
+    if (auto s = Expect('{'); !s.ok()) return s;
+    for (;;) {
+      if (AcceptWord("return")) {
+        if (!Peek('}')) {
+          do {
+            auto name = ValueName();
+            if (!name.ok()) return name.status();
+            auto v = Lookup(*name);
+            if (!v.ok()) return v.status();
+            graph_->AddOutput(*v);
+          } while (Accept(','));
+        }
+        if (auto s = Expect('}'); !s.ok()) return s;
+        SkipSpace();
+        if (pos_ != text_.size()) return Error("text after the end of the graph");
+        return absl::OkStatus();
+      }
+      if (auto s = Statement(opset); !s.ok()) return s;
+    }
+  }
+
+  absl::Status Statement(int opset) {
+    std::vector<std::string> outs;
+    do {
+      auto name = ValueName();
+      if (!name.ok()) return name.status();
+      outs.push_back(*name);
+    } while (Accept(','));
+    if (auto s = Expect('='); !s.ok()) return s;
+    if (AcceptWord("constant")) {
+      if (outs.size() != 1) return Error("a constant defines one value");
+      auto type = Type();
+      if (!type.ok()) return type.status();
+      auto tensor = TensorValues(*type);
+      if (!tensor.ok()) return tensor.status();
+      return Define(outs[0], graph_->AddConstant(outs[0], *tensor));
+    }
+    std::string op = Word();
+    if (op.empty()) return Error("expected an op name or 'constant'");
+    if (auto s = Expect('('); !s.ok()) return s;
+    std::vector<Value*> inputs;
+    if (!Accept(')')) {
+      do {
+        if (Accept('_')) {
+          inputs.push_back(nullptr);
+          continue;
+        }
+        auto name = ValueName();
+        if (!name.ok()) return name.status();
+        auto v = Lookup(*name);
+        if (!v.ok()) return v.status();
+        inputs.push_back(*v);
+      } while (Accept(','));
+      if (auto s = Expect(')'); !s.ok()) return s;
+    }
+    std::map<std::string, AttrValue> attrs;
+    if (Accept('{')) {
+      if (!Accept('}')) {
+        do {
+          std::string key = Word();
+          if (key.empty()) return Error("expected an attribute name");
+          if (auto s = Expect('='); !s.ok()) return s;
+          auto value = Attr();
+          if (!value.ok()) return value.status();
+          attrs[key] = *value;
+        } while (Accept(','));
+        if (auto s = Expect('}'); !s.ok()) return s;
+      }
+    }
+    if (auto s = Expect(':'); !s.ok()) return s;
+    std::vector<TensorType> types;
+    do {
+      auto type = Type();
+      if (!type.ok()) return type.status();
+      types.push_back(*type);
+    } while (Accept(','));
+    if (types.size() != outs.size()) {
+      return Error(absl::StrCat(op, " defines ", outs.size(), " values but ", types.size(), " types are given"));
+    }
+    Node* node = graph_->AddNode(op, outs[0], inputs, outs, opset);
+    node->mutable_attrs() = std::move(attrs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      node->output(i)->set_type(types[i]);
+      if (auto s = Define(outs[i], node->output(i)); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  std::unique_ptr<Graph> graph_;
+  std::map<std::string, Value*> values_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(std::string_view text) {
+  Parser parser(text);
+  auto graph = parser.Parse();
+  if (!graph.ok()) return graph.status();
+  if (auto s = VerifyGraph(**graph); !s.ok()) return s;
+  return graph;
+}
+
+}  // namespace kiln
