@@ -608,7 +608,8 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     // for this node.
     // kiln_loop_N stays a function: the thread pool calls it through a pointer.
     if (f.getName() != "kiln_entry" && f.getName() != "kiln_module_v1" && !f.getName().starts_with("kiln_loop_")) {
-      f.removeFnAttr(llvm::Attribute::NoInline);
+      // Except what the library marks noinline on purpose (shared micro-kernels).
+      if (f.hasFnAttribute(llvm::Attribute::NoInline)) continue;
       f.removeFnAttr(llvm::Attribute::OptimizeNone);
       f.addFnAttr(llvm::Attribute::AlwaysInline);
     }

@@ -1,6 +1,7 @@
 // Neural-network kernels: MatMul, Gemm, Conv, ConvTranspose, pooling, normalisations, LRN.
 // Spatial kernels see 1-D and 2-D problems as 3-D ones with leading extents of 1, so one
 // loop nest serves all three ranks.
+#include "gemm_core.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
 #include "unary_math.h"
@@ -38,6 +39,16 @@ struct MatMulKernel {
   //        broadcast); floats: [activation alpha, beta]. Optional input 2: a bias [N].
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (call->ints[1] > 0) return RunShared(call);
+    }
+    return Body<T, false>(call);
+  }
+  // The f32 path through the register-blocked core, not inlined: one copy per artifact.
+  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call) { return Body<float, true>(call); }
+
+  template <typename T, bool kBlocked>
+  static int32_t Body(const kiln_kcall* call) {
     const int64_t M = call->ints[0], K = call->ints[1], N = call->ints[2];
     const int32_t batch_rank = static_cast<int32_t>(call->ints[3]);
     const int64_t* batch_dims = call->ints + 4;
@@ -51,6 +62,46 @@ struct MatMulKernel {
     const T* pa = static_cast<const T*>(call->inputs[0].data);
     const T* pb = static_cast<const T*>(call->inputs[1].data);
     T* pc = static_cast<T*>(call->outputs[0].data);
+    auto batch_offsets = [&](int64_t batch, int64_t* a_off, int64_t* b_off) {
+      int64_t rest = batch;
+      *a_off = *b_off = 0;
+      for (int32_t d = batch_rank - 1; d >= 0; --d) {
+        const int64_t idx = rest % batch_dims[d];
+        rest /= batch_dims[d];
+        *a_off += idx * a_strides[d];
+        *b_off += idx * b_strides[d];
+      }
+    };
+    if constexpr (kBlocked) {
+      {
+        // Register-blocked core; jobs are (batch, row group, column chunk).
+        const int64_t groups = gemm::RowGroups(M), chunks = gemm::ColumnChunks(N);
+        auto jobs = [&](int64_t begin, int64_t end) {
+          for (int64_t job = begin; job < end; ++job) {
+            const int64_t batch = job / (groups * chunks), rg = job / chunks % groups, cc = job % chunks;
+            int64_t a_off, b_off;
+            batch_offsets(batch, &a_off, &b_off);
+            const float* b = pb + b_off;
+            float* c = pc + batch * M * N;
+            const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < M ? m0 + gemm::kMg : M;
+            const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst) {
+              for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * gemm::kNc, b + (k0 + k) * N + c0, sizeof(float) * nb);
+            };
+            gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
+            for (int64_t i = m0; i < m1; ++i) {
+              float* row = c + i * N + n0;
+              if (bias) {
+                for (int64_t j = 0; j < n1 - n0; ++j) row[j] += bias[n0 + j];
+              }
+              ApplyActivation(row, n1 - n0, activation, act_alpha, act_beta);
+            }
+          }
+        };
+        ParallelFor(call, batches * groups * chunks, 1, jobs);
+        return KILN_KERR_OK;
+      }
+    }
     auto body = [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t batch = row / M, i = row % M;
@@ -83,6 +134,16 @@ struct GemmKernel {
   // C (input 2) broadcasts to [M, N].
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
+    if constexpr (std::is_same_v<T, float>) {
+      const kiln_ktensor& A = call->inputs[0];
+      if ((call->ints[0] != 0 ? A.dims[0] : A.dims[1]) > 0) return RunShared(call);
+    }
+    return Body<T, false>(call);
+  }
+  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call) { return Body<float, true>(call); }
+
+  template <typename T, bool kBlocked>
+  static int32_t Body(const kiln_kcall* call) {
     const kiln_ktensor& A = call->inputs[0];
     const kiln_ktensor& B = call->inputs[1];
     const bool ta = call->ints[0] != 0, tb = call->ints[1] != 0;
@@ -96,6 +157,40 @@ struct GemmKernel {
     int64_t c_strides[2] = {0, 0};
     if (has_c) BroadcastStrides(call->inputs[2], call->outputs[0].dims, 2, c_strides);
     const T* pbias = has_c ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    if constexpr (kBlocked) {
+      {
+        const int64_t groups = gemm::RowGroups(M), chunks = gemm::ColumnChunks(N);
+        auto jobs = [&](int64_t begin, int64_t end) {
+          for (int64_t job = begin; job < end; ++job) {
+            const int64_t rg = job / chunks, cc = job % chunks;
+            const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < M ? m0 + gemm::kMg : M;
+            const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst) {
+              for (int64_t k = 0; k < kb; ++k) {
+                float* out = dst + k * gemm::kNc;
+                if (tb) {
+                  for (int64_t j = 0; j < nb; ++j) out[j] = pb[(c0 + j) * K + k0 + k];
+                } else {
+                  memcpy(out, pb + (k0 + k) * N + c0, sizeof(float) * nb);
+                }
+              }
+            };
+            gemm::Block(m0, m1, n0, n1, K, pa, ta ? 1 : K, ta ? M : 1, pc, N, pack);
+            for (int64_t i = m0; i < m1; ++i) {
+              float* c = pc + i * N;
+              for (int64_t j = n0; j < n1; ++j) {
+                float v = alpha * c[j];
+                if (has_c) v += beta * pbias[i * c_strides[0] + j * c_strides[1]];
+                c[j] = v;
+              }
+              ApplyActivation(c + n0, n1 - n0, call->ints[2], call->floats[2], call->floats[3]);
+            }
+          }
+        };
+        ParallelFor(call, groups * chunks, 1, jobs);
+        return KILN_KERR_OK;
+      }
+    }
     auto body = [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         T* c = pc + i * N;
@@ -125,6 +220,12 @@ struct GemmKernel {
 struct ConvKernel {
   // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional.
   // ints: [group, window block..., activation]; floats: [activation alpha, beta]
+  // f32 with at least 4 output channels per group runs as an implicit GEMM; the direct
+  // loop nest below serves depthwise convolutions and f64.
+  // Not inlined: one copy per artifact serves every such Conv (the shapes are runtime
+  // values there; the time goes into the shared micro-kernel either way).
+  __attribute__((noinline)) static int32_t ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group,
+                                                        int64_t activation);
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
@@ -140,6 +241,11 @@ struct ConvKernel {
     const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
     T* py = static_cast<T*>(Y.data);
     const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+    if constexpr (std::is_same_v<T, float>) {
+      if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
+        return ImplicitGemm(call, w, group, activation);
+      }
+    }
     auto body = [&](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
         const int64_t n = job / out_channels, oc = job % out_channels;
@@ -185,6 +291,99 @@ struct ConvKernel {
     return KILN_KERR_OK;
   }
 };
+
+// Conv as a GEMM per (image, group): C[oc, p] = W[oc, (ic, kd, kh, kw)] · X'[(ic, kd, kh, kw), p]
+// where X' (im2col) is never materialised: each packed block of it is gathered from X
+// when the core asks for it. Jobs are (image, group, row group, column chunk).
+int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, int64_t activation) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t icg = in_channels / group, ocg = out_channels / group;
+  const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+  const int64_t K = icg * kernel_size;
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = static_cast<const float*>(call->inputs[1].data);
+  const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
+  float* py = static_cast<float*>(Y.data);
+  const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
+                         w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
+  const int64_t groups = gemm::RowGroups(ocg), chunks = gemm::ColumnChunks(out_size);
+  const int64_t kk_hw = w.kernel[1] * w.kernel[2];
+  auto jobs = [&](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t cc = job % chunks, rg = job / chunks % groups, g = job / (chunks * groups) % group;
+      const int64_t n = job / (chunks * groups * group);
+      const float* x = px + (n * in_channels + g * icg) * in_size;
+      float* c = py + (n * out_channels + g * ocg) * out_size;
+      const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < ocg ? m0 + gemm::kMg : ocg;
+      const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < out_size ? n0 + gemm::kNc : out_size;
+      // Where each output position of the chunk starts reading: its output column, and
+      // the input coordinates of the window's first tap.
+      int64_t ow0[gemm::kNc], d0[gemm::kNc], h0[gemm::kNc], w0[gemm::kNc];
+      for (int64_t j = 0; j < n1 - n0; ++j) {
+        const int64_t p = n0 + j;
+        const int64_t ow = p % w.out[2], oh = p / w.out[2] % w.out[1], od = p / (w.out[2] * w.out[1]);
+        ow0[j] = ow;
+        d0[j] = od * w.stride[0] - w.pad[0];
+        h0[j] = oh * w.stride[1] - w.pad[1];
+        w0[j] = ow * w.stride[2] - w.pad[2];
+      }
+      // Packs rows k0.. of the implicit im2col matrix. Output positions of one output row
+      // read one input row: a strided (for stride 1, contiguous) run, zero outside.
+      auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst) {
+        for (int64_t k = 0; k < kb; ++k) {
+          float* out = dst + k * gemm::kNc;
+          const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
+          const float* xin = x + ic * in_size;
+          if (pointwise) {
+            memcpy(out, xin + c0, sizeof(float) * nb);
+            continue;
+          }
+          const int64_t kd = r / kk_hw, kh = r / w.kernel[2] % w.kernel[1], kw = r % w.kernel[2];
+          const int64_t dd = kd * w.dilation[0], dh = kh * w.dilation[1], dw = kw * w.dilation[2];
+          const int64_t sw = w.stride[2];
+          for (int64_t j = 0; j < nb;) {
+            const int64_t run = w.out[2] - ow0[j] < nb - j ? w.out[2] - ow0[j] : nb - j;
+            const int64_t id = d0[j] + dd, ih = h0[j] + dh;
+            float* o = out + j;
+            if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) {
+              for (int64_t q = 0; q < run; ++q) o[q] = 0.f;
+            } else {
+              const float* src = xin + (id * w.in[1] + ih) * w.in[2];
+              const int64_t iw0 = w0[j] + dw;
+              // Valid q: 0 <= iw0 + q*sw < in width.
+              int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+              int64_t hi = w.in[2] - iw0 <= 0 ? 0 : (w.in[2] - iw0 + sw - 1) / sw;
+              if (lo > run) lo = run;
+              if (hi > run) hi = run;
+              if (hi < lo) hi = lo;
+              for (int64_t q = 0; q < lo; ++q) o[q] = 0.f;
+              if (sw == 1) {
+                memcpy(o + lo, src + iw0 + lo, sizeof(float) * (hi - lo));
+              } else {
+                for (int64_t q = lo; q < hi; ++q) o[q] = src[iw0 + q * sw];
+              }
+              for (int64_t q = hi; q < run; ++q) o[q] = 0.f;
+            }
+            j += run;
+          }
+        }
+      };
+      gemm::Block(m0, m1, n0, n1, K, pw + g * ocg * K, K, 1, c, out_size, pack);
+      for (int64_t oc = m0; oc < m1; ++oc) {
+        float* row = c + oc * out_size + n0;
+        if (pbias) {
+          const float b = pbias[g * ocg + oc];
+          for (int64_t j = 0; j < n1 - n0; ++j) row[j] += b;
+        }
+        ApplyActivation(row, n1 - n0, activation, call->floats[0], call->floats[1]);
+      }
+    }
+  };
+  ParallelFor(call, batch * group * groups * chunks, 1, jobs);
+  return KILN_KERR_OK;
+}
 
 struct ConvTransposeKernel {
   // inputs: X [N, C, *in], W [C, OC/group, *kernel], B optional. ints: [group, window...]

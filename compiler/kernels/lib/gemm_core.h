@@ -1,0 +1,127 @@
+// The f32 matrix-multiply core shared by MatMul, Gemm and Conv (as an implicit GEMM):
+//   C[m0..m1, n0..n1) = A[m0..m1, 0..K) · B[0..K, n0..n1)
+// B is never read in place: the caller's `pack` copies a block of it ([kb x kNc], zero
+// past the edges) into a contiguous, aligned buffer, which is where a Conv does its
+// im2col and a transposed B gets transposed. A is read through strides, one scalar per
+// row and k, broadcast against B. The micro-kernel keeps a kMr x kNr block of C in
+// registers for the whole K block; it is written with generic vector types, so the same
+// source vectorizes for SSE, AVX2 or AVX-512 (LLVM splits or widens the 8-lane vectors).
+#pragma once
+
+#include "kernel_common.h"
+
+namespace kiln_kernels {
+namespace gemm {
+
+constexpr int kMr = 6;      // rows of C per micro-kernel
+constexpr int kNr = 16;     // columns of C per micro-kernel (two 8-lane vectors)
+constexpr int64_t kKc = 256;  // K block: one packed B block is kKc x kNc floats (64 KiB)
+constexpr int64_t kNc = 64;   // columns of C per job
+constexpr int64_t kMg = 144;  // rows of C per job (a multiple of kMr): one packed B serves them all
+
+typedef float v8f __attribute__((vector_size(32)));
+
+inline v8f Load8(const float* p) {
+  v8f v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void Store8(float* p, v8f v) { memcpy(p, &v, sizeof(v)); }
+
+// C[0..MR, 0..16) (+)= A[0..MR, 0..kb) · Bp[0..kb, 0..16); Bp rows are kNc apart.
+template <int MR>
+inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp, float* c,
+                        int64_t ldc, bool accumulate) {
+#ifdef __clang__
+  // The library builds with -ffp-contract=off (results that do not depend on the target);
+  // here, and only here, a multiply-add may fuse into one FMA: the GEMM's sums are
+  // reassociated by blocking anyway, and FMA doubles its throughput.
+#pragma clang fp contract(fast)
+#endif
+  v8f acc0[MR], acc1[MR];
+  for (int i = 0; i < MR; ++i) {
+    if (accumulate) {
+      acc0[i] = Load8(c + i * ldc);
+      acc1[i] = Load8(c + i * ldc + 8);
+    } else {
+      acc0[i] = v8f{};
+      acc1[i] = v8f{};
+    }
+  }
+  for (int64_t k = 0; k < kb; ++k) {
+    const v8f b0 = Load8(bp + k * kNc), b1 = Load8(bp + k * kNc + 8);
+    for (int i = 0; i < MR; ++i) {
+      const float x = a[i * a_row + k * a_k];
+      const v8f av = {x, x, x, x, x, x, x, x};
+      acc0[i] += av * b0;
+      acc1[i] += av * b1;
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    Store8(c + i * ldc, acc0[i]);
+    Store8(c + i * ldc + 8, acc1[i]);
+  }
+}
+
+// Not inlined, also in artifacts (codegen keeps noinline): every GEMM-shaped node of a
+// model shares one copy of the unrolled micro-kernels instead of compiling its own.
+__attribute__((noinline)) inline void MicroKernelRows(int rows, int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp,
+                            float* c, int64_t ldc, bool accumulate) {
+  switch (rows) {
+    case 6: MicroKernel<6>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
+    case 5: MicroKernel<5>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
+    case 4: MicroKernel<4>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
+    case 3: MicroKernel<3>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
+    case 2: MicroKernel<2>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
+    default: MicroKernel<1>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
+  }
+}
+
+// Computes C rows [m0, m1) x columns [n0, n1) (n1 - n0 <= kNc) over the whole K.
+// A(i, k) = a[i * a_row + k * a_k]; C(i, j) = c[i * ldc + j].
+// pack(k0, kb, n0, nb, dst) fills dst[k * kNc + j] = B(k0 + k, n0 + j) for k < kb, j < nb;
+// the core zeroes the rest of each row.
+template <typename Pack>
+inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
+                  int64_t a_k, float* c, int64_t ldc, Pack& pack) {
+  alignas(64) float packed[kKc * kNc];
+  const int64_t nb = n1 - n0;
+  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+    const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
+    pack(k0, kb, n0, nb, packed);
+    if (nb < kNc) {
+      for (int64_t k = 0; k < kb; ++k) {
+        for (int64_t j = nb; j < kNc; ++j) packed[k * kNc + j] = 0.f;
+      }
+    }
+    const bool accumulate = k0 > 0;
+    for (int64_t i = m0; i < m1; i += kMr) {
+      const int rows = static_cast<int>(m1 - i < kMr ? m1 - i : kMr);
+      const float* ai = a + i * a_row + k0 * a_k;
+      for (int64_t j = 0; j < nb; j += kNr) {
+        float* cij = c + i * ldc + n0 + j;
+        if (nb - j >= kNr) {
+          MicroKernelRows(rows, kb, ai, a_row, a_k, packed + j, cij, ldc, accumulate);
+          continue;
+        }
+        // A partial tile: work on a full-width copy, then write back the valid columns.
+        alignas(64) float tile[kMr * kNr];
+        const int64_t cols = nb - j;
+        for (int r = 0; r < rows; ++r) {
+          for (int64_t q = 0; q < kNr; ++q) tile[r * kNr + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
+        }
+        MicroKernelRows(rows, kb, ai, a_row, a_k, packed + j, tile, kNr, accumulate);
+        for (int r = 0; r < rows; ++r) {
+          for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * kNr + q];
+        }
+      }
+    }
+  }
+}
+
+// Jobs for a problem of M x N: column chunks of kNc times row groups of kMg.
+inline int64_t ColumnChunks(int64_t n) { return (n + kNc - 1) / kNc; }
+inline int64_t RowGroups(int64_t m) { return (m + kMg - 1) / kMg; }
+
+}  // namespace gemm
+}  // namespace kiln_kernels
