@@ -6,6 +6,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,18 +86,30 @@ kiln_status kiln_module_describe(const kiln_module* module, const kiln_module_de
   return KILN_OK;
 }
 
-/* ---- thread pool ---- */
+/* ---- thread pool ----
+ * One job at a time (the entry function is sequential; each node may split its work).
+ * Between jobs the workers spin briefly before sleeping on a condition variable, and the
+ * caller spins for completion: a model runs hundreds of parallel regions per inference,
+ * and a futex wake-up per region costs more than many of them take. */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_CPU_RELAX() __builtin_ia32_pause()
+#else
+#define KILN_CPU_RELAX() ((void)0)
+#endif
+
+enum { KILN_SPIN_ITERATIONS = 1 << 14 };
 
 typedef struct pool {
   pthread_mutex_t mutex;
   pthread_cond_t work_ready;
-  pthread_cond_t work_done;
   pthread_t* threads;
   int num_workers;
-  int stop;
-  /* the current job */
-  uint64_t generation;
-  int pending;
+  atomic_int stop;
+  atomic_int sleepers;
+  /* the current job: fields are written before generation is bumped */
+  atomic_uint_fast64_t generation;
+  atomic_int pending;
   int64_t n;
   int chunks;
   kiln_range_fn fn;
@@ -119,18 +133,28 @@ static void* worker_main(void* raw) {
   const int index = arg->index;
   free(arg);
   uint64_t seen = 0;
-  pthread_mutex_lock(&p->mutex);
   for (;;) {
-    while (!p->stop && p->generation == seen) pthread_cond_wait(&p->work_ready, &p->mutex);
-    if (p->stop) break;
-    seen = p->generation;
-    int active = index + 1 < p->chunks;
-    pthread_mutex_unlock(&p->mutex);
-    if (active) run_chunk(p, index + 1);
-    pthread_mutex_lock(&p->mutex);
-    if (--p->pending == 0) pthread_cond_signal(&p->work_done);
+    uint64_t generation;
+    int spins = 0;
+    while ((generation = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop)) {
+      if (++spins < KILN_SPIN_ITERATIONS) {
+        KILN_CPU_RELAX();
+        continue;
+      }
+      /* Sleep. The caller bumps generation, then looks at sleepers; we count ourselves
+       * in, then look at generation: one of us sees the other (sequentially consistent). */
+      pthread_mutex_lock(&p->mutex);
+      atomic_fetch_add(&p->sleepers, 1);
+      while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->work_ready, &p->mutex);
+      atomic_fetch_sub(&p->sleepers, 1);
+      pthread_mutex_unlock(&p->mutex);
+      spins = 0;
+    }
+    if (atomic_load(&p->stop)) break;
+    seen = generation;
+    if (index + 1 < p->chunks) run_chunk(p, index + 1);
+    atomic_fetch_sub(&p->pending, 1);
   }
-  pthread_mutex_unlock(&p->mutex);
   return NULL;
 }
 
@@ -143,31 +167,36 @@ static void pool_parallel_for(void* raw, int64_t n, int64_t min_chunk, kiln_rang
     fn(ctx, 0, n);
     return;
   }
-  pthread_mutex_lock(&p->mutex);
   p->n = n;
   p->chunks = (int)chunks;
   p->fn = fn;
   p->ctx = ctx;
-  p->pending = p->num_workers;
-  p->generation++;
-  pthread_cond_broadcast(&p->work_ready);
-  pthread_mutex_unlock(&p->mutex);
+  atomic_store(&p->pending, p->num_workers);
+  atomic_fetch_add(&p->generation, 1);
+  if (atomic_load(&p->sleepers) > 0) {
+    pthread_mutex_lock(&p->mutex);
+    pthread_cond_broadcast(&p->work_ready);
+    pthread_mutex_unlock(&p->mutex);
+  }
   run_chunk(p, 0);
-  pthread_mutex_lock(&p->mutex);
-  while (p->pending > 0) pthread_cond_wait(&p->work_done, &p->mutex);
-  pthread_mutex_unlock(&p->mutex);
+  for (int spins = 0; atomic_load(&p->pending) > 0; ++spins) {
+    if (spins < KILN_SPIN_ITERATIONS) {
+      KILN_CPU_RELAX();
+    } else {
+      sched_yield();
+    }
+  }
 }
 
 static void pool_destroy(pool* p) {
   if (p == NULL) return;
   pthread_mutex_lock(&p->mutex);
-  p->stop = 1;
+  atomic_store(&p->stop, 1);
   pthread_cond_broadcast(&p->work_ready);
   pthread_mutex_unlock(&p->mutex);
   for (int i = 0; i < p->num_workers; ++i) pthread_join(p->threads[i], NULL);
   pthread_mutex_destroy(&p->mutex);
   pthread_cond_destroy(&p->work_ready);
-  pthread_cond_destroy(&p->work_done);
   free(p->threads);
   free(p);
 }
@@ -177,7 +206,6 @@ static pool* pool_create(int num_workers) {
   if (p == NULL) return NULL;
   pthread_mutex_init(&p->mutex, NULL);
   pthread_cond_init(&p->work_ready, NULL);
-  pthread_cond_init(&p->work_done, NULL);
   p->threads = calloc((size_t)(num_workers > 0 ? num_workers : 1), sizeof(pthread_t));
   if (p->threads == NULL) {
     pool_destroy(p);

@@ -2,8 +2,9 @@
 //   C[m0..m1, n0..n1) = A[m0..m1, 0..K) · B[0..K, n0..n1)
 // B is never read in place: the caller's `pack` copies a block of it ([kb x kNc], zero
 // past the edges) into a contiguous, aligned buffer, which is where a Conv does its
-// im2col and a transposed B gets transposed. A is read through strides, one scalar per
-// row and k, broadcast against B. The micro-kernel keeps a kMr x kNr block of C in
+// im2col and a transposed B gets transposed. A is read in place through strides, one
+// scalar per row and k, broadcast against B. (Copying A into k-major panels was tried and
+// measured slower here: the copy cost more than the strided reads.) The micro-kernel keeps a kMr x kNr block of C in
 // registers for the whole K block; it is written with generic vector types, so the same
 // source vectorizes for SSE, AVX2 or AVX-512 (LLVM splits or widens the 8-lane vectors).
 #pragma once
@@ -28,10 +29,10 @@ inline v8f Load8(const float* p) {
 }
 inline void Store8(float* p, v8f v) { memcpy(p, &v, sizeof(v)); }
 
-// C[0..MR, 0..16) (+)= A[0..MR, 0..kb) · Bp[0..kb, 0..16); Bp rows are kNc apart.
+// C[0..MR, 0..16) (+)= A[0..MR, 0..kb) · B[0..kb, 0..16); B rows are ldb apart.
 template <int MR>
-inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp, float* c,
-                        int64_t ldc, bool accumulate) {
+inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp, int64_t ldb,
+                        float* c, int64_t ldc, bool accumulate) {
 #ifdef __clang__
   // The library builds with -ffp-contract=off (results that do not depend on the target);
   // here, and only here, a multiply-add may fuse into one FMA: the GEMM's sums are
@@ -49,7 +50,7 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
     }
   }
   for (int64_t k = 0; k < kb; ++k) {
-    const v8f b0 = Load8(bp + k * kNc), b1 = Load8(bp + k * kNc + 8);
+    const v8f b0 = Load8(bp + k * ldb), b1 = Load8(bp + k * ldb + 8);
     for (int i = 0; i < MR; ++i) {
       const float x = a[i * a_row + k * a_k];
       const v8f av = {x, x, x, x, x, x, x, x};
@@ -65,52 +66,67 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
 
 // Not inlined, also in artifacts (codegen keeps noinline): every GEMM-shaped node of a
 // model shares one copy of the unrolled micro-kernels instead of compiling its own.
-__attribute__((noinline)) inline void MicroKernelRows(int rows, int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp,
-                            float* c, int64_t ldc, bool accumulate) {
+__attribute__((noinline)) inline void MicroKernelRows(int rows, int64_t kb, const float* a, int64_t a_row, int64_t a_k,
+                                                     const float* bp, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   switch (rows) {
-    case 6: MicroKernel<6>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
-    case 5: MicroKernel<5>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
-    case 4: MicroKernel<4>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
-    case 3: MicroKernel<3>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
-    case 2: MicroKernel<2>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
-    default: MicroKernel<1>(kb, a, a_row, a_k, bp, c, ldc, accumulate); break;
+    case 6: MicroKernel<6>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 5: MicroKernel<5>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 4: MicroKernel<4>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 3: MicroKernel<3>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 2: MicroKernel<2>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    default: MicroKernel<1>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
   }
 }
 
 // Computes C rows [m0, m1) x columns [n0, n1) (n1 - n0 <= kNc) over the whole K.
 // A(i, k) = a[i * a_row + k * a_k]; C(i, j) = c[i * ldc + j].
-// pack(k0, kb, n0, nb, dst) fills dst[k * kNc + j] = B(k0 + k, n0 + j) for k < kb, j < nb;
-// the core zeroes the rest of each row.
+// pack(k0, kb, n0, nb, dst, &ldb) returns where B(k0 + k, n0 + j) is for k < kb, j < nb:
+// either dst, filled with row stride kNc, or (when B already lies row-major in memory, as
+// for a 1x1 Conv) a pointer into B itself with its row stride. The core pads as needed.
 template <typename Pack>
 inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
                   int64_t a_k, float* c, int64_t ldc, Pack& pack) {
   alignas(64) float packed[kKc * kNc];
+  alignas(64) float edge[kKc * kNr];  // the last, partial 16 columns of a direct B
   const int64_t nb = n1 - n0;
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
-    pack(k0, kb, n0, nb, packed);
-    if (nb < kNc) {
+    int64_t ldb = kNc;
+    const float* b = pack(k0, kb, n0, nb, packed, &ldb);
+    if (b == packed && nb < kNc) {
       for (int64_t k = 0; k < kb; ++k) {
         for (int64_t j = nb; j < kNc; ++j) packed[k * kNc + j] = 0.f;
       }
     }
     const bool accumulate = k0 > 0;
-    for (int64_t i = m0; i < m1; i += kMr) {
-      const int rows = static_cast<int>(m1 - i < kMr ? m1 - i : kMr);
-      const float* ai = a + i * a_row + k0 * a_k;
-      for (int64_t j = 0; j < nb; j += kNr) {
+    // Edge columns of a direct B, padded to a full tile once per K block.
+    const int64_t full_cols = nb / kNr * kNr;
+    if (b != packed && full_cols < nb) {
+      for (int64_t k = 0; k < kb; ++k) {
+        for (int64_t q = 0; q < kNr; ++q) edge[k * kNr + q] = full_cols + q < nb ? b[k * ldb + full_cols + q] : 0.f;
+      }
+    }
+    // Column tiles outside, row blocks inside: one 16-column slice of B stays in L1 while
+    // every row block of the job goes past it.
+    for (int64_t j = 0; j < nb; j += kNr) {
+      const int64_t cols = nb - j < kNr ? nb - j : kNr;
+      const bool direct_edge = b != packed && cols < kNr;
+      const float* bj = direct_edge ? edge : b + j;
+      const int64_t ldbj = direct_edge ? kNr : ldb;
+      for (int64_t i = m0; i < m1; i += kMr) {
+        const int rows = static_cast<int>(m1 - i < kMr ? m1 - i : kMr);
+        const float* ai = a + i * a_row + k0 * a_k;
         float* cij = c + i * ldc + n0 + j;
-        if (nb - j >= kNr) {
-          MicroKernelRows(rows, kb, ai, a_row, a_k, packed + j, cij, ldc, accumulate);
+        if (cols == kNr) {
+          MicroKernelRows(rows, kb, ai, a_row, a_k, bj, ldbj, cij, ldc, accumulate);
           continue;
         }
         // A partial tile: work on a full-width copy, then write back the valid columns.
         alignas(64) float tile[kMr * kNr];
-        const int64_t cols = nb - j;
         for (int r = 0; r < rows; ++r) {
           for (int64_t q = 0; q < kNr; ++q) tile[r * kNr + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
         }
-        MicroKernelRows(rows, kb, ai, a_row, a_k, packed + j, tile, kNr, accumulate);
+        MicroKernelRows(rows, kb, ai, a_row, a_k, bj, ldbj, tile, kNr, accumulate);
         for (int r = 0; r < rows; ++r) {
           for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * kNr + q];
         }

@@ -85,8 +85,9 @@ struct MatMulKernel {
             float* c = pc + batch * M * N;
             const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < M ? m0 + gemm::kMg : M;
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
-            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst) {
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t*) -> const float* {
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * gemm::kNc, b + (k0 + k) * N + c0, sizeof(float) * nb);
+              return dst;
             };
             gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
             for (int64_t i = m0; i < m1; ++i) {
@@ -165,7 +166,7 @@ struct GemmKernel {
             const int64_t rg = job / chunks, cc = job % chunks;
             const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < M ? m0 + gemm::kMg : M;
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
-            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst) {
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t*) -> const float* {
               for (int64_t k = 0; k < kb; ++k) {
                 float* out = dst + k * gemm::kNc;
                 if (tb) {
@@ -174,6 +175,7 @@ struct GemmKernel {
                   memcpy(out, pb + (k0 + k) * N + c0, sizeof(float) * nb);
                 }
               }
+              return dst;
             };
             gemm::Block(m0, m1, n0, n1, K, pa, ta ? 1 : K, ta ? M : 1, pc, N, pack);
             for (int64_t i = m0; i < m1; ++i) {
@@ -331,7 +333,14 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       }
       // Packs rows k0.. of the implicit im2col matrix. Output positions of one output row
       // read one input row: a strided (for stride 1, contiguous) run, zero outside.
-      auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst) {
+      auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
+        // X is already the B matrix of a 1x1 Conv: [input channels, positions]. With few
+        // output channels, packing would cost as much as the product; with many, the
+        // packed copy pays for itself by staying in cache.
+        if (pointwise && m1 - m0 <= 32) {
+          *ldb = in_size;
+          return x + k0 * in_size + c0;
+        }
         for (int64_t k = 0; k < kb; ++k) {
           float* out = dst + k * gemm::kNc;
           const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
@@ -369,6 +378,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
             j += run;
           }
         }
+        return dst;
       };
       gemm::Block(m0, m1, n0, n1, K, pw + g * ocg * K, K, 1, c, out_size, pack);
       for (int64_t oc = m0; oc < m1; ++oc) {
