@@ -41,7 +41,11 @@ struct ReduceKernel {
       Acc acc = Init<Acc>(op);
       Acc max_value = 0;
       if (op == KILN_REDUCE_LOG_SUM_EXP) {
-        max_value = -INFINITY;
+        if constexpr (kIsFloat<Acc>) {
+          max_value = -INFINITY;
+        } else {
+          max_value = INT64_MIN;
+        }
         Walk(pi + out_offset[0], red_dims, red_strides, reduced, reduce_count,
              [&](T v) { if (static_cast<Acc>(v) > max_value) max_value = static_cast<Acc>(v); });
         if (reduce_count == 0 || max_value == -INFINITY) max_value = 0;
