@@ -89,27 +89,26 @@ Diff Compare(const Tensor& got, const Tensor& want) {
   std::exit(1);
 }
 
+// TensorProto files, in order; exits with the file's name on the first bad one.
+std::vector<Tensor> ReadTensors(const std::vector<std::string>& paths) {
+  std::vector<Tensor> tensors;
+  for (const auto& path : paths) {
+    auto data = ReadFile(path);
+    if (!data.ok()) Fail(std::string(data.status().message()));
+    auto t = ParseTensorProto(*data);
+    if (!t.ok()) Fail(path + ": " + std::string(t.status().message()));
+    tensors.push_back(std::move(*t));
+  }
+  return tensors;
+}
+
 int Main(int argc, char** argv) {
   Args args = ParseArgs(argc, argv);
   auto bytes = ReadFile(args.model);
   if (!bytes.ok()) Fail(std::string(bytes.status().message()));
 
-  std::vector<Tensor> inputs;
-  for (const auto& path : args.inputs) {
-    auto data = ReadFile(path);
-    if (!data.ok()) Fail(std::string(data.status().message()));
-    auto t = ParseTensorProto(*data);
-    if (!t.ok()) Fail(path + ": " + std::string(t.status().message()));
-    inputs.push_back(std::move(*t));
-  }
-  std::vector<Tensor> expected;
-  for (const auto& path : args.expected) {
-    auto data = ReadFile(path);
-    if (!data.ok()) Fail(std::string(data.status().message()));
-    auto t = ParseTensorProto(*data);
-    if (!t.ok()) Fail(path + ": " + std::string(t.status().message()));
-    expected.push_back(std::move(*t));
-  }
+  const std::vector<Tensor> inputs = ReadTensors(args.inputs);
+  const std::vector<Tensor> expected = ReadTensors(args.expected);
 
   // The reference: the imported graph, no passes, run by the interpreter.
   ImportOptions import_options;
