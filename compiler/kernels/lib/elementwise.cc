@@ -26,7 +26,7 @@ struct UnaryKernel {
       return KILN_KERR_OK;
     }
     T* out = static_cast<T*>(call->outputs[0].data);
-    auto body = [&](int64_t begin, int64_t end) {
+    auto body = [=](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) out[i] = ApplyUnary<T>(op, in[i], alpha, beta);
     };
     ParallelFor(call, n, 1 << 14, body);

@@ -163,16 +163,25 @@ inline bool SameDims(const kiln_ktensor& a, const kiln_ktensor& b) {
 }
 
 // Runs body(begin, end) over [0, n), in parallel when the call has an executor.
+// Bodies capture by value, and each run works on its own copy of the closure: the copy
+// never escapes, so its fields (shapes, strides, pointers) live in registers. Loads from
+// the shared closure, whose address goes to the pool, could alias every float store in
+// the loop (the library builds without strict aliasing) and would be redone each
+// iteration, which stops vectorization.
 template <typename Body>
-void ParallelFor(const kiln_kcall* call, int64_t n, int64_t min_chunk, Body& body) {
+void ParallelFor(const kiln_kcall* call, int64_t n, int64_t min_chunk, const Body& body) {
   if (call->exec == nullptr || call->exec->parallel_for == nullptr || n <= min_chunk) {
-    body(0, n);
+    Body local = body;
+    local(0, n);
     return;
   }
   call->exec->parallel_for(
       call->exec->pool, n, min_chunk,
-      [](void* ctx, int64_t begin, int64_t end) { (*static_cast<Body*>(ctx))(begin, end); },
-      &body);
+      [](void* ctx, int64_t begin, int64_t end) {
+        Body local = *static_cast<const Body*>(ctx);
+        local(begin, end);
+      },
+      const_cast<Body*>(&body));
 }
 
 }  // namespace kiln_kernels

@@ -76,7 +76,7 @@ struct MatMulKernel {
       {
         // Register-blocked core; jobs are (batch, row group, column chunk).
         const int64_t groups = gemm::RowGroups(M), chunks = gemm::ColumnChunks(N);
-        auto jobs = [&](int64_t begin, int64_t end) {
+        auto jobs = [=](int64_t begin, int64_t end) {
           for (int64_t job = begin; job < end; ++job) {
             const int64_t batch = job / (groups * chunks), rg = job / chunks % groups, cc = job % chunks;
             int64_t a_off, b_off;
@@ -103,7 +103,7 @@ struct MatMulKernel {
         return KILN_KERR_OK;
       }
     }
-    auto body = [&](int64_t begin, int64_t end) {
+    auto body = [=](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t batch = row / M, i = row % M;
         int64_t a_off = 0, b_off = 0, rest = batch;
@@ -161,7 +161,7 @@ struct GemmKernel {
     if constexpr (kBlocked) {
       {
         const int64_t groups = gemm::RowGroups(M), chunks = gemm::ColumnChunks(N);
-        auto jobs = [&](int64_t begin, int64_t end) {
+        auto jobs = [=](int64_t begin, int64_t end) {
           for (int64_t job = begin; job < end; ++job) {
             const int64_t rg = job / chunks, cc = job % chunks;
             const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < M ? m0 + gemm::kMg : M;
@@ -193,7 +193,7 @@ struct GemmKernel {
         return KILN_KERR_OK;
       }
     }
-    auto body = [&](int64_t begin, int64_t end) {
+    auto body = [=](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         T* c = pc + i * N;
         for (int64_t j = 0; j < N; ++j) c[j] = 0;
@@ -248,7 +248,7 @@ struct ConvKernel {
         return ImplicitGemm(call, w, group, activation);
       }
     }
-    auto body = [&](int64_t begin, int64_t end) {
+    auto body = [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
         const int64_t n = job / out_channels, oc = job % out_channels;
         const int64_t g = oc / oc_per_group;
@@ -312,7 +312,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
   const int64_t groups = gemm::RowGroups(ocg), chunks = gemm::ColumnChunks(out_size);
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
-  auto jobs = [&](int64_t begin, int64_t end) {
+  auto jobs = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {
       const int64_t cc = job % chunks, rg = job / chunks % groups, g = job / (chunks * groups) % group;
       const int64_t n = job / (chunks * groups * group);
@@ -465,7 +465,7 @@ struct PoolKernel {
     int64_t* indices = call->num_outputs > 1 ? static_cast<int64_t*>(call->outputs[1].data) : nullptr;
     const int64_t planes = X.dims[0] * X.dims[1];
     const int64_t in_size = w.in_size(), out_size = w.out_size();
-    auto body = [&](int64_t begin, int64_t end) {
+    auto body = [=](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         const T* x = px + plane * in_size;
         for (int64_t od = 0; od < w.out[0]; ++od)
@@ -591,7 +591,7 @@ struct LayerNormKernel {
     T* py = static_cast<T*>(call->outputs[0].data);
     T* mean_out = call->num_outputs > 1 && call->outputs[1].data ? static_cast<T*>(call->outputs[1].data) : nullptr;
     T* inv_out = call->num_outputs > 2 && call->outputs[2].data ? static_cast<T*>(call->outputs[2].data) : nullptr;
-    auto body = [&](int64_t begin, int64_t end) {
+    auto body = [=](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
         const T* x = px + o * inner;
         T* y = py + o * inner;

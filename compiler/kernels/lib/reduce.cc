@@ -159,7 +159,7 @@ struct Softmax {
     }
     const T* pi = static_cast<const T*>(in.data);
     T* po = static_cast<T*>(call->outputs[0].data);
-    auto body = [&](int64_t begin, int64_t end) {
+    auto body = [=](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t o = row / inner, j = row % inner;
         const T* x = pi + o * len * inner + j;
