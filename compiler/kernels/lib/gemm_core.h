@@ -12,6 +12,16 @@
 #include "kernel_common.h"
 
 namespace kiln_kernels {
+
+// The reference interpreter's build (KILN_REFERENCE_KERNELS) keeps MatMul, Gemm and Conv on
+// their plain loops, so comparing an artifact with the interpreter checks this core
+// against code that shares nothing with it.
+#ifdef KILN_REFERENCE_KERNELS
+inline constexpr bool kBlockedGemm = false;
+#else
+inline constexpr bool kBlockedGemm = true;
+#endif
+
 namespace gemm {
 
 constexpr int kMr = 6;      // rows of C per micro-kernel
@@ -22,12 +32,10 @@ constexpr int64_t kMg = 144;  // rows of C per job (a multiple of kMr): one pack
 
 typedef float v8f __attribute__((vector_size(32)));
 
-inline v8f Load8(const float* p) {
-  v8f v;
-  memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void Store8(float* p, v8f v) { memcpy(p, &v, sizeof(v)); }
+// Unaligned 8-lane loads and stores. Macros rather than functions: GCC warns about the
+// ABI of vector arguments and returns when building for a target without AVX.
+#define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(v8f))
+#define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(v8f))
 
 // C[0..MR, 0..16) (+)= A[0..MR, 0..kb) · B[0..kb, 0..16); B rows are ldb apart.
 template <int MR>
@@ -42,15 +50,17 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
   v8f acc0[MR], acc1[MR];
   for (int i = 0; i < MR; ++i) {
     if (accumulate) {
-      acc0[i] = Load8(c + i * ldc);
-      acc1[i] = Load8(c + i * ldc + 8);
+      KILN_LOAD8(acc0[i], c + i * ldc);
+      KILN_LOAD8(acc1[i], c + i * ldc + 8);
     } else {
       acc0[i] = v8f{};
       acc1[i] = v8f{};
     }
   }
   for (int64_t k = 0; k < kb; ++k) {
-    const v8f b0 = Load8(bp + k * ldb), b1 = Load8(bp + k * ldb + 8);
+    v8f b0, b1;
+    KILN_LOAD8(b0, bp + k * ldb);
+    KILN_LOAD8(b1, bp + k * ldb + 8);
     for (int i = 0; i < MR; ++i) {
       const float x = a[i * a_row + k * a_k];
       const v8f av = {x, x, x, x, x, x, x, x};
@@ -59,8 +69,8 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
     }
   }
   for (int i = 0; i < MR; ++i) {
-    Store8(c + i * ldc, acc0[i]);
-    Store8(c + i * ldc + 8, acc1[i]);
+    KILN_STORE8(c + i * ldc, acc0[i]);
+    KILN_STORE8(c + i * ldc + 8, acc1[i]);
   }
 }
 

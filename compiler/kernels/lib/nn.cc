@@ -39,7 +39,7 @@ struct MatMulKernel {
   //        broadcast); floats: [activation alpha, beta]. Optional input 2: a bias [N].
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (call->ints[1] > 0) return RunShared(call);
     }
     return Body<T, false>(call);
@@ -135,7 +135,7 @@ struct GemmKernel {
   // C (input 2) broadcasts to [M, N].
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       const kiln_ktensor& A = call->inputs[0];
       if ((call->ints[0] != 0 ? A.dims[0] : A.dims[1]) > 0) return RunShared(call);
     }
@@ -243,7 +243,7 @@ struct ConvKernel {
     const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
     T* py = static_cast<T*>(Y.data);
     const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
         return ImplicitGemm(call, w, group, activation);
       }
