@@ -35,8 +35,11 @@ mkdir -p bench/models
 missing=()
 for m in ${models//,/ }; do [ -f "bench/models/$m.onnx" ] || missing+=("$m"); done
 if [ ${#missing[@]} -gt 0 ]; then
-  /usr/bin/python3 bench/make_models.py bench/models --only "$(IFS=,; echo "${missing[*]}")" 2>&1 \
-    | grep -v -i -E "warning|warnings.warn|^$" >&2 || true
+  if ! /usr/bin/python3 bench/make_models.py bench/models --only "$(IFS=,; echo "${missing[*]}")" > bench/models/export.log 2>&1; then
+    cat bench/models/export.log >&2
+    echo "bench/run.sh: exporting the models failed" >&2
+    exit 1
+  fi
 fi
 kiln=build/clients/kiln
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }

@@ -7,8 +7,13 @@ set -euo pipefail
 check=$1 src=$2 work=$3
 models=(squeezenet1_1 resnet18_tiny mobilenet_v2 resnet50 bert_tiny)
 mkdir -p "$work"
-/usr/bin/python3 "$src/bench/make_models.py" "$work" --only "$(IFS=,; echo "${models[*]}")" 2>&1 \
-  | grep -v -i -E "warning|^ *warnings.warn|^$" || true
+# PyTorch's exporter is chatty (TracerWarnings): keep its log, show it only on failure.
+if ! /usr/bin/python3 "$src/bench/make_models.py" "$work" --only "$(IFS=,; echo "${models[*]}")" > "$work/export.log" 2>&1; then
+  cat "$work/export.log" >&2
+  echo "FAILED: exporting the models" >&2
+  exit 1
+fi
+grep -v -i -E "warning|^ *warnings.warn|^$" "$work/export.log" || true
 failed=0
 for m in "${models[@]}"; do
   args=()
