@@ -1,0 +1,57 @@
+// The content-addressed blob store under the service's cache: every blob (model upload,
+// input set, artifact, report) is named by the SHA-256 of its bytes and lives at
+// ROOT/sha256/ab/cdef... . Writes go to a temporary file in ROOT/tmp, are fsynced and
+// renamed into place (then the directory is fsynced), so a crash leaves either the whole
+// blob or nothing. Every read re-hashes the bytes: a blob that no longer matches its
+// name is deleted and reported as DataLoss, never returned.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kiln::cache {
+
+struct Digest {
+  std::string sha256_hex;  // 64 lowercase hex digits
+  int64_t size_bytes = 0;
+  bool operator==(const Digest& other) const {
+    return sha256_hex == other.sha256_hex && size_bytes == other.size_bytes;
+  }
+};
+
+// The digest of `bytes`.
+Digest DigestOf(std::string_view bytes);
+// Checks the form of a digest a client sent: 64 lowercase hex digits, size >= 0.
+absl::Status ValidateDigest(const Digest& digest);
+
+class BlobStore {
+ public:
+  // Creates ROOT/sha256 and ROOT/tmp as needed and clears temporary files a crash left.
+  static absl::StatusOr<std::unique_ptr<BlobStore>> Open(const std::string& root);
+
+  // Stores `bytes` (a no-op when the blob is already there) and returns its digest.
+  absl::StatusOr<Digest> Put(std::string_view bytes);
+  // Stores `bytes` that the client says have digest `expected`; a mismatch is
+  // InvalidArgument naming both digests, and nothing is stored.
+  absl::Status PutExpecting(const Digest& expected, std::string_view bytes);
+  // The bytes of a blob, verified. NotFound when absent; DataLoss (and the blob is
+  // removed) when the stored bytes no longer hash to the digest.
+  absl::StatusOr<std::string> Get(const Digest& digest);
+  bool Contains(const Digest& digest) const;
+  absl::Status Remove(const Digest& digest);
+
+  // Where the blob lives (it may not exist).
+  std::string PathOf(const Digest& digest) const;
+  const std::string& root() const { return root_; }
+
+ private:
+  explicit BlobStore(std::string root) : root_(std::move(root)) {}
+  std::string root_;
+};
+
+}  // namespace kiln::cache
