@@ -343,7 +343,10 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
     const Value* in = node.input(i);
     operand_dims.push_back(in->type().StaticDims());
     if (in->is_constant() && in->constant()->num_elements() == 1) {
+      // Folded into the loop body: no buffer, a null pointer holds its parameter slot.
       immediates[i] = llvm::ConstantFP::get(elem, in->constant()->GetAsDouble(0));
+      addresses.push_back(llvm::ConstantPointerNull::get(ptr_));
+      continue;
     }
     auto address = Address(in);
     if (!address.ok()) return address.status();
