@@ -11,7 +11,9 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler libabsl-dev zlib1g-dev libzstd-dev libedit-dev
   libxml2-dev libcurl4-openssl-dev
   # service (issue 3)
-  libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libssl-dev
+  libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libssl-dev prometheus-cpp-dev
+  # service tests: the Python client (grpcio) and a real Prometheus server
+  python3-grpcio python3-protobuf prometheus curl
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev libonnx-testdata
   # model export and the conformance helpers

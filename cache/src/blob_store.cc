@@ -118,25 +118,163 @@ bool BlobStore::Contains(const Digest& digest) const {
   return ValidateDigest(digest).ok() && stat(PathOf(digest).c_str(), &st) == 0 && st.st_size == digest.size_bytes;
 }
 
-absl::StatusOr<Digest> BlobStore::Put(std::string_view bytes) {
-  Digest digest = DigestOf(bytes);
-  if (Contains(digest)) return digest;
+static std::string TempPath(const std::string& root, const std::string& tag) {
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(root_, "/tmp/", getpid(), ".", counter++, ".", digest.sha256_hex.substr(0, 16));
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  absl::Status s = WriteAll(fd, bytes, tmp);
-  if (s.ok() && fsync(fd) != 0) s = ErrnoError("cannot fsync", tmp);
-  close(fd);
+  return absl::StrCat(root, "/tmp/", getpid(), ".", counter++, ".", tag);
+}
+
+absl::Status BlobStore::Install(const std::string& tmp, const Digest& digest) {
   const std::string dir = absl::StrCat(root_, "/sha256/", digest.sha256_hex.substr(0, 2));
-  if (s.ok()) s = MakeDirectory(dir);
+  absl::Status s = MakeDirectory(dir);
   if (s.ok() && rename(tmp.c_str(), PathOf(digest).c_str()) != 0) s = ErrnoError("cannot rename into", PathOf(digest));
   if (!s.ok()) {
     unlink(tmp.c_str());
     return s;
   }
-  if (auto synced = SyncDirectory(dir); !synced.ok()) return synced;
+  return SyncDirectory(dir);
+}
+
+absl::StatusOr<Digest> BlobStore::Put(std::string_view bytes) {
+  Digest digest = DigestOf(bytes);
+  if (Contains(digest)) return digest;
+  const std::string tmp = TempPath(root_, digest.sha256_hex.substr(0, 16));
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  absl::Status s = WriteAll(fd, bytes, tmp);
+  if (s.ok() && fsync(fd) != 0) s = ErrnoError("cannot fsync", tmp);
+  close(fd);
+  if (!s.ok()) {
+    unlink(tmp.c_str());
+    return s;
+  }
+  if (auto installed = Install(tmp, digest); !installed.ok()) return installed;
   return digest;
+}
+
+BlobStore::Writer::Writer(BlobStore* store, std::string tmp_path, int fd, void* hash)
+    : store_(store), tmp_path_(std::move(tmp_path)), fd_(fd), hash_(hash) {}
+
+BlobStore::Writer::~Writer() {
+  if (fd_ >= 0) {
+    close(fd_);
+    unlink(tmp_path_.c_str());
+  }
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(hash_));
+}
+
+absl::Status BlobStore::Writer::Append(std::string_view bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError("the blob writer is already committed");
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(hash_), bytes.data(), bytes.size());
+  written_ += static_cast<int64_t>(bytes.size());
+  return WriteAll(fd_, bytes, tmp_path_);
+}
+
+absl::Status BlobStore::Writer::Commit(const Digest& expected) {
+  if (fd_ < 0) return absl::FailedPreconditionError("the blob writer is already committed");
+  unsigned char hash[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(hash_), hash, &length);
+  static const char kHex[] = "0123456789abcdef";
+  Digest actual;
+  for (unsigned int i = 0; i < length; ++i) {
+    actual.sha256_hex += kHex[hash[i] >> 4];
+    actual.sha256_hex += kHex[hash[i] & 15];
+  }
+  actual.size_bytes = written_;
+  if (!(actual == expected)) {
+    return absl::InvalidArgumentError(absl::StrCat("the bytes sent have digest ", actual.sha256_hex, "/", actual.size_bytes,
+                                                   " but the request names ", expected.sha256_hex, "/",
+                                                   expected.size_bytes, "; send the bytes again or fix the digest"));
+  }
+  absl::Status s;
+  if (fsync(fd_) != 0) s = ErrnoError("cannot fsync", tmp_path_);
+  close(fd_);
+  fd_ = -1;
+  if (!s.ok()) {
+    unlink(tmp_path_.c_str());
+    return s;
+  }
+  if (store_->Contains(expected)) {
+    unlink(tmp_path_.c_str());
+    return absl::OkStatus();
+  }
+  return store_->Install(tmp_path_, expected);
+}
+
+absl::StatusOr<std::unique_ptr<BlobStore::Writer>> BlobStore::NewWriter() {
+  const std::string tmp = TempPath(root_, "upload");
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  EVP_MD_CTX* hash = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(hash, EVP_sha256(), nullptr);
+  return std::unique_ptr<Writer>(new Writer(this, tmp, fd, hash));
+}
+
+absl::Status BlobStore::Verify(const Digest& digest) {
+  if (auto s = ValidateDigest(digest); !s.ok()) return s;
+  const std::string path = PathOf(digest);
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("blob ", digest.sha256_hex, " is not in the cache"));
+    return ErrnoError("cannot open", path);
+  }
+  EVP_MD_CTX* hash = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(hash, EVP_sha256(), nullptr);
+  std::string buffer(1 << 16, '\0');
+  int64_t total = 0;
+  absl::Status s;
+  for (;;) {
+    ssize_t n = read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      s = ErrnoError("cannot read", path);
+      break;
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(hash, buffer.data(), static_cast<size_t>(n));
+    total += n;
+  }
+  close(fd);
+  unsigned char raw[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(hash, raw, &length);
+  EVP_MD_CTX_free(hash);
+  if (!s.ok()) return s;
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) {
+    hex += kHex[raw[i] >> 4];
+    hex += kHex[raw[i] & 15];
+  }
+  if (hex != digest.sha256_hex || total != digest.size_bytes) {
+    unlink(path.c_str());
+    return absl::DataLossError(absl::StrCat("blob ", digest.sha256_hex, " was corrupt on disk and has been removed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> BlobStore::ReadRange(const Digest& digest, int64_t offset, int64_t length) const {
+  const std::string path = PathOf(digest);
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("blob ", digest.sha256_hex, " is not in the cache"));
+    return ErrnoError("cannot open", path);
+  }
+  std::string bytes(static_cast<size_t>(length), '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t n = pread(fd, bytes.data() + got, bytes.size() - got, offset + static_cast<int64_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(fd);
+      return ErrnoError("cannot read", path);
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  bytes.resize(got);
+  return bytes;
 }
 
 absl::Status BlobStore::PutExpecting(const Digest& expected, std::string_view bytes) {

@@ -17,10 +17,14 @@
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/runtime.h"
+#include "clients/cli/args.h"
+#include "clients/cli/service_commands.h"
 
 namespace {
 
-constexpr char kUsage[] = R"(kiln: compile ONNX models to native shared objects, and run them.
+using namespace kiln::cli;
+
+constexpr char kUsage[] = R"(kiln: compile ONNX models to native shared objects, run them, and use a kilnd service.
 
 Usage:
   kiln compile MODEL.onnx -o OUT.so [--target T] [--input-shape NAME=1x3x224x224]...
@@ -52,70 +56,6 @@ inspect
 Exit status: 0 on success, 1 on a failed operation, 2 on a usage error.
 )";
 
-struct Args {
-  std::vector<std::string> positional;
-  std::multimap<std::string, std::string> flags;
-  std::string Get(const std::string& key, const std::string& fallback = "") const {
-    auto it = flags.find(key);
-    return it == flags.end() ? fallback : it->second;
-  }
-  bool Has(const std::string& key) const { return flags.count(key) != 0; }
-  std::vector<std::string> All(const std::string& key) const {
-    std::vector<std::string> values;
-    for (auto [it, end] = flags.equal_range(key); it != end; ++it) values.push_back(it->second);
-    return values;
-  }
-};
-
-int UsageError(const std::string& message) {
-  std::fprintf(stderr, "kiln: %s\nRun 'kiln help' for usage.\n", message.c_str());
-  return 2;
-}
-
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "kiln: error: %s\n", message.c_str());
-  return 1;
-}
-
-// Parses "--flag value", "--flag=value" and boolean flags; unknown flags are errors.
-bool ParseArgs(int argc, char** argv, int start, const std::map<std::string, bool>& known, Args& args, std::string& error) {
-  for (int i = start; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.size() > 1 && a[0] == '-') {
-      std::string key = a, value;
-      size_t eq = a.find('=');
-      if (eq != std::string::npos) {
-        key = a.substr(0, eq);
-        value = a.substr(eq + 1);
-      }
-      auto it = known.find(key);
-      if (it == known.end()) {
-        error = absl::StrCat("unknown option '", key, "'");
-        return false;
-      }
-      if (it->second && eq == std::string::npos) {
-        if (i + 1 >= argc) {
-          error = absl::StrCat("option '", key, "' needs a value");
-          return false;
-        }
-        value = argv[++i];
-      }
-      args.flags.emplace(key, value);
-    } else {
-      args.positional.push_back(a);
-    }
-  }
-  return true;
-}
-
-bool ParseInt(const std::string& text, const char* flag, int min_value, int* out, std::string& error) {
-  if (!absl::SimpleAtoi(text, out) || *out < min_value) {
-    error = absl::StrCat(flag, " must be an integer >= ", min_value, ", got '", text, "'");
-    return false;
-  }
-  return true;
-}
-
 std::string Usage() {
   std::string text = kUsage;
   auto replace = [&](const std::string& key, const std::string& value) {
@@ -127,7 +67,7 @@ std::string Usage() {
   replace("%TARGETS%", absl::StrJoin(kiln::TargetPresets(), ", "));
   replace("%PIPELINE%", kiln::kDefaultPipeline);
   replace("%PASSES%", absl::StrJoin(passes, ", "));
-  return text;
+  return text + "\n" + kiln::cli::kServiceUsage;
 }
 
 int Compile(int argc, char** argv) {
@@ -342,5 +282,6 @@ int main(int argc, char** argv) {
   if (command == "run") return Run(argc, argv);
   if (command == "bench") return Bench(argc, argv);
   if (command == "inspect") return Inspect(argc, argv);
+  if (kiln::cli::IsServiceCommand(command)) return kiln::cli::RunServiceCommand(command, argc, argv);
   return UsageError(absl::StrCat("unknown subcommand '", command, "'"));
 }

@@ -31,6 +31,27 @@ absl::Status ValidateDigest(const Digest& digest);
 
 class BlobStore {
  public:
+  // A blob arriving in pieces (an upload stream): bytes go to a temporary file while
+  // they are hashed; Commit checks them against the expected digest, then fsyncs and
+  // renames. Destroying an uncommitted writer deletes the temporary file.
+  class Writer {
+   public:
+    ~Writer();
+    absl::Status Append(std::string_view bytes);
+    int64_t bytes_written() const { return written_; }
+    // InvalidArgument (nothing stored) when the bytes do not match `expected`.
+    absl::Status Commit(const Digest& expected);
+
+   private:
+    friend class BlobStore;
+    Writer(BlobStore* store, std::string tmp_path, int fd, void* hash);
+    BlobStore* store_;
+    std::string tmp_path_;
+    int fd_;
+    void* hash_;  // EVP_MD_CTX
+    int64_t written_ = 0;
+  };
+
   // Creates ROOT/sha256 and ROOT/tmp as needed and clears temporary files a crash left.
   static absl::StatusOr<std::unique_ptr<BlobStore>> Open(const std::string& root);
 
@@ -43,6 +64,12 @@ class BlobStore {
   // removed) when the stored bytes no longer hash to the digest.
   absl::StatusOr<std::string> Get(const Digest& digest);
   bool Contains(const Digest& digest) const;
+  absl::StatusOr<std::unique_ptr<Writer>> NewWriter();
+  // Re-hashes the stored blob without holding it in memory: OK, NotFound, or DataLoss
+  // (and the corrupt blob is removed).
+  absl::Status Verify(const Digest& digest);
+  // Up to `length` bytes from `offset` (not verified: call Verify first).
+  absl::StatusOr<std::string> ReadRange(const Digest& digest, int64_t offset, int64_t length) const;
   absl::Status Remove(const Digest& digest);
 
   // Where the blob lives (it may not exist).
@@ -51,6 +78,7 @@ class BlobStore {
 
  private:
   explicit BlobStore(std::string root) : root_(std::move(root)) {}
+  absl::Status Install(const std::string& tmp_path, const Digest& digest);
   std::string root_;
 };
 

@@ -1,0 +1,90 @@
+// kilnd's gRPC services: the public kiln.v1.Kiln API and the worker protocol, over one
+// shared state (cache, queue, metrics). Every handler returns a status whose message
+// says what to fix, and counts itself in kiln_rpcs_total.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kiln/cache/cache.h"
+#include "kiln/v1/kiln.grpc.pb.h"
+#include "kiln/v1/worker.grpc.pb.h"
+#include "server/queue/job_queue.h"
+#include "server/src/metrics.h"
+
+namespace kiln::server {
+
+struct ServiceOptions {
+  int64_t max_upload_bytes = int64_t{1} << 30;
+  std::string compiler_version;
+};
+
+// What the services share; owned by main.
+struct ServerState {
+  ServiceOptions options;
+  cache::Cache* cache = nullptr;
+  JobQueue* queue = nullptr;
+  Metrics* metrics = nullptr;
+
+  // Workers by id: when last seen and whether they hold a lease.
+  struct WorkerSeen {
+    int64_t last_seen_ms = 0;
+    bool busy = false;
+  };
+  std::mutex workers_mutex;
+  std::map<std::string, WorkerSeen> workers;
+  void SawWorker(const std::string& id, bool busy);
+
+  // Periodic upkeep: expire leases, refresh gauges, evict to budget.
+  void Housekeeping();
+};
+
+class KilnService final : public v1::Kiln::Service {
+ public:
+  explicit KilnService(ServerState* state) : state_(state) {}
+  grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::UploadRequest>* reader,
+                      v1::UploadResponse* response) override;
+  grpc::Status FindMissing(grpc::ServerContext* context, const v1::FindMissingRequest* request,
+                           v1::FindMissingResponse* response) override;
+  grpc::Status Submit(grpc::ServerContext* context, const v1::SubmitRequest* request, v1::Job* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request, v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
+                      v1::LookupResponse* response) override;
+  grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
+                        grpc::ServerWriter<v1::DownloadResponse>* writer) override;
+
+ private:
+  grpc::Status Count(const char* method, grpc::Status status);
+  ServerState* state_;
+};
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  explicit WorkerService(ServerState* state) : state_(state) {}
+  grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request, v1::LeaseResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
+                        v1::CompleteResponse* response) override;
+
+ private:
+  grpc::Status Count(const char* method, grpc::Status status);
+  ServerState* state_;
+};
+
+// The action key: sha256 over the canonical text of model digest, canonical target,
+// options, validation spec and compiler version. `request` must be normalised first.
+std::string ActionKey(const v1::SubmitRequest& request, const std::string& canonical_target,
+                      const std::string& compiler_version);
+// Fills defaults (target "host", atol/rtol) and sorts input shapes, so equal requests
+// hash equally; InvalidArgument for values that cannot be right.
+absl::Status NormalizeRequest(v1::SubmitRequest& request);
+
+}  // namespace kiln::server
