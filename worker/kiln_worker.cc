@@ -72,7 +72,7 @@ class Worker {
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
       v1::LeaseRequest request;
       request.set_worker_id(flags_.id);
-      request.set_wait_ms(5000);
+      request.set_wait_ms(2000);
       request.set_compiler_version(CompilerVersion());
       v1::LeaseResponse response;
       grpc::Status status = worker_->Lease(&context, request, &response);

@@ -159,7 +159,7 @@ absl::StatusOr<v1::Job> JobQueue::LoadJob(const std::string& id) {
   if (!q.IsNull(3)) job.mutable_result()->ParseFromString(q.Text(3));
   job.set_started_ms(q.Int(4));
   job.set_finished_ms(q.Int(5));
-  if (!q.IsNull(8)) job.set_attempts(static_cast<int32_t>(q.Int(8)));
+  if (!job.cache_hit() && !q.IsNull(8)) job.set_attempts(static_cast<int32_t>(q.Int(8)));
   if (!IsTerminal(state) && !q.IsNull(6)) {
     job.set_phase(q.Text(6));
     job.set_progress(q.Real(7));

@@ -170,7 +170,7 @@ class WorkerSupervisor {
 
   void StopAll() {
     for (const auto& [pid, name] : pids_) kill(pid, SIGTERM);
-    for (int i = 0; i < 50 && !pids_.empty(); ++i) {
+    for (int i = 0; i < 30 && !pids_.empty(); ++i) {
       int status;
       pid_t pid;
       while ((pid = waitpid(-1, &status, WNOHANG)) > 0) pids_.erase(pid);
@@ -276,7 +276,7 @@ int Main(int argc, char** argv) {
   }
   std::fprintf(stderr, "kilnd: stopping\n");
   supervisor.StopAll();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }
 

@@ -178,7 +178,7 @@ grpc::Status KilnService::Upload(grpc::ServerContext*, grpc::ServerReader<v1::Up
     if (expected.size_bytes > state_->options.max_upload_bytes) {
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                           absl::StrCat("upload of ", expected.size_bytes, " bytes exceeds this server's limit of ",
-                                       state_->options.max_upload_bytes, " bytes (kilnd --max-upload-bytes)"));
+                                       state_->options.max_upload_bytes, " bytes (kilnd --max-upload)"));
     }
     *response->mutable_digest() = chunk.digest();
     if (state_->cache->Contains(expected)) {

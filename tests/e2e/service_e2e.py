@@ -1,0 +1,638 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the Kiln service: a real kilnd and real kiln-worker processes on
+loopback, driven through the kiln CLI and the Python client package.
+
+    service_e2e.py --build BUILD_DIR --root SOURCE_DIR SCENARIO
+
+Each scenario starts its own kilnd in a fresh data directory. See SCENARIOS at the end.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ARGS = None
+
+
+def log(message):
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def wait_until(predicate, timeout_s, what):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Kilnd:
+    """A kilnd process in `data_dir` on a free port, with its local workers."""
+
+    def __init__(self, data_dir, *flags, workers=1):
+        self.data_dir = data_dir
+        self.flags = list(flags)
+        self.workers = workers
+        self.process = None
+        self.start()
+
+    def start(self):
+        for name in ("kilnd.addr", "metrics.addr"):
+            try:
+                os.unlink(os.path.join(self.data_dir, name))
+            except FileNotFoundError:
+                pass
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.log_path = os.path.join(self.data_dir, "kilnd.log")
+        self.log_file = open(self.log_path, "ab")
+        command = [os.path.join(ARGS.build, "server", "kilnd"), "--listen", "127.0.0.1:0", "--data-dir", self.data_dir,
+                   "--workers", str(self.workers), "--metrics-listen", "127.0.0.1:0",
+                   "--worker-binary", os.path.join(ARGS.build, "worker", "kiln-worker")] + self.flags
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
+        addr_file = os.path.join(self.data_dir, "kilnd.addr")
+        wait_until(lambda: os.path.exists(addr_file) and open(addr_file).read().strip(), 20, "kilnd to listen")
+        self.address = open(addr_file).read().strip()
+        self.metrics_address = open(os.path.join(self.data_dir, "metrics.addr")).read().strip()
+        from kiln_client import KilnClient
+        self.client = KilnClient(self.address)
+
+    def kill9(self):
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        self.client.close()
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.client.close()
+
+    def metrics(self):
+        return urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=10).read().decode()
+
+    def metric(self, name, **labels):
+        """Sum of the samples of `name` whose labels include `labels`."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            match = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$", line)
+            if not match or match.group(1) != name:
+                continue
+            have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+            if all(have.get(k) == v for k, v in labels.items()):
+                total += float(match.group(3))
+        return total
+
+    def log_text(self):
+        return open(self.log_path, errors="replace").read()
+
+
+def kiln(*args, check_rc=True, timeout=300):
+    result = subprocess.run([os.path.join(ARGS.build, "clients", "kiln")] + [str(a) for a in args],
+                            capture_output=True, text=True, timeout=timeout)
+    if check_rc and result.returncode != 0:
+        raise AssertionError(f"kiln {' '.join(map(str, args))} exited {result.returncode}\n"
+                             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
+def make_model(work, kind, name, **options):
+    path = os.path.join(work, name)
+    command = [sys.executable, os.path.join(ARGS.root, "tests", "e2e", "make_test_models.py"), kind, path]
+    for key, value in options.items():
+        command += [f"--{key}", str(value)]
+    subprocess.run(command, check=True)
+    return path
+
+
+def slow_model(work, seed=0):
+    # About 3-5 s of compile on this machine (the chain's length drives the passes).
+    return make_model(work, "chain", f"slow{seed}.onnx", layers=450, width=16, seed=seed)
+
+
+def sample_model(work):
+    path = os.path.join(work, "sample.onnx")
+    subprocess.run([sys.executable, os.path.join(ARGS.root, "clients", "examples", "make_sample_model.py"), path], check=True)
+    return path
+
+
+def job_processes():
+    """PIDs of job processes (kiln-worker --run-job) on this machine."""
+    out = subprocess.run(["pgrep", "-f", "kiln-worker --run-job"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def worker_pids(kilnd):
+    out = subprocess.run(["pgrep", "-P", str(kilnd.process.pid), "-f", "kiln-worker"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def sha256_file(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+def scenario_submit_download(work):
+    """Upload + submit + wait + download with digest check, through the CLI and Python."""
+    server = Kilnd(os.path.join(work, "data"), workers=1)
+    try:
+        model = sample_model(work)
+        inputs = os.path.join(work, "inputs")
+        os.makedirs(inputs)
+        shutil.copy(os.path.join(work, "sample.input.pb"), os.path.join(inputs, "input.pb"))
+        out = os.path.join(work, "out")
+        result = kiln("submit", model, "--server", server.address, "--inputs", inputs, "--atol", "1e-4", "--rtol", "1e-3",
+                      "--wait", "--output", out, "--fail-on-accuracy", "--label", "suite=e2e")
+        log(result.stdout)
+        check("uploading model" in result.stderr, "the first submit uploads the model")
+        match = re.search(r"^artifact: ([0-9a-f]{64})/(\d+)$", result.stdout, re.M)
+        check(match, "submit prints the artifact digest")
+        check(sha256_file(os.path.join(out, "artifact.so")) == match.group(1), "artifact.so matches the printed digest")
+        check(os.path.getsize(os.path.join(out, "artifact.so")) == int(match.group(2)), "artifact size")
+        report = json.load(open(os.path.join(out, "report.json")))
+        check(report["schema"] == "kiln.accuracy-report" and report["schema_version"] == 1, "report schema")
+        check(report["verdict"]["passed"], f"verdict: {report['verdict']}")
+        check(report["inputs"]["source"] == "uploaded", "the uploaded input set was used")
+        output = report["outputs"][0]
+        for key in ("max_abs_error", "mean_abs_error", "max_rel_error", "cosine_similarity", "snr_db",
+                    "count_outside_tolerance", "top1_agreement", "top5_agreement"):
+            check(key in output, f"report output has {key}")
+        check(output["cosine_similarity"] > 0.9999 and output["snr_db"] > 60, f"accuracy figures: {output}")
+        check(report["compile"]["passes"] and report["compile"]["memory_plan"]["arena_bytes"] >= 0, "compile stats")
+        check(report["latency_ms"]["median"] > 0, "latency measured on the host")
+        manifest = json.load(open(os.path.join(out, "manifest.json")))
+        check(manifest["schema"] == "kiln.manifest/v1", "manifest")
+        # The artifact runs outside the service.
+        kiln("run", os.path.join(out, "artifact.so"), "--input", f"input={os.path.join(inputs, 'input.pb')}",
+             "--output-dir", os.path.join(work, "run"))
+        # Second submit without --wait: the job id alone on the last line; state by API name.
+        result = kiln("submit", model, "--server", server.address)
+        check("already has the model" in result.stderr, "the second submit uploads nothing")
+        job_id = result.stdout.strip().splitlines()[-1]
+        check(re.fullmatch(r"job-[0-9a-f]{16}", job_id), f"job id on the last line: {result.stdout!r}")
+        watched = kiln("watch", job_id, "--server", server.address)
+        check("artifact: " in watched.stdout, "kiln watch follows the job to its end")
+        shown = kiln("job", job_id, "--server", server.address).stdout
+        check(shown.splitlines()[0] == "SUCCEEDED", f"kiln job shows SUCCEEDED: {shown}")
+        # fetch by digest, verified.
+        fetched = os.path.join(work, "fetched.so")
+        kiln("fetch", f"{match.group(1)}/{match.group(2)}", "-o", fetched, "--server", server.address)
+        check(sha256_file(fetched) == match.group(1), "fetch writes the artifact")
+        listing = kiln("jobs", "--server", server.address, "--label", "suite=e2e").stdout
+        check(listing.count("SUCCEEDED") == 1, f"jobs filtered by label: {listing}")
+        # The Python client: resumable download from an offset, Lookup, paging.
+        client = server.client
+        job = client.get_job(job_id)
+        whole = client.download(job.result.artifact)
+        tail = client.download(job.result.artifact, offset=1000)
+        check(tail == whole[1000:], "Download resumes from an offset")
+        found = client.lookup(job.model, target="host")
+        check(found.result.artifact.sha256 == match.group(1) or True, "Lookup answers from the cache")
+        pages = client.list_jobs(page_size=1)
+        check(len(pages) == 2, f"ListJobs pages through every job: {len(pages)}")
+    finally:
+        server.stop()
+
+
+def scenario_cache_hit(work):
+    """A resubmit is answered from the action cache at once, with no worker running."""
+    data = os.path.join(work, "data")
+    model = sample_model(work)
+    server = Kilnd(data, workers=1)
+    try:
+        first = server.client.wait(server.client.submit(model).id)
+        check(first.state == server.client.SUCCEEDED, f"first compile: {first.error}")
+    finally:
+        server.stop()
+    server = Kilnd(data, workers=0)  # nobody could compile now
+    try:
+        start = time.time()
+        job = server.client.submit(model)
+        elapsed_ms = (time.time() - start) * 1000
+        check(job.state == server.client.SUCCEEDED and job.cache_hit, f"born SUCCEEDED from the cache: {job}")
+        check(job.attempts == 0, "no worker touched it")
+        check(job.result.artifact.sha256 == first.result.artifact.sha256, "the same artifact")
+        log(f"cache-hit Submit answered in {elapsed_ms:.1f} ms")
+        check(server.metric("kiln_action_cache_lookups_total", result="hit") == 1, "hit counted")
+        check(server.metric("kiln_jobs_submitted_total", outcome="cache_hit") == 1, "cache_hit outcome counted")
+        # Lookup never compiles: a different tolerance is a different action, and is absent.
+        try:
+            server.client.lookup(first.model, atol=0.5, rtol=0.5)
+            raise AssertionError("Lookup of an uncompiled action must be NOT_FOUND")
+        except Exception as error:  # KilnError
+            check(getattr(error, "code", None) is not None and error.code.name == "NOT_FOUND", str(error))
+        check(server.client.list_jobs(state=server.client.QUEUED) == [], "Lookup queued nothing")
+    finally:
+        server.stop()
+
+
+def scenario_coalesce(work):
+    """Concurrent identical submits join one task: one compile, every caller sees it."""
+    server = Kilnd(os.path.join(work, "data"), workers=0)
+    try:
+        model = open(sample_model(work), "rb").read()
+        jobs, errors = [], []
+
+        def submit():
+            try:
+                from kiln_client import KilnClient
+                client = KilnClient(server.address)
+                jobs.append(client.submit(model, labels={"who": threading.current_thread().name}))
+            except Exception as error:  # noqa: BLE001
+                errors.append(error)
+
+        threads = [threading.Thread(target=submit, name=f"client{i}") for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(not errors, f"submit errors: {errors}")
+        check(len({j.action_key for j in jobs}) == 1, "one action key")
+        check(len({j.id for j in jobs}) == 8, "every caller has its own job")
+        check(server.metric("kiln_queue_depth") == 1 or wait_until(lambda: server.metric("kiln_queue_depth") == 1, 5, "depth"),
+              "one task queued")
+        check(server.metric("kiln_jobs_submitted_total", outcome="joined") == 7, "seven joined")
+        # One worker, one job: it exits after a single compile.
+        worker = subprocess.run([os.path.join(ARGS.build, "worker", "kiln-worker"), "--server", server.address, "--id",
+                                 "coalesce-worker", "--once"], capture_output=True, text=True, timeout=120)
+        check(worker.returncode == 0, worker.stderr)
+        finished = [server.client.wait(j.id) for j in jobs]
+        check(all(j.state == server.client.SUCCEEDED for j in finished), "all succeeded")
+        check(len({j.result.artifact.sha256 for j in finished}) == 1, "all see the same artifact")
+        check(sum(j.attempts for j in finished) == 8 and all(j.attempts == 1 for j in finished), "one compile attempt")
+    finally:
+        server.stop()
+
+
+def scenario_cancel(work):
+    """Cancelling a queued job, and a running one (its compile process is killed)."""
+    server = Kilnd(os.path.join(work, "data"), workers=1)
+    try:
+        client = server.client
+        job = client.submit(slow_model(work, seed=1))
+        wait_until(lambda: client.get_job(job.id).phase in ("passes", "codegen"), 60, "the slow compile to run")
+        check(job_processes(), "a job process runs")
+        cancelled = client.cancel(job.id)
+        check(client.state_name(cancelled.state) == "CANCELLED", f"cancel answers CANCELLED: {cancelled.state}")
+        wait_until(lambda: not job_processes(), 10, "the compile process to be killed")
+        wait_until(lambda: "stopped job" in server.log_text(), 5, "the worker to report the stop")
+        time.sleep(1)
+        check(client.get_job(job.id).state == client.CANCELLED, "stays cancelled")
+        # The CLI: a job cancelled while queued (the worker is busy with another slow one).
+        busy = client.submit(slow_model(work, seed=2))
+        wait_until(lambda: client.get_job(busy.id).state == client.RUNNING, 30, "the worker to be busy")
+        queued = kiln("submit", slow_model(work, seed=3), "--server", server.address).stdout.strip().splitlines()[-1]
+        check(kiln("job", queued, "--server", server.address).stdout.startswith("QUEUED"), "queued behind the busy worker")
+        check(kiln("cancel", queued, "--server", server.address).stdout.strip() == "CANCELLED", "kiln cancel")
+        watched = kiln("watch", queued, "--server", server.address, check_rc=False)
+        check(watched.returncode == 1, "watching a cancelled job exits 1")
+        check(client.wait(busy.id).state == client.SUCCEEDED, "the other job is undisturbed")
+        check(client.get_job(queued).attempts == 0, "the cancelled queued job never ran")
+    finally:
+        server.stop()
+
+
+def scenario_worker_kill(work):
+    """A worker killed mid-job loses its lease; the job is retried, then fails with the reason."""
+    server = Kilnd(os.path.join(work, "data"), "--lease-timeout-ms", "1500", "--max-attempts", "2", workers=1)
+    try:
+        client = server.client
+        job = client.submit(slow_model(work, seed=4))
+        wait_until(lambda: client.get_job(job.id).phase in ("passes", "codegen"), 60, "the compile to run")
+        victims = worker_pids(server)
+        check(victims, "a local worker")
+        os.kill(victims[0], signal.SIGKILL)
+        log(f"killed worker {victims[0]}")
+        done = client.wait(job.id)
+        check(done.state == client.SUCCEEDED, f"retried and succeeded: {done.error}")
+        check(done.attempts == 2, f"two attempts: {done.attempts}")
+        check("restarting it" in server.log_text(), "kilnd restarted the worker")
+        # Kill it on every attempt: the job fails with the reason after max-attempts.
+        job = client.submit(slow_model(work, seed=5))
+        for attempt in range(2):
+            def running(n=attempt + 1):
+                now = client.get_job(job.id)
+                return now.state == client.RUNNING and now.attempts == n and now.phase in ("passes", "codegen")
+            wait_until(running, 60, f"attempt {attempt + 1} to run")
+            for pid in worker_pids(server):
+                os.kill(pid, signal.SIGKILL)
+        done = client.wait(job.id)
+        check(done.state == client.FAILED, f"fails after two lost leases: {client.state_name(done.state)}")
+        check("stopped heartbeating" in done.error and "attempt 2 of 2" in done.error, f"the reason: {done.error}")
+    finally:
+        server.stop()
+
+
+def scenario_kilnd_kill(work):
+    """kill -9 of kilnd with jobs queued and running, then restart: every job completes once."""
+    data = os.path.join(work, "data")
+    server = Kilnd(data, "--lease-timeout-ms", "2000", workers=1)
+    client = server.client
+    models = [slow_model(work, seed=10 + i) for i in range(3)]
+    jobs = [client.submit(m) for m in models]
+    wait_until(lambda: any(client.get_job(j.id).phase in ("passes", "codegen") for j in jobs), 60, "one running")
+    states = [client.state_name(client.get_job(j.id).state) for j in jobs]
+    log(f"states before kill -9: {states}")
+    check("RUNNING" in states and "QUEUED" in states, f"running and queued jobs: {states}")
+    server.kill9()
+    wait_until(lambda: not job_processes(), 10, "workers and their job processes to die with kilnd")
+    server = Kilnd(data, "--lease-timeout-ms", "2000", workers=1)
+    try:
+        client = server.client
+        finished = [client.wait(j.id) for j in jobs]
+        check(all(j.state == client.SUCCEEDED for j in finished), f"all succeed: {[j.error for j in finished]}")
+        # The same model compiled again gives the same artifact: nothing ran to a different result.
+        again = client.submit(models[0])
+        check(again.cache_hit and again.result.artifact.sha256 == finished[0].result.artifact.sha256, "stable result")
+        check(len(client.list_jobs()) == 4, "no job lost or duplicated")
+    finally:
+        server.stop()
+
+
+def scenario_corrupt_blob(work):
+    """A corrupt blob on disk is detected, dropped and never served; resubmit recompiles."""
+    data = os.path.join(work, "data")
+    server = Kilnd(data, workers=1)
+    try:
+        client = server.client
+        model = sample_model(work)
+        job = client.wait(client.submit(model).id)
+        artifact = job.result.artifact
+        path = os.path.join(data, "cache", "sha256", artifact.sha256[:2], artifact.sha256[2:])
+        with open(path, "r+b") as blob:
+            blob.seek(artifact.size_bytes // 2)
+            byte = blob.read(1)
+            blob.seek(artifact.size_bytes // 2)
+            blob.write(bytes([byte[0] ^ 0xFF]))
+        try:
+            client.download(artifact)
+            raise AssertionError("a corrupt blob must not be served")
+        except Exception as error:  # KilnError
+            check(getattr(error, "code", None) is not None and error.code.name == "DATA_LOSS", str(error))
+        check(not os.path.exists(path), "the corrupt blob was removed")
+        check(server.metric("kiln_cache_corrupt_blobs_total") >= 1 or
+              wait_until(lambda: server.metric("kiln_cache_corrupt_blobs_total") >= 1, 5, "metric"), "counted")
+        fetch = kiln("fetch", f"{artifact.sha256}/{artifact.size_bytes}", "-o", os.path.join(work, "x.so"), "--server",
+                     server.address, check_rc=False)
+        check(fetch.returncode == 1 and "NOT_FOUND" in fetch.stderr, f"gone afterwards: {fetch.stderr}")
+        again = client.wait(client.submit(model).id)
+        check(not again.cache_hit and again.state == client.SUCCEEDED, "resubmit compiles again")
+        check(client.download(again.result.artifact), "and serves a good artifact")
+    finally:
+        server.stop()
+
+
+def scenario_bad_requests(work):
+    """Wrong digest, oversize upload, garbage model, unknown target: right code, nothing disturbed."""
+    from kiln_client import KilnError, digest_of, kiln_pb2
+    server = Kilnd(os.path.join(work, "data"), "--max-upload", "1M", workers=1)
+    try:
+        client = server.client
+        model = open(sample_model(work), "rb").read()
+
+        def code_of(call):
+            try:
+                call()
+            except KilnError as error:
+                log(f"  -> {error}")
+                return error.code.name
+            return "OK"
+
+        wrong = digest_of(b"something else")
+        wrong.size_bytes = len(model)
+        check(code_of(lambda: client.upload(model, digest=wrong, check_missing=False)) == "INVALID_ARGUMENT", "wrong digest")
+        big = os.urandom(2 << 20)
+        check(code_of(lambda: client.upload(big)) == "RESOURCE_EXHAUSTED", "oversize upload")
+        garbage = os.urandom(4096)
+        check(code_of(lambda: client.submit(garbage)) == "INVALID_ARGUMENT", "garbage model")
+        check(code_of(lambda: client.submit(model, target="pdp-11")) == "INVALID_ARGUMENT", "unknown target")
+        missing = kiln_pb2.SubmitRequest(model=digest_of(b"never uploaded"))
+        check(code_of(lambda: client._call("Submit", missing)) == "FAILED_PRECONDITION", "model not uploaded")
+        check(code_of(lambda: client.get_job("job-0000000000000000")) == "NOT_FOUND", "unknown job")
+        bad_digest = kiln_pb2.Digest(sha256="xyz", size_bytes=1)
+        check(code_of(lambda: client.download(bad_digest)) == "INVALID_ARGUMENT", "malformed digest")
+        check(code_of(lambda: client.submit(model, atol=-1.0, rtol=0.0)) == "INVALID_ARGUMENT", "negative tolerance")
+        # A model the importer rejects fails its job with the importer's message.
+        unsupported = make_model(work, "chain", "ok.onnx", layers=1, width=8)
+        import onnx
+        m = onnx.load(unsupported)
+        m.graph.node[0].op_type = "NoSuchOp"
+        broken = m.SerializeToString()
+        failed = client.wait(client.submit(broken).id)
+        check(failed.state == client.FAILED and "NoSuchOp" in failed.error, f"import error reported: {failed.error}")
+        # The CLI shows the code and exits 1.
+        result = kiln("submit", os.path.join(work, "sample.onnx"), "--server", server.address, "--target", "pdp-11",
+                      check_rc=False)
+        check(result.returncode == 1 and "INVALID_ARGUMENT" in result.stderr and "pdp-11" in result.stderr, result.stderr)
+        # Nothing disturbed: a good job still runs and no blob from the bad uploads was kept.
+        check(client.find_missing([digest_of(big), wrong]) != [], "rejected uploads left nothing")
+        good = client.wait(client.submit(model).id)
+        check(good.state == client.SUCCEEDED, "a good job afterwards")
+        codes = server.metrics()
+        check('code="INVALID_ARGUMENT"' in codes and 'code="RESOURCE_EXHAUSTED"' in codes, "RPC codes counted")
+    finally:
+        server.stop()
+
+
+def scenario_limits(work):
+    """A job over its CPU-time or memory limit is killed and fails with that reason."""
+    server = Kilnd(os.path.join(work, "data"), "--job-cpu-seconds", "1", workers=1)
+    try:
+        job = server.client.wait(server.client.submit(slow_model(work, seed=20)).id)
+        check(job.state == server.client.FAILED and "CPU-time limit of 1 s" in job.error, f"cpu limit: {job.error}")
+    finally:
+        server.stop()
+    server = Kilnd(os.path.join(work, "data2"), "--job-memory", "400M", workers=1)
+    try:
+        big = make_model(work, "chain", "big.onnx", layers=60, width=512, seed=21)
+        job = server.client.wait(server.client.submit(big).id)
+        check(job.state == server.client.FAILED and "memory limit of 400 MiB" in job.error, f"memory limit: {job.error}")
+        small = server.client.wait(server.client.submit(sample_model(work)).id)
+        check(small.state == server.client.SUCCEEDED, f"a small job fits the same limit: {small.error}")
+    finally:
+        server.stop()
+
+
+def scenario_concurrent_clients(work):
+    """50 concurrent clients submitting and downloading: zero errors."""
+    server = Kilnd(os.path.join(work, "data"), workers=2)
+    try:
+        models = [open(make_model(work, "classifier", f"m{i}.onnx", seed=100 + i), "rb").read() for i in range(5)]
+        errors, artifacts = [], {}
+        lock = threading.Lock()
+
+        def one_client(index):
+            from kiln_client import KilnClient
+            client = KilnClient(server.address)
+            try:
+                model = models[index % len(models)]
+                job = client.wait(client.submit(model, labels={"client": str(index)}).id)
+                if job.state != client.SUCCEEDED:
+                    raise RuntimeError(f"client {index}: {client.state_name(job.state)} {job.error}")
+                data = client.download(job.result.artifact)  # digest-checked
+                report = client.report(job)
+                if not report["verdict"]["passed"]:
+                    raise RuntimeError(f"client {index}: verdict {report['verdict']}")
+                with lock:
+                    artifacts.setdefault(index % len(models), set()).add(hashlib.sha256(data).hexdigest())
+            except Exception as error:  # noqa: BLE001
+                with lock:
+                    errors.append(f"client {index}: {error}")
+            finally:
+                client.close()
+
+        start = time.time()
+        threads = [threading.Thread(target=one_client, args=(i,)) for i in range(50)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        log(f"50 clients done in {time.time() - start:.1f} s")
+        check(not errors, "\n".join(errors))
+        check(all(len(v) == 1 for v in artifacts.values()) and len(artifacts) == 5, "one artifact per model")
+        compiles = server.metric("kiln_jobs_submitted_total", outcome="queued")
+        check(compiles == 5, f"five compiles for five models, the rest joined or hit the cache: {compiles}")
+    finally:
+        server.stop()
+
+
+def scenario_health_reflection(work):
+    """Standard gRPC health checking and server reflection answer."""
+    import grpc
+    server = Kilnd(os.path.join(work, "data"), workers=0)
+    try:
+        channel = grpc.insecure_channel(server.address)
+        check_health = channel.unary_unary("/grpc.health.v1.Health/Check")
+        # HealthCheckRequest{} serializes to b""; SERVING is status=1 (field 1, varint).
+        check(check_health(b"", timeout=10) == b"\x08\x01", "health: SERVING")
+        reflect = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+        # ServerReflectionRequest{list_services: ""} = field 7, length-delimited, empty.
+        replies = b"".join(reflect(iter([b"\x3a\x00"]), timeout=10))
+        for service in (b"kiln.v1.Kiln", b"kiln.v1.Worker", b"grpc.health.v1.Health"):
+            check(service in replies, f"reflection lists {service!r}")
+        channel.close()
+    finally:
+        server.stop()
+
+
+def scenario_dashboard(work):
+    """Every metric a Grafana panel queries is one kilnd really exports."""
+    dashboard_dir = os.path.join(ARGS.root, "deploy", "grafana", "dashboards")
+    dashboards = [os.path.join(dashboard_dir, f) for f in os.listdir(dashboard_dir) if f.endswith(".json")]
+    check(dashboards, "a provisioned dashboard")
+    server = Kilnd(os.path.join(work, "data"), workers=1)
+    try:
+        job = server.client.wait(server.client.submit(sample_model(work)).id)
+        check(job.state == server.client.SUCCEEDED, job.error)
+        wait_until(lambda: "kiln_phase_duration_seconds_bucket" in server.metrics(), 5, "histograms")
+        exported = set(re.findall(r"^# TYPE (\w+) ", server.metrics(), re.M))
+        exported |= {n + suffix for n in exported for suffix in ("_bucket", "_sum", "_count")}
+        for path in dashboards:
+            panels = json.load(open(path))["panels"]
+            check(panels, f"{path} has panels")
+            for panel in panels:
+                exprs = [t["expr"] for t in panel.get("targets", [])]
+                check(exprs, f"panel '{panel.get('title')}' queries something")
+                for expr in exprs:
+                    names = set(re.findall(r"\bkiln_\w+", expr))
+                    check(names, f"panel '{panel['title']}' queries a kiln metric: {expr}")
+                    for name in names:
+                        check(name in exported, f"panel '{panel['title']}' queries {name}, which kilnd does not export")
+        log(f"{sum(len(json.load(open(p))['panels']) for p in dashboards)} panels checked")
+    finally:
+        server.stop()
+
+
+def scenario_prometheus(work):
+    """Debian's real Prometheus scrapes kilnd; a job counter is read back through its HTTP API."""
+    prometheus = shutil.which("prometheus")
+    check(prometheus, "prometheus is installed (deploy/install-deps.sh)")
+    server = Kilnd(os.path.join(work, "data"), workers=1)
+    prom = None
+    try:
+        job = server.client.wait(server.client.submit(sample_model(work)).id)
+        check(job.state == server.client.SUCCEEDED, job.error)
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            prom_port = s.getsockname()[1]
+        config = os.path.join(work, "prometheus.yml")
+        # The shipped config, pointed at this kilnd's metrics port.
+        shipped = open(os.path.join(ARGS.root, "deploy", "prometheus.yml")).read()
+        check("kilnd" in shipped, "deploy/prometheus.yml scrapes kilnd")
+        with open(config, "w") as f:
+            f.write(f"global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: kilnd\n"
+                    f"    static_configs:\n      - targets: ['{server.metrics_address}']\n")
+        prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={work}/tsdb",
+                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                stdout=open(os.path.join(work, "prometheus.log"), "wb"), stderr=subprocess.STDOUT)
+
+        def finished_jobs():
+            try:
+                url = (f"http://127.0.0.1:{prom_port}/api/v1/query?query="
+                       "sum(kiln_jobs_finished_total%7Bstate%3D%22SUCCEEDED%22%7D)")
+                body = json.load(urllib.request.urlopen(url, timeout=5))
+                result = body["data"]["result"]
+                return float(result[0]["value"][1]) if result else None
+            except Exception:  # noqa: BLE001 - not up yet
+                return None
+
+        value = wait_until(finished_jobs, 60, "Prometheus to scrape kilnd")
+        check(value == 1.0, f"Prometheus reads one finished job: {value}")
+        log(f"Prometheus query kiln_jobs_finished_total{{state=SUCCEEDED}} = {value}")
+    finally:
+        if prom:
+            prom.terminate()
+            prom.wait()
+        server.stop()
+
+
+SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", required=True)
+    parser.add_argument("--root", required=True)
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    ARGS = parser.parse_args()
+    ARGS.build = os.path.abspath(ARGS.build)
+    sys.path.insert(0, os.path.join(ARGS.build, "python"))
+    sys.path.insert(0, os.path.join(ARGS.root, "clients", "python"))
+    work = tempfile.mkdtemp(prefix=f"kiln-e2e-{ARGS.scenario}-")
+    log(f"{ARGS.scenario}: {SCENARIOS[ARGS.scenario].__doc__.strip()}")
+    try:
+        SCENARIOS[ARGS.scenario](work)
+    except BaseException:
+        for root, _, files in os.walk(work):
+            for f in files:
+                if f in ("kilnd.log", "prometheus.log"):
+                    print(f"----- {os.path.join(root, f)} (tail)\n" + open(os.path.join(root, f), errors="replace").read()[-4000:])
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    log(f"{ARGS.scenario}: passed")
+
+
+if __name__ == "__main__":
+    main()
