@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that Kiln's build, tests and benchmarks need.
 # Idempotent: safe to run on a machine that already has them. Needs root (or sudo).
+#
+#   install-deps.sh            everything (build, tests, bench)
+#   install-deps.sh --build    only what building kiln, kilnd and kiln-worker needs (the
+#                              Dockerfile's build stage)
 set -euo pipefail
+
+build_packages=(
+  cmake ninja-build ccache g++ pkg-config
+  llvm-19-dev llvm-19-tools lld-19 liblld-19-dev clang-19
+  libonnx-dev libprotobuf-dev protobuf-compiler libabsl-dev zlib1g-dev libzstd-dev libedit-dev
+  libxml2-dev libcurl4-openssl-dev
+  libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libssl-dev prometheus-cpp-dev libgtest-dev
+)
 
 packages=(
   # build
@@ -13,12 +25,21 @@ packages=(
   # service (issue 3)
   libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libssl-dev prometheus-cpp-dev
   # service tests: the Python client (grpcio) and a real Prometheus server
-  python3-grpcio python3-protobuf prometheus curl
+  python3-grpcio python3-protobuf python3-yaml prometheus curl
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev libonnx-testdata
   # model export and the conformance helpers
   python3 python3-onnx python3-numpy python3-torch python3-torchvision
 )
+
+only_build=0
+if [ "${1:-}" = "--build" ]; then
+  only_build=1
+  packages=("${build_packages[@]}")
+elif [ -n "${1:-}" ]; then
+  echo "install-deps: unknown option '$1' (use --build or nothing)" >&2
+  exit 2
+fi
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -40,6 +61,6 @@ fi
 
 # bench: ONNX Runtime comes from npm (onnxruntime-node). Some images ship Node.js from
 # another repository whose nodejs package bundles npm and conflicts with Debian's npm.
-if ! command -v npm >/dev/null 2>&1; then
+if [ "$only_build" = 0 ] && ! command -v npm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi

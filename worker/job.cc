@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/interp.h"
@@ -134,7 +135,13 @@ int RunJob(const std::string& dir) {
 
   const auto compile_start = std::chrono::steady_clock::now();
   CompileOptions options;
+  // Compile for the canonical target kilnd put in the action key, not for whatever
+  // "host" means on this worker's machine.
   options.target = request.target();
+  if (!task.canonical_target().empty()) {
+    std::vector<std::string> parts = absl::StrSplit(task.canonical_target(), absl::MaxSplits('/', 2));
+    if (parts.size() == 3) options.target = absl::StrCat("triple=", parts[0], ",cpu=", parts[1], ",features=", parts[2]);
+  }
   if (!request.options().pipeline().empty()) options.pipeline = request.options().pipeline();
   options.model_label = absl::StrCat("model ", request.model().sha256().substr(0, 12));
   for (const auto& shape : request.options().input_shapes()) {

@@ -109,6 +109,15 @@ absl::StatusOr<TargetSpec> ResolveTarget(const std::string& spec) {
     return absl::InvalidArgumentError(absl::StrCat("target '", spec, "': only Linux ELF targets are supported, got ", target.triple));
   }
   target.is_host = target.triple == host_triple && target.name != "custom";
+  if (target.name == "custom" && target.triple == host_triple) {
+    // An explicit spec (e.g. a canonical "host" sent to a worker) runs here when this CPU
+    // has every feature it turns on.
+    llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
+    target.is_host = !host.empty();
+    for (absl::string_view f : absl::StrSplit(target.features, ',', absl::SkipEmpty())) {
+      if (f[0] == '+' && !host.lookup(llvm::StringRef(f.data() + 1, f.size() - 1))) target.is_host = false;
+    }
+  }
   if (target.is_host) {
     // A preset runs here only if this CPU has what it asks for; LLVM knows the answer.
     llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
