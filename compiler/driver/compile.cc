@@ -26,7 +26,6 @@ std::string TensorInfoJson(const Value* v) {
 
 }  // namespace
 
-std::string CompilerVersion() { return KILN_COMPILER_VERSION; }
 
 std::string JsonEscape(const std::string& text) {
   std::string out;

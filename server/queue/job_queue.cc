@@ -258,14 +258,14 @@ absl::Status JobQueue::SetJobsOfTask(const std::string& action_key, v1::JobState
   return absl::OkStatus();
 }
 
-std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id) {
+std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id, int64_t* queue_wait_ms) {
   v1::Task task;
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
     cache::Transaction txn(*db_);
     if (!txn.status().ok()) return std::nullopt;
     Statement q = db_->Prepare(
-        "SELECT action_key, request, target, attempts, generation FROM tasks WHERE state = ? ORDER BY queued_ms LIMIT 1");
+        "SELECT action_key, request, target, attempts, generation, queued_ms FROM tasks WHERE state = ? ORDER BY queued_ms LIMIT 1");
     q.Bind(1, int64_t{v1::QUEUED});
     if (!q.Step()) return std::nullopt;
     const std::string key = q.Text(0);
@@ -273,6 +273,7 @@ std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id) {
     task.mutable_request()->ParseFromString(q.Text(1));
     task.set_canonical_target(q.Text(2));
     const int64_t generation = q.Int(4) + 1;
+    if (queue_wait_ms != nullptr) *queue_wait_ms = NowMs() - q.Int(5);
     task.set_attempt(static_cast<int32_t>(generation));
     task.set_lease_timeout_ms(options_.lease_timeout_ms);
     task.set_cpu_limit_seconds(options_.cpu_limit_seconds);
@@ -325,10 +326,11 @@ std::optional<TaskEnd> JobQueue::Complete(const std::string& action_key, int32_t
     std::lock_guard<std::mutex> lock(db_->mutex());
     cache::Transaction txn(*db_);
     if (!txn.status().ok()) return std::nullopt;
-    Statement q = db_->Prepare("SELECT state, generation, attempts, target_label FROM tasks WHERE action_key = ?");
+    Statement q = db_->Prepare("SELECT state, generation, attempts, target_label, queued_ms FROM tasks WHERE action_key = ?");
     q.Bind(1, action_key);
     if (!q.Step() || q.Int(0) != v1::RUNNING || q.Int(1) != attempt) return std::nullopt;
     end.target = q.Text(3);
+    end.queued_ms = q.Int(4);
     const int64_t attempts = q.Int(2);
     v1::JobState state = success ? v1::SUCCEEDED : v1::FAILED;
     std::string reason = error;

@@ -50,6 +50,7 @@ struct TaskEnd {
   v1::JobState state;
   std::string target;  // short label for metrics
   int jobs = 0;  // jobs that ended with it
+  int64_t queued_ms = 0;  // when the task was (last) queued
 };
 
 class JobQueue {
@@ -67,7 +68,8 @@ class JobQueue {
   absl::StatusOr<std::pair<std::vector<v1::Job>, int64_t>> List(const ListFilter& filter);
 
   // Worker side.
-  std::optional<v1::Task> Lease(const std::string& worker_id);
+  // `queue_wait_ms` (optional): how long the leased task waited.
+  std::optional<v1::Task> Lease(const std::string& worker_id, int64_t* queue_wait_ms = nullptr);
   // keep_going=false when the task was cancelled or the lease moved on.
   v1::HeartbeatResponse Heartbeat(const v1::HeartbeatRequest& request);
   // Ends a task; returns the jobs' new state, or nullopt when the lease is stale.

@@ -23,6 +23,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/grpcpp.h"
+#include "kiln/compiler/version.h"
 #include "server/queue/job_queue.h"
 #include "server/src/metrics.h"
 #include "server/src/service.h"
@@ -237,7 +238,7 @@ int Main(int argc, char** argv) {
 
   ServerState state;
   state.options.max_upload_bytes = flags.max_upload;
-  state.options.compiler_version = KILN_COMPILER_VERSION;
+  state.options.compiler_version = CompilerVersion();
   state.cache = cache->get();
   state.queue = queue_ptr;
   state.metrics = &metrics;
@@ -261,7 +262,7 @@ int Main(int argc, char** argv) {
   const std::string address = absl::StrCat(host, ":", port);
   std::ofstream(flags.data_dir + "/kilnd.addr") << address << "\n";
   std::fprintf(stderr, "kilnd: serving kiln.v1 on %s (data %s, compiler %s, %lld local workers)\n", address.c_str(),
-               flags.data_dir.c_str(), KILN_COMPILER_VERSION, static_cast<long long>(flags.workers));
+               flags.data_dir.c_str(), CompilerVersion().c_str(), static_cast<long long>(flags.workers));
 
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);

@@ -402,7 +402,8 @@ grpc::Status WorkerService::Lease(grpc::ServerContext* context, const v1::LeaseR
     for (;;) {
       state_->SawWorker(request->worker_id(), false);
       const uint64_t seen = state_->queue->change_counter();
-      if (auto task = state_->queue->Lease(request->worker_id())) {
+      int64_t queue_wait_ms = 0;
+      if (auto task = state_->queue->Lease(request->worker_id(), &queue_wait_ms)) {
         // A result cached by an attempt whose completion was lost (a crash between the
         // action-cache write and the queue update) finishes the task without a compile.
         if (auto hit = state_->cache->LookupAction(task->action_key())) {
@@ -414,6 +415,7 @@ grpc::Status WorkerService::Lease(grpc::ServerContext* context, const v1::LeaseR
           continue;
         }
         state_->SawWorker(request->worker_id(), true);
+        state_->metrics->Phase("queue_wait", static_cast<double>(queue_wait_ms) / 1000.0);
         *response->mutable_task() = *task;
         return grpc::Status::OK;
       }
@@ -463,6 +465,7 @@ grpc::Status WorkerService::Complete(grpc::ServerContext*, const v1::CompleteReq
       state_->metrics->JobFinished(end->target, v1::JobState_Name(end->state), end->jobs);
       if (request->compile_ms() > 0) state_->metrics->Phase("compile", request->compile_ms() / 1000.0);
       if (request->validate_ms() > 0) state_->metrics->Phase("validate", request->validate_ms() / 1000.0);
+      state_->metrics->Phase("total", static_cast<double>(NowMs() - end->queued_ms) / 1000.0);
     }
     return grpc::Status::OK;
   };

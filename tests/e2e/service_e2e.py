@@ -402,6 +402,27 @@ def scenario_corrupt_blob(work):
         server.stop()
 
 
+def scenario_eviction(work):
+    """The cache stays within its size budget by LRU eviction; evicted results recompile."""
+    server = Kilnd(os.path.join(work, "data"), "--cache-budget", "120K", workers=1)
+    try:
+        client = server.client
+        models = [make_model(work, "classifier", f"e{i}.onnx", seed=200 + i) for i in range(4)]
+        jobs = [client.wait(client.submit(m).id) for m in models]
+        check(all(j.state == client.SUCCEEDED for j in jobs), [j.error for j in jobs])
+        log(f"cache bytes {server.metric('kiln_cache_bytes')}, blobs {server.metric('kiln_cache_blobs')}")
+        wait_until(lambda: server.metric("kiln_cache_evictions_total") > 0, 10, "evictions")
+        used = server.metric("kiln_cache_bytes")
+        check(0 < used <= 120 * 1024, f"cache within budget: {used}")
+        # The newest result is intact; the oldest was evicted, so its resubmit compiles again.
+        check(client.download(jobs[-1].result.artifact), "the newest artifact is served")
+        again = client.wait(client.submit(models[0]).id)
+        check(again.state == client.SUCCEEDED and not again.cache_hit, "an evicted result compiles again")
+        log(f"cache {used:.0f} bytes after {server.metric('kiln_cache_evictions_total'):.0f} evictions")
+    finally:
+        server.stop()
+
+
 def scenario_bad_requests(work):
     """Wrong digest, oversize upload, garbage model, unknown target: right code, nothing disturbed."""
     from kiln_client import KilnError, digest_of, kiln_pb2

@@ -14,6 +14,7 @@
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/ir.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/version.h"
 
 namespace kiln {
 
@@ -44,7 +45,6 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
 // Parses "name=1x3x224x224" into the input_shapes map.
 absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes);
 
-std::string CompilerVersion();
 std::string JsonEscape(const std::string& text);
 
 }  // namespace kiln
