@@ -35,4 +35,5 @@ mkdir -p build/sample/inputs
 cp build/sample/sample.input.pb build/sample/inputs/input.pb
 ./build/clients/kiln submit build/sample/sample.onnx --server "$server" --inputs build/sample/inputs \
   --wait --output build/sample/service-out --fail-on-accuracy
-echo "report: build/sample/service-out/report.json"
+echo "== the accuracy report (build/sample/service-out/report.json)"
+cat build/sample/service-out/report.json

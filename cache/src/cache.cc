@@ -101,16 +101,15 @@ void Cache::SetNeededCallback(std::function<bool(const std::string&)> is_needed)
 absl::Status Cache::Record(const Digest& digest) {
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    Statement insert = db_->Prepare(
-        "INSERT INTO blobs (sha256, size_bytes, last_access_ms) VALUES (?, ?, ?)"
-        " ON CONFLICT(sha256) DO UPDATE SET last_access_ms = excluded.last_access_ms");
+    Statement insert = db_->Prepare("INSERT OR IGNORE INTO blobs (sha256, size_bytes, last_access_ms) VALUES (?, ?, ?)");
     insert.Bind(1, digest.sha256_hex).Bind(2, digest.size_bytes).Bind(3, NowMs());
     if (auto s = insert.Run(); !s.ok()) return s;
-    // A new row (not an update) grows the total.
-    Statement count = db_->Prepare("SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM blobs");
-    if (count.Step()) {
-      blob_count_ = count.Int(0);
-      total_bytes_ = count.Int(1);
+    if (db_->Changes() == 1) {
+      total_bytes_ += digest.size_bytes;
+      blob_count_ += 1;
+    } else {
+      auto s = db_->Prepare("UPDATE blobs SET last_access_ms = ? WHERE sha256 = ?").Bind(1, NowMs()).Bind(2, digest.sha256_hex).Run();
+      if (!s.ok()) return s;
     }
   }
   return EvictToBudget();
@@ -130,11 +129,13 @@ void Cache::Touch(const Digest& digest) {
 
 void Cache::Forget(const Digest& digest) {
   std::lock_guard<std::mutex> lock(db_->mutex());
-  db_->Prepare("DELETE FROM blobs WHERE sha256 = ?").Bind(1, digest.sha256_hex).Run().IgnoreError();
-  Statement count = db_->Prepare("SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM blobs");
-  if (count.Step()) {
-    blob_count_ = count.Int(0);
-    total_bytes_ = count.Int(1);
+  Statement size = db_->Prepare("SELECT size_bytes FROM blobs WHERE sha256 = ?");
+  size.Bind(1, digest.sha256_hex);
+  if (!size.Step()) return;
+  const int64_t bytes = size.Int(0);
+  if (db_->Prepare("DELETE FROM blobs WHERE sha256 = ?").Bind(1, digest.sha256_hex).Run().ok() && db_->Changes() == 1) {
+    total_bytes_ -= bytes;
+    blob_count_ -= 1;
   }
 }
 

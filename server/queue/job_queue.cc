@@ -353,6 +353,29 @@ std::optional<TaskEnd> JobQueue::Complete(const std::string& action_key, int32_t
   return end;
 }
 
+int JobQueue::RecoverLeases(const std::string& owner_prefix) {
+  int recovered = 0;
+  {
+    std::lock_guard<std::mutex> lock(db_->mutex());
+    cache::Transaction txn(*db_);
+    if (!txn.status().ok()) return 0;
+    Statement q = db_->Prepare("SELECT action_key FROM tasks WHERE state = ? AND substr(lease_owner, 1, ?) = ?");
+    q.Bind(1, int64_t{v1::RUNNING}).Bind(2, static_cast<int64_t>(owner_prefix.size())).Bind(3, owner_prefix);
+    std::vector<std::string> keys;
+    while (q.Step()) keys.push_back(q.Text(0));
+    for (const std::string& key : keys) {
+      auto s = db_->Prepare("UPDATE tasks SET state = ?, attempts = MAX(attempts - 1, 0), lease_owner = NULL,"
+                            " lease_expires_ms = NULL, phase = 'queued', progress = 0 WHERE action_key = ?")
+                   .Bind(1, int64_t{v1::QUEUED}).Bind(2, key).Run();
+      if (!s.ok() || !SetJobsOfTask(key, v1::QUEUED, "", nullptr, nullptr).ok()) return 0;
+      ++recovered;
+    }
+    if (!txn.Commit().ok()) return 0;
+  }
+  if (recovered > 0) NotifyChange();
+  return recovered;
+}
+
 std::vector<TaskEnd> JobQueue::ExpireLeases() {
   std::vector<TaskEnd> ended;
   {

@@ -75,6 +75,10 @@ class JobQueue {
   // Ends a task; returns the jobs' new state, or nullopt when the lease is stale.
   std::optional<TaskEnd> Complete(const std::string& action_key, int32_t attempt, bool success,
                                   const std::string& error, bool retryable, const v1::JobResult& result);
+  // At startup: tasks leased to this server's own local workers (ids starting with
+  // `owner_prefix`), which died with the previous process, go straight back to QUEUED
+  // without using up an attempt. Returns how many.
+  int RecoverLeases(const std::string& owner_prefix);
   // Tasks whose leases ran out go back to QUEUED, or FAILED after max_attempts.
   std::vector<TaskEnd> ExpireLeases();
 

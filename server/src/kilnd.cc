@@ -1,7 +1,9 @@
 // kilnd: the Kiln service. One command starts the embedded default: SQLite job store and
 // cache index under --data-dir, the blob cache beside them, and N local kiln-worker
 // processes that it restarts when they die.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -205,6 +207,15 @@ int Main(int argc, char** argv) {
   std::filesystem::create_directories(flags.data_dir, ec);
   if (ec) UsageError(absl::StrCat("--data-dir ", flags.data_dir, ": ", ec.message()));
 
+  // One kilnd per data directory: the job store and cache index assume a single writer.
+  const std::string lock_path = flags.data_dir + "/kilnd.lock";
+  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    std::fprintf(stderr, "kilnd: data directory %s is in use by another kilnd (lock %s held)\n", flags.data_dir.c_str(),
+                 lock_path.c_str());
+    return 1;
+  }
+
   auto cache = cache::Cache::Open({flags.data_dir + "/cache", flags.cache_budget});
   if (!cache.ok()) {
     std::fprintf(stderr, "kilnd: %s\n", std::string(cache.status().message()).c_str());
@@ -221,6 +232,11 @@ int Main(int argc, char** argv) {
     return 1;
   }
   JobQueue* queue_ptr = queue->get();
+  // Local workers of a previous kilnd died with it (PDEATHSIG): requeue their tasks now
+  // instead of waiting out the lease, and without charging the job an attempt.
+  if (int recovered = queue_ptr->RecoverLeases("local-"); recovered > 0) {
+    std::fprintf(stderr, "kilnd: requeued %d job(s) that the previous kilnd's local workers were running\n", recovered);
+  }
   (*cache)->SetNeededCallback([queue_ptr](const std::string& sha) { return queue_ptr->IsNeeded(sha); });
 
   Metrics metrics;

@@ -219,6 +219,8 @@ grpc::Status KilnService::Submit(grpc::ServerContext*, const v1::SubmitRequest* 
     auto target = ResolveTarget(request.target());
     if (!target.ok()) return Invalid(std::string(target.status().message()));
     const std::string canonical_target = CanonicalTarget(*target);
+    // Held until the task is queued (from then on the queue's needs protect it).
+    auto model_hold = state_->cache->HoldBlob(FromProto(request.model()));
     if (!state_->cache->Contains(FromProto(request.model()))) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("model blob ", request.model().sha256(), " (", request.model().size_bytes(),

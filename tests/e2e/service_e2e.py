@@ -207,7 +207,8 @@ def scenario_submit_download(work):
         tail = client.download(job.result.artifact, offset=1000)
         check(tail == whole[1000:], "Download resumes from an offset")
         found = client.lookup(job.model, target="host")
-        check(found.result.artifact.sha256 == match.group(1) or True, "Lookup answers from the cache")
+        check(found.action_key == job.action_key and found.result.artifact.sha256 == job.result.artifact.sha256,
+              "Lookup answers from the cache with the job's result")
         pages = client.list_jobs(page_size=1)
         check(len(pages) == 2, f"ListJobs pages through every job: {len(pages)}")
     finally:
@@ -358,6 +359,11 @@ def scenario_kilnd_kill(work):
     wait_until(lambda: not job_processes(), 10, "workers and their job processes to die with kilnd")
     server = Kilnd(data, "--lease-timeout-ms", "2000", workers=1)
     try:
+        check("requeued 1 job(s)" in server.log_text(), "the running job is requeued at once, not after its lease")
+        second = subprocess.run([os.path.join(ARGS.build, "server", "kilnd"), "--data-dir", data, "--listen", "127.0.0.1:0",
+                                 "--metrics-listen", "off", "--workers", "0"], capture_output=True, text=True, timeout=30)
+        check(second.returncode == 1 and "in use by another kilnd" in second.stderr,
+              f"a second kilnd on the same data dir is refused: {second.stderr}")
         client = server.client
         finished = [client.wait(j.id) for j in jobs]
         check(all(j.state == client.SUCCEEDED for j in finished), f"all succeed: {[j.error for j in finished]}")
@@ -365,6 +371,44 @@ def scenario_kilnd_kill(work):
         again = client.submit(models[0])
         check(again.cache_hit and again.result.artifact.sha256 == finished[0].result.artifact.sha256, "stable result")
         check(len(client.list_jobs()) == 4, "no job lost or duplicated")
+    finally:
+        server.stop()
+
+
+def scenario_kilnd_kill_stress(work):
+    """kill -9 of kilnd at several moments while jobs flow: every accepted job ends once,
+    and all jobs for one model agree on one artifact."""
+    import random
+    rng = random.Random(1234)
+    data = os.path.join(work, "data")
+    flags = ("--lease-timeout-ms", "1500")
+    models = [make_model(work, "classifier", f"k{i}.onnx", seed=300 + i) for i in range(4)]
+    models += [slow_model(work, seed=30 + i) for i in range(2)]
+    accepted = []  # (job id, model index)
+    server = Kilnd(data, *flags, workers=2)
+    for round_index in range(4):
+        for _ in range(3):
+            index = rng.randrange(len(models))
+            accepted.append((server.client.submit(models[index]).id, index))
+        delay = rng.uniform(0.2, 2.5)
+        time.sleep(delay)
+        states = [server.client.state_name(server.client.get_job(j).state) for j, _ in accepted]
+        log(f"round {round_index}: kill -9 after {delay:.2f} s; states {states}")
+        server.kill9()
+        wait_until(lambda: not job_processes(), 10, "job processes to die with kilnd")
+        server = Kilnd(data, *flags, workers=2)
+    try:
+        client = server.client
+        finished = {j: client.wait(j, timeout_s=240) for j, _ in accepted}
+        bad = {j: (client.state_name(job.state), job.error) for j, job in finished.items() if job.state != client.SUCCEEDED}
+        check(not bad, f"every accepted job succeeds: {bad}")
+        by_model = {}
+        for job_id, index in accepted:
+            by_model.setdefault(index, set()).add(finished[job_id].result.artifact.sha256)
+        check(all(len(v) == 1 for v in by_model.values()), f"one artifact per model: {by_model}")
+        check(len(client.list_jobs()) == len(accepted), "no job lost or duplicated")
+        log(f"{len(accepted)} jobs over 4 kills: all succeeded; "
+            f"attempts {sorted(finished[j].attempts for j, _ in accepted)}")
     finally:
         server.stop()
 

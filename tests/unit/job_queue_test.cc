@@ -167,6 +167,22 @@ TEST(JobQueueTest, StateSurvivesReopen) {
   EXPECT_EQ(task->action_key(), "k2");
 }
 
+TEST(JobQueueTest, RecoverLeasesRequeuesDeadLocalWorkersWithoutAnAttempt) {
+  auto queue = JobQueue::Open(TempDb(), {});
+  auto local = (*queue)->Submit(JobFor("k1"), RequestFor(), "host", std::nullopt);
+  auto remote = (*queue)->Submit(JobFor("k2"), RequestFor(), "host", std::nullopt);
+  ASSERT_TRUE((*queue)->Lease("local-123-0").has_value());
+  ASSERT_TRUE((*queue)->Lease("remote-host-9").has_value());
+  EXPECT_EQ((*queue)->RecoverLeases("local-"), 1);
+  auto job = (*queue)->Get(local->job.id());
+  EXPECT_EQ(job->state(), v1::QUEUED);
+  EXPECT_EQ(job->attempts(), 0);
+  EXPECT_EQ((*queue)->Get(remote->job.id())->state(), v1::RUNNING);  // a remote worker may still be alive
+  auto again = (*queue)->Lease("local-456-0");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->action_key(), "k1");
+}
+
 TEST(JobQueueTest, ListFiltersByStateAndLabelsAndPages) {
   auto queue = JobQueue::Open(TempDb(), {});
   for (int i = 0; i < 5; ++i) {
