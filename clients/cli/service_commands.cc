@@ -48,7 +48,11 @@ std::string ServerOf(const Args& args) {
 }
 
 int RpcFail(const std::string& what, const grpc::Status& status) {
-  return Fail(absl::StrCat(what, ": ", CodeName(status.error_code()), ": ", status.error_message()));
+  std::string hint;
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    hint = " (is kilnd running there? give its address with --server ADDR or KILN_SERVER)";
+  }
+  return Fail(absl::StrCat(what, ": ", CodeName(status.error_code()), ": ", status.error_message(), hint));
 }
 
 // "triple/cpu" of a canonical target (its full feature list is long).
@@ -347,13 +351,13 @@ int ListJobs(int argc, char** argv) {
   int limit = 100;
   if (args.Has("--limit") && !ParseInt(args.Get("--limit"), "--limit", 1, &limit, error)) return UsageError(error);
   auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
-  std::printf("%-22s %-10s %-11s %-8s %s\n", "ID", "STATE", "PHASE", "CACHED", "TARGET");
   int shown = 0;
   do {
     request.set_page_size(std::min(limit - shown, 1000));
     grpc::ClientContext context;
     v1::ListJobsResponse response;
     if (auto s = stub->ListJobs(&context, request, &response); !s.ok()) return RpcFail("ListJobs", s);
+    if (shown == 0) std::printf("%-22s %-10s %-11s %-8s %s\n", "ID", "STATE", "PHASE", "CACHED", "TARGET");
     for (const auto& job : response.jobs()) {
       std::printf("%-22s %-10s %-11s %-8s %s\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(), job.phase().c_str(),
                   job.cache_hit() ? "yes" : "no", ShortTarget(job.target()).c_str());
