@@ -66,19 +66,29 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
   return bytes;
 }
 
-}  // namespace
-
-Digest DigestOf(std::string_view bytes) {
-  unsigned char hash[EVP_MAX_MD_SIZE];
+// Finishes a SHA-256 context and returns the hash as lowercase hex.
+std::string FinishHex(EVP_MD_CTX* hash) {
+  unsigned char raw[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  EVP_Digest(bytes.data(), bytes.size(), hash, &length, EVP_sha256(), nullptr);
+  EVP_DigestFinal_ex(hash, raw, &length);
   static const char kHex[] = "0123456789abcdef";
   std::string hex;
   for (unsigned int i = 0; i < length; ++i) {
-    hex += kHex[hash[i] >> 4];
-    hex += kHex[hash[i] & 15];
+    hex += kHex[raw[i] >> 4];
+    hex += kHex[raw[i] & 15];
   }
-  return Digest{hex, static_cast<int64_t>(bytes.size())};
+  return hex;
+}
+
+}  // namespace
+
+Digest DigestOf(std::string_view bytes) {
+  EVP_MD_CTX* hash = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(hash, EVP_sha256(), nullptr);
+  EVP_DigestUpdate(hash, bytes.data(), bytes.size());
+  Digest digest{FinishHex(hash), static_cast<int64_t>(bytes.size())};
+  EVP_MD_CTX_free(hash);
+  return digest;
 }
 
 absl::Status ValidateDigest(const Digest& digest) {
@@ -171,16 +181,7 @@ absl::Status BlobStore::Writer::Append(std::string_view bytes) {
 
 absl::Status BlobStore::Writer::Commit(const Digest& expected) {
   if (fd_ < 0) return absl::FailedPreconditionError("the blob writer is already committed");
-  unsigned char hash[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(hash_), hash, &length);
-  static const char kHex[] = "0123456789abcdef";
-  Digest actual;
-  for (unsigned int i = 0; i < length; ++i) {
-    actual.sha256_hex += kHex[hash[i] >> 4];
-    actual.sha256_hex += kHex[hash[i] & 15];
-  }
-  actual.size_bytes = written_;
+  const Digest actual{FinishHex(static_cast<EVP_MD_CTX*>(hash_)), written_};
   if (!(actual == expected)) {
     return absl::InvalidArgumentError(absl::StrCat("the bytes sent have digest ", actual.sha256_hex, "/", actual.size_bytes,
                                                    " but the request names ", expected.sha256_hex, "/",
@@ -235,17 +236,9 @@ absl::Status BlobStore::Verify(const Digest& digest) {
     total += n;
   }
   close(fd);
-  unsigned char raw[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(hash, raw, &length);
+  const std::string hex = FinishHex(hash);
   EVP_MD_CTX_free(hash);
   if (!s.ok()) return s;
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i) {
-    hex += kHex[raw[i] >> 4];
-    hex += kHex[raw[i] & 15];
-  }
   if (hex != digest.sha256_hex || total != digest.size_bytes) {
     unlink(path.c_str());
     return absl::DataLossError(absl::StrCat("blob ", digest.sha256_hex, " was corrupt on disk and has been removed"));

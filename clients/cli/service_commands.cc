@@ -16,6 +16,7 @@
 #include "clients/cli/args.h"
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "proto/client/blob_transfer.h"
+#include "proto/client/status_names.h"
 
 namespace kiln::cli {
 
@@ -37,7 +38,7 @@ const char kServiceUsage[] = R"(Service commands (a kilnd server; --server defau
   kiln fetch DIGEST -o FILE --server ADDR   DIGEST is SHA256/SIZE as submit prints it
 )";
 
-std::string CodeName(grpc::StatusCode code);
+std::string CodeName(grpc::StatusCode code) { return client::StatusCodeName(code); }
 
 namespace {
 
@@ -416,15 +417,6 @@ int Fetch(int argc, char** argv) {
 }
 
 }  // namespace
-
-std::string CodeName(grpc::StatusCode code) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                                 "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
-  int index = static_cast<int>(code);
-  return index >= 0 && index <= 16 ? kNames[index] : "UNKNOWN";
-}
 
 bool IsServiceCommand(const std::string& command) {
   return command == "submit" || command == "job" || command == "jobs" || command == "watch" || command == "cancel" ||

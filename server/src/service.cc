@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "kiln/compiler/target.h"
 #include "onnx/onnx_pb.h"
+#include "proto/client/status_names.h"
 
 namespace kiln::server {
 namespace {
@@ -41,15 +42,6 @@ grpc::Status CheckDigest(const v1::Digest& digest, const char* what) {
     return Invalid(absl::StrCat(what, ": ", s.message()));
   }
   return grpc::Status::OK;
-}
-
-std::string CodeName(grpc::StatusCode code) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                                 "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
-  int index = static_cast<int>(code);
-  return index >= 0 && index <= 16 ? kNames[index] : "UNKNOWN";
 }
 
 // Cheap sanity check before queueing: the bytes must parse as an ONNX ModelProto with a
@@ -158,12 +150,12 @@ void ServerState::Housekeeping() {
 }
 
 grpc::Status KilnService::Count(const char* method, grpc::Status status) {
-  state_->metrics->Rpc(method, CodeName(status.error_code()));
+  state_->metrics->Rpc(method, client::StatusCodeName(status.error_code()));
   return status;
 }
 
 grpc::Status WorkerService::Count(const char* method, grpc::Status status) {
-  state_->metrics->Rpc(method, CodeName(status.error_code()));
+  state_->metrics->Rpc(method, client::StatusCodeName(status.error_code()));
   return status;
 }
 

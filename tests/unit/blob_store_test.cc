@@ -11,24 +11,13 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/unit/temp_dir.h"
 #include "kiln/cache/blob_store.h"
 
 namespace kiln::cache {
 namespace {
 
-// A fresh directory per call, removed when the test binary exits.
-std::string TempRoot() {
-  static struct Cleanup {
-    std::vector<std::string> dirs;
-    ~Cleanup() {
-      for (const auto& d : dirs) std::filesystem::remove_all(d);
-    }
-  } cleanup;
-  char dir[] = "/tmp/kiln-blobs-XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  cleanup.dirs.push_back(dir);
-  return dir;
-}
+std::string TempRoot() { return kiln::testing::MakeTempDir("kiln-blobs"); }
 
 TEST(BlobStoreTest, DigestIsSha256) {
   // FIPS 180-2 test vector.

@@ -9,23 +9,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/temp_dir.h"
 #include "kiln/cache/cache.h"
 
 namespace kiln::cache {
 namespace {
 
-std::string TempRoot() {
-  static struct Cleanup {
-    std::vector<std::string> dirs;
-    ~Cleanup() {
-      for (const auto& d : dirs) std::filesystem::remove_all(d);
-    }
-  } cleanup;
-  char dir[] = "/tmp/kiln-cache-XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  cleanup.dirs.push_back(dir);
-  return dir;
-}
+std::string TempRoot() { return kiln::testing::MakeTempDir("kiln-cache"); }
 
 std::string Bytes(char c, size_t n) { return std::string(n, c); }
 

@@ -8,23 +8,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/temp_dir.h"
 #include "server/queue/job_queue.h"
 
 namespace kiln::server {
 namespace {
 
-std::string TempDb() {
-  static struct Cleanup {
-    std::vector<std::string> dirs;
-    ~Cleanup() {
-      for (const auto& d : dirs) std::filesystem::remove_all(d);
-    }
-  } cleanup;
-  char dir[] = "/tmp/kiln-queue-XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  cleanup.dirs.push_back(dir);
-  return std::string(dir) + "/jobs.db";
-}
+std::string TempDb() { return kiln::testing::MakeTempDir("kiln-queue") + "/jobs.db"; }
 
 v1::Job JobFor(const std::string& key, std::map<std::string, std::string> labels = {}) {
   v1::Job job;
