@@ -237,8 +237,6 @@ class Worker {
       if (done == child) break;
     }
     close(progress_fd);
-    rusage usage;
-    getrusage(RUSAGE_CHILDREN, &usage);
     if (stopped) {
       std::fprintf(stderr, "kiln-worker %s: stopped job %s: %s\n", flags_.id.c_str(), task.action_key().substr(0, 12).c_str(), reason.c_str());
       if (g_stop) Fail(task, absl::StrCat("worker ", flags_.id, " shut down mid-job"), true);
