@@ -30,7 +30,7 @@ Usage:
   kiln compile MODEL.onnx -o OUT.so [--target T] [--input-shape NAME=1x3x224x224]...
                [--pipeline P] [--print-after-all] [--print-after PASS] [--report R.json]
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
-  kiln bench OUT.so [--threads N] [--iters N] [--warmup N]
+  kiln bench OUT.so [--threads N] [--iters N] [--warmup N] [--profile]
   kiln inspect OUT.so
   kiln help
 
@@ -50,6 +50,8 @@ run
 bench
   prints one JSON line: median_ms, p90_ms, mean_ms, min_ms, iters, threads
   --threads N (default 1)  --iters N (default 50)  --warmup N (default 5)
+  --profile          also runs N profiled iterations and prints, on stderr, the time per
+                     kernel (each node of the compiled graph, fused ones as one), slowest first
 inspect
   prints the artifact's manifest (inputs, outputs, target, compiler version, workspace) as JSON
 
@@ -197,7 +199,9 @@ int Run(int argc, char** argv) {
 int Bench(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--threads", true}, {"--iters", true}, {"--warmup", true}}, args, error)) return UsageError(error);
+  if (!ParseArgs(argc, argv, 2, {{"--threads", true}, {"--iters", true}, {"--warmup", true}, {"--profile", false}}, args, error)) {
+    return UsageError(error);
+  }
   if (args.positional.size() != 1) return UsageError("bench takes one OUT.so");
   int threads = 1, iters = 50, warmup = 5;
   if (args.Has("--threads") && !ParseInt(args.Get("--threads"), "--threads", 0, &threads, error)) return UsageError(error);
@@ -236,6 +240,35 @@ int Bench(int argc, char** argv) {
     auto start = std::chrono::steady_clock::now();
     if (kiln_session_run(loaded.session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) return Fail(kiln_last_error());
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  if (args.Has("--profile")) {
+    // Separate runs, so the hooks' own cost never touches the timings above.
+    const int32_t kernels = loaded.desc->num_kernels;
+    std::vector<double> kernel_ms(static_cast<size_t>(kernels), 0.0);
+    double profiled_total = 0;
+    for (int i = 0; i < iters; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      if (kiln_session_run_profiled(loaded.session, in_ptrs.data(), out_ptrs.data(), kernel_ms.data()) != KILN_OK) {
+        return Fail(kiln_last_error());
+      }
+      profiled_total += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
+    std::vector<int32_t> order(static_cast<size_t>(kernels));
+    for (int32_t k = 0; k < kernels; ++k) order[static_cast<size_t>(k)] = k;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return kernel_ms[a] > kernel_ms[b]; });
+    double kernel_sum = 0;
+    for (double ms : kernel_ms) kernel_sum += ms;
+    std::fprintf(stderr, "profile: %d kernels, %d runs, %.4f ms per run (%.4f ms in kernels)\n", kernels, iters,
+                 profiled_total / iters, kernel_sum / iters);
+    std::fprintf(stderr, "%5s %12s %7s %7s  %s\n", "rank", "ms/run", "%", "cum %", "kernel");
+    double cumulative = 0;
+    for (size_t r = 0; r < order.size(); ++r) {
+      const double ms = kernel_ms[order[r]] / iters;
+      if (ms <= 0 && r >= 10) break;
+      cumulative += ms;
+      std::fprintf(stderr, "%5zu %12.4f %6.1f%% %6.1f%%  #%d %s\n", r + 1, ms, 100.0 * ms * iters / kernel_sum,
+                   100.0 * cumulative * iters / kernel_sum, order[r], loaded.desc->kernel_names[order[r]]);
+    }
   }
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());

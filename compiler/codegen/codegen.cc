@@ -126,6 +126,7 @@ class ModuleBuilder {
   // The address of a value's buffer inside the entry function.
   absl::StatusOr<llvm::Value*> Address(const Value* value);
   absl::Status EmitNode(const Node& node, size_t index, llvm::Function* entry);
+  void EmitKernelDone(int32_t index, llvm::Function* entry);
   absl::Status EmitFusedElementwise(const Node& node, size_t index);
   llvm::Constant* TensorInfos(const std::vector<Value*>& values);
 
@@ -489,6 +490,25 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
   return absl::OkStatus();
 }
 
+// When the runtime profiles (exec->kernel_done set), tell it kernel `index` is done. One
+// well-predicted branch per node when not profiling.
+void ModuleBuilder::EmitKernelDone(int32_t index, llvm::Function* entry) {
+  llvm::BasicBlock* check = llvm::BasicBlock::Create(ctx_, "profile.check", entry);
+  llvm::BasicBlock* call = llvm::BasicBlock::Create(ctx_, "profile.call", entry);
+  llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "profile.next", entry);
+  builder_.CreateCondBr(builder_.CreateICmpNE(exec_arg_, llvm::ConstantPointerNull::get(ptr_)), check, next);
+  builder_.SetInsertPoint(check);
+  // kiln_kexec: {pool, parallel_for, kernel_done, profile_ctx}
+  llvm::Value* done = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 2));
+  builder_.CreateCondBr(builder_.CreateICmpNE(done, llvm::ConstantPointerNull::get(ptr_)), call, next);
+  builder_.SetInsertPoint(call);
+  llvm::Value* profile_ctx = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 3));
+  auto* done_type = llvm::FunctionType::get(builder_.getVoidTy(), {ptr_, i32_}, false);
+  builder_.CreateCall(done_type, done, {profile_ctx, builder_.getInt32(static_cast<uint32_t>(index))});
+  builder_.CreateBr(next);
+  builder_.SetInsertPoint(next);
+}
+
 llvm::Constant* ModuleBuilder::TensorInfos(const std::vector<Value*>& values) {
   // Mirrors kiln_tensor_info: {name, dtype, rank, dims}.
   auto* info_type = llvm::StructType::get(ctx_, {ptr_, i32_, i32_, ptr_});
@@ -528,8 +548,11 @@ absl::Status ModuleBuilder::Build(const CodegenOptions& options) {
   builder_.SetInsertPoint(body);
 
   std::vector<Node*> nodes = graph_.nodes();
+  std::vector<llvm::Constant*> kernel_names;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (absl::Status s = EmitNode(*nodes[i], i, entry); !s.ok()) return s;
+    EmitKernelDone(static_cast<int32_t>(i), entry);
+    kernel_names.push_back(CString(absl::StrCat(nodes[i]->name(), " (", nodes[i]->op(), ")")));
   }
   // Graph outputs that no node writes in place (constants, inputs, repeats) are copied.
   for (size_t i = 0; i < graph_.outputs().size(); ++i) {
@@ -550,15 +573,20 @@ absl::Status ModuleBuilder::Build(const CodegenOptions& options) {
     fail_block_->eraseFromParent();
   }
 
+  auto* names_type = llvm::ArrayType::get(ptr_, kernel_names.size());
+  auto* names = new llvm::GlobalVariable(module_, names_type, true, llvm::GlobalValue::PrivateLinkage,
+                                         llvm::ConstantArray::get(names_type, kernel_names), "kernel_names");
+
   // Descriptor: mirrors kiln_module_desc in runtime.h.
-  auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, ptr_, ptr_, ptr_, i32_, i32_, ptr_, ptr_, i64_, ptr_});
+  auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, ptr_, ptr_, ptr_, i32_, i32_, ptr_, ptr_, i64_, ptr_, i32_, ptr_});
   const uint64_t desc_size = module_.getDataLayout().getTypeAllocSize(desc_type);
   llvm::Constant* desc_init = llvm::ConstantStruct::get(
       desc_type, {builder_.getInt32(static_cast<uint32_t>(desc_size)), builder_.getInt32(KILN_ABI_VERSION),
                   CString(options.compiler_version), CString(CanonicalTarget(options.target)), CString(options.manifest_json),
                   builder_.getInt32(static_cast<uint32_t>(graph_.inputs().size())),
                   builder_.getInt32(static_cast<uint32_t>(graph_.outputs().size())), TensorInfos(graph_.inputs()),
-                  TensorInfos(graph_.outputs()), builder_.getInt64(static_cast<uint64_t>(plan_.arena_bytes)), entry});
+                  TensorInfos(graph_.outputs()), builder_.getInt64(static_cast<uint64_t>(plan_.arena_bytes)), entry,
+                  builder_.getInt32(static_cast<uint32_t>(nodes.size())), names});
   auto* desc = new llvm::GlobalVariable(module_, desc_type, true, llvm::GlobalValue::PrivateLinkage, desc_init, "kiln_descriptor");
   llvm::Function* describe = llvm::Function::Create(llvm::FunctionType::get(ptr_, {}, false), llvm::GlobalValue::ExternalLinkage, "kiln_module_v1", module_);
   builder_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", describe));

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static _Thread_local char last_error[512];
@@ -275,7 +276,8 @@ kiln_status kiln_session_create(const kiln_module* module, const kiln_session_op
   return KILN_OK;
 }
 
-kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, void* const* outputs) {
+static kiln_status run_with(kiln_session* session, const void* const* inputs, void* const* outputs,
+                            const kiln_exec_hooks* hooks) {
   if (session == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "session must not be NULL");
   const kiln_module_desc* desc = session->module->desc;
   for (int32_t i = 0; i < desc->num_inputs; ++i) {
@@ -284,14 +286,44 @@ kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, v
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
     if (outputs == NULL || outputs[i] == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "output %d ('%s') is NULL", i, desc->outputs[i].name);
   }
-  int32_t rc = desc->entry((void* const*)inputs, outputs, session->workspace,
-                           session->threads ? &session->hooks : NULL);
+  int32_t rc = desc->entry((void* const*)inputs, outputs, session->workspace, hooks);
   if (rc != 0) {
     const int node = (rc >> 8) - 1, code = rc & 0xff;
     const char* what = code == 2 ? "an index input is out of range" : code == 1 ? "unsupported element type" : "kernel error";
     return fail(KILN_ERROR_RUNTIME, "node %d of the compiled graph failed: %s (code %d)", node, what, code);
   }
   return KILN_OK;
+}
+
+kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, void* const* outputs) {
+  return run_with(session, inputs, outputs, session != NULL && session->threads ? &session->hooks : NULL);
+}
+
+/* Profiling: the time between consecutive kernel_done calls is the kernel's. */
+typedef struct profile_state {
+  double* kernel_ms;
+  struct timespec last;
+} profile_state;
+
+static void profile_kernel_done(void* ctx, int32_t kernel_index) {
+  profile_state* state = (profile_state*)ctx;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  state->kernel_ms[kernel_index] +=
+      (double)(now.tv_sec - state->last.tv_sec) * 1e3 + (double)(now.tv_nsec - state->last.tv_nsec) * 1e-6;
+  state->last = now;
+}
+
+kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* inputs, void* const* outputs,
+                                      double* kernel_ms) {
+  if (session == NULL || kernel_ms == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "session and kernel_ms must not be NULL");
+  profile_state state;
+  state.kernel_ms = kernel_ms;
+  kiln_exec_hooks hooks = session->hooks;  /* pool may be NULL: kernels then run serially */
+  hooks.kernel_done = profile_kernel_done;
+  hooks.profile_ctx = &state;
+  clock_gettime(CLOCK_MONOTONIC, &state.last);
+  return run_with(session, inputs, outputs, &hooks);
 }
 
 int32_t kiln_session_num_threads(const kiln_session* session) { return session ? session->num_threads : 0; }

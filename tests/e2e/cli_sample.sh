@@ -28,6 +28,12 @@ assert abs(p.sum() - 1.0) < 1e-4 and (p >= 0).all(), p
 assert p.max() < 0.999, "degenerate output"
 PY
 "$kiln" bench "$work/sample.so" --iters 5 | grep -q '"median_ms"'
+# --profile: a line per kernel, named by node and op, slowest first; shares add to 100 %.
+"$kiln" bench "$work/sample.so" --iters 5 --profile 2> "$work/profile.txt" | grep -q '"median_ms"'
+grep -q '^profile: 7 kernels, 5 runs' "$work/profile.txt"
+grep -q '#0 conv1 (Conv)' "$work/profile.txt"
+grep -q '#6 softmax (Softmax)' "$work/profile.txt"
+awk '/%  #/ {cum = $4} END {exit !(cum == "100.0%")}' "$work/profile.txt"
 
 # Errors name the problem and exit non-zero.
 echo "not a model" > "$work/bad.onnx"

@@ -26,6 +26,8 @@ typedef void (*kiln_range_fn)(void* ctx, int64_t begin, int64_t end);
 typedef struct kiln_kexec {
   void* pool;
   void (*parallel_for)(void* pool, int64_t n, int64_t min_chunk, kiln_range_fn fn, void* ctx);
+  void (*kernel_done)(void* profile_ctx, int32_t kernel_index); /* profiling; kernels never call it */
+  void* profile_ctx;
 } kiln_kexec;
 
 typedef struct kiln_kcall {

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 1
+#define KILN_ABI_VERSION 2
 
 typedef enum kiln_status {
   KILN_OK = 0,
@@ -32,11 +32,14 @@ typedef struct kiln_tensor_info {
   const int64_t* dims;
 } kiln_tensor_info;
 
-/* Work-sharing hook the artifact calls for parallel loops (mirrors the kernel ABI). */
+/* Hooks the artifact calls (mirrors the kernel ABI): work sharing for parallel loops, and
+ * when profiling, kernel_done(profile_ctx, i) after kernel i of the entry function. */
 typedef void (*kiln_range_fn)(void* ctx, int64_t begin, int64_t end);
 typedef struct kiln_exec_hooks {
   void* pool;
   void (*parallel_for)(void* pool, int64_t n, int64_t min_chunk, kiln_range_fn fn, void* ctx);
+  void (*kernel_done)(void* profile_ctx, int32_t kernel_index);
+  void* profile_ctx;
 } kiln_exec_hooks;
 
 /* Returns 0, or (node index + 1) << 8 | kernel error code. */
@@ -56,6 +59,8 @@ typedef struct kiln_module_desc {
   const kiln_tensor_info* outputs;
   uint64_t workspace_bytes;
   kiln_entry_fn entry;
+  int32_t num_kernels;              /* nodes of the compiled graph, in execution order */
+  const char* const* kernel_names;  /* "node_name (Op)" per kernel, for profiles */
 } kiln_module_desc;
 
 typedef struct kiln_module kiln_module;
@@ -75,6 +80,10 @@ kiln_status kiln_session_create(const kiln_module* module, const kiln_session_op
 /* inputs[i] / outputs[i]: dense row-major buffers in the order of the descriptor. */
 kiln_status kiln_session_run(kiln_session* session, const void* const* inputs,
                              void* const* outputs);
+/* Like kiln_session_run, and adds each kernel's wall time in milliseconds to
+ * kernel_ms[i] (an array of desc->num_kernels doubles the caller zeroes). */
+kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* inputs,
+                                      void* const* outputs, double* kernel_ms);
 int32_t kiln_session_num_threads(const kiln_session* session);
 void kiln_session_destroy(kiln_session* session);
 
