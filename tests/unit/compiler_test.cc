@@ -181,6 +181,40 @@ TEST(CodegenTest, UnoptimisedArtifactMatchesInterpreter) {
   EXPECT_LT(CompiledVsReference(ConvNet(), ConvNet(), "fold-constants"), 1e-5);
 }
 
+// x[2,5,13,11] -> MaxPool or AveragePool with the given window: odd sizes, padding that
+// clips taps at every edge, strides that skip, ceil mode that adds a partial window.
+std::unique_ptr<Graph> PoolNet(const std::string& op, std::vector<int64_t> kernel, std::vector<int64_t> strides,
+                               std::vector<int64_t> pads, int64_t ceil_mode) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 5, 13, 11}));
+  g->AddInput(x);
+  Node* pool = g->AddNode(op, "pool", {x}, {"y"}, 13);
+  pool->mutable_attrs()["kernel_shape"] = kernel;
+  pool->mutable_attrs()["strides"] = strides;
+  pool->mutable_attrs()["pads"] = pads;
+  pool->mutable_attrs()["ceil_mode"] = ceil_mode;
+  g->AddOutput(pool->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
+  struct Case {
+    std::vector<int64_t> kernel, strides, pads;
+    int64_t ceil_mode;
+  };
+  const Case cases[] = {{{3, 3}, {2, 2}, {0, 0, 0, 0}, 1}, {{3, 3}, {1, 1}, {1, 1, 1, 1}, 0}, {{2, 3}, {2, 1}, {1, 0, 0, 2}, 0},
+                        {{5, 4}, {3, 2}, {2, 1, 2, 1}, 1}, {{1, 1}, {2, 3}, {0, 0, 0, 0}, 0}};
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << op << " kernel " << c.kernel[0] << "x" << c.kernel[1] << " stride " << c.strides[0]
+                                        << "x" << c.strides[1] << " ceil " << c.ceil_mode);
+      EXPECT_LT(CompiledVsReference(PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode),
+                                    PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode), "fold-constants"), 1e-6);
+    }
+  }
+}
+
 TEST(TargetTest, PresetsAndErrors) {
   auto v3 = ResolveTarget("x86-64-v3");
   ASSERT_TRUE(v3.ok());

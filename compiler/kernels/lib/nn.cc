@@ -448,6 +448,64 @@ struct ConvTransposeKernel {
   }
 };
 
+// 2-D f32 max pooling, and average pooling that does not count padding, with dilation 1
+// and no Indices output: the common CNN case. Per output row, each (kh, kw) tap is one
+// pass over the row's outputs whose input column is inside the image, so the inner loop
+// has no bounds checks and vectorizes (a strided load for stride 2). Max keeps the
+// reference's rule (a NaN never wins); the average sums in f32.
+// Not in the reference interpreter's build (KILN_REFERENCE_KERNELS), so validation compares
+// this against the plain loop below.
+inline constexpr bool kFastPool = kBlockedGemm;
+
+static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
+  const float* px = static_cast<const float*>(call->inputs[0].data);
+  float* py = static_cast<float*>(call->outputs[0].data);
+  const int64_t planes = call->inputs[0].dims[0] * call->inputs[0].dims[1];
+  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
+  const int64_t KH = w.kernel[1], KW = w.kernel[2], SH = w.stride[1], SW = w.stride[2], PH = w.pad[1], PW = w.pad[2];
+  auto body = [=](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const float* x = px + plane * H * W;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        float* __restrict out = py + (plane * OH + oh) * OW;
+        const int64_t ih0 = oh * SH - PH;
+        const int64_t kh_lo = ih0 < 0 ? -ih0 : 0, kh_hi = KH < H - ih0 ? KH : H - ih0;
+        for (int64_t ow = 0; ow < OW; ++ow) out[ow] = is_max ? -INFINITY : 0.f;
+        for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+          const float* row = x + (ih0 + kh) * W;
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            // Outputs whose input column ow * SW + kw - PW lies in [0, W).
+            const int64_t shift = kw - PW;
+            int64_t ow_lo = shift >= 0 ? 0 : (-shift + SW - 1) / SW;
+            int64_t ow_hi = W - 1 - shift < 0 ? 0 : (W - 1 - shift) / SW + 1;
+            if (ow_hi > OW) ow_hi = OW;
+            const float* __restrict src = row + shift;
+            if (is_max) {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) {
+                const float v = src[ow * SW];
+                out[ow] = v > out[ow] ? v : out[ow];
+              }
+            } else {
+              for (int64_t ow = ow_lo; ow < ow_hi; ++ow) out[ow] += src[ow * SW];
+            }
+          }
+        }
+        if (!is_max) {
+          const int64_t rows = kh_hi > kh_lo ? kh_hi - kh_lo : 0;
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t iw0 = ow * SW - PW;
+            const int64_t lo = iw0 < 0 ? -iw0 : 0, hi = KW < W - iw0 ? KW : W - iw0;
+            const int64_t count = rows * (hi > lo ? hi - lo : 0);
+            out[ow] = count ? out[ow] / static_cast<float>(count) : 0.f;
+          }
+        }
+      }
+    }
+  };
+  ParallelFor(call, planes, 1, body);
+  return KILN_KERR_OK;
+}
+
 struct PoolKernel {
   // ints: [op, window block..., count_include_pad]; floats: [p] for LpPool.
   // Output 1 (MaxPool Indices) is filled when present, row-major over N, C and space.
@@ -459,6 +517,12 @@ struct PoolKernel {
     Window w;
     const int64_t* rest = w.Load(call->ints + 1, X, Y);
     const bool count_include_pad = rest[0] != 0;
+    if constexpr (std::is_same_v<T, float> && kFastPool) {
+      const bool plain_2d = X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1;
+      if (plain_2d && (op == KILN_POOL_MAX || (op == KILN_POOL_AVERAGE && !count_include_pad))) {
+        return RunPool2D(call, w, op == KILN_POOL_MAX);
+      }
+    }
     const double p = call->num_floats > 0 ? call->floats[0] : 2.0;
     const T* px = static_cast<const T*>(X.data);
     T* py = static_cast<T*>(Y.data);
