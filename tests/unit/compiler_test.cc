@@ -215,6 +215,56 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
   }
 }
 
+// x[2,7,13,11] -> depthwise Conv (group 7, bias) -> Relu: odd sizes, padding clipped at
+// every edge, both strides, windows of 3 and 5.
+std::unique_ptr<Graph> DepthwiseNet(int64_t k, int64_t stride, int64_t pad) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 7, 13, 11}));
+  g->AddInput(x);
+  Node* conv = g->AddNode("Conv", "dw", {x, g->AddConstant("w", Random({7, 1, k, k}, 21)), g->AddConstant("b", Random({7}, 22))},
+                          {"c"}, 13);
+  conv->mutable_attrs()["group"] = int64_t{7};
+  conv->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{pad, pad, pad, pad};
+  Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"y"}, 13);
+  g->AddOutput(relu->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
+  for (int64_t k : {3, 5}) {
+    for (int64_t stride : {1, 2}) {
+      for (int64_t pad : {int64_t{0}, k / 2}) {
+        SCOPED_TRACE(::testing::Message() << k << "x" << k << " stride " << stride << " pad " << pad);
+        EXPECT_LT(CompiledVsReference(DepthwiseNet(k, stride, pad), DepthwiseNet(k, stride, pad), kDefaultPipeline), 1e-5);
+      }
+    }
+  }
+}
+
+// x[1,37] -> Gemm(x, B, c) with B [37,29] or transposed [29,37]: the one-row path.
+std::unique_ptr<Graph> GemvNet(bool trans_b) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 37}));
+  g->AddInput(x);
+  Node* gemm = g->AddNode("Gemm", "fc", {x, g->AddConstant("B", Random(trans_b ? std::vector<int64_t>{29, 37} : std::vector<int64_t>{37, 29}, 31)),
+                                         g->AddConstant("c", Random({29}, 32))}, {"y"}, 13);
+  gemm->mutable_attrs()["transB"] = int64_t{trans_b ? 1 : 0};
+  gemm->mutable_attrs()["alpha"] = 0.5;
+  gemm->mutable_attrs()["beta"] = 2.0;
+  g->AddOutput(gemm->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(CodegenTest, OneRowGemmMatchesInterpreter) {
+  for (bool trans_b : {false, true}) {
+    SCOPED_TRACE(trans_b ? "transB" : "B");
+    EXPECT_LT(CompiledVsReference(GemvNet(trans_b), GemvNet(trans_b), "fold-constants"), 1e-5);
+  }
+}
+
 TEST(TargetTest, PresetsAndErrors) {
   auto v3 = ResolveTarget("x86-64-v3");
   ASSERT_TRUE(v3.ok());

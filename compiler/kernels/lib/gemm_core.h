@@ -24,6 +24,20 @@ inline constexpr bool kBlockedGemm = true;
 
 namespace gemm {
 
+// sum_k a[k] * b[k] with 16 independent partial sums, so the loop vectorizes without
+// reassociating a single accumulator (the library builds without fast-math).
+inline float Dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float lanes[16] = {};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    for (int l = 0; l < 16; ++l) lanes[l] += a[k + l] * b[k + l];
+  }
+  float sum = 0.f;
+  for (; k < n; ++k) sum += a[k] * b[k];
+  for (int l = 0; l < 16; ++l) sum += lanes[l];
+  return sum;
+}
+
 constexpr int kMr = 6;      // rows of C per micro-kernel
 constexpr int kNr = 16;     // columns of C per micro-kernel (two 8-lane vectors)
 constexpr int64_t kKc = 256;  // K block: one packed B block is kKc x kNc floats (64 KiB)

@@ -159,6 +159,36 @@ struct GemmKernel {
     if (has_c) BroadcastStrides(call->inputs[2], call->outputs[0].dims, 2, c_strides);
     const T* pbias = has_c ? static_cast<const T*>(call->inputs[2].data) : nullptr;
     if constexpr (kBlocked) {
+      if (M == 1) {
+        // One row (a classifier head at batch 1): a matrix-vector product that streams B
+        // once. Packing B for the blocked core would copy (or, transposed, gather) all of
+        // it on every call.
+        constexpr int64_t kChunk = 64;
+        auto jobs = [=](int64_t begin, int64_t end) {
+          for (int64_t chunk = begin; chunk < end; ++chunk) {
+            const int64_t n0 = chunk * kChunk, n1 = n0 + kChunk < N ? n0 + kChunk : N;
+            float* __restrict c = pc + n0;
+            if (tb) {
+              for (int64_t j = n0; j < n1; ++j) c[j - n0] = gemm::Dot(pa, pb + j * K, K);
+            } else {
+              for (int64_t j = 0; j < n1 - n0; ++j) c[j] = 0.f;
+              for (int64_t k = 0; k < K; ++k) {
+                const float ak = pa[k];
+                const float* __restrict brow = pb + k * N + n0;
+                for (int64_t j = 0; j < n1 - n0; ++j) c[j] += ak * brow[j];
+              }
+            }
+            for (int64_t j = n0; j < n1; ++j) {
+              float v = alpha * pc[j];
+              if (has_c) v += beta * pbias[j * c_strides[1]];
+              pc[j] = v;
+            }
+            ApplyActivation(pc + n0, n1 - n0, call->ints[2], call->floats[2], call->floats[3]);
+          }
+        };
+        ParallelFor(call, (N + kChunk - 1) / kChunk, 1, jobs);
+        return KILN_KERR_OK;
+      }
       {
         const int64_t groups = gemm::RowGroups(M), chunks = gemm::ColumnChunks(N);
         auto jobs = [=](int64_t begin, int64_t end) {
@@ -219,6 +249,70 @@ struct GemmKernel {
   }
 };
 
+// Depthwise 2-D f32 convolution (group == C == OC), dilation 1, with a KHxKW window and
+// column stride SW fixed at compile time (3x3 and 5x5, strides 1 and 2: MobileNet and
+// EfficientNet). Per output row, the KH input rows are picked once (a zero row stands in
+// for rows in the padding), then the interior columns, whose taps are all inside the
+// image, run as one loop over ow with the taps unrolled, which LLVM vectorizes; the few
+// border columns take the checked scalar path. Not in the reference interpreter's build.
+constexpr int64_t kDepthwiseMaxWidth = 1024;  // widest input row the zero row covers
+
+template <int KH, int KW, int SW>
+static int32_t RunDepthwise2D(const kiln_kcall* call, const Window& w, int64_t activation) {
+  const float* px = static_cast<const float*>(call->inputs[0].data);
+  const float* pw = static_cast<const float*>(call->inputs[1].data);
+  const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
+  float* py = static_cast<float*>(call->outputs[0].data);
+  const int64_t channels = call->inputs[0].dims[1], jobs = call->inputs[0].dims[0] * channels;
+  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], SH = w.stride[1], PH = w.pad[1], PW = w.pad[2];
+  // Interior columns: 0 <= ow * SW - PW and ow * SW - PW + KW - 1 < W.
+  const int64_t ow_lo = (PW + SW - 1) / SW;
+  const int64_t ow_hi = W - KW + PW < 0 ? 0 : ((W - KW + PW) / SW + 1 < OW ? (W - KW + PW) / SW + 1 : OW);
+  const float alpha = static_cast<float>(call->floats[0]), beta = static_cast<float>(call->floats[1]);
+  auto body = [=](int64_t begin, int64_t end) {
+    alignas(64) float zero_row[kDepthwiseMaxWidth] = {};
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t c = job % channels;
+      const float* x = px + job * H * W;
+      float* y = py + job * OH * OW;
+      float taps[KH * KW];
+      for (int k = 0; k < KH * KW; ++k) taps[k] = pw[c * KH * KW + k];
+      const float bias = pbias ? pbias[c] : 0.f;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const float* rows[KH];
+        for (int kh = 0; kh < KH; ++kh) {
+          const int64_t ih = oh * SH - PH + kh;
+          rows[kh] = ih >= 0 && ih < H ? x + ih * W : zero_row;
+        }
+        float* __restrict yrow = y + oh * OW;
+        auto border = [&](int64_t ow) {
+          float acc = bias;
+          for (int kh = 0; kh < KH; ++kh) {
+            for (int kw = 0; kw < KW; ++kw) {
+              const int64_t iw = ow * SW - PW + kw;
+              if (iw >= 0 && iw < W) acc += taps[kh * KW + kw] * rows[kh][iw];
+            }
+          }
+          yrow[ow] = acc;
+        };
+        for (int64_t ow = 0; ow < ow_lo && ow < OW; ++ow) border(ow);
+        for (int64_t ow = ow_lo; ow < ow_hi; ++ow) {
+          const int64_t iw = ow * SW - PW;
+          float acc = bias;
+          for (int kh = 0; kh < KH; ++kh) {
+            for (int kw = 0; kw < KW; ++kw) acc += taps[kh * KW + kw] * rows[kh][iw + kw];
+          }
+          yrow[ow] = acc;
+        }
+        for (int64_t ow = ow_hi > ow_lo ? ow_hi : ow_lo; ow < OW; ++ow) border(ow);
+        ApplyActivation(yrow, OW, activation, alpha, beta);
+      }
+    }
+  };
+  ParallelFor(call, jobs, 1, body);
+  return KILN_KERR_OK;
+}
+
 struct ConvKernel {
   // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional.
   // ints: [group, window block..., activation]; floats: [activation alpha, beta]
@@ -247,6 +341,12 @@ struct ConvKernel {
       if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
         return ImplicitGemm(call, w, group, activation);
       }
+      const bool depthwise_2d = X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
+                                w.dilation[2] == 1 && w.in[2] <= kDepthwiseMaxWidth;
+      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1) return RunDepthwise2D<3, 3, 1>(call, w, activation);
+      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 2) return RunDepthwise2D<3, 3, 2>(call, w, activation);
+      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 1) return RunDepthwise2D<5, 5, 1>(call, w, activation);
+      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 2) return RunDepthwise2D<5, 5, 2>(call, w, activation);
     }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
