@@ -13,14 +13,8 @@
 
 namespace kiln_kernels {
 
-// The reference interpreter's build (KILN_REFERENCE_KERNELS) keeps MatMul, Gemm and Conv on
-// their plain loops, so comparing an artifact with the interpreter checks this core
-// against code that shares nothing with it.
-#ifdef KILN_REFERENCE_KERNELS
-inline constexpr bool kBlockedGemm = false;
-#else
-inline constexpr bool kBlockedGemm = true;
-#endif
+// MatMul, Gemm and Conv use this core only outside the reference build (kFastKernels).
+inline constexpr bool kBlockedGemm = kFastKernels;
 
 namespace gemm {
 

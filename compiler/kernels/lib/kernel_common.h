@@ -37,6 +37,16 @@
 
 namespace kiln_kernels {
 
+// The reference interpreter's build (KILN_REFERENCE_KERNELS) keeps every op on its plain,
+// obviously-correct loop; artifacts take the fast paths (the blocked GEMM core, the
+// pooling, depthwise and softmax paths, fast exp). Comparing an artifact with the
+// interpreter then checks those paths against code that shares nothing with them.
+#ifdef KILN_REFERENCE_KERNELS
+inline constexpr bool kFastKernels = false;
+#else
+inline constexpr bool kFastKernels = true;
+#endif
+
 enum DTypeId : int32_t {
   kF32 = 1, kU8 = 2, kI8 = 3, kU16 = 4, kI16 = 5, kI32 = 6, kI64 = 7,
   kBool = 9, kF16 = 10, kF64 = 11, kU32 = 12, kU64 = 13,

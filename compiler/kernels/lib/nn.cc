@@ -553,9 +553,8 @@ struct ConvTransposeKernel {
 // pass over the row's outputs whose input column is inside the image, so the inner loop
 // has no bounds checks and vectorizes (a strided load for stride 2). Max keeps the
 // reference's rule (a NaN never wins); the average sums in f32.
-// Not in the reference interpreter's build (KILN_REFERENCE_KERNELS), so validation compares
-// this against the plain loop below.
-inline constexpr bool kFastPool = kBlockedGemm;
+// Not in the reference interpreter's build (kFastKernels), so validation compares this
+// against the plain loop below.
 
 static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
   const float* px = static_cast<const float*>(call->inputs[0].data);
@@ -617,7 +616,7 @@ struct PoolKernel {
     Window w;
     const int64_t* rest = w.Load(call->ints + 1, X, Y);
     const bool count_include_pad = rest[0] != 0;
-    if constexpr (std::is_same_v<T, float> && kFastPool) {
+    if constexpr (std::is_same_v<T, float> && kFastKernels) {
       const bool plain_2d = X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1;
       if (plain_2d && (op == KILN_POOL_MAX || (op == KILN_POOL_AVERAGE && !count_include_pad))) {
         return RunPool2D(call, w, op == KILN_POOL_MAX);

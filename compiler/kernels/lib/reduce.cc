@@ -1,6 +1,7 @@
 // Reductions (ReduceSum … ReduceLogSumExp), ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax.
 #include "kernel_common.h"
 #include "kernel_ops.h"
+#include "fast_math.h"
 
 using namespace kiln_kernels;
 
@@ -140,6 +141,54 @@ struct ArgReduce {
   }
 };
 
+// Softmax / LogSoftmax over contiguous f32 rows (the last axis: attention scores,
+// classifier heads): the max and the sum run on 8 independent partial results so the
+// loops vectorize without reassociation, and exp is FastExp (<= 2 ulp) instead of two
+// double-precision libm calls per element. Not in the reference build (kFastKernels).
+static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len, bool log_softmax, const kiln_kcall* call) {
+  auto body = [=](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const float* __restrict x = pi + row * len;
+      float* __restrict y = po + row * len;
+      // A NaN never becomes the maximum unless it is x[0], as in the reference.
+      float lanes[8];
+      for (int l = 0; l < 8; ++l) lanes[l] = x[0];
+      int64_t k = 0;
+      for (; k + 8 <= len; k += 8) {
+        for (int l = 0; l < 8; ++l) lanes[l] = x[k + l] > lanes[l] ? x[k + l] : lanes[l];
+      }
+      float max_value = lanes[0];
+      for (int l = 1; l < 8; ++l) max_value = lanes[l] > max_value ? lanes[l] : max_value;
+      for (; k < len; ++k) max_value = x[k] > max_value ? x[k] : max_value;
+      float sums[8] = {};
+      k = 0;
+      for (; k + 8 <= len; k += 8) {
+        for (int l = 0; l < 8; ++l) {
+          const float e = FastExp(x[k + l] - max_value);
+          if (!log_softmax) y[k + l] = e;
+          sums[l] += e;
+        }
+      }
+      float sum = 0.f;
+      for (; k < len; ++k) {
+        const float e = FastExp(x[k] - max_value);
+        if (!log_softmax) y[k] = e;
+        sum += e;
+      }
+      for (int l = 0; l < 8; ++l) sum += sums[l];
+      if (log_softmax) {
+        const float shift = max_value + static_cast<float>(log(static_cast<double>(sum)));
+        for (int64_t q = 0; q < len; ++q) y[q] = x[q] - shift;
+      } else {
+        const float scale = 1.0f / sum;
+        for (int64_t q = 0; q < len; ++q) y[q] *= scale;
+      }
+    }
+  };
+  ParallelFor(call, rows, 8, body);
+  return KILN_KERR_OK;
+}
+
 struct Softmax {
   // ints: [op, axis, coerce_2d]. coerce_2d: opset < 13 semantics, where the input is seen
   // as a matrix [prod(dims[:axis]), prod(dims[axis:])].
@@ -159,6 +208,9 @@ struct Softmax {
     }
     const T* pi = static_cast<const T*>(in.data);
     T* po = static_cast<T*>(call->outputs[0].data);
+    if constexpr (std::is_same_v<T, float> && kFastKernels) {
+      if (inner == 1 && op != KILN_HARDMAX) return SoftmaxRows(pi, po, outer, len, op == KILN_LOG_SOFTMAX, call);
+    }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t o = row / inner, j = row % inner;

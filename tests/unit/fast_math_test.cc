@@ -1,0 +1,40 @@
+// The kernel library's fast approximations against libm, over their whole domain.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "fast_math.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+TEST(FastMathTest, ExpIsWithinTwoUlpOfLibm) {
+  double worst = 0, worst_x = 0;
+  // Every 2^-12 over [-87, 88]: about 720 000 points, plus the ends.
+  for (double x = -87.0; x <= 88.0; x += 1.0 / 4096) {
+    const float xf = static_cast<float>(x);
+    const double want = std::exp(static_cast<double>(xf));
+    const double got = kiln_kernels::FastExp(xf);
+    const double relative = std::fabs(got - want) / want;
+    if (relative > worst) {
+      worst = relative;
+      worst_x = xf;
+    }
+  }
+  std::printf("FastExp: max relative error %.3g at x = %.6g (float epsilon %.3g)\n", worst, worst_x,
+              static_cast<double>(std::numeric_limits<float>::epsilon()));
+  EXPECT_LT(worst, 2 * static_cast<double>(std::numeric_limits<float>::epsilon()));  // 2 ulp
+}
+
+TEST(FastMathTest, ExpEdges) {
+  EXPECT_EQ(kiln_kernels::FastExp(0.f), 1.f);
+  EXPECT_TRUE(std::isnan(kiln_kernels::FastExp(std::nanf(""))));
+  const float tiny = kiln_kernels::FastExp(-std::numeric_limits<float>::infinity());
+  EXPECT_GE(tiny, 0.f);
+  EXPECT_LT(tiny, 1.3e-38f);
+  EXPECT_LT(kiln_kernels::FastExp(-1000.f), 1.3e-38f);
+  EXPECT_TRUE(std::isfinite(kiln_kernels::FastExp(1000.f)));
+  EXPECT_GT(kiln_kernels::FastExp(88.f), 1.6e38f);
+}
+
+}  // namespace
