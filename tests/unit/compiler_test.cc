@@ -115,22 +115,25 @@ double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Gra
   std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
   EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
   kiln_module* module = nullptr;
-  kiln_session* session = nullptr;
   EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
-  kiln_session_options session_options{sizeof(kiln_session_options), 2};
-  EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
-  Tensor out(DType::kFloat32, (*expected)[0].dims());
-  const void* ins[] = {input->data()};
-  void* outs[] = {out.data()};
-  EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
-  kiln_session_destroy(session);
+  double max_error = 0, scale = 0;
+  // One thread (kernels run serially, exec is NULL) and two (jobs split for the pool).
+  for (int32_t threads : {1, 2}) {
+    kiln_session* session = nullptr;
+    kiln_session_options session_options{sizeof(kiln_session_options), threads};
+    EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
+    Tensor out(DType::kFloat32, (*expected)[0].dims());
+    const void* ins[] = {input->data()};
+    void* outs[] = {out.data()};
+    EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
+    kiln_session_destroy(session);
+    for (int64_t i = 0; i < out.num_elements(); ++i) {
+      max_error = std::max(max_error, std::fabs(double(out.data_as<float>()[i]) - (*expected)[0].data_as<float>()[i]));
+      scale = std::max(scale, std::fabs(double((*expected)[0].data_as<float>()[i])));
+    }
+  }
   kiln_module_unload(module);
   unlink(path.c_str());
-  double max_error = 0, scale = 0;
-  for (int64_t i = 0; i < out.num_elements(); ++i) {
-    max_error = std::max(max_error, std::fabs(double(out.data_as<float>()[i]) - (*expected)[0].data_as<float>()[i]));
-    scale = std::max(scale, std::fabs(double((*expected)[0].data_as<float>()[i])));
-  }
   EXPECT_GT(scale, 0.1);  // the comparison means something only if outputs are not tiny
   return max_error / scale;
 }

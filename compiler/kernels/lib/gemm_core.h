@@ -153,9 +153,18 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
   }
 }
 
-// Jobs for a problem of M x N: column chunks of kNc times row groups of kMg.
+// Jobs for a problem of M x N: column chunks of kNc times row groups.
 inline int64_t ColumnChunks(int64_t n) { return (n + kNc - 1) / kNc; }
-inline int64_t RowGroups(int64_t m) { return (m + kMg - 1) / kMg; }
+// Rows of C per job. Each job packs its own block of B, so splitting M re-packs B once
+// per row group: worth it only to give threads work. Serially (no parallel_for), or when
+// the other job dimensions (column chunks, batch, groups) already give 4 jobs or more, a
+// job takes every row; otherwise rows split into groups of kMg.
+inline int64_t RowsPerJob(const kiln_kcall* call, int64_t m, int64_t other_jobs) {
+  const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
+  if (!parallel || other_jobs >= 4) return m > 0 ? (m + kMr - 1) / kMr * kMr : kMr;
+  return kMg;
+}
+inline int64_t RowGroups(int64_t m, int64_t rows_per_job) { return (m + rows_per_job - 1) / rows_per_job; }
 
 }  // namespace gemm
 }  // namespace kiln_kernels

@@ -75,7 +75,8 @@ struct MatMulKernel {
     if constexpr (kBlocked) {
       {
         // Register-blocked core; jobs are (batch, row group, column chunk).
-        const int64_t groups = gemm::RowGroups(M), chunks = gemm::ColumnChunks(N);
+        const int64_t chunks = gemm::ColumnChunks(N);
+        const int64_t rows = gemm::RowsPerJob(call, M, chunks * batches), groups = gemm::RowGroups(M, rows);
         auto jobs = [=](int64_t begin, int64_t end) {
           for (int64_t job = begin; job < end; ++job) {
             const int64_t batch = job / (groups * chunks), rg = job / chunks % groups, cc = job % chunks;
@@ -83,7 +84,7 @@ struct MatMulKernel {
             batch_offsets(batch, &a_off, &b_off);
             const float* b = pb + b_off;
             float* c = pc + batch * M * N;
-            const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < M ? m0 + gemm::kMg : M;
+            const int64_t m0 = rg * rows, m1 = m0 + rows < M ? m0 + rows : M;
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t*) -> const float* {
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * gemm::kNc, b + (k0 + k) * N + c0, sizeof(float) * nb);
@@ -190,11 +191,12 @@ struct GemmKernel {
         return KILN_KERR_OK;
       }
       {
-        const int64_t groups = gemm::RowGroups(M), chunks = gemm::ColumnChunks(N);
+        const int64_t chunks = gemm::ColumnChunks(N);
+        const int64_t rows = gemm::RowsPerJob(call, M, chunks), groups = gemm::RowGroups(M, rows);
         auto jobs = [=](int64_t begin, int64_t end) {
           for (int64_t job = begin; job < end; ++job) {
             const int64_t rg = job / chunks, cc = job % chunks;
-            const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < M ? m0 + gemm::kMg : M;
+            const int64_t m0 = rg * rows, m1 = m0 + rows < M ? m0 + rows : M;
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t*) -> const float* {
               for (int64_t k = 0; k < kb; ++k) {
@@ -410,7 +412,8 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
-  const int64_t groups = gemm::RowGroups(ocg), chunks = gemm::ColumnChunks(out_size);
+  const int64_t chunks = gemm::ColumnChunks(out_size);
+  const int64_t rows = gemm::RowsPerJob(call, ocg, chunks * batch * group), groups = gemm::RowGroups(ocg, rows);
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
   auto jobs = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {
@@ -418,7 +421,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       const int64_t n = job / (chunks * groups * group);
       const float* x = px + (n * in_channels + g * icg) * in_size;
       float* c = py + (n * out_channels + g * ocg) * out_size;
-      const int64_t m0 = rg * gemm::kMg, m1 = m0 + gemm::kMg < ocg ? m0 + gemm::kMg : ocg;
+      const int64_t m0 = rg * rows, m1 = m0 + rows < ocg ? m0 + rows : ocg;
       const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < out_size ? n0 + gemm::kNc : out_size;
       // Where each output position of the chunk starts reading: its output column, and
       // the input coordinates of the window's first tap.
