@@ -2,6 +2,7 @@
 // the fused activation epilogues of Conv/Gemm/MatMul.
 #pragma once
 
+#include "fast_math.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
 
@@ -14,7 +15,9 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
     switch (op) {
       case KILN_UNARY_ABS: return fabs(x);
       case KILN_UNARY_NEG: return -x;
-      case KILN_UNARY_EXP: return exp(x);
+      case KILN_UNARY_EXP:
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return FastExp(x);
+        return exp(x);
       case KILN_UNARY_LOG: return log(x);
       case KILN_UNARY_SQRT: return sqrt(x);
       case KILN_UNARY_RECIPROCAL: return T(1) / x;
@@ -30,7 +33,9 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
       case KILN_UNARY_ACOSH: return acosh(x);
       case KILN_UNARY_ATANH: return atanh(x);
       case KILN_UNARY_TANH: return tanh(x);
-      case KILN_UNARY_SIGMOID: return x >= 0 ? T(1) / (T(1) + exp(-x)) : exp(x) / (T(1) + exp(x));
+      case KILN_UNARY_SIGMOID:
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return FastSigmoid(x);
+        return x >= 0 ? T(1) / (T(1) + exp(-x)) : exp(x) / (T(1) + exp(x));
       case KILN_UNARY_RELU: return x > 0 ? x : T(0);
       case KILN_UNARY_FLOOR: return floor(x);
       case KILN_UNARY_CEIL: return ceil(x);
@@ -76,15 +81,30 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
   }
 }
 
-// Applies a fused activation (a unary op code, or -1 for none) to y[0..n).
+// One activation over y[0..n) with the op fixed at compile time: the switch in ApplyUnary
+// folds away and the loop vectorizes.
+template <typename T, int kOp>
+inline void ActivationLoop(T* y, int64_t n, double alpha, double beta) {
+  for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary<T>(kOp, y[i], alpha, beta);
+}
+
+// Applies a fused activation (a unary op code, or -1 for none) to y[0..n). The activations
+// CNNs fuse into Conv/Gemm epilogues get their own loops; a per-element switch on the op
+// code (the fallback) costs more than the convolution for layers with few input channels.
 template <typename T>
 inline void ApplyActivation(T* y, int64_t n, int64_t code, double alpha, double beta) {
-  if (code < 0) return;
-  if (code == KILN_UNARY_RELU) {
-    for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : T(0);
-    return;
+  switch (code) {
+    case -1: return;
+    case KILN_UNARY_RELU: return ActivationLoop<T, KILN_UNARY_RELU>(y, n, alpha, beta);
+    case KILN_UNARY_CLIP: return ActivationLoop<T, KILN_UNARY_CLIP>(y, n, alpha, beta);
+    case KILN_UNARY_LEAKY_RELU: return ActivationLoop<T, KILN_UNARY_LEAKY_RELU>(y, n, alpha, beta);
+    case KILN_UNARY_SIGMOID: return ActivationLoop<T, KILN_UNARY_SIGMOID>(y, n, alpha, beta);
+    case KILN_UNARY_HARD_SIGMOID: return ActivationLoop<T, KILN_UNARY_HARD_SIGMOID>(y, n, alpha, beta);
+    case KILN_UNARY_HARD_SWISH: return ActivationLoop<T, KILN_UNARY_HARD_SWISH>(y, n, alpha, beta);
+    default:
+      if (code < 0) return;
+      for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary<T>(static_cast<int>(code), y[i], alpha, beta);
   }
-  for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary<T>(static_cast<int>(code), y[i], alpha, beta);
 }
 
 }  // namespace kiln_kernels
