@@ -54,4 +54,22 @@ TEST(FastMathTest, SigmoidMatchesLibmBothSides) {
   EXPECT_TRUE(std::isnan(kiln_kernels::FastSigmoid(std::nanf(""))));
 }
 
+TEST(FastMathTest, ErfMatchesLibm) {
+  double worst_abs = 0, worst_rel_small = 0;
+  for (double x = -6.0; x <= 6.0; x += 1.0 / 4096) {
+    const float xf = static_cast<float>(x);
+    const double want = std::erf(static_cast<double>(xf));
+    const double got = kiln_kernels::FastErf(xf);
+    worst_abs = std::max(worst_abs, std::fabs(got - want));
+    if (std::fabs(xf) <= 1.0f && want != 0) worst_rel_small = std::max(worst_rel_small, std::fabs(got - want) / std::fabs(want));
+  }
+  std::printf("FastErf: max absolute error %.3g, max relative error on |x| <= 1 %.3g\n", worst_abs, worst_rel_small);
+  EXPECT_LT(worst_abs, 1.5e-7);
+  EXPECT_LT(worst_rel_small, 2 * static_cast<double>(std::numeric_limits<float>::epsilon()));
+  EXPECT_EQ(kiln_kernels::FastErf(0.f), 0.f);
+  EXPECT_EQ(kiln_kernels::FastErf(10.f), 1.f);
+  EXPECT_EQ(kiln_kernels::FastErf(-10.f), -1.f);
+  EXPECT_TRUE(std::isnan(kiln_kernels::FastErf(std::nanf(""))));
+}
+
 }  // namespace

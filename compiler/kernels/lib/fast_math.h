@@ -45,4 +45,52 @@ inline float FastSigmoid(float x) {
   return x >= 0 ? s : e * s;
 }
 
+// erf(x), branch-free so loops over it vectorize (GELU). |x| <= 1: x * T(x^2), the degree-6
+// polynomial of Cephes' erff; |x| > 1: 1 - erfc(|x|) with erfc(x) = exp(-x^2)/x * P(1/x^2)
+// (Cephes' erfcf polynomials for x < 2 and x >= 2), sign restored; |x| >= 4 is +-1 (erfc
+// is below half an ulp of 1 there). Both branches are evaluated and one is selected.
+// Measured against libm's erf over [-6, 6] every 2^-12 (tests/unit/fast_math_test.cc):
+// absolute error 1.3e-7, relative error on |x| <= 1 1.7e-7 (under 2 ulp).
+inline float FastErf(float x) {
+  const float a = x < 0 ? -x : x;
+  const float z = a * a;
+  // Small arguments.
+  float t = 7.853861353153693e-5f;
+  t = t * z - 8.010193625184903e-4f;
+  t = t * z + 5.188327685732524e-3f;
+  t = t * z - 2.685381193529856e-2f;
+  t = t * z + 1.128358514861418e-1f;
+  t = t * z - 3.761262582423300e-1f;
+  t = t * z + 1.128379165726710e+0f;
+  const float small = a * t;
+  // Large arguments: erfc(a) = exp(-a^2) / a * poly(1 / a^2).
+  const float aa = a > 1.0f ? a : 1.0f;  // keeps the unused branch finite
+  const float y = 1.0f / (aa * aa);
+  float p;
+  if (aa < 2.0f) {
+    p = 2.326819970068386e-2f;
+    p = p * y - 1.387039388740657e-1f;
+    p = p * y + 3.687424674597105e-1f;
+    p = p * y - 5.824733027278666e-1f;
+    p = p * y + 6.210004621745983e-1f;
+    p = p * y - 4.944515323274145e-1f;
+    p = p * y + 3.404879937665872e-1f;
+    p = p * y - 2.741127028184656e-1f;
+    p = p * y + 5.638259427386472e-1f;
+  } else {
+    p = -1.047766399936249e+1f;
+    p = p * y + 1.297719955372516e+1f;
+    p = p * y - 7.495518717768503e+0f;
+    p = p * y + 2.921019019210786e+0f;
+    p = p * y - 1.015265279202700e+0f;
+    p = p * y + 4.218463358204948e-1f;
+    p = p * y - 2.820767439740514e-1f;
+    p = p * y + 5.641895067754075e-1f;
+  }
+  const float erfc = FastExp(-aa * aa) / aa * p;
+  const float large = a >= 4.0f ? 1.0f : 1.0f - erfc;
+  const float magnitude = a <= 1.0f ? small : large;
+  return x != x ? x : (x < 0 ? -magnitude : magnitude);
+}
+
 }  // namespace kiln_kernels

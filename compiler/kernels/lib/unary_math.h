@@ -41,7 +41,9 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
       case KILN_UNARY_CEIL: return ceil(x);
       case KILN_UNARY_ROUND: return nearbyint(x);  // ties to even in the default mode
       case KILN_UNARY_SIGN: return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0));
-      case KILN_UNARY_ERF: return erf(x);
+      case KILN_UNARY_ERF:
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return FastErf(x);
+        return erf(x);
       case KILN_UNARY_SOFTPLUS: return x > 20 ? x : log1p(exp(x));
       case KILN_UNARY_SOFTSIGN: return x / (T(1) + fabs(x));
       case KILN_UNARY_ELU: return x >= 0 ? x : a * (exp(x) - T(1));
@@ -59,7 +61,9 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
       }
       case KILN_UNARY_SHRINK:  // alpha = lambd, beta = bias
         return x < -a ? x + b : (x > a ? x - b : T(0));
-      case KILN_UNARY_GELU: return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+      case KILN_UNARY_GELU:
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return 0.5f * x * (1.0f + FastErf(x * 0.70710678118654752440f));
+        return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
       case KILN_UNARY_CLIP: return x < a ? a : (x > b ? b : x);
       default: return x;
     }
