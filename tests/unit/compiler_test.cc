@@ -294,6 +294,27 @@ TEST(CodegenTest, SoftmaxMatchesInterpreter) {
   }
 }
 
+// x[M,K] -> MatMul by a constant [K,N]: N picks the micro-kernel's tiles (full 16-column
+// tiles, an 8-wide last tile for 1-8 columns, a 16-wide one for 9-15), M the row panels.
+std::unique_ptr<Graph> MatMulNet(int64_t m, int64_t k, int64_t n) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {m, k}));
+  g->AddInput(x);
+  Node* mm = g->AddNode("MatMul", "mm", {x, g->AddConstant("w", Random({k, n}, 41, 0.3f))}, {"y"}, 13);
+  g->AddOutput(mm->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(CodegenTest, MatMulTilesMatchInterpreter) {
+  for (int64_t n : {5, 8, 9, 17, 49}) {
+    for (int64_t m : {1, 13}) {
+      SCOPED_TRACE(::testing::Message() << m << " x 300 x " << n);
+      EXPECT_LT(CompiledVsReference(MatMulNet(m, 300, n), MatMulNet(m, 300, n), "fold-constants"), 1e-5);
+    }
+  }
+}
+
 TEST(TargetTest, PresetsAndErrors) {
   auto v3 = ResolveTarget("x86-64-v3");
   ASSERT_TRUE(v3.ok());

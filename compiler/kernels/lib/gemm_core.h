@@ -45,8 +45,10 @@ typedef float v8f __attribute__((vector_size(32)));
 #define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(v8f))
 #define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(v8f))
 
-// C[0..MR, 0..16) (+)= A[0..MR, 0..kb) · B[0..kb, 0..16); B rows are ldb apart.
-template <int MR>
+// C[0..MR, 0..8*NV) (+)= A[0..MR, 0..kb) · B[0..kb, 0..8*NV); B rows are ldb apart.
+// NV = 2 is the full 16-column tile; NV = 1 serves a last partial tile of at most 8
+// columns at half the work.
+template <int MR, int NV>
 inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp, int64_t ldb,
                         float* c, int64_t ldc, bool accumulate) {
 #ifdef __clang__
@@ -59,40 +61,41 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
   for (int i = 0; i < MR; ++i) {
     if (accumulate) {
       KILN_LOAD8(acc0[i], c + i * ldc);
-      KILN_LOAD8(acc1[i], c + i * ldc + 8);
+      if constexpr (NV == 2) KILN_LOAD8(acc1[i], c + i * ldc + 8);
     } else {
       acc0[i] = v8f{};
-      acc1[i] = v8f{};
+      if constexpr (NV == 2) acc1[i] = v8f{};
     }
   }
   for (int64_t k = 0; k < kb; ++k) {
     v8f b0, b1;
     KILN_LOAD8(b0, bp + k * ldb);
-    KILN_LOAD8(b1, bp + k * ldb + 8);
+    if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
     for (int i = 0; i < MR; ++i) {
       const float x = a[i * a_row + k * a_k];
       const v8f av = {x, x, x, x, x, x, x, x};
       acc0[i] += av * b0;
-      acc1[i] += av * b1;
+      if constexpr (NV == 2) acc1[i] += av * b1;
     }
   }
   for (int i = 0; i < MR; ++i) {
     KILN_STORE8(c + i * ldc, acc0[i]);
-    KILN_STORE8(c + i * ldc + 8, acc1[i]);
+    if constexpr (NV == 2) KILN_STORE8(c + i * ldc + 8, acc1[i]);
   }
 }
 
 // Not inlined, also in artifacts (codegen keeps noinline): every GEMM-shaped node of a
 // model shares one copy of the unrolled micro-kernels instead of compiling its own.
-__attribute__((noinline)) inline void MicroKernelRows(int rows, int64_t kb, const float* a, int64_t a_row, int64_t a_k,
-                                                     const float* bp, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+template <int NV>
+__attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float* a, int64_t a_row, int64_t a_k,
+                                               const float* bp, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   switch (rows) {
-    case 6: MicroKernel<6>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 5: MicroKernel<5>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 4: MicroKernel<4>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 3: MicroKernel<3>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 2: MicroKernel<2>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    default: MicroKernel<1>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 6: MicroKernel<6, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 5: MicroKernel<5, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 4: MicroKernel<4, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 3: MicroKernel<3, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 2: MicroKernel<2, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    default: MicroKernel<1, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
   }
 }
 
@@ -136,17 +139,23 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
         const float* ai = a + i * a_row + k0 * a_k;
         float* cij = c + i * ldc + n0 + j;
         if (cols == kNr) {
-          MicroKernelRows(rows, kb, ai, a_row, a_k, bj, ldbj, cij, ldc, accumulate);
+          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, cij, ldc, accumulate);
           continue;
         }
-        // A partial tile: work on a full-width copy, then write back the valid columns.
+        // A partial tile: work on a copy 8 or 16 columns wide (the padded B columns are
+        // zero), then write back the valid columns.
+        const int64_t width = cols <= 8 ? 8 : kNr;
         alignas(64) float tile[kMr * kNr];
         for (int r = 0; r < rows; ++r) {
-          for (int64_t q = 0; q < kNr; ++q) tile[r * kNr + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
+          for (int64_t q = 0; q < width; ++q) tile[r * width + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
         }
-        MicroKernelRows(rows, kb, ai, a_row, a_k, bj, ldbj, tile, kNr, accumulate);
+        if (width == 8) {
+          MicroKernelRows<1>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate);
+        } else {
+          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate);
+        }
         for (int r = 0; r < rows; ++r) {
-          for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * kNr + q];
+          for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * width + q];
         }
       }
     }
