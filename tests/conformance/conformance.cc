@@ -163,8 +163,12 @@ int main(int argc, char** argv) {
   for (const auto& entry : fs::directory_iterator(data, ec)) {
     if (entry.is_directory() && entry.path().filename().string().find(filter) != std::string::npos) tests.push_back(entry.path());
   }
-  if (ec || tests.empty()) {
+  if (ec || (tests.empty() && filter.empty())) {
     std::fprintf(stderr, "kiln-conformance: no tests under %s (install libonnx-testdata)\n", data.c_str());
+    return 2;
+  }
+  if (tests.empty()) {
+    std::fprintf(stderr, "kiln-conformance: no test under %s has '%s' in its name\n", data.c_str(), filter.c_str());
     return 2;
   }
   std::sort(tests.begin(), tests.end());
