@@ -7,13 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/cli/args.h"
+#include "kiln/compiler/frontend.h"
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "proto/client/blob_transfer.h"
 #include "proto/client/status_names.h"
@@ -38,8 +37,6 @@ const char kServiceUsage[] = R"(Service commands (a kilnd server; --server defau
   kiln fetch DIGEST -o FILE --server ADDR   DIGEST is SHA256/SIZE as submit prints it
 )";
 
-std::string CodeName(grpc::StatusCode code) { return client::StatusCodeName(code); }
-
 namespace {
 
 std::string ServerOf(const Args& args) {
@@ -53,7 +50,7 @@ int RpcFail(const std::string& what, const grpc::Status& status) {
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     hint = " (is kilnd running there? give its address with --server ADDR or KILN_SERVER)";
   }
-  return Fail(absl::StrCat(what, ": ", CodeName(status.error_code()), ": ", status.error_message(), hint));
+  return Fail(absl::StrCat(what, ": ", client::StatusCodeName(status.error_code()), ": ", status.error_message(), hint));
 }
 
 // "triple/cpu" of a canonical target (its full feature list is long).
@@ -71,28 +68,6 @@ bool ParseDigest(const std::string& text, v1::Digest* digest) {
   if (parts.size() != 2 || parts[0].size() != 64 || !absl::SimpleAtoi(parts[1], &size) || size < 0) return false;
   digest->set_sha256(parts[0]);
   digest->set_size_bytes(size);
-  return true;
-}
-
-bool ReadWholeFile(const std::string& path, std::string* bytes, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = absl::StrCat("cannot read ", path);
-    return false;
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  *bytes = out.str();
-  return true;
-}
-
-bool WriteWholeFile(const std::string& path, const std::string& bytes, std::string* error) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) {
-    *error = absl::StrCat("cannot write ", path);
-    return false;
-  }
   return true;
 }
 
@@ -152,7 +127,7 @@ bool Watch(v1::Kiln::Stub& stub, const std::string& id, v1::Job* final_job, std:
     }
     if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE) {
       if (tty) std::fprintf(stderr, "\n");
-      *error = absl::StrCat(CodeName(status.error_code()), ": ", status.error_message());
+      *error = absl::StrCat(client::StatusCodeName(status.error_code()), ": ", status.error_message());
       return false;
     }
     // The server restarted or the connection broke: the job is durable, so follow it again.
@@ -182,8 +157,7 @@ int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const Args& args) {
                       Item{"manifest.json", &job.result().manifest()}}) {
       auto bytes = client::DownloadBlob(stub, *item.digest);
       if (!bytes.ok()) return Fail(absl::StrCat("downloading ", item.file, ": ", bytes.status().message()));
-      std::string error;
-      if (!WriteWholeFile(dir + "/" + item.file, *bytes, &error)) return Fail(error);
+      if (auto s = WriteFile(dir + "/" + item.file, *bytes); !s.ok()) return Fail(std::string(s.message()));
     }
     std::printf("wrote %s/artifact.so, report.json, manifest.json\n", dir.c_str());
   }
@@ -241,8 +215,9 @@ int Submit(int argc, char** argv) {
     (*request.mutable_labels())[label.substr(0, eq)] = label.substr(eq + 1);
   }
 
-  std::string model;
-  if (!ReadWholeFile(args.positional[0], &model, &error)) return Fail(error);
+  auto model_bytes = ReadFile(args.positional[0]);
+  if (!model_bytes.ok()) return Fail(std::string(model_bytes.status().message()));
+  const std::string& model = *model_bytes;
   std::string input_set;
   if (args.Has("--inputs")) {
     std::vector<std::string> files;
@@ -255,9 +230,9 @@ int Submit(int argc, char** argv) {
     std::sort(files.begin(), files.end());
     v1::InputSet set;
     for (const std::string& file : files) {
-      std::string bytes;
-      if (!ReadWholeFile(file, &bytes, &error)) return Fail(error);
-      set.add_inputs()->set_tensor_proto(bytes);
+      auto bytes = ReadFile(file);
+      if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+      set.add_inputs()->set_tensor_proto(*bytes);
     }
     set.SerializeToString(&input_set);
   }
@@ -278,7 +253,7 @@ int Submit(int argc, char** argv) {
                    static_cast<long long>(digest.size_bytes()));
       auto uploaded = client::UploadBlob(*stub, is_model ? model : input_set, false);
       if (!uploaded.ok()) {
-        return Fail(absl::StrCat("Upload: ", CodeName(static_cast<grpc::StatusCode>(uploaded.status().code())), ": ",
+        return Fail(absl::StrCat("Upload: ", client::StatusCodeName(static_cast<grpc::StatusCode>(uploaded.status().code())), ": ",
                                  uploaded.status().message()));
       }
     }
@@ -409,9 +384,9 @@ int Fetch(int argc, char** argv) {
   auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
   auto bytes = client::DownloadBlob(*stub, digest);
   if (!bytes.ok()) {
-    return Fail(absl::StrCat("Download: ", CodeName(static_cast<grpc::StatusCode>(bytes.status().code())), ": ", bytes.status().message()));
+    return Fail(absl::StrCat("Download: ", client::StatusCodeName(static_cast<grpc::StatusCode>(bytes.status().code())), ": ", bytes.status().message()));
   }
-  if (!WriteWholeFile(out, *bytes, &error)) return Fail(error);
+  if (auto s = WriteFile(out, *bytes); !s.ok()) return Fail(std::string(s.message()));
   std::fprintf(stderr, "kiln: wrote %s (%lld bytes, digest verified)\n", out.c_str(), static_cast<long long>(bytes->size()));
   return 0;
 }

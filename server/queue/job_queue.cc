@@ -30,8 +30,6 @@ std::string NewJobId() {
 
 }  // namespace
 
-const char* JobStateName(v1::JobState state) { return v1::JobState_Name(state).c_str(); }
-
 absl::StatusOr<std::unique_ptr<JobQueue>> JobQueue::Open(const std::string& path, const QueueOptions& options) {
   std::unique_ptr<JobQueue> queue(new JobQueue());
   queue->options_ = options;

@@ -109,6 +109,4 @@ class JobQueue {
   uint64_t changes_ = 0;
 };
 
-const char* JobStateName(v1::JobState state);
-
 }  // namespace kiln::server
