@@ -199,7 +199,7 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
     }
   }
   if (node.op() == kFusedElementwiseOp) return EmitFusedElementwise(node, index);
-  absl::StatusOr<KernelCall> call = schema->lower(node);
+  absl::StatusOr<KernelCall> call = LowerForArtifact(*schema, node);
   if (!call.ok()) return call.status();
   // A view whose output shares the input's buffer needs no code at all.
   if (call->is_view && plan_.alias.count(node.output(0))) return absl::OkStatus();
@@ -240,6 +240,15 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
     auto address = Address(out);
     if (!address.ok()) return address.status();
     outs.push_back({*address, &out->type()});
+  }
+  TensorType scratch_type;
+  if (call->scratch_bytes > 0) {
+    auto slot = plan_.scratch.find(&node);
+    if (slot == plan_.scratch.end()) {
+      return absl::InternalError(absl::StrCat(NodeLabel(node), ": the memory plan has no scratch for this node"));
+    }
+    scratch_type = TensorType::Static(DType::kUInt8, {call->scratch_bytes});
+    outs.push_back({builder_.CreateConstGEP1_64(i8_, workspace_arg_, slot->second.offset, node.name() + ".scratch"), &scratch_type});
   }
   llvm::Value* in_array = tensor_array(ins, "in");
   llvm::Value* out_array = tensor_array(outs, "out");

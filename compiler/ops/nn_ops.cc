@@ -69,6 +69,62 @@ absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
   return ComputeWindow(node, Spatial(x), node.GetInts("kernel_shape", Spatial(w)), false);
 }
 
+// Winograd F(4x4, 3x3) for artifacts (kernels/lib/winograd.cc): a 2-D f32 Conv with a
+// constant 3x3 weight, stride 1, dilation 1, one group, input channels a multiple of 8 and
+// output channels a multiple of 16. The weight becomes U = G g G^T, 36 matrices of
+// [C x OC] stored as 16-column panels [36][OC/16][C][16], computed here in double.
+constexpr int64_t kWinogradScratchBudget = int64_t{4} << 20;  // bytes of V and M per tile chunk
+
+absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
+  const Value* w = node.input(1);
+  if (!w->is_constant() || w->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> xd = StaticDims(node.input(0)), wd = StaticDims(w), yd = StaticDims(node.output(0));
+  if (xd.size() != 4 || node.GetInt("group", 1) != 1 || wd[2] != 3 || wd[3] != 3) return std::nullopt;
+  auto win = ConvWindow(node);
+  if (!win.ok()) return win.status();
+  for (size_t i = 0; i < 2; ++i) {
+    if (win->strides[i] != 1 || win->dilations[i] != 1) return std::nullopt;
+  }
+  const int64_t C = xd[1], OC = wd[0];
+  if (C % 8 != 0 || OC % 16 != 0) return std::nullopt;
+  const int64_t tiles = xd[0] * ((yd[2] + 3) / 4) * ((yd[3] + 3) / 4);
+  if (tiles < 4) return std::nullopt;
+  // G (6x3) for the interpolation points 0, 1, -1, 2, -2 and infinity.
+  static constexpr double kG[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                      {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                      {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  auto u = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{36, OC / 16, C, 16});
+  const float* g = w->constant()->data_as<float>();
+  float* pu = u->data_as<float>();
+  for (int64_t oc = 0; oc < OC; ++oc) {
+    for (int64_t c = 0; c < C; ++c) {
+      const float* k = g + (oc * C + c) * 9;
+      double gk[6][3];  // G k
+      for (int i = 0; i < 6; ++i) {
+        for (int j = 0; j < 3; ++j) gk[i][j] = kG[i][0] * k[j] + kG[i][1] * k[3 + j] + kG[i][2] * k[6 + j];
+      }
+      for (int i = 0; i < 6; ++i) {
+        for (int j = 0; j < 6; ++j) {  // (G k) G^T
+          const double value = gk[i][0] * kG[j][0] + gk[i][1] * kG[j][1] + gk[i][2] * kG[j][2];
+          pu[(((i * 6 + j) * (OC / 16) + oc / 16) * C + c) * 16 + oc % 16] = static_cast<float>(value);
+        }
+      }
+    }
+  }
+  const int64_t per_tile = 36 * (C + OC) * static_cast<int64_t>(sizeof(float));
+  int64_t chunk = std::max<int64_t>(6, kWinogradScratchBudget / per_tile / 6 * 6);
+  if (chunk > tiles) chunk = tiles;
+  KernelCall call{"conv_winograd", {}, {chunk, win->pads_begin[0], win->pads_begin[1]}, {}};
+  call.inputs.push_back(KernelOperand{0, nullptr});
+  call.inputs.push_back(KernelOperand{-1, std::move(u)});
+  if (node.inputs().size() > 2 && node.input(2) != nullptr) call.inputs.push_back(KernelOperand{2, nullptr});
+  AppendActivation(node, call);
+  call.scratch_bytes = chunk * per_tile;
+  return call;
+}
+
 absl::StatusOr<WindowParams> PoolWindow(const Node& node) {
   std::vector<int64_t> x = StaticDims(node.input(0));
   return ComputeWindow(node, Spatial(x), node.GetInts("kernel_shape"), node.GetInt("ceil_mode", 0) != 0);
@@ -228,6 +284,7 @@ void RegisterNnOps(Registry& registry) {
       AppendActivation(node, call);
       return call;
     };
+    s.lower_fast = LowerWinogradConv;
     registry.Add(std::move(s));
   }
   {

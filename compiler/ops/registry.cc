@@ -215,6 +215,16 @@ const OpSchema* FindOp(std::string_view name) {
   return it == ops::Table().end() ? nullptr : &it->second;
 }
 
+absl::StatusOr<KernelCall> LowerForArtifact(const OpSchema& schema, const Node& node) {
+  if (schema.lower_fast) {
+    absl::StatusOr<std::optional<KernelCall>> fast = schema.lower_fast(node);
+    if (!fast.ok()) return fast.status();
+    if (fast->has_value()) return std::move(**fast);
+  }
+  if (!schema.lower) return absl::InternalError(absl::StrCat(NodeLabel(node), ": op has no kernel lowering"));
+  return schema.lower(node);
+}
+
 std::vector<std::string> SupportedOps() {
   EnsureRegistered();
   std::vector<std::string> names;

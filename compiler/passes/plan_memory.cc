@@ -96,7 +96,7 @@ class PlanMemory : public Pass {
     std::vector<absl::StatusOr<KernelCall>> calls;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const OpSchema* schema = FindOp(nodes[i]->op());
-      calls.push_back(schema ? schema->lower(*nodes[i]) : absl::InternalError("no schema"));
+      calls.push_back(schema ? LowerForArtifact(*schema, *nodes[i]) : absl::InternalError("no schema"));
     }
     // Views first: their outputs belong to the input's buffer.
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -157,6 +157,13 @@ class PlanMemory : public Pass {
         }
         plan.arena[out] = MemoryPlan::Slot{arena.Allocate(ValueBytes(out)), ValueBytes(out)};
       }
+      // Scratch lives while the node runs, beside its inputs and outputs.
+      if (calls[i].ok() && calls[i]->scratch_bytes > 0) {
+        const int64_t bytes = calls[i]->scratch_bytes;
+        plan.scratch[node] = MemoryPlan::Slot{arena.Allocate(bytes), bytes};
+        plan.naive_bytes += Align(bytes);
+        arena.Release(plan.scratch[node].offset, bytes);
+      }
       // Release buffers whose last reader is this node.
       for (const auto& [value, slot] : plan.arena) {
         auto it = last_use.find(value);
@@ -179,6 +186,13 @@ MemoryPlan NaiveMemoryPlan(const Graph& graph) {
   MemoryPlan plan;
   int64_t offset = 0;
   for (const Node* node : graph.nodes()) {
+    if (const OpSchema* schema = FindOp(node->op())) {
+      absl::StatusOr<KernelCall> call = LowerForArtifact(*schema, *node);
+      if (call.ok() && call->scratch_bytes > 0) {
+        plan.scratch[node] = MemoryPlan::Slot{offset, call->scratch_bytes};
+        offset += Align(call->scratch_bytes);
+      }
+    }
     for (const Value* out : node->outputs()) {
       if (!NeedsArena(graph, out)) continue;
       plan.arena[out] = MemoryPlan::Slot{offset, ValueBytes(out)};

@@ -36,6 +36,7 @@ constexpr int kMr = 6;      // rows of C per micro-kernel
 constexpr int kNr = 16;     // columns of C per micro-kernel (two 8-lane vectors)
 constexpr int64_t kKc = 256;  // K block: one packed B block is kKc x kNc floats (64 KiB)
 constexpr int64_t kNc = 64;   // columns of C per job
+constexpr int64_t kMc = 240;   // rows of A per L2-resident block
 constexpr int64_t kMg = 144;  // rows of C per job (a multiple of kMr): one packed B serves them all
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -127,15 +128,18 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
         for (int64_t q = 0; q < kNr; ++q) edge[k * kNr + q] = full_cols + q < nb ? b[k * ldb + full_cols + q] : 0.f;
       }
     }
-    // Column tiles outside, row blocks inside: one 16-column slice of B stays in L1 while
-    // every row block of the job goes past it.
+    // Row blocks of kMc rows outermost, so their A block (kMc x kb) stays in L2 while
+    // every column tile goes past it; then column tiles outside, rows inside: one 16-column
+    // slice of B stays in L1 while the block's rows go past it.
+    for (int64_t mb = m0; mb < m1; mb += kMc) {
+    const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
     for (int64_t j = 0; j < nb; j += kNr) {
       const int64_t cols = nb - j < kNr ? nb - j : kNr;
       const bool direct_edge = b != packed && cols < kNr;
       const float* bj = direct_edge ? edge : b + j;
       const int64_t ldbj = direct_edge ? kNr : ldb;
-      for (int64_t i = m0; i < m1; i += kMr) {
-        const int rows = static_cast<int>(m1 - i < kMr ? m1 - i : kMr);
+      for (int64_t i = mb; i < mb1; i += kMr) {
+        const int rows = static_cast<int>(mb1 - i < kMr ? mb1 - i : kMr);
         const float* ai = a + i * a_row + k0 * a_k;
         float* cij = c + i * ldc + n0 + j;
         if (cols == kNr) {
@@ -158,6 +162,7 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
           for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * width + q];
         }
       }
+    }
     }
   }
 }

@@ -44,6 +44,10 @@ struct KernelCall {
   std::vector<double> floats;
   // Outputs that alias input 0 (Reshape and friends): codegen may skip the copy.
   bool is_view = false;
+  // Workspace the kernel needs during the call. Codegen passes it as one more output, a
+  // u8 tensor of this many bytes after the node's outputs, placed in the arena by
+  // plan-memory for the node's duration.
+  int64_t scratch_bytes = 0;
 };
 
 struct OpSchema {
@@ -55,11 +59,19 @@ struct OpSchema {
   std::function<absl::Status(InferContext&)> infer;
   // Requires static types on all inputs and outputs.
   std::function<absl::StatusOr<KernelCall>(const Node&)> lower;
+  // Optional, for artifacts only: a faster lowering that may rewrite constant operands at
+  // compile time (a Winograd weight transform) or ask for scratch; std::nullopt where it
+  // does not apply. The interpreter always runs `lower`, so validation compares the two.
+  std::function<absl::StatusOr<std::optional<KernelCall>>(const Node&)> lower_fast;
   // For ops whose result follows from input types alone (Shape, Size): computes outputs.
   std::function<absl::StatusOr<std::vector<Tensor>>(const Node&)> from_types;
 };
 
 const OpSchema* FindOp(std::string_view name);
+
+// The kernel call codegen (and plan-memory, for its scratch) uses: lower_fast where it
+// applies, otherwise lower.
+absl::StatusOr<KernelCall> LowerForArtifact(const OpSchema& schema, const Node& node);
 std::vector<std::string> SupportedOps();
 
 // "node 'conv_1' (Conv, opset 13)": the prefix of every error about a node.

@@ -25,6 +25,7 @@ struct MemoryPlan {
   };
   std::map<const Value*, Slot> arena;          // intermediates
   std::map<const Value*, const Value*> alias;  // views and in-place results: value -> owner
+  std::map<const Node*, Slot> scratch;         // kernel workspace (KernelCall::scratch_bytes)
   int64_t arena_bytes = 0;
   int64_t naive_bytes = 0;  // sum of all intermediates, no reuse
   int64_t in_place = 0;     // results written over a dying input

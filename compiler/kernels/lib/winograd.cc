@@ -1,0 +1,170 @@
+// Winograd F(4x4, 3x3) convolution (2-D, f32, stride 1, dilation 1, group 1): each 4x4 tile
+// of output comes from a 6x6 tile of input with 36 multiplies per (input, output) channel
+// pair instead of 144 (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks").
+//   V[xi][t][ic] = (B^T d B)[xi]    d: the 6x6 input tile t of channel ic (zero outside)
+//   M[xi][t][oc] = sum_ic V[xi][t][ic] * U[xi][ic][oc]   36 GEMMs on the shared micro-kernel
+//   Y tile       = A^T M A + bias, then the fused activation
+// U = G g G^T is computed at compile time (ops/nn_ops.cc) and stored as 16-column panels:
+// U[xi][oc / 16][ic][oc % 16], which is exactly what the micro-kernel streams. Tiles are
+// done in chunks (ints[0] tiles at a time, all images together) so V and M, which live in
+// the call's scratch output, stay within a few MiB. Artifacts only: the reference
+// interpreter runs the plain Conv.
+#include "gemm_core.h"
+#include "kernel_common.h"
+#include "unary_math.h"
+
+using namespace kiln_kernels;
+using gemm::v8f;
+
+namespace {
+
+constexpr int kLanes = 8;  // channels per vector
+
+// A vector of eight copies of x (a macro: see KILN_LOAD8 on vector returns).
+#define KILN_SPLAT8(x) (v8f{x, x, x, x, x, x, x, x})
+
+// out[i * os] = (B^T in)[i] for the six points of one column (or row) of a tile.
+inline void InputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
+  const v8f d0 = in[0], d1 = in[is], d2 = in[2 * is], d3 = in[3 * is], d4 = in[4 * is], d5 = in[5 * is];
+  const v8f four = KILN_SPLAT8(4.f), five = KILN_SPLAT8(5.f), two = KILN_SPLAT8(2.f);
+  out[0] = four * d0 - five * d2 + d4;
+  out[os] = d3 + d4 - four * (d1 + d2);
+  out[2 * os] = d4 - d3 + four * (d1 - d2);
+  out[3 * os] = d4 - d2 + two * (d3 - d1);
+  out[4 * os] = d4 - d2 - two * (d3 - d1);
+  out[5 * os] = four * d1 - five * d3 + d5;
+}
+
+// out[i * os] = (A^T in)[i], i < 4.
+inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
+  const v8f m0 = in[0], m1 = in[is], m2 = in[2 * is], m3 = in[3 * is], m4 = in[4 * is], m5 = in[5 * is];
+  const v8f s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
+  out[0] = m0 + s12 + s34;
+  out[os] = d12 + KILN_SPLAT8(2.f) * d34;
+  out[2 * os] = s12 + KILN_SPLAT8(4.f) * s34;
+  out[3 * os] = d12 + KILN_SPLAT8(8.f) * d34 + m5;
+}
+
+// C[0..rows, n0..n1) = A[0..rows, 0..K) · U, where U holds 16-column panels [N/16][K][16]
+// (n0, n1 multiples of 16). Column tiles outside, rows inside, so one K block of a panel
+// stays in L1 while all rows go past it.
+void PanelGemm(int64_t rows, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda, const float* panels,
+               float* c, int64_t ldc) {
+  for (int64_t k0 = 0; k0 < K; k0 += gemm::kKc) {
+    const int64_t kb = K - k0 < gemm::kKc ? K - k0 : gemm::kKc;
+    for (int64_t j = n0; j < n1; j += gemm::kNr) {
+      const float* b = panels + (j / gemm::kNr) * K * gemm::kNr + k0 * gemm::kNr;
+      for (int64_t i = 0; i < rows; i += gemm::kMr) {
+        const int r = static_cast<int>(rows - i < gemm::kMr ? rows - i : gemm::kMr);
+        gemm::MicroKernelRows<2>(r, kb, a + i * lda + k0, lda, 1, b, gemm::kNr, c + i * ldc + j, ldc, k0 > 0);
+      }
+    }
+  }
+}
+
+struct WinogradConvKernel {
+  // inputs: X [N, C, H, W], U [36, OC/16, C, 16], B [OC] optional
+  // outputs: Y [N, OC, OH, OW], scratch (u8, 36 * tiles_per_chunk * (C + OC) floats)
+  // ints: [tiles_per_chunk, pad_top, pad_left, activation]; floats: [activation alpha, beta]
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    if constexpr (!std::is_same_v<T, float>) {
+      return KILN_KERR_DTYPE;
+    } else {
+      return RunF32(call);
+    }
+  }
+  __attribute__((noinline)) static int32_t RunF32(const kiln_kcall* call);
+};
+
+int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], C = X.dims[1], H = X.dims[2], W = X.dims[3];
+  const int64_t OC = Y.dims[1], OH = Y.dims[2], OW = Y.dims[3];
+  if (C % kLanes != 0 || OC % gemm::kNr != 0) return KILN_KERR_UNSUPPORTED;
+  const int64_t chunk = call->ints[0], pad_top = call->ints[1], pad_left = call->ints[2], activation = call->ints[3];
+  const double alpha = call->floats[0], beta = call->floats[1];
+  const float* px = static_cast<const float*>(X.data);
+  const float* pu = static_cast<const float*>(call->inputs[1].data);
+  const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
+  float* py = static_cast<float*>(Y.data);
+  float* v = static_cast<float*>(call->outputs[1].data);
+  float* m = v + 36 * chunk * C;
+  const int64_t tiles_h = (OH + 3) / 4, tiles_w = (OW + 3) / 4, per_image = tiles_h * tiles_w;
+  const int64_t tiles = batch * per_image;
+  for (int64_t t0 = 0; t0 < tiles; t0 += chunk) {
+    const int64_t tc = tiles - t0 < chunk ? tiles - t0 : chunk;
+    // 1. Input transform: one job per (tile, 8 input channels).
+    const int64_t cblocks = C / kLanes;
+    auto input = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t t = job / cblocks, c0 = job % cblocks * kLanes, tile = t0 + t;
+        const int64_t n = tile / per_image, th = tile % per_image / tiles_w, tw = tile % tiles_w;
+        const int64_t ih0 = th * 4 - pad_top, iw0 = tw * 4 - pad_left;
+        v8f d[36], tmp[36];
+        for (int r = 0; r < 6; ++r) {
+          const int64_t ih = ih0 + r;
+          for (int q = 0; q < 6; ++q) {
+            const int64_t iw = iw0 + q;
+            float lanes[kLanes];
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+              const float* src = px + ((n * C + c0) * H + ih) * W + iw;
+              for (int l = 0; l < kLanes; ++l) lanes[l] = src[l * H * W];
+            } else {
+              for (int l = 0; l < kLanes; ++l) lanes[l] = 0.f;
+            }
+            memcpy(&d[r * 6 + q], lanes, sizeof(v8f));
+          }
+        }
+        for (int q = 0; q < 6; ++q) InputTransform6(d + q, 6, tmp + q, 6);      // columns: B^T d
+        for (int r = 0; r < 6; ++r) InputTransform6(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
+        for (int xi = 0; xi < 36; ++xi) KILN_STORE8(v + (xi * tc + t) * C + c0, d[xi]);
+      }
+    };
+    ParallelFor(call, tc * cblocks, 1, input);
+    // 2. 36 GEMMs of [tc x C] · [C x OC], jobs over (xi, 64 output channels).
+    const int64_t nchunks = (OC + gemm::kNc - 1) / gemm::kNc;
+    auto multiply = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t xi = job / nchunks, n0 = job % nchunks * gemm::kNc;
+        const int64_t n1 = n0 + gemm::kNc < OC ? n0 + gemm::kNc : OC;
+        PanelGemm(tc, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m + xi * tc * OC, OC);
+      }
+    };
+    ParallelFor(call, 36 * nchunks, 1, multiply);
+    // 3. Output transform, bias and activation: one job per (tile, 8 output channels).
+    const int64_t oblocks = OC / kLanes;
+    auto output = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t t = job / oblocks, o0 = job % oblocks * kLanes, tile = t0 + t;
+        const int64_t n = tile / per_image, th = tile % per_image / tiles_w, tw = tile % tiles_w;
+        v8f s[36], tmp[24], out[16];
+        for (int xi = 0; xi < 36; ++xi) KILN_LOAD8(s[xi], m + (xi * tc + t) * OC + o0);
+        for (int q = 0; q < 6; ++q) OutputTransform6(s + q, 6, tmp + q, 6);        // A^T M: 4 x 6
+        for (int r = 0; r < 4; ++r) OutputTransform6(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
+        if (pbias != nullptr) {
+          v8f b;
+          KILN_LOAD8(b, pbias + o0);
+          for (int i = 0; i < 16; ++i) out[i] += b;
+        }
+        alignas(32) float vals[16 * kLanes];
+        memcpy(vals, out, sizeof(vals));
+        ApplyActivation(vals, 16 * kLanes, activation, alpha, beta);
+        const int64_t rows = OH - th * 4 < 4 ? OH - th * 4 : 4, cols = OW - tw * 4 < 4 ? OW - tw * 4 : 4;
+        for (int l = 0; l < kLanes; ++l) {
+          float* y = py + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t q = 0; q < cols; ++q) y[r * OW + q] = vals[(r * 4 + q) * kLanes + l];
+          }
+        }
+      }
+    };
+    ParallelFor(call, tc * oblocks, 1, output);
+  }
+  return KILN_KERR_OK;
+}
+
+}  // namespace
+
+KILN_FLOAT_KERNEL(conv_winograd, WinogradConvKernel, outputs[0].dtype)
