@@ -125,6 +125,49 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   return call;
 }
 
+// Any other f32 Conv the kernel runs as an implicit GEMM (at least 4 output channels per
+// group) with a constant weight: the weight pre-packed into panels of 6 rows (gemm::kMr),
+// [group][ceil(OC/group / 6)][K][6], zero past the last row, flagged by an int after the
+// activation. The micro-kernel then reads one sequential stream of weights.
+constexpr int64_t kConvPanelRows = 6;
+
+absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
+  const Value* w = node.input(1);
+  if (!w->is_constant() || w->type().dtype != DType::kFloat32) return std::nullopt;
+  std::vector<int64_t> wd = StaticDims(w);
+  const int64_t group = node.GetInt("group", 1), oc = wd[0], ocg = oc / group;
+  if (ocg < 4) return std::nullopt;
+  int64_t K = 1;
+  for (size_t i = 1; i < wd.size(); ++i) K *= wd[i];
+  if (K == 0) return std::nullopt;
+  const int64_t panels = (ocg + kConvPanelRows - 1) / kConvPanelRows;
+  auto packed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{group, panels * kConvPanelRows, K});
+  const float* src = w->constant()->data_as<float>();
+  float* dst = packed->data_as<float>();  // zero-initialised
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t r = 0; r < ocg; ++r) {
+      const float* row = src + (g * ocg + r) * K;
+      float* panel = dst + (g * panels + r / kConvPanelRows) * kConvPanelRows * K + r % kConvPanelRows;
+      for (int64_t k = 0; k < K; ++k) panel[k * kConvPanelRows] = row[k];
+    }
+  }
+  auto win = ConvWindow(node);
+  if (!win.ok()) return win.status();
+  KernelCall call{"conv", PassAllInputs(node), {group}, {}};
+  call.inputs[1] = KernelOperand{-1, std::move(packed)};
+  AppendWindow(call.ints, *win);
+  AppendActivation(node, call);
+  call.ints.push_back(1);  // weights pre-packed
+  return call;
+}
+
+absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node) {
+  if (node.input(0)->type().dtype != DType::kFloat32) return std::nullopt;
+  absl::StatusOr<std::optional<KernelCall>> winograd = LowerWinogradConv(node);
+  if (!winograd.ok() || winograd->has_value()) return winograd;
+  return LowerPackedConv(node);
+}
+
 absl::StatusOr<WindowParams> PoolWindow(const Node& node) {
   std::vector<int64_t> x = StaticDims(node.input(0));
   return ComputeWindow(node, Spatial(x), node.GetInts("kernel_shape"), node.GetInt("ceil_mode", 0) != 0);
@@ -284,7 +327,7 @@ void RegisterNnOps(Registry& registry) {
       AppendActivation(node, call);
       return call;
     };
-    s.lower_fast = LowerWinogradConv;
+    s.lower_fast = LowerConvForArtifact;
     registry.Add(std::move(s));
   }
   {

@@ -105,9 +105,17 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
 // pack(k0, kb, n0, nb, dst, &ldb) returns where B(k0 + k, n0 + j) is for k < kb, j < nb:
 // either dst, filled with row stride kNc, or (when B already lies row-major in memory, as
 // for a 1x1 Conv) a pointer into B itself with its row stride. The core pads as needed.
+// A in panels (a_panel > 0): rows come in groups of kMr, each group k-major ([K][kMr], the
+// layout ops/nn_ops.cc pre-packs constant Conv weights into), a_panel floats apart; then
+// A(i, k) = a[(i / kMr) * a_panel + k * kMr + i % kMr] and a_row, a_k are ignored. m0 must
+// then be a multiple of kMr. One sequential stream per micro-kernel instead of kMr.
 template <typename Pack>
 inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
-                  int64_t a_k, float* c, int64_t ldc, Pack& pack) {
+                  int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0) {
+  if (a_panel > 0) {
+    a_row = 1;
+    a_k = kMr;
+  }
   alignas(64) float packed[kKc * kNc];
   alignas(64) float edge[kKc * kNr];  // the last, partial 16 columns of a direct B
   const int64_t nb = n1 - n0;
@@ -140,7 +148,7 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
       const int64_t ldbj = direct_edge ? kNr : ldb;
       for (int64_t i = mb; i < mb1; i += kMr) {
         const int rows = static_cast<int>(mb1 - i < kMr ? mb1 - i : kMr);
-        const float* ai = a + i * a_row + k0 * a_k;
+        const float* ai = a_panel > 0 ? a + i / kMr * a_panel + k0 * kMr : a + i * a_row + k0 * a_k;
         float* cij = c + i * ldc + n0 + j;
         if (cols == kNr) {
           MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, cij, ldc, accumulate);

@@ -319,11 +319,13 @@ struct ConvKernel {
   // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional.
   // ints: [group, window block..., activation]; floats: [activation alpha, beta]
   // f32 with at least 4 output channels per group runs as an implicit GEMM; the direct
-  // loop nest below serves depthwise convolutions and f64.
+  // loop nest below serves depthwise convolutions and f64. In artifacts a constant weight
+  // may come pre-packed (an int after the activation says so): per group, rows in panels
+  // of gemm::kMr, [ceil(OC/group / kMr)][K][kMr], zero past the last row.
   // Not inlined: one copy per artifact serves every such Conv (the shapes are runtime
   // values there; the time goes into the shared micro-kernel either way).
   __attribute__((noinline)) static int32_t ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group,
-                                                        int64_t activation);
+                                                        int64_t activation, bool packed);
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
@@ -331,7 +333,9 @@ struct ConvKernel {
     const kiln_ktensor& Y = call->outputs[0];
     const int64_t group = call->ints[0];
     Window w;
-    const int64_t activation = *w.Load(call->ints + 1, X, Y);
+    const int64_t* after_window = w.Load(call->ints + 1, X, Y);
+    const int64_t activation = *after_window;
+    const bool packed = after_window + 1 < call->ints + call->num_ints && after_window[1] != 0;
     const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
     const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
     const T* px = static_cast<const T*>(X.data);
@@ -341,8 +345,9 @@ struct ConvKernel {
     const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
-        return ImplicitGemm(call, w, group, activation);
+        return ImplicitGemm(call, w, group, activation, packed);
       }
+      if (packed) return KILN_KERR_UNSUPPORTED;
       const bool depthwise_2d = X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
                                 w.dilation[2] == 1 && w.in[2] <= kDepthwiseMaxWidth;
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1) return RunDepthwise2D<3, 3, 1>(call, w, activation);
@@ -399,7 +404,8 @@ struct ConvKernel {
 // Conv as a GEMM per (image, group): C[oc, p] = W[oc, (ic, kd, kh, kw)] · X'[(ic, kd, kh, kw), p]
 // where X' (im2col) is never materialised: each packed block of it is gathered from X
 // when the core asks for it. Jobs are (image, group, row group, column chunk).
-int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, int64_t activation) {
+int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, int64_t activation,
+                                 bool packed) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
@@ -483,7 +489,12 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
         }
         return dst;
       };
-      gemm::Block(m0, m1, n0, n1, K, pw + g * ocg * K, K, 1, c, out_size, pack);
+      if (packed) {
+        const int64_t panels = (ocg + gemm::kMr - 1) / gemm::kMr;
+        gemm::Block(m0, m1, n0, n1, K, pw + g * panels * gemm::kMr * K, K, 1, c, out_size, pack, gemm::kMr * K);
+      } else {
+        gemm::Block(m0, m1, n0, n1, K, pw + g * ocg * K, K, 1, c, out_size, pack);
+      }
       for (int64_t oc = m0; oc < m1; ++oc) {
         float* row = c + oc * out_size + n0;
         if (pbias) {
