@@ -291,6 +291,50 @@ TEST(CodegenTest, WinogradConvMatchesInterpreter) {
   }
 }
 
+// x[1,10,9,11] -> Conv (k x k, stride s, 13 output channels, bias) -> activation: the
+// implicit GEMM with pre-packed weights, partial row panels and column tiles, and the
+// epilogue in the micro-kernel (ReLU, Clip) or after it (LeakyRelu, none).
+std::unique_ptr<Graph> EpilogueNet(int64_t k, int64_t stride, const std::string& activation) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 10, 9, 11}));
+  g->AddInput(x);
+  Node* conv = g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({13, 10, k, k}, 51)), g->AddConstant("b", Random({13}, 52))},
+                          {"c"}, 13);
+  conv->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
+  Value* y = conv->output(0);
+  if (activation == "Clip") {
+    Tensor lo(DType::kFloat32, {}), hi(DType::kFloat32, {});
+    lo.data_as<float>()[0] = -0.25f;
+    hi.data_as<float>()[0] = 0.5f;
+    y = g->AddNode("Clip", "act", {y, g->AddConstant("lo", std::make_shared<Tensor>(lo)), g->AddConstant("hi", std::make_shared<Tensor>(hi))},
+                   {"y"}, 13)->output(0);
+  } else if (!activation.empty()) {
+    y = g->AddNode(activation, "act", {y}, {"y"}, 13)->output(0);
+  }
+  g->AddOutput(y);
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(CodegenTest, ConvEpiloguesMatchInterpreter) {
+  // Rounding differs from the reference by FMA and blocked sums; Clip's bound (0.5) is the
+  // output scale there, hence 1e-5.
+  for (const std::string activation : {"", "Relu", "Clip", "LeakyRelu"}) {
+    for (int64_t k : {1, 3}) {
+      {
+        const int64_t stride = k == 1 ? 1 : 2;  // 1x1 stride 1, 3x3 stride 2
+        SCOPED_TRACE(::testing::Message() << k << "x" << k << " stride " << stride << " activation '" << activation << "'");
+        std::unique_ptr<Graph> g = EpilogueNet(k, stride, activation);
+        auto call = LowerForArtifact(*FindOp("Conv"), *g->nodes()[0]);
+        ASSERT_TRUE(call.ok()) << call.status();
+        EXPECT_EQ(call->inputs[1].node_input, -1);  // the pre-packed weight
+        EXPECT_LT(CompiledVsReference(EpilogueNet(k, stride, activation), EpilogueNet(k, stride, activation), kDefaultPipeline), 1e-5);
+      }
+    }
+  }
+}
+
 // x[1,37] -> Gemm(x, B, c) with B [37,29] or transposed [29,37]: the one-row path.
 std::unique_ptr<Graph> GemvNet(bool trans_b) {
   auto g = std::make_unique<Graph>();

@@ -46,12 +46,23 @@ typedef float v8f __attribute__((vector_size(32)));
 #define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(v8f))
 #define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(v8f))
 
+// What the micro-kernel does to its C tile in registers after the last K block: add a
+// per-row bias (a Conv's, one per output channel) and apply ReLU or Clip, the activations
+// CNNs fuse into convolutions, with the same comparisons as ApplyUnary (NaN: ReLU gives 0,
+// Clip keeps it). Anything else stays a pass over C after the product.
+struct Epilogue {
+  enum Kind : int32_t { kNone = 0, kRelu = 1, kClip = 2 };
+  const float* row_bias = nullptr;  // indexed by the row of C; null: no bias
+  int32_t kind = kNone;
+  float lo = 0.f, hi = 0.f;  // Clip bounds
+};
+
 // C[0..MR, 0..8*NV) (+)= A[0..MR, 0..kb) · B[0..kb, 0..8*NV); B rows are ldb apart.
 // NV = 2 is the full 16-column tile; NV = 1 serves a last partial tile of at most 8
-// columns at half the work.
+// columns at half the work. ep (null: none) applies to rows row0.. of C.
 template <int MR, int NV>
 inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp, int64_t ldb,
-                        float* c, int64_t ldc, bool accumulate) {
+                        float* c, int64_t ldc, bool accumulate, const Epilogue* ep, int64_t row0) {
 #ifdef __clang__
   // The library builds with -ffp-contract=off (results that do not depend on the target);
   // here, and only here, a multiply-add may fuse into one FMA: the GEMM's sums are
@@ -79,6 +90,29 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
       if constexpr (NV == 2) acc1[i] += av * b1;
     }
   }
+  if (ep != nullptr) {
+    for (int i = 0; i < MR; ++i) {
+      if (ep->row_bias != nullptr) {
+        const float b = ep->row_bias[row0 + i];
+        const v8f bv = {b, b, b, b, b, b, b, b};
+        acc0[i] += bv;
+        if constexpr (NV == 2) acc1[i] += bv;
+      }
+    }
+    const v8f zero = {}, lo = {ep->lo, ep->lo, ep->lo, ep->lo, ep->lo, ep->lo, ep->lo, ep->lo},
+              hi = {ep->hi, ep->hi, ep->hi, ep->hi, ep->hi, ep->hi, ep->hi, ep->hi};
+    if (ep->kind == Epilogue::kRelu) {
+      for (int i = 0; i < MR; ++i) {
+        acc0[i] = acc0[i] > zero ? acc0[i] : zero;
+        if constexpr (NV == 2) acc1[i] = acc1[i] > zero ? acc1[i] : zero;
+      }
+    } else if (ep->kind == Epilogue::kClip) {
+      for (int i = 0; i < MR; ++i) {
+        acc0[i] = acc0[i] < lo ? lo : (acc0[i] > hi ? hi : acc0[i]);
+        if constexpr (NV == 2) acc1[i] = acc1[i] < lo ? lo : (acc1[i] > hi ? hi : acc1[i]);
+      }
+    }
+  }
   for (int i = 0; i < MR; ++i) {
     KILN_STORE8(c + i * ldc, acc0[i]);
     if constexpr (NV == 2) KILN_STORE8(c + i * ldc + 8, acc1[i]);
@@ -89,14 +123,15 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
 // model shares one copy of the unrolled micro-kernels instead of compiling its own.
 template <int NV>
 __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float* a, int64_t a_row, int64_t a_k,
-                                               const float* bp, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+                                               const float* bp, int64_t ldb, float* c, int64_t ldc, bool accumulate,
+                                               const Epilogue* ep = nullptr, int64_t row0 = 0) {
   switch (rows) {
-    case 6: MicroKernel<6, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 5: MicroKernel<5, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 4: MicroKernel<4, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 3: MicroKernel<3, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    case 2: MicroKernel<2, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
-    default: MicroKernel<1, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate); break;
+    case 6: MicroKernel<6, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
+    case 5: MicroKernel<5, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
+    case 4: MicroKernel<4, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
+    case 3: MicroKernel<3, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
+    case 2: MicroKernel<2, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
+    default: MicroKernel<1, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
   }
 }
 
@@ -109,9 +144,10 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
 // layout ops/nn_ops.cc pre-packs constant Conv weights into), a_panel floats apart; then
 // A(i, k) = a[(i / kMr) * a_panel + k * kMr + i % kMr] and a_row, a_k are ignored. m0 must
 // then be a multiple of kMr. One sequential stream per micro-kernel instead of kMr.
+// ep (null: none) is applied once, after the last K block.
 template <typename Pack>
 inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
-                  int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0) {
+                  int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0, const Epilogue* ep = nullptr) {
   if (a_panel > 0) {
     a_row = 1;
     a_k = kMr;
@@ -129,6 +165,7 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
       }
     }
     const bool accumulate = k0 > 0;
+    const Epilogue* last = k0 + kb >= K ? ep : nullptr;
     // Edge columns of a direct B, padded to a full tile once per K block.
     const int64_t full_cols = nb / kNr * kNr;
     if (b != packed && full_cols < nb) {
@@ -151,7 +188,7 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
         const float* ai = a_panel > 0 ? a + i / kMr * a_panel + k0 * kMr : a + i * a_row + k0 * a_k;
         float* cij = c + i * ldc + n0 + j;
         if (cols == kNr) {
-          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, cij, ldc, accumulate);
+          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, cij, ldc, accumulate, last, i);
           continue;
         }
         // A partial tile: work on a copy 8 or 16 columns wide (the padded B columns are
@@ -162,9 +199,9 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
           for (int64_t q = 0; q < width; ++q) tile[r * width + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
         }
         if (width == 8) {
-          MicroKernelRows<1>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate);
+          MicroKernelRows<1>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate, last, i);
         } else {
-          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate);
+          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate, last, i);
         }
         for (int r = 0; r < rows; ++r) {
           for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * width + q];

@@ -489,19 +489,25 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
         }
         return dst;
       };
+      // Bias, ReLU and Clip happen in the micro-kernel's registers; other activations after.
+      gemm::Epilogue ep;
+      ep.row_bias = pbias != nullptr ? pbias + g * ocg : nullptr;
+      if (activation == KILN_UNARY_RELU) ep.kind = gemm::Epilogue::kRelu;
+      if (activation == KILN_UNARY_CLIP) {
+        ep.kind = gemm::Epilogue::kClip;
+        ep.lo = static_cast<float>(call->floats[0]);
+        ep.hi = static_cast<float>(call->floats[1]);
+      }
       if (packed) {
         const int64_t panels = (ocg + gemm::kMr - 1) / gemm::kMr;
-        gemm::Block(m0, m1, n0, n1, K, pw + g * panels * gemm::kMr * K, K, 1, c, out_size, pack, gemm::kMr * K);
+        gemm::Block(m0, m1, n0, n1, K, pw + g * panels * gemm::kMr * K, K, 1, c, out_size, pack, gemm::kMr * K, &ep);
       } else {
-        gemm::Block(m0, m1, n0, n1, K, pw + g * ocg * K, K, 1, c, out_size, pack);
+        gemm::Block(m0, m1, n0, n1, K, pw + g * ocg * K, K, 1, c, out_size, pack, 0, &ep);
       }
-      for (int64_t oc = m0; oc < m1; ++oc) {
-        float* row = c + oc * out_size + n0;
-        if (pbias) {
-          const float b = pbias[g * ocg + oc];
-          for (int64_t j = 0; j < n1 - n0; ++j) row[j] += b;
+      if (ep.kind == gemm::Epilogue::kNone) {
+        for (int64_t oc = m0; oc < m1; ++oc) {
+          ApplyActivation(c + oc * out_size + n0, n1 - n0, activation, call->floats[0], call->floats[1]);
         }
-        ApplyActivation(row, n1 - n0, activation, call->floats[0], call->floats[1]);
       }
     }
   };
