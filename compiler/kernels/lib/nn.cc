@@ -479,6 +479,12 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
               for (int64_t q = 0; q < lo; ++q) o[q] = 0.f;
               if (sw == 1) {
                 memcpy(o + lo, src + iw0 + lo, sizeof(float) * (hi - lo));
+              } else if (sw == 2) {
+                // A constant stride vectorizes (two loads and a shuffle); a runtime one
+                // gathers element by element, which costs as much as the product for
+                // stride-2 layers with few output channels (CNN stems).
+                const float* s2 = src + iw0;
+                for (int64_t q = lo; q < hi; ++q) o[q] = s2[2 * q];
               } else {
                 for (int64_t q = lo; q < hi; ++q) o[q] = src[iw0 + q * sw];
               }
