@@ -4,7 +4,8 @@
 //      %m = MatMul(%x, W) ; %y = Add(%m, b)     =>  %y = MatMul(%x, W, b)        (b: [N])
 //      %c = Conv(...)     ; %y = Relu(%c)       =>  %y = Conv(...) {kiln.activation=Relu}
 //    also Gemm, and the activations LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Elu,
-//    Gelu, and Clip with constant bounds.
+//    Gelu, Clip with constant bounds, and SiLU written as x * Sigmoid(x):
+//      %c = Conv(...) ; %s = Sigmoid(%c) ; %y = Mul(%c, %s)  =>  %y = Conv(...) {kiln.activation=SiLU}
 // 2. Elementwise chains: connected float elementwise ops whose intermediates have the
 //    result's shape and no other reader become one kiln.Elementwise node, which codegen
 //    turns into a single generated loop (no intermediate buffers, one pass over memory).
@@ -55,10 +56,16 @@ class Fuse : public Pass {
       // Add is commutative: the bias may come first.
       if (node->op() == "Add" && !IsProducer(x->producer()) && node->input(1) != nullptr) x = node->input(1);
       Node* producer = x->producer();
-      if (!IsProducer(producer) || graph.Users(x).size() != 1 || graph.IsGraphOutput(x)) continue;
+      if (!IsProducer(producer) || graph.IsGraphOutput(x)) continue;
+      // SiLU reads the result twice (Sigmoid and Mul); everything else must be its only reader.
+      if (graph.Users(x).size() != 1 && !(node->op() == "Sigmoid" && graph.Users(x).size() == 2)) continue;
       if (x->type().dtype != DType::kFloat32 && x->type().dtype != DType::kFloat64) continue;
       if (node->op() == "Add" && producer->op() == "MatMul" && producer->inputs().size() == 2) {
         changed |= FuseBias(graph, producer, node);
+        continue;
+      }
+      if (node->op() == "Sigmoid" && FuseSilu(graph, producer, node)) {
+        changed = true;
         continue;
       }
       int code = -1;
@@ -100,6 +107,23 @@ class Fuse : public Pass {
       if (!bound->is_constant()) return false;
       (i == 1 ? *lo : *hi) = bound->constant()->GetAsDouble(0);
     }
+    return true;
+  }
+
+  // %s = Sigmoid(%c) ; %y = Mul(%c, %s), where %c and %s have no other readers.
+  static bool FuseSilu(Graph& graph, Node* producer, Node* sigmoid) {
+    Value* c = producer->output(0);
+    Value* s = sigmoid->output(0);
+    const std::vector<Node*> users = graph.Users(s);
+    if (users.size() != 1 || graph.IsGraphOutput(s) || graph.Users(c).size() != 2) return false;
+    Node* mul = users[0];
+    if (mul->op() != "Mul" || mul->inputs().size() != 2) return false;
+    if (!((mul->input(0) == c && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == c))) return false;
+    producer->mutable_attrs()["kiln.activation"] = static_cast<int64_t>(KILN_UNARY_SILU);
+    producer->mutable_attrs()["kiln.activation_alpha"] = 0.0;
+    producer->mutable_attrs()["kiln.activation_beta"] = 0.0;
+    graph.RemoveNode(sigmoid);
+    Absorb(graph, producer, mul);
     return true;
   }
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernel_ops.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
@@ -354,6 +355,63 @@ TEST(CodegenTest, OneRowGemmMatchesInterpreter) {
   for (bool trans_b : {false, true}) {
     SCOPED_TRACE(trans_b ? "transB" : "B");
     EXPECT_LT(CompiledVsReference(GemvNet(trans_b), GemvNet(trans_b), "fold-constants"), 1e-5);
+  }
+}
+
+// x[2,5,L] + 3 -> GlobalAveragePool (as [2,5,L/7,7] when L % 7 == 0), ReduceMean or ReduceMax
+// over the last axis: the trailing-axes fast path, rows shorter and longer than 16.
+std::unique_ptr<Graph> ReduceNet(const std::string& op, int64_t len) {
+  auto g = std::make_unique<Graph>();
+  const bool pool = op == "GlobalAveragePool";
+  std::vector<int64_t> dims = pool ? std::vector<int64_t>{2, 5, len / 7, 7} : std::vector<int64_t>{2, 5, len};
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, dims));
+  g->AddInput(x);
+  auto three = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+  three->data_as<float>()[0] = 3.f;
+  Node* shift = g->AddNode("Add", "shift", {x, g->AddConstant("three", three)}, {"s"}, 13);
+  Node* reduce = g->AddNode(op, "reduce", {shift->output(0)}, {"y"}, 13);
+  if (!pool) reduce->mutable_attrs()["axes"] = std::vector<int64_t>{-1};
+  g->AddOutput(reduce->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(CodegenTest, TrailingReductionsMatchInterpreter) {
+  for (const std::string op : {"GlobalAveragePool", "ReduceMean", "ReduceMax"}) {
+    for (int64_t len : {7, 63, 1001}) {
+      SCOPED_TRACE(::testing::Message() << op << " over " << len);
+      EXPECT_LT(CompiledVsReference(ReduceNet(op, len), ReduceNet(op, len), "fold-constants"), 1e-6);
+    }
+  }
+}
+
+// x[1,16,9,9] -> Conv (dense 3x3 or depthwise 3x3) -> Sigmoid and Mul: SiLU as EfficientNet
+// writes it, fused into the Conv as one activation.
+std::unique_ptr<Graph> SiluNet(bool depthwise) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 16, 9, 9}));
+  g->AddInput(x);
+  Node* conv = g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({16, depthwise ? 1 : 16, 3, 3}, 61))}, {"c"}, 13);
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  if (depthwise) conv->mutable_attrs()["group"] = int64_t{16};
+  Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {conv->output(0)}, {"s"}, 13);
+  Node* mul = g->AddNode("Mul", "mul", {sigmoid->output(0), conv->output(0)}, {"y"}, 13);
+  g->AddOutput(mul->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(PassTest, FuseFoldsSiluIntoConv) {
+  for (bool depthwise : {false, true}) {
+    SCOPED_TRACE(depthwise ? "depthwise" : "dense");
+    std::unique_ptr<Graph> g = SiluNet(depthwise);
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+    ASSERT_EQ(g->num_nodes(), 1u);
+    EXPECT_EQ(g->nodes()[0]->op(), "Conv");
+    EXPECT_EQ(g->nodes()[0]->GetInt("kiln.activation", -1), KILN_UNARY_SILU);
+    EXPECT_EQ(g->outputs()[0], g->nodes()[0]->output(0));
+    EXPECT_LT(CompiledVsReference(SiluNet(depthwise), SiluNet(depthwise), kDefaultPipeline), 1e-5);
   }
 }
 

@@ -33,6 +33,14 @@ struct ReduceKernel {
     const T* pi = static_cast<const T*>(in.data);
     T* po = static_cast<T*>(call->outputs[0].data);
     const int64_t out_n = Numel(call->outputs[0]);
+    if constexpr (kFastKernels && std::is_same_v<T, float>) {
+      // Sum, mean or max over trailing axes (GlobalAveragePool, LayerNorm's ReduceMean):
+      // contiguous rows, reduced with 16 float partials that vectorize, rows in parallel.
+      const int64_t suffix = reduced > 0 ? (int64_t{1} << in.rank) - (int64_t{1} << (in.rank - reduced)) : 0;
+      if (mask == suffix && reduce_count > 0 && (op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN || op == KILN_REDUCE_MAX)) {
+        return ReduceRows(call, pi, po, out_n, reduce_count, op);
+      }
+    }
     IndexWalker out_walker(kept_dims, kept);
     int64_t out_offset[1] = {0};
     const int64_t* out_strides[1] = {kept_strides};
@@ -72,6 +80,38 @@ struct ReduceKernel {
       po[o] = static_cast<T>(acc);
       out_walker.Next(out_offset, out_strides);
     }
+    return KILN_KERR_OK;
+  }
+
+  __attribute__((noinline)) static int32_t ReduceRows(const kiln_kcall* call, const float* pi, float* po, int64_t rows,
+                                                      int64_t n, int op) {
+    auto body = [=](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* x = pi + r * n;
+        float lanes[16];
+        int64_t k = 0;
+        if (op == KILN_REDUCE_MAX) {
+          float m = -INFINITY;
+          for (int l = 0; l < 16; ++l) lanes[l] = -INFINITY;
+          for (; k + 16 <= n; k += 16) {
+            for (int l = 0; l < 16; ++l) lanes[l] = x[k + l] > lanes[l] ? x[k + l] : lanes[l];
+          }
+          for (; k < n; ++k) m = x[k] > m ? x[k] : m;
+          for (int l = 0; l < 16; ++l) m = lanes[l] > m ? lanes[l] : m;
+          po[r] = m;
+          continue;
+        }
+        for (int l = 0; l < 16; ++l) lanes[l] = 0.f;
+        for (; k + 16 <= n; k += 16) {
+          for (int l = 0; l < 16; ++l) lanes[l] += x[k + l];
+        }
+        float sum = 0.f;
+        for (; k < n; ++k) sum += x[k];
+        for (int l = 0; l < 16; ++l) sum += lanes[l];
+        po[r] = op == KILN_REDUCE_MEAN ? sum / static_cast<float>(n) : sum;
+      }
+    };
+    ParallelFor(call, rows, n >= 1024 ? 1 : 1024 / n + 1, body);
     return KILN_KERR_OK;
   }
 

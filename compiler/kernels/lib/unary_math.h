@@ -65,6 +65,9 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
         if constexpr (std::is_same_v<T, float> && kFastKernels) return 0.5f * x * (1.0f + FastErf(x * 0.70710678118654752440f));
         return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
       case KILN_UNARY_CLIP: return x < a ? a : (x > b ? b : x);
+      case KILN_UNARY_SILU:
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return x * FastSigmoid(x);
+        return x * (x >= 0 ? T(1) / (T(1) + exp(-x)) : exp(x) / (T(1) + exp(x)));
       default: return x;
     }
   } else {
@@ -105,6 +108,7 @@ inline void ApplyActivation(T* y, int64_t n, int64_t code, double alpha, double 
     case KILN_UNARY_SIGMOID: return ActivationLoop<T, KILN_UNARY_SIGMOID>(y, n, alpha, beta);
     case KILN_UNARY_HARD_SIGMOID: return ActivationLoop<T, KILN_UNARY_HARD_SIGMOID>(y, n, alpha, beta);
     case KILN_UNARY_HARD_SWISH: return ActivationLoop<T, KILN_UNARY_HARD_SWISH>(y, n, alpha, beta);
+    case KILN_UNARY_SILU: return ActivationLoop<T, KILN_UNARY_SILU>(y, n, alpha, beta);
     default:
       if (code < 0) return;
       for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary<T>(static_cast<int>(code), y[i], alpha, beta);
