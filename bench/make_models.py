@@ -77,10 +77,10 @@ class BertEncoder(nn.Module):
         return x, torch.tanh(self.pooler(x[:, 0]))
 
 
-def bert_inputs(vocab, seq, gen):
-    ids = torch.randint(0, vocab, (1, seq), generator=gen)
-    mask = torch.ones(1, seq)
-    mask[0, seq - seq // 8:] = 0  # padded tail, so the mask matters
+def bert_inputs(vocab, seq, gen, batch=1):
+    ids = torch.randint(0, vocab, (batch, seq), generator=gen)
+    mask = torch.ones(batch, seq)
+    mask[:, seq - seq // 8:] = 0  # padded tail, so the mask matters
     return ids, mask
 
 
@@ -100,31 +100,39 @@ def randomize_batchnorm(model, input_shape, gen):
     model.eval()
 
 
-def cnn(factory, size=224):
+def cnn(factory, size=224, batch=1):
+    """The same weights at every batch size (fixed seeds); only the input grows."""
     def build(gen):
         torch.manual_seed(SEED)
         model = factory()
         shape = (1, 3, size, size)
         randomize_batchnorm(model, shape, gen)
-        return model, (torch.randn(*shape, generator=gen),), ["input"], ["logits"], 13
+        return model, (torch.randn(batch, *shape[1:], generator=gen),), ["input"], ["logits"], 13
     return build
 
 
-def bert(layers, hidden, heads, seq, vocab):
+def bert(layers, hidden, heads, seq, vocab, batch=1):
     def build(gen):
         torch.manual_seed(SEED)
         model = BertEncoder(vocab, seq, hidden, layers, heads, 4 * hidden).eval()
-        return (model, bert_inputs(vocab, seq, gen), ["input_ids", "attention_mask"],
+        return (model, bert_inputs(vocab, seq, gen, batch), ["input_ids", "attention_mask"],
                 ["last_hidden_state", "pooled"], 13)
     return build
 
 
+CNNS = {
+    "resnet50": lambda: torchvision.models.resnet50(),
+    "mobilenet_v2": lambda: torchvision.models.mobilenet_v2(),
+    "squeezenet1_1": lambda: torchvision.models.squeezenet1_1(),
+    "efficientnet_b0": lambda: torchvision.models.efficientnet_b0(),
+}
+BERT_BASE = dict(layers=12, hidden=768, heads=12, seq=128, vocab=30522)
 MODELS = {
-    "resnet50": cnn(lambda: torchvision.models.resnet50()),
-    "mobilenet_v2": cnn(lambda: torchvision.models.mobilenet_v2()),
-    "squeezenet1_1": cnn(lambda: torchvision.models.squeezenet1_1()),
+    **{name: cnn(factory) for name, factory in CNNS.items()},
+    **{name + "_b8": cnn(factory, batch=8) for name, factory in CNNS.items()},
     "resnet18_tiny": cnn(lambda: torchvision.models.resnet18(num_classes=10), size=64),
-    "bert_base": bert(layers=12, hidden=768, heads=12, seq=128, vocab=30522),
+    "bert_base": bert(**BERT_BASE),
+    "bert_base_b8": bert(**BERT_BASE, batch=8),
     "bert_tiny": bert(layers=2, hidden=128, heads=2, seq=32, vocab=1000),
 }
 

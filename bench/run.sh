@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # Kiln against ONNX Runtime (the CPU library onnxruntime-node ships) on the real-model set.
-#   bench/run.sh [--models a,b,...] [--threads "1 2"] [--iters N] [--skip-install]
+#   bench/run.sh [--models a,b,...] [--threads "1 2"] [--iters N] [--iters-b8 N] [--skip-install]
 # Builds `kiln` (build/), installs onnxruntime-node (bench/node_modules), exports the models
-# (bench/models, bench/make_models.py), compiles each for the host, then runs `kiln bench`
-# and bench/ort_bench.js with the same inputs and thread count. Each model is also checked
-# by kiln-model-check (artifact vs reference interpreter, <= 1e-4 x output scale, and vs
-# PyTorch's outputs, <= 1e-3 x scale; the big models are checked here, not in the tests). Prints a Markdown table: model,
-# threads, Kiln median ms, ORT median ms, ratio (Kiln / ORT: below 1 is Kiln faster), and
-# the worst output's max |artifact - interpreter| / output scale.
+# (bench/models, bench/make_models.py; NAME_b8 is NAME at batch 8, same weights), compiles
+# each for the host (cold: every run recompiles, timed), then runs `kiln bench` and
+# bench/ort_bench.js with the same inputs and thread count. Each model is first checked by
+# kiln-model-check (artifact vs reference interpreter, <= 1e-4 x output scale, and vs
+# PyTorch's outputs, <= 1e-3 x scale). Prints Markdown: the latency table (ratio = Kiln /
+# ORT, below 1 is Kiln faster), compile time per phase and pass, and peak memory (max RSS)
+# of a timed run of each runtime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models=squeezenet1_1,mobilenet_v2,resnet50,bert_tiny,bert_base
+models=squeezenet1_1,mobilenet_v2,resnet50,efficientnet_b0,bert_tiny,bert_base
+models=$models,squeezenet1_1_b8,mobilenet_v2_b8,resnet50_b8,efficientnet_b0_b8,bert_base_b8
 threads="1 2"
 iters=20
+iters_b8=5
 install=1
 while [ $# -gt 0 ]; do
   case $1 in
     --models) models=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
+    --iters-b8) iters_b8=$2; shift 2 ;;
     --skip-install) install=0; shift ;;
-    -h|--help) sed -n 2,10p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,13 +47,40 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 kiln=build/clients/kiln
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
-echo "| model | threads | Kiln median ms | ORT median ms | ratio (Kiln/ORT) | error vs interpreter |"
-echo "|---|---|---|---|---|---|"
+# Runs a command and prints its peak resident memory in MiB (its stdout goes to $1).
+peak_rss() {
+  local out=$1; shift
+  /usr/bin/python3 -c '
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    subprocess.run(sys.argv[2:], stdout=out, check=True)
+print(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f}")' "$out" "$@"
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "| model | batch | threads | Kiln median ms | ORT median ms | ratio (Kiln/ORT) | error vs interpreter |"
+echo "|---|---|---|---|---|---|---|"
+compile_rows=()
+memory_rows=()
 for m in ${models//,/ }; do
   so=bench/models/$m.so
-  if [ ! -f "$so" ] || [ "$so" -ot "$kiln" ] || [ "$so" -ot "bench/models/$m.onnx" ]; then
-    "$kiln" compile "bench/models/$m.onnx" -o "$so" >&2
-  fi
+  batch=1; n=$iters
+  case $m in *_b8) batch=8; n=$iters_b8 ;; esac
+  "$kiln" compile "bench/models/$m.onnx" -o "$so" --report "$tmp/$m.report.json" >&2
+  compile_rows+=("$(/usr/bin/python3 - "$m" "$tmp/$m.report.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[2]))
+t = r["timings_ms"]
+phases = r.get("codegen_phases_ms", {})
+passes = {}
+for p in r["passes"]:
+    passes[p["name"]] = passes.get(p["name"], 0) + p["time_ms"]
+total = t["import"] + t["passes"] + t["codegen"]
+print(f"| {sys.argv[1]} | {total / 1000:.1f} | {t['import'] / 1000:.2f} | {t['passes'] / 1000:.2f} ("
+      + ", ".join(f"{k} {v / 1000:.2f}" for k, v in passes.items()) + ") | "
+      + " | ".join(f"{phases.get(k, 0) / 1000:.1f}" for k in ("emit-ir", "llvm-optimize", "llvm-object", "link")) + " |")
+EOF
+)")
   inputs=()
   for f in bench/models/"$m".input_*.pb; do inputs+=(--input "$f"); done
   # Accuracy: every output within 1e-4 x its scale of the reference interpreter.
@@ -62,9 +93,28 @@ for m in ${models//,/ }; do
   fi
   err=$(echo "$check" | /usr/bin/python3 -c "import json,sys; print(f\"{max(json.loads(l)['relative_to_scale'] for l in sys.stdin if l.strip()):.1e}\")")
   for t in $threads; do
-    k=$("$kiln" bench "$so" --threads "$t" --iters "$iters" | field median_ms)
-    o=$(node bench/ort_bench.js "bench/models/$m.onnx" "${inputs[@]}" --threads "$t" --iters "$iters" | field median_ms)
+    kiln_rss=$(peak_rss "$tmp/k.json" "$kiln" bench "$so" --threads "$t" --iters "$n")
+    ort_rss=$(peak_rss "$tmp/o.json" node bench/ort_bench.js "bench/models/$m.onnx" "${inputs[@]}" --threads "$t" --iters "$n")
+    k=$(field median_ms < "$tmp/k.json")
+    o=$(field median_ms < "$tmp/o.json")
     ratio=$(/usr/bin/python3 -c "print(f'{$k / $o:.2f}')")
-    printf "| %s | %s | %.2f | %.2f | %s | %s |\n" "$m" "$t" "$k" "$o" "$ratio" "$err"
+    printf "| %s | %s | %s | %.2f | %.2f | %s | %s |\n" "$m" "$batch" "$t" "$k" "$o" "$ratio" "$err"
+    [ "$t" = "$(echo $threads | cut -d' ' -f1)" ] && memory_rows+=("| $m | $t | $kiln_rss | $ort_rss |")
   done
 done
+# What each process costs before it loads a model: kiln's CLI, node with onnxruntime loaded.
+kiln_base=$(peak_rss "$tmp/h.txt" "$kiln" help)
+ort_base=$(peak_rss "$tmp/n.txt" node -e "require('./bench/node_modules/onnxruntime-node')")
+echo
+echo "Cold compile (kiln compile, seconds): total, import, passes, then codegen's phases"
+echo
+echo "| model | total s | import | passes (per pass) | emit IR | LLVM optimize | LLVM object | link |"
+echo "|---|---|---|---|---|---|---|---|"
+printf "%s\n" "${compile_rows[@]}"
+echo
+echo "Peak memory (max RSS of the timed run, MiB; the process alone, before loading a model:" \
+     "kiln $kiln_base MiB, node + onnxruntime $ort_base MiB)"
+echo
+echo "| model | threads | Kiln (kiln bench) | ORT (node ort_bench.js) |"
+echo "|---|---|---|---|"
+printf "%s\n" "${memory_rows[@]}"

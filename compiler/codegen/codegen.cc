@@ -2,6 +2,7 @@
 // node becomes a call into the kernel library (linked in from embedded bitcode and then
 // inlined and specialised for its constant shapes), intermediates live at fixed offsets
 // in the workspace arena from the memory plan, and kiln_module_v1() describes it all.
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -615,6 +616,14 @@ std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const TargetSpec& target)
 }  // namespace
 
 absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan, const CodegenOptions& options) {
+  auto phase_start = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, double>> phases;
+  // Closes the current phase: its name and milliseconds go to the compile report.
+  auto end_phase = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    phases.emplace_back(name, std::chrono::duration<double, std::milli>(now - phase_start).count());
+    phase_start = now;
+  };
   std::unique_ptr<llvm::TargetMachine> machine = MakeTargetMachine(options.target);
   if (machine == nullptr) return absl::InvalidArgumentError(absl::StrCat("cannot create an LLVM target machine for ", CanonicalTarget(options.target)));
   llvm::LLVMContext ctx;
@@ -661,6 +670,7 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
   llvm::raw_string_ostream verify_stream(verify_errors);
   if (llvm::verifyModule(*module, &verify_stream)) return absl::InternalError("generated LLVM IR is invalid: " + verify_errors);
 
+  end_phase("emit-ir");
   {
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
@@ -685,6 +695,7 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     if (!error) module->print(file, nullptr);
   }
 
+  end_phase("llvm-optimize");
   llvm::SmallVector<char, 0> object;
   {
     llvm::raw_svector_ostream stream(object);
@@ -694,12 +705,15 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     }
     codegen.run(*module);
   }
+  end_phase("llvm-object");
   ArtifactBytes result;
   result.object_bytes = static_cast<int64_t>(object.size());
   result.workspace_bytes = plan.arena_bytes;
   auto shared = LinkSharedObject(std::string(object.data(), object.size()), options.target);
   if (!shared.ok()) return shared.status();
   result.shared_object = std::move(*shared);
+  end_phase("link");
+  result.phase_ms = std::move(phases);
   return result;
 }
 

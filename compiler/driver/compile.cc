@@ -123,7 +123,11 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   report << "{\n  \"schema\": \"kiln.compile-report/v1\",\n  \"compiler_version\": \"" << CompilerVersion() << "\",\n"
          << "  \"target\": \"" << JsonEscape(CanonicalTarget(*target)) << "\",\n"
          << "  \"timings_ms\": {\"import\": " << result.import_ms << ", \"passes\": " << result.passes_ms
-         << ", \"codegen\": " << result.codegen_ms << "},\n  \"passes\": [";
+         << ", \"codegen\": " << result.codegen_ms << "},\n  \"codegen_phases_ms\": {";
+  for (size_t i = 0; i < artifact->phase_ms.size(); ++i) {
+    report << (i ? ", " : "") << "\"" << artifact->phase_ms[i].first << "\": " << artifact->phase_ms[i].second;
+  }
+  report << "},\n  \"passes\": [";
   for (size_t i = 0; i < result.passes.size(); ++i) {
     const PassStats& p = result.passes[i];
     report << (i ? ",\n    " : "\n    ") << "{\"name\": \"" << p.name << "\", \"changed\": " << (p.changed ? "true" : "false")

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kiln/compiler/ir.h"
@@ -20,6 +22,9 @@ struct ArtifactBytes {
   std::string shared_object;
   int64_t workspace_bytes = 0;
   int64_t object_bytes = 0;
+  // Where codegen's time went, in order: emit-ir (lowering every node, linking the kernel
+  // library), llvm-optimize (O3 for the target), llvm-object (machine code), link (LLD).
+  std::vector<std::pair<std::string, double>> phase_ms;
 };
 
 // Lowers the graph to one LLVM module (kernel library linked in), optimises it for the
