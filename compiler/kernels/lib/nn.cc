@@ -86,8 +86,8 @@ struct MatMulKernel {
             float* c = pc + batch * M * N;
             const int64_t m0 = rg * rows, m1 = m0 + rows < M ? m0 + rows : M;
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
-            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t*) -> const float* {
-              for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * gemm::kNc, b + (k0 + k) * N + c0, sizeof(float) * nb);
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
+              for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
               return dst;
             };
             gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
@@ -198,9 +198,9 @@ struct GemmKernel {
             const int64_t rg = job / chunks, cc = job % chunks;
             const int64_t m0 = rg * rows, m1 = m0 + rows < M ? m0 + rows : M;
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
-            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t*) -> const float* {
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
               for (int64_t k = 0; k < kb; ++k) {
-                float* out = dst + k * gemm::kNc;
+                float* out = dst + k * *ldb;
                 if (tb) {
                   for (int64_t j = 0; j < nb; ++j) out[j] = pb[(c0 + j) * K + k0 + k];
                 } else {
@@ -418,7 +418,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
-  const int64_t chunks = gemm::ColumnChunks(out_size);
+  const int64_t chunks = (out_size + gemm::kConvNc - 1) / gemm::kConvNc;
   const int64_t rows = gemm::RowsPerJob(call, ocg, chunks * batch * group), groups = gemm::RowGroups(ocg, rows);
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
   auto jobs = [=](int64_t begin, int64_t end) {
@@ -428,10 +428,10 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       const float* x = px + (n * in_channels + g * icg) * in_size;
       float* c = py + (n * out_channels + g * ocg) * out_size;
       const int64_t m0 = rg * rows, m1 = m0 + rows < ocg ? m0 + rows : ocg;
-      const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < out_size ? n0 + gemm::kNc : out_size;
+      const int64_t n0 = cc * gemm::kConvNc, n1 = n0 + gemm::kConvNc < out_size ? n0 + gemm::kConvNc : out_size;
       // Where each output position of the chunk starts reading: its output column, and
       // the input coordinates of the window's first tap.
-      int64_t ow0[gemm::kNc], d0[gemm::kNc], h0[gemm::kNc], w0[gemm::kNc];
+      int64_t ow0[gemm::kConvNc], d0[gemm::kConvNc], h0[gemm::kConvNc], w0[gemm::kConvNc];
       for (int64_t j = 0; j < n1 - n0; ++j) {
         const int64_t p = n0 + j;
         const int64_t ow = p % w.out[2], oh = p / w.out[2] % w.out[1], od = p / (w.out[2] * w.out[1]);
@@ -451,7 +451,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
           return x + k0 * in_size + c0;
         }
         for (int64_t k = 0; k < kb; ++k) {
-          float* out = dst + k * gemm::kNc;
+          float* out = dst + k * *ldb;
           const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
           const float* xin = x + ic * in_size;
           if (pointwise) {
