@@ -29,6 +29,7 @@ constexpr char kUsage[] = R"(kiln: compile ONNX models to native shared objects,
 Usage:
   kiln compile MODEL.onnx -o OUT.so [--target T] [--input-shape NAME=1x3x224x224]...
                [--pipeline P] [--print-after-all] [--print-after PASS] [--report R.json]
+               [--tune [--tune-budget SECONDS] [--tune-cache FILE]]
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
   kiln bench OUT.so [--threads N] [--iters N] [--warmup N] [--profile]
   kiln inspect OUT.so
@@ -43,6 +44,13 @@ compile
   --print-after-all  print the IR after import and after every pass (stderr)
   --print-after P    print the IR after pass P (repeatable)
   --report R.json    write the compile report (per-pass time and node counts, memory plan)
+  --tune             time each convolution's candidates (Winograd; implicit GEMM with 64, 128
+                     or 256-position jobs) on this machine and keep the fastest (needs
+                     --target host); cached by op shape and target, so a second compile
+                     measures nothing; choices and timings go to the --report
+  --tune-budget S    seconds of measuring at most (default 120); shapes left keep the default
+  --tune-cache FILE  the cache (default $KILN_TUNE_CACHE, else $XDG_CACHE_HOME/kiln/tune.tsv,
+                     else ~/.cache/kiln/tune.tsv)
 run
   --input NAME=FILE  an ONNX TensorProto file for the graph input NAME (repeatable)
   --output-dir DIR   writes DIR/output_0.pb, output_1.pb, ... in the model's output order
@@ -77,7 +85,8 @@ int Compile(int argc, char** argv) {
   std::string error;
   if (!ParseArgs(argc, argv, 2, {{"-o", true}, {"--output", true}, {"--target", true}, {"--input-shape", true},
                                  {"--pipeline", true}, {"--print-after-all", false}, {"--print-after", true},
-                                 {"--report", true}}, args, error)) {
+                                 {"--report", true}, {"--tune", false}, {"--tune-budget", true}, {"--tune-cache", true}},
+                 args, error)) {
     return UsageError(error);
   }
   if (args.positional.size() != 1) return UsageError("compile takes one MODEL.onnx");
@@ -90,6 +99,19 @@ int Compile(int argc, char** argv) {
   options.model_label = model_path;
   for (const std::string& s : args.All("--input-shape")) {
     if (auto st = kiln::ParseInputShape(s, options.input_shapes); !st.ok()) return UsageError(std::string(st.message()));
+  }
+  if ((args.Has("--tune-budget") || args.Has("--tune-cache")) && !args.Has("--tune")) {
+    return UsageError("--tune-budget and --tune-cache go with --tune");
+  }
+  options.tune.enabled = args.Has("--tune");
+  options.tune.cache_path = args.Get("--tune-cache", kiln::DefaultTuneCachePath());
+  if (args.Has("--tune-budget")) {
+    char* end = nullptr;
+    const std::string text = args.Get("--tune-budget");
+    options.tune.budget_seconds = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(options.tune.budget_seconds >= 0)) {
+      return UsageError("--tune-budget '" + text + "': expected seconds, a number >= 0");
+    }
   }
   options.print.print_after_all = args.Has("--print-after-all");
   for (const std::string& p : args.All("--print-after")) options.print.print_after.insert(p);
@@ -109,6 +131,15 @@ int Compile(int argc, char** argv) {
                model_path.c_str(), out.c_str(), result->shared_object.size(), (result->target.triple + "/" + result->target.cpu).c_str(),
                result->graph->num_nodes(), static_cast<long long>(result->memory_plan.arena_bytes),
                static_cast<long long>(result->memory_plan.naive_bytes), result->import_ms + result->passes_ms + result->codegen_ms);
+  if (options.tune.enabled) {
+    const kiln::TuneResult& t = result->tuning;
+    int winograd = 0;
+    for (const kiln::TuneDecision& d : t.decisions) winograd += d.choice == "winograd";
+    std::fprintf(stderr, "kiln: tuned %zu convolutions in %.1f s (%d shapes measured, %d convolutions from the cache %s, %d left untuned by the budget): "
+                 "%d Winograd, %zu GEMM\n", t.decisions.size(), t.seconds, t.measured, t.from_cache,
+                 options.tune.cache_path.empty() ? "no cache" : options.tune.cache_path.c_str(), t.over_budget, winograd,
+                 t.decisions.size() - winograd);
+  }
   return 0;
 }
 

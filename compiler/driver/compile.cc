@@ -95,6 +95,21 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   if (!stats.ok()) return absl::Status(stats.status().code(), absl::StrCat(options.model_label, ": ", stats.status().message()));
   result.passes = *stats;
   result.passes_ms = MsSince(start);
+  if (options.tune.enabled) {
+    if (CanonicalTarget(*target) != CanonicalTarget(*ResolveTarget("host"))) {
+      return absl::InvalidArgumentError(absl::StrCat("--tune times candidates on this machine, so it needs --target host (not '",
+                                                     options.target, "')"));
+    }
+    if (options.on_phase) options.on_phase("tune");
+    auto tuning = TuneGraph(**graph, *target, options.tune);
+    if (!tuning.ok()) return absl::Status(tuning.status().code(), absl::StrCat(options.model_label, ": ", tuning.status().message()));
+    result.tuning = std::move(*tuning);
+    // A node tuned from Winograd to the GEMM no longer needs scratch: plan again.
+    if (context.has_memory_plan) {
+      auto replanned = RunPipeline(**graph, "plan-memory", {}, context);
+      if (!replanned.ok()) return replanned.status();
+    }
+  }
   result.memory_plan = context.has_memory_plan ? context.memory_plan : NaiveMemoryPlan(**graph);
 
   std::ostringstream manifest;
@@ -127,7 +142,19 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   for (size_t i = 0; i < artifact->phase_ms.size(); ++i) {
     report << (i ? ", " : "") << "\"" << artifact->phase_ms[i].first << "\": " << artifact->phase_ms[i].second;
   }
-  report << "},\n  \"passes\": [";
+  report << "},\n";
+  if (options.tune.enabled) {
+    const TuneResult& t = result.tuning;
+    report << "  \"tuning\": {\"seconds\": " << t.seconds << ", \"measured\": " << t.measured << ", \"from_cache\": " << t.from_cache
+           << ", \"over_budget\": " << t.over_budget << ", \"cache\": \"" << JsonEscape(options.tune.cache_path) << "\", \"decisions\": [";
+    for (size_t i = 0; i < t.decisions.size(); ++i) {
+      const TuneDecision& d = t.decisions[i];
+      report << (i ? ",\n    " : "\n    ") << "{\"node\": \"" << JsonEscape(d.node) << "\", \"choice\": \"" << d.choice
+             << "\", \"timings_ms\": \"" << d.timings << "\", \"from_cache\": " << (d.from_cache ? "true" : "false") << "}";
+    }
+    report << "]},\n";
+  }
+  report << "  \"passes\": [";
   for (size_t i = 0; i < result.passes.size(); ++i) {
     const PassStats& p = result.passes[i];
     report << (i ? ",\n    " : "\n    ") << "{\"name\": \"" << p.name << "\", \"changed\": " << (p.changed ? "true" : "false")

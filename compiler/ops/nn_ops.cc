@@ -1,5 +1,6 @@
 // Neural-network ops: MatMul, Gemm, Conv, ConvTranspose, pooling, normalisations, LRN.
 #include <cmath>
+#include <cstdlib>
 
 #include "op_helpers.h"
 
@@ -158,13 +159,20 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   AppendWindow(call.ints, *win);
   AppendActivation(node, call);
   call.ints.push_back(1);  // weights pre-packed
+  // The job width in output positions: --tune's "gemmN" (kiln.algorithm), else the kernel's default.
+  const std::string algorithm = node.GetString("kiln.algorithm", "");
+  if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0) call.ints.push_back(std::atoll(algorithm.c_str() + 4));
   return call;
 }
 
 absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node) {
   if (node.input(0)->type().dtype != DType::kFloat32) return std::nullopt;
-  absl::StatusOr<std::optional<KernelCall>> winograd = LowerWinogradConv(node);
-  if (!winograd.ok() || winograd->has_value()) return winograd;
+  // kiln.algorithm = "gemm64" (or another width): auto-tuning (driver/tune.cc) measured an
+  // implicit GEMM faster than Winograd.
+  if (node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") != 0) {
+    absl::StatusOr<std::optional<KernelCall>> winograd = LowerWinogradConv(node);
+    if (!winograd.ok() || winograd->has_value()) return winograd;
+  }
   return LowerPackedConv(node);
 }
 

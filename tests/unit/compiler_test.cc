@@ -11,6 +11,7 @@
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/tune.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/runtime.h"
 #include "onnx/onnx_pb.h"
@@ -333,6 +334,63 @@ TEST(CodegenTest, ConvEpiloguesMatchInterpreter) {
         EXPECT_LT(CompiledVsReference(EpilogueNet(k, stride, activation), EpilogueNet(k, stride, activation), kDefaultPipeline), 1e-5);
       }
     }
+  }
+}
+
+// --tune: the first tuning of a shape measures every candidate and writes the cache, the
+// second reads it back without measuring, a zero budget leaves the node untuned, and each
+// GEMM job width a tuner may pick computes the same result.
+TEST(TuneTest, MeasuresOnceThenReadsTheCache) {
+  const WinogradCase shape{1, 16, 32, 20, 20, {1, 1, 1, 1}, true, 1e-5};
+  const std::string cache = "/tmp/kiln-unit-tune-" + std::to_string(getpid()) + ".tsv";
+  auto target = ResolveTarget("host");
+  ASSERT_TRUE(target.ok());
+  TuneOptions options;
+  options.enabled = true;
+  options.cache_path = cache;
+  options.iterations = 2;
+  auto tuned_graph = [&]() {
+    std::unique_ptr<Graph> g = WinogradNet(shape);
+    PassContext ctx;
+    EXPECT_TRUE(RunPipeline(*g, kDefaultPipeline, {}, ctx).ok());
+    return g;
+  };
+  std::unique_ptr<Graph> first = tuned_graph();
+  auto measured = TuneGraph(*first, *target, options);
+  ASSERT_TRUE(measured.ok()) << measured.status();
+  EXPECT_EQ(measured->measured, 1);
+  ASSERT_EQ(measured->decisions.size(), 1u);
+  const TuneDecision& d = measured->decisions[0];
+  EXPECT_NE(d.timings.find("winograd="), std::string::npos) << d.timings;
+  EXPECT_NE(d.timings.find("gemm256="), std::string::npos) << d.timings;  // 400 positions fill 256-wide jobs
+  EXPECT_EQ(first->nodes()[0]->GetString("kiln.algorithm", ""), d.choice);
+
+  std::unique_ptr<Graph> second = tuned_graph();
+  auto cached = TuneGraph(*second, *target, options);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  EXPECT_EQ(cached->measured, 0);
+  EXPECT_EQ(cached->from_cache, 1);
+  EXPECT_EQ(second->nodes()[0]->GetString("kiln.algorithm", ""), d.choice);
+  std::remove(cache.c_str());
+
+  options.budget_seconds = 0;
+  std::unique_ptr<Graph> third = tuned_graph();
+  auto untuned = TuneGraph(*third, *target, options);
+  ASSERT_TRUE(untuned.ok()) << untuned.status();
+  EXPECT_EQ(untuned->over_budget, 1);
+  EXPECT_TRUE(untuned->decisions.empty());
+  EXPECT_FALSE(third->nodes()[0]->has_attr("kiln.algorithm"));
+  std::remove(cache.c_str());
+
+  for (const std::string choice : {"gemm64", "gemm256"}) {
+    SCOPED_TRACE(choice);
+    std::unique_ptr<Graph> g = WinogradNet(shape);
+    g->nodes()[0]->mutable_attrs()["kiln.algorithm"] = choice;
+    auto call = LowerForArtifact(*FindOp("Conv"), *g->nodes()[0]);
+    ASSERT_TRUE(call.ok());
+    EXPECT_EQ(call->kernel, "conv");
+    EXPECT_EQ(call->ints.back(), std::stoi(choice.substr(4)));
+    EXPECT_LT(CompiledVsReference(WinogradNet(shape), std::move(g), kDefaultPipeline), 1e-5);
   }
 }
 

@@ -38,8 +38,9 @@ constexpr int64_t kKc = 256;  // K block: one packed B block is kKc x (job width
 constexpr int64_t kNc = 64;   // columns of C per MatMul/Gemm job
 // Columns of C (output positions) per Conv job: 128 measured 10-25 % faster than 64 or
 // 256 on ResNet-50's and MobileNetV2's convolutions; MatMul shapes preferred 64.
+// (--tune may pick 64 or 256 per shape: ints of the Conv call.)
 constexpr int64_t kConvNc = 128;
-constexpr int64_t kMaxNc = kConvNc;
+constexpr int64_t kMaxNc = 256;
 constexpr int64_t kMc = 240;   // rows of A per L2-resident block
 constexpr int64_t kMg = 144;  // rows of C per job (a multiple of kMr): one packed B serves them all
 
@@ -142,8 +143,8 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
 // Computes C rows [m0, m1) x columns [n0, n1) (n1 - n0 <= kMaxNc) over the whole K.
 // A(i, k) = a[i * a_row + k * a_k]; C(i, j) = c[i * ldc + j].
 // pack(k0, kb, n0, nb, dst, &ldb) returns where B(k0 + k, n0 + j) is for k < kb, j < nb:
-// either dst, filled with row stride *ldb (as Block sets it: kNc, or kMaxNc for wider
-// jobs), or (when B already lies row-major in memory, as
+// either dst, filled with row stride *ldb (as Block sets it: the job width rounded up to a
+// multiple of kNc), or (when B already lies row-major in memory, as
 // for a 1x1 Conv) a pointer into B itself with its row stride. The core pads as needed.
 // A in panels (a_panel > 0): rows come in groups of kMr, each group k-major ([K][kMr], the
 // layout ops/nn_ops.cc pre-packs constant Conv weights into), a_panel floats apart; then
@@ -162,7 +163,7 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
   const int64_t nb = n1 - n0;
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
-    const int64_t packed_ld = nb <= kNc ? kNc : kMaxNc;
+    const int64_t packed_ld = (nb + kNc - 1) / kNc * kNc;
     int64_t ldb = packed_ld;
     const float* b = pack(k0, kb, n0, nb, packed, &ldb);
     if (b == packed && nb < packed_ld) {

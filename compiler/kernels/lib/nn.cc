@@ -321,11 +321,12 @@ struct ConvKernel {
   // f32 with at least 4 output channels per group runs as an implicit GEMM; the direct
   // loop nest below serves depthwise convolutions and f64. In artifacts a constant weight
   // may come pre-packed (an int after the activation says so): per group, rows in panels
-  // of gemm::kMr, [ceil(OC/group / kMr)][K][kMr], zero past the last row.
+  // of gemm::kMr, [ceil(OC/group / kMr)][K][kMr], zero past the last row; the int after
+  // that, when present, is the job width in output positions (--tune's choice).
   // Not inlined: one copy per artifact serves every such Conv (the shapes are runtime
   // values there; the time goes into the shared micro-kernel either way).
   __attribute__((noinline)) static int32_t ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group,
-                                                        int64_t activation, bool packed);
+                                                        int64_t activation, bool packed, int64_t cols);
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
@@ -335,7 +336,10 @@ struct ConvKernel {
     Window w;
     const int64_t* after_window = w.Load(call->ints + 1, X, Y);
     const int64_t activation = *after_window;
-    const bool packed = after_window + 1 < call->ints + call->num_ints && after_window[1] != 0;
+    const int64_t extra = call->ints + call->num_ints - after_window - 1;  // ints after the activation
+    const bool packed = extra >= 1 && after_window[1] != 0;
+    int64_t cols = extra >= 2 ? after_window[2] : gemm::kConvNc;
+    if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = gemm::kConvNc;
     const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
     const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
     const T* px = static_cast<const T*>(X.data);
@@ -345,7 +349,7 @@ struct ConvKernel {
     const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
-        return ImplicitGemm(call, w, group, activation, packed);
+        return ImplicitGemm(call, w, group, activation, packed, cols);
       }
       if (packed) return KILN_KERR_UNSUPPORTED;
       const bool depthwise_2d = X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
@@ -405,7 +409,7 @@ struct ConvKernel {
 // where X' (im2col) is never materialised: each packed block of it is gathered from X
 // when the core asks for it. Jobs are (image, group, row group, column chunk).
 int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, int64_t activation,
-                                 bool packed) {
+                                 bool packed, int64_t cols) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
@@ -418,7 +422,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
-  const int64_t chunks = (out_size + gemm::kConvNc - 1) / gemm::kConvNc;
+  const int64_t chunks = (out_size + cols - 1) / cols;
   const int64_t rows = gemm::RowsPerJob(call, ocg, chunks * batch * group), groups = gemm::RowGroups(ocg, rows);
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
   auto jobs = [=](int64_t begin, int64_t end) {
@@ -428,10 +432,10 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       const float* x = px + (n * in_channels + g * icg) * in_size;
       float* c = py + (n * out_channels + g * ocg) * out_size;
       const int64_t m0 = rg * rows, m1 = m0 + rows < ocg ? m0 + rows : ocg;
-      const int64_t n0 = cc * gemm::kConvNc, n1 = n0 + gemm::kConvNc < out_size ? n0 + gemm::kConvNc : out_size;
+      const int64_t n0 = cc * cols, n1 = n0 + cols < out_size ? n0 + cols : out_size;
       // Where each output position of the chunk starts reading: its output column, and
       // the input coordinates of the window's first tap.
-      int64_t ow0[gemm::kConvNc], d0[gemm::kConvNc], h0[gemm::kConvNc], w0[gemm::kConvNc];
+      int64_t ow0[gemm::kMaxNc], d0[gemm::kMaxNc], h0[gemm::kMaxNc], w0[gemm::kMaxNc];
       for (int64_t j = 0; j < n1 - n0; ++j) {
         const int64_t p = n0 + j;
         const int64_t ow = p % w.out[2], oh = p / w.out[2] % w.out[1], od = p / (w.out[2] * w.out[1]);

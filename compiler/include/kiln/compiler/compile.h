@@ -14,6 +14,7 @@
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/ir.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/tune.h"
 #include "kiln/compiler/version.h"
 
 namespace kiln {
@@ -25,8 +26,9 @@ struct CompileOptions {
   std::string model_label = "model";
   std::function<absl::StatusOr<std::string>(const std::string&)> external_data;
   PipelineOptions print;  // --print-after-all / --print-after
-  // Progress callback: phase name ("import", "passes", "codegen", "link") as each starts.
+  // Progress callback: phase name ("import", "passes", "tune", "codegen") as each starts.
   std::function<void(const std::string& phase)> on_phase;
+  TuneOptions tune;  // --tune: time algorithm candidates on this machine (target host only)
 };
 
 struct CompileResult {
@@ -38,6 +40,7 @@ struct CompileResult {
   MemoryPlan memory_plan;
   std::unique_ptr<Graph> graph;  // the optimised graph
   double import_ms = 0, passes_ms = 0, codegen_ms = 0;
+  TuneResult tuning;
 };
 
 absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options);
