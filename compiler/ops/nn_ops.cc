@@ -273,6 +273,28 @@ void RegisterNnOps(Registry& registry) {
       AppendActivation(node, call);
       return call;
     };
+    // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
+    // 16-column panels [N/16][K][16] at compile time, flagged by a last int.
+    s.lower_fast = [lower = s.lower](const Node& node) -> absl::StatusOr<std::optional<KernelCall>> {
+      const Value* b = node.input(1);
+      if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
+        return std::nullopt;
+      }
+      const std::vector<int64_t> bd = StaticDims(b);
+      if (bd.size() != 2 || bd[0] == 0 || bd[1] % 16 != 0 || bd[1] == 0) return std::nullopt;
+      absl::StatusOr<KernelCall> call = lower(node);
+      if (!call.ok()) return call.status();
+      const int64_t K = bd[0], N = bd[1];
+      auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N / 16, K, 16});
+      const float* src = b->constant()->data_as<float>();
+      float* dst = panels->data_as<float>();
+      for (int64_t k = 0; k < K; ++k) {
+        for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * N + n];
+      }
+      call->inputs[1] = KernelOperand{-1, std::move(panels)};
+      call->ints.push_back(1);  // B in panels
+      return std::optional<KernelCall>(std::move(*call));
+    };
     registry.Add(std::move(s));
   }
   {

@@ -84,15 +84,34 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
       if constexpr (NV == 2) acc1[i] = v8f{};
     }
   }
-  for (int64_t k = 0; k < kb; ++k) {
-    v8f b0, b1;
-    KILN_LOAD8(b0, bp + k * ldb);
-    if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
-    for (int i = 0; i < MR; ++i) {
-      const float x = a[i * a_row + k * a_k];
-      const v8f av = {x, x, x, x, x, x, x, x};
-      acc0[i] += av * b0;
-      if constexpr (NV == 2) acc1[i] += av * b1;
+  if (a_k == 1) {
+    // Rows of A contiguous in k (MatMul, a Conv's unpacked weight): one pointer per row,
+    // all indexed by k, so the loads' addresses do not form a chain of adds (which cost
+    // as much as the FMAs they feed).
+    const float* rows[MR];
+    for (int i = 0; i < MR; ++i) rows[i] = a + i * a_row;
+    for (int64_t k = 0; k < kb; ++k) {
+      v8f b0, b1;
+      KILN_LOAD8(b0, bp + k * ldb);
+      if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
+      for (int i = 0; i < MR; ++i) {
+        const float x = rows[i][k];
+        const v8f av = {x, x, x, x, x, x, x, x};
+        acc0[i] += av * b0;
+        if constexpr (NV == 2) acc1[i] += av * b1;
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < kb; ++k) {
+      v8f b0, b1;
+      KILN_LOAD8(b0, bp + k * ldb);
+      if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
+      for (int i = 0; i < MR; ++i) {
+        const float x = a[i * a_row + k * a_k];
+        const v8f av = {x, x, x, x, x, x, x, x};
+        acc0[i] += av * b0;
+        if constexpr (NV == 2) acc1[i] += av * b1;
+      }
     }
   }
   if (ep != nullptr) {
@@ -215,6 +234,28 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
         }
       }
     }
+    }
+  }
+}
+
+// C[m0..m1, n0..n1) = A[m0..m1, 0..K) · B where B is pre-packed in 16-column panels,
+// [N/16][K][16] (N, n0, n1 multiples of 16): a constant weight packed at compile time
+// (MatMul's B, Winograd's U), so nothing is copied at run time and each micro-kernel
+// streams one contiguous panel. Rows in blocks of kMc (A in L2), column tiles outside and
+// rows inside (one K block of a panel in L1 while the block's rows go past it).
+inline void PanelBlock(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
+                       const float* panels, float* c, int64_t ldc) {
+  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+    const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
+    for (int64_t mb = m0; mb < m1; mb += kMc) {
+      const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
+      for (int64_t j = n0; j < n1; j += kNr) {
+        const float* b = panels + (j / kNr) * K * kNr + k0 * kNr;
+        for (int64_t i = mb; i < mb1; i += kMr) {
+          const int r = static_cast<int>(mb1 - i < kMr ? mb1 - i : kMr);
+          MicroKernelRows<2>(r, kb, a + i * lda + k0, lda, 1, b, kNr, c + i * ldc + j, ldc, k0 > 0);
+        }
+      }
     }
   }
 }

@@ -37,6 +37,8 @@ struct MatMulKernel {
   // ints: [M, K, N, batch_rank, out_batch_dims[batch_rank], a_batch_strides[batch_rank],
   //        b_batch_strides[batch_rank], activation] (strides in elements, 0 where
   //        broadcast); floats: [activation alpha, beta]. Optional input 2: a bias [N].
+  //        In artifacts a further int 1 says B is a constant [K, N] pre-packed in
+  //        16-column panels ([N/16][K][16], N a multiple of 16; see gemm::PanelBlock).
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
@@ -55,6 +57,8 @@ struct MatMulKernel {
     const int64_t* a_strides = batch_dims + batch_rank;
     const int64_t* b_strides = a_strides + batch_rank;
     const int64_t activation = b_strides[batch_rank];
+    const bool b_panels = call->num_ints > 4 + 3 * batch_rank + 1 && b_strides[batch_rank + 1] != 0;
+    if (b_panels && (!kBlocked || N % gemm::kNr != 0)) return KILN_KERR_UNSUPPORTED;
     const double act_alpha = call->floats[0], act_beta = call->floats[1];
     const T* bias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
     int64_t batches = 1;
@@ -90,7 +94,11 @@ struct MatMulKernel {
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
               return dst;
             };
-            gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
+            if (b_panels) {
+              gemm::PanelBlock(m0, m1, n0, n1, K, pa + a_off, K, pb, c, N);
+            } else {
+              gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
+            }
             for (int64_t i = m0; i < m1; ++i) {
               float* row = c + i * N + n0;
               if (bias) {

@@ -45,23 +45,6 @@ inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
   out[3 * os] = d12 + KILN_SPLAT8(8.f) * d34 + m5;
 }
 
-// C[0..rows, n0..n1) = A[0..rows, 0..K) · U, where U holds 16-column panels [N/16][K][16]
-// (n0, n1 multiples of 16). Column tiles outside, rows inside, so one K block of a panel
-// stays in L1 while all rows go past it.
-void PanelGemm(int64_t rows, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda, const float* panels,
-               float* c, int64_t ldc) {
-  for (int64_t k0 = 0; k0 < K; k0 += gemm::kKc) {
-    const int64_t kb = K - k0 < gemm::kKc ? K - k0 : gemm::kKc;
-    for (int64_t j = n0; j < n1; j += gemm::kNr) {
-      const float* b = panels + (j / gemm::kNr) * K * gemm::kNr + k0 * gemm::kNr;
-      for (int64_t i = 0; i < rows; i += gemm::kMr) {
-        const int r = static_cast<int>(rows - i < gemm::kMr ? rows - i : gemm::kMr);
-        gemm::MicroKernelRows<2>(r, kb, a + i * lda + k0, lda, 1, b, gemm::kNr, c + i * ldc + j, ldc, k0 > 0);
-      }
-    }
-  }
-}
-
 struct WinogradConvKernel {
   // inputs: X [N, C, H, W], U [36, OC/16, C, 16], B [OC] optional
   // outputs: Y [N, OC, OH, OW], scratch (u8, 36 * tiles_per_chunk * (C + OC) floats)
@@ -129,7 +112,7 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
       for (int64_t job = begin; job < end; ++job) {
         const int64_t xi = job / nchunks, n0 = job % nchunks * gemm::kNc;
         const int64_t n1 = n0 + gemm::kNc < OC ? n0 + gemm::kNc : OC;
-        PanelGemm(tc, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m + xi * tc * OC, OC);
+        gemm::PanelBlock(0, tc, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m + xi * tc * OC, OC);
       }
     };
     ParallelFor(call, 36 * nchunks, 1, multiply);
