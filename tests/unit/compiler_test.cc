@@ -140,6 +140,71 @@ double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Gra
   return max_error / scale;
 }
 
+// x[n] -> op -> y, compiled for the host and run once on `input`: the artifact's own
+// kernels (FastExp and friends), not the interpreter's.
+Tensor RunUnaryArtifact(const std::string& op, const Tensor& input) {
+  Graph g;
+  Value* x = g.AddValue("x", TensorType::Static(DType::kFloat32, input.dims()));
+  g.AddInput(x);
+  g.AddOutput(g.AddNode(op, "op", {x}, {"y"}, 13)->output(0));
+  EXPECT_TRUE(InferTypes(g).ok());
+  PassContext ctx;
+  EXPECT_TRUE(RunPipeline(g, kDefaultPipeline, {}, ctx).ok());
+  auto target = ResolveTarget("host");
+  CodegenOptions options{*target, "{}", "test"};
+  auto artifact = GenerateArtifact(g, ctx.memory_plan, options);
+  EXPECT_TRUE(artifact.ok()) << artifact.status();
+  Tensor out(DType::kFloat32, input.dims());
+  if (!artifact.ok()) return out;
+  std::string path = "/tmp/kiln-unit-math-" + std::to_string(getpid()) + ".so";
+  EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
+  kiln_module* module = nullptr;
+  EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
+  kiln_session* session = nullptr;
+  kiln_session_options session_options{sizeof(kiln_session_options), 1};
+  EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
+  const void* ins[] = {input.data()};
+  void* outs[] = {out.data()};
+  EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
+  kiln_session_destroy(session);
+  kiln_module_unload(module);
+  unlink(path.c_str());
+  return out;
+}
+
+// The artifact's exp, sigmoid and erf (vectorized approximations that may use FMA there)
+// against libm in double on dense sweeps: the bounds fast_math.h states.
+TEST(CodegenTest, ArtifactFastMathMatchesLibm) {
+  struct Sweep {
+    const char* op;
+    double lo, hi, step, bound;
+    bool relative;
+    double (*f)(double);
+  };
+  const Sweep sweeps[] = {
+      {"Exp", -87.0, 88.7, 1.0 / 64, 2.4e-7, true, [](double v) { return std::exp(v); }},
+      {"Sigmoid", -30.0, 30.0, 1.0 / 256, 3.0e-7, true, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }},
+      {"Erf", -6.0, 6.0, 1.0 / 512, 3.0e-7, false, [](double v) { return std::erf(v); }},
+  };
+  for (const Sweep& sw : sweeps) {
+    SCOPED_TRACE(sw.op);
+    const int64_t n = static_cast<int64_t>((sw.hi - sw.lo) / sw.step) + 1;
+    Tensor x(DType::kFloat32, {n});
+    for (int64_t i = 0; i < n; ++i) x.data_as<float>()[i] = static_cast<float>(sw.lo + i * sw.step);
+    Tensor y = RunUnaryArtifact(sw.op, x);
+    double worst = 0, at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x.data_as<float>()[i], want = sw.f(v), got = y.data_as<float>()[i];
+      const double err = sw.relative ? std::fabs(got - want) / std::fabs(want) : std::fabs(got - want);
+      if (err > worst) {
+        worst = err;
+        at = v;
+      }
+    }
+    EXPECT_LT(worst, sw.bound) << "worst at x = " << at;
+  }
+}
+
 // x[4,64,130] -> Mul(x, scale[64,1]) -> Add(bias[130]) -> Sigmoid -> Mul(x, .) -> Sub(., 0.25)
 // then a Reshape (a view) and Tanh: the chain fuses into one kiln.Elementwise whose loop
 // broadcasts two operands, uses x twice and has enough rows to run through the pool.

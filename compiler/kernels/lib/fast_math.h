@@ -13,9 +13,20 @@
 #include <stdint.h>
 #include <string.h>
 
+// In artifacts (clang) the polynomials may fuse multiply-adds into FMAs (a fifth faster
+// for SiLU epilogues). CodegenTest.ArtifactFastMathMatchesLibm measures the artifact's
+// functions against libm on dense sweeps (with FMA, this AVX2 machine: exp 7.5e-8 relative,
+// sigmoid 1.6e-7 relative, erf 1.1e-7 absolute); fast_math_test measures the unfused form.
+#ifdef __clang__
+#define KILN_FAST_MATH_CONTRACT _Pragma("clang fp contract(fast)")
+#else
+#define KILN_FAST_MATH_CONTRACT
+#endif
+
 namespace kiln_kernels {
 
 inline float FastExp(float x) {
+  KILN_FAST_MATH_CONTRACT
   // The clamps keep n in [-126, 128]; n = 128 has no exponent field of its own, so it is
   // applied as 2^127 * 2, and results past FLT_MAX overflow to inf as expf's do.
   const float clamped = x < -87.3f ? -87.3f : (x > 88.7228f ? 88.7228f : x);
@@ -40,6 +51,7 @@ inline float FastExp(float x) {
 // 1 / (1 + exp(-x)), from exp(-|x|) so neither side loses accuracy; same error as FastExp
 // plus one division.
 inline float FastSigmoid(float x) {
+  KILN_FAST_MATH_CONTRACT
   const float e = FastExp(x < 0 ? x : -x);
   const float s = 1.0f / (1.0f + e);
   return x >= 0 ? s : e * s;
@@ -52,6 +64,7 @@ inline float FastSigmoid(float x) {
 // Measured against libm's erf over [-6, 6] every 2^-12 (tests/unit/fast_math_test.cc):
 // absolute error 1.3e-7, relative error on |x| <= 1 1.7e-7 (under 2 ulp).
 inline float FastErf(float x) {
+  KILN_FAST_MATH_CONTRACT
   const float a = x < 0 ? -x : x;
   const float z = a * a;
   // Small arguments.
