@@ -48,8 +48,8 @@ typedef float v8f __attribute__((vector_size(32)));
 
 // Unaligned 8-lane loads and stores. Macros rather than functions: GCC warns about the
 // ABI of vector arguments and returns when building for a target without AVX.
-#define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(v8f))
-#define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(v8f))
+#define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(::kiln_kernels::gemm::v8f))
+#define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(::kiln_kernels::gemm::v8f))
 
 // What the micro-kernel does to its C tile in registers after the last K block: add a
 // per-row bias (a Conv's, one per output channel) and apply ReLU or Clip, the activations
