@@ -42,7 +42,6 @@ constexpr int64_t kNc = 64;   // columns of C per MatMul/Gemm job
 constexpr int64_t kConvNc = 128;
 constexpr int64_t kMaxNc = 256;
 constexpr int64_t kMc = 240;   // rows of A per L2-resident block
-constexpr int64_t kMg = 144;  // rows of C per job (a multiple of kMr): one packed B serves them all
 
 typedef float v8f __attribute__((vector_size(32)));
 
@@ -264,12 +263,18 @@ inline void PanelBlock(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K
 inline int64_t ColumnChunks(int64_t n) { return (n + kNc - 1) / kNc; }
 // Rows of C per job. Each job packs its own block of B, so splitting M re-packs B once
 // per row group: worth it only to give threads work. Serially (no parallel_for), or when
-// the other job dimensions (column chunks, batch, groups) already give 4 jobs or more, a
-// job takes every row; otherwise rows split into groups of kMg.
+// the other job dimensions (column chunks, batch, groups) already give kMinJobs jobs, a
+// job takes every row; otherwise rows split evenly into enough groups for kMinJobs jobs
+// (fixed 144-row groups left a 160-row layer at 7x7 as jobs of 144 and 16 rows, one thread
+// idle most of the time; the pool partitions jobs statically).
+constexpr int64_t kMinJobs = 8;
 inline int64_t RowsPerJob(const kiln_kcall* call, int64_t m, int64_t other_jobs) {
   const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
-  if (!parallel || other_jobs >= 4) return m > 0 ? (m + kMr - 1) / kMr * kMr : kMr;
-  return kMg;
+  const int64_t all = m > 0 ? (m + kMr - 1) / kMr * kMr : kMr;
+  if (!parallel || other_jobs >= kMinJobs) return all;
+  const int64_t groups = (kMinJobs + other_jobs - 1) / other_jobs;
+  const int64_t rows = ((m + groups - 1) / groups + kMr - 1) / kMr * kMr;
+  return rows > 0 ? rows : kMr;
 }
 inline int64_t RowGroups(int64_t m, int64_t rows_per_job) { return (m + rows_per_job - 1) / rows_per_job; }
 
