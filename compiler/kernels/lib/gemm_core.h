@@ -49,6 +49,8 @@ typedef float v8f __attribute__((vector_size(32)));
 // ABI of vector arguments and returns when building for a target without AVX.
 #define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(::kiln_kernels::gemm::v8f))
 #define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(::kiln_kernels::gemm::v8f))
+// Eight copies of x (a macro for the same reason).
+#define KILN_SPLAT8(x) (::kiln_kernels::gemm::v8f{x, x, x, x, x, x, x, x})
 
 // What the micro-kernel does to its C tile in registers after the last K block: add a
 // per-row bias (a Conv's, one per output channel) and apply ReLU or Clip, the activations
@@ -95,7 +97,7 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
       if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
       for (int i = 0; i < MR; ++i) {
         const float x = rows[i][k];
-        const v8f av = {x, x, x, x, x, x, x, x};
+        const v8f av = KILN_SPLAT8(x);
         acc0[i] += av * b0;
         if constexpr (NV == 2) acc1[i] += av * b1;
       }
@@ -107,7 +109,7 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
       if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
       for (int i = 0; i < MR; ++i) {
         const float x = a[i * a_row + k * a_k];
-        const v8f av = {x, x, x, x, x, x, x, x};
+        const v8f av = KILN_SPLAT8(x);
         acc0[i] += av * b0;
         if constexpr (NV == 2) acc1[i] += av * b1;
       }
@@ -116,14 +118,12 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
   if (ep != nullptr) {
     for (int i = 0; i < MR; ++i) {
       if (ep->row_bias != nullptr) {
-        const float b = ep->row_bias[row0 + i];
-        const v8f bv = {b, b, b, b, b, b, b, b};
+        const v8f bv = KILN_SPLAT8(ep->row_bias[row0 + i]);
         acc0[i] += bv;
         if constexpr (NV == 2) acc1[i] += bv;
       }
     }
-    const v8f zero = {}, lo = {ep->lo, ep->lo, ep->lo, ep->lo, ep->lo, ep->lo, ep->lo, ep->lo},
-              hi = {ep->hi, ep->hi, ep->hi, ep->hi, ep->hi, ep->hi, ep->hi, ep->hi};
+    const v8f zero = {}, lo = KILN_SPLAT8(ep->lo), hi = KILN_SPLAT8(ep->hi);
     if (ep->kind == Epilogue::kRelu) {
       for (int i = 0; i < MR; ++i) {
         acc0[i] = acc0[i] > zero ? acc0[i] : zero;

@@ -315,14 +315,12 @@ __attribute__((noinline)) static int32_t RunDepthwise2D(const kiln_kcall* call, 
           for (int64_t o8 = 0; o8 < ow8; o8 += 8) {
             if constexpr (SW == 1) {
               // Eight columns in one vector: each tap is one unaligned load and one FMA.
-              gemm::v8f acc = {bias, bias, bias, bias, bias, bias, bias, bias};
+              gemm::v8f acc = KILN_SPLAT8(bias);
               for (int kh = 0; kh < KH; ++kh) {
                 for (int kw = 0; kw < KW; ++kw) {
                   gemm::v8f v;
                   KILN_LOAD8(v, rows[kh] + o8 + kw);
-                  const float t = taps[kh * KW + kw];
-                  const gemm::v8f tv = {t, t, t, t, t, t, t, t};
-                  acc += tv * v;
+                  acc += KILN_SPLAT8(taps[kh * KW + kw]) * v;
                 }
               }
               KILN_STORE8(out + o8, acc);

@@ -20,9 +20,6 @@ namespace {
 
 constexpr int kLanes = 8;  // channels per vector
 
-// A vector of eight copies of x (a macro: see KILN_LOAD8 on vector returns).
-#define KILN_SPLAT8(x) (v8f{x, x, x, x, x, x, x, x})
-
 // out[i * os] = (B^T in)[i] for the six points of one column (or row) of a tile.
 inline void InputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
   const v8f d0 = in[0], d1 = in[is], d2 = in[2 * is], d3 = in[3 * is], d4 = in[4 * is], d5 = in[5 * is];
