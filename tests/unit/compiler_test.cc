@@ -99,43 +99,58 @@ TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
   EXPECT_EQ(ctx.memory_plan.views, 1);
 }
 
+// Runs `pipeline` on the graph, compiles it for the host and runs the artifact on `input`
+// (the graph's one input) once per thread count; returns the output (graph output 0) of
+// each run, in order.
+std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
+                                const std::vector<int32_t>& thread_counts) {
+  std::vector<Tensor> outputs;
+  PassContext ctx;
+  auto stats = RunPipeline(graph, pipeline, {}, ctx);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  auto target = ResolveTarget("host");
+  EXPECT_TRUE(target.ok());
+  CodegenOptions options{*target, "{}", "test"};
+  auto artifact = GenerateArtifact(graph, ctx.has_memory_plan ? ctx.memory_plan : NaiveMemoryPlan(graph), options);
+  EXPECT_TRUE(artifact.ok()) << artifact.status();
+  if (!artifact.ok()) return outputs;
+  std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
+  EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
+  kiln_module* module = nullptr;
+  EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
+  const Value* y = graph.outputs()[0];
+  for (int32_t threads : thread_counts) {
+    kiln_session* session = nullptr;
+    kiln_session_options session_options{sizeof(kiln_session_options), threads};
+    EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
+    outputs.emplace_back(y->type().dtype, y->type().StaticDims());
+    const void* ins[] = {input.data()};
+    void* outs[] = {outputs.back().data()};
+    EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
+    kiln_session_destroy(session);
+  }
+  kiln_module_unload(module);
+  unlink(path.c_str());
+  return outputs;
+}
+
 // Compiles the graph, runs the artifact and returns max |compiled - reference| relative
 // to the reference's largest magnitude.
 double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Graph> compiled_graph, const std::string& pipeline) {
   auto input = Random(reference->inputs()[0]->type().StaticDims(), 99);
   auto expected = RunGraph(*reference, {*input});
   EXPECT_TRUE(expected.ok()) << expected.status();
-  PassContext ctx;
-  auto stats = RunPipeline(*compiled_graph, pipeline, {}, ctx);
-  EXPECT_TRUE(stats.ok()) << stats.status();
-  auto target = ResolveTarget("host");
-  EXPECT_TRUE(target.ok());
-  CodegenOptions options{*target, "{}", "test"};
-  auto artifact = GenerateArtifact(*compiled_graph, ctx.has_memory_plan ? ctx.memory_plan : NaiveMemoryPlan(*compiled_graph), options);
-  EXPECT_TRUE(artifact.ok()) << artifact.status();
-  if (!artifact.ok()) return 1e9;
-  std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
-  EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
-  kiln_module* module = nullptr;
-  EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
-  double max_error = 0, scale = 0;
+  if (!expected.ok()) return 1e9;
   // One thread (kernels run serially, exec is NULL) and two (jobs split for the pool).
-  for (int32_t threads : {1, 2}) {
-    kiln_session* session = nullptr;
-    kiln_session_options session_options{sizeof(kiln_session_options), threads};
-    EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
-    Tensor out(DType::kFloat32, (*expected)[0].dims());
-    const void* ins[] = {input->data()};
-    void* outs[] = {out.data()};
-    EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
-    kiln_session_destroy(session);
+  const std::vector<Tensor> outputs = RunArtifact(*compiled_graph, pipeline, *input, {1, 2});
+  if (outputs.size() != 2) return 1e9;
+  double max_error = 0, scale = 0;
+  for (const Tensor& out : outputs) {
     for (int64_t i = 0; i < out.num_elements(); ++i) {
       max_error = std::max(max_error, std::fabs(double(out.data_as<float>()[i]) - (*expected)[0].data_as<float>()[i]));
       scale = std::max(scale, std::fabs(double((*expected)[0].data_as<float>()[i])));
     }
   }
-  kiln_module_unload(module);
-  unlink(path.c_str());
   EXPECT_GT(scale, 0.1);  // the comparison means something only if outputs are not tiny
   return max_error / scale;
 }
@@ -148,28 +163,8 @@ Tensor RunUnaryArtifact(const std::string& op, const Tensor& input) {
   g.AddInput(x);
   g.AddOutput(g.AddNode(op, "op", {x}, {"y"}, 13)->output(0));
   EXPECT_TRUE(InferTypes(g).ok());
-  PassContext ctx;
-  EXPECT_TRUE(RunPipeline(g, kDefaultPipeline, {}, ctx).ok());
-  auto target = ResolveTarget("host");
-  CodegenOptions options{*target, "{}", "test"};
-  auto artifact = GenerateArtifact(g, ctx.memory_plan, options);
-  EXPECT_TRUE(artifact.ok()) << artifact.status();
-  Tensor out(DType::kFloat32, input.dims());
-  if (!artifact.ok()) return out;
-  std::string path = "/tmp/kiln-unit-math-" + std::to_string(getpid()) + ".so";
-  EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
-  kiln_module* module = nullptr;
-  EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
-  kiln_session* session = nullptr;
-  kiln_session_options session_options{sizeof(kiln_session_options), 1};
-  EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
-  const void* ins[] = {input.data()};
-  void* outs[] = {out.data()};
-  EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
-  kiln_session_destroy(session);
-  kiln_module_unload(module);
-  unlink(path.c_str());
-  return out;
+  std::vector<Tensor> outputs = RunArtifact(g, kDefaultPipeline, input, {1});
+  return outputs.empty() ? Tensor(DType::kFloat32, input.dims()) : std::move(outputs[0]);
 }
 
 // The artifact's exp, sigmoid and erf (vectorized approximations that may use FMA there)
