@@ -77,7 +77,10 @@ kiln_status kiln_module_describe(const kiln_module* module, const kiln_module_de
 
 kiln_status kiln_session_create(const kiln_module* module, const kiln_session_options* options,
                                 kiln_session** out_session);
-/* inputs[i] / outputs[i]: dense row-major buffers in the order of the descriptor. */
+/* inputs[i] / outputs[i]: dense row-major buffers in the order of the descriptor. The
+ * calling thread runs kernels too: give it at least 1 MiB of stack (the GEMM core keeps
+ * its packed blocks, up to ~300 KiB, on the stack; the pool's own threads have the
+ * system default, 8 MiB on Debian). */
 kiln_status kiln_session_run(kiln_session* session, const void* const* inputs,
                              void* const* outputs);
 /* Like kiln_session_run, and adds each kernel's wall time in milliseconds to
