@@ -280,29 +280,42 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
   }
 }
 
-// x[2,7,13,11] -> depthwise Conv (group 7, bias) -> Relu: odd sizes, padding clipped at
-// every edge, both strides, windows of 3 and 5.
-std::unique_ptr<Graph> DepthwiseNet(int64_t k, int64_t stride, int64_t pad) {
+// x[2,c,h,w] -> depthwise Conv (group c, bias) -> Relu with pads {top, left, bottom, right}.
+std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, std::vector<int64_t> pads) {
   auto g = std::make_unique<Graph>();
-  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 7, 13, 11}));
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, c, h, w}));
   g->AddInput(x);
-  Node* conv = g->AddNode("Conv", "dw", {x, g->AddConstant("w", Random({7, 1, k, k}, 21)), g->AddConstant("b", Random({7}, 22))},
+  Node* conv = g->AddNode("Conv", "dw", {x, g->AddConstant("w", Random({c, 1, k, k}, 21)), g->AddConstant("b", Random({c}, 22))},
                           {"c"}, 13);
-  conv->mutable_attrs()["group"] = int64_t{7};
+  conv->mutable_attrs()["group"] = c;
   conv->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
-  conv->mutable_attrs()["pads"] = std::vector<int64_t>{pad, pad, pad, pad};
+  conv->mutable_attrs()["pads"] = pads;
   Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"y"}, 13);
   g->AddOutput(relu->output(0));
   EXPECT_TRUE(InferTypes(*g).ok());
   return g;
 }
 
+// Both artifact paths: eight channels per vector for padded rows up to 64 wide (7
+// channels: one partial block; 20: two full and one of 4; 60 rows of 45: several strips),
+// and the per-plane rows beyond that (70 wide); windows of 3 and 5, both strides, padding
+// none, symmetric or lopsided (taken in turn: one compile per case), clipped at every edge.
 TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
-  for (int64_t k : {3, 5}) {
-    for (int64_t stride : {1, 2}) {
-      for (int64_t pad : {int64_t{0}, k / 2}) {
-        SCOPED_TRACE(::testing::Message() << k << "x" << k << " stride " << stride << " pad " << pad);
-        EXPECT_LT(CompiledVsReference(DepthwiseNet(k, stride, pad), DepthwiseNet(k, stride, pad), kDefaultPipeline), 1e-5);
+  struct Shape {
+    int64_t c, h, w;
+  };
+  int turn = 0;
+  for (Shape shape : {Shape{7, 13, 11}, Shape{20, 60, 45}, Shape{9, 10, 70}}) {
+    for (int64_t k : {3, 5}) {
+      for (int64_t stride : {1, 2}) {
+        const int64_t p = k / 2;
+        const std::vector<int64_t> choices[3] = {{0, 0, 0, 0}, {p, p, p, p}, {p, 0, 0, p + 1}};
+        const std::vector<int64_t>& pads = choices[turn++ % 3];
+        SCOPED_TRACE(::testing::Message() << shape.c << "x" << shape.h << "x" << shape.w << ", " << k << "x" << k << " stride "
+                                          << stride << " pads " << pads[0] << "," << pads[1] << "," << pads[2] << "," << pads[3]);
+        EXPECT_LT(CompiledVsReference(DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads),
+                                      DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads), kDefaultPipeline),
+                  1e-5);
       }
     }
   }
