@@ -40,6 +40,39 @@ TEST(FastMathTest, ExpEdges) {
   EXPECT_GT(kiln_kernels::FastExp(88.72f), 3.3e38f);
 }
 
+// The eight-lane form (Softmax's rows) over the same sweep, lanes filled with consecutive
+// points, plus the edges in every lane position.
+TEST(FastMathTest, EightLaneExpMatchesLibm) {
+  double worst = 0;
+  for (double x0 = -87.0; x0 + 7.0 / 4096 <= 88.72; x0 += 8.0 / 4096) {
+    kiln_kernels::v8f e;
+    for (int l = 0; l < 8; ++l) e[l] = static_cast<float>(x0 + l / 4096.0);
+    kiln_kernels::FastExp8(e);
+    for (int l = 0; l < 8; ++l) {
+      const double want = std::exp(static_cast<double>(static_cast<float>(x0 + l / 4096.0)));
+      worst = std::max(worst, std::fabs(e[l] - want) / want);
+    }
+  }
+  std::printf("FastExp8: max relative error %.3g\n", worst);
+  EXPECT_LT(worst, 2 * static_cast<double>(std::numeric_limits<float>::epsilon()));
+  const float edges[8] = {0.f, std::nanf(""), -std::numeric_limits<float>::infinity(), -1000.f, 1000.f, 88.75f, 88.72f, -87.5f};
+  for (int shift = 0; shift < 8; ++shift) {
+    kiln_kernels::v8f e;
+    for (int l = 0; l < 8; ++l) e[l] = edges[(l + shift) % 8];
+    kiln_kernels::FastExp8(e);
+    for (int l = 0; l < 8; ++l) {
+      const float x = edges[(l + shift) % 8];
+      if (std::isnan(x)) {
+        EXPECT_TRUE(std::isnan(e[l]));
+      } else if (x == 88.72f) {
+        EXPECT_NEAR(e[l], kiln_kernels::FastExp(x), 2e-7 * kiln_kernels::FastExp(x));
+      } else {
+        EXPECT_EQ(e[l], kiln_kernels::FastExp(x)) << x;  // exact, or saturated the same way
+      }
+    }
+  }
+}
+
 TEST(FastMathTest, SigmoidMatchesLibmBothSides) {
   double worst = 0;
   for (double x = -100.0; x <= 100.0; x += 1.0 / 1024) {

@@ -183,8 +183,8 @@ struct ArgReduce {
 
 // Softmax / LogSoftmax over contiguous f32 rows (the last axis: attention scores,
 // classifier heads): the max and the sum run on 8 independent partial results so the
-// loops vectorize without reassociation, and exp is FastExp (<= 2 ulp) instead of two
-// double-precision libm calls per element. Not in the reference build (kFastKernels).
+// loops vectorize without reassociation, and exp is FastExp8 / FastExp (<= 2 ulp) instead
+// of two double-precision libm calls per element. Not in the reference build (kFastKernels).
 static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len, bool log_softmax, const kiln_kcall* call) {
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
@@ -200,14 +200,16 @@ static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len
       float max_value = lanes[0];
       for (int l = 1; l < 8; ++l) max_value = lanes[l] > max_value ? lanes[l] : max_value;
       for (; k < len; ++k) max_value = x[k] > max_value ? x[k] : max_value;
-      float sums[8] = {};
+      v8f sums = {};
+      const v8f shift = {max_value, max_value, max_value, max_value, max_value, max_value, max_value, max_value};
       k = 0;
       for (; k + 8 <= len; k += 8) {
-        for (int l = 0; l < 8; ++l) {
-          const float e = FastExp(x[k + l] - max_value);
-          if (!log_softmax) y[k + l] = e;
-          sums[l] += e;
-        }
+        v8f e;
+        memcpy(&e, x + k, sizeof(e));
+        e -= shift;
+        FastExp8(e);
+        if (!log_softmax) memcpy(y + k, &e, sizeof(e));
+        sums += e;
       }
       float sum = 0.f;
       for (; k < len; ++k) {
