@@ -86,20 +86,14 @@ inline void FastExp8(v8f& v) {
   v = x != x ? x : (x > hi ? inf : result);
 }
 
-// 1 / (1 + exp(-x)), from e = exp(-|x|) so neither side loses accuracy: s = 1 / (1 + e)
-// for x >= 0, e * s below. exp(-|x|) is FastExp's steps on an argument known to be in
-// [-87.3, 0], so none of its overflow handling is needed, and 2^n is built from the bits
-// of the rounding sum itself (its low mantissa bits hold n) rather than by converting n to
-// an integer: 35 instructions per 8 lanes once vectorized instead of 48 (a SiLU over
-// 100 000 floats in L2: 0.96 -> 0.63 ns per element on this machine). Same error as
-// FastExp plus one division. NaN needs no branch: it stays NaN through every step.
-inline float FastSigmoid(float x) {
+// exp(a) for a <= 0 (or NaN): FastExp's steps on an argument that cannot overflow, so none
+// of its overflow handling is needed, and 2^n is built from the bits of the rounding sum
+// itself (its low mantissa bits hold n) rather than by converting n to an integer. NaN
+// needs no branch: it stays NaN through every step. For sigmoid's exp(-|x|) and erfc's
+// exp(-x^2): 35 instructions per 8 lanes for a vectorized SiLU instead of 48 (a SiLU over
+// 100 000 floats in L2: 0.96 -> 0.63 ns per element on this machine).
+inline float FastExpNonPositive(float a) {
   KILN_FAST_MATH_CONTRACT
-  uint32_t bits;
-  memcpy(&bits, &x, sizeof(bits));
-  bits |= 0x80000000u;  // -|x|
-  float a;
-  memcpy(&a, &bits, sizeof(a));
   a = a < -87.3f ? -87.3f : a;
   // a / ln 2 + 1.5 * 2^23 rounds a / ln 2 to the nearest integer n in [-126, 0], which
   // lands in the low mantissa bits of the sum (0x4B400000 + n).
@@ -121,7 +115,19 @@ inline float FastSigmoid(float x) {
   scale_bits = (scale_bits << 23) + (127u << 23);
   float scale;
   memcpy(&scale, &scale_bits, sizeof(scale));
-  const float e = y * scale;
+  return y * scale;
+}
+
+// 1 / (1 + exp(-x)), from e = exp(-|x|) so neither side loses accuracy: s = 1 / (1 + e)
+// for x >= 0, e * s below. Same error as FastExp plus one division.
+inline float FastSigmoid(float x) {
+  KILN_FAST_MATH_CONTRACT
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof(bits));
+  bits |= 0x80000000u;  // -|x|
+  float minus_abs;
+  memcpy(&minus_abs, &bits, sizeof(minus_abs));
+  const float e = FastExpNonPositive(minus_abs);
   const float s = 1.0f / (1.0f + e);
   return x >= 0 ? s : e * s;
 }
@@ -145,9 +151,10 @@ inline float FastErf(float x) {
   t = t * z - 3.761262582423300e-1f;
   t = t * z + 1.128379165726710e+0f;
   const float small = a * t;
-  // Large arguments: erfc(a) = exp(-a^2) / a * poly(1 / a^2).
-  const float aa = a > 1.0f ? a : 1.0f;  // keeps the unused branch finite
-  const float y = 1.0f / (aa * aa);
+  // Large arguments: erfc(a) = exp(-a^2) / a * poly(1 / a^2), with one division.
+  const float aa = a > 1.0f ? (a < 4.0f ? a : 4.0f) : 1.0f;  // keeps the unused branch finite
+  const float inverse = 1.0f / aa;
+  const float y = inverse * inverse;
   float p;
   if (aa < 2.0f) {
     p = 2.326819970068386e-2f;
@@ -169,7 +176,7 @@ inline float FastErf(float x) {
     p = p * y - 2.820767439740514e-1f;
     p = p * y + 5.641895067754075e-1f;
   }
-  const float erfc = FastExp(-aa * aa) / aa * p;
+  const float erfc = FastExpNonPositive(-aa * aa) * inverse * p;
   const float large = a >= 4.0f ? 1.0f : 1.0f - erfc;
   const float magnitude = a <= 1.0f ? small : large;
   return x != x ? x : (x < 0 ? -magnitude : magnitude);
