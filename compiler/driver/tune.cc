@@ -81,8 +81,7 @@ std::string ShapeKey(const Node& node, const TargetSpec& target) {
 absl::StatusOr<double> TimeCandidate(const Node& node, const std::string& algorithm, const TargetSpec& target,
                                      int iterations) {
   Graph g;
-  std::vector<Value*> inputs;
-  Value* x = nullptr;
+  std::vector<Value*> inputs, computed;
   for (size_t i = 0; i < node.inputs().size(); ++i) {
     const Value* in = node.input(i);
     if (in == nullptr) {
@@ -90,13 +89,13 @@ absl::StatusOr<double> TimeCandidate(const Node& node, const std::string& algori
     } else if (in->is_constant()) {
       inputs.push_back(g.AddConstant(in->name(), in->constant()));
     } else {
-      if (x != nullptr) return absl::UnimplementedError("tuning handles nodes with one computed input");
-      x = g.AddValue("x", in->type());
+      Value* x = g.AddValue(absl::StrCat("x", i), in->type());
       g.AddInput(x);
       inputs.push_back(x);
+      computed.push_back(x);
     }
   }
-  if (x == nullptr) return absl::UnimplementedError("tuning needs a computed input");
+  if (computed.empty()) return absl::UnimplementedError("tuning needs a computed input");
   Node* copy = g.AddNode(node.op(), node.name(), inputs, {"y"}, node.opset());
   for (const auto& [name, value] : node.attrs()) copy->mutable_attrs()[name] = value;
   copy->mutable_attrs()[kAlgorithmAttr] = algorithm;
@@ -129,20 +128,25 @@ absl::StatusOr<double> TimeCandidate(const Node& node, const std::string& algori
     kiln_module_unload(module);
     return absl::InternalError(absl::StrCat("tuning: ", kiln_last_error()));
   }
-  Tensor in(x->type().dtype, x->type().StaticDims());
+  // Random inputs (a fused Conv also reads its input scale).
+  std::vector<Tensor> in;
+  std::vector<const void*> ins;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  if (in.dtype() == DType::kFloat32) {
-    for (int64_t i = 0; i < in.num_elements(); ++i) in.data_as<float>()[i] = dist(rng);
+  for (const Value* x : computed) {
+    in.emplace_back(x->type().dtype, x->type().StaticDims());
+    if (in.back().dtype() == DType::kFloat32) {
+      for (int64_t i = 0; i < in.back().num_elements(); ++i) in.back().data_as<float>()[i] = dist(rng);
+    }
   }
+  for (const Tensor& t : in) ins.push_back(t.data());
   Tensor out(copy->output(0)->type().dtype, copy->output(0)->type().StaticDims());
-  const void* ins[] = {in.data()};
   void* outs[] = {out.data()};
   std::vector<double> times;
   bool ok = true;
   for (int i = 0; i < iterations + 3 && ok; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    ok = kiln_session_run(session, ins, outs) == KILN_OK;
+    ok = kiln_session_run(session, ins.data(), outs) == KILN_OK;
     if (i >= 3) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   kiln_session_destroy(session);

@@ -83,6 +83,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   }
   std::vector<int64_t> xd = StaticDims(node.input(0)), wd = StaticDims(w), yd = StaticDims(node.output(0));
   if (xd.size() != 4 || node.GetInt("group", 1) != 1 || wd[2] != 3 || wd[3] != 3) return std::nullopt;
+  if (node.inputs().size() > 3) return std::nullopt;  // an input scale (fuse's Mul): the GEMM path applies it
   auto win = ConvWindow(node);
   if (!win.ok()) return win.status();
   for (size_t i = 0; i < 2; ++i) {
@@ -328,13 +329,28 @@ void RegisterNnOps(Registry& registry) {
     OpSchema s;
     s.name = "Conv";
     s.min_inputs = 2;
-    s.max_inputs = 3;
+    // A fourth input only as the fuse pass writes it (kiln.input_scale = 1): a per-(image,
+    // input channel) scale [N or 1, C, 1, ...] the Conv applies to X first, i.e. the
+    // Conv of Mul(X, scale) (EfficientNet's squeeze-and-excitation); B is then present.
+    s.max_inputs = 4;
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (auto st = RequireFloat(ctx); !st.ok()) return st;
       for (size_t i = 0; i < 2; ++i) {
         if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
       }
       std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
+      if (ctx.node.inputs().size() == 4) {
+        if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr || ctx.node.input(3) == nullptr) {
+          return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
+        }
+        if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
+        std::vector<int64_t> scale = ctx.type(3).StaticDims();
+        bool ok = scale.size() == x.size() && (scale[0] == 1 || scale[0] == x[0]) && scale[1] == x[1];
+        for (size_t i = 2; ok && i < scale.size(); ++i) ok = scale[i] == 1;
+        if (!ok || ctx.type(3).dtype != ctx.type(0).dtype) {
+          return NodeError(ctx.node, absl::StrCat("input scale [", absl::StrJoin(scale, ","), "] must be [N or 1, ", x[1], ", 1...] of X's type"));
+        }
+      }
       if (x.size() < 3 || x.size() > 5 || w.size() != x.size()) return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
       const int64_t group = ctx.node.GetInt("group", 1);
       if (group <= 0 || x[1] % group != 0 || w[0] % group != 0 || x[1] / group != w[1]) {

@@ -6,6 +6,10 @@
 //    also Gemm, and the activations LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Elu,
 //    Gelu, Clip with constant bounds, and SiLU written as x * Sigmoid(x):
 //      %c = Conv(...) ; %s = Sigmoid(%c) ; %y = Mul(%c, %s)  =>  %y = Conv(...) {kiln.activation=SiLU}
+//    A per-channel scale of a 1x1 Conv's input (squeeze-and-excitation) folds into the Conv,
+//    which scales each input channel as it packs it, so the scaled tensor is never written:
+//      %m = Mul(%x, %s) ; %y = Conv(%m, W, B)  =>  %y = Conv(%x, W, B, %s) {kiln.input_scale=1}
+//    (%s: [N or 1, C, 1, 1]; a zero B is added when the Conv has none.)
 // 2. Elementwise chains: connected float elementwise ops whose intermediates have the
 //    result's shape and no other reader become one kiln.Elementwise node, which codegen
 //    turns into a single generated loop (no intermediate buffers, one pass over memory).
@@ -88,6 +92,8 @@ class Fuse : public Pass {
       changed = true;
     }
     graph.Compact();
+    for (Node* node : graph.nodes()) changed |= FuseInputScale(graph, node);
+    graph.Compact();
     changed |= FuseChains(graph);
     return changed;
   }
@@ -125,6 +131,47 @@ class Fuse : public Pass {
     graph.RemoveNode(sigmoid);
     Absorb(graph, producer, mul);
     return true;
+  }
+
+  // %m = Mul(%x, %s) ; %y = Conv(%m, W[, B]) with %s [N or 1, C, 1, 1], W 1x1, group 1, and
+  // %m read by the Conv alone.
+  static bool FuseInputScale(Graph& graph, Node* conv) {
+    if (conv->op() != "Conv" || conv->inputs().size() < 2 || conv->inputs().size() > 3 || conv->has_attr("kiln.input_scale")) return false;
+    Value* m = conv->input(0);
+    Node* mul = m->producer();
+    if (mul == nullptr || mul->op() != "Mul" || mul->inputs().size() != 2 || graph.Users(m).size() != 1 || graph.IsGraphOutput(m)) return false;
+    const TensorType& type = m->type();
+    if (!type.IsStatic() || type.dtype != DType::kFloat32 || type.shape.size() != 4 || conv->GetInt("group", 1) != 1) return false;
+    const Value* w = conv->input(1);
+    if (!w->type().IsStatic()) return false;
+    const std::vector<int64_t> wd = w->type().StaticDims(), dims = type.StaticDims();
+    if (wd.size() != 4 || wd[2] != 1 || wd[3] != 1) return false;
+    for (int64_t v : conv->GetInts("pads", {})) {
+      if (v != 0) return false;
+    }
+    if (conv->GetString("auto_pad", "NOTSET") != "NOTSET" && conv->GetString("auto_pad", "NOTSET") != "VALID") return false;
+    // Which operand is the tensor (the Mul's own shape) and which the per-channel scale.
+    for (int side = 0; side < 2; ++side) {
+      Value* x = mul->input(side);
+      Value* scale = mul->input(1 - side);
+      if (x == nullptr || scale == nullptr || !x->type().IsStatic() || x->type().StaticDims() != dims || x->type().dtype != type.dtype) continue;
+      if (!scale->type().IsStatic() || scale->type().dtype != type.dtype) continue;
+      const std::vector<int64_t> sd = scale->type().StaticDims();
+      if (sd.size() != 4 || (sd[0] != 1 && sd[0] != dims[0]) || sd[1] != dims[1] || sd[2] != 1 || sd[3] != 1) continue;
+      std::vector<Value*> inputs = {x, conv->input(1)};
+      if (conv->inputs().size() == 3 && conv->input(2) != nullptr) {
+        inputs.push_back(conv->input(2));
+      } else {
+        auto zero = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{wd[0]});  // zero-initialised
+        inputs.push_back(graph.AddConstant(graph.UniqueName(conv->name() + "_zero_bias"), zero));
+      }
+      inputs.push_back(scale);
+      conv->set_inputs(inputs);
+      conv->mutable_attrs()["kiln.input_scale"] = int64_t{1};
+      graph.RemoveNode(mul);
+      return true;
+    }
+    return false;
   }
 
   bool FuseBias(Graph& graph, Node* matmul, Node* add) {
@@ -218,6 +265,8 @@ class Fuse : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Fuse, "fuse", "fuse bias adds and activations into Conv/Gemm/MatMul epilogues, and elementwise chains into one loop")
+KILN_REGISTER_PASS(Fuse, "fuse",
+                   "fuse bias adds and activations into Conv/Gemm/MatMul epilogues, per-channel input scales into 1x1 "
+                   "Convs, and elementwise chains into one loop")
 
 }  // namespace kiln

@@ -557,6 +557,70 @@ TEST(PassTest, FuseFoldsSiluIntoConv) {
   }
 }
 
+// Squeeze-and-excitation as EfficientNet writes it, then a 1x1 Conv:
+// x[n,16,6,5] -> GlobalAveragePool -> Conv 1x1 -> Sigmoid -> Mul(x, .) -> Conv 1x1 (16 -> 12,
+// bias optional, stride 1 or 2). With n = 2 each image has its own scale.
+std::unique_ptr<Graph> SqueezeExciteNet(int64_t n, bool bias, int64_t stride, int64_t h = 6, int64_t w = 5) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {n, 16, h, w}));
+  g->AddInput(x);
+  Node* pool = g->AddNode("GlobalAveragePool", "pool", {x}, {"p"}, 13);
+  Node* excite = g->AddNode("Conv", "excite", {pool->output(0), g->AddConstant("we", Random({16, 16, 1, 1}, 71))}, {"e"}, 13);
+  Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {excite->output(0)}, {"s"}, 13);
+  Node* mul = g->AddNode("Mul", "mul", {x, sigmoid->output(0)}, {"m"}, 13);
+  std::vector<Value*> inputs = {mul->output(0), g->AddConstant("wp", Random({12, 16, 1, 1}, 72))};
+  if (bias) inputs.push_back(g->AddConstant("bp", Random({12}, 73)));
+  Node* project = g->AddNode("Conv", "project", inputs, {"y"}, 13);
+  project->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
+  g->AddOutput(project->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+// fuse folds the Mul into the project Conv as an input scale; the interpreter runs the
+// fused Conv exactly as the two nodes (the product rounded, then the sum), and the artifact
+// (which scales as it packs) matches it.
+TEST(PassTest, FuseFoldsChannelScaleIntoConv) {
+  for (int64_t n : {1, 2}) {
+    for (bool bias : {true, false}) {
+      const int64_t stride = bias ? 1 : 2;
+      SCOPED_TRACE(::testing::Message() << "batch " << n << (bias ? ", bias" : ", no bias") << ", stride " << stride);
+      std::unique_ptr<Graph> g = SqueezeExciteNet(n, bias, stride);
+      PassContext ctx;
+      ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+      const Node* project = g->nodes().back();
+      ASSERT_EQ(project->op(), "Conv");
+      EXPECT_EQ(project->GetInt("kiln.input_scale", 0), 1);
+      ASSERT_EQ(project->inputs().size(), 4u);
+      EXPECT_EQ(project->input(0), g->inputs()[0]);
+      for (const Node* node : g->nodes()) EXPECT_NE(node->op(), "Mul");
+      auto input = Random({n, 16, 6, 5}, 74);
+      auto fused = RunGraph(*g, {*input});
+      auto plain = RunGraph(*SqueezeExciteNet(n, bias, stride), {*input});
+      ASSERT_TRUE(fused.ok()) << fused.status();
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      const Tensor& a = (*fused)[0];
+      const Tensor& b = (*plain)[0];
+      ASSERT_EQ(a.num_elements(), b.num_elements());
+      for (int64_t i = 0; i < a.num_elements(); ++i) ASSERT_EQ(a.data_as<float>()[i], b.data_as<float>()[i]) << i;
+      EXPECT_LT(CompiledVsReference(SqueezeExciteNet(n, bias, stride), SqueezeExciteNet(n, bias, stride), kDefaultPipeline), 1e-5);
+    }
+  }
+  // --tune times such a Conv alone, feeding both its computed inputs (X and the scale).
+  std::unique_ptr<Graph> g = SqueezeExciteNet(1, true, 1, 12, 12);
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, kDefaultPipeline, {}, ctx).ok());
+  auto target = ResolveTarget("host");
+  ASSERT_TRUE(target.ok());
+  TuneOptions options;
+  options.enabled = true;
+  options.iterations = 2;  // no cache_path: nothing read or written
+  auto tuned = TuneGraph(*g, *target, options);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  ASSERT_EQ(tuned->measured, 1);
+  EXPECT_NE(tuned->decisions[0].timings.find("gemm128="), std::string::npos) << tuned->decisions[0].timings;
+}
+
 // x[3,5,L] * 8 -> Softmax or LogSoftmax over the last axis: rows shorter than, equal to and
 // longer than the vector width, with large logits so the max subtraction matters.
 std::unique_ptr<Graph> SoftmaxNet(const std::string& op, int64_t len) {

@@ -516,6 +516,9 @@ struct ConvKernel {
     const T* px = static_cast<const T*>(X.data);
     const T* pw = static_cast<const T*>(W.data);
     const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    // The input scale (inputs[3], [N or 1, C, 1...]): X[n, c] is read as X[n, c] * scale.
+    const T* pscale = call->num_inputs > 3 ? static_cast<const T*>(call->inputs[3].data) : nullptr;
+    const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
     T* py = static_cast<T*>(Y.data);
     const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
@@ -523,7 +526,7 @@ struct ConvKernel {
         return ImplicitGemm(call, w, group, activation, packed, cols);
       }
       if (packed) return KILN_KERR_UNSUPPORTED;
-      const bool depthwise_2d = X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
+      const bool depthwise_2d = pscale == nullptr && X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
                                 w.dilation[2] == 1 && w.in[2] <= kDepthwiseMaxWidth;
       const bool square = w.stride[1] == w.stride[2] && w.kernel[1] == w.kernel[2];
       if (depthwise_2d && square) {
@@ -547,6 +550,7 @@ struct ConvKernel {
         for (int64_t ic = 0; ic < ic_per_group; ++ic) {
           const T* x = px + (n * in_channels + g * ic_per_group + ic) * in_size;
           const T* wk = pw + (oc * ic_per_group + ic) * kernel_size;
+          const T scale = pscale != nullptr ? pscale[n * scale_batch_stride + g * ic_per_group + ic] : T(1);
           for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
             for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
               for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
@@ -564,7 +568,10 @@ struct ConvKernel {
                     int64_t lo = shift >= 0 ? 0 : (-shift + w.stride[2] - 1) / w.stride[2];
                     int64_t hi = w.in[2] - shift <= 0 ? 0 : (w.in[2] - shift + w.stride[2] - 1) / w.stride[2];
                     if (hi > w.out[2]) hi = w.out[2];
-                    if (w.stride[2] == 1) {
+                    if (pscale != nullptr) {
+                      // As Conv(Mul(X, scale)) computes it: the product rounded first.
+                      for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * T(xrow[ow * w.stride[2] + shift] * scale);
+                    } else if (w.stride[2] == 1) {
                       for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * xrow[ow + shift];
                     } else {
                       for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * xrow[ow * w.stride[2] + shift];
@@ -597,6 +604,9 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   const float* px = static_cast<const float*>(X.data);
   const float* pw = static_cast<const float*>(call->inputs[1].data);
   const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
+  // The input scale (see Run): applied to each packed row of B, i.e. per input channel.
+  const float* pscale = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
+  const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
@@ -608,6 +618,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       const int64_t cc = job % chunks, rg = job / chunks % groups, g = job / (chunks * groups) % group;
       const int64_t n = job / (chunks * groups * group);
       const float* x = px + (n * in_channels + g * icg) * in_size;
+      const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
       float* c = py + (n * out_channels + g * ocg) * out_size;
       const int64_t m0 = rg * rows, m1 = m0 + rows < ocg ? m0 + rows : ocg;
       const int64_t n0 = cc * cols, n1 = n0 + cols < out_size ? n0 + cols : out_size;
@@ -628,7 +639,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
         // X is already the B matrix of a 1x1 Conv: [input channels, positions]. With few
         // output channels, packing would cost as much as the product; with many, the
         // packed copy pays for itself by staying in cache.
-        if (pointwise && m1 - m0 <= 32) {
+        if (pointwise && m1 - m0 <= 32 && scale == nullptr) {
           *ldb = in_size;
           return x + k0 * in_size + c0;
         }
@@ -636,6 +647,11 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
           float* out = dst + k * *ldb;
           const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
           const float* xin = x + ic * in_size;
+          if (pointwise && scale != nullptr) {
+            const float s = scale[ic];
+            for (int64_t j = 0; j < nb; ++j) out[j] = xin[c0 + j] * s;
+            continue;
+          }
           if (pointwise) {
             memcpy(out, xin + c0, sizeof(float) * nb);
             continue;
@@ -671,6 +687,9 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
                 for (int64_t q = lo; q < hi; ++q) o[q] = src[iw0 + q * sw];
               }
               for (int64_t q = hi; q < run; ++q) o[q] = 0.f;
+              if (scale != nullptr) {
+                for (int64_t q = lo; q < hi; ++q) o[q] *= scale[ic];  // the image, not its zero padding
+              }
             }
             j += run;
           }
