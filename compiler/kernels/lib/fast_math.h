@@ -31,21 +31,31 @@ namespace kiln_kernels {
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
+// exp(x) given n = round(x / ln 2), the step every form below shares: x reduced to
+// r = x - n ln 2 (ln 2 in two parts, Cody-Waite), then exp(r) on [-ln2/2, ln2/2] by the
+// degree-6 minimax polynomial of Cephes' expf; the caller scales by 2^n. T: float or v8f
+// (by reference, as v8f must be).
+template <typename T>
+inline void ExpReduced(const T& x, const T& n, T& y) {
+  KILN_FAST_MATH_CONTRACT
+  T r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  T p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  y = p * r * r + r + 1.0f;
+}
+
 inline float FastExp(float x) {
   KILN_FAST_MATH_CONTRACT
   // The clamps keep n in [-126, 128]; n = 128 has no exponent field of its own, so it is
   // applied as 2^127 * 2, and results past FLT_MAX overflow to inf as expf's do.
   const float clamped = x < -87.3f ? -87.3f : (x > 88.7228f ? 88.7228f : x);
   const float n = __builtin_rintf(clamped * 1.44269504088896341f);
-  float r = clamped - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  float y;
+  ExpReduced(clamped, n, y);
   const int32_t exponent = static_cast<int32_t>(n);
   const int32_t bits = ((exponent > 127 ? 127 : exponent) + 127) << 23;
   float scale;
@@ -67,14 +77,8 @@ inline void FastExp8(v8f& v) {
   // With FMA the product may fuse into the add, rounding x / ln 2 itself rather than its
   // float product: n differs only at ties, where either n leaves r in range.
   const v8f n = (clamped * 1.44269504088896341f + shifter) - shifter;
-  v8f r = clamped - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  v8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const v8f y = p * r * r + r + 1.0f;
+  v8f y;
+  ExpReduced(clamped, n, y);
   const v8i exponent = __builtin_convertvector(n, v8i);
   const v8i max_exponent = {127, 127, 127, 127, 127, 127, 127, 127};
   const v8i over = exponent > max_exponent;
@@ -99,15 +103,8 @@ inline float FastExpNonPositive(float a) {
   // lands in the low mantissa bits of the sum (0x4B400000 + n).
   const float shifted = a * 1.44269504088896341f + 12582912.f;
   const float n = shifted - 12582912.f;
-  float r = a - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  float y;
+  ExpReduced(a, n, y);
   // (0x4B400000 + n) << 23 is n << 23 (the constant's bits shift out); + 127 << 23 makes
   // it the float 2^n.
   uint32_t scale_bits;
