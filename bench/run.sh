@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Kiln against ONNX Runtime (the CPU library onnxruntime-node ships) on the real-model set.
-#   bench/run.sh [--models a,b,...] [--threads "1 2"] [--iters N] [--iters-b8 N] [--skip-install]
+#   bench/run.sh [--models a,b,...] [--threads "1 2"] [--iters N] [--iters-b8 N] [--rounds R]
+#                [--rounds-b8 R] [--skip-install]
 # Builds `kiln` (build/), installs onnxruntime-node (bench/node_modules), exports the models
 # (bench/models, bench/make_models.py; NAME_b8 is NAME at batch 8, same weights), compiles
 # each for the host (cold: every run recompiles, timed), then runs `kiln bench` and
 # bench/ort_bench.js with the same inputs and thread count. Each model is first checked by
 # kiln-model-check (artifact vs reference interpreter, <= 1e-4 x output scale, and vs
-# PyTorch's outputs, <= 1e-3 x scale). Prints Markdown: the latency table (ratio = Kiln /
-# ORT, below 1 is Kiln faster), compile time per phase and pass, and peak memory (max RSS)
-# of a timed run of each runtime.
+# PyTorch's outputs, <= 1e-3 x scale). Timing alternates the two runtimes R rounds (default
+# 3 at batch 1, 1 at batch 8), each a median of N runs; the table gives the median of the
+# rounds' medians and each round's ratio, so a neighbour taking the machine during one
+# runtime's turn shows as one outlying round. Prints Markdown: the latency table (ratio =
+# Kiln / ORT, below 1 is Kiln faster), compile time per phase and pass, and peak memory
+# (max RSS) of a timed run of each runtime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models=squeezenet1_1,mobilenet_v2,resnet50,efficientnet_b0,bert_tiny,bert_base
@@ -16,6 +20,8 @@ models=$models,squeezenet1_1_b8,mobilenet_v2_b8,resnet50_b8,efficientnet_b0_b8,b
 threads="1 2"
 iters=20
 iters_b8=5
+rounds=3
+rounds_b8=1
 install=1
 while [ $# -gt 0 ]; do
   case $1 in
@@ -23,8 +29,10 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --iters-b8) iters_b8=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --rounds-b8) rounds_b8=$2; shift 2 ;;
     --skip-install) install=0; shift ;;
-    -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,14 +66,14 @@ print(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f}")' "
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "| model | batch | threads | Kiln median ms | ORT median ms | ratio (Kiln/ORT) | error vs interpreter |"
-echo "|---|---|---|---|---|---|---|"
+echo "| model | batch | threads | Kiln median ms | ORT median ms | ratio (Kiln/ORT) | ratio per round | error vs interpreter |"
+echo "|---|---|---|---|---|---|---|---|"
 compile_rows=()
 memory_rows=()
 for m in ${models//,/ }; do
   so=bench/models/$m.so
-  batch=1; n=$iters
-  case $m in *_b8) batch=8; n=$iters_b8 ;; esac
+  batch=1; n=$iters; r=$rounds
+  case $m in *_b8) batch=8; n=$iters_b8; r=$rounds_b8 ;; esac
   "$kiln" compile "bench/models/$m.onnx" -o "$so" --report "$tmp/$m.report.json" >&2
   compile_rows+=("$(/usr/bin/python3 - "$m" "$tmp/$m.report.json" <<'EOF'
 import json, sys
@@ -93,12 +101,23 @@ EOF
   fi
   err=$(echo "$check" | /usr/bin/python3 -c "import json,sys; print(f\"{max(json.loads(l)['relative_to_scale'] for l in sys.stdin if l.strip()):.1e}\")")
   for t in $threads; do
-    kiln_rss=$(peak_rss "$tmp/k.json" "$kiln" bench "$so" --threads "$t" --iters "$n")
-    ort_rss=$(peak_rss "$tmp/o.json" node bench/ort_bench.js "bench/models/$m.onnx" "${inputs[@]}" --threads "$t" --iters "$n")
-    k=$(field median_ms < "$tmp/k.json")
-    o=$(field median_ms < "$tmp/o.json")
-    ratio=$(/usr/bin/python3 -c "print(f'{$k / $o:.2f}')")
-    printf "| %s | %s | %s | %.2f | %.2f | %s | %s |\n" "$m" "$batch" "$t" "$k" "$o" "$ratio" "$err"
+    ks=() os=()
+    for ((round = 1; round <= r; ++round)); do
+      rss=$(peak_rss "$tmp/k.json" "$kiln" bench "$so" --threads "$t" --iters "$n")
+      [ $round = 1 ] && kiln_rss=$rss
+      rss=$(peak_rss "$tmp/o.json" node bench/ort_bench.js "bench/models/$m.onnx" "${inputs[@]}" --threads "$t" --iters "$n")
+      [ $round = 1 ] && ort_rss=$rss
+      ks+=("$(field median_ms < "$tmp/k.json")")
+      os+=("$(field median_ms < "$tmp/o.json")")
+    done
+    /usr/bin/python3 - "$m" "$batch" "$t" "$err" "${ks[*]}" "${os[*]}" <<'EOF'
+import statistics, sys
+m, batch, t, err = sys.argv[1:5]
+ks, os_ = [float(v) for v in sys.argv[5].split()], [float(v) for v in sys.argv[6].split()]
+k, o = statistics.median(ks), statistics.median(os_)
+rounds = ", ".join(f"{a / b:.2f}" for a, b in zip(ks, os_))
+print(f"| {m} | {batch} | {t} | {k:.2f} | {o:.2f} | {k / o:.2f} | {rounds} | {err} |")
+EOF
     [ "$t" = "$(echo $threads | cut -d' ' -f1)" ] && memory_rows+=("| $m | $t | $kiln_rss | $ort_rss |")
   done
 done
