@@ -614,13 +614,20 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   const int64_t rows = gemm::RowsPerJob(call, ocg, chunks * batch * group), groups = gemm::RowGroups(ocg, rows);
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
   auto jobs = [=](int64_t begin, int64_t end) {
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t cc = job % chunks, rg = job / chunks % groups, g = job / (chunks * groups) % group;
-      const int64_t n = job / (chunks * groups * group);
+    // Jobs are numbered row group fastest, and a range's consecutive row groups of one
+    // chunk run as one Block, so B (the chunk's im2col) is packed once per thread rather
+    // than once per row group: with 2 threads, ResNet-50's stride-2 3x3 conv into 7x7
+    // packed its 4608 x 49 im2col 8 times (one chunk split into 8 row groups) and ran 1.09x
+    // faster than on one thread.
+    for (int64_t job = begin; job < end;) {
+      const int64_t rg = job % groups, cc = job / groups % chunks, g = job / (groups * chunks) % group;
+      const int64_t n = job / (groups * chunks * group);
+      const int64_t run = (job - rg + groups < end ? job - rg + groups : end) - job;  // row groups taken together
+      job += run;
       const float* x = px + (n * in_channels + g * icg) * in_size;
       const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
       float* c = py + (n * out_channels + g * ocg) * out_size;
-      const int64_t m0 = rg * rows, m1 = m0 + rows < ocg ? m0 + rows : ocg;
+      const int64_t m0 = rg * rows, m1 = m0 + run * rows < ocg ? m0 + run * rows : ocg;
       const int64_t n0 = cc * cols, n1 = n0 + cols < out_size ? n0 + cols : out_size;
       // Where each output position of the chunk starts reading: its output column, and
       // the input coordinates of the window's first tap.
