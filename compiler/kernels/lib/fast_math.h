@@ -26,10 +26,16 @@
 namespace kiln_kernels {
 
 // Eight floats (or int32s) in one generic vector: AVX's width; LLVM splits it for SSE and
-// keeps it for AVX-512. Passed by reference below: GCC warns about the ABI of vector
-// arguments and returns when building for a target without AVX.
+// keeps it for AVX-512. The kernels' one vector type (gemm_core.h, the depthwise and
+// softmax kernels use it too). Passed by reference, and loaded, stored and broadcast by
+// macros rather than functions: GCC warns about the ABI of vector arguments and returns
+// when building for a target without AVX.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
+// Unaligned 8-lane loads and stores, and eight copies of x.
+#define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(::kiln_kernels::v8f))
+#define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(::kiln_kernels::v8f))
+#define KILN_SPLAT8(x) (::kiln_kernels::v8f{x, x, x, x, x, x, x, x})
 
 // exp(x) given n = round(x / ln 2), the step every form below shares: x reduced to
 // r = x - n ln 2 (ln 2 in two parts, Cody-Waite), then exp(r) on [-ln2/2, ln2/2] by the
@@ -70,23 +76,21 @@ inline float FastExp(float x) {
 inline void FastExp8(v8f& v) {
   KILN_FAST_MATH_CONTRACT
   const v8f x = v;
-  const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
-  const v8f hi = {88.7228f, 88.7228f, 88.7228f, 88.7228f, 88.7228f, 88.7228f, 88.7228f, 88.7228f};
+  const v8f lo = KILN_SPLAT8(-87.3f), hi = KILN_SPLAT8(88.7228f);
   const v8f clamped = x < lo ? lo : (x > hi ? hi : x);
-  const v8f shifter = {12582912.f, 12582912.f, 12582912.f, 12582912.f, 12582912.f, 12582912.f, 12582912.f, 12582912.f};
+  const v8f shifter = KILN_SPLAT8(12582912.f);
   // With FMA the product may fuse into the add, rounding x / ln 2 itself rather than its
   // float product: n differs only at ties, where either n leaves r in range.
   const v8f n = (clamped * 1.44269504088896341f + shifter) - shifter;
   v8f y;
   ExpReduced(clamped, n, y);
   const v8i exponent = __builtin_convertvector(n, v8i);
-  const v8i max_exponent = {127, 127, 127, 127, 127, 127, 127, 127};
+  const v8i max_exponent = v8i{} + 127;
   const v8i over = exponent > max_exponent;
   const v8f scale = (v8f)(((over ? max_exponent : exponent) + 127) << 23);
-  const v8f one = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
+  const v8f one = KILN_SPLAT8(1.f);
   const v8f result = y * scale * (over ? one + one : one);
-  const v8f inf = {__builtin_inff(), __builtin_inff(), __builtin_inff(), __builtin_inff(),
-                   __builtin_inff(), __builtin_inff(), __builtin_inff(), __builtin_inff()};
+  const v8f inf = KILN_SPLAT8(__builtin_inff());
   v = x != x ? x : (x > hi ? inf : result);
 }
 

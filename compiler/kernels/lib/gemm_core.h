@@ -9,6 +9,7 @@
 // source vectorizes for SSE, AVX2 or AVX-512 (LLVM splits or widens the 8-lane vectors).
 #pragma once
 
+#include "fast_math.h"
 #include "kernel_common.h"
 
 namespace kiln_kernels {
@@ -43,14 +44,7 @@ constexpr int64_t kConvNc = 128;
 constexpr int64_t kMaxNc = 256;
 constexpr int64_t kMc = 240;   // rows of A per L2-resident block
 
-typedef float v8f __attribute__((vector_size(32)));
-
-// Unaligned 8-lane loads and stores. Macros rather than functions: GCC warns about the
-// ABI of vector arguments and returns when building for a target without AVX.
-#define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(::kiln_kernels::gemm::v8f))
-#define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(::kiln_kernels::gemm::v8f))
-// Eight copies of x (a macro for the same reason).
-#define KILN_SPLAT8(x) (::kiln_kernels::gemm::v8f{x, x, x, x, x, x, x, x})
+using v8f = ::kiln_kernels::v8f;  // and KILN_LOAD8 / KILN_STORE8 / KILN_SPLAT8: fast_math.h
 
 // What the micro-kernel does to its C tile in registers after the last K block: add a
 // per-row bias (a Conv's, one per output channel) and apply ReLU or Clip, the activations

@@ -592,7 +592,8 @@ struct ConvKernel {
 
 // Conv as a GEMM per (image, group): C[oc, p] = W[oc, (ic, kd, kh, kw)] · X'[(ic, kd, kh, kw), p]
 // where X' (im2col) is never materialised: each packed block of it is gathered from X
-// when the core asks for it. Jobs are (image, group, row group, column chunk).
+// when the core asks for it. Jobs are (image, group, column chunk, row group), row group
+// fastest.
 int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, int64_t activation,
                                  bool packed, int64_t cols) {
   const kiln_ktensor& X = call->inputs[0];
@@ -622,12 +623,12 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
     for (int64_t job = begin; job < end;) {
       const int64_t rg = job % groups, cc = job / groups % chunks, g = job / (groups * chunks) % group;
       const int64_t n = job / (groups * chunks * group);
-      const int64_t run = (job - rg + groups < end ? job - rg + groups : end) - job;  // row groups taken together
-      job += run;
+      const int64_t taken = (job - rg + groups < end ? job - rg + groups : end) - job;  // row groups run together
+      job += taken;
       const float* x = px + (n * in_channels + g * icg) * in_size;
       const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
       float* c = py + (n * out_channels + g * ocg) * out_size;
-      const int64_t m0 = rg * rows, m1 = m0 + run * rows < ocg ? m0 + run * rows : ocg;
+      const int64_t m0 = rg * rows, m1 = m0 + taken * rows < ocg ? m0 + taken * rows : ocg;
       const int64_t n0 = cc * cols, n1 = n0 + cols < out_size ? n0 + cols : out_size;
       // Where each output position of the chunk starts reading: its output column, and
       // the input coordinates of the window's first tap.

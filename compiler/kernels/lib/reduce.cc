@@ -201,14 +201,14 @@ static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len
       for (int l = 1; l < 8; ++l) max_value = lanes[l] > max_value ? lanes[l] : max_value;
       for (; k < len; ++k) max_value = x[k] > max_value ? x[k] : max_value;
       v8f sums = {};
-      const v8f shift = {max_value, max_value, max_value, max_value, max_value, max_value, max_value, max_value};
+      const v8f shift = KILN_SPLAT8(max_value);
       k = 0;
       for (; k + 8 <= len; k += 8) {
         v8f e;
-        memcpy(&e, x + k, sizeof(e));
+        KILN_LOAD8(e, x + k);
         e -= shift;
         FastExp8(e);
-        if (!log_softmax) memcpy(y + k, &e, sizeof(e));
+        if (!log_softmax) KILN_STORE8(y + k, e);
         sums += e;
       }
       float sum = 0.f;
