@@ -20,6 +20,7 @@
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Linker/Linker.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -663,6 +664,16 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
       f.addFnAttr(llvm::Attribute::AlwaysInline);
     }
   }
+  // The kernels' one question about the target (kernel_common.h, WideVectors()): 16-lane
+  // vectors and 32 registers, i.e. AVX-512F. A constant here, so the other tile's code folds
+  // away.
+  std::string gemm_tile;
+  if (llvm::GlobalVariable* wide = module->getGlobalVariable("kiln_wide_vectors"); wide != nullptr) {
+    const bool avx512 = machine->getMCSubtargetInfo()->checkFeatures("+avx512f");
+    wide->setInitializer(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), avx512 ? 1 : 0));
+    wide->setConstant(true);
+    gemm_tile = avx512 ? "12x32" : "6x16";
+  }
   for (llvm::GlobalVariable& g : module->globals()) {
     if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
   }
@@ -714,6 +725,7 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
   result.shared_object = std::move(*shared);
   end_phase("link");
   result.phase_ms = std::move(phases);
+  result.gemm_tile = gemm_tile;
   return result;
 }
 

@@ -164,6 +164,7 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
          << ", \"naive_bytes\": " << result.memory_plan.naive_bytes << ", \"in_place\": " << result.memory_plan.in_place
          << ", \"views\": " << result.memory_plan.views << "},\n"
          << "  \"nodes\": " << (*graph)->num_nodes() << ",\n"
+         << "  \"gemm_tile\": \"" << artifact->gemm_tile << "\",\n"
          << "  \"object_bytes\": " << artifact->object_bytes << ",\n"
          << "  \"artifact_bytes\": " << result.shared_object.size() << "\n}\n";
   result.report_json = report.str();

@@ -99,16 +99,29 @@ TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
   EXPECT_EQ(ctx.memory_plan.views, 1);
 }
 
-// Runs `pipeline` on the graph, compiles it for the host and runs the artifact on `input`
-// (the graph's one input) once per thread count; returns the output (graph output 0) of
-// each run, in order.
+// The GEMM core's two register tiles (gemm_core.h) by the targets that select them: 6x16
+// for AVX2 (x86-64-v3) and 12x32 for AVX-512F (x86-64-v4), the wide one only where this
+// CPU can run it. Tests of GEMM-shaped kernels run on each.
+std::vector<std::string> TileTargets() {
+  std::vector<std::string> targets = {"x86-64-v3"};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd")) {
+    targets.push_back("x86-64-v4");
+  }
+  return targets;
+}
+
+// Runs `pipeline` on the graph, compiles it for `target` (this machine must run it) and
+// runs the artifact on `input` (the graph's one input) once per thread count; returns the
+// output (graph output 0) of each run, in order.
 std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
-                                const std::vector<int32_t>& thread_counts) {
+                                const std::vector<int32_t>& thread_counts, const std::string& target_spec = "host") {
   std::vector<Tensor> outputs;
   PassContext ctx;
   auto stats = RunPipeline(graph, pipeline, {}, ctx);
   EXPECT_TRUE(stats.ok()) << stats.status();
-  auto target = ResolveTarget("host");
+  auto target = ResolveTarget(target_spec);
   EXPECT_TRUE(target.ok());
   CodegenOptions options{*target, "{}", "test"};
   auto artifact = GenerateArtifact(graph, ctx.has_memory_plan ? ctx.memory_plan : NaiveMemoryPlan(graph), options);
@@ -136,13 +149,14 @@ std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const
 
 // Compiles the graph, runs the artifact and returns max |compiled - reference| relative
 // to the reference's largest magnitude.
-double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Graph> compiled_graph, const std::string& pipeline) {
+double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Graph> compiled_graph, const std::string& pipeline,
+                           const std::string& target = "host") {
   auto input = Random(reference->inputs()[0]->type().StaticDims(), 99);
   auto expected = RunGraph(*reference, {*input});
   EXPECT_TRUE(expected.ok()) << expected.status();
   if (!expected.ok()) return 1e9;
   // One thread (kernels run serially, exec is NULL) and two (jobs split for the pool).
-  const std::vector<Tensor> outputs = RunArtifact(*compiled_graph, pipeline, *input, {1, 2});
+  const std::vector<Tensor> outputs = RunArtifact(*compiled_graph, pipeline, *input, {1, 2}, target);
   if (outputs.size() != 2) return 1e9;
   double max_error = 0, scale = 0;
   for (const Tensor& out : outputs) {
@@ -362,7 +376,10 @@ TEST(CodegenTest, WinogradConvMatchesInterpreter) {
     ASSERT_TRUE(call.ok()) << call.status();
     EXPECT_EQ(call->kernel, "conv_winograd");
     EXPECT_GT(call->scratch_bytes, 0);
-    EXPECT_LT(CompiledVsReference(WinogradNet(t), WinogradNet(t), kDefaultPipeline), t.tolerance);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference(WinogradNet(t), WinogradNet(t), kDefaultPipeline, target), t.tolerance);
+    }
   }
 }
 
@@ -414,9 +431,12 @@ TEST(CodegenTest, ConvEpiloguesMatchInterpreter) {
       auto call = LowerForArtifact(*FindOp("Conv"), *g->nodes()[0]);
       ASSERT_TRUE(call.ok()) << call.status();
       EXPECT_EQ(call->inputs[1].node_input, -1);  // the pre-packed weight
-      EXPECT_LT(CompiledVsReference(EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w),
-                                    EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w), kDefaultPipeline),
-                1e-5);
+      for (const std::string& target : TileTargets()) {
+        SCOPED_TRACE(target);
+        EXPECT_LT(CompiledVsReference(EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w),
+                                      EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w), kDefaultPipeline, target),
+                  1e-5);
+      }
     }
   }
 }
@@ -496,7 +516,10 @@ std::unique_ptr<Graph> GemvNet(bool trans_b) {
 TEST(CodegenTest, OneRowGemmMatchesInterpreter) {
   for (bool trans_b : {false, true}) {
     SCOPED_TRACE(trans_b ? "transB" : "B");
-    EXPECT_LT(CompiledVsReference(GemvNet(trans_b), GemvNet(trans_b), "fold-constants"), 1e-5);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference(GemvNet(trans_b), GemvNet(trans_b), "fold-constants", target), 1e-5);
+    }
   }
 }
 
@@ -660,12 +683,33 @@ std::unique_ptr<Graph> MatMulNet(int64_t m, int64_t k, int64_t n) {
 }
 
 TEST(CodegenTest, MatMulTilesMatchInterpreter) {
-  // N = 16 and 80 take B pre-packed in panels (and m = 250 more than one 240-row block).
-  for (int64_t n : {5, 8, 9, 16, 17, 49, 80}) {
-    for (int64_t m : {int64_t{1}, int64_t{13}, n % 16 == 0 ? int64_t{250} : int64_t{2}}) {
-      SCOPED_TRACE(::testing::Message() << m << " x 300 x " << n);
-      EXPECT_LT(CompiledVsReference(MatMulNet(m, 300, n), MatMulNet(m, 300, n), "fold-constants"), 1e-5);
+  // N = 16 and 80 take B pre-packed in panels (and m = 250 more than one 240-row block); on
+  // the wide tile 80 is two 32-column tiles and a 16-column one, 13 rows a 12-row tile and
+  // one row, 250 rows a 240-row block and 10 rows; 33 and 49 end in partial tiles of both.
+  for (const std::string& target : TileTargets()) {
+    for (int64_t n : {5, 8, 9, 16, 17, 33, 49, 80}) {
+      for (int64_t m : {int64_t{1}, int64_t{13}, n % 16 == 0 ? int64_t{250} : int64_t{2}}) {
+        SCOPED_TRACE(::testing::Message() << target << ": " << m << " x 300 x " << n);
+        EXPECT_LT(CompiledVsReference(MatMulNet(m, 300, n), MatMulNet(m, 300, n), "fold-constants", target), 1e-5);
+      }
     }
+  }
+}
+
+// The target picks the GEMM core's tile: AVX-512F the 12x32 one, AVX2 the 6x16 one (the
+// artifact's report says which; compiling needs no such CPU).
+TEST(CodegenTest, GemmTileFollowsTarget) {
+  for (const auto& [spec, tile] : std::vector<std::pair<std::string, std::string>>{
+           {"x86-64-v3", "6x16"}, {"x86-64-v4", "12x32"}, {"skylake-avx512", "12x32"}, {"x86-64", "6x16"}}) {
+    SCOPED_TRACE(spec);
+    std::unique_ptr<Graph> g = MatMulNet(13, 300, 80);
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fold-constants", {}, ctx).ok());
+    auto target = ResolveTarget(spec);
+    ASSERT_TRUE(target.ok()) << target.status();
+    auto artifact = GenerateArtifact(*g, NaiveMemoryPlan(*g), CodegenOptions{*target, "{}", "test"});
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    EXPECT_EQ(artifact->gemm_tile, tile);
   }
 }
 

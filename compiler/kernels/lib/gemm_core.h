@@ -4,9 +4,13 @@
 // past the edges) into a contiguous, aligned buffer, which is where a Conv does its
 // im2col and a transposed B gets transposed. A is read in place through strides, one
 // scalar per row and k, broadcast against B. (Copying A into k-major panels was tried and
-// measured slower here: the copy cost more than the strided reads.) The micro-kernel keeps a kMr x kNr block of C in
-// registers for the whole K block; it is written with generic vector types, so the same
-// source vectorizes for SSE, AVX2 or AVX-512 (LLVM splits or widens the 8-lane vectors).
+// measured slower here: the copy cost more than the strided reads.) The micro-kernel keeps a tile of C in
+// registers for the whole K block, written with generic vector types. Two tiles, picked
+// by the target (WideVectors(), kernel_common.h): 6 x 16 in 8-lane vectors (12 of AVX2's
+// 16 registers as accumulators; SSE splits them) and, where AVX-512F gives 16 lanes and 32
+// registers, 12 x 32 in 16-lane vectors (24 accumulators). The wide tile reads its rows as
+// two 6-row halves and its columns as two 16-column halves, so every packed layout (6-row
+// weight panels, 16-column B panels) serves both tiles and lowering need not know which.
 #pragma once
 
 #include "fast_math.h"
@@ -33,8 +37,10 @@ inline float Dot(const float* __restrict a, const float* __restrict b, int64_t n
   return sum;
 }
 
-constexpr int kMr = 6;      // rows of C per micro-kernel
-constexpr int kNr = 16;     // columns of C per micro-kernel (two 8-lane vectors)
+constexpr int kMr = 6;      // rows of C per narrow micro-kernel; rows per weight panel
+constexpr int kNr = 16;     // columns of C per narrow micro-kernel (two 8-lane vectors); per B panel
+constexpr int kWideMr = 2 * kMr;  // the wide tile: two row halves of kMr
+constexpr int kWideNr = 2 * kNr;  // and two 16-lane column halves
 constexpr int64_t kKc = 256;  // K block: one packed B block is kKc x (job width) floats
 constexpr int64_t kNc = 64;   // columns of C per MatMul/Gemm job
 // Columns of C (output positions) per Conv job: 128 measured 10-25 % faster than 64 or
@@ -45,6 +51,19 @@ constexpr int64_t kMaxNc = 256;
 constexpr int64_t kMc = 240;   // rows of A per L2-resident block
 
 using v8f = ::kiln_kernels::v8f;  // and KILN_LOAD8 / KILN_STORE8 / KILN_SPLAT8: fast_math.h
+// The wide tile's 16-lane vector (one AVX-512 register).
+typedef float v16f __attribute__((vector_size(64)));
+#define KILN_SPLAT16(x) (::kiln_kernels::gemm::v16f{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
+// dst = x in every lane of V, for V (dst's type, a template parameter) v8f or v16f; a
+// macro, as fast_math.h explains for vector returns.
+#define KILN_SPLAT_V(V, dst, x)                            \
+  do {                                                     \
+    if constexpr (sizeof(V) == sizeof(v16f)) {             \
+      (dst) = KILN_SPLAT16(x);                             \
+    } else {                                               \
+      (dst) = KILN_SPLAT8(x);                              \
+    }                                                      \
+  } while (0)
 
 // What the micro-kernel does to its C tile in registers after the last K block: add a
 // per-row bias (a Conv's, one per output channel) and apply ReLU or Clip, the activations
@@ -57,26 +76,32 @@ struct Epilogue {
   float lo = 0.f, hi = 0.f;  // Clip bounds
 };
 
-// C[0..MR, 0..8*NV) (+)= A[0..MR, 0..kb) · B[0..kb, 0..8*NV); B rows are ldb apart.
-// NV = 2 is the full 16-column tile; NV = 1 serves a last partial tile of at most 8
-// columns at half the work. ep (null: none) applies to rows row0.. of C.
-template <int MR, int NV>
-inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, const float* bp, int64_t ldb,
-                        float* c, int64_t ldc, bool accumulate, const Epilogue* ep, int64_t row0) {
+// C[0..MR, 0..L*NV) (+)= A[0..MR, 0..kb) · B[0..kb, 0..L*NV), L the lanes of V (v8f: the
+// narrow tile, MR <= kMr; v16f: the wide one, MR <= kWideMr). Rows i < kMr of A are
+// a[i * a_row + k * a_k], rows from kMr on a_hi[(i - kMr) * a_row + k * a_k] (the next
+// weight panel, or a + kMr rows). Column vector 0 of B row k is at b0 + k * ldb, vector 1
+// at b1 + k * ldb (b0 + L, or the next 16-column panel). NV = 2 is the full tile; NV = 1
+// serves a last partial tile of at most L columns at half the work. ep (null: none)
+// applies to rows row0.. of C.
+template <typename V, int MR, int NV>
+inline void MicroKernel(int64_t kb, const float* a, const float* a_hi, int64_t a_row, int64_t a_k, const float* b0,
+                        const float* b1, int64_t ldb, float* c, int64_t ldc, bool accumulate, const Epilogue* ep,
+                        int64_t row0) {
 #ifdef __clang__
   // The library builds with -ffp-contract=off (results that do not depend on the target);
   // here, and only here, a multiply-add may fuse into one FMA: the GEMM's sums are
   // reassociated by blocking anyway, and FMA doubles its throughput.
 #pragma clang fp contract(fast)
 #endif
-  v8f acc0[MR], acc1[MR];
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  V acc0[MR], acc1[MR];
   for (int i = 0; i < MR; ++i) {
     if (accumulate) {
-      KILN_LOAD8(acc0[i], c + i * ldc);
-      if constexpr (NV == 2) KILN_LOAD8(acc1[i], c + i * ldc + 8);
+      memcpy(&acc0[i], c + i * ldc, sizeof(V));
+      if constexpr (NV == 2) memcpy(&acc1[i], c + i * ldc + L, sizeof(V));
     } else {
-      acc0[i] = v8f{};
-      if constexpr (NV == 2) acc1[i] = v8f{};
+      acc0[i] = V{};
+      if constexpr (NV == 2) acc1[i] = V{};
     }
   }
   if (a_k == 1) {
@@ -84,40 +109,46 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
     // all indexed by k, so the loads' addresses do not form a chain of adds (which cost
     // as much as the FMAs they feed).
     const float* rows[MR];
-    for (int i = 0; i < MR; ++i) rows[i] = a + i * a_row;
+    for (int i = 0; i < MR; ++i) rows[i] = i < kMr ? a + i * a_row : a_hi + (i - kMr) * a_row;
     for (int64_t k = 0; k < kb; ++k) {
-      v8f b0, b1;
-      KILN_LOAD8(b0, bp + k * ldb);
-      if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
+      V bv0, bv1;
+      memcpy(&bv0, b0 + k * ldb, sizeof(V));
+      if constexpr (NV == 2) memcpy(&bv1, b1 + k * ldb, sizeof(V));
       for (int i = 0; i < MR; ++i) {
         const float x = rows[i][k];
-        const v8f av = KILN_SPLAT8(x);
-        acc0[i] += av * b0;
-        if constexpr (NV == 2) acc1[i] += av * b1;
+        V av;
+        KILN_SPLAT_V(V, av, x);
+        acc0[i] += av * bv0;
+        if constexpr (NV == 2) acc1[i] += av * bv1;
       }
     }
   } else {
     for (int64_t k = 0; k < kb; ++k) {
-      v8f b0, b1;
-      KILN_LOAD8(b0, bp + k * ldb);
-      if constexpr (NV == 2) KILN_LOAD8(b1, bp + k * ldb + 8);
+      V bv0, bv1;
+      memcpy(&bv0, b0 + k * ldb, sizeof(V));
+      if constexpr (NV == 2) memcpy(&bv1, b1 + k * ldb, sizeof(V));
       for (int i = 0; i < MR; ++i) {
-        const float x = a[i * a_row + k * a_k];
-        const v8f av = KILN_SPLAT8(x);
-        acc0[i] += av * b0;
-        if constexpr (NV == 2) acc1[i] += av * b1;
+        const float x = i < kMr ? a[i * a_row + k * a_k] : a_hi[(i - kMr) * a_row + k * a_k];
+        V av;
+        KILN_SPLAT_V(V, av, x);
+        acc0[i] += av * bv0;
+        if constexpr (NV == 2) acc1[i] += av * bv1;
       }
     }
   }
   if (ep != nullptr) {
     for (int i = 0; i < MR; ++i) {
       if (ep->row_bias != nullptr) {
-        const v8f bv = KILN_SPLAT8(ep->row_bias[row0 + i]);
+        V bv;
+        KILN_SPLAT_V(V, bv, ep->row_bias[row0 + i]);
         acc0[i] += bv;
         if constexpr (NV == 2) acc1[i] += bv;
       }
     }
-    const v8f zero = {}, lo = KILN_SPLAT8(ep->lo), hi = KILN_SPLAT8(ep->hi);
+    const V zero = {};
+    V lo, hi;
+    KILN_SPLAT_V(V, lo, ep->lo);
+    KILN_SPLAT_V(V, hi, ep->hi);
     if (ep->kind == Epilogue::kRelu) {
       for (int i = 0; i < MR; ++i) {
         acc0[i] = acc0[i] > zero ? acc0[i] : zero;
@@ -131,25 +162,36 @@ inline void MicroKernel(int64_t kb, const float* a, int64_t a_row, int64_t a_k, 
     }
   }
   for (int i = 0; i < MR; ++i) {
-    KILN_STORE8(c + i * ldc, acc0[i]);
-    if constexpr (NV == 2) KILN_STORE8(c + i * ldc + 8, acc1[i]);
+    memcpy(c + i * ldc, &acc0[i], sizeof(V));
+    if constexpr (NV == 2) memcpy(c + i * ldc + L, &acc1[i], sizeof(V));
   }
 }
 
 // Not inlined, also in artifacts (codegen keeps noinline): every GEMM-shaped node of a
 // model shares one copy of the unrolled micro-kernels instead of compiling its own.
-template <int NV>
-__attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float* a, int64_t a_row, int64_t a_k,
-                                               const float* bp, int64_t ldb, float* c, int64_t ldc, bool accumulate,
-                                               const Epilogue* ep = nullptr, int64_t row0 = 0) {
-  switch (rows) {
-    case 6: MicroKernel<6, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
-    case 5: MicroKernel<5, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
-    case 4: MicroKernel<4, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
-    case 3: MicroKernel<3, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
-    case 2: MicroKernel<2, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
-    default: MicroKernel<1, NV>(kb, a, a_row, a_k, bp, ldb, c, ldc, accumulate, ep, row0); break;
+// rows: 1..kMr for the narrow tile (V = v8f), 1..kWideMr for the wide one (v16f).
+template <typename V, int NV>
+__attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float* a, const float* a_hi, int64_t a_row,
+                                               int64_t a_k, const float* b0, const float* b1, int64_t ldb, float* c,
+                                               int64_t ldc, bool accumulate, const Epilogue* ep = nullptr,
+                                               int64_t row0 = 0) {
+#define KILN_MK_CASE(R)                                                                               \
+  case R:                                                                                             \
+    MicroKernel<V, R, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); \
+    break;
+  if constexpr (sizeof(V) == sizeof(v16f)) {
+    switch (rows) {
+      KILN_MK_CASE(12) KILN_MK_CASE(11) KILN_MK_CASE(10) KILN_MK_CASE(9) KILN_MK_CASE(8) KILN_MK_CASE(7)
+      KILN_MK_CASE(6) KILN_MK_CASE(5) KILN_MK_CASE(4) KILN_MK_CASE(3) KILN_MK_CASE(2)
+      default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break;
+    }
+  } else {
+    switch (rows) {
+      KILN_MK_CASE(6) KILN_MK_CASE(5) KILN_MK_CASE(4) KILN_MK_CASE(3) KILN_MK_CASE(2)
+      default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break;
+    }
   }
+#undef KILN_MK_CASE
 }
 
 // The last few columns of a job whose A is pre-packed in panels (a 1x1 Conv over 7x7 has
@@ -201,26 +243,27 @@ inline void PanelColumn(int rows, int64_t kb, const float* a, const float* b, in
 // micro-kernel doing four columns' work at full width.
 constexpr int64_t kPanelColumns = 2;
 
-// Computes C rows [m0, m1) x columns [n0, n1) (n1 - n0 <= kMaxNc) over the whole K.
-// A(i, k) = a[i * a_row + k * a_k]; C(i, j) = c[i * ldc + j].
-// pack(k0, kb, n0, nb, dst, &ldb) returns where B(k0 + k, n0 + j) is for k < kb, j < nb:
-// either dst, filled with row stride *ldb (as Block sets it: the job width rounded up to a
-// multiple of kNc), or (when B already lies row-major in memory, as
-// for a 1x1 Conv) a pointer into B itself with its row stride. The core pads as needed.
-// A in panels (a_panel > 0): rows come in groups of kMr, each group k-major ([K][kMr], the
-// layout ops/nn_ops.cc pre-packs constant Conv weights into), a_panel floats apart; then
-// A(i, k) = a[(i / kMr) * a_panel + k * kMr + i % kMr] and a_row, a_k are ignored. m0 must
-// then be a multiple of kMr. One sequential stream per micro-kernel instead of kMr.
-// ep (null: none) is applied once, after the last K block.
-template <typename Pack>
-inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
-                  int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0, const Epilogue* ep = nullptr) {
+// The two tiles: vector type, rows, columns (two vectors of kHalf lanes).
+template <bool kWide>
+struct Tile {
+  using V = std::conditional_t<kWide, v16f, v8f>;
+  static constexpr int kRows = kWide ? kWideMr : kMr;
+  static constexpr int64_t kCols = kWide ? kWideNr : kNr;
+  static constexpr int64_t kHalf = kCols / 2;
+};
+
+// Block (below) on one tile.
+template <bool kWide, typename Pack>
+inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
+                       int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel, const Epilogue* ep) {
+  using T = Tile<kWide>;
+  using V = typename T::V;
   if (a_panel > 0) {
     a_row = 1;
     a_k = kMr;
   }
   alignas(64) float packed[kKc * kMaxNc];
-  alignas(64) float edge[kKc * kNr];  // the last, partial 16 columns of a direct B
+  alignas(64) float edge[kKc * T::kCols];  // the last, partial tile's columns of a direct B
   const int64_t nb = n1 - n0;
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
@@ -235,45 +278,54 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
     const bool accumulate = k0 > 0;
     const Epilogue* last = k0 + kb >= K ? ep : nullptr;
     // Edge columns of a direct B, padded to a full tile once per K block.
-    const int64_t full_cols = nb / kNr * kNr;
+    const int64_t full_cols = nb / T::kCols * T::kCols;
     if (b != packed && full_cols < nb) {
       for (int64_t k = 0; k < kb; ++k) {
-        for (int64_t q = 0; q < kNr; ++q) edge[k * kNr + q] = full_cols + q < nb ? b[k * ldb + full_cols + q] : 0.f;
+        for (int64_t q = 0; q < T::kCols; ++q) {
+          edge[k * T::kCols + q] = full_cols + q < nb ? b[k * ldb + full_cols + q] : 0.f;
+        }
       }
     }
     // Row blocks of kMc rows outermost, so their A block (kMc x kb) stays in L2 while
-    // every column tile goes past it; then column tiles outside, rows inside: one 16-column
+    // every column tile goes past it; then column tiles outside, rows inside: one tile-wide
     // slice of B stays in L1 while the block's rows go past it.
     for (int64_t mb = m0; mb < m1; mb += kMc) {
     const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
-    for (int64_t j = 0; j < nb; j += kNr) {
-      const int64_t cols = nb - j < kNr ? nb - j : kNr;
-      const bool direct_edge = b != packed && cols < kNr;
+    for (int64_t j = 0; j < nb; j += T::kCols) {
+      const int64_t cols = nb - j < T::kCols ? nb - j : T::kCols;
+      const bool direct_edge = b != packed && cols < T::kCols;
       const float* bj = direct_edge ? edge : b + j;
-      const int64_t ldbj = direct_edge ? kNr : ldb;
-      for (int64_t i = mb; i < mb1; i += kMr) {
-        const int rows = static_cast<int>(mb1 - i < kMr ? mb1 - i : kMr);
+      const int64_t ldbj = direct_edge ? T::kCols : ldb;
+      for (int64_t i = mb; i < mb1; i += T::kRows) {
+        const int rows = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
         const float* ai = a_panel > 0 ? a + i / kMr * a_panel + k0 * kMr : a + i * a_row + k0 * a_k;
+        const float* ai_hi = a_panel > 0 ? ai + a_panel : ai + kMr * a_row;  // rows kMr.. (wide tile)
         float* cij = c + i * ldc + n0 + j;
-        if (cols == kNr) {
-          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, cij, ldc, accumulate, last, i);
+        if (cols == T::kCols) {
+          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, cij, ldc, accumulate, last, i);
           continue;
         }
         if (a_panel > 0 && cols <= kPanelColumns) {
-          for (int64_t q = 0; q < cols; ++q) PanelColumn(rows, kb, ai, bj + q, ldbj, cij + q, ldc, accumulate, last, i);
+          for (int64_t q = 0; q < cols; ++q) {
+            PanelColumn(rows < kMr ? rows : kMr, kb, ai, bj + q, ldbj, cij + q, ldc, accumulate, last, i);
+            if (rows > kMr) {
+              PanelColumn(rows - kMr, kb, ai_hi, bj + q, ldbj, cij + kMr * ldc + q, ldc, accumulate, last, i + kMr);
+            }
+          }
           continue;
         }
-        // A partial tile: work on a copy 8 or 16 columns wide (the padded B columns are
-        // zero), then write back the valid columns.
-        const int64_t width = cols <= 8 ? 8 : kNr;
-        alignas(64) float tile[kMr * kNr];
+        // A partial tile: work on a copy one or two vectors wide (the padded B columns
+        // are zero), then write back the valid columns.
+        const int64_t width = cols <= T::kHalf ? T::kHalf : T::kCols;
+        alignas(64) float tile[T::kRows * T::kCols];
         for (int r = 0; r < rows; ++r) {
           for (int64_t q = 0; q < width; ++q) tile[r * width + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
         }
-        if (width == 8) {
-          MicroKernelRows<1>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate, last, i);
+        if (width == T::kHalf) {
+          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, tile, width, accumulate, last, i);
         } else {
-          MicroKernelRows<2>(rows, kb, ai, a_row, a_k, bj, ldbj, tile, width, accumulate, last, i);
+          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, tile, width, accumulate, last,
+                                i);
         }
         for (int r = 0; r < rows; ++r) {
           for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * width + q];
@@ -284,25 +336,69 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
   }
 }
 
-// C[m0..m1, n0..n1) = A[m0..m1, 0..K) · B where B is pre-packed in 16-column panels,
-// [N/16][K][16] (N, n0, n1 multiples of 16): a constant weight packed at compile time
-// (MatMul's B, Winograd's U), so nothing is copied at run time and each micro-kernel
-// streams one contiguous panel. Rows in blocks of kMc (A in L2), column tiles outside and
-// rows inside (one K block of a panel in L1 while the block's rows go past it).
-inline void PanelBlock(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
-                       const float* panels, float* c, int64_t ldc) {
+// Computes C rows [m0, m1) x columns [n0, n1) (n1 - n0 <= kMaxNc) over the whole K, on
+// the target's tile (WideVectors()).
+// A(i, k) = a[i * a_row + k * a_k]; C(i, j) = c[i * ldc + j].
+// pack(k0, kb, n0, nb, dst, &ldb) returns where B(k0 + k, n0 + j) is for k < kb, j < nb:
+// either dst, filled with row stride *ldb (as Block sets it: the job width rounded up to a
+// multiple of kNc), or (when B already lies row-major in memory, as
+// for a 1x1 Conv) a pointer into B itself with its row stride. The core pads as needed.
+// A in panels (a_panel > 0): rows come in groups of kMr, each group k-major ([K][kMr], the
+// layout ops/nn_ops.cc pre-packs constant Conv weights into), a_panel floats apart; then
+// A(i, k) = a[(i / kMr) * a_panel + k * kMr + i % kMr] and a_row, a_k are ignored. m0 must
+// then be a multiple of kMr. One sequential stream per row half instead of kMr.
+// ep (null: none) is applied once, after the last K block.
+template <typename Pack>
+inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
+                  int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0, const Epilogue* ep = nullptr) {
+  if (WideVectors()) {
+    BlockTiles<true>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+  } else {
+    BlockTiles<false>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+  }
+}
+
+// PanelBlock (below) on one tile.
+template <bool kWide>
+inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
+                            const float* panels, float* c, int64_t ldc) {
+  using T = Tile<kWide>;
+  using V = typename T::V;
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
     for (int64_t mb = m0; mb < m1; mb += kMc) {
       const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
-      for (int64_t j = n0; j < n1; j += kNr) {
+      for (int64_t j = n0; j < n1; j += T::kCols) {
         const float* b = panels + (j / kNr) * K * kNr + k0 * kNr;
-        for (int64_t i = mb; i < mb1; i += kMr) {
-          const int r = static_cast<int>(mb1 - i < kMr ? mb1 - i : kMr);
-          MicroKernelRows<2>(r, kb, a + i * lda + k0, lda, 1, b, kNr, c + i * ldc + j, ldc, k0 > 0);
+        // The narrow tile's two vectors lie in one panel; the wide tile's in two.
+        const float* b_second = kWide ? b + K * kNr : b + T::kHalf;
+        const bool full = j + T::kCols <= n1;
+        for (int64_t i = mb; i < mb1; i += T::kRows) {
+          const int r = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
+          const float* ai = a + i * lda + k0;
+          if (full) {
+            MicroKernelRows<V, 2>(r, kb, ai, ai + kMr * lda, lda, 1, b, b_second, kNr, c + i * ldc + j, ldc, k0 > 0);
+          } else {  // the wide tile's last 16 columns
+            MicroKernelRows<V, 1>(r, kb, ai, ai + kMr * lda, lda, 1, b, b, kNr, c + i * ldc + j, ldc, k0 > 0);
+          }
         }
       }
     }
+  }
+}
+
+// C[m0..m1, n0..n1) = A[m0..m1, 0..K) · B where B is pre-packed in 16-column panels,
+// [N/16][K][16] (N, n0, n1 multiples of 16): a constant weight packed at compile time
+// (MatMul's B, Winograd's U), so nothing is copied at run time and each micro-kernel
+// streams one contiguous panel (the wide tile two). Rows in blocks of kMc (A in L2),
+// column tiles outside and rows inside (one K block of a panel in L1 while the block's
+// rows go past it).
+inline void PanelBlock(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
+                       const float* panels, float* c, int64_t ldc) {
+  if (WideVectors()) {
+    PanelBlockTiles<true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
+  } else {
+    PanelBlockTiles<false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
   }
 }
 
@@ -317,11 +413,12 @@ inline int64_t ColumnChunks(int64_t n) { return (n + kNc - 1) / kNc; }
 constexpr int64_t kMinJobs = 8;
 inline int64_t RowsPerJob(const kiln_kcall* call, int64_t m, int64_t other_jobs) {
   const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
-  const int64_t all = m > 0 ? (m + kMr - 1) / kMr * kMr : kMr;
+  const int64_t tm = WideVectors() ? kWideMr : kMr;  // the tile's rows
+  const int64_t all = m > 0 ? (m + tm - 1) / tm * tm : tm;
   if (!parallel || other_jobs >= kMinJobs) return all;
   const int64_t groups = (kMinJobs + other_jobs - 1) / other_jobs;
-  const int64_t rows = ((m + groups - 1) / groups + kMr - 1) / kMr * kMr;
-  return rows > 0 ? rows : kMr;
+  const int64_t rows = ((m + groups - 1) / groups + tm - 1) / tm * tm;
+  return rows > 0 ? rows : tm;
 }
 inline int64_t RowGroups(int64_t m, int64_t rows_per_job) { return (m + rows_per_job - 1) / rows_per_job; }
 

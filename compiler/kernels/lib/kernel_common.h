@@ -47,6 +47,17 @@ inline constexpr bool kFastKernels = false;
 inline constexpr bool kFastKernels = true;
 #endif
 
+// Whether the target has 16-lane f32 vectors and 32 vector registers (AVX-512F): the
+// GEMM core then takes its 12 x 32 tile instead of 6 x 16. Codegen defines
+// kiln_wide_vectors in every artifact as a constant for the target it compiles for, so the
+// branch folds away and only one tile's code remains; the interpreter's build never asks.
+#ifdef KILN_REFERENCE_KERNELS
+inline bool WideVectors() { return false; }
+#else
+extern "C" const int32_t kiln_wide_vectors;
+inline bool WideVectors() { return kiln_wide_vectors != 0; }
+#endif
+
 enum DTypeId : int32_t {
   kF32 = 1, kU8 = 2, kI8 = 3, kU16 = 4, kI16 = 5, kI32 = 6, kI64 = 7,
   kBool = 9, kF16 = 10, kF64 = 11, kU32 = 12, kU64 = 13,

@@ -25,6 +25,9 @@ struct ArtifactBytes {
   // Where codegen's time went, in order: emit-ir (lowering every node, linking the kernel
   // library), llvm-optimize (O3 for the target), llvm-object (machine code), link (LLD).
   std::vector<std::pair<std::string, double>> phase_ms;
+  // The GEMM core's register tile for this target (rows x columns of C): "12x32" where the
+  // target has AVX-512F, else "6x16" (gemm_core.h). Empty when no kernel uses the core.
+  std::string gemm_tile;
 };
 
 // Lowers the graph to one LLVM module (kernel library linked in), optimises it for the
