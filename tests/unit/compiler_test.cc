@@ -263,9 +263,9 @@ TEST(CodegenTest, UnoptimisedArtifactMatchesInterpreter) {
 // x[2,5,13,11] -> MaxPool or AveragePool with the given window: odd sizes, padding that
 // clips taps at every edge, strides that skip, ceil mode that adds a partial window.
 std::unique_ptr<Graph> PoolNet(const std::string& op, std::vector<int64_t> kernel, std::vector<int64_t> strides,
-                               std::vector<int64_t> pads, int64_t ceil_mode) {
+                               std::vector<int64_t> pads, int64_t ceil_mode, std::vector<int64_t> shape = {2, 5, 13, 11}) {
   auto g = std::make_unique<Graph>();
-  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 5, 13, 11}));
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, shape));
   g->AddInput(x);
   Node* pool = g->AddNode(op, "pool", {x}, {"y"}, 13);
   pool->mutable_attrs()["kernel_shape"] = kernel;
@@ -290,6 +290,22 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
                                         << "x" << c.strides[1] << " ceil " << c.ceil_mode);
       EXPECT_LT(CompiledVsReference(PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode),
                                     PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode), "fold-constants"), 1e-6);
+    }
+  }
+  // 3x3 stride-2 max pooling, eight channels per vector for padded rows up to 128 wide:
+  // ResNet's (112x112, pads 1: several strips of rows; 20 channels: a partial block),
+  // SqueezeNet's (ceil mode), and rows too wide for it (261) on the per-plane path.
+  const std::vector<int64_t> shapes[] = {{1, 20, 112, 112}, {2, 13, 27, 27}, {1, 3, 9, 261}};
+  for (const std::vector<int64_t>& shape : shapes) {
+    for (int64_t ceil_mode : {0, 1}) {
+      for (int64_t pad : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << "MaxPool 3x3/2 over " << shape[1] << "x" << shape[2] << "x" << shape[3] << " ceil "
+                                          << ceil_mode << " pads " << pad);
+        const std::vector<int64_t> pads(4, pad);
+        EXPECT_LT(CompiledVsReference(PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape),
+                                      PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape), "fold-constants"),
+                  1e-6);
+      }
     }
   }
 }
