@@ -326,16 +326,17 @@ std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, 
   return g;
 }
 
-// Both artifact paths: eight channels per vector for padded rows up to 64 wide (7
-// channels: one partial block; 20: two full and one of 4; 60 rows of 45: several strips),
-// and the per-plane rows beyond that (70 wide); windows of 3 and 5, both strides, padding
+// Both artifact paths: eight channels per vector for padded rows up to 64 wide, 128 at
+// stride 2 (7 channels: one partial block; 20: two full and one of 4; 60 rows of 45:
+// several strips), and the per-plane rows beyond that (70 wide at stride 1, 140 at
+// either); windows of 3 and 5, both strides, padding
 // none, symmetric or lopsided (taken in turn: one compile per case), clipped at every edge.
 TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
   struct Shape {
     int64_t c, h, w;
   };
   int turn = 0;
-  for (Shape shape : {Shape{7, 13, 11}, Shape{20, 60, 45}, Shape{9, 10, 70}}) {
+  for (Shape shape : {Shape{7, 13, 11}, Shape{20, 60, 45}, Shape{9, 10, 70}, Shape{5, 9, 140}}) {
     for (int64_t k : {3, 5}) {
       for (int64_t stride : {1, 2}) {
         const int64_t p = k / 2;

@@ -305,8 +305,18 @@ inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K
           MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, cij, ldc, accumulate, last, i);
           continue;
         }
-        if (a_panel > 0 && cols <= kPanelColumns) {
-          for (int64_t q = 0; q < cols; ++q) {
+        // The last columns: one vector's worth in place (7x7 planes, 49 positions, end in
+        // 16 + 1 on the wide tile: a two-vector tile there did 32 columns' work for 17),
+        // then the remaining few as panel columns, or a partial tile.
+        int64_t q0 = 0;
+        if (cols >= T::kHalf && (cols - T::kHalf <= kPanelColumns || cols == T::kHalf) &&
+            (a_panel > 0 || cols == T::kHalf)) {
+          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, cij, ldc, accumulate, last, i);
+          q0 = T::kHalf;
+        }
+        if (q0 == cols) continue;
+        if (a_panel > 0 && cols - q0 <= kPanelColumns) {
+          for (int64_t q = q0; q < cols; ++q) {
             PanelColumn(rows < kMr ? rows : kMr, kb, ai, bj + q, ldbj, cij + q, ldc, accumulate, last, i);
             if (rows > kMr) {
               PanelColumn(rows - kMr, kb, ai_hi, bj + q, ldbj, cij + kMr * ldc + q, ldc, accumulate, last, i + kMr);
