@@ -417,20 +417,32 @@ inline int64_t ColumnChunks(int64_t n) { return (n + kNc - 1) / kNc; }
 // Rows of C per job. Each job packs its own block of B, so splitting M re-packs B once
 // per row group: worth it only to give threads work. Serially (no parallel_for), or when
 // the other job dimensions (column chunks, batch, groups) already give kMinJobs jobs, a
-// job takes every row; otherwise rows split evenly into enough groups for kMinJobs jobs
-// (fixed 144-row groups left a 160-row layer at 7x7 as jobs of 144 and 16 rows, one thread
-// idle most of the time; the pool partitions jobs statically).
+// job takes every row; otherwise the rows' tiles split as evenly as whole tiles allow into
+// enough groups for kMinJobs jobs. The pool partitions jobs statically, so uneven groups
+// leave a thread idle: fixed 144-row groups left a 160-row layer at 7x7 as jobs of 144
+// and 16 rows, and equal groups rounded up to the wide tile's 12 rows split 512 rows as
+// 7 x 72 + 8 (two threads: 288 against 224 rows); now 5 or 6 tiles each.
 constexpr int64_t kMinJobs = 8;
-inline int64_t RowsPerJob(const kiln_kcall* call, int64_t m, int64_t other_jobs) {
+struct RowSplit {
+  int64_t m = 0, tm = kMr, tiles = 1, groups = 1;
+  // Rows [Begin(g), Begin(g + 1)) are row group g's; Begin(groups) == m.
+  int64_t Begin(int64_t g) const {
+    const int64_t r = g * tiles / groups * tm;
+    return r < m ? r : m;
+  }
+};
+inline RowSplit SplitRows(const kiln_kcall* call, int64_t m, int64_t other_jobs) {
   const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
-  const int64_t tm = WideVectors() ? kWideMr : kMr;  // the tile's rows
-  const int64_t all = m > 0 ? (m + tm - 1) / tm * tm : tm;
-  if (!parallel || other_jobs >= kMinJobs) return all;
-  const int64_t groups = (kMinJobs + other_jobs - 1) / other_jobs;
-  const int64_t rows = ((m + groups - 1) / groups + tm - 1) / tm * tm;
-  return rows > 0 ? rows : tm;
+  RowSplit split;
+  split.m = m;
+  split.tm = WideVectors() ? kWideMr : kMr;  // the tile's rows: groups start on a tile
+  split.tiles = m > 0 ? (m + split.tm - 1) / split.tm : 1;
+  if (parallel && other_jobs < kMinJobs) {
+    const int64_t wanted = (kMinJobs + other_jobs - 1) / other_jobs;
+    split.groups = wanted < split.tiles ? wanted : split.tiles;
+  }
+  return split;
 }
-inline int64_t RowGroups(int64_t m, int64_t rows_per_job) { return (m + rows_per_job - 1) / rows_per_job; }
 
 }  // namespace gemm
 }  // namespace kiln_kernels

@@ -80,7 +80,8 @@ struct MatMulKernel {
       {
         // Register-blocked core; jobs are (batch, row group, column chunk).
         const int64_t chunks = gemm::ColumnChunks(N);
-        const int64_t rows = gemm::RowsPerJob(call, M, chunks * batches), groups = gemm::RowGroups(M, rows);
+        const gemm::RowSplit split = gemm::SplitRows(call, M, chunks * batches);
+        const int64_t groups = split.groups;
         auto jobs = [=](int64_t begin, int64_t end) {
           for (int64_t job = begin; job < end; ++job) {
             const int64_t batch = job / (groups * chunks), rg = job / chunks % groups, cc = job % chunks;
@@ -88,7 +89,7 @@ struct MatMulKernel {
             batch_offsets(batch, &a_off, &b_off);
             const float* b = pb + b_off;
             float* c = pc + batch * M * N;
-            const int64_t m0 = rg * rows, m1 = m0 + rows < M ? m0 + rows : M;
+            const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
@@ -200,11 +201,12 @@ struct GemmKernel {
       }
       {
         const int64_t chunks = gemm::ColumnChunks(N);
-        const int64_t rows = gemm::RowsPerJob(call, M, chunks), groups = gemm::RowGroups(M, rows);
+        const gemm::RowSplit split = gemm::SplitRows(call, M, chunks);
+        const int64_t groups = split.groups;
         auto jobs = [=](int64_t begin, int64_t end) {
           for (int64_t job = begin; job < end; ++job) {
             const int64_t rg = job / chunks, cc = job % chunks;
-            const int64_t m0 = rg * rows, m1 = m0 + rows < M ? m0 + rows : M;
+            const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
               for (int64_t k = 0; k < kb; ++k) {
@@ -627,7 +629,8 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
   const int64_t chunks = (out_size + cols - 1) / cols;
-  const int64_t rows = gemm::RowsPerJob(call, ocg, chunks * batch * group), groups = gemm::RowGroups(ocg, rows);
+  const gemm::RowSplit split = gemm::SplitRows(call, ocg, chunks * batch * group);
+  const int64_t groups = split.groups;
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
   auto jobs = [=](int64_t begin, int64_t end) {
     // Jobs are numbered row group fastest, and a range's consecutive row groups of one
@@ -643,7 +646,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       const float* x = px + (n * in_channels + g * icg) * in_size;
       const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
       float* c = py + (n * out_channels + g * ocg) * out_size;
-      const int64_t m0 = rg * rows, m1 = m0 + taken * rows < ocg ? m0 + taken * rows : ocg;
+      const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + taken);
       const int64_t n0 = cc * cols, n1 = n0 + cols < out_size ? n0 + cols : out_size;
       // Where each output position of the chunk starts reading: its output column, and
       // the input coordinates of the window's first tap.
