@@ -302,9 +302,12 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
         SCOPED_TRACE(::testing::Message() << "MaxPool 3x3/2 over " << shape[1] << "x" << shape[2] << "x" << shape[3] << " ceil "
                                           << ceil_mode << " pads " << pad);
         const std::vector<int64_t> pads(4, pad);
-        EXPECT_LT(CompiledVsReference(PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape),
-                                      PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape), "fold-constants"),
-                  1e-6);
+        for (const std::string& target : TileTargets()) {  // 8 or 16 channels per vector
+          SCOPED_TRACE(target);
+          EXPECT_LT(CompiledVsReference(PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape),
+                                        PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape), "fold-constants", target),
+                    1e-6);
+        }
       }
     }
   }
@@ -326,11 +329,12 @@ std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, 
   return g;
 }
 
-// Both artifact paths: eight channels per vector for padded rows up to 64 wide, 128 at
-// stride 2 (7 channels: one partial block; 20: two full and one of 4; 60 rows of 45:
-// several strips), and the per-plane rows beyond that (70 wide at stride 1, 140 at
-// either); windows of 3 and 5, both strides, padding
-// none, symmetric or lopsided (taken in turn: one compile per case), clipped at every edge.
+// Both artifact paths: 8 (AVX2) or 16 (AVX-512) channels per vector for padded rows up to
+// 64 wide, 128 at stride 2 (7 channels: one partial block; 20: two full and one of 4, or
+// one of 16 and one of 4; 9 at stride 2: 16 lanes, the second transpose one channel; 60
+// rows of 45: several strips), and the per-plane rows beyond that (70 wide at stride 1,
+// 140 at either); windows of 3 and 5, both strides, padding none, symmetric or lopsided
+// (taken in turn: one compile per case), clipped at every edge.
 TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
   struct Shape {
     int64_t c, h, w;
@@ -344,9 +348,12 @@ TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
         const std::vector<int64_t>& pads = choices[turn++ % 3];
         SCOPED_TRACE(::testing::Message() << shape.c << "x" << shape.h << "x" << shape.w << ", " << k << "x" << k << " stride "
                                           << stride << " pads " << pads[0] << "," << pads[1] << "," << pads[2] << "," << pads[3]);
-        EXPECT_LT(CompiledVsReference(DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads),
-                                      DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads), kDefaultPipeline),
-                  1e-5);
+        for (const std::string& target : TileTargets()) {  // 8 or 16 channels per vector
+          SCOPED_TRACE(target);
+          EXPECT_LT(CompiledVsReference(DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads),
+                                        DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads), kDefaultPipeline, target),
+                    1e-5);
+        }
       }
     }
   }

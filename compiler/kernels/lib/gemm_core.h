@@ -58,7 +58,7 @@ typedef float v16f __attribute__((vector_size(64)));
 // macro, as fast_math.h explains for vector returns.
 #define KILN_SPLAT_V(V, dst, x)                            \
   do {                                                     \
-    if constexpr (sizeof(V) == sizeof(v16f)) {             \
+    if constexpr (sizeof(V) == sizeof(::kiln_kernels::gemm::v16f)) { \
       (dst) = KILN_SPLAT16(x);                             \
     } else {                                               \
       (dst) = KILN_SPLAT8(x);                              \

@@ -369,10 +369,10 @@ constexpr int64_t kDepthwiseOutFloats = 8192;     // a strip's outputs (32 KiB)
 // still loses (32 channels: 0.11 -> 0.15 ms).
 constexpr int64_t kDepthwiseBlockedMaxWidth = 64;
 constexpr int64_t kDepthwiseBlockedMaxWidthStride2 = 128;
-static_assert(kDepthwiseStripFloats >= kDepthwiseBlockedMaxWidthStride2 * 8 * 5 &&
-                  kDepthwiseOutFloats >= kDepthwiseBlockedMaxWidthStride2 / 2 * 8 &&
-                  kDepthwiseOutFloats >= kDepthwiseBlockedMaxWidth * 8,
-              "a strip holds at least one output row");
+static_assert(kDepthwiseStripFloats >= kDepthwiseBlockedMaxWidthStride2 * 16 * 5 &&
+                  kDepthwiseOutFloats >= kDepthwiseBlockedMaxWidthStride2 / 2 * 16 &&
+                  kDepthwiseOutFloats >= kDepthwiseBlockedMaxWidth * 16,
+              "a strip holds at least one output row of 16 channels");
 
 template <int KH, int KW, int S>
 static bool DepthwiseBlockedFits(const Window& w,
@@ -383,23 +383,26 @@ static bool DepthwiseBlockedFits(const Window& w,
 
 // kMaxPool: the same walk computes a max pool (MaxPool's rule: a NaN never wins): the
 // padding is -inf instead of zero, each pixel the max of its taps; no weight, bias or
-// activation.
-template <int KH, int KW, int S, bool kMaxPool = false>
-__attribute__((noinline)) static int32_t RunDepthwiseBlocked(const kiln_kcall* call, const Window& w, int64_t activation) {
+// activation. V: the vector of channels, v8f, or v16f on targets with AVX-512F (sixteen
+// channels per block: the transposes stay 8x8, each filling one half of the lanes).
+template <int KH, int KW, int S, bool kMaxPool, typename V>
+__attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kcall* call, const Window& w,
+                                                                  int64_t activation) {
 #ifdef __clang__
 #pragma clang fp contract(fast)  // a Conv's sums are reassociated anyway (see MicroKernel)
 #endif
   using gemm::v8f;
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
   const float* px = static_cast<const float*>(call->inputs[0].data);
   const float* pw = kMaxPool ? nullptr : static_cast<const float*>(call->inputs[1].data);
   const float* pbias = !kMaxPool && call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
   float* py = static_cast<float*>(call->outputs[0].data);
-  const int64_t channels = call->inputs[0].dims[1], blocks = (channels + 7) / 8;
+  const int64_t channels = call->inputs[0].dims[1], blocks = (channels + L - 1) / L;
   const int64_t jobs = call->inputs[0].dims[0] * blocks;
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], PH = w.pad[1], PW = w.pad[2];
-  const int64_t padded_w = (OW - 1) * S + KW, row_floats = padded_w * 8;
+  const int64_t padded_w = (OW - 1) * S + KW, row_floats = padded_w * L;
   // Output rows per strip: as many as keep its input rows and its outputs in the buffers.
-  const int64_t by_in = (kDepthwiseStripFloats / row_floats - KH) / S + 1, by_out = kDepthwiseOutFloats / (OW * 8);
+  const int64_t by_in = (kDepthwiseStripFloats / row_floats - KH) / S + 1, by_out = kDepthwiseOutFloats / (OW * L);
   const int64_t strip = by_in < by_out ? by_in : by_out;
   // Input columns that land in a padded row: iw = column - PW for columns < padded_w.
   const int64_t iw_end = W < padded_w - PW ? W : padded_w - PW;
@@ -408,21 +411,26 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlocked(const kiln_kcall* c
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float in[kDepthwiseStripFloats];
     alignas(64) float out[kDepthwiseOutFloats];
-    const v8f zero = {}, pad = kMaxPool ? KILN_SPLAT8(-INFINITY) : zero;
+    // A block of at most 8 channels never writes the upper half of 16 lanes: zeroed here,
+    // those lanes compute finite results (no denormal or NaN inputs) that are never stored.
+    if constexpr (L > 8) memset(in, 0, sizeof(in));
+    V pad;
+    KILN_SPLAT_V(V, pad, kMaxPool ? -INFINITY : 0.f);
+    const v8f zero8 = {};
     for (int64_t job = begin; job < end; ++job) {
-      const int64_t n = job / blocks, c0 = job % blocks * 8;
-      const int64_t lanes = channels - c0 < 8 ? channels - c0 : 8;
+      const int64_t n = job / blocks, c0 = job % blocks * L;
+      const int64_t lanes = channels - c0 < L ? channels - c0 : L;
       const float* x = px + (n * channels + c0) * H * W;
       float* y = py + (n * channels + c0) * OH * OW;
-      alignas(32) float tap_lanes[KH * KW][8] = {};
-      alignas(32) float bias_lanes[8] = {};
+      alignas(64) float tap_lanes[KH * KW][L] = {};
+      alignas(64) float bias_lanes[L] = {};
       for (int64_t l = 0; !kMaxPool && l < lanes; ++l) {
         for (int k = 0; k < KH * KW; ++k) tap_lanes[k][l] = pw[(c0 + l) * KH * KW + k];
         if (pbias != nullptr) bias_lanes[l] = pbias[c0 + l];
       }
-      v8f taps[KH * KW], bias;
-      for (int k = 0; k < KH * KW; ++k) KILN_LOAD8(taps[k], tap_lanes[k]);
-      KILN_LOAD8(bias, bias_lanes);
+      V taps[KH * KW], bias;
+      for (int k = 0; k < KH * KW; ++k) memcpy(&taps[k], tap_lanes[k], sizeof(V));
+      memcpy(&bias, bias_lanes, sizeof(V));
       for (int64_t oh0 = 0; oh0 < OH; oh0 += strip) {
         const int64_t oh1 = oh0 + strip < OH ? oh0 + strip : OH;
         const int64_t rows_in = (oh1 - oh0 - 1) * S + KH, ih0 = oh0 * S - PH;
@@ -431,47 +439,52 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlocked(const kiln_kcall* c
           float* dst = in + r * row_floats;
           const bool outside = ih0 + r < 0 || ih0 + r >= H;
           for (int64_t col = 0; col < padded_w; ++col) {
-            if (outside || col < PW || col >= PW + iw_end) KILN_STORE8(dst + col * 8, pad);
+            if (outside || col < PW || col >= PW + iw_end) memcpy(dst + col * L, &pad, sizeof(V));
           }
         }
-        // The image rows the strip reads, eight flattened pixels per transpose.
+        // The image rows the strip reads, eight flattened pixels of eight channels per
+        // transpose (lanes h * 8.. of the block: channels c0 + h * 8..).
         const int64_t ih_lo = ih0 < 0 ? 0 : ih0, ih_hi = ih0 + rows_in < H ? ih0 + rows_in : H;
         const int64_t p_end = ih_hi * W;
-        int64_t p = ih_lo * W, ih = ih_lo, iw = 0;
-        auto place = [&](const float* lanes8) {
-          if (iw < iw_end) memcpy(in + ((ih - ih0) * padded_w + PW + iw) * 8, lanes8, sizeof(v8f));
-          if (++iw == W) {
-            iw = 0;
-            ++ih;
-          }
-        };
-        for (; p + 8 <= p_end; p += 8) {
-          v8f block[8];
-          for (int l = 0; l < 8; ++l) {
-            if (l < lanes) {
-              KILN_LOAD8(block[l], x + l * H * W + p);
-            } else {
-              block[l] = zero;
+        for (int h = 0; h * 8 < lanes; ++h) {
+          const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
+          const float* xh = x + h * 8 * H * W;
+          int64_t p = ih_lo * W, ih = ih_lo, iw = 0;
+          auto place = [&](const float* lanes8) {
+            if (iw < iw_end) memcpy(in + ((ih - ih0) * padded_w + PW + iw) * L + h * 8, lanes8, sizeof(v8f));
+            if (++iw == W) {
+              iw = 0;
+              ++ih;
             }
+          };
+          for (; p + 8 <= p_end; p += 8) {
+            v8f block[8];
+            for (int l = 0; l < 8; ++l) {
+              if (l < sub) {
+                KILN_LOAD8(block[l], xh + l * H * W + p);
+              } else {
+                block[l] = zero8;
+              }
+            }
+            Transpose8x8(block);
+            for (int j = 0; j < 8; ++j) place(reinterpret_cast<const float*>(&block[j]));
           }
-          Transpose8x8(block);
-          for (int j = 0; j < 8; ++j) place(reinterpret_cast<const float*>(&block[j]));
-        }
-        for (; p < p_end; ++p) {
-          alignas(32) float pixel[8] = {};
-          for (int64_t l = 0; l < lanes; ++l) pixel[l] = x[l * H * W + p];
-          place(pixel);
+          for (; p < p_end; ++p) {
+            alignas(32) float pixel[8] = {};
+            for (int64_t l = 0; l < sub; ++l) pixel[l] = xh[l * H * W + p];
+            place(pixel);
+          }
         }
         for (int64_t oh = oh0; oh < oh1; ++oh) {
           const float* rows[KH];
           for (int kh = 0; kh < KH; ++kh) rows[kh] = in + ((oh - oh0) * S + kh) * row_floats;
-          float* orow = out + (oh - oh0) * OW * 8;
+          float* orow = out + (oh - oh0) * OW * L;
           for (int64_t ow = 0; ow < OW; ++ow) {
-            v8f acc = kMaxPool ? pad : bias;
+            V acc = kMaxPool ? pad : bias;
             for (int kh = 0; kh < KH; ++kh) {
               for (int kw = 0; kw < KW; ++kw) {
-                v8f v;
-                KILN_LOAD8(v, rows[kh] + (ow * S + kw) * 8);
+                V v;
+                memcpy(&v, rows[kh] + (ow * S + kw) * L, sizeof(V));
                 if constexpr (kMaxPool) {
                   acc = v > acc ? v : acc;
                 } else {
@@ -479,20 +492,24 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlocked(const kiln_kcall* c
                 }
               }
             }
-            KILN_STORE8(orow + ow * 8, acc);
+            memcpy(orow + ow * L, &acc, sizeof(V));
           }
         }
         // Back to the planes: the strip's outputs are contiguous in each plane.
         const int64_t q0 = oh0 * OW, count = (oh1 - oh0) * OW;
-        int64_t q = 0;
-        for (; q + 8 <= count; q += 8) {
-          v8f block[8];
-          for (int j = 0; j < 8; ++j) KILN_LOAD8(block[j], out + (q + j) * 8);
-          Transpose8x8(block);
-          for (int64_t l = 0; l < lanes; ++l) KILN_STORE8(y + l * OH * OW + q0 + q, block[l]);
-        }
-        for (; q < count; ++q) {
-          for (int64_t l = 0; l < lanes; ++l) y[l * OH * OW + q0 + q] = out[q * 8 + l];
+        for (int h = 0; h * 8 < lanes; ++h) {
+          const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
+          float* yh = y + h * 8 * OH * OW;
+          int64_t q = 0;
+          for (; q + 8 <= count; q += 8) {
+            v8f block[8];
+            for (int j = 0; j < 8; ++j) KILN_LOAD8(block[j], out + (q + j) * L + h * 8);
+            Transpose8x8(block);
+            for (int64_t l = 0; l < sub; ++l) KILN_STORE8(yh + l * OH * OW + q0 + q, block[l]);
+          }
+          for (; q < count; ++q) {
+            for (int64_t l = 0; l < sub; ++l) yh[l * OH * OW + q0 + q] = out[q * L + h * 8 + l];
+          }
         }
       }
       // The block's planes are contiguous: one activation pass over all of them.
@@ -501,6 +518,12 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlocked(const kiln_kcall* c
   };
   ParallelFor(call, jobs, 1, body);
   return KILN_KERR_OK;
+}
+
+template <int KH, int KW, int S, bool kMaxPool = false>
+static int32_t RunDepthwiseBlocked(const kiln_kcall* call, const Window& w, int64_t activation) {
+  if (WideVectors()) return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, gemm::v16f>(call, w, activation);
+  return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v8f>(call, w, activation);
 }
 
 struct ConvKernel {
@@ -862,7 +885,7 @@ static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
 // Measured (single MaxPool nodes, 3x3 stride 2, AVX-512 host): 256x55x55 0.42 -> 0.15 ms,
 // 64x111x111 and 64x112x112 (113 padded) 0.32 -> 0.16 ms against RunPool2D.
 constexpr int64_t kPoolBlockedMaxWidth = 128;
-static_assert(kDepthwiseStripFloats >= kPoolBlockedMaxWidth * 8 * 3 && kDepthwiseOutFloats >= kPoolBlockedMaxWidth / 2 * 8,
+static_assert(kDepthwiseStripFloats >= kPoolBlockedMaxWidth * 16 * 3 && kDepthwiseOutFloats >= kPoolBlockedMaxWidth / 2 * 16,
               "a strip holds at least one pooled row");
 
 struct PoolKernel {
