@@ -322,6 +322,33 @@ LoopSpace CollapseLoops(const std::vector<int64_t>& out_dims, const std::vector<
   return space;
 }
 
+// Rows are what the thread pool splits: a fused loop whose operands all collapse into one
+// long dimension (a residual Add + Relu over [1,256,56,56]: 1 row of 802816) would run on
+// one thread. Such a last dimension is split into rows of a divisor between 2048 and 8192
+// elements (a multiple of 64 where one exists), each operand's stride s becoming (s * b, s).
+void SplitLongRows(LoopSpace& space) {
+  constexpr int64_t kMinChunk = 2048, kMaxChunk = 8192;
+  const int64_t inner = space.dims.back();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < space.dims.size(); ++d) rows *= space.dims[d];
+  if (rows >= 16 || inner < 4 * kMaxChunk) return;
+  int64_t chunk = 0;
+  for (int64_t b = kMaxChunk; b >= kMinChunk && chunk == 0; b -= 64) {
+    if (inner % b == 0) chunk = b;
+  }
+  for (int64_t b = kMaxChunk; b >= kMinChunk && chunk == 0; --b) {
+    if (inner % b == 0) chunk = b;
+  }
+  if (chunk == 0) return;
+  space.dims.back() = inner / chunk;
+  space.dims.push_back(chunk);
+  for (std::vector<int64_t>& strides : space.strides) {
+    const int64_t s = strides.back();
+    strides.back() = s * chunk;
+    strides.push_back(s);
+  }
+}
+
 }  // namespace
 
 // kiln.Elementwise becomes a loop nest generated here, not a kernel call:
@@ -367,7 +394,8 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
   // The output may share an input's buffer (in place): then no noalias on the pointers.
   bool in_place = false;
   for (size_t i = 1; i < addresses.size(); ++i) in_place |= addresses[i] == addresses[0];
-  const LoopSpace space = CollapseLoops(operand_dims[0], operand_dims);
+  LoopSpace space = CollapseLoops(operand_dims[0], operand_dims);
+  SplitLongRows(space);
   const size_t depth = space.dims.size();
   const int64_t inner = space.dims.back();
   int64_t rows = 1;
