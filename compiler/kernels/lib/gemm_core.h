@@ -43,10 +43,13 @@ constexpr int kWideMr = 2 * kMr;  // the wide tile: two row halves of kMr
 constexpr int kWideNr = 2 * kNr;  // and two 16-lane column halves
 constexpr int64_t kKc = 256;  // K block: one packed B block is kKc x (job width) floats
 constexpr int64_t kNc = 64;   // columns of C per MatMul/Gemm job
-// Columns of C (output positions) per Conv job: 128 measured 10-25 % faster than 64 or
-// 256 on ResNet-50's and MobileNetV2's convolutions; MatMul shapes preferred 64.
-// (--tune may pick 64 or 256 per shape: ints of the Conv call.)
+// Columns of C (output positions) per Conv job: with the narrow tile (AVX2) 128 measured
+// 10-25 % faster than 64 or 256 on ResNet-50's and MobileNetV2's convolutions; with the
+// wide tile (AVX-512) 256 measured 1-5 % faster than 128 on ResNet-50, MobileNetV2 and
+// EfficientNet-B0 at 1 and 2 threads (64 slower). MatMul shapes preferred 64.
+// (--tune may pick 64, 128 or 256 per shape: ints of the Conv call.)
 constexpr int64_t kConvNc = 128;
+constexpr int64_t kWideConvNc = 256;
 constexpr int64_t kMaxNc = 256;
 constexpr int64_t kMc = 240;   // rows of A per L2-resident block
 

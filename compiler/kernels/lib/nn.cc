@@ -549,8 +549,9 @@ struct ConvKernel {
     const int64_t activation = *after_window;
     const int64_t extra = call->ints + call->num_ints - after_window - 1;  // ints after the activation
     const bool packed = extra >= 1 && after_window[1] != 0;
-    int64_t cols = extra >= 2 ? after_window[2] : gemm::kConvNc;
-    if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = gemm::kConvNc;
+    const int64_t default_cols = WideVectors() ? gemm::kWideConvNc : gemm::kConvNc;
+    int64_t cols = extra >= 2 ? after_window[2] : default_cols;
+    if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = default_cols;
     const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
     const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
     const T* px = static_cast<const T*>(X.data);
