@@ -355,7 +355,7 @@ std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, 
 }
 
 // Both artifact paths: 8 (AVX2) or 16 (AVX-512) channels per vector for padded rows up to
-// 64 wide, 128 at stride 2 (7 channels: one partial block; 20: two full and one of 4, or
+// 64 wide, 128 at stride 2 with 16 lanes or a 5x5 window (7 channels: one partial block; 20: two full and one of 4, or
 // one of 16 and one of 4; 9 at stride 2: 16 lanes, the second transpose one channel; 60
 // rows of 45: several strips), and the per-plane rows beyond that (70 wide at stride 1,
 // 140 at either); windows of 3 and 5, both strides, padding none, symmetric or lopsided

@@ -366,17 +366,20 @@ constexpr int64_t kDepthwiseOutFloats = 8192;     // a strip's outputs (32 KiB)
 // rows (3x3 on 112x112, either stride) the transposes cost more than they save on AVX2.
 // On an AVX-512 host (16-lane loops leave short rows to their scalar remainder) stride 2
 // wins up to 128: 96x112x112 3x3 0.31 -> 0.24 ms, 5x5 0.63 -> 0.40; stride 1 at 112 wide
-// still loses (32 channels: 0.11 -> 0.15 ms).
+// still loses (32 channels: 0.11 -> 0.15 ms). For AVX2 code (x86-64-v3, same host) 5x5
+// stride 2 wins too (0.61 -> 0.43 ms) but 3x3 stride 2 does not (0.23 -> 0.25).
 constexpr int64_t kDepthwiseBlockedMaxWidth = 64;
-constexpr int64_t kDepthwiseBlockedMaxWidthStride2 = 128;
+constexpr int64_t kDepthwiseBlockedMaxWidthStride2 = 128;  // wide targets, or 5x5 windows
 static_assert(kDepthwiseStripFloats >= kDepthwiseBlockedMaxWidthStride2 * 16 * 5 &&
                   kDepthwiseOutFloats >= kDepthwiseBlockedMaxWidthStride2 / 2 * 16 &&
                   kDepthwiseOutFloats >= kDepthwiseBlockedMaxWidth * 16,
               "a strip holds at least one output row of 16 channels");
 
 template <int KH, int KW, int S>
-static bool DepthwiseBlockedFits(const Window& w,
-                                 int64_t max_width = S == 2 ? kDepthwiseBlockedMaxWidthStride2 : kDepthwiseBlockedMaxWidth) {
+static bool DepthwiseBlockedFits(const Window& w, int64_t max_width = 0) {
+  if (max_width == 0) {
+    max_width = S == 2 && (WideVectors() || KW >= 5) ? kDepthwiseBlockedMaxWidthStride2 : kDepthwiseBlockedMaxWidth;
+  }
   const int64_t padded_w = (w.out[2] - 1) * S + KW;
   return w.pad[1] >= 0 && w.pad[2] >= 0 && padded_w <= max_width;
 }
