@@ -1,4 +1,4 @@
-// fuse: two fusions.
+// fuse: three fusions.
 // 1. Epilogues: bias adds and activations fold into the Conv/Gemm/MatMul that feeds them,
 //    so they run while the result is still in cache.
 //      %m = MatMul(%x, W) ; %y = Add(%m, b)     =>  %y = MatMul(%x, W, b)        (b: [N])
@@ -10,12 +10,19 @@
 //    which scales each input channel as it packs it, so the scaled tensor is never written:
 //      %m = Mul(%x, %s) ; %y = Conv(%m, W, B)  =>  %y = Conv(%x, W, B, %s) {kiln.input_scale=1}
 //    (%s: [N or 1, C, 1, 1]; a zero B is added when the Conv has none.)
-// 2. Elementwise chains: connected float elementwise ops whose intermediates have the
+// 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
+//      %m = ReduceMean(%x, axes=[-1]) ; %d = Sub(%x, %m) ; %p = Pow(%d, 2) or Mul(%d, %d)
+//      %v = ReduceMean(%p, axes=[-1]) ; %s = Sqrt(Add(%v, eps)) ; %n = Div(%d, %s)
+//      [%g = Mul(%n, gamma) ; %y = Add(%g, beta)]      (gamma, beta: constants [C])
+//        =>  %y = LayerNormalization(%x, gamma or ones, [beta]) {axis=-1, epsilon=eps}
+//    one kernel reading each row once instead of six nodes and four passes over memory.
+// 3. Elementwise chains: connected float elementwise ops whose intermediates have the
 //    result's shape and no other reader become one kiln.Elementwise node, which codegen
 //    turns into a single generated loop (no intermediate buffers, one pass over memory).
 //      %a = Div(%x, 1.41) ; %b = Erf(%a) ; %c = Add(%b, 1) ; %y = Mul(%x, %c)
 //        =>  %y = kiln.Elementwise(%x, 1.41, 1) {ops=["Div","Erf","Add","Mul"], ...}
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "kernel_ops.h"
@@ -93,6 +100,9 @@ class Fuse : public Pass {
     }
     graph.Compact();
     for (Node* node : graph.nodes()) changed |= FuseInputScale(graph, node);
+    graph.Compact();
+    // (A ReduceMean removed by an earlier match has no live users, so it matches nothing.)
+    for (Node* node : graph.nodes()) changed |= FuseLayerNorm(graph, node);
     graph.Compact();
     changed |= FuseChains(graph);
     return changed;
@@ -172,6 +182,102 @@ class Fuse : public Pass {
       return true;
     }
     return false;
+  }
+
+  // The one node reading `value` (not a graph output), or null.
+  static Node* SoleUser(const Graph& graph, const Value* value) {
+    const std::vector<Node*> users = graph.Users(value);
+    return users.size() == 1 && !graph.IsGraphOutput(value) ? users[0] : nullptr;
+  }
+  // A ReduceMean over the last axis only, keeping it, of an f32 tensor with static shape.
+  static bool IsLastAxisMean(const Node* node) {
+    if (node == nullptr || node->op() != "ReduceMean" || node->inputs().size() != 1 || node->GetInt("keepdims", 1) != 1) return false;
+    const TensorType& type = node->input(0)->type();
+    if (!type.IsStatic() || type.dtype != DType::kFloat32 || type.shape.empty()) return false;
+    const std::vector<int64_t> axes = node->GetInts("axes");
+    const int64_t rank = static_cast<int64_t>(type.shape.size());
+    return axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
+  }
+  // A constant f32 with one element: its value.
+  static std::optional<double> ScalarConstant(const Value* value) {
+    if (value == nullptr || !value->is_constant() || value->type().dtype != DType::kFloat32) return std::nullopt;
+    if (NumElements(value->type().StaticDims()) != 1) return std::nullopt;
+    return value->constant()->GetAsDouble(0);
+  }
+  // A constant f32 of C elements that broadcasts along the last axis only ([C], [1, C], ...).
+  static bool IsRowVector(const Value* value, int64_t c) {
+    if (value == nullptr || !value->is_constant() || value->type().dtype != DType::kFloat32) return false;
+    const std::vector<int64_t> dims = value->type().StaticDims();
+    return !dims.empty() && dims.back() == c && NumElements(dims) == c;
+  }
+
+  // Item 2 of the header, matched from its first ReduceMean.
+  static bool FuseLayerNorm(Graph& graph, Node* mean) {
+    if (!IsLastAxisMean(mean)) return false;
+    Value* x = mean->input(0);
+    const std::vector<int64_t> dims = x->type().StaticDims();
+    const int64_t c = dims.back();
+    Node* sub = SoleUser(graph, mean->output(0));
+    if (sub == nullptr || sub->op() != "Sub" || sub->input(0) != x || sub->input(1) != mean->output(0)) return false;
+    Value* d = sub->output(0);
+    if (d->type().StaticDims() != dims || graph.IsGraphOutput(d)) return false;
+    // %d feeds the square and the division, nothing else.
+    Node* square = nullptr;
+    Node* div = nullptr;
+    for (Node* user : graph.Users(d)) {
+      const bool is_square = (user->op() == "Mul" && user->input(0) == d && user->input(1) == d) ||
+                             (user->op() == "Pow" && user->input(0) == d && ScalarConstant(user->input(1)) == 2.0);
+      if (is_square && square == nullptr) {
+        square = user;
+      } else if (user->op() == "Div" && user->input(0) == d && div == nullptr) {
+        div = user;
+      } else {
+        return false;
+      }
+    }
+    if (square == nullptr || div == nullptr) return false;
+    Node* var = SoleUser(graph, square->output(0));
+    if (!IsLastAxisMean(var)) return false;
+    Node* add_eps = SoleUser(graph, var->output(0));
+    if (add_eps == nullptr || add_eps->op() != "Add" || add_eps->inputs().size() != 2) return false;
+    const int eps_side = add_eps->input(0) == var->output(0) ? 1 : 0;
+    const std::optional<double> eps = ScalarConstant(add_eps->input(eps_side));
+    if (add_eps->input(1 - eps_side) != var->output(0) || !eps.has_value() || *eps < 0) return false;
+    Node* sqrt = SoleUser(graph, add_eps->output(0));
+    if (sqrt == nullptr || sqrt->op() != "Sqrt" || SoleUser(graph, sqrt->output(0)) != div || div->input(1) != sqrt->output(0)) return false;
+    // Optional affine tail: * gamma, + beta (constants over the last axis).
+    std::vector<Node*> fused = {mean, sub, square, var, add_eps, sqrt, div};
+    Value* gamma = nullptr;
+    Value* beta = nullptr;
+    if (Node* mul = SoleUser(graph, div->output(0)); mul != nullptr && mul->op() == "Mul" && mul->inputs().size() == 2) {
+      Value* g = mul->input(0) == div->output(0) ? mul->input(1) : mul->input(0);
+      if (IsRowVector(g, c) && mul->output(0)->type().StaticDims() == dims) {
+        gamma = g;
+        fused.push_back(mul);
+        if (Node* add = SoleUser(graph, mul->output(0)); add != nullptr && add->op() == "Add" && add->inputs().size() == 2) {
+          Value* b = add->input(0) == mul->output(0) ? add->input(1) : add->input(0);
+          if (IsRowVector(b, c) && add->output(0)->type().StaticDims() == dims) {
+            beta = b;
+            fused.push_back(add);
+          }
+        }
+      }
+    }
+    Node* last = fused.back();
+    if (gamma == nullptr) {
+      auto ones = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{c});
+      for (int64_t i = 0; i < c; ++i) ones->data_as<float>()[i] = 1.f;
+      gamma = graph.AddConstant(graph.UniqueName(mean->name() + "_ones"), ones);
+    }
+    std::vector<Value*> inputs = {x, gamma};
+    if (beta != nullptr) inputs.push_back(beta);
+    Node* norm = graph.InsertNodeBefore(last, "LayerNormalization", div->name(), inputs, {last->output(0)->name()}, 17);
+    norm->mutable_attrs()["axis"] = int64_t{-1};
+    norm->mutable_attrs()["epsilon"] = *eps;
+    norm->output(0)->set_type(last->output(0)->type());
+    graph.TakeOver(last->output(0), norm->output(0));
+    for (Node* dead : fused) graph.RemoveNode(dead);
+    return true;
   }
 
   bool FuseBias(Graph& graph, Node* matmul, Node* add) {
@@ -267,6 +373,6 @@ class Fuse : public Pass {
 
 KILN_REGISTER_PASS(Fuse, "fuse",
                    "fuse bias adds and activations into Conv/Gemm/MatMul epilogues, per-channel input scales into 1x1 "
-                   "Convs, and elementwise chains into one loop")
+                   "Convs, LayerNorm subgraphs into one LayerNormalization, and elementwise chains into one loop")
 
 }  // namespace kiln

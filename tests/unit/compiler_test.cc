@@ -649,6 +649,60 @@ std::unique_ptr<Graph> SqueezeExciteNet(int64_t n, bool bias, int64_t stride, in
   return g;
 }
 
+// x[2,5,48] -> LayerNorm over the last axis as PyTorch exports it before opset 17:
+// ReduceMean, Sub, Pow(2) (or Mul(d, d)), ReduceMean, Add eps, Sqrt, Div, then (affine)
+// Mul gamma, Add beta. `axis` other than -1 makes it a pattern the pass must leave alone.
+std::unique_ptr<Graph> LayerNormNet(bool affine, bool pow, int64_t axis = -1) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 5, 48}));
+  g->AddInput(x);
+  auto scalar = [&](const std::string& name, float v) {
+    auto t = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+    t->data_as<float>()[0] = v;
+    return g->AddConstant(name, t);
+  };
+  Node* mean = g->AddNode("ReduceMean", "mean", {x}, {"m"}, 13);
+  mean->mutable_attrs()["axes"] = std::vector<int64_t>{axis};
+  Node* sub = g->AddNode("Sub", "sub", {x, mean->output(0)}, {"d"}, 13);
+  Node* square = pow ? g->AddNode("Pow", "pow", {sub->output(0), scalar("two", 2.f)}, {"p"}, 13)
+                     : g->AddNode("Mul", "square", {sub->output(0), sub->output(0)}, {"p"}, 13);
+  Node* var = g->AddNode("ReduceMean", "var", {square->output(0)}, {"v"}, 13);
+  var->mutable_attrs()["axes"] = std::vector<int64_t>{axis};
+  Node* add = g->AddNode("Add", "eps", {var->output(0), scalar("eps", 1e-5f)}, {"a"}, 13);
+  Node* root = g->AddNode("Sqrt", "sqrt", {add->output(0)}, {"s"}, 13);
+  Node* y = g->AddNode("Div", "div", {sub->output(0), root->output(0)}, {"n"}, 13);
+  if (affine) {
+    y = g->AddNode("Mul", "gamma", {y->output(0), g->AddConstant("g", Random({48}, 61))}, {"gy"}, 13);
+    y = g->AddNode("Add", "beta", {g->AddConstant("b", Random({48}, 62)), y->output(0)}, {"y"}, 13);
+  }
+  g->AddOutput(y->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+TEST(PassTest, FuseFoldsLayerNormIntoOneKernel) {
+  for (bool affine : {false, true}) {
+    for (bool pow : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (affine ? "affine" : "plain") << (pow ? ", Pow" : ", Mul"));
+      std::unique_ptr<Graph> g = LayerNormNet(affine, pow);
+      PassContext ctx;
+      ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+      ASSERT_EQ(g->num_nodes(), 1u) << PrintGraph(*g);
+      const Node* norm = g->nodes()[0];
+      EXPECT_EQ(norm->op(), "LayerNormalization");
+      EXPECT_EQ(norm->inputs().size(), affine ? 3u : 2u);
+      EXPECT_NEAR(norm->GetFloat("epsilon", 0), 1e-5, 1e-12);
+      // The fused kernel (f32, vectorized in the artifact) against the unfused graph.
+      EXPECT_LT(CompiledVsReference(LayerNormNet(affine, pow), LayerNormNet(affine, pow), kDefaultPipeline), 1e-5);
+    }
+  }
+  // A mean over another axis is not a LayerNorm over the last one.
+  std::unique_ptr<Graph> other = LayerNormNet(true, true, 1);
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*other, "fuse", {}, ctx).ok());
+  EXPECT_EQ(PrintGraph(*other).find("LayerNormalization"), std::string::npos);
+}
+
 // fuse folds the Mul into the project Conv as an input scale; the interpreter runs the
 // fused Conv exactly as the two nodes (the product rounded, then the sum), and the artifact
 // (which scales as it packs) matches it.

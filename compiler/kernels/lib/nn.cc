@@ -1047,6 +1047,45 @@ struct LayerNormKernel {
     T* py = static_cast<T*>(call->outputs[0].data);
     T* mean_out = call->num_outputs > 1 && call->outputs[1].data ? static_cast<T*>(call->outputs[1].data) : nullptr;
     T* inv_out = call->num_outputs > 2 && call->outputs[2].data ? static_cast<T*>(call->outputs[2].data) : nullptr;
+    if constexpr (std::is_same_v<T, float> && kFastKernels) {
+      // Artifacts, f32 with per-element scale and bias (the fuse pass's LayerNorm): sums in
+      // f32 over 16 partial lanes (vectorizable without reassociation), mean first, then
+      // the variance of x - mean (no cancellation), then one pass writing y.
+      if (scale_n == inner && bias_n == (has_bias ? inner : 1)) {
+        auto fast = [=](int64_t begin, int64_t end) {
+          for (int64_t o = begin; o < end; ++o) {
+            const float* x = px + o * inner;
+            float* y = py + o * inner;
+            float lanes[16] = {};
+            int64_t i = 0;
+            for (; i + 16 <= inner; i += 16) {
+              for (int l = 0; l < 16; ++l) lanes[l] += x[i + l];
+            }
+            float sum = 0.f;
+            for (; i < inner; ++i) sum += x[i];
+            for (int l = 0; l < 16; ++l) sum += lanes[l];
+            const float mean = sum / static_cast<float>(inner);
+            for (int l = 0; l < 16; ++l) lanes[l] = 0.f;
+            for (i = 0; i + 16 <= inner; i += 16) {
+              for (int l = 0; l < 16; ++l) lanes[l] += (x[i + l] - mean) * (x[i + l] - mean);
+            }
+            float squares = 0.f;
+            for (; i < inner; ++i) squares += (x[i] - mean) * (x[i] - mean);
+            for (int l = 0; l < 16; ++l) squares += lanes[l];
+            const float inv = 1.f / sqrtf(squares / static_cast<float>(inner) + static_cast<float>(eps));
+            if (bias != nullptr) {
+              for (i = 0; i < inner; ++i) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
+            } else {
+              for (i = 0; i < inner; ++i) y[i] = (x[i] - mean) * inv * scale[i];
+            }
+            if (mean_out) mean_out[o] = mean;
+            if (inv_out) inv_out[o] = inv;
+          }
+        };
+        ParallelFor(call, outer, 8, fast);
+        return KILN_KERR_OK;
+      }
+    }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
         const T* x = px + o * inner;
