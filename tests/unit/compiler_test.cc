@@ -469,8 +469,10 @@ TEST(CodegenTest, ConvEpiloguesMatchInterpreter) {
   // 1x1 Convs whose last one or two columns take gemm::PanelColumn: 7x7 with 300 input
   // channels (two K blocks, so the column accumulates) and 3x6.
   // 3x3 stride 1 over 13x12 with 10 channels (not Winograd's): 156 positions, split into two
-  // equal column chunks (80 + 76) when a pool runs it.
-  const Case cases[] = {{1, 1, 10, 9, 11}, {3, 2, 10, 9, 11}, {1, 1, 300, 7, 7}, {1, 1, 20, 3, 6}, {3, 1, 10, 13, 12}};
+  // equal column chunks (80 + 76) when a pool runs it. 3x3 stride 2 over 9x37: output rows
+  // of 19, packed eight at a time by the stride-2 vector copy up to the row's end.
+  const Case cases[] = {{1, 1, 10, 9, 11}, {3, 2, 10, 9, 11}, {1, 1, 300, 7, 7},
+                        {1, 1, 20, 3, 6},  {3, 1, 10, 13, 12}, {3, 2, 10, 9, 37}};
   for (const std::string activation : {"", "Relu", "Clip", "LeakyRelu"}) {
     for (const Case& cs : cases) {
       // The column cases: the activations applied in registers. Clip's output scale (0.5)

@@ -688,13 +688,21 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       // Where each output position of the chunk starts reading: its output column, and
       // the input coordinates of the window's first tap.
       int64_t ow0[gemm::kMaxNc], d0[gemm::kMaxNc], h0[gemm::kMaxNc], w0[gemm::kMaxNc];
+      // (Divided once, then stepped: three divisions per position cost a quarter of a
+      // stride-2 stem conv's packing time.)
+      int64_t ow = n0 % w.out[2], oh = n0 / w.out[2] % w.out[1], od = n0 / (w.out[2] * w.out[1]);
       for (int64_t j = 0; j < n1 - n0; ++j) {
-        const int64_t p = n0 + j;
-        const int64_t ow = p % w.out[2], oh = p / w.out[2] % w.out[1], od = p / (w.out[2] * w.out[1]);
         ow0[j] = ow;
         d0[j] = od * w.stride[0] - w.pad[0];
         h0[j] = oh * w.stride[1] - w.pad[1];
         w0[j] = ow * w.stride[2] - w.pad[2];
+        if (++ow == w.out[2]) {
+          ow = 0;
+          if (++oh == w.out[1]) {
+            oh = 0;
+            ++od;
+          }
+        }
       }
       // Packs rows k0.. of the implicit im2col matrix. Output positions of one output row
       // read one input row: a strided (for stride 1, contiguous) run, zero outside.
@@ -741,11 +749,22 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
               if (sw == 1) {
                 memcpy(o + lo, src + iw0 + lo, sizeof(float) * (hi - lo));
               } else if (sw == 2) {
-                // A constant stride vectorizes (two loads and a shuffle); a runtime one
-                // gathers element by element, which costs as much as the product for
-                // stride-2 layers with few output channels (CNN stems).
+                // A constant stride as explicit vectors: two loads of eight and a shuffle
+                // of the even lanes per eight outputs. (A runtime stride gathers element by
+                // element, which costs as much as the product for stride-2 layers with few
+                // output channels, CNN stems; left to the vectorizer, runs shorter than 68
+                // stayed scalar, and rows of 112 split by 256-wide jobs often are.) A
+                // vector step reads 16 floats, so it runs only while they lie in the row.
                 const float* s2 = src + iw0;
-                for (int64_t q = lo; q < hi; ++q) o[q] = s2[2 * q];
+                int64_t q = lo;
+                for (; q + 8 <= hi && iw0 + 2 * q + 16 <= w.in[2]; q += 8) {
+                  gemm::v8f a, b;
+                  KILN_LOAD8(a, s2 + 2 * q);
+                  KILN_LOAD8(b, s2 + 2 * q + 8);
+                  const gemm::v8f even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+                  KILN_STORE8(o + q, even);
+                }
+                for (; q < hi; ++q) o[q] = s2[2 * q];
               } else {
                 for (int64_t q = lo; q < hi; ++q) o[q] = src[iw0 + q * sw];
               }
