@@ -149,7 +149,7 @@ class Fuse : public Pass {
     if (conv->op() != "Conv" || conv->inputs().size() < 2 || conv->inputs().size() > 3 || conv->has_attr("kiln.input_scale")) return false;
     Value* m = conv->input(0);
     Node* mul = m->producer();
-    if (mul == nullptr || mul->op() != "Mul" || mul->inputs().size() != 2 || graph.Users(m).size() != 1 || graph.IsGraphOutput(m)) return false;
+    if (mul == nullptr || mul->op() != "Mul" || mul->inputs().size() != 2 || SoleUser(graph, m) != conv) return false;
     const TensorType& type = m->type();
     if (!type.IsStatic() || type.dtype != DType::kFloat32 || type.shape.size() != 4 || conv->GetInt("group", 1) != 1) return false;
     const Value* w = conv->input(1);

@@ -26,16 +26,29 @@
 namespace kiln_kernels {
 
 // Eight floats (or int32s) in one generic vector: AVX's width; LLVM splits it for SSE and
-// keeps it for AVX-512. The kernels' one vector type (gemm_core.h, the depthwise and
-// softmax kernels use it too). Passed by reference, and loaded, stored and broadcast by
-// macros rather than functions: GCC warns about the ABI of vector arguments and returns
-// when building for a target without AVX.
+// keeps it for AVX-512. The kernels' vector type (gemm_core.h, the depthwise and softmax
+// kernels use it too). Passed by reference, and loaded, stored and broadcast by macros
+// rather than functions: GCC warns about the ABI of vector arguments and returns when
+// building for a target without AVX.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 // Unaligned 8-lane loads and stores, and eight copies of x.
 #define KILN_LOAD8(dst, src) memcpy(&(dst), (src), sizeof(::kiln_kernels::v8f))
 #define KILN_STORE8(dst, src) memcpy((dst), &(src), sizeof(::kiln_kernels::v8f))
 #define KILN_SPLAT8(x) (::kiln_kernels::v8f{x, x, x, x, x, x, x, x})
+// Sixteen floats: one AVX-512 register, used only where the target has them
+// (WideVectors(), kernel_common.h): the GEMM's wide tile, 16-channel depthwise blocks.
+typedef float v16f __attribute__((vector_size(64)));
+#define KILN_SPLAT16(x) (::kiln_kernels::v16f{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
+// dst = x in every lane, for dst of type V (a template parameter), v8f or v16f.
+#define KILN_SPLAT_V(V, dst, x)                              \
+  do {                                                       \
+    if constexpr (sizeof(V) == sizeof(::kiln_kernels::v16f)) { \
+      (dst) = KILN_SPLAT16(x);                               \
+    } else {                                                 \
+      (dst) = KILN_SPLAT8(x);                                \
+    }                                                        \
+  } while (0)
 
 // exp(x) given n = round(x / ln 2), the step every form below shares: x reduced to
 // r = x - n ln 2 (ln 2 in two parts, Cody-Waite), then exp(r) on [-ln2/2, ln2/2] by the

@@ -53,20 +53,8 @@ constexpr int64_t kWideConvNc = 256;
 constexpr int64_t kMaxNc = 256;
 constexpr int64_t kMc = 240;   // rows of A per L2-resident block
 
-using v8f = ::kiln_kernels::v8f;  // and KILN_LOAD8 / KILN_STORE8 / KILN_SPLAT8: fast_math.h
-// The wide tile's 16-lane vector (one AVX-512 register).
-typedef float v16f __attribute__((vector_size(64)));
-#define KILN_SPLAT16(x) (::kiln_kernels::gemm::v16f{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
-// dst = x in every lane of V, for V (dst's type, a template parameter) v8f or v16f; a
-// macro, as fast_math.h explains for vector returns.
-#define KILN_SPLAT_V(V, dst, x)                            \
-  do {                                                     \
-    if constexpr (sizeof(V) == sizeof(::kiln_kernels::gemm::v16f)) { \
-      (dst) = KILN_SPLAT16(x);                             \
-    } else {                                               \
-      (dst) = KILN_SPLAT8(x);                              \
-    }                                                      \
-  } while (0)
+using v8f = ::kiln_kernels::v8f;    // and KILN_LOAD8 / KILN_STORE8 / KILN_SPLAT8: fast_math.h
+using v16f = ::kiln_kernels::v16f;  // the wide tile's vector; KILN_SPLAT16 / KILN_SPLAT_V there too
 
 // What the micro-kernel does to its C tile in registers after the last K block: add a
 // per-row bias (a Conv's, one per output channel) and apply ReLU or Clip, the activations

@@ -525,7 +525,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
 
 template <int KH, int KW, int S, bool kMaxPool = false>
 static int32_t RunDepthwiseBlocked(const kiln_kcall* call, const Window& w, int64_t activation) {
-  if (WideVectors()) return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, gemm::v16f>(call, w, activation);
+  if (WideVectors()) return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v16f>(call, w, activation);
   return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v8f>(call, w, activation);
 }
 
