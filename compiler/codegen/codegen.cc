@@ -697,7 +697,9 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
   // away.
   std::string gemm_tile;
   if (llvm::GlobalVariable* wide = module->getGlobalVariable("kiln_wide_vectors"); wide != nullptr) {
-    const bool avx512 = machine->getMCSubtargetInfo()->checkFeatures("+avx512f");
+    // (Asked of x86 targets only: LLVM complains on stderr about a feature name its target
+    // does not know.)
+    const bool avx512 = machine->getTargetTriple().isX86() && machine->getMCSubtargetInfo()->checkFeatures("+avx512f");
     wide->setInitializer(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), avx512 ? 1 : 0));
     wide->setConstant(true);
     gemm_tile = avx512 ? "12x32" : "6x16";
