@@ -63,6 +63,22 @@ enum DTypeId : int32_t {
   kBool = 9, kF16 = 10, kF64 = 11, kU32 = 12, kU64 = 13,
 };
 
+// Sum over i < n of f(x[i]) in f32 with 16 partial sums, so the loop vectorizes without
+// reassociating (the library builds without fast-math); the tail, then the partial sums
+// in order, are added last. The row reductions' (ReduceMean, LayerNorm) shared loop.
+template <typename F>
+inline float SumRow16(const float* x, int64_t n, F f) {
+  float lanes[16] = {};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    for (int l = 0; l < 16; ++l) lanes[l] += f(x[k + l]);
+  }
+  float sum = 0.f;
+  for (; k < n; ++k) sum += f(x[k]);
+  for (int l = 0; l < 16; ++l) sum += lanes[l];
+  return sum;
+}
+
 inline int64_t Numel(const kiln_ktensor& t) {
   int64_t n = 1;
   for (int32_t i = 0; i < t.rank; ++i) n *= t.dims[i];

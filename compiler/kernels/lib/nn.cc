@@ -934,7 +934,7 @@ struct PoolKernel {
     const bool count_include_pad = rest[0] != 0;
     if constexpr (std::is_same_v<T, float> && kFastKernels) {
       const bool plain_2d = X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1;
-      // 3x3 stride-2 max pooling (ResNet, SqueezeNet) on rows short enough: eight
+      // 3x3 stride-2 max pooling (ResNet, SqueezeNet) on rows short enough: 8 or 16
       // channels per vector, as depthwise convolutions go.
       if (plain_2d && op == KILN_POOL_MAX && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[1] == 2 && w.stride[2] == 2 &&
           DepthwiseBlockedFits<3, 3, 2>(w, kPoolBlockedMaxWidth)) {
@@ -1085,27 +1085,13 @@ struct LayerNormKernel {
           for (int64_t o = begin; o < end; ++o) {
             const float* x = px + o * inner;
             float* y = py + o * inner;
-            float lanes[16] = {};
-            int64_t i = 0;
-            for (; i + 16 <= inner; i += 16) {
-              for (int l = 0; l < 16; ++l) lanes[l] += x[i + l];
-            }
-            float sum = 0.f;
-            for (; i < inner; ++i) sum += x[i];
-            for (int l = 0; l < 16; ++l) sum += lanes[l];
-            const float mean = sum / static_cast<float>(inner);
-            for (int l = 0; l < 16; ++l) lanes[l] = 0.f;
-            for (i = 0; i + 16 <= inner; i += 16) {
-              for (int l = 0; l < 16; ++l) lanes[l] += (x[i + l] - mean) * (x[i + l] - mean);
-            }
-            float squares = 0.f;
-            for (; i < inner; ++i) squares += (x[i] - mean) * (x[i] - mean);
-            for (int l = 0; l < 16; ++l) squares += lanes[l];
+            const float mean = SumRow16(x, inner, [](float v) { return v; }) / static_cast<float>(inner);
+            const float squares = SumRow16(x, inner, [mean](float v) { return (v - mean) * (v - mean); });
             const float inv = 1.f / sqrtf(squares / static_cast<float>(inner) + static_cast<float>(eps));
             if (bias != nullptr) {
-              for (i = 0; i < inner; ++i) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
+              for (int64_t i = 0; i < inner; ++i) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
             } else {
-              for (i = 0; i < inner; ++i) y[i] = (x[i] - mean) * inv * scale[i];
+              for (int64_t i = 0; i < inner; ++i) y[i] = (x[i] - mean) * inv * scale[i];
             }
             if (mean_out) mean_out[o] = mean;
             if (inv_out) inv_out[o] = inv;

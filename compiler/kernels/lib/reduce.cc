@@ -101,13 +101,7 @@ struct ReduceKernel {
           po[r] = m;
           continue;
         }
-        for (int l = 0; l < 16; ++l) lanes[l] = 0.f;
-        for (; k + 16 <= n; k += 16) {
-          for (int l = 0; l < 16; ++l) lanes[l] += x[k + l];
-        }
-        float sum = 0.f;
-        for (; k < n; ++k) sum += x[k];
-        for (int l = 0; l < 16; ++l) sum += lanes[l];
+        const float sum = SumRow16(x, n, [](float v) { return v; });
         po[r] = op == KILN_REDUCE_MEAN ? sum / static_cast<float>(n) : sum;
       }
     };
