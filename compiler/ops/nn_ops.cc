@@ -83,7 +83,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   }
   std::vector<int64_t> xd = StaticDims(node.input(0)), wd = StaticDims(w), yd = StaticDims(node.output(0));
   if (xd.size() != 4 || node.GetInt("group", 1) != 1 || wd[2] != 3 || wd[3] != 3) return std::nullopt;
-  if (node.inputs().size() > 3) return std::nullopt;  // an input scale (fuse's Mul): the GEMM path applies it
+  if (node.inputs().size() > 3 && node.input(3) != nullptr) return std::nullopt;  // an input scale: the GEMM path applies it
   auto win = ConvWindow(node);
   if (!win.ok()) return win.status();
   for (size_t i = 0; i < 2; ++i) {
@@ -121,7 +121,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   KernelCall call{"conv_winograd", {}, {chunk, win->pads_begin[0], win->pads_begin[1]}, {}};
   call.inputs.push_back(KernelOperand{0, nullptr});
   call.inputs.push_back(KernelOperand{-1, std::move(u)});
-  if (node.inputs().size() > 2 && node.input(2) != nullptr) call.inputs.push_back(KernelOperand{2, nullptr});
+  call.inputs.push_back(KernelOperand{node.inputs().size() > 2 && node.input(2) != nullptr ? 2 : -1, nullptr});
+  if (node.inputs().size() > 4) call.inputs.push_back(KernelOperand{4, nullptr});  // the residual
   AppendActivation(node, call);
   call.scratch_bytes = chunk * per_tile;
   return call;
@@ -329,18 +330,27 @@ void RegisterNnOps(Registry& registry) {
     OpSchema s;
     s.name = "Conv";
     s.min_inputs = 2;
-    // A fourth input only as the fuse pass writes it (kiln.input_scale = 1): a per-(image,
-    // input channel) scale [N or 1, C, 1, ...] the Conv applies to X first, i.e. the
-    // Conv of Mul(X, scale) (EfficientNet's squeeze-and-excitation); B is then present.
-    s.max_inputs = 4;
+    // Two more inputs only as the fuse pass writes them. Input 3, with kiln.input_scale = 1
+    // (B then present): a per-(image, input channel) scale [N or 1, C, 1, ...] the Conv
+    // applies to X first, i.e. the Conv of Mul(X, scale) (EfficientNet's
+    // squeeze-and-excitation). Input 4, with kiln.residual = 1 (input 3 then may be
+    // omitted): a tensor shaped as Y added after the bias, before the activation, i.e.
+    // Add(Conv(...), R) (ResNet's skip connection).
+    s.max_inputs = 5;
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (auto st = RequireFloat(ctx); !st.ok()) return st;
       for (size_t i = 0; i < 2; ++i) {
         if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
       }
       std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
-      if (ctx.node.inputs().size() == 4) {
-        if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr || ctx.node.input(3) == nullptr) {
+      const size_t n_inputs = ctx.node.inputs().size();
+      const bool has_scale = n_inputs > 3 && ctx.node.input(3) != nullptr;
+      if (n_inputs == 5 && (ctx.node.GetInt("kiln.residual", 0) != 1 || ctx.node.input(4) == nullptr)) {
+        return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B); a fifth, the fuse pass's residual, needs kiln.residual = 1");
+      }
+      if (n_inputs > 3 && !has_scale && n_inputs != 5) return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
+      if (has_scale) {
+        if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr) {
           return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
         }
         if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
@@ -363,6 +373,13 @@ void RegisterNnOps(Registry& registry) {
       std::vector<int64_t> out = {x[0], w[0]};
       out.insert(out.end(), win->out.begin(), win->out.end());
       ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+      if (n_inputs == 5) {
+        if (auto st = RequireStatic(ctx, 4); !st.ok()) return st;
+        if (ctx.type(4).StaticDims() != out || ctx.type(4).dtype != ctx.type(0).dtype) {
+          return NodeError(ctx.node, absl::StrCat("residual [", absl::StrJoin(ctx.type(4).StaticDims(), ","),
+                                                  "] must have Y's shape [", absl::StrJoin(out, ","), "] and X's type"));
+        }
+      }
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {

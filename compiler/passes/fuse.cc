@@ -9,7 +9,9 @@
 //    A per-channel scale of a 1x1 Conv's input (squeeze-and-excitation) folds into the Conv,
 //    which scales each input channel as it packs it, so the scaled tensor is never written:
 //      %m = Mul(%x, %s) ; %y = Conv(%m, W, B)  =>  %y = Conv(%x, W, B, %s) {kiln.input_scale=1}
-//    (%s: [N or 1, C, 1, 1]; a zero B is added when the Conv has none.)
+//    (%s: [N or 1, C, 1, 1]; a zero B is added when the Conv has none.) And a residual
+//    added to a Conv's result (ResNet's skip connection) is added in its epilogue:
+//      %c = Conv(...) ; %y = Add(%c, %r)     =>  %y = Conv(..., %r) {kiln.residual=1}
 // 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
 //      %m = ReduceMean(%x, axes=[-1]) ; %d = Sub(%x, %m) ; %p = Pow(%d, 2) or Mul(%d, %d)
 //      %v = ReduceMean(%p, axes=[-1]) ; %s = Sqrt(Add(%v, eps)) ; %n = Div(%d, %s)
@@ -22,6 +24,7 @@
 //      %a = Div(%x, 1.41) ; %b = Erf(%a) ; %c = Add(%b, 1) ; %y = Mul(%x, %c)
 //        =>  %y = kiln.Elementwise(%x, 1.41, 1) {ops=["Div","Erf","Add","Mul"], ...}
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -61,9 +64,15 @@ class Fuse : public Pass {
  public:
   absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
     bool changed = false;
+    std::map<const Node*, size_t> position;
+    for (Node* node : graph.nodes()) position.emplace(node, position.size());
     for (Node* node : graph.nodes()) {
       Value* x = node->input(0);
       if (x == nullptr) continue;
+      if (node->op() == "Add" && FuseResidual(graph, node, position)) {
+        changed = true;
+        continue;
+      }
       // Add is commutative: the bias may come first.
       if (node->op() == "Add" && !IsProducer(x->producer()) && node->input(1) != nullptr) x = node->input(1);
       Node* producer = x->producer();
@@ -75,9 +84,9 @@ class Fuse : public Pass {
         changed |= FuseBias(graph, producer, node);
         continue;
       }
-      if (node->op() == "Sigmoid" && FuseSilu(graph, producer, node)) {
-        changed = true;
-        continue;
+      if (node->op() == "Sigmoid" && graph.Users(x).size() == 2) {
+        changed |= FuseSilu(graph, producer, node);
+        continue;  // not SiLU: the producer's result has another reader
       }
       int code = -1;
       double alpha = 0, beta = 0;
@@ -99,6 +108,7 @@ class Fuse : public Pass {
       changed = true;
     }
     graph.Compact();
+    // After residuals, so a Conv may take both (EfficientNet's projections).
     for (Node* node : graph.nodes()) changed |= FuseInputScale(graph, node);
     graph.Compact();
     // (A ReduceMean removed by an earlier match has no live users, so it matches nothing.)
@@ -143,10 +153,53 @@ class Fuse : public Pass {
     return true;
   }
 
+  // %c = Conv(...) ; %y = Add(%c, %r) (either order) => %y = Conv(..., %r) {kiln.residual=1}
+  // where %r has %y's shape, %c is read by the Add alone and the Conv has no activation yet
+  // (one that follows the Add then fuses as usual: Relu(Conv + %r)). The Conv runs where it
+  // stands, so %r must be computed before it: in ResNet's downsampling blocks the Add's
+  // second Conv (the shortcut's) takes the main path's result as its residual.
+  static bool FuseResidual(Graph& graph, Node* add, const std::map<const Node*, size_t>& position) {
+    if (add->inputs().size() != 2) return false;
+    const TensorType& type = add->output(0)->type();
+    if (!type.IsStatic() || (type.dtype != DType::kFloat32 && type.dtype != DType::kFloat64)) return false;
+    const std::vector<int64_t> dims = type.StaticDims();
+    for (int side = 0; side < 2; ++side) {
+      Value* c = add->input(side);
+      Value* r = add->input(1 - side);
+      if (c == nullptr || r == nullptr || c == r) continue;
+      Node* conv = c->producer();
+      if (conv == nullptr || conv->op() != "Conv" || !IsProducer(conv) || SoleUser(graph, c) != add) continue;
+      if (conv->inputs().size() > 4 || conv->has_attr("kiln.residual")) continue;
+      if (c->type().StaticDims() != dims || !r->type().IsStatic() || r->type().StaticDims() != dims ||
+          r->type().dtype != type.dtype) {
+        continue;
+      }
+      // Depthwise Convs (fewer than 4 output channels per group) have kernels of their own
+      // without a residual epilogue; the Add stays a fused elementwise loop there.
+      const Value* w = conv->input(1);
+      const int64_t group = conv->GetInt("group", 1);
+      if (!w->type().IsStatic() || group <= 0 || w->type().StaticDims()[0] / group < 4) continue;
+      if (Node* p = r->producer(); p != nullptr) {
+        auto at_r = position.find(p), at_conv = position.find(conv);
+        if (at_r == position.end() || at_conv == position.end() || at_r->second >= at_conv->second) continue;
+      }
+      std::vector<Value*> inputs = conv->inputs();
+      inputs.resize(4, nullptr);  // B and the input scale, or omitted
+      inputs.push_back(r);
+      conv->set_inputs(inputs);
+      conv->mutable_attrs()["kiln.residual"] = int64_t{1};
+      Absorb(graph, conv, add);
+      return true;
+    }
+    return false;
+  }
+
   // %m = Mul(%x, %s) ; %y = Conv(%m, W[, B]) with %s [N or 1, C, 1, 1], W 1x1, group 1, and
   // %m read by the Conv alone.
   static bool FuseInputScale(Graph& graph, Node* conv) {
-    if (conv->op() != "Conv" || conv->inputs().size() < 2 || conv->inputs().size() > 3 || conv->has_attr("kiln.input_scale")) return false;
+    if (conv->op() != "Conv" || conv->inputs().size() < 2 || conv->has_attr("kiln.input_scale")) return false;
+    // Inputs 3 and 4, if any, as FuseResidual leaves them: no scale yet, a residual.
+    if (conv->inputs().size() > 3 && (conv->inputs().size() != 5 || conv->input(3) != nullptr)) return false;
     Value* m = conv->input(0);
     Node* mul = m->producer();
     if (mul == nullptr || mul->op() != "Mul" || mul->inputs().size() != 2 || SoleUser(graph, m) != conv) return false;
@@ -169,13 +222,14 @@ class Fuse : public Pass {
       const std::vector<int64_t> sd = scale->type().StaticDims();
       if (sd.size() != 4 || (sd[0] != 1 && sd[0] != dims[0]) || sd[1] != dims[1] || sd[2] != 1 || sd[3] != 1) continue;
       std::vector<Value*> inputs = {x, conv->input(1)};
-      if (conv->inputs().size() == 3 && conv->input(2) != nullptr) {
+      if (conv->inputs().size() >= 3 && conv->input(2) != nullptr) {
         inputs.push_back(conv->input(2));
       } else {
         auto zero = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{wd[0]});  // zero-initialised
         inputs.push_back(graph.AddConstant(graph.UniqueName(conv->name() + "_zero_bias"), zero));
       }
       inputs.push_back(scale);
+      if (conv->inputs().size() == 5) inputs.push_back(conv->input(4));
       conv->set_inputs(inputs);
       conv->mutable_attrs()["kiln.input_scale"] = int64_t{1};
       graph.RemoveNode(mul);
@@ -372,7 +426,8 @@ class Fuse : public Pass {
 }  // namespace
 
 KILN_REGISTER_PASS(Fuse, "fuse",
-                   "fuse bias adds and activations into Conv/Gemm/MatMul epilogues, per-channel input scales into 1x1 "
+                   "fuse bias adds and activations into Conv/Gemm/MatMul epilogues, residual adds into Conv epilogues, "
+                   "per-channel input scales into 1x1 "
                    "Convs, LayerNorm subgraphs into one LayerNormalization, and elementwise chains into one loop")
 
 }  // namespace kiln

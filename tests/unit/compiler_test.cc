@@ -494,6 +494,98 @@ TEST(CodegenTest, ConvEpiloguesMatchInterpreter) {
   }
 }
 
+// x[1,c,h,w] -> Conv k x k (c -> oc, bias, same padding; group c when depthwise) -> Add
+// with a residual -> activation. The residual: x itself (oc == c), a 1x1 shortcut Conv of
+// x placed after the main Conv (ResNet's downsampling block: the Add's later operand), or a
+// constant [1, oc, 1, 1] (a broadcast, not a residual). `swap` puts the residual first.
+enum class Residual { kInput, kShortcutConv, kBroadcast };
+std::unique_ptr<Graph> ResidualNet(int64_t k, int64_t c, int64_t oc, int64_t h, int64_t w, Residual residual,
+                                   const std::string& activation, bool swap = false, bool depthwise = false) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, c, h, w}));
+  g->AddInput(x);
+  Node* main = g->AddNode("Conv", "main", {x, g->AddConstant("w", Random({oc, depthwise ? 1 : c, k, k}, 81)),
+                                            g->AddConstant("b", Random({oc}, 82))}, {"c"}, 13);
+  main->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
+  if (depthwise) main->mutable_attrs()["group"] = c;
+  Value* r = x;
+  if (residual == Residual::kShortcutConv) {
+    r = g->AddNode("Conv", "shortcut", {x, g->AddConstant("ws", Random({oc, c, 1, 1}, 83))}, {"s"}, 13)->output(0);
+  } else if (residual == Residual::kBroadcast) {
+    r = g->AddConstant("r", Random({1, oc, 1, 1}, 84));
+  }
+  std::vector<Value*> operands = {main->output(0), r};
+  if (swap) std::swap(operands[0], operands[1]);
+  Value* y = g->AddNode("Add", "add", operands, {"a"}, 13)->output(0);
+  if (!activation.empty()) y = g->AddNode(activation, "act", {y}, {"y"}, 13)->output(0);
+  g->AddOutput(y);
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+// fuse adds a residual in the Conv's epilogue (then the activation fuses too), in every
+// kernel path a Conv takes: Winograd, the implicit GEMM's full tiles, half tiles, panel
+// columns and partial tiles (scalar), and an activation applied after the product.
+TEST(PassTest, FuseAddsResidualInConvEpilogue) {
+  struct Case {
+    int64_t k, c, oc, h, w;
+    Residual residual;
+    const char* activation;
+    bool swap;
+    const char* fused_into;  // the Conv that takes the residual
+  };
+  const Case cases[] = {
+      {3, 16, 16, 13, 12, Residual::kInput, "Relu", false, "main"},         // Winograd
+      {1, 24, 20, 7, 7, Residual::kShortcutConv, "Relu", false, "shortcut"},  // 49 columns: 32 + 16 + 1
+      {3, 10, 13, 9, 37, Residual::kShortcutConv, "", true, "shortcut"},    // partial tiles
+      {1, 16, 16, 9, 11, Residual::kInput, "Sigmoid", true, "main"},        // activation after the product
+  };
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(::testing::Message() << cs.k << "x" << cs.k << " " << cs.c << "->" << cs.oc << " over " << cs.h << "x" << cs.w
+                                      << " activation '" << cs.activation << "'" << (cs.swap ? " swapped" : ""));
+    auto net = [&] { return ResidualNet(cs.k, cs.c, cs.oc, cs.h, cs.w, cs.residual, cs.activation, cs.swap); };
+    std::unique_ptr<Graph> g = net();
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+    const Node* fused = nullptr;
+    for (const Node* node : g->nodes()) {
+      EXPECT_NE(node->op(), "Add") << PrintGraph(*g);
+      if (node->GetInt("kiln.residual", 0) == 1) fused = node;
+    }
+    ASSERT_NE(fused, nullptr) << PrintGraph(*g);
+    EXPECT_EQ(fused->name(), cs.fused_into);
+    ASSERT_EQ(fused->inputs().size(), 5u);
+    EXPECT_EQ(fused->input(3), nullptr);  // no input scale
+    EXPECT_EQ(fused->GetInt("kiln.activation", -1), std::string(cs.activation) == "Relu" ? KILN_UNARY_RELU
+                                                     : std::string(cs.activation) == "Sigmoid" ? KILN_UNARY_SIGMOID
+                                                                                               : -1);
+    EXPECT_EQ(g->outputs()[0], fused->output(0));
+    // The interpreter runs the fused Conv's reference loop (the same sums, then the
+    // residual, as Conv then Add), the artifact its fast kernels.
+    auto input = Random({1, cs.c, cs.h, cs.w}, 85);
+    auto fused_run = RunGraph(*g, {*input});
+    auto plain_run = RunGraph(*net(), {*input});
+    ASSERT_TRUE(fused_run.ok()) << fused_run.status();
+    ASSERT_TRUE(plain_run.ok()) << plain_run.status();
+    for (int64_t i = 0; i < (*plain_run)[0].num_elements(); ++i) {
+      ASSERT_EQ((*fused_run)[0].data_as<float>()[i], (*plain_run)[0].data_as<float>()[i]) << i;
+    }
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference(net(), net(), kDefaultPipeline, target), 1e-5);
+    }
+  }
+  // Not residuals: a broadcast constant, and a depthwise Conv's result (its kernels have no
+  // residual epilogue). Both stay an Add.
+  for (bool depthwise : {false, true}) {
+    std::unique_ptr<Graph> g = depthwise ? ResidualNet(3, 16, 16, 9, 9, Residual::kInput, "Relu", false, true)
+                                         : ResidualNet(1, 16, 16, 9, 9, Residual::kBroadcast, "Relu");
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+    for (const Node* node : g->nodes()) EXPECT_EQ(node->GetInt("kiln.residual", 0), 0) << PrintGraph(*g);
+  }
+}
+
 // --tune: the first tuning of a shape measures every candidate and writes the cache, the
 // second reads it back without measuring, a zero budget leaves the node untuned, and each
 // GEMM job width a tuner may pick computes the same result.
@@ -604,8 +696,9 @@ TEST(CodegenTest, TrailingReductionsMatchInterpreter) {
 }
 
 // x[1,16,9,9] -> Conv (dense 3x3 or depthwise 3x3) -> Sigmoid and Mul: SiLU as EfficientNet
-// writes it, fused into the Conv as one activation.
-std::unique_ptr<Graph> SiluNet(bool depthwise) {
+// writes it, fused into the Conv as one activation. (`combine` "Add": Sigmoid(c) + c, not
+// SiLU, and the Conv's result has a second reader.)
+std::unique_ptr<Graph> SiluNet(bool depthwise, const std::string& combine = "Mul") {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 16, 9, 9}));
   g->AddInput(x);
@@ -613,7 +706,7 @@ std::unique_ptr<Graph> SiluNet(bool depthwise) {
   conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
   if (depthwise) conv->mutable_attrs()["group"] = int64_t{16};
   Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {conv->output(0)}, {"s"}, 13);
-  Node* mul = g->AddNode("Mul", "mul", {sigmoid->output(0), conv->output(0)}, {"y"}, 13);
+  Node* mul = g->AddNode(combine, "mul", {sigmoid->output(0), conv->output(0)}, {"y"}, 13);
   g->AddOutput(mul->output(0));
   EXPECT_TRUE(InferTypes(*g).ok());
   return g;
@@ -631,24 +724,40 @@ TEST(PassTest, FuseFoldsSiluIntoConv) {
     EXPECT_EQ(g->outputs()[0], g->nodes()[0]->output(0));
     EXPECT_LT(CompiledVsReference(SiluNet(depthwise), SiluNet(depthwise), kDefaultPipeline), 1e-5);
   }
+  // Sigmoid(c) + c: the Sigmoid cannot become the Conv's activation (the Add reads c too).
+  std::unique_ptr<Graph> g = SiluNet(false, "Add");
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+  for (const Node* node : g->nodes()) EXPECT_EQ(node->GetInt("kiln.activation", -1), -1) << PrintGraph(*g);
+  EXPECT_LT(CompiledVsReference(SiluNet(false, "Add"), SiluNet(false, "Add"), kDefaultPipeline), 1e-5);
 }
 
 // Squeeze-and-excitation as EfficientNet writes it, then a 1x1 Conv:
 // x[n,16,6,5] -> GlobalAveragePool -> Conv 1x1 -> Sigmoid -> Mul(x, .) -> Conv 1x1 (16 -> 12,
-// bias optional, stride 1 or 2). With n = 2 each image has its own scale.
-std::unique_ptr<Graph> SqueezeExciteNet(int64_t n, bool bias, int64_t stride, int64_t h = 6, int64_t w = 5) {
+// bias optional, stride 1 or 2). With n = 2 each image has its own scale. `residual`: the
+// projection's result plus a shortcut (a 1x1 Conv of x computed first), as EfficientNet's
+// blocks end.
+std::unique_ptr<Graph> SqueezeExciteNet(int64_t n, bool bias, int64_t stride, int64_t h = 6, int64_t w = 5,
+                                        bool residual = false) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {n, 16, h, w}));
   g->AddInput(x);
+  Node* shortcut = nullptr;
+  if (residual) {
+    shortcut = g->AddNode("Conv", "shortcut", {x, g->AddConstant("ws", Random({12, 16, 1, 1}, 75))}, {"r"}, 13);
+    shortcut->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
+  }
   Node* pool = g->AddNode("GlobalAveragePool", "pool", {x}, {"p"}, 13);
   Node* excite = g->AddNode("Conv", "excite", {pool->output(0), g->AddConstant("we", Random({16, 16, 1, 1}, 71))}, {"e"}, 13);
   Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {excite->output(0)}, {"s"}, 13);
   Node* mul = g->AddNode("Mul", "mul", {x, sigmoid->output(0)}, {"m"}, 13);
   std::vector<Value*> inputs = {mul->output(0), g->AddConstant("wp", Random({12, 16, 1, 1}, 72))};
   if (bias) inputs.push_back(g->AddConstant("bp", Random({12}, 73)));
-  Node* project = g->AddNode("Conv", "project", inputs, {"y"}, 13);
+  Node* project = g->AddNode("Conv", "project", inputs, {"proj"}, 13);
   project->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
-  g->AddOutput(project->output(0));
+  Value* y = project->output(0);
+  if (residual) y = g->AddNode("Add", "add", {y, shortcut->output(0)}, {"y"}, 13)->output(0);
+  g->AddOutput(y);
   EXPECT_TRUE(InferTypes(*g).ok());
   return g;
 }
@@ -710,30 +819,37 @@ TEST(PassTest, FuseFoldsLayerNormIntoOneKernel) {
 // fuse folds the Mul into the project Conv as an input scale; the interpreter runs the
 // fused Conv exactly as the two nodes (the product rounded, then the sum), and the artifact
 // (which scales as it packs) matches it.
+// With a residual the Conv takes that too (EfficientNet's projections).
 TEST(PassTest, FuseFoldsChannelScaleIntoConv) {
   for (int64_t n : {1, 2}) {
     for (bool bias : {true, false}) {
+     for (bool residual : {false, true}) {
       const int64_t stride = bias ? 1 : 2;
-      SCOPED_TRACE(::testing::Message() << "batch " << n << (bias ? ", bias" : ", no bias") << ", stride " << stride);
-      std::unique_ptr<Graph> g = SqueezeExciteNet(n, bias, stride);
+      SCOPED_TRACE(::testing::Message() << "batch " << n << (bias ? ", bias" : ", no bias") << ", stride " << stride
+                                        << (residual ? ", residual" : ""));
+      auto net = [&] { return SqueezeExciteNet(n, bias, stride, 6, 5, residual); };
+      std::unique_ptr<Graph> g = net();
       PassContext ctx;
-      ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+      auto fuse = RunPipeline(*g, "fuse", {}, ctx);
+      ASSERT_TRUE(fuse.ok()) << fuse.status();
       const Node* project = g->nodes().back();
       ASSERT_EQ(project->op(), "Conv");
       EXPECT_EQ(project->GetInt("kiln.input_scale", 0), 1);
-      ASSERT_EQ(project->inputs().size(), 4u);
+      EXPECT_EQ(project->GetInt("kiln.residual", 0), residual ? 1 : 0);
+      ASSERT_EQ(project->inputs().size(), residual ? 5u : 4u);
       EXPECT_EQ(project->input(0), g->inputs()[0]);
-      for (const Node* node : g->nodes()) EXPECT_NE(node->op(), "Mul");
+      for (const Node* node : g->nodes()) EXPECT_TRUE(node->op() != "Mul" && node->op() != "Add") << PrintGraph(*g);
       auto input = Random({n, 16, 6, 5}, 74);
       auto fused = RunGraph(*g, {*input});
-      auto plain = RunGraph(*SqueezeExciteNet(n, bias, stride), {*input});
+      auto plain = RunGraph(*net(), {*input});
       ASSERT_TRUE(fused.ok()) << fused.status();
       ASSERT_TRUE(plain.ok()) << plain.status();
       const Tensor& a = (*fused)[0];
       const Tensor& b = (*plain)[0];
       ASSERT_EQ(a.num_elements(), b.num_elements());
       for (int64_t i = 0; i < a.num_elements(); ++i) ASSERT_EQ(a.data_as<float>()[i], b.data_as<float>()[i]) << i;
-      EXPECT_LT(CompiledVsReference(SqueezeExciteNet(n, bias, stride), SqueezeExciteNet(n, bias, stride), kDefaultPipeline), 1e-5);
+      EXPECT_LT(CompiledVsReference(net(), net(), kDefaultPipeline), 1e-5);
+     }
     }
   }
   // --tune times such a Conv alone, feeding both its computed inputs (X and the scale).

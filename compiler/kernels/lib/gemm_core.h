@@ -57,14 +57,31 @@ using v8f = ::kiln_kernels::v8f;    // and KILN_LOAD8 / KILN_STORE8 / KILN_SPLAT
 using v16f = ::kiln_kernels::v16f;  // the wide tile's vector; KILN_SPLAT16 / KILN_SPLAT_V there too
 
 // What the micro-kernel does to its C tile in registers after the last K block: add a
-// per-row bias (a Conv's, one per output channel) and apply ReLU or Clip, the activations
-// CNNs fuse into convolutions, with the same comparisons as ApplyUnary (NaN: ReLU gives 0,
-// Clip keeps it). Anything else stays a pass over C after the product.
+// per-row bias (a Conv's, one per output channel), then a residual tensor laid out as C
+// (ResNet's skip connection, fused from Conv -> Add), then apply ReLU or Clip, the
+// activations CNNs fuse into convolutions, with the same comparisons as ApplyUnary (NaN:
+// ReLU gives 0, Clip keeps it). Anything else stays a pass over C after the product (and
+// then the residual must have been added before it: callers with another activation add
+// it themselves).
 struct Epilogue {
   enum Kind : int32_t { kNone = 0, kRelu = 1, kClip = 2 };
   const float* row_bias = nullptr;  // indexed by the row of C; null: no bias
+  const float* residual = nullptr;  // R(i, j) = residual[i * residual_ld + j], i and j as C's; null: none
+  int64_t residual_ld = 0;
   int32_t kind = kNone;
   float lo = 0.f, hi = 0.f;  // Clip bounds
+  // The scalar form, for C(row, col) = v before the epilogue (edge columns and tiles).
+  float Apply(float v, int64_t row, int64_t col) const {
+    if (row_bias != nullptr) v += row_bias[row];
+    return AfterBias(v, row, col);
+  }
+  // The residual and the activation alone.
+  float AfterBias(float v, int64_t row, int64_t col) const {
+    if (residual != nullptr) v += residual[row * residual_ld + col];
+    if (kind == kRelu) v = v > 0.f ? v : 0.f;
+    if (kind == kClip) v = v < lo ? lo : (v > hi ? hi : v);
+    return v;
+  }
 };
 
 // C[0..MR, 0..L*NV) (+)= A[0..MR, 0..kb) · B[0..kb, 0..L*NV), L the lanes of V (v8f: the
@@ -73,7 +90,7 @@ struct Epilogue {
 // weight panel, or a + kMr rows). Column vector 0 of B row k is at b0 + k * ldb, vector 1
 // at b1 + k * ldb (b0 + L, or the next 16-column panel). NV = 2 is the full tile; NV = 1
 // serves a last partial tile of at most L columns at half the work. ep (null: none)
-// applies to rows row0.. of C.
+// applies to rows row0.. of C; its residual is not read here (FinishTile adds it).
 template <typename V, int MR, int NV>
 inline void MicroKernel(int64_t kb, const float* a, const float* a_hi, int64_t a_row, int64_t a_k, const float* b0,
                         const float* b1, int64_t ldb, float* c, int64_t ldc, bool accumulate, const Epilogue* ep,
@@ -190,7 +207,7 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
 // (+)= panel [kb][kMr] · b[k * ldb], one 8-lane FMA per k (kMr lanes used, four partial
 // sums) where an 8-column micro-kernel would do kMr of them. ep as in MicroKernel.
 inline void PanelColumn(int rows, int64_t kb, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                        bool accumulate, const Epilogue* ep, int64_t row0) {
+                        bool accumulate, const Epilogue* ep, int64_t row0, int64_t col0) {
 #ifdef __clang__
 #pragma clang fp contract(fast)
 #endif
@@ -219,15 +236,38 @@ inline void PanelColumn(int rows, int64_t kb, const float* a, const float* b, in
   }
   const v8f sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   for (int r = 0; r < rows; ++r) {
-    float v = accumulate ? c[r * ldc] + sum[r] : sum[r];
-    if (ep != nullptr) {
-      if (ep->row_bias != nullptr) v += ep->row_bias[row0 + r];
-      if (ep->kind == Epilogue::kRelu) v = v > 0.f ? v : 0.f;
-      if (ep->kind == Epilogue::kClip) v = v < ep->lo ? ep->lo : (v > ep->hi ? ep->hi : v);
-    }
-    c[r * ldc] = v;
+    const float v = accumulate ? c[r * ldc] + sum[r] : sum[r];
+    c[r * ldc] = ep != nullptr ? ep->Apply(v, row0 + r, col0) : v;
   }
 }
+// The rest of ep for a tile the micro-kernel has finished in place with ep's bias only:
+// C[0..rows, 0..cols) (cols a multiple of V's lanes, rows row0.. and columns col0.. of C)
+// += the residual, then ReLU or Clip, while the tile is still in L1. (Adding the residual
+// in the micro-kernel's registers instead took a register its K loop needed: every GEMM in
+// ResNet-50 ran ~10 % slower; in a micro-kernel instance of its own, the residual convs
+// ran ~10 % slower than with this pass, its loads stalling the epilogue.)
+template <typename V>
+inline void FinishTile(int rows, int64_t cols, float* c, int64_t ldc, const Epilogue& ep, int64_t row0, int64_t col0) {
+  constexpr int64_t L = static_cast<int64_t>(sizeof(V) / sizeof(float));
+  const V zero = {};
+  V lo, hi;
+  KILN_SPLAT_V(V, lo, ep.lo);
+  KILN_SPLAT_V(V, hi, ep.hi);
+  for (int i = 0; i < rows; ++i) {
+    float* ci = c + i * ldc;
+    const float* ri = ep.residual + (row0 + i) * ep.residual_ld + col0;
+    for (int64_t q = 0; q < cols; q += L) {
+      V v, r;
+      memcpy(&v, ci + q, sizeof(V));
+      memcpy(&r, ri + q, sizeof(V));
+      v += r;
+      if (ep.kind == Epilogue::kRelu) v = v > zero ? v : zero;
+      if (ep.kind == Epilogue::kClip) v = v < lo ? lo : (v > hi ? hi : v);
+      memcpy(ci + q, &v, sizeof(V));
+    }
+  }
+}
+
 // Up to this many trailing columns take PanelColumn rather than a partial tile. Measured
 // (1x1 Convs, best of 60): one column (7x7 planes: 2048->512, 320->1280) 7-8 % faster for
 // the layer; four (14x14, 256->1024: a 68-position job) 6 % slower, the 8-column
@@ -244,7 +284,9 @@ struct Tile {
 };
 
 // Block (below) on one tile.
-template <bool kWide, typename Pack>
+// kResidual: ep has a residual (a separate instance, so GEMMs without one run code that
+// never tests for it: those tests measured 1-3 % slower on MobileNetV2's convolutions).
+template <bool kWide, bool kResidual, typename Pack>
 inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
                        int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel, const Epilogue* ep) {
   using T = Tile<kWide>;
@@ -268,6 +310,11 @@ inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K
     }
     const bool accumulate = k0 > 0;
     const Epilogue* last = k0 + kb >= K ? ep : nullptr;
+    // With a residual the micro-kernel applies the bias alone and FinishTile the rest.
+    Epilogue bias_only;
+    const Epilogue* finish = kResidual ? last : nullptr;
+    if (kResidual && finish != nullptr) bias_only.row_bias = finish->row_bias;
+    const Epilogue* in_kernel = kResidual && finish != nullptr ? &bias_only : last;
     // Edge columns of a direct B, padded to a full tile once per K block.
     const int64_t full_cols = nb / T::kCols * T::kCols;
     if (b != packed && full_cols < nb) {
@@ -292,8 +339,18 @@ inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K
         const float* ai = a_panel > 0 ? a + i / kMr * a_panel + k0 * kMr : a + i * a_row + k0 * a_k;
         const float* ai_hi = a_panel > 0 ? ai + a_panel : ai + kMr * a_row;  // rows kMr.. (wide tile)
         float* cij = c + i * ldc + n0 + j;
+        if (kResidual && finish != nullptr) {
+          // The residual tile is read right after the product: fetch it during it (its
+          // rows lie far apart, which the hardware prefetcher does not follow).
+          for (int r = 0; r < rows; ++r) {
+            const float* ri = finish->residual + (i + r) * finish->residual_ld + n0 + j;
+            for (int64_t q = 0; q < cols; q += 16) __builtin_prefetch(ri + q);
+          }
+        }
         if (cols == T::kCols) {
-          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, cij, ldc, accumulate, last, i);
+          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, cij, ldc, accumulate, in_kernel,
+                                i);
+          if (kResidual && finish != nullptr) FinishTile<V>(rows, T::kCols, cij, ldc, *finish, i, n0 + j);
           continue;
         }
         // The last columns: one vector's worth in place (7x7 planes, 49 positions, end in
@@ -302,34 +359,42 @@ inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K
         int64_t q0 = 0;
         if (cols >= T::kHalf && (cols - T::kHalf <= kPanelColumns || cols == T::kHalf) &&
             (a_panel > 0 || cols == T::kHalf)) {
-          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, cij, ldc, accumulate, last, i);
+          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, cij, ldc, accumulate, in_kernel, i);
+          if (kResidual && finish != nullptr) FinishTile<V>(rows, T::kHalf, cij, ldc, *finish, i, n0 + j);
           q0 = T::kHalf;
         }
         if (q0 == cols) continue;
         if (a_panel > 0 && cols - q0 <= kPanelColumns) {
           for (int64_t q = q0; q < cols; ++q) {
-            PanelColumn(rows < kMr ? rows : kMr, kb, ai, bj + q, ldbj, cij + q, ldc, accumulate, last, i);
+            PanelColumn(rows < kMr ? rows : kMr, kb, ai, bj + q, ldbj, cij + q, ldc, accumulate, last, i, n0 + j + q);
             if (rows > kMr) {
-              PanelColumn(rows - kMr, kb, ai_hi, bj + q, ldbj, cij + kMr * ldc + q, ldc, accumulate, last, i + kMr);
+              PanelColumn(rows - kMr, kb, ai_hi, bj + q, ldbj, cij + kMr * ldc + q, ldc, accumulate, last, i + kMr,
+                          n0 + j + q);
             }
           }
           continue;
         }
         // A partial tile: work on a copy one or two vectors wide (the padded B columns
-        // are zero), then write back the valid columns.
+        // are zero), then write back the valid columns (and finish them: a residual has
+        // only those).
         const int64_t width = cols <= T::kHalf ? T::kHalf : T::kCols;
         alignas(64) float tile[T::kRows * T::kCols];
         for (int r = 0; r < rows; ++r) {
           for (int64_t q = 0; q < width; ++q) tile[r * width + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
         }
         if (width == T::kHalf) {
-          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, tile, width, accumulate, last, i);
+          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, tile, width, accumulate, in_kernel, i);
         } else {
-          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, tile, width, accumulate, last,
-                                i);
+          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, tile, width, accumulate,
+                                in_kernel, i);
         }
         for (int r = 0; r < rows; ++r) {
           for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * width + q];
+        }
+        if (kResidual && finish != nullptr) {
+          for (int r = 0; r < rows; ++r) {
+            for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = finish->AfterBias(cij[r * ldc + q], i + r, n0 + j + q);
+          }
         }
       }
     }
@@ -353,9 +418,17 @@ template <typename Pack>
 inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
                   int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0, const Epilogue* ep = nullptr) {
   if (WideVectors()) {
-    BlockTiles<true>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+    if (ep != nullptr && ep->residual != nullptr) {
+      BlockTiles<true, true>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+    } else {
+      BlockTiles<true, false>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+    }
   } else {
-    BlockTiles<false>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+    if (ep != nullptr && ep->residual != nullptr) {
+      BlockTiles<false, true>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+    } else {
+      BlockTiles<false, false>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);
+    }
   }
 }
 

@@ -530,7 +530,9 @@ static int32_t RunDepthwiseBlocked(const kiln_kcall* call, const Window& w, int6
 }
 
 struct ConvKernel {
-  // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional.
+  // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional, then as the fuse
+  // pass writes them: an input scale (below; may be omitted) and a residual R shaped as Y,
+  // added after the bias and before the activation (Relu(Add(Conv(X), R)), ResNet's skip).
   // ints: [group, window block..., activation]; floats: [activation alpha, beta]
   // f32 with at least 4 output channels per group runs as an implicit GEMM; the direct
   // loop nest below serves depthwise convolutions and f64. In artifacts a constant weight
@@ -563,6 +565,7 @@ struct ConvKernel {
     // The input scale (inputs[3], [N or 1, C, 1...]): X[n, c] is read as X[n, c] * scale.
     const T* pscale = call->num_inputs > 3 ? static_cast<const T*>(call->inputs[3].data) : nullptr;
     const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
+    const T* pres = call->num_inputs > 4 ? static_cast<const T*>(call->inputs[4].data) : nullptr;
     T* py = static_cast<T*>(Y.data);
     const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
@@ -570,7 +573,7 @@ struct ConvKernel {
         return ImplicitGemm(call, w, group, activation, packed, cols);
       }
       if (packed) return KILN_KERR_UNSUPPORTED;
-      const bool depthwise_2d = pscale == nullptr && X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
+      const bool depthwise_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
                                 w.dilation[2] == 1 && w.in[2] <= kDepthwiseMaxWidth;
       const bool square = w.stride[1] == w.stride[2] && w.kernel[1] == w.kernel[2];
       if (depthwise_2d && square) {
@@ -626,6 +629,10 @@ struct ConvKernel {
             }
           }
         }
+        if (pres != nullptr) {
+          const T* r = pres + job * out_size;
+          for (int64_t i = 0; i < out_size; ++i) y[i] += r[i];
+        }
         ApplyActivation(y, out_size, activation, call->floats[0], call->floats[1]);
       }
     };
@@ -652,6 +659,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   // The input scale (see Run): applied to each packed row of B, i.e. per input channel.
   const float* pscale = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
   const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
+  const float* pres = call->num_inputs > 4 ? static_cast<const float*>(call->inputs[4].data) : nullptr;  // the residual
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
@@ -778,9 +786,14 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
         }
         return dst;
       };
-      // Bias, ReLU and Clip happen in the micro-kernel's registers; other activations after.
+      // Bias, residual, ReLU and Clip happen in the micro-kernel's registers; other
+      // activations after.
       gemm::Epilogue ep;
       ep.row_bias = pbias != nullptr ? pbias + g * ocg : nullptr;
+      if (pres != nullptr) {
+        ep.residual = pres + (n * out_channels + g * ocg) * out_size;
+        ep.residual_ld = out_size;
+      }
       if (activation == KILN_UNARY_RELU) ep.kind = gemm::Epilogue::kRelu;
       if (activation == KILN_UNARY_CLIP) {
         ep.kind = gemm::Epilogue::kClip;

@@ -3,7 +3,7 @@
 // pair instead of 144 (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks").
 //   V[xi][t][ic] = (B^T d B)[xi]    d: the 6x6 input tile t of channel ic (zero outside)
 //   M[xi][t][oc] = sum_ic V[xi][t][ic] * U[xi][ic][oc]   36 GEMMs on the shared micro-kernel
-//   Y tile       = A^T M A + bias, then the fused activation
+//   Y tile       = A^T M A + bias (+ a residual R), then the fused activation
 // U = G g G^T is computed at compile time (ops/nn_ops.cc) and stored as 16-column panels:
 // U[xi][oc / 16][ic][oc % 16], which is exactly what the micro-kernel streams. Tiles are
 // done in chunks (ints[0] tiles at a time, all images together) so V and M, which live in
@@ -43,7 +43,8 @@ inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
 }
 
 struct WinogradConvKernel {
-  // inputs: X [N, C, H, W], U [36, OC/16, C, 16], B [OC] optional
+  // inputs: X [N, C, H, W], U [36, OC/16, C, 16], B [OC] (may be omitted), R [N, OC, OH, OW]
+  // optional: a residual added before the activation (the fuse pass's Conv -> Add)
   // outputs: Y [N, OC, OH, OW], scratch (u8, 36 * tiles_per_chunk * (C + OC) floats)
   // ints: [tiles_per_chunk, pad_top, pad_left, activation]; floats: [activation alpha, beta]
   template <typename T>
@@ -68,6 +69,7 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
   const float* px = static_cast<const float*>(X.data);
   const float* pu = static_cast<const float*>(call->inputs[1].data);
   const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
+  const float* pres = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
   float* py = static_cast<float*>(Y.data);
   float* v = static_cast<float*>(call->outputs[1].data);
   float* m = v + 36 * chunk * C;
@@ -130,8 +132,16 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
         }
         alignas(32) float vals[16 * kLanes];
         memcpy(vals, out, sizeof(vals));
-        ApplyActivation(vals, 16 * kLanes, activation, alpha, beta);
         const int64_t rows = OH - th * 4 < 4 ? OH - th * 4 : 4, cols = OW - tw * 4 < 4 ? OW - tw * 4 : 4;
+        if (pres != nullptr) {
+          for (int l = 0; l < kLanes; ++l) {
+            const float* r = pres + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
+            for (int64_t i = 0; i < rows; ++i) {
+              for (int64_t q = 0; q < cols; ++q) vals[(i * 4 + q) * kLanes + l] += r[i * OW + q];
+            }
+          }
+        }
+        ApplyActivation(vals, 16 * kLanes, activation, alpha, beta);
         for (int l = 0; l < kLanes; ++l) {
           float* y = py + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
           for (int64_t r = 0; r < rows; ++r) {
