@@ -339,7 +339,8 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
 }
 
 // x[2,c,h,w] -> depthwise Conv (group c, bias) -> Relu with pads {top, left, bottom, right}.
-std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, std::vector<int64_t> pads) {
+std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, std::vector<int64_t> pads,
+                                    const std::string& activation = "Relu") {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, c, h, w}));
   g->AddInput(x);
@@ -348,8 +349,16 @@ std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, 
   conv->mutable_attrs()["group"] = c;
   conv->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
   conv->mutable_attrs()["pads"] = pads;
-  Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"y"}, 13);
-  g->AddOutput(relu->output(0));
+  std::vector<Value*> operands = {conv->output(0)};
+  if (activation == "Clip") {  // ReLU6's form, bounds 0 and 1
+    for (float bound : {0.f, 1.f}) {
+      auto t = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+      t->data_as<float>()[0] = bound;
+      operands.push_back(g->AddConstant(bound == 0.f ? "lo" : "hi", t));
+    }
+  }
+  Node* act = g->AddNode(activation, "act", operands, {"y"}, 13);
+  g->AddOutput(act->output(0));
   EXPECT_TRUE(InferTypes(*g).ok());
   return g;
 }
@@ -359,7 +368,8 @@ std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, 
 // one of 16 and one of 4; 9 at stride 2: 16 lanes, the second transpose one channel; 60
 // rows of 45: several strips), and the per-plane rows beyond that (70 wide at stride 1,
 // 140 at either); windows of 3 and 5, both strides, padding none, symmetric or lopsided
-// (taken in turn: one compile per case), clipped at every edge.
+// (taken in turn: one compile per case), clipped at every edge. The fused activation, in
+// turn too: ReLU and Clip (applied in registers by the blocked kernel), Sigmoid (a pass after).
 TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
   struct Shape {
     int64_t c, h, w;
@@ -370,13 +380,17 @@ TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
       for (int64_t stride : {1, 2}) {
         const int64_t p = k / 2;
         const std::vector<int64_t> choices[3] = {{0, 0, 0, 0}, {p, p, p, p}, {p, 0, 0, p + 1}};
-        const std::vector<int64_t>& pads = choices[turn++ % 3];
+        const std::vector<int64_t>& pads = choices[turn % 3];
+        const std::string activation = turn % 4 == 3 ? "Sigmoid" : (turn % 2 == 1 ? "Clip" : "Relu");
+        ++turn;
         SCOPED_TRACE(::testing::Message() << shape.c << "x" << shape.h << "x" << shape.w << ", " << k << "x" << k << " stride "
-                                          << stride << " pads " << pads[0] << "," << pads[1] << "," << pads[2] << "," << pads[3]);
+                                          << stride << " pads " << pads[0] << "," << pads[1] << "," << pads[2] << "," << pads[3]
+                                          << ", " << activation);
         for (const std::string& target : TileTargets()) {  // 8 or 16 channels per vector
           SCOPED_TRACE(target);
-          EXPECT_LT(CompiledVsReference(DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads),
-                                        DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads), kDefaultPipeline, target),
+          EXPECT_LT(CompiledVsReference(DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads, activation),
+                                        DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads, activation), kDefaultPipeline,
+                                        target),
                     1e-5);
         }
       }

@@ -411,14 +411,21 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const int64_t iw_end = W < padded_w - PW ? W : padded_w - PW;
   const float alpha = kMaxPool ? 0.f : static_cast<float>(call->floats[0]);
   const float beta = kMaxPool ? 0.f : static_cast<float>(call->floats[1]);
+  // ReLU and Clip (ReLU6) on each output vector as it is computed, with ApplyUnary's
+  // comparisons (NaN: ReLU gives 0, Clip keeps it); other activations in a pass after.
+  const int64_t in_registers =
+      !kMaxPool && (activation == KILN_UNARY_RELU || activation == KILN_UNARY_CLIP) ? activation : -1;
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float in[kDepthwiseStripFloats];
     alignas(64) float out[kDepthwiseOutFloats];
     // A block of at most 8 channels never writes the upper half of 16 lanes: zeroed here,
     // those lanes compute finite results (no denormal or NaN inputs) that are never stored.
     if constexpr (L > 8) memset(in, 0, sizeof(in));
-    V pad;
+    V pad, lo, hi;
     KILN_SPLAT_V(V, pad, kMaxPool ? -INFINITY : 0.f);
+    KILN_SPLAT_V(V, lo, alpha);
+    KILN_SPLAT_V(V, hi, beta);
+    const V zero = {};
     const v8f zero8 = {};
     for (int64_t job = begin; job < end; ++job) {
       const int64_t n = job / blocks, c0 = job % blocks * L;
@@ -441,9 +448,8 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
         for (int64_t r = 0; r < rows_in; ++r) {
           float* dst = in + r * row_floats;
           const bool outside = ih0 + r < 0 || ih0 + r >= H;
-          for (int64_t col = 0; col < padded_w; ++col) {
-            if (outside || col < PW || col >= PW + iw_end) memcpy(dst + col * L, &pad, sizeof(V));
-          }
+          for (int64_t col = 0; col < (outside ? padded_w : PW); ++col) memcpy(dst + col * L, &pad, sizeof(V));
+          for (int64_t col = PW + iw_end; !outside && col < padded_w; ++col) memcpy(dst + col * L, &pad, sizeof(V));
         }
         // The image rows the strip reads, eight flattened pixels of eight channels per
         // transpose (lanes h * 8.. of the block: channels c0 + h * 8..).
@@ -462,15 +468,30 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
           };
           for (; p + 8 <= p_end; p += 8) {
             v8f block[8];
-            for (int l = 0; l < 8; ++l) {
-              if (l < sub) {
-                KILN_LOAD8(block[l], xh + l * H * W + p);
-              } else {
-                block[l] = zero8;
+            if (sub == 8) {  // (tested once per block, not per lane)
+              for (int l = 0; l < 8; ++l) KILN_LOAD8(block[l], xh + l * H * W + p);
+            } else {
+              for (int l = 0; l < 8; ++l) {
+                if (l < sub) {
+                  KILN_LOAD8(block[l], xh + l * H * W + p);
+                } else {
+                  block[l] = zero8;
+                }
               }
             }
             Transpose8x8(block);
-            for (int j = 0; j < 8; ++j) place(reinterpret_cast<const float*>(&block[j]));
+            if (iw + 8 <= iw_end) {
+              // All eight in one row of the strip: consecutive pixels, no bookkeeping each.
+              float* dst = in + ((ih - ih0) * padded_w + PW + iw) * L + h * 8;
+              for (int j = 0; j < 8; ++j) memcpy(dst + j * L, &block[j], sizeof(v8f));
+              iw += 8;
+              if (iw == W) {
+                iw = 0;
+                ++ih;
+              }
+            } else {
+              for (int j = 0; j < 8; ++j) place(reinterpret_cast<const float*>(&block[j]));
+            }
           }
           for (; p < p_end; ++p) {
             alignas(32) float pixel[8] = {};
@@ -495,6 +516,8 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
                 }
               }
             }
+            if (in_registers == KILN_UNARY_RELU) acc = acc > zero ? acc : zero;
+            if (in_registers == KILN_UNARY_CLIP) acc = acc < lo ? lo : (acc > hi ? hi : acc);
             memcpy(orow + ow * L, &acc, sizeof(V));
           }
         }
@@ -508,15 +531,20 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
             v8f block[8];
             for (int j = 0; j < 8; ++j) KILN_LOAD8(block[j], out + (q + j) * L + h * 8);
             Transpose8x8(block);
-            for (int64_t l = 0; l < sub; ++l) KILN_STORE8(yh + l * OH * OW + q0 + q, block[l]);
+            if (sub == 8) {
+              for (int l = 0; l < 8; ++l) KILN_STORE8(yh + l * OH * OW + q0 + q, block[l]);
+            } else {
+              for (int64_t l = 0; l < sub; ++l) KILN_STORE8(yh + l * OH * OW + q0 + q, block[l]);
+            }
           }
           for (; q < count; ++q) {
             for (int64_t l = 0; l < sub; ++l) yh[l * OH * OW + q0 + q] = out[q * L + h * 8 + l];
           }
         }
       }
-      // The block's planes are contiguous: one activation pass over all of them.
-      if (!kMaxPool) ApplyActivation(y, lanes * OH * OW, activation, alpha, beta);
+      // The block's planes are contiguous: one activation pass over all of them (ReLU and
+      // Clip were applied in registers).
+      if (!kMaxPool && in_registers < 0) ApplyActivation(y, lanes * OH * OW, activation, alpha, beta);
     }
   };
   ParallelFor(call, jobs, 1, body);
