@@ -412,7 +412,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const float alpha = kMaxPool ? 0.f : static_cast<float>(call->floats[0]);
   const float beta = kMaxPool ? 0.f : static_cast<float>(call->floats[1]);
   // ReLU and Clip (ReLU6) on each output vector as it is computed, with ApplyUnary's
-  // comparisons (NaN: ReLU gives 0, Clip keeps it); other activations in a pass after.
+  // comparisons (NaN: ReLU gives 0, Clip keeps it); others on each finished strip.
   const int64_t in_registers =
       !kMaxPool && (activation == KILN_UNARY_RELU || activation == KILN_UNARY_CLIP) ? activation : -1;
   auto body = [=](int64_t begin, int64_t end) {
@@ -521,8 +521,11 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
             memcpy(orow + ow * L, &acc, sizeof(V));
           }
         }
-        // Back to the planes: the strip's outputs are contiguous in each plane.
+        // Back to the planes: the strip's outputs are contiguous in each plane. Activations
+        // other than ReLU and Clip first, on the strip while it is in L1 (lanes past the
+        // block's channels hold finite values that are never stored).
         const int64_t q0 = oh0 * OW, count = (oh1 - oh0) * OW;
+        if (!kMaxPool && in_registers < 0) ApplyActivation(out, count * L, activation, alpha, beta);
         for (int h = 0; h * 8 < lanes; ++h) {
           const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
           float* yh = y + h * 8 * OH * OW;
@@ -542,9 +545,6 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
           }
         }
       }
-      // The block's planes are contiguous: one activation pass over all of them (ReLU and
-      // Clip were applied in registers).
-      if (!kMaxPool && in_registers < 0) ApplyActivation(y, lanes * OH * OW, activation, alpha, beta);
     }
   };
   ParallelFor(call, jobs, 1, body);
