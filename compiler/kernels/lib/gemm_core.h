@@ -56,13 +56,12 @@ constexpr int64_t kMc = 240;   // rows of A per L2-resident block
 using v8f = ::kiln_kernels::v8f;    // and KILN_LOAD8 / KILN_STORE8 / KILN_SPLAT8: fast_math.h
 using v16f = ::kiln_kernels::v16f;  // the wide tile's vector; KILN_SPLAT16 / KILN_SPLAT_V there too
 
-// What the micro-kernel does to its C tile in registers after the last K block: add a
-// per-row bias (a Conv's, one per output channel), then a residual tensor laid out as C
-// (ResNet's skip connection, fused from Conv -> Add), then apply ReLU or Clip, the
-// activations CNNs fuse into convolutions, with the same comparisons as ApplyUnary (NaN:
-// ReLU gives 0, Clip keeps it). Anything else stays a pass over C after the product (and
-// then the residual must have been added before it: callers with another activation add
-// it themselves).
+// What the core does to C after the last K block: add a per-row bias (a Conv's, one per
+// output channel), then a residual tensor laid out as C (ResNet's skip connection, fused
+// from Conv -> Add), then apply ReLU or Clip, the activations CNNs fuse into convolutions,
+// with the same comparisons as ApplyUnary (NaN: ReLU gives 0, Clip keeps it). The
+// micro-kernel does it in registers; with a residual it adds the bias only and FinishTile
+// the rest. Other activations stay a pass over C after the product (after the residual).
 struct Epilogue {
   enum Kind : int32_t { kNone = 0, kRelu = 1, kClip = 2 };
   const float* row_bias = nullptr;  // indexed by the row of C; null: no bias
@@ -240,6 +239,15 @@ inline void PanelColumn(int rows, int64_t kb, const float* a, const float* b, in
     c[r * ldc] = ep != nullptr ? ep->Apply(v, row0 + r, col0) : v;
   }
 }
+// ReLU or Clip (an Epilogue kind; anything else: v unchanged) on one vector.
+template <typename V>
+inline V ReluOrClip(V v, int32_t kind, V lo, V hi) {
+  const V zero = {};
+  if (kind == Epilogue::kRelu) return v > zero ? v : zero;
+  if (kind == Epilogue::kClip) return v < lo ? lo : (v > hi ? hi : v);
+  return v;
+}
+
 // The rest of ep for a tile the micro-kernel has finished in place with ep's bias only:
 // C[0..rows, 0..cols) (cols a multiple of V's lanes, rows row0.. and columns col0.. of C)
 // += the residual, then ReLU or Clip, while the tile is still in L1. (Adding the residual
@@ -249,7 +257,6 @@ inline void PanelColumn(int rows, int64_t kb, const float* a, const float* b, in
 template <typename V>
 inline void FinishTile(int rows, int64_t cols, float* c, int64_t ldc, const Epilogue& ep, int64_t row0, int64_t col0) {
   constexpr int64_t L = static_cast<int64_t>(sizeof(V) / sizeof(float));
-  const V zero = {};
   V lo, hi;
   KILN_SPLAT_V(V, lo, ep.lo);
   KILN_SPLAT_V(V, hi, ep.hi);
@@ -260,9 +267,7 @@ inline void FinishTile(int rows, int64_t cols, float* c, int64_t ldc, const Epil
       V v, r;
       memcpy(&v, ci + q, sizeof(V));
       memcpy(&r, ri + q, sizeof(V));
-      v += r;
-      if (ep.kind == Epilogue::kRelu) v = v > zero ? v : zero;
-      if (ep.kind == Epilogue::kClip) v = v < lo ? lo : (v > hi ? hi : v);
+      v = ReluOrClip(v + r, ep.kind, lo, hi);
       memcpy(ci + q, &v, sizeof(V));
     }
   }

@@ -411,10 +411,12 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const int64_t iw_end = W < padded_w - PW ? W : padded_w - PW;
   const float alpha = kMaxPool ? 0.f : static_cast<float>(call->floats[0]);
   const float beta = kMaxPool ? 0.f : static_cast<float>(call->floats[1]);
-  // ReLU and Clip (ReLU6) on each output vector as it is computed, with ApplyUnary's
-  // comparisons (NaN: ReLU gives 0, Clip keeps it); others on each finished strip.
-  const int64_t in_registers =
-      !kMaxPool && (activation == KILN_UNARY_RELU || activation == KILN_UNARY_CLIP) ? activation : -1;
+  // ReLU and Clip (ReLU6) on each output vector as it is computed, as the GEMM core's
+  // epilogue does them; other activations on each finished strip.
+  const int32_t in_registers = kMaxPool                          ? gemm::Epilogue::kNone
+                               : activation == KILN_UNARY_RELU ? gemm::Epilogue::kRelu
+                               : activation == KILN_UNARY_CLIP ? gemm::Epilogue::kClip
+                                                               : gemm::Epilogue::kNone;
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float in[kDepthwiseStripFloats];
     alignas(64) float out[kDepthwiseOutFloats];
@@ -425,7 +427,6 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
     KILN_SPLAT_V(V, pad, kMaxPool ? -INFINITY : 0.f);
     KILN_SPLAT_V(V, lo, alpha);
     KILN_SPLAT_V(V, hi, beta);
-    const V zero = {};
     const v8f zero8 = {};
     for (int64_t job = begin; job < end; ++job) {
       const int64_t n = job / blocks, c0 = job % blocks * L;
@@ -516,8 +517,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
                 }
               }
             }
-            if (in_registers == KILN_UNARY_RELU) acc = acc > zero ? acc : zero;
-            if (in_registers == KILN_UNARY_CLIP) acc = acc < lo ? lo : (acc > hi ? hi : acc);
+            acc = gemm::ReluOrClip(acc, in_registers, lo, hi);
             memcpy(orow + ow * L, &acc, sizeof(V));
           }
         }
@@ -525,7 +525,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
         // other than ReLU and Clip first, on the strip while it is in L1 (lanes past the
         // block's channels hold finite values that are never stored).
         const int64_t q0 = oh0 * OW, count = (oh1 - oh0) * OW;
-        if (!kMaxPool && in_registers < 0) ApplyActivation(out, count * L, activation, alpha, beta);
+        if (!kMaxPool && in_registers == gemm::Epilogue::kNone) ApplyActivation(out, count * L, activation, alpha, beta);
         for (int h = 0; h * 8 < lanes; ++h) {
           const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
           float* yh = y + h * 8 * OH * OW;
@@ -814,8 +814,8 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
         }
         return dst;
       };
-      // Bias, residual, ReLU and Clip happen in the micro-kernel's registers; other
-      // activations after.
+      // Bias, residual, ReLU and Clip happen in the GEMM core's epilogue (in registers, or
+      // in L1 with a residual); other activations after.
       gemm::Epilogue ep;
       ep.row_bias = pbias != nullptr ? pbias + g * ocg : nullptr;
       if (pres != nullptr) {
