@@ -27,6 +27,13 @@ std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float s
   return t;
 }
 
+// A constant f32 scalar (shape []) named `name` in g.
+Value* ScalarConstant(Graph& g, const std::string& name, float v) {
+  auto t = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+  t->data_as<float>()[0] = v;
+  return g.AddConstant(name, t);
+}
+
 // x[1,3,7,9] -> Conv(5 out, 3x3, pad 1) -> BN -> Relu -> Reshape -> MatMul -> Add(bias)
 std::unique_ptr<Graph> ConvNet() {
   auto g = std::make_unique<Graph>();
@@ -225,9 +232,7 @@ std::unique_ptr<Graph> ChainNet() {
   Node* bias = g->AddNode("Add", "bias", {scale->output(0), g->AddConstant("bias_w", Random({130}, 12))}, {"b"}, 13);
   Node* sig = g->AddNode("Sigmoid", "sig", {bias->output(0)}, {"c"}, 13);
   Node* gate = g->AddNode("Mul", "gate", {x, sig->output(0)}, {"d"}, 13);
-  auto quarter = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-  quarter->data_as<float>()[0] = 0.25f;
-  Node* shift = g->AddNode("Sub", "shift", {gate->output(0), g->AddConstant("q", quarter)}, {"e"}, 13);
+  Node* shift = g->AddNode("Sub", "shift", {gate->output(0), ScalarConstant(*g, "q", 0.25f)}, {"e"}, 13);
   auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
   shape->data_as<int64_t>()[0] = 256;
   shape->data_as<int64_t>()[1] = 130;
@@ -255,13 +260,8 @@ std::unique_ptr<Graph> ResidualReluNet() {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 16, 64, 70}));
   g->AddInput(x);
-  auto scalar = [&](const std::string& name, float v) {
-    auto t = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-    t->data_as<float>()[0] = v;
-    return g->AddConstant(name, t);
-  };
-  Node* scale = g->AddNode("Mul", "scale", {x, scalar("three", 3.f)}, {"a"}, 13);
-  Node* shift = g->AddNode("Sub", "shift", {scale->output(0), scalar("one", 1.f)}, {"b"}, 13);
+  Node* scale = g->AddNode("Mul", "scale", {x, ScalarConstant(*g, "three", 3.f)}, {"a"}, 13);
+  Node* shift = g->AddNode("Sub", "shift", {scale->output(0), ScalarConstant(*g, "one", 1.f)}, {"b"}, 13);
   Node* relu = g->AddNode("Relu", "relu", {shift->output(0)}, {"c"}, 13);
   Node* add = g->AddNode("Add", "residual", {relu->output(0), x}, {"y"}, 13);
   g->AddOutput(add->output(0));
@@ -351,11 +351,8 @@ std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, 
   conv->mutable_attrs()["pads"] = pads;
   std::vector<Value*> operands = {conv->output(0)};
   if (activation == "Clip") {  // ReLU6's form, bounds 0 and 1
-    for (float bound : {0.f, 1.f}) {
-      auto t = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-      t->data_as<float>()[0] = bound;
-      operands.push_back(g->AddConstant(bound == 0.f ? "lo" : "hi", t));
-    }
+    operands.push_back(ScalarConstant(*g, "lo", 0.f));
+    operands.push_back(ScalarConstant(*g, "hi", 1.f));
   }
   Node* act = g->AddNode(activation, "act", operands, {"y"}, 13);
   g->AddOutput(act->output(0));
@@ -460,11 +457,7 @@ std::unique_ptr<Graph> EpilogueNet(int64_t k, int64_t stride, const std::string&
   conv->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
   Value* y = conv->output(0);
   if (activation == "Clip") {
-    Tensor lo(DType::kFloat32, {}), hi(DType::kFloat32, {});
-    lo.data_as<float>()[0] = -0.25f;
-    hi.data_as<float>()[0] = 0.5f;
-    y = g->AddNode("Clip", "act", {y, g->AddConstant("lo", std::make_shared<Tensor>(lo)), g->AddConstant("hi", std::make_shared<Tensor>(hi))},
-                   {"y"}, 13)->output(0);
+    y = g->AddNode("Clip", "act", {y, ScalarConstant(*g, "lo", -0.25f), ScalarConstant(*g, "hi", 0.5f)}, {"y"}, 13)->output(0);
   } else if (!activation.empty()) {
     y = g->AddNode(activation, "act", {y}, {"y"}, 13)->output(0);
   }
@@ -690,9 +683,7 @@ std::unique_ptr<Graph> ReduceNet(const std::string& op, int64_t len) {
   std::vector<int64_t> dims = pool ? std::vector<int64_t>{2, 5, len / 7, 7} : std::vector<int64_t>{2, 5, len};
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, dims));
   g->AddInput(x);
-  auto three = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-  three->data_as<float>()[0] = 3.f;
-  Node* shift = g->AddNode("Add", "shift", {x, g->AddConstant("three", three)}, {"s"}, 13);
+  Node* shift = g->AddNode("Add", "shift", {x, ScalarConstant(*g, "three", 3.f)}, {"s"}, 13);
   Node* reduce = g->AddNode(op, "reduce", {shift->output(0)}, {"y"}, 13);
   if (!pool) reduce->mutable_attrs()["axes"] = std::vector<int64_t>{-1};
   g->AddOutput(reduce->output(0));
@@ -783,19 +774,14 @@ std::unique_ptr<Graph> LayerNormNet(bool affine, bool pow, int64_t axis = -1) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 5, 48}));
   g->AddInput(x);
-  auto scalar = [&](const std::string& name, float v) {
-    auto t = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-    t->data_as<float>()[0] = v;
-    return g->AddConstant(name, t);
-  };
   Node* mean = g->AddNode("ReduceMean", "mean", {x}, {"m"}, 13);
   mean->mutable_attrs()["axes"] = std::vector<int64_t>{axis};
   Node* sub = g->AddNode("Sub", "sub", {x, mean->output(0)}, {"d"}, 13);
-  Node* square = pow ? g->AddNode("Pow", "pow", {sub->output(0), scalar("two", 2.f)}, {"p"}, 13)
+  Node* square = pow ? g->AddNode("Pow", "pow", {sub->output(0), ScalarConstant(*g, "two", 2.f)}, {"p"}, 13)
                      : g->AddNode("Mul", "square", {sub->output(0), sub->output(0)}, {"p"}, 13);
   Node* var = g->AddNode("ReduceMean", "var", {square->output(0)}, {"v"}, 13);
   var->mutable_attrs()["axes"] = std::vector<int64_t>{axis};
-  Node* add = g->AddNode("Add", "eps", {var->output(0), scalar("eps", 1e-5f)}, {"a"}, 13);
+  Node* add = g->AddNode("Add", "eps", {var->output(0), ScalarConstant(*g, "eps", 1e-5f)}, {"a"}, 13);
   Node* root = g->AddNode("Sqrt", "sqrt", {add->output(0)}, {"s"}, 13);
   Node* y = g->AddNode("Div", "div", {sub->output(0), root->output(0)}, {"n"}, 13);
   if (affine) {
@@ -887,9 +873,7 @@ std::unique_ptr<Graph> SoftmaxNet(const std::string& op, int64_t len) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {3, 5, len}));
   g->AddInput(x);
-  auto eight = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-  eight->data_as<float>()[0] = 8.f;
-  Node* scale = g->AddNode("Mul", "scale", {x, g->AddConstant("eight", eight)}, {"s"}, 13);
+  Node* scale = g->AddNode("Mul", "scale", {x, ScalarConstant(*g, "eight", 8.f)}, {"s"}, 13);
   Node* softmax = g->AddNode(op, "softmax", {scale->output(0)}, {"y"}, 13);
   softmax->mutable_attrs()["axis"] = int64_t{-1};
   g->AddOutput(softmax->output(0));
