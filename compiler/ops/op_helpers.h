@@ -22,6 +22,7 @@ void RegisterElementwiseOps(Registry& registry);
 void RegisterShapeOps(Registry& registry);
 void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
+void RegisterLayoutOps(Registry& registry);
 
 inline absl::Status NodeError(const Node& node, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", message));

@@ -167,6 +167,7 @@ void EnsureRegistered() {
     ops::RegisterShapeOps(registry);
     ops::RegisterReduceOps(registry);
     ops::RegisterNnOps(registry);
+    ops::RegisterLayoutOps(registry);
     return true;
   }();
   (void)done;

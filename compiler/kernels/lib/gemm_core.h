@@ -96,8 +96,8 @@ inline void MicroKernel(int64_t kb, const float* a, const float* a_hi, int64_t a
                         int64_t row0) {
 #ifdef __clang__
   // The library builds with -ffp-contract=off (results that do not depend on the target);
-  // here, and only here, a multiply-add may fuse into one FMA: the GEMM's sums are
-  // reassociated by blocking anyway, and FMA doubles its throughput.
+  // here (and in the blocked convolutions, blocked.cc) a multiply-add may fuse into one
+  // FMA: the GEMM's sums are reassociated by blocking anyway, and FMA doubles its throughput.
 #pragma clang fp contract(fast)
 #endif
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
@@ -239,6 +239,27 @@ inline void PanelColumn(int rows, int64_t kb, const float* a, const float* b, in
     c[r * ldc] = ep != nullptr ? ep->Apply(v, row0 + r, col0) : v;
   }
 }
+
+// Transposes the 8x8 block held in r[0..8) (row i becomes column i) in three rounds of
+// shuffles: pairs of floats, pairs of pairs, then 128-bit halves.
+inline void Transpose8x8(v8f* r) {
+  v8f t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
 // ReLU or Clip (an Epilogue kind; anything else: v unchanged) on one vector.
 template <typename V>
 inline V ReluOrClip(V v, int32_t kind, V lo, V hi) {

@@ -328,27 +328,6 @@ __attribute__((noinline)) static int32_t RunDepthwise2D(const kiln_kcall* call, 
   return KILN_KERR_OK;
 }
 
-// Transposes the 8x8 block held in r[0..8) (row i becomes column i) in three rounds of
-// shuffles: pairs of floats, pairs of pairs, then 128-bit halves.
-static inline void Transpose8x8(gemm::v8f* r) {
-  using gemm::v8f;
-  v8f t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    r[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-}
-
 // Depthwise 2-D f32 convolution with eight channels in the lanes of one vector, for planes
 // where RunDepthwise2D's rows are too short to fill its vectors (14x14 and 7x7 planes
 // with hundreds of channels in MobileNetV2 and EfficientNet). Per block of eight channels
@@ -480,7 +459,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
                 }
               }
             }
-            Transpose8x8(block);
+            gemm::Transpose8x8(block);
             if (iw + 8 <= iw_end) {
               // All eight in one row of the strip: consecutive pixels, no bookkeeping each.
               float* dst = in + ((ih - ih0) * padded_w + PW + iw) * L + h * 8;
@@ -533,7 +512,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
           for (; q + 8 <= count; q += 8) {
             v8f block[8];
             for (int j = 0; j < 8; ++j) KILN_LOAD8(block[j], out + (q + j) * L + h * 8);
-            Transpose8x8(block);
+            gemm::Transpose8x8(block);
             if (sub == 8) {
               for (int l = 0; l < 8; ++l) KILN_STORE8(yh + l * OH * OW + q0 + q, block[l]);
             } else {

@@ -1,0 +1,190 @@
+// layout: runs of pointwise and depthwise convolutions (MobileNet's inverted residual
+// blocks) switch to the channel-blocked layout NCHW16c (ops/layout_ops.cc), where the
+// sixteen channels of a pixel are one vector: a depthwise tap is one vector load and
+// multiply-add instead of a strided walk over a plane, and a pointwise conv is register-
+// blocked over pixels and output channels with no packing. Layout changes sit on the
+// graph's edges only: where a blocked run begins (kiln.ToBlocked) and where a tensor of it
+// is read by anything else (kiln.FromBlocked); between two blocked convs there is none.
+//   %a = Conv(%x, W1) ; %b = Conv(%a, W2) {group=C} ; %y = Relu(...)
+//     =>  %xb = kiln.ToBlocked(%x) ; %ab = kiln.BlockedConv(%xb, W1)
+//         %bb = kiln.BlockedConv(%ab, W2) {group=C} ; %b = kiln.FromBlocked(%bb) {channels=C}
+// Eligible: 2-D f32 Convs with a constant weight (and bias), explicit pads, dilation 1 and
+// no fused input scale, that are pointwise (1x1, stride 1, no padding, group 1, residual
+// allowed), depthwise (group = channels), or dense stems (group 1, at most 64 weights per
+// output channel: 3x3 over RGB) which read NCHW and write blocked, so a run that starts at
+// the image needs no layout change there. Eligible convs connected by the tensors
+// between them form runs; a run is converted when it holds a depthwise conv and at least
+// four convs per layout change it needs (ResNet has no depthwise convs; EfficientNet's
+// squeeze-and-excitation reads every depthwise result in NCHW, so its runs would change
+// layout around nearly every conv). Runs after fuse, so epilogues and residuals are in.
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kBlock = 16;
+
+int64_t Blocks(int64_t channels) { return (channels + kBlock - 1) / kBlock; }
+
+bool IsF32(const Value* v) { return v != nullptr && v->type().IsStatic() && v->type().dtype == DType::kFloat32; }
+
+// Input rows of one output row a dense stem may read (blocked.cc's buffer).
+constexpr int64_t kDenseRowFloats = 8192;
+
+// 0 pointwise, 1 depthwise, 2 dense stem, -1 not eligible.
+int EligibleKind(const Node* node) {
+  if (node->op() != "Conv" || node->outputs().size() != 1 || node->inputs().size() < 2) return -1;
+  const Value* x = node->input(0);
+  const Value* w = node->input(1);
+  const Value* y = node->output(0);
+  if (!IsF32(x) || !IsF32(y) || w == nullptr || !w->is_constant() || w->type().dtype != DType::kFloat32) return -1;
+  const Value* b = node->input(2);
+  if (b != nullptr && !b->is_constant()) return -1;
+  if (node->input(3) != nullptr || node->has_attr("kiln.input_scale")) return -1;
+  const bool residual = node->input(4) != nullptr;
+  if (residual && !IsF32(node->input(4))) return -1;
+  const std::vector<int64_t> xd = x->type().StaticDims(), wd = w->type().StaticDims();
+  if (xd.size() != 4 || wd.size() != 4) return -1;
+  if (node->GetString("auto_pad", "NOTSET") != "NOTSET") return -1;
+  if (node->GetInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return -1;
+  const std::vector<int64_t> strides = node->GetInts("strides", {1, 1});
+  const std::vector<int64_t> pads = node->GetInts("pads", {0, 0, 0, 0});
+  const int64_t group = node->GetInt("group", 1);
+  if (group == 1 && wd[2] == 1 && wd[3] == 1 && strides == std::vector<int64_t>{1, 1} &&
+      pads == std::vector<int64_t>{0, 0, 0, 0}) {
+    return 0;
+  }
+  if (!residual && group == xd[1] && wd[0] == group && wd[1] == 1) return 1;
+  const int64_t ow = y->type().StaticDims()[3];
+  if (!residual && group == 1 && wd[1] * wd[2] * wd[3] <= 64 && wd[1] * wd[2] * ((ow - 1) * strides[1] + wd[3]) <= kDenseRowFloats) {
+    return 2;
+  }
+  return -1;
+}
+
+class Layout : public Pass {
+ public:
+  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+    const std::vector<Node*> nodes = graph.nodes();
+    std::map<const Node*, int> kind;
+    std::map<const Node*, size_t> index;
+    for (Node* node : nodes) {
+      const int k = EligibleKind(node);
+      if (k >= 0) {
+        kind[node] = k;
+        index[node] = index.size();
+      }
+    }
+    if (kind.empty()) return false;
+    // Runs: eligible convs joined through the tensors (input or residual) one reads of another.
+    std::vector<size_t> parent(index.size());
+    std::iota(parent.begin(), parent.end(), 0);
+    auto find = [&](size_t i) {
+      while (parent[i] != i) i = parent[i] = parent[parent[i]];
+      return i;
+    };
+    for (const auto& [node, i] : index) {
+      for (const Value* v : BlockedInputs(node, kind[node])) {
+        auto p = index.find(v->producer());
+        if (p != index.end()) parent[find(i)] = find(p->second);
+      }
+    }
+    // Per run: convs, depthwise convs, layout changes.
+    struct RunStats {
+      int convs = 0, depthwise = 0, changes = 0;
+    };
+    std::map<size_t, RunStats> runs;
+    std::map<size_t, std::set<const Value*>> entering;
+    for (const auto& [node, i] : index) {
+      RunStats& s = runs[find(i)];
+      ++s.convs;
+      if (kind[node] == 1) ++s.depthwise;
+      for (const Value* v : BlockedInputs(node, kind[node])) {
+        if (index.count(v->producer()) == 0) entering[find(i)].insert(v);
+      }
+      if (ReadOutside(graph, node->output(0), kind)) ++s.changes;
+    }
+    for (auto& [run, values] : entering) runs[run].changes += static_cast<int>(values.size());
+    std::map<const Node*, int> convert;  // node -> kind
+    for (const auto& [node, i] : index) {
+      const RunStats& s = runs[find(i)];
+      if (s.depthwise > 0 && s.convs >= 4 * s.changes) convert[node] = kind[node];
+    }
+    if (convert.empty()) return false;
+
+    std::map<const Value*, Value*> blocked;  // NCHW value -> its blocked form
+    auto to_blocked = [&](Value* v, Node* before) -> Value* {
+      auto it = blocked.find(v);
+      if (it != blocked.end()) return it->second;
+      Node* reorder = graph.InsertNodeBefore(before, "kiln.ToBlocked", graph.UniqueName(v->name() + ".to_blocked"), {v},
+                                             {graph.UniqueName(v->name() + ".blocked")}, before->opset());
+      const std::vector<int64_t> d = v->type().StaticDims();
+      reorder->output(0)->set_type(TensorType::Static(DType::kFloat32, {d[0], Blocks(d[1]), d[2], d[3], kBlock}));
+      blocked[v] = reorder->output(0);
+      return reorder->output(0);
+    };
+    for (Node* conv : nodes) {
+      if (convert.count(conv) == 0) continue;
+      Value* y = conv->output(0);
+      Value* x = convert[conv] == 2 ? conv->input(0) : to_blocked(conv->input(0), conv);
+      std::vector<Value*> inputs = {x, conv->input(1), conv->input(2)};
+      if (conv->input(4) != nullptr) inputs.push_back(to_blocked(conv->input(4), conv));
+      Node* b = graph.InsertNodeBefore(conv, "kiln.BlockedConv", conv->name(), inputs,
+                                       {graph.UniqueName(y->name() + ".blocked")}, conv->opset());
+      for (const auto& [key, value] : conv->attrs()) {
+        if (key == "group" || key == "strides" || key == "pads" || key == "kernel_shape" || key.rfind("kiln.activation", 0) == 0) {
+          b->mutable_attrs()[key] = value;
+        }
+      }
+      const std::vector<int64_t> yd = y->type().StaticDims();
+      b->output(0)->set_type(TensorType::Static(DType::kFloat32, {yd[0], Blocks(yd[1]), yd[2], yd[3], kBlock}));
+      if (ReadOutside(graph, y, convert)) {
+        Node* back = graph.InsertNodeBefore(conv, "kiln.FromBlocked", graph.UniqueName(y->name() + ".from_blocked"),
+                                            {b->output(0)}, {graph.UniqueName(y->name() + ".nchw")}, conv->opset());
+        back->mutable_attrs()["channels"] = yd[1];
+        graph.TakeOver(y, back->output(0));
+        y = back->output(0);
+      }
+      blocked[y] = b->output(0);
+      graph.RemoveNode(conv);
+    }
+    return true;
+  }
+
+ private:
+  // The tensors a conv reads in the blocked layout: X (not a dense stem's), and the residual.
+  static std::vector<const Value*> BlockedInputs(const Node* conv, int kind) {
+    std::vector<const Value*> v;
+    if (kind != 2) v.push_back(conv->input(0));
+    if (conv->input(4) != nullptr) v.push_back(conv->input(4));
+    return v;
+  }
+
+  // Whether `v` is a graph output or read other than in the blocked layout by a node of
+  // `inside` (a map from node to kind).
+  static bool ReadOutside(const Graph& graph, const Value* v, const std::map<const Node*, int>& inside) {
+    if (graph.IsGraphOutput(v)) return true;
+    for (const Node* user : graph.Users(v)) {
+      auto it = inside.find(user);
+      if (it == inside.end()) return true;
+      const std::vector<const Value*> blocked = BlockedInputs(user, it->second);
+      for (const Value* input : user->inputs()) {
+        if (input == v && std::find(blocked.begin(), blocked.end(), v) == blocked.end()) return true;
+      }
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(Layout, "layout",
+                   "run chains of pointwise and depthwise convolutions in the channel-blocked layout NCHW16c, "
+                   "with layout changes only where a chain begins or is read by other ops")
+
+}  // namespace kiln
