@@ -2,6 +2,10 @@
 // pass (passes/layout.cc):
 //   %b = kiln.ToBlocked(%x)                    [N, C, H, W] -> [N, ceil(C / 16), H, W, 16]
 //   %x = kiln.FromBlocked(%b) {channels = C}   the inverse
+//   %m = kiln.BlockedMean(%b)                  [N, CB, H, W, 16] -> [N, CB, 1, 1, 16]:
+//        GlobalAveragePool of the blocked %b
+//   %y = kiln.BlockedScale(%b, %s)             %b times %s [N or 1, CB, 1, 1, 16], one factor
+//        per channel (squeeze-and-excitation's Mul)
 //   %y = kiln.BlockedConv(%b, W, [B], [R]) {group, kernel_shape, strides, pads, kiln.activation...}
 //        the 2-D Conv of the blocked %b with the ONNX weight W [OC, IC / group, KH, KW]
 //        (constant), blocked result: pointwise (1x1, stride 1, no padding, group 1) or
@@ -63,9 +67,54 @@ absl::StatusOr<BlockedConvShape> ReadBlockedConv(const Node& node, const std::ve
   return s;
 }
 
+// Input i must be a blocked f32 tensor [N, CB, H, W, 16].
+absl::Status RequireBlocked(const InferContext& ctx, size_t i) {
+  if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(i).StaticDims();
+  if (x.size() != 5 || x[4] != kBlock || ctx.type(i).dtype != DType::kFloat32) {
+    return NodeError(ctx.node, absl::StrCat("input ", i, " [", absl::StrJoin(x, ","), "] is not a blocked f32 tensor"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterLayoutOps(Registry& registry) {
+  {
+    OpSchema s;
+    s.name = "kiln.BlockedMean";
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireBlocked(ctx, 0); !st.ok()) return st;
+      const std::vector<int64_t> x = ctx.type(0).StaticDims();
+      ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], x[1], 1, 1, kBlock});
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"blocked_mean", PassAllInputs(node), {}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "kiln.BlockedScale";
+    s.min_inputs = 2;
+    s.max_inputs = 2;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      for (size_t i = 0; i < 2; ++i) {
+        if (auto st = RequireBlocked(ctx, i); !st.ok()) return st;
+      }
+      const std::vector<int64_t> x = ctx.type(0).StaticDims(), f = ctx.type(1).StaticDims();
+      if ((f[0] != 1 && f[0] != x[0]) || f[1] != x[1] || f[2] != 1 || f[3] != 1) {
+        return NodeError(ctx.node, absl::StrCat("scale [", absl::StrJoin(f, ","), "] must be [1 or ", x[0], ", ", x[1], ", 1, 1, 16]"));
+      }
+      ctx.output_types[0] = ctx.type(0);
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"blocked_scale", PassAllInputs(node), {}, {}};
+    };
+    registry.Add(std::move(s));
+  }
   {
     OpSchema s;
     s.name = "kiln.ToBlocked";

@@ -8,15 +8,16 @@
 //   %a = Conv(%x, W1) ; %b = Conv(%a, W2) {group=C} ; %y = Relu(...)
 //     =>  %xb = kiln.ToBlocked(%x) ; %ab = kiln.BlockedConv(%xb, W1)
 //         %bb = kiln.BlockedConv(%ab, W2) {group=C} ; %b = kiln.FromBlocked(%bb) {channels=C}
-// Eligible: 2-D f32 Convs with a constant weight (and bias), explicit pads, dilation 1 and
-// no fused input scale, that are pointwise (1x1, stride 1, no padding, group 1, residual
-// allowed), depthwise (group = channels), or dense stems (group 1, at most 64 weights per
-// output channel: 3x3 over RGB) which read NCHW and write blocked, so a run that starts at
-// the image needs no layout change there. Eligible convs connected by the tensors
-// between them form runs; a run is converted when it holds a depthwise conv and at least
-// four convs per layout change it needs (ResNet has no depthwise convs; EfficientNet's
-// squeeze-and-excitation reads every depthwise result in NCHW, so its runs would change
-// layout around nearly every conv). Runs after fuse, so epilogues and residuals are in.
+// Run members: 2-D f32 Convs with a constant weight (and bias), explicit pads and dilation
+// 1 that are pointwise (1x1, stride 1, no padding, group 1; a fused residual and input
+// scale allowed, the scale applied by kiln.BlockedScale first), depthwise (group =
+// channels), or dense stems (group 1, at most 64 weights per output channel: 3x3 over RGB)
+// which read NCHW and write blocked, so a run that starts at the image needs no layout
+// change there; and GlobalAveragePools (kiln.BlockedMean), so squeeze-and-excitation
+// (EfficientNet) stays blocked too. Members connected by the tensors between them form
+// runs; a run is converted when it holds a depthwise conv and at least four convs per
+// layout change it needs (ResNet has no depthwise convs; a lone depthwise conv would pay
+// two changes). Runs after fuse, so epilogues, residuals and input scales are in.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -36,35 +37,45 @@ bool IsF32(const Value* v) { return v != nullptr && v->type().IsStatic() && v->t
 // Input rows of one output row a dense stem may read (blocked.cc's buffer).
 constexpr int64_t kDenseRowFloats = 8192;
 
-// 0 pointwise, 1 depthwise, 2 dense stem, -1 not eligible.
+// Run members: 0 pointwise conv, 1 depthwise conv, 2 dense stem conv, 3 global average
+// pool; -1 not eligible.
+enum Kind { kNone = -1, kPointwise = 0, kDepthwise = 1, kDense = 2, kMean = 3 };
+
 int EligibleKind(const Node* node) {
-  if (node->op() != "Conv" || node->outputs().size() != 1 || node->inputs().size() < 2) return -1;
+  if (node->op() == "GlobalAveragePool") {
+    return IsF32(node->input(0)) && node->input(0)->type().shape.size() == 4 ? kMean : kNone;
+  }
+  if (node->op() != "Conv" || node->outputs().size() != 1 || node->inputs().size() < 2) return kNone;
   const Value* x = node->input(0);
   const Value* w = node->input(1);
   const Value* y = node->output(0);
-  if (!IsF32(x) || !IsF32(y) || w == nullptr || !w->is_constant() || w->type().dtype != DType::kFloat32) return -1;
+  if (!IsF32(x) || !IsF32(y) || w == nullptr || !w->is_constant() || w->type().dtype != DType::kFloat32) return kNone;
   const Value* b = node->input(2);
-  if (b != nullptr && !b->is_constant()) return -1;
-  if (node->input(3) != nullptr || node->has_attr("kiln.input_scale")) return -1;
+  if (b != nullptr && !b->is_constant()) return kNone;
+  // A fused input scale (fuse: squeeze-and-excitation's Mul; 1x1 convs only) must be [N or 1, C, 1, 1].
+  const bool scaled = node->input(3) != nullptr;
+  if (scaled != (node->GetInt("kiln.input_scale", 0) == 1)) return kNone;
+  if (scaled && (!IsF32(node->input(3)) || node->input(3)->type().shape.size() != 4)) return kNone;
   const bool residual = node->input(4) != nullptr;
-  if (residual && !IsF32(node->input(4))) return -1;
+  if (residual && !IsF32(node->input(4))) return kNone;
   const std::vector<int64_t> xd = x->type().StaticDims(), wd = w->type().StaticDims();
-  if (xd.size() != 4 || wd.size() != 4) return -1;
-  if (node->GetString("auto_pad", "NOTSET") != "NOTSET") return -1;
-  if (node->GetInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return -1;
+  if (xd.size() != 4 || wd.size() != 4) return kNone;
+  if (node->GetString("auto_pad", "NOTSET") != "NOTSET") return kNone;
+  if (node->GetInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return kNone;
   const std::vector<int64_t> strides = node->GetInts("strides", {1, 1});
   const std::vector<int64_t> pads = node->GetInts("pads", {0, 0, 0, 0});
   const int64_t group = node->GetInt("group", 1);
   if (group == 1 && wd[2] == 1 && wd[3] == 1 && strides == std::vector<int64_t>{1, 1} &&
       pads == std::vector<int64_t>{0, 0, 0, 0}) {
-    return 0;
+    return kPointwise;
   }
-  if (!residual && group == xd[1] && wd[0] == group && wd[1] == 1) return 1;
+  if (scaled) return kNone;
+  if (!residual && group == xd[1] && wd[0] == group && wd[1] == 1) return kDepthwise;
   const int64_t ow = y->type().StaticDims()[3];
   if (!residual && group == 1 && wd[1] * wd[2] * wd[3] <= 64 && wd[1] * wd[2] * ((ow - 1) * strides[1] + wd[3]) <= kDenseRowFloats) {
-    return 2;
+    return kDense;
   }
-  return -1;
+  return kNone;
 }
 
 class Layout : public Pass {
@@ -75,7 +86,7 @@ class Layout : public Pass {
     std::map<const Node*, size_t> index;
     for (Node* node : nodes) {
       const int k = EligibleKind(node);
-      if (k >= 0) {
+      if (k != kNone) {
         kind[node] = k;
         index[node] = index.size();
       }
@@ -102,8 +113,8 @@ class Layout : public Pass {
     std::map<size_t, std::set<const Value*>> entering;
     for (const auto& [node, i] : index) {
       RunStats& s = runs[find(i)];
-      ++s.convs;
-      if (kind[node] == 1) ++s.depthwise;
+      if (kind[node] != kMean) ++s.convs;
+      if (kind[node] == kDepthwise) ++s.depthwise;
       for (const Value* v : BlockedInputs(node, kind[node])) {
         if (index.count(v->producer()) == 0) entering[find(i)].insert(v);
       }
@@ -128,40 +139,60 @@ class Layout : public Pass {
       blocked[v] = reorder->output(0);
       return reorder->output(0);
     };
-    for (Node* conv : nodes) {
-      if (convert.count(conv) == 0) continue;
-      Value* y = conv->output(0);
-      Value* x = convert[conv] == 2 ? conv->input(0) : to_blocked(conv->input(0), conv);
-      std::vector<Value*> inputs = {x, conv->input(1), conv->input(2)};
-      if (conv->input(4) != nullptr) inputs.push_back(to_blocked(conv->input(4), conv));
-      Node* b = graph.InsertNodeBefore(conv, "kiln.BlockedConv", conv->name(), inputs,
-                                       {graph.UniqueName(y->name() + ".blocked")}, conv->opset());
-      for (const auto& [key, value] : conv->attrs()) {
-        if (key == "group" || key == "strides" || key == "pads" || key == "kernel_shape" || key.rfind("kiln.activation", 0) == 0) {
-          b->mutable_attrs()[key] = value;
+    for (Node* node : nodes) {
+      auto it = convert.find(node);
+      if (it == convert.end()) continue;
+      const int k = it->second;
+      Value* y = node->output(0);
+      const std::vector<int64_t> yd = y->type().StaticDims();
+      Node* b = nullptr;
+      if (k == kMean) {
+        b = graph.InsertNodeBefore(node, "kiln.BlockedMean", node->name(), {to_blocked(node->input(0), node)},
+                                   {graph.UniqueName(y->name() + ".blocked")}, node->opset());
+      } else {
+        Value* x = k == kDense ? node->input(0) : to_blocked(node->input(0), node);
+        if (node->input(3) != nullptr) {  // the input scale, applied first
+          Node* scale = graph.InsertNodeBefore(node, "kiln.BlockedScale", graph.UniqueName(node->name() + ".scale"),
+                                               {x, to_blocked(node->input(3), node)},
+                                               {graph.UniqueName(x->name() + ".scaled")}, node->opset());
+          scale->output(0)->set_type(x->type());
+          x = scale->output(0);
+        }
+        std::vector<Value*> inputs = {x, node->input(1), node->input(2)};
+        if (node->input(4) != nullptr) inputs.push_back(to_blocked(node->input(4), node));
+        b = graph.InsertNodeBefore(node, "kiln.BlockedConv", node->name(), inputs, {graph.UniqueName(y->name() + ".blocked")},
+                                   node->opset());
+        for (const auto& [key, value] : node->attrs()) {
+          if (key == "group" || key == "strides" || key == "pads" || key == "kernel_shape" ||
+            key.rfind("kiln.activation", 0) == 0) {
+            b->mutable_attrs()[key] = value;
+          }
         }
       }
-      const std::vector<int64_t> yd = y->type().StaticDims();
       b->output(0)->set_type(TensorType::Static(DType::kFloat32, {yd[0], Blocks(yd[1]), yd[2], yd[3], kBlock}));
       if (ReadOutside(graph, y, convert)) {
-        Node* back = graph.InsertNodeBefore(conv, "kiln.FromBlocked", graph.UniqueName(y->name() + ".from_blocked"),
-                                            {b->output(0)}, {graph.UniqueName(y->name() + ".nchw")}, conv->opset());
+        Node* back = graph.InsertNodeBefore(node, "kiln.FromBlocked", graph.UniqueName(y->name() + ".from_blocked"),
+                                            {b->output(0)}, {graph.UniqueName(y->name() + ".nchw")}, node->opset());
         back->mutable_attrs()["channels"] = yd[1];
         graph.TakeOver(y, back->output(0));
         y = back->output(0);
       }
       blocked[y] = b->output(0);
-      graph.RemoveNode(conv);
+      graph.RemoveNode(node);
     }
     return true;
   }
 
  private:
-  // The tensors a conv reads in the blocked layout: X (not a dense stem's), and the residual.
-  static std::vector<const Value*> BlockedInputs(const Node* conv, int kind) {
+  // The tensors a member reads in the blocked layout: X (not a dense stem's), and a conv's
+  // input scale and residual.
+  static std::vector<const Value*> BlockedInputs(const Node* node, int kind) {
     std::vector<const Value*> v;
-    if (kind != 2) v.push_back(conv->input(0));
-    if (conv->input(4) != nullptr) v.push_back(conv->input(4));
+    if (kind != kDense) v.push_back(node->input(0));
+    if (kind == kMean) return v;
+    for (size_t i : {3, 4}) {
+      if (node->input(i) != nullptr) v.push_back(node->input(i));
+    }
     return v;
   }
 

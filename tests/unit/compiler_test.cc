@@ -598,9 +598,9 @@ TEST(PassTest, FuseAddsResidualInConvEpilogue) {
 // depthwise, pointwise project; channel counts that leave a last block of 16 partly
 // padding (24, 40, 36, 20) and fill output-block groups of 4 plus 1, 3 and 2; 143 and 42
 // pixels (tiles plus leftovers); activations in registers (Clip, Relu) and after (Sigmoid,
-// HardSwish); a residual into the first projection; 3x3 and 5x5 windows, stride 2, and
-// lopsided padding. With `stem`, x is [2, 3, 26, 21] and a 3x3 stride-2 Conv to 24
-// channels (Clip) comes first.
+// HardSwish); a residual into the first projection; squeeze-and-excitation in the second
+// block; 3x3 and 5x5 windows, stride 2, and lopsided padding. With `stem`, x is
+// [2, 3, 26, 21] and a 3x3 stride-2 Conv to 24 channels (Clip) comes first.
 std::unique_ptr<Graph> InvertedResidualNet(bool stem) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, stem ? std::vector<int64_t>{2, 3, 26, 21}
@@ -634,6 +634,11 @@ std::unique_ptr<Graph> InvertedResidualNet(bool stem) {
   a = g->AddNode("Add", "a.residual", {a, x}, {"a.out"}, 13)->output(0);
   Value* b = conv(a, 24, 40, 1, 1, none, "Relu", "b.expand");
   b = conv(b, 40, 40, 5, 2, {2, 2, 2, 2}, "Relu", "b.dw");
+  // Squeeze-and-excitation (EfficientNet's): pool, two 1x1 convs, scale b's channels.
+  Value* e = g->AddNode("GlobalAveragePool", "b.pool", {b}, {"b.pooled"}, 13)->output(0);
+  e = conv(e, 40, 10, 1, 1, none, "Relu", "b.squeeze");
+  e = conv(e, 10, 40, 1, 1, none, "Sigmoid", "b.excite");
+  b = g->AddNode("Mul", "b.scale", {b, e}, {"b.scaled"}, 13)->output(0);
   b = conv(b, 40, 20, 1, 1, none, "", "b.project");
   Value* c = conv(b, 20, 36, 1, 1, none, "Sigmoid", "c.expand");
   c = conv(c, 36, 36, 3, 1, {1, 0, 0, 1}, "HardSwish", "c.dw");
@@ -654,10 +659,12 @@ void CheckBlockedChain(bool stem) {
   ASSERT_TRUE(RunPipeline(*g, kDefaultPipeline, {}, ctx).ok());
   std::map<std::string, int> ops;
   for (const Node* node : g->nodes()) ++ops[node->op()];
-  EXPECT_EQ(ops["kiln.BlockedConv"], stem ? 10 : 9) << PrintGraph(*g);
+  EXPECT_EQ(ops["kiln.BlockedConv"], stem ? 12 : 11) << PrintGraph(*g);
+  EXPECT_EQ(ops["kiln.BlockedMean"], 1) << PrintGraph(*g);
+  EXPECT_EQ(ops["kiln.BlockedScale"], 1) << PrintGraph(*g);
   EXPECT_EQ(ops["kiln.ToBlocked"], stem ? 0 : 1) << PrintGraph(*g);
   EXPECT_EQ(ops["kiln.FromBlocked"], 1) << PrintGraph(*g);
-  EXPECT_EQ(ops["Conv"], 0) << PrintGraph(*g);
+  EXPECT_EQ(g->num_nodes(), 15u) << PrintGraph(*g);  // nothing else
   EXPECT_EQ(ops["Add"], 0) << PrintGraph(*g);  // the residual is in a.project's epilogue
 
   auto input = Random(g->inputs()[0]->type().StaticDims(), 301);

@@ -6,6 +6,10 @@
 // from_blocked drops them.
 //   to_blocked:    [N, C, H, W] -> blocked (padding zero); ints: none
 //   from_blocked:  blocked -> [N, C, H, W]; ints: none
+//   blocked_mean:  blocked [N, CB, H, W, 16] -> [N, CB, 1, 1, 16], the mean over pixels
+//                  (GlobalAveragePool); ints: none
+//   blocked_scale: blocked X [N, CB, H, W, 16] times S [N, CB, 1, 1, 16] (one factor per
+//                  image and channel: squeeze-and-excitation) -> X's shape; ints: none
 //   blocked_conv:  X blocked, Wp (packed at compile time, see ops/layout_ops.cc), B [OCB * 16],
 //                  R (optional, blocked like Y, added before the activation) -> Y blocked
 //     ints:   [kind, in_channels, out_channels, KH, KW, SH, SW, pad_top, pad_left, activation]
@@ -573,8 +577,91 @@ struct FromBlockedKernel {
   }
 };
 
+// Per (image, channel block): the mean of its pixels' vectors, summed in f32 with four
+// vectors of partial sums (the reference build: one element at a time, in order).
+struct BlockedMeanKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const int64_t planes = X.dims[0] * X.dims[1], pixels = X.dims[2] * X.dims[3];
+    const T* x = static_cast<const T*>(X.data);
+    T* y = static_cast<T*>(call->outputs[0].data);
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T* xp = x + plane * pixels * kBlock;
+        T* yp = y + plane * kBlock;
+        if constexpr (kFastKernels && std::is_same_v<T, float>) {
+          v16f sum[4] = {};
+          int64_t p = 0;
+          for (; p + 4 <= pixels; p += 4) {
+            for (int u = 0; u < 4; ++u) {
+              v16f v;
+              KILN_LOAD16(v, xp + (p + u) * kBlock);
+              sum[u] += v;
+            }
+          }
+          for (; p < pixels; ++p) {
+            v16f v;
+            KILN_LOAD16(v, xp + p * kBlock);
+            sum[0] += v;
+          }
+          v16f mean = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+          mean *= KILN_SPLAT16(1.0f / static_cast<float>(pixels));
+          KILN_STORE16(yp, mean);
+        } else {
+          for (int64_t l = 0; l < kBlock; ++l) {
+            T sum = 0;
+            for (int64_t p = 0; p < pixels; ++p) sum += xp[p * kBlock + l];
+            yp[l] = sum / static_cast<T>(pixels);
+          }
+        }
+      }
+    };
+    ParallelFor(call, planes, 1, body);
+    return KILN_KERR_OK;
+  }
+};
+
+struct BlockedScaleKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const kiln_ktensor& S = call->inputs[1];
+    const int64_t blocks = X.dims[1], planes = X.dims[0] * blocks, pixels = X.dims[2] * X.dims[3];
+    const bool per_image = S.dims[0] != 1;
+    const T* x = static_cast<const T*>(X.data);
+    const T* sc = static_cast<const T*>(S.data);
+    T* y = static_cast<T*>(call->outputs[0].data);
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T* xp = x + plane * pixels * kBlock;
+        const T* sp = sc + (per_image ? plane : plane % blocks) * kBlock;
+        T* yp = y + plane * pixels * kBlock;
+        if constexpr (kFastKernels && std::is_same_v<T, float>) {
+          v16f f;
+          KILN_LOAD16(f, sp);
+          for (int64_t p = 0; p < pixels; ++p) {
+            v16f v;
+            KILN_LOAD16(v, xp + p * kBlock);
+            v *= f;
+            KILN_STORE16(yp + p * kBlock, v);
+          }
+        } else {
+          for (int64_t p = 0; p < pixels; ++p) {
+            for (int64_t l = 0; l < kBlock; ++l) yp[p * kBlock + l] = xp[p * kBlock + l] * sp[l];
+          }
+        }
+      }
+    };
+    ParallelFor(call, planes, 1, body);
+    return KILN_KERR_OK;
+  }
+};
+
 }  // namespace
 
 KILN_FLOAT_KERNEL(blocked_conv, BlockedConvKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(to_blocked, ToBlockedKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(from_blocked, FromBlockedKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(blocked_mean, BlockedMeanKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(blocked_scale, BlockedScaleKernel, outputs[0].dtype)
