@@ -92,7 +92,7 @@ class Layout : public Pass {
       }
     }
     if (kind.empty()) return false;
-    // Runs: eligible convs joined through the tensors (input or residual) one reads of another.
+    // Runs: members joined through the tensors one reads of another in the blocked layout.
     std::vector<size_t> parent(index.size());
     std::iota(parent.begin(), parent.end(), 0);
     auto find = [&](size_t i) {
@@ -105,7 +105,8 @@ class Layout : public Pass {
         if (p != index.end()) parent[find(i)] = find(p->second);
       }
     }
-    // Per run: convs, depthwise convs, layout changes.
+    // Per run: convs, depthwise convs, layout changes (tensors entering it, tensors of it
+    // read by anything else).
     struct RunStats {
       int convs = 0, depthwise = 0, changes = 0;
     };
@@ -164,7 +165,7 @@ class Layout : public Pass {
                                    node->opset());
         for (const auto& [key, value] : node->attrs()) {
           if (key == "group" || key == "strides" || key == "pads" || key == "kernel_shape" ||
-            key.rfind("kiln.activation", 0) == 0) {
+              key.rfind("kiln.activation", 0) == 0) {
             b->mutable_attrs()[key] = value;
           }
         }

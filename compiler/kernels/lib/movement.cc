@@ -74,16 +74,30 @@ struct Concat {
     for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
     const int64_t out_row = out.dims[axis] * inner;
     T* po = static_cast<T*>(out.data);
-    int64_t column = 0;
+    // Jobs: pieces of at most kPiece elements of each input's rows, copied over the pool
+    // (SqueezeNet's channel concats of 2 x 64 x 55 x 55 floats took 0.05 ms on one thread
+    // and 0.14 ms on one of two, reading what the other core had just written).
+    constexpr int64_t kPiece = 16384;
+    int64_t pieces = 0;
     for (int32_t k = 0; k < call->num_inputs; ++k) {
-      const kiln_ktensor& in = call->inputs[k];
-      const int64_t row = in.dims[axis] * inner;
-      const T* pi = static_cast<const T*>(in.data);
-      for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t j = 0; j < row; ++j) po[o * out_row + column + j] = pi[o * row + j];
-      }
-      column += row;
+      pieces += outer * ((call->inputs[k].dims[axis] * inner + kPiece - 1) / kPiece);
     }
+    auto body = [&](int64_t begin, int64_t end) {
+      int64_t first = 0, column = 0;  // pieces before input k, its first output column
+      for (int32_t k = 0; k < call->num_inputs && first < end; ++k) {
+        const kiln_ktensor& in = call->inputs[k];
+        const int64_t row = in.dims[axis] * inner, per_row = (row + kPiece - 1) / kPiece;
+        const T* pi = static_cast<const T*>(in.data);
+        for (int64_t piece = begin > first ? begin - first : 0; piece < outer * per_row && first + piece < end; ++piece) {
+          const int64_t o = piece / per_row, j0 = piece % per_row * kPiece;
+          const int64_t n = row - j0 < kPiece ? row - j0 : kPiece;
+          memcpy(po + o * out_row + column + j0, pi + o * row + j0, sizeof(T) * n);
+        }
+        first += outer * per_row;
+        column += row;
+      }
+    };
+    ParallelFor(call, pieces, 1, body);
     return KILN_KERR_OK;
   }
 };
