@@ -202,6 +202,7 @@ TEST(CodegenTest, ArtifactFastMathMatchesLibm) {
       {"Exp", -87.0, 88.7, 1.0 / 64, 2.4e-7, true, [](double v) { return std::exp(v); }},
       {"Sigmoid", -30.0, 30.0, 1.0 / 256, 3.0e-7, true, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }},
       {"Erf", -6.0, 6.0, 1.0 / 512, 3.0e-7, false, [](double v) { return std::erf(v); }},
+      {"Tanh", -12.0, 12.0, 1.0 / 512, 3.0e-7, true, [](double v) { return std::tanh(v); }},
   };
   for (const Sweep& sw : sweeps) {
     SCOPED_TRACE(sw.op);

@@ -105,4 +105,24 @@ TEST(FastMathTest, ErfMatchesLibm) {
   EXPECT_TRUE(std::isnan(kiln_kernels::FastErf(std::nanf(""))));
 }
 
+TEST(FastMathTest, TanhMatchesLibm) {
+  double worst = 0, at = 0;
+  for (double x = -12.0; x <= 12.0; x += 1.0 / 4096) {
+    const float xf = static_cast<float>(x);
+    const double want = std::tanh(static_cast<double>(xf));
+    const double got = kiln_kernels::FastTanh(xf);
+    if (want != 0 && std::fabs(got - want) / std::fabs(want) > worst) {
+      worst = std::fabs(got - want) / std::fabs(want);
+      at = xf;
+    }
+  }
+  std::printf("FastTanh: max relative error %.3g at %g\n", worst, at);
+  EXPECT_LT(worst, 2 * static_cast<double>(std::numeric_limits<float>::epsilon()));
+  EXPECT_EQ(kiln_kernels::FastTanh(0.f), 0.f);
+  EXPECT_EQ(kiln_kernels::FastTanh(1e-30f), 1e-30f);
+  EXPECT_EQ(kiln_kernels::FastTanh(100.f), 1.f);
+  EXPECT_EQ(kiln_kernels::FastTanh(-100.f), -1.f);
+  EXPECT_TRUE(std::isnan(kiln_kernels::FastTanh(std::nanf(""))));
+}
+
 }  // namespace

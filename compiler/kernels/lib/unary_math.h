@@ -32,7 +32,9 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
       case KILN_UNARY_ASINH: return asinh(x);
       case KILN_UNARY_ACOSH: return acosh(x);
       case KILN_UNARY_ATANH: return atanh(x);
-      case KILN_UNARY_TANH: return tanh(x);
+      case KILN_UNARY_TANH:
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return FastTanh(x);
+        return tanh(x);
       case KILN_UNARY_SIGMOID:
         if constexpr (std::is_same_v<T, float> && kFastKernels) return FastSigmoid(x);
         return x >= 0 ? T(1) / (T(1) + exp(-x)) : exp(x) / (T(1) + exp(x));
