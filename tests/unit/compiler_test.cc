@@ -1024,6 +1024,12 @@ TEST(CodegenTest, MatMulTilesMatchInterpreter) {
         EXPECT_LT(CompiledVsReference(MatMulNet(m, 300, n), MatMulNet(m, 300, n), "fold-constants", target), 1e-5);
       }
     }
+    // K = 1024: A's rows 4 KiB apart, copied into panels block by block (four K blocks;
+    // 250 rows: two row blocks, the last panel partly padding).
+    for (int64_t m : {13, 250}) {
+      SCOPED_TRACE(::testing::Message() << target << ": " << m << " x 1024 x 80");
+      EXPECT_LT(CompiledVsReference(MatMulNet(m, 1024, 80), MatMulNet(m, 1024, 80), "fold-constants", target), 1e-5);
+    }
   }
 }
 

@@ -501,74 +501,57 @@ struct BlockedConvKernel {
   }
 };
 
-// NCHW <-> blocked. Artifacts move 8 pixels x 8 channels at a time through an 8x8
-// transpose; the interpreter's build and the ragged ends go element by element.
-struct ToBlockedKernel {
+// One (image, channel block) plane between NCHW and blocked. to_blocked reads channels
+// c0.. of an image (src: the image, channels `pixels` apart) into the plane (dst,
+// [pixels][16], the padding zero); from_blocked the reverse, dropping the padding.
+// Artifacts move 8 pixels x 8 channels at a time through an 8x8 transpose; the
+// interpreter's build and the ragged ends go element by element.
+template <bool kToBlocked, typename T>
+void ReorderPlane(const T* src, T* dst, int64_t c0, int64_t channels, int64_t pixels) {
+  auto nchw = [&](int64_t c, int64_t p) { return (c0 + c) * pixels + p; };
+  auto blocked = [&](int64_t c, int64_t p) { return p * kBlock + c; };
+  int64_t p = 0;
+  if constexpr (kFastKernels && std::is_same_v<T, float>) {
+    if (c0 + kBlock <= channels) {
+      for (; p + 8 <= pixels; p += 8) {
+        for (int64_t half = 0; half < kBlock; half += 8) {
+          v8f rows[8];  // to_blocked: 8 channels' rows of 8 pixels; from_blocked: 8 pixels' channels
+          for (int64_t r = 0; r < 8; ++r) KILN_LOAD8(rows[r], src + (kToBlocked ? nchw(half + r, p) : blocked(half, p + r)));
+          gemm::Transpose8x8(rows);
+          for (int64_t r = 0; r < 8; ++r) KILN_STORE8(dst + (kToBlocked ? blocked(half, p + r) : nchw(half + r, p)), rows[r]);
+        }
+      }
+    }
+  }
+  for (; p < pixels; ++p) {
+    for (int64_t l = 0; l < kBlock; ++l) {
+      if (kToBlocked) {
+        dst[blocked(l, p)] = c0 + l < channels ? src[nchw(l, p)] : T(0);
+      } else if (c0 + l < channels) {
+        dst[nchw(l, p)] = src[blocked(l, p)];
+      }
+    }
+  }
+}
+
+// to_blocked (kToBlocked) and from_blocked: jobs are (image, channel block) planes.
+template <bool kToBlocked>
+struct ReorderKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& X = call->inputs[0];
-    const int64_t batch = X.dims[0], channels = X.dims[1], pixels = X.dims[2] * X.dims[3];
-    const int64_t blocks = call->outputs[0].dims[1];
-    const T* x = static_cast<const T*>(X.data);
+    const kiln_ktensor& image = kToBlocked ? call->inputs[0] : call->outputs[0];
+    const int64_t batch = image.dims[0], channels = image.dims[1], pixels = image.dims[2] * image.dims[3];
+    const int64_t blocks = (kToBlocked ? call->outputs[0] : call->inputs[0]).dims[1];
+    const T* x = static_cast<const T*>(call->inputs[0].data);
     T* y = static_cast<T*>(call->outputs[0].data);
     auto body = [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
-        const int64_t n = plane / blocks, cb = plane % blocks;
-        T* yb = y + plane * pixels * kBlock;
-        const int64_t c0 = cb * kBlock;
-        int64_t p = 0;
-        if constexpr (kFastKernels && std::is_same_v<T, float>) {
-          if (c0 + kBlock <= channels) {
-            for (; p + 8 <= pixels; p += 8) {
-              for (int64_t half = 0; half < 2; ++half) {
-                v8f rows[8];
-                for (int64_t l = 0; l < 8; ++l) KILN_LOAD8(rows[l], x + (n * channels + c0 + half * 8 + l) * pixels + p);
-                gemm::Transpose8x8(rows);
-                for (int64_t t = 0; t < 8; ++t) KILN_STORE8(yb + (p + t) * kBlock + half * 8, rows[t]);
-              }
-            }
-          }
-        }
-        for (; p < pixels; ++p) {
-          for (int64_t l = 0; l < kBlock; ++l) {
-            yb[p * kBlock + l] = c0 + l < channels ? x[(n * channels + c0 + l) * pixels + p] : T(0);
-          }
-        }
-      }
-    };
-    ParallelFor(call, batch * blocks, 1, body);
-    return KILN_KERR_OK;
-  }
-};
-
-struct FromBlockedKernel {
-  template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& Y = call->outputs[0];
-    const int64_t batch = Y.dims[0], channels = Y.dims[1], pixels = Y.dims[2] * Y.dims[3];
-    const int64_t blocks = call->inputs[0].dims[1];
-    const T* x = static_cast<const T*>(call->inputs[0].data);
-    T* y = static_cast<T*>(Y.data);
-    auto body = [&](int64_t begin, int64_t end) {
-      for (int64_t plane = begin; plane < end; ++plane) {
-        const int64_t n = plane / blocks, cb = plane % blocks;
-        const T* xb = x + plane * pixels * kBlock;
-        const int64_t c0 = cb * kBlock;
-        int64_t p = 0;
-        if constexpr (kFastKernels && std::is_same_v<T, float>) {
-          if (c0 + kBlock <= channels) {
-            for (; p + 8 <= pixels; p += 8) {
-              for (int64_t half = 0; half < 2; ++half) {
-                v8f rows[8];
-                for (int64_t t = 0; t < 8; ++t) KILN_LOAD8(rows[t], xb + (p + t) * kBlock + half * 8);
-                gemm::Transpose8x8(rows);
-                for (int64_t l = 0; l < 8; ++l) KILN_STORE8(y + (n * channels + c0 + half * 8 + l) * pixels + p, rows[l]);
-              }
-            }
-          }
-        }
-        for (; p < pixels; ++p) {
-          for (int64_t l = 0; l < kBlock && c0 + l < channels; ++l) y[(n * channels + c0 + l) * pixels + p] = xb[p * kBlock + l];
+        const int64_t n = plane / blocks, c0 = plane % blocks * kBlock;
+        const int64_t at_image = n * channels * pixels, at_plane = plane * pixels * kBlock;
+        if (kToBlocked) {
+          ReorderPlane<true>(x + at_image, y + at_plane, c0, channels, pixels);
+        } else {
+          ReorderPlane<false>(x + at_plane, y + at_image, c0, channels, pixels);
         }
       }
     };
@@ -661,7 +644,7 @@ struct BlockedScaleKernel {
 }  // namespace
 
 KILN_FLOAT_KERNEL(blocked_conv, BlockedConvKernel, outputs[0].dtype)
-KILN_FLOAT_KERNEL(to_blocked, ToBlockedKernel, outputs[0].dtype)
-KILN_FLOAT_KERNEL(from_blocked, FromBlockedKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(to_blocked, ReorderKernel<true>, outputs[0].dtype)
+KILN_FLOAT_KERNEL(from_blocked, ReorderKernel<false>, outputs[0].dtype)
 KILN_FLOAT_KERNEL(blocked_mean, BlockedMeanKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(blocked_scale, BlockedScaleKernel, outputs[0].dtype)

@@ -78,8 +78,13 @@ struct MatMulKernel {
     };
     if constexpr (kBlocked) {
       {
-        // Register-blocked core; jobs are (batch, row group, column chunk).
-        const int64_t chunks = gemm::ColumnChunks(N);
+        // Register-blocked core; jobs are (batch, row group, column chunk). With A's rows
+        // a multiple of 4 KiB apart, PanelBlock copies each block of A first: one chunk of
+        // every column then, so the copy serves them all (one thread, Zen 4, alternating
+        // runs: 1024^3 22.1 -> 21.9 ms, 128x3072x768 5.99 -> 5.74 ms).
+        const bool whole_rows = b_panels && gemm::AliasedRows(K);
+        const int64_t width = whole_rows ? N : gemm::kNc;
+        const int64_t chunks = whole_rows ? 1 : gemm::ColumnChunks(N);
         const gemm::RowSplit split = gemm::SplitRows(call, M, chunks * batches);
         const int64_t groups = split.groups;
         auto jobs = [=](int64_t begin, int64_t end) {
@@ -90,7 +95,7 @@ struct MatMulKernel {
             const float* b = pb + b_off;
             float* c = pc + batch * M * N;
             const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
-            const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
+            const int64_t n0 = cc * width, n1 = n0 + width < N ? n0 + width : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
               return dst;
