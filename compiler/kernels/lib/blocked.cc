@@ -42,6 +42,9 @@ struct BlockedConvParams {
   int64_t kind, in_channels, out_channels, kh, kw, sh, sw, pad_top, pad_left, activation;
   float alpha, beta;
   int64_t batch, h, w, oh, ow;
+  // The call's tensors: X, the packed weight, the padded bias, the residual (or null), Y.
+  const float *x, *wp, *bias, *r;
+  float* y;
   int64_t icb() const { return (in_channels + kBlock - 1) / kBlock; }
   int64_t ocb() const { return (out_channels + kBlock - 1) / kBlock; }
 
@@ -51,9 +54,14 @@ struct BlockedConvParams {
     pad_top = p[7], pad_left = p[8], activation = p[9];
     alpha = static_cast<float>(call->floats[0]);
     beta = static_cast<float>(call->floats[1]);
-    const kiln_ktensor& x = call->inputs[0];
-    const kiln_ktensor& y = call->outputs[0];
-    batch = x.dims[0], h = x.dims[2], w = x.dims[3], oh = y.dims[2], ow = y.dims[3];
+    const kiln_ktensor& in = call->inputs[0];
+    const kiln_ktensor& out = call->outputs[0];
+    batch = in.dims[0], h = in.dims[2], w = in.dims[3], oh = out.dims[2], ow = out.dims[3];
+    x = static_cast<const float*>(in.data);
+    wp = static_cast<const float*>(call->inputs[1].data);
+    bias = static_cast<const float*>(call->inputs[2].data);
+    r = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
+    y = static_cast<float*>(out.data);
   }
 };
 
@@ -72,11 +80,8 @@ inline bool ClampsInRegisters(int64_t code) { return code == -1 || code == KILN_
 
 // The reference loop (the interpreter's build): one output element at a time.
 int32_t ReferenceBlockedConv(const kiln_kcall* call, const BlockedConvParams& q) {
-  const float* x = static_cast<const float*>(call->inputs[0].data);
-  const float* wp = static_cast<const float*>(call->inputs[1].data);
-  const float* bias = static_cast<const float*>(call->inputs[2].data);
-  const float* r = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
-  float* y = static_cast<float*>(call->outputs[0].data);
+  const float *x = q.x, *wp = q.wp, *bias = q.bias, *r = q.r;
+  float* y = q.y;
   const int64_t icb = q.icb(), ocb = q.ocb(), in_plane = q.h * q.w * kBlock, out_plane = q.oh * q.ow * kBlock;
   for (int64_t n = 0; n < q.batch; ++n) {
     for (int64_t ob = 0; ob < ocb; ++ob) {
@@ -221,11 +226,8 @@ void PointwiseGroup(const BlockedConvParams& q, const float* x, const float* wp,
 }
 
 int32_t FastPointwise(const kiln_kcall* call, const BlockedConvParams& q) {
-  const float* x = static_cast<const float*>(call->inputs[0].data);
-  const float* wp = static_cast<const float*>(call->inputs[1].data);
-  const float* bias = static_cast<const float*>(call->inputs[2].data);
-  const float* r = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
-  float* y = static_cast<float*>(call->outputs[0].data);
+  const float *x = q.x, *wp = q.wp, *bias = q.bias, *r = q.r;
+  float* y = q.y;
   const int64_t icb = q.icb(), ocb = q.ocb(), pixels = q.h * q.w;
   const int64_t x_image = icb * pixels * kBlock, y_image = ocb * pixels * kBlock;
   const int64_t group = WideVectors() ? 4 : 2;  // output blocks per tile
@@ -336,10 +338,8 @@ __attribute__((noinline)) void DepthwiseRows(const BlockedConvParams& q, const f
 }
 
 int32_t FastDepthwise(const kiln_kcall* call, const BlockedConvParams& q) {
-  const float* x = static_cast<const float*>(call->inputs[0].data);
-  const float* wp = static_cast<const float*>(call->inputs[1].data);
-  const float* bias = static_cast<const float*>(call->inputs[2].data);
-  float* y = static_cast<float*>(call->outputs[0].data);
+  const float *x = q.x, *wp = q.wp, *bias = q.bias;
+  float* y = q.y;
   const int64_t cb = q.ocb(), x_plane = q.h * q.w * kBlock, y_plane = q.oh * q.ow * kBlock;
   // Jobs: (image, channel block, strip of rows); strips of about 4096 outputs.
   int64_t rows = 4096 / (q.ow * kBlock);
@@ -427,10 +427,8 @@ void DenseRun(const BlockedConvParams& q, const float* rows, int64_t row_len, co
 constexpr int64_t kDenseRowFloats = 8192;
 
 int32_t FastDense(const kiln_kcall* call, const BlockedConvParams& q) {
-  const float* x = static_cast<const float*>(call->inputs[0].data);
-  const float* wp = static_cast<const float*>(call->inputs[1].data);
-  const float* bias = static_cast<const float*>(call->inputs[2].data);
-  float* y = static_cast<float*>(call->outputs[0].data);
+  const float *x = q.x, *wp = q.wp, *bias = q.bias;
+  float* y = q.y;
   const int64_t ocb = q.ocb(), row_len = (q.ow - 1) * q.sw + q.kw;
   if (q.in_channels * q.kh * row_len > kDenseRowFloats) return KILN_KERR_UNSUPPORTED;
   const int64_t group = WideVectors() ? 4 : 2, y_plane = q.oh * q.ow * kBlock;

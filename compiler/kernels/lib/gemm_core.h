@@ -459,15 +459,28 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
 }
 
 // PanelBlock (below) on one tile.
-template <bool kWide>
+template <bool kWide, bool kPackA>
 inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
                             const float* panels, float* c, int64_t ldc) {
   using T = Tile<kWide>;
   using V = typename T::V;
+  // kPackA: A's rows lie a multiple of 4 KiB apart (K = 1024 or 3072 floats), so a tile's 12
+  // rows fall in one set of the 8-way L1 and evict each other while the micro-kernel walks
+  // them. Each kMc x kKc block of A is then first copied into kMr-row panels (k-major, the
+  // layout BlockTiles' a_panel reads), once for every column tile of [n0, n1).
+  alignas(64) float block[kPackA ? (kMc + kMr) * kKc : 1];
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
     for (int64_t mb = m0; mb < m1; mb += kMc) {
       const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
+      if constexpr (kPackA) {
+        for (int64_t r = 0; r < (mb1 - mb + kMr - 1) / kMr * kMr; ++r) {
+          float* dst = block + r / kMr * kb * kMr + r % kMr;
+          const float* src = a + (mb + r) * lda + k0;
+          for (int64_t k = 0; k < kb; ++k) dst[k * kMr] = mb + r < mb1 ? src[k] : 0.f;
+        }
+      }
+      const int64_t a_row = kPackA ? 1 : lda, a_k = kPackA ? kMr : 1;
       for (int64_t j = n0; j < n1; j += T::kCols) {
         const float* b = panels + (j / kNr) * K * kNr + k0 * kNr;
         // The narrow tile's two vectors lie in one panel; the wide tile's in two.
@@ -475,11 +488,12 @@ inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int6
         const bool full = j + T::kCols <= n1;
         for (int64_t i = mb; i < mb1; i += T::kRows) {
           const int r = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
-          const float* ai = a + i * lda + k0;
+          const float* ai = kPackA ? block + (i - mb) / kMr * kb * kMr : a + i * lda + k0;
+          const float* ai_hi = kPackA ? ai + kb * kMr : ai + kMr * lda;  // rows kMr.. (wide tile)
           if (full) {
-            MicroKernelRows<V, 2>(r, kb, ai, ai + kMr * lda, lda, 1, b, b_second, kNr, c + i * ldc + j, ldc, k0 > 0);
+            MicroKernelRows<V, 2>(r, kb, ai, ai_hi, a_row, a_k, b, b_second, kNr, c + i * ldc + j, ldc, k0 > 0);
           } else {  // the wide tile's last 16 columns
-            MicroKernelRows<V, 1>(r, kb, ai, ai + kMr * lda, lda, 1, b, b, kNr, c + i * ldc + j, ldc, k0 > 0);
+            MicroKernelRows<V, 1>(r, kb, ai, ai_hi, a_row, a_k, b, b, kNr, c + i * ldc + j, ldc, k0 > 0);
           }
         }
       }
@@ -487,46 +501,8 @@ inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int6
   }
 }
 
-// Rows of A a multiple of 4 KiB apart (PanelBlockPackedATiles).
+// A's rows a multiple of 4 KiB apart: PanelBlockTiles copies A into panels first.
 inline bool AliasedRows(int64_t lda) { return lda % 1024 == 0; }
-
-// PanelBlockTiles for an A whose rows lie a multiple of 4 KiB apart (K = 1024 or 3072
-// floats): a tile's 12 rows then fall in one set of the 8-way L1, and evict each other
-// while the micro-kernel walks them. Each kMc x kKc block of A is first copied into
-// kMr-row panels (k-major, the layout BlockTiles' a_panel reads), once for every column
-// tile of [n0, n1), so jobs should span many columns.
-template <bool kWide>
-inline void PanelBlockPackedATiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a,
-                                   int64_t lda, const float* panels, float* c, int64_t ldc) {
-  using T = Tile<kWide>;
-  using V = typename T::V;
-  alignas(64) float block[(kMc + kMr) * kKc];
-  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
-    const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
-    for (int64_t mb = m0; mb < m1; mb += kMc) {
-      const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
-      for (int64_t r = 0; r < (mb1 - mb + kMr - 1) / kMr * kMr; ++r) {
-        float* dst = block + r / kMr * kb * kMr + r % kMr;
-        const float* src = a + (mb + r) * lda + k0;
-        for (int64_t k = 0; k < kb; ++k) dst[k * kMr] = mb + r < mb1 ? src[k] : 0.f;
-      }
-      for (int64_t j = n0; j < n1; j += T::kCols) {
-        const float* b = panels + (j / kNr) * K * kNr + k0 * kNr;
-        const float* b_second = kWide ? b + K * kNr : b + T::kHalf;
-        const bool full = j + T::kCols <= n1;
-        for (int64_t i = mb; i < mb1; i += T::kRows) {
-          const int r = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
-          const float* ai = block + (i - mb) / kMr * kb * kMr;
-          if (full) {
-            MicroKernelRows<V, 2>(r, kb, ai, ai + kb * kMr, 1, kMr, b, b_second, kNr, c + i * ldc + j, ldc, k0 > 0);
-          } else {
-            MicroKernelRows<V, 1>(r, kb, ai, ai + kb * kMr, 1, kMr, b, b, kNr, c + i * ldc + j, ldc, k0 > 0);
-          }
-        }
-      }
-    }
-  }
-}
 
 // C[m0..m1, n0..n1) = A[m0..m1, 0..K) · B where B is pre-packed in 16-column panels,
 // [N/16][K][16] (N, n0, n1 multiples of 16): a constant weight packed at compile time
@@ -536,12 +512,13 @@ inline void PanelBlockPackedATiles(int64_t m0, int64_t m1, int64_t n0, int64_t n
 // rows go past it).
 inline void PanelBlock(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
                        const float* panels, float* c, int64_t ldc) {
+  const bool pack = AliasedRows(lda);
   if (WideVectors()) {
-    if (AliasedRows(lda)) return PanelBlockPackedATiles<true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
-    PanelBlockTiles<true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
+    if (pack) return PanelBlockTiles<true, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
+    PanelBlockTiles<true, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
   } else {
-    if (AliasedRows(lda)) return PanelBlockPackedATiles<false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
-    PanelBlockTiles<false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
+    if (pack) return PanelBlockTiles<false, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
+    PanelBlockTiles<false, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
   }
 }
 
