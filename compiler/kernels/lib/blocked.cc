@@ -83,6 +83,17 @@ int32_t ReferenceBlockedConv(const kiln_kcall* call, const BlockedConvParams& q)
   const float *x = q.x, *wp = q.wp, *bias = q.bias, *r = q.r;
   float* y = q.y;
   const int64_t icb = q.icb(), ocb = q.ocb(), in_plane = q.h * q.w * kBlock, out_plane = q.oh * q.ow * kBlock;
+  // sum += x_at(ih, iw) * w_at(a, b) over the window taps of output (i, j) inside the image.
+  auto window = [&](float& sum, int64_t i, int64_t j, auto x_at, auto w_at) {
+    for (int64_t a = 0; a < q.kh; ++a) {
+      const int64_t ih = i * q.sh - q.pad_top + a;
+      if (ih < 0 || ih >= q.h) continue;
+      for (int64_t b = 0; b < q.kw; ++b) {
+        const int64_t iw = j * q.sw - q.pad_left + b;
+        if (iw >= 0 && iw < q.w) sum += x_at(ih, iw) * w_at(a, b);
+      }
+    }
+  };
   for (int64_t n = 0; n < q.batch; ++n) {
     for (int64_t ob = 0; ob < ocb; ++ob) {
       for (int64_t i = 0; i < q.oh; ++i) {
@@ -96,29 +107,16 @@ int32_t ReferenceBlockedConv(const kiln_kcall* call, const BlockedConvParams& q)
               }
             } else if (q.kind == kDense) {
               for (int64_t c = 0; c < q.in_channels; ++c) {
-                for (int64_t a = 0; a < q.kh; ++a) {
-                  const int64_t ih = i * q.sh - q.pad_top + a;
-                  if (ih < 0 || ih >= q.h) continue;
-                  for (int64_t b = 0; b < q.kw; ++b) {
-                    const int64_t iw = j * q.sw - q.pad_left + b;
-                    if (iw < 0 || iw >= q.w) continue;
-                    const int64_t tap = (c * q.kh + a) * q.kw + b;
-                    acc += x[((n * q.in_channels + c) * q.h + ih) * q.w + iw] *
-                           wp[(ob * q.in_channels * q.kh * q.kw + tap) * kBlock + l];
-                  }
-                }
+                const float* xc = x + (n * q.in_channels + c) * q.h * q.w;
+                const float* wc = wp + (ob * q.in_channels + c) * q.kh * q.kw * kBlock;
+                window(acc, i, j, [&](int64_t ih, int64_t iw) { return xc[ih * q.w + iw]; },
+                       [&](int64_t a, int64_t b) { return wc[(a * q.kw + b) * kBlock + l]; });
               }
             } else {
               const float* xc = x + (n * icb + ob) * in_plane;
-              for (int64_t a = 0; a < q.kh; ++a) {
-                const int64_t ih = i * q.sh - q.pad_top + a;
-                if (ih < 0 || ih >= q.h) continue;
-                for (int64_t b = 0; b < q.kw; ++b) {
-                  const int64_t iw = j * q.sw - q.pad_left + b;
-                  if (iw < 0 || iw >= q.w) continue;
-                  acc += xc[(ih * q.w + iw) * kBlock + l] * wp[((ob * q.kh + a) * q.kw + b) * kBlock + l];
-                }
-              }
+              const float* wc = wp + ob * q.kh * q.kw * kBlock;
+              window(acc, i, j, [&](int64_t ih, int64_t iw) { return xc[(ih * q.w + iw) * kBlock + l]; },
+                     [&](int64_t a, int64_t b) { return wc[(a * q.kw + b) * kBlock + l]; });
             }
             const int64_t at = (n * ocb + ob) * out_plane + (i * q.ow + j) * kBlock + l;
             if (r != nullptr) acc += r[at];
