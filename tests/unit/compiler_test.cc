@@ -319,10 +319,11 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
                                     PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode), "fold-constants"), 1e-6);
     }
   }
-  // 3x3 stride-2 max pooling, eight channels per vector for padded rows up to 128 wide:
-  // ResNet's (112x112, pads 1: several strips of rows; 20 channels: a partial block),
-  // SqueezeNet's (ceil mode), and rows too wide for it (261) on the per-plane path.
-  const std::vector<int64_t> shapes[] = {{1, 20, 112, 112}, {2, 13, 27, 27}, {1, 3, 9, 261}};
+  // 3x3 stride-2 max pooling: rows of 16 or more outputs by the row walk (ResNet's 112x112
+  // with pads 1, a 261-wide row, a 33-wide one whose 16 outputs are one vector exactly or
+  // one vector and an overlapping one), narrower rows with 8 or 16 channels per vector
+  // (27x27 ceil mode as in SqueezeNet; 13 channels: a partial block).
+  const std::vector<int64_t> shapes[] = {{1, 20, 112, 112}, {2, 13, 27, 27}, {1, 3, 9, 261}, {1, 2, 7, 33}};
   for (const std::vector<int64_t>& shape : shapes) {
     for (int64_t ceil_mode : {0, 1}) {
       for (int64_t pad : {0, 1}) {
@@ -336,6 +337,19 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
                     1e-6);
         }
       }
+    }
+  }
+  // The row walk's other windows: 2x2 stride 2, and 4 rows x 3 columns at row stride 3 with
+  // uneven pads and ceil mode (a last window past the image on both axes).
+  const Case row_cases[] = {{{2, 2}, {2, 2}, {0, 0, 0, 0}, 0}, {{2, 2}, {2, 2}, {0, 1, 1, 0}, 1}, {{4, 3}, {3, 2}, {1, 2, 0, 1}, 1}};
+  for (const Case& c : row_cases) {
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(::testing::Message() << "MaxPool " << c.kernel[0] << "x" << c.kernel[1] << " ceil " << c.ceil_mode << " "
+                                        << target);
+      EXPECT_LT(CompiledVsReference(PoolNet("MaxPool", c.kernel, c.strides, c.pads, c.ceil_mode, {1, 3, 20, 51}),
+                                    PoolNet("MaxPool", c.kernel, c.strides, c.pads, c.ceil_mode, {1, 3, 20, 51}), "fold-constants",
+                                    target),
+                1e-6);
     }
   }
 }
