@@ -5,12 +5,6 @@
 #include "op_helpers.h"
 
 namespace kiln::ops {
-namespace {
-
-// Spatial window of a Conv/Pool node after auto_pad: the parameters and output extents.
-struct WindowParams {
-  std::vector<int64_t> kernel, strides, pads_begin, pads_end, dilations, out;
-};
 
 absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<int64_t>& in_spatial,
                                            const std::vector<int64_t>& kernel, bool ceil_mode) {
@@ -56,6 +50,31 @@ void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w) {
 }
 
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
+
+std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b) {
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+  const size_t batch_rank = std::max(a.size(), b.size()) - 2;
+  std::vector<int64_t> batch(batch_rank), sa(batch_rank, 0), sb(batch_rank, 0);
+  auto fill = [&](const std::vector<int64_t>& d, std::vector<int64_t>& strides, int64_t matrix) {
+    const size_t own = d.size() - 2;
+    int64_t s = matrix;
+    for (size_t i = own; i-- > 0;) {
+      const size_t at = batch_rank - own + i;
+      strides[at] = d[i] == 1 ? 0 : s;
+      batch[at] = std::max(batch[at], d[i]);
+      s *= d[i];
+    }
+  };
+  fill(a, sa, M * K);
+  fill(b, sb, K * N);
+  std::vector<int64_t> ints = {M, K, N, static_cast<int64_t>(batch_rank)};
+  for (const auto* v : {&batch, &sa, &sb}) ints.insert(ints.end(), v->begin(), v->end());
+  return ints;
+}
+
+namespace {
 
 // A fused activation epilogue set by the fuse pass: the unary op code (-1: none) goes in
 // ints, its two parameters in floats.
@@ -252,26 +271,7 @@ void RegisterNnOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      std::vector<int64_t> a = StaticDims(node.input(0)), b = StaticDims(node.input(1));
-      if (a.size() == 1) a.insert(a.begin(), 1);
-      if (b.size() == 1) b.push_back(1);
-      const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
-      const size_t batch_rank = std::max(a.size(), b.size()) - 2;
-      std::vector<int64_t> batch(batch_rank), sa(batch_rank, 0), sb(batch_rank, 0);
-      auto fill = [&](const std::vector<int64_t>& d, std::vector<int64_t>& strides, int64_t matrix) {
-        const size_t own = d.size() - 2;
-        int64_t s = matrix;
-        for (size_t i = own; i-- > 0;) {
-          const size_t at = batch_rank - own + i;
-          strides[at] = d[i] == 1 ? 0 : s;
-          batch[at] = std::max(batch[at], d[i]);
-          s *= d[i];
-        }
-      };
-      fill(a, sa, M * K);
-      fill(b, sb, K * N);
-      KernelCall call{"matmul", PassAllInputs(node), {M, K, N, static_cast<int64_t>(batch_rank)}, {}};
-      for (const auto* v : {&batch, &sa, &sb}) call.ints.insert(call.ints.end(), v->begin(), v->end());
+      KernelCall call{"matmul", PassAllInputs(node), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
       AppendActivation(node, call);
       return call;
     };

@@ -23,6 +23,7 @@ void RegisterShapeOps(Registry& registry);
 void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
+void RegisterQuantOps(Registry& registry);
 
 inline absl::Status NodeError(const Node& node, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", message));
@@ -67,5 +68,20 @@ std::vector<Dim> KnownDims(const std::vector<int64_t>& dims);
 absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx,
                                                         const char* attr, size_t input,
                                                         bool* present);
+
+// Spatial window of a Conv/Pool node after auto_pad: the parameters and output extents
+// (nn_ops.cc).
+struct WindowParams {
+  std::vector<int64_t> kernel, strides, pads_begin, pads_end, dilations, out;
+};
+absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<int64_t>& in_spatial,
+                                           const std::vector<int64_t>& kernel, bool ceil_mode);
+// Appends the kernels' window block: rank, kernel, strides, pads begin, pads end, dilations.
+void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w);
+// The spatial dims of an N, C, spatial... shape.
+std::vector<int64_t> Spatial(const std::vector<int64_t>& dims);
+// A matrix product's shape block for the kernels: [M, K, N, batch_rank, out batch dims,
+// A's batch strides, B's batch strides] (numpy matmul broadcasting; 1-D operands promoted).
+std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b);
 
 }  // namespace kiln::ops

@@ -168,6 +168,7 @@ void EnsureRegistered() {
     ops::RegisterReduceOps(registry);
     ops::RegisterNnOps(registry);
     ops::RegisterLayoutOps(registry);
+    ops::RegisterQuantOps(registry);
     return true;
   }();
   (void)done;

@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "artifact_test_util.h"
 #include "gtest/gtest.h"
 #include "kernel_ops.h"
 #include "kiln/compiler/codegen.h"
@@ -19,14 +20,6 @@
 
 namespace kiln {
 namespace {
-
-std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float scale = 1.0f) {
-  auto t = std::make_shared<Tensor>(DType::kFloat32, dims);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, scale);
-  for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
-  return t;
-}
 
 // A constant f32 scalar (shape []) named `name` in g.
 Value* ScalarConstant(Graph& g, const std::string& name, float v) {
@@ -105,54 +98,6 @@ TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
   EXPECT_TRUE(ctx.has_memory_plan);
   EXPECT_LE(ctx.memory_plan.arena_bytes, ctx.memory_plan.naive_bytes);
   EXPECT_EQ(ctx.memory_plan.views, 1);
-}
-
-// The GEMM core's two register tiles (gemm_core.h) by the targets that select them: 6x16
-// for AVX2 (x86-64-v3) and 12x32 for AVX-512F (x86-64-v4), the wide one only where this
-// CPU can run it. Tests of GEMM-shaped kernels run on each.
-std::vector<std::string> TileTargets() {
-  std::vector<std::string> targets = {"x86-64-v3"};
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd")) {
-    targets.push_back("x86-64-v4");
-  }
-  return targets;
-}
-
-// Runs `pipeline` on the graph, compiles it for `target` (this machine must run it) and
-// runs the artifact on `input` (the graph's one input) once per thread count; returns the
-// output (graph output 0) of each run, in order.
-std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
-                                const std::vector<int32_t>& thread_counts, const std::string& target_spec = "host") {
-  std::vector<Tensor> outputs;
-  PassContext ctx;
-  auto stats = RunPipeline(graph, pipeline, {}, ctx);
-  EXPECT_TRUE(stats.ok()) << stats.status();
-  auto target = ResolveTarget(target_spec);
-  EXPECT_TRUE(target.ok());
-  CodegenOptions options{*target, "{}", "test"};
-  auto artifact = GenerateArtifact(graph, ctx.has_memory_plan ? ctx.memory_plan : NaiveMemoryPlan(graph), options);
-  EXPECT_TRUE(artifact.ok()) << artifact.status();
-  if (!artifact.ok()) return outputs;
-  std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
-  EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
-  kiln_module* module = nullptr;
-  EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
-  const Value* y = graph.outputs()[0];
-  for (int32_t threads : thread_counts) {
-    kiln_session* session = nullptr;
-    kiln_session_options session_options{sizeof(kiln_session_options), threads};
-    EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
-    outputs.emplace_back(y->type().dtype, y->type().StaticDims());
-    const void* ins[] = {input.data()};
-    void* outs[] = {outputs.back().data()};
-    EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
-    kiln_session_destroy(session);
-  }
-  kiln_module_unload(module);
-  unlink(path.c_str());
-  return outputs;
 }
 
 // Compiles the graph, runs the artifact and returns max |compiled - reference| relative

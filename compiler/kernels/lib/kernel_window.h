@@ -1,0 +1,31 @@
+// The spatial window of a convolution or pooling kernel call, shared by nn.cc and quant.cc.
+#pragma once
+
+#include "kernel_common.h"
+
+namespace kiln_kernels {
+
+// Spatial parameters unpacked from ints (layout: rank, kernel[r], strides[r], pads_begin[r],
+// pads_end[r], dilations[r]) and widened to three dimensions.
+struct Window {
+  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dilation[3] = {1, 1, 1};
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+
+  // `p` points at the rank entry; returns the position after the block.
+  const int64_t* Load(const int64_t* p, const kiln_ktensor& x, const kiln_ktensor& y) {
+    const int64_t r = *p++;
+    const int64_t shift = 3 - r;
+    for (int64_t i = 0; i < r; ++i) kernel[shift + i] = p[i];
+    for (int64_t i = 0; i < r; ++i) stride[shift + i] = p[r + i];
+    for (int64_t i = 0; i < r; ++i) pad[shift + i] = p[2 * r + i];
+    for (int64_t i = 0; i < r; ++i) dilation[shift + i] = p[4 * r + i];
+    for (int64_t i = 0; i < r; ++i) in[shift + i] = x.dims[2 + i];
+    for (int64_t i = 0; i < r; ++i) out[shift + i] = y.dims[2 + i];
+    return p + 5 * r;
+  }
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }
+};
+
+}  // namespace kiln_kernels

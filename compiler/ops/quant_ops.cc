@@ -1,0 +1,309 @@
+// Quantized ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+// QLinearMatMul, ConvInteger and QLinearConv (kernels in kernels/lib/quant.cc, where the
+// requantization rule is stated).
+#include <numeric>
+
+#include "op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+bool IsQuantized(DType d) { return d == DType::kUInt8 || d == DType::kInt8; }
+
+int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+  return std::accumulate(dims.begin() + begin, dims.begin() + end, int64_t{1}, std::multiplies<int64_t>());
+}
+
+int64_t Numel(const TensorType& t) { return Product(t.StaticDims(), 0, t.shape.size()); }
+
+// A scale (f32) and its optional zero point (`zp_types`) for a tensor quantized per tensor
+// or along one axis: each a scalar or 1-D; `channels` elements or one. `what` names them.
+absl::Status CheckScale(const InferContext& ctx, size_t scale, size_t zero_point, const char* what,
+                        std::initializer_list<DType> zp_types, int64_t channels) {
+  if (auto st = RequireStatic(ctx, scale); !st.ok()) return st;
+  const TensorType& s = ctx.type(scale);
+  if (s.dtype != DType::kFloat32) return NodeError(ctx.node, absl::StrCat(what, " scale must be float, not ", DTypeName(s.dtype)));
+  const int64_t n = Numel(s);
+  if (s.shape.size() > 1 || (n != 1 && n != channels)) {
+    return NodeError(ctx.node, absl::StrCat(what, " scale has shape [", absl::StrJoin(s.StaticDims(), ","),
+                                            "]; it must have one element or ", channels));
+  }
+  if (!ctx.has_input(zero_point)) return absl::OkStatus();
+  if (auto st = RequireStatic(ctx, zero_point); !st.ok()) return st;
+  const TensorType& z = ctx.type(zero_point);
+  if (std::find(zp_types.begin(), zp_types.end(), z.dtype) == zp_types.end()) {
+    return NodeError(ctx.node, absl::StrCat(what, " zero point has element type ", DTypeName(z.dtype)));
+  }
+  if (Numel(z) != n) {
+    return NodeError(ctx.node, absl::StrCat(what, " zero point has ", Numel(z), " elements but its scale has ", n));
+  }
+  return absl::OkStatus();
+}
+
+// QuantizeLinear / DequantizeLinear: X seen as [outer, channels, inner] around the axis a
+// per-channel scale runs along; [1, 1, numel] for a per-tensor scale.
+absl::StatusOr<std::vector<int64_t>> AxisBlock(const Node& node, const std::vector<int64_t>& x, int64_t scale_elements) {
+  if (scale_elements == 1) return std::vector<int64_t>{1, 1, Product(x, 0, x.size())};
+  auto axis = NormalizeAxis(node, node.GetInt("axis", 1), static_cast<int64_t>(x.size()));
+  if (!axis.ok()) return axis.status();
+  const size_t a = static_cast<size_t>(*axis);
+  return std::vector<int64_t>{Product(x, 0, a), x[a], Product(x, a + 1, x.size())};
+}
+
+absl::Status InferQuantizeLinear(InferContext& ctx, bool quantize) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  const TensorType& x = ctx.type(0);
+  if (quantize && x.dtype != DType::kFloat32) {
+    return NodeError(ctx.node, absl::StrCat("input of element type ", DTypeName(x.dtype), " is not supported (float only)"));
+  }
+  if (!quantize && !IsQuantized(x.dtype) && x.dtype != DType::kInt32) {
+    return NodeError(ctx.node, absl::StrCat("input of element type ", DTypeName(x.dtype), " is not supported (uint8, int8, int32)"));
+  }
+  const std::vector<int64_t> xd = x.StaticDims();
+  const int64_t scale_elements = ctx.has_input(1) && ctx.type(1).IsStatic() ? Numel(ctx.type(1)) : 1;
+  if (scale_elements > 1 && ctx.node.opset() < 13) {
+    return NodeError(ctx.node, "a per-axis scale needs opset 13 or later");
+  }
+  auto block = AxisBlock(ctx.node, xd, scale_elements);
+  if (!block.ok()) return block.status();
+  if (quantize) {
+    if (auto st = CheckScale(ctx, 1, 2, "y", {DType::kUInt8, DType::kInt8}, (*block)[1]); !st.ok()) return st;
+  } else {
+    if (auto st = CheckScale(ctx, 1, 2, "x", {x.dtype}, (*block)[1]); !st.ok()) return st;
+    if (x.dtype == DType::kInt32 && ctx.has_input(2)) {
+      const Tensor* zp = ctx.constant(2);
+      bool zero = zp != nullptr;
+      for (int64_t i = 0; zero && i < zp->num_elements(); ++i) zero = zp->GetAsInt64(i) == 0;
+      if (!zero) return NodeError(ctx.node, "an int32 input's zero point must be a constant 0");
+    }
+  }
+  ctx.output_types[0] = x;
+  ctx.output_types[0].dtype =
+      quantize ? (ctx.has_input(2) ? ctx.type(2).dtype : DType::kUInt8) : DType::kFloat32;
+  return absl::OkStatus();
+}
+
+// Shared by MatMulInteger and QLinearMatMul: A and B u8/i8, matmul shapes; `out` the
+// output element type.
+absl::Status InferIntegerMatMul(InferContext& ctx, size_t a, size_t b, DType out) {
+  for (size_t i : {a, b}) {
+    if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+    if (!IsQuantized(ctx.type(i).dtype)) {
+      return NodeError(ctx.node, absl::StrCat(i == a ? "A" : "B", " has element type ", DTypeName(ctx.type(i).dtype),
+                                              "; uint8 or int8 expected"));
+    }
+  }
+  std::vector<int64_t> ad = ctx.type(a).StaticDims(), bd = ctx.type(b).StaticDims();
+  if (ad.empty() || bd.empty()) return NodeError(ctx.node, "operands must have rank 1 or more");
+  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
+  if (a_vec) ad.insert(ad.begin(), 1);
+  if (b_vec) bd.push_back(1);
+  if (ad.back() != bd[bd.size() - 2]) {
+    return NodeError(ctx.node, absl::StrCat("inner dimensions differ: ", ad.back(), " vs ", bd[bd.size() - 2]));
+  }
+  auto batch = BroadcastShapes(ctx.node, KnownDims({ad.begin(), ad.end() - 2}), KnownDims({bd.begin(), bd.end() - 2}));
+  if (!batch.ok()) return batch.status();
+  std::vector<Dim> shape = *batch;
+  if (!a_vec) shape.push_back(Dim::Known(ad[ad.size() - 2]));
+  if (!b_vec) shape.push_back(Dim::Known(bd.back()));
+  ctx.output_types[0] = WithShape(out, shape);
+  return absl::OkStatus();
+}
+
+// M and N of a matrix product's operands (after promoting 1-D ones).
+std::pair<int64_t, int64_t> RowsAndColumns(const InferContext& ctx, size_t a, size_t b) {
+  const std::vector<int64_t> ad = ctx.type(a).StaticDims(), bd = ctx.type(b).StaticDims();
+  return {ad.size() == 1 ? 1 : ad[ad.size() - 2], bd.size() == 1 ? 1 : bd.back()};
+}
+
+// Shared by ConvInteger and QLinearConv: X and W u8/i8 with Conv's shape rules.
+absl::Status InferIntegerConv(InferContext& ctx, size_t x, size_t w, DType out) {
+  for (size_t i : {x, w}) {
+    if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+    if (!IsQuantized(ctx.type(i).dtype)) {
+      return NodeError(ctx.node, absl::StrCat(i == x ? "X" : "W", " has element type ", DTypeName(ctx.type(i).dtype),
+                                              "; uint8 or int8 expected"));
+    }
+  }
+  const std::vector<int64_t> xd = ctx.type(x).StaticDims(), wd = ctx.type(w).StaticDims();
+  if (xd.size() < 3 || xd.size() > 5 || wd.size() != xd.size()) return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
+  const int64_t group = ctx.node.GetInt("group", 1);
+  if (group <= 0 || xd[1] % group != 0 || wd[0] % group != 0 || xd[1] / group != wd[1]) {
+    return NodeError(ctx.node, absl::StrCat("input channels ", xd[1], " with group ", group, " do not match weight dims [",
+                                            absl::StrJoin(wd, ","), "]"));
+  }
+  const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(wd));
+  if (kernel != Spatial(wd)) {
+    return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","), "] does not match weight dims [",
+                                            absl::StrJoin(wd, ","), "]"));
+  }
+  auto win = ComputeWindow(ctx.node, Spatial(xd), kernel, false);
+  if (!win.ok()) return win.status();
+  std::vector<int64_t> shape = {xd[0], wd[0]};
+  shape.insert(shape.end(), win->out.begin(), win->out.end());
+  ctx.output_types[0] = TensorType::Static(out, shape);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<KernelOperand> inputs, bool requantize) {
+  const std::vector<int64_t> xd = StaticDims(node.input(0));
+  const size_t w_input = requantize ? 3 : 1;
+  auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(StaticDims(node.input(w_input)))), false);
+  if (!win.ok()) return win.status();
+  KernelCall call{"qconv", std::move(inputs), {node.GetInt("group", 1)}, {}};
+  AppendWindow(call.ints, *win);
+  call.ints.push_back(requantize ? 1 : 0);
+  return call;
+}
+
+KernelOperand Input(const Node& node, size_t i) {
+  KernelOperand operand;
+  if (i < node.inputs().size() && node.input(i) != nullptr) operand.node_input = static_cast<int>(i);
+  return operand;
+}
+
+}  // namespace
+
+void RegisterQuantOps(Registry& registry) {
+  for (const bool quantize : {true, false}) {
+    OpSchema s;
+    s.name = quantize ? "QuantizeLinear" : "DequantizeLinear";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.infer = [quantize](InferContext& ctx) { return InferQuantizeLinear(ctx, quantize); };
+    s.lower = [quantize](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto block = AxisBlock(node, StaticDims(node.input(0)), Product(StaticDims(node.input(1)), 0, node.input(1)->type().shape.size()));
+      if (!block.ok()) return block.status();
+      return KernelCall{quantize ? "quantize_linear" : "dequantize_linear", PassInputs(node, 3), *block, {}};
+    };
+    registry.Add(std::move(s));
+  }
+
+  {
+    OpSchema s;
+    s.name = "DynamicQuantizeLinear";
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+      if (ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be float");
+      ctx.output_types.resize(3);
+      ctx.output_types[0] = ctx.type(0);
+      ctx.output_types[0].dtype = DType::kUInt8;
+      ctx.output_types[1] = TensorType::Static(DType::kFloat32, {});
+      ctx.output_types[2] = TensorType::Static(DType::kUInt8, {});
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      return KernelCall{"dynamic_quantize_linear", PassInputs(node, 1), {}, {}};
+    };
+    registry.Add(std::move(s));
+  }
+
+  {
+    OpSchema s;
+    s.name = "MatMulInteger";
+    s.min_inputs = 2;
+    s.max_inputs = 4;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = InferIntegerMatMul(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+      const auto [M, N] = RowsAndColumns(ctx, 0, 1);
+      for (size_t i : {2, 3}) {
+        if (!ctx.has_input(i)) continue;
+        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+        const int64_t per = i == 2 ? M : N;
+        if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
+            (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
+          return NodeError(ctx.node, absl::StrCat(i == 2 ? "a" : "b", "_zero_point must be a scalar or have ", per,
+                                                  " elements, of the operand's type"));
+        }
+      }
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      KernelCall call{"qmatmul", PassInputs(node, 4), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
+      call.ints.push_back(0);
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+
+  {
+    OpSchema s;
+    s.name = "QLinearMatMul";
+    s.min_inputs = s.max_inputs = 8;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
+      if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
+      if (auto st = InferIntegerMatMul(ctx, 0, 3, ctx.type(7).dtype); !st.ok()) return st;
+      const auto [M, N] = RowsAndColumns(ctx, 0, 3);
+      if (auto st = CheckScale(ctx, 1, 2, "a", {ctx.type(0).dtype}, M); !st.ok()) return st;
+      if (auto st = CheckScale(ctx, 4, 5, "b", {ctx.type(3).dtype}, N); !st.ok()) return st;
+      return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
+      KernelCall call{"qmatmul", {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
+                                  Input(node, 6), Input(node, 7)},
+                      MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))), {}};
+      call.ints.push_back(1);
+      return call;
+    };
+    registry.Add(std::move(s));
+  }
+
+  {
+    OpSchema s;
+    s.name = "ConvInteger";
+    s.min_inputs = 2;
+    s.max_inputs = 4;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = InferIntegerConv(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+      const int64_t out_channels = ctx.type(1).StaticDims()[0];
+      for (size_t i : {2, 3}) {
+        if (!ctx.has_input(i)) continue;
+        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+        const int64_t per = i == 2 ? 1 : out_channels;
+        if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
+            (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
+          return NodeError(ctx.node, absl::StrCat(i == 2 ? "x" : "w", "_zero_point must be a scalar",
+                                                  i == 2 ? "" : absl::StrCat(" or have ", per, " elements"), ", of the operand's type"));
+        }
+      }
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), false); };
+    registry.Add(std::move(s));
+  }
+
+  {
+    OpSchema s;
+    s.name = "QLinearConv";
+    s.min_inputs = 8;
+    s.max_inputs = 9;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
+      if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
+      if (auto st = InferIntegerConv(ctx, 0, 3, ctx.type(7).dtype); !st.ok()) return st;
+      const int64_t out_channels = ctx.type(3).StaticDims()[0];
+      if (auto st = CheckScale(ctx, 1, 2, "x", {ctx.type(0).dtype}, 1); !st.ok()) return st;
+      if (auto st = CheckScale(ctx, 4, 5, "w", {ctx.type(3).dtype}, out_channels); !st.ok()) return st;
+      if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+      if (ctx.has_input(8)) {
+        if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
+        if (ctx.type(8).dtype != DType::kInt32 || ctx.type(8).StaticDims() != std::vector<int64_t>{out_channels}) {
+          return NodeError(ctx.node, absl::StrCat("B must be int32 [", out_channels, "]"));
+        }
+      }
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) {
+      // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
+      return LowerIntegerConv(node,
+                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
+                               Input(node, 6), Input(node, 7), Input(node, 8)},
+                              true);
+    };
+    registry.Add(std::move(s));
+  }
+}
+
+}  // namespace kiln::ops

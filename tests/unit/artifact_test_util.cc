@@ -1,0 +1,67 @@
+// Helpers for unit tests that compile graphs into artifacts and run them.
+#include "artifact_test_util.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kiln/compiler/codegen.h"
+#include "kiln/compiler/frontend.h"
+#include "kiln/compiler/passes.h"
+#include "kiln/compiler/target.h"
+#include "kiln/runtime.h"
+
+namespace kiln {
+
+std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float scale) {
+  auto t = std::make_shared<Tensor>(DType::kFloat32, dims);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
+  return t;
+}
+
+std::vector<std::string> TileTargets() {
+  std::vector<std::string> targets = {"x86-64-v3"};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd")) {
+    targets.push_back("x86-64-v4");
+  }
+  return targets;
+}
+
+std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
+                                const std::vector<int32_t>& thread_counts, const std::string& target_spec) {
+  std::vector<Tensor> outputs;
+  PassContext ctx;
+  auto stats = RunPipeline(graph, pipeline, {}, ctx);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  auto target = ResolveTarget(target_spec);
+  EXPECT_TRUE(target.ok());
+  CodegenOptions options{*target, "{}", "test"};
+  auto artifact = GenerateArtifact(graph, ctx.has_memory_plan ? ctx.memory_plan : NaiveMemoryPlan(graph), options);
+  EXPECT_TRUE(artifact.ok()) << artifact.status();
+  if (!artifact.ok()) return outputs;
+  std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
+  EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
+  kiln_module* module = nullptr;
+  EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
+  const Value* y = graph.outputs()[0];
+  for (int32_t threads : thread_counts) {
+    kiln_session* session = nullptr;
+    kiln_session_options session_options{sizeof(kiln_session_options), threads};
+    EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
+    outputs.emplace_back(y->type().dtype, y->type().StaticDims());
+    const void* ins[] = {input.data()};
+    void* outs[] = {outputs.back().data()};
+    EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
+    kiln_session_destroy(session);
+  }
+  kiln_module_unload(module);
+  unlink(path.c_str());
+  return outputs;
+}
+
+}  // namespace kiln

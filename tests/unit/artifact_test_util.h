@@ -1,0 +1,28 @@
+// Helpers for unit tests that compile graphs into artifacts and run them: random
+// constants, the register-tile targets this CPU can run, and an artifact run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/compiler/ir.h"
+
+namespace kiln {
+
+// A f32 tensor of normal samples (mean 0, standard deviation `scale`), seeded.
+std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float scale = 1.0f);
+
+// The GEMM core's two register tiles (gemm_core.h) by the targets that select them: 6x16
+// for AVX2 (x86-64-v3) and 12x32 for AVX-512F (x86-64-v4), the wide one only where this
+// CPU can run it. Tests of GEMM-shaped kernels run on each.
+std::vector<std::string> TileTargets();
+
+// Runs `pipeline` on the graph, compiles it for `target` (this machine must run it) and
+// runs the artifact on `input` (the graph's one input) once per thread count; returns the
+// output (graph output 0) of each run, in order.
+std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
+                                const std::vector<int32_t>& thread_counts, const std::string& target_spec = "host");
+
+}  // namespace kiln

@@ -1,0 +1,261 @@
+// Quantized ops (ops/quant_ops.cc, kernels/lib/quant.cc): the interpreter and artifacts
+// against expectations written out here (rounding ties to even, saturation, per-channel
+// scales and zero points), integer outputs compared exactly.
+#include <cmath>
+#include <random>
+
+#include "artifact_test_util.h"
+#include "gtest/gtest.h"
+#include "kiln/compiler/interp.h"
+#include "kiln/compiler/ops.h"
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+namespace {
+
+template <typename T>
+std::shared_ptr<Tensor> Filled(DType dtype, std::vector<int64_t> dims, std::vector<T> values) {
+  auto t = std::make_shared<Tensor>(dtype, dims);
+  EXPECT_EQ(static_cast<int64_t>(values.size()), t->num_elements());
+  for (size_t i = 0; i < values.size(); ++i) t->data_as<T>()[i] = values[i];
+  return t;
+}
+
+// Uniform integers in [lo, hi] as a u8 or i8 tensor.
+std::shared_ptr<Tensor> RandomInts(DType dtype, std::vector<int64_t> dims, int lo, int hi, uint32_t seed) {
+  auto t = std::make_shared<Tensor>(dtype, dims);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  for (int64_t i = 0; i < t->num_elements(); ++i) {
+    if (dtype == DType::kUInt8) {
+      t->data_as<uint8_t>()[i] = static_cast<uint8_t>(dist(rng));
+    } else {
+      t->data_as<int8_t>()[i] = static_cast<int8_t>(dist(rng));
+    }
+  }
+  return t;
+}
+
+std::shared_ptr<Tensor> FloatsIn(std::vector<int64_t> dims, float lo, float hi, uint32_t seed) {
+  auto t = std::make_shared<Tensor>(DType::kFloat32, dims);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
+  return t;
+}
+
+// Requantization as the kernels state it: saturate(rint(float(sum) * m) + zero point).
+int64_t Requantize(int64_t sum, float multiplier, int64_t zero_point, DType dtype) {
+  const float v = std::nearbyint(static_cast<float>(sum) * multiplier) + static_cast<float>(zero_point);
+  const float lo = dtype == DType::kUInt8 ? 0.f : -128.f, hi = dtype == DType::kUInt8 ? 255.f : 127.f;
+  return static_cast<int64_t>(std::min(hi, std::max(lo, v)));
+}
+
+// Runs the one-input graph through the interpreter and as artifacts (each GEMM tile
+// target, 1 and 2 threads) and expects every output element to equal `want`.
+void ExpectEverywhere(const std::function<std::unique_ptr<Graph>()>& build, const Tensor& input, const std::vector<double>& want) {
+  auto graph = build();
+  auto ref = RunGraph(*graph, {input});
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ((*ref)[0].num_elements(), static_cast<int64_t>(want.size()));
+  for (int64_t i = 0; i < (*ref)[0].num_elements(); ++i) ASSERT_EQ((*ref)[0].GetAsDouble(i), want[i]) << "interpreter, element " << i;
+  for (const std::string& target : TileTargets()) {
+    auto g = build();
+    const std::vector<Tensor> outs = RunArtifact(*g, kDefaultPipeline, input, {1, 2}, target);
+    ASSERT_EQ(outs.size(), 2u);
+    for (const Tensor& out : outs) {
+      ASSERT_EQ(out.dtype(), (*ref)[0].dtype());
+      for (int64_t i = 0; i < out.num_elements(); ++i) ASSERT_EQ(out.GetAsDouble(i), want[i]) << target << ", element " << i;
+    }
+  }
+}
+
+TEST(QuantTest, QuantizeLinearRoundsHalfToEvenAndSaturates) {
+  // x / 0.5: 2.5 -> 2, 3.5 -> 4, -2.5 -> -2, 0.48 -> 0, 0.52 -> 1, and values past the range.
+  const std::vector<float> x = {1.25f, 1.75f, -1.25f, 200.f, -100.f, 0.f, 0.24f, 0.26f};
+  for (DType type : {DType::kUInt8, DType::kInt8}) {
+    SCOPED_TRACE(DTypeName(type));
+    const int zero = type == DType::kUInt8 ? 10 : -3;
+    auto build = [&] {
+      auto g = std::make_unique<Graph>();
+      Value* in = g->AddValue("x", TensorType::Static(DType::kFloat32, {8}));
+      g->AddInput(in);
+      auto zp = std::make_shared<Tensor>(type, std::vector<int64_t>{});
+      if (type == DType::kUInt8) zp->data_as<uint8_t>()[0] = static_cast<uint8_t>(zero);
+      if (type == DType::kInt8) zp->data_as<int8_t>()[0] = static_cast<int8_t>(zero);
+      Node* q = g->AddNode("QuantizeLinear", "q", {in, g->AddConstant("s", Filled<float>(DType::kFloat32, {}, {0.5f})), g->AddConstant("z", zp)},
+                           {"y"}, 13);
+      g->AddOutput(q->output(0));
+      EXPECT_TRUE(InferTypes(*g).ok());
+      return g;
+    };
+    const double lo = type == DType::kUInt8 ? 0 : -128, hi = type == DType::kUInt8 ? 255 : 127;
+    const std::vector<double> rounded = {2, 4, -2, 400, -200, 0, 0, 1};
+    std::vector<double> want;
+    for (double r : rounded) want.push_back(std::min(hi, std::max(lo, r + zero)));
+    ExpectEverywhere(build, *Filled<float>(DType::kFloat32, {8}, x), want);
+  }
+}
+
+TEST(QuantTest, DequantizeLinearPerAxis) {
+  auto input = RandomInts(DType::kInt8, {2, 3, 5}, -128, 127, 7);
+  const std::vector<float> scales = {0.5f, 0.03125f, 2.f};
+  const std::vector<int8_t> zeros = {0, -7, 100};
+  auto build = [&] {
+    auto g = std::make_unique<Graph>();
+    Value* in = g->AddValue("x", TensorType::Static(DType::kInt8, {2, 3, 5}));
+    g->AddInput(in);
+    Node* dq = g->AddNode("DequantizeLinear", "dq",
+                          {in, g->AddConstant("s", Filled<float>(DType::kFloat32, {3}, scales)), g->AddConstant("z", Filled<int8_t>(DType::kInt8, {3}, zeros))},
+                          {"y"}, 13);
+    dq->mutable_attrs()["axis"] = int64_t{1};
+    g->AddOutput(dq->output(0));
+    EXPECT_TRUE(InferTypes(*g).ok());
+    return g;
+  };
+  std::vector<double> want;
+  for (int64_t i = 0; i < 30; ++i) {
+    const int64_t c = i / 5 % 3;
+    want.push_back(static_cast<float>(input->data_as<int8_t>()[i] - zeros[c]) * scales[c]);
+  }
+  ExpectEverywhere(build, *input, want);
+}
+
+// QLinearMatMul: A [2, 3, 13] u8 (the input; batch broadcast against a 2-D B), B [13, 17]
+// i8 with one scale and zero point per column, A's per row. MatMulInteger on the same
+// operands, int32 out.
+TEST(QuantTest, IntegerMatMulsMatchPlainLoops) {
+  const int64_t M = 3, K = 13, N = 17;
+  auto a = RandomInts(DType::kUInt8, {2, M, K}, 0, 255, 1);
+  auto b = RandomInts(DType::kInt8, {K, N}, -128, 127, 2);
+  auto a_zero = RandomInts(DType::kUInt8, {M}, 100, 150, 3);
+  auto b_zero = RandomInts(DType::kInt8, {N}, -5, 5, 4);
+  auto a_scale = FloatsIn({M}, 0.01f, 0.02f, 5);
+  auto b_scale = FloatsIn({N}, 0.001f, 0.004f, 6);
+  const float y_scale = 0.05f;
+  const int64_t y_zero = -4;
+  auto sum = [&](int64_t batch, int64_t m, int64_t n) {
+    int64_t s = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      s += (a->data_as<uint8_t>()[(batch * M + m) * K + k] - a_zero->data_as<uint8_t>()[m]) *
+           (b->data_as<int8_t>()[k * N + n] - b_zero->data_as<int8_t>()[n]);
+    }
+    return s;
+  };
+  for (bool requantize : {true, false}) {
+    SCOPED_TRACE(requantize ? "QLinearMatMul" : "MatMulInteger");
+    auto build = [&] {
+      auto g = std::make_unique<Graph>();
+      Value* in = g->AddValue("a", TensorType::Static(DType::kUInt8, {2, M, K}));
+      g->AddInput(in);
+      Node* mm;
+      if (requantize) {
+        mm = g->AddNode("QLinearMatMul", "mm",
+                        {in, g->AddConstant("as", a_scale), g->AddConstant("az", a_zero), g->AddConstant("b", b),
+                         g->AddConstant("bs", b_scale), g->AddConstant("bz", b_zero),
+                         g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})),
+                         g->AddConstant("yz", Filled<int8_t>(DType::kInt8, {}, {static_cast<int8_t>(y_zero)}))},
+                        {"y"}, 10);
+      } else {
+        mm = g->AddNode("MatMulInteger", "mm", {in, g->AddConstant("b", b), g->AddConstant("az", a_zero), g->AddConstant("bz", b_zero)},
+                        {"y"}, 10);
+      }
+      g->AddOutput(mm->output(0));
+      auto st = InferTypes(*g);
+      EXPECT_TRUE(st.ok()) << st;
+      return g;
+    };
+    std::vector<double> want;
+    for (int64_t batch = 0; batch < 2; ++batch) {
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t s = sum(batch, m, n);
+          want.push_back(requantize ? Requantize(s, a_scale->data_as<float>()[m] * b_scale->data_as<float>()[n] / y_scale, y_zero,
+                                                 DType::kInt8)
+                                    : s);
+        }
+      }
+    }
+    ExpectEverywhere(build, *a, want);
+  }
+}
+
+// QLinearConv: X [1, 4, 9, 11] u8, W [6, 2, 3, 3] i8 in two groups with per-output-channel
+// scales and zero points, stride 2, pads that clip every edge, an int32 bias; and
+// ConvInteger with the same operands (no bias), int32 out.
+TEST(QuantTest, IntegerConvsMatchPlainLoops) {
+  const int64_t C = 4, H = 9, W = 11, OC = 6, G = 2, KH = 3, KW = 3, S = 2, P = 1;
+  const int64_t OH = (H + 2 * P - KH) / S + 1, OW = (W + 2 * P - KW) / S + 1;
+  auto x = RandomInts(DType::kUInt8, {1, C, H, W}, 0, 255, 11);
+  auto w = RandomInts(DType::kInt8, {OC, C / G, KH, KW}, -128, 127, 12);
+  auto w_zero = RandomInts(DType::kInt8, {OC}, -3, 3, 13);
+  auto w_scale = FloatsIn({OC}, 0.002f, 0.006f, 14);
+  auto bias = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{OC});
+  for (int64_t oc = 0; oc < OC; ++oc) bias->data_as<int32_t>()[oc] = static_cast<int32_t>(oc * 997 - 2500);
+  const uint8_t x_zero = 128;
+  const float x_scale = 0.02f, y_scale = 0.1f;
+  const uint8_t y_zero = 120;
+  for (bool requantize : {true, false}) {
+    SCOPED_TRACE(requantize ? "QLinearConv" : "ConvInteger");
+    auto build = [&] {
+      auto g = std::make_unique<Graph>();
+      Value* in = g->AddValue("x", TensorType::Static(DType::kUInt8, {1, C, H, W}));
+      g->AddInput(in);
+      Value* xz = g->AddConstant("xz", Filled<uint8_t>(DType::kUInt8, {}, {x_zero}));
+      Node* conv;
+      if (requantize) {
+        conv = g->AddNode("QLinearConv", "conv",
+                          {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
+                           g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero),
+                           g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})),
+                           g->AddConstant("yz", Filled<uint8_t>(DType::kUInt8, {}, {y_zero})), g->AddConstant("b", bias)},
+                          {"y"}, 10);
+      } else {
+        conv = g->AddNode("ConvInteger", "conv", {in, g->AddConstant("w", w), xz, g->AddConstant("wz", w_zero)}, {"y"}, 10);
+      }
+      conv->mutable_attrs()["group"] = G;
+      conv->mutable_attrs()["strides"] = std::vector<int64_t>{S, S};
+      conv->mutable_attrs()["pads"] = std::vector<int64_t>{P, P, P, P};
+      g->AddOutput(conv->output(0));
+      auto st = InferTypes(*g);
+      EXPECT_TRUE(st.ok()) << st;
+      return g;
+    };
+    std::vector<double> want;
+    for (int64_t oc = 0; oc < OC; ++oc) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t s = requantize ? bias->data_as<int32_t>()[oc] : 0;
+          for (int64_t ic = 0; ic < C / G; ++ic) {
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t ih = oh * S - P + kh, iw = ow * S - P + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const int64_t c = oc / (OC / G) * (C / G) + ic;
+                s += (x->data_as<uint8_t>()[(c * H + ih) * W + iw] - x_zero) *
+                     (w->data_as<int8_t>()[((oc * (C / G) + ic) * KH + kh) * KW + kw] - w_zero->data_as<int8_t>()[oc]);
+              }
+            }
+          }
+          want.push_back(requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, DType::kUInt8) : s);
+        }
+      }
+    }
+    ExpectEverywhere(build, *x, want);
+  }
+}
+
+TEST(QuantTest, ScaleOfTheWrongLengthNamesTheNode) {
+  Graph g;
+  Value* in = g.AddValue("x", TensorType::Static(DType::kFloat32, {2, 3}));
+  g.AddInput(in);
+  Node* q = g.AddNode("QuantizeLinear", "quant_7", {in, g.AddConstant("s", Filled<float>(DType::kFloat32, {4}, {1, 2, 3, 4}))}, {"y"}, 13);
+  g.AddOutput(q->output(0));
+  const absl::Status st = InferTypes(g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("node 'quant_7' (QuantizeLinear, opset 13)"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("one element or 3"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace kiln
