@@ -704,6 +704,13 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     wide->setConstant(true);
     gemm_tile = avx512 ? "12x32" : "6x16";
   }
+  // The int8 kernels' question (kernel_common.h, Int8DotProduct()): AVX-512 VNNI.
+  if (llvm::GlobalVariable* dot = module->getGlobalVariable("kiln_int8_dot"); dot != nullptr) {
+    const bool vnni = machine->getTargetTriple().isX86() &&
+                      machine->getMCSubtargetInfo()->checkFeatures("+avx512f,+avx512bw,+avx512vnni");
+    dot->setInitializer(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), vnni ? 1 : 0));
+    dot->setConstant(true);
+  }
   for (llvm::GlobalVariable& g : module->globals()) {
     if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
   }

@@ -1,7 +1,9 @@
 // Quantized ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
 // QLinearMatMul, ConvInteger and QLinearConv (kernels in kernels/lib/quant.cc, where the
 // requantization rule is stated).
+#include <climits>
 #include <numeric>
+#include <optional>
 
 #include "op_helpers.h"
 
@@ -162,6 +164,89 @@ KernelOperand Input(const Node& node, size_t i) {
   return operand;
 }
 
+// The int8 convolution for artifacts (kernels/lib/quant.cc, QConvFast): constant weights,
+// zero points and scales; weights packed as s8 w - zw (they must fit) in panels of 8 rows,
+// [G][ceil(OC/G / 8)][KH * KW * ceil(C/G / 4)][8][4]; per output channel an i32 offset
+// (bias - zx' * sum(w - zw)) and an f32 multiplier (x_scale * w_scale / y_scale, as the
+// reference kernel computes it).
+constexpr int64_t kQPanelRows = 8;
+constexpr int64_t kQMaxSteps = 1280;
+
+// The integer value of a constant tensor's element i (0 for an omitted one).
+int64_t IntAt(const Value* v, int64_t i) {
+  if (v == nullptr) return 0;
+  const Tensor* t = v->constant().get();
+  return t->GetAsInt64(t->num_elements() > 1 ? i : 0);
+}
+
+absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node, bool requantize) {
+  const size_t w_in = requantize ? 3 : 1, xz_in = requantize ? 2 : 2, wz_in = requantize ? 5 : 3;
+  const Value* x = node.input(0);
+  const Value* w = node.input(w_in);
+  auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
+  if (!w->is_constant() || !constant_or_absent(xz_in) || !constant_or_absent(wz_in)) return std::nullopt;
+  if (requantize) {
+    for (size_t i : {1, 4, 6, 7, 8}) {
+      if (!constant_or_absent(i)) return std::nullopt;
+    }
+  }
+  const std::vector<int64_t> xd = StaticDims(x), wd = StaticDims(w), yd = StaticDims(node.output(0));
+  if (xd.size() != 4 && xd.size() != 3) return std::nullopt;
+  const int64_t group = node.GetInt("group", 1), oc_total = wd[0], ocg = oc_total / group, icg = wd[1];
+  int64_t taps = 1;
+  for (size_t i = 2; i < wd.size(); ++i) taps *= wd[i];
+  const int64_t quads = (icg + 3) / 4, steps = taps * quads, panels = (ocg + kQPanelRows - 1) / kQPanelRows;
+  if (steps > kQMaxSteps) return std::nullopt;
+  const Tensor* wt = w->constant().get();
+  const bool x_signed = x->type().dtype == DType::kInt8;
+  const int64_t zx = IntAt(node.input(xz_in), 0) + (x_signed ? 128 : 0);
+  auto packed = std::make_shared<Tensor>(DType::kInt8, std::vector<int64_t>{group * panels * steps * kQPanelRows * 4});
+  auto offsets = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{oc_total});
+  auto multipliers = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{oc_total});
+  int8_t* pw = packed->data_as<int8_t>();
+  for (int64_t oc = 0; oc < oc_total; ++oc) {
+    const int64_t grp = oc / ocg, row = oc % ocg, panel = row / kQPanelRows, r = row % kQPanelRows;
+    const int64_t zw = IntAt(node.input(wz_in), oc);
+    int64_t weight_sum = 0;
+    for (int64_t ic = 0; ic < icg; ++ic) {
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        const int64_t v = wt->GetAsInt64((oc * icg + ic) * taps + tap) - zw;
+        if (v < -128 || v > 127) return std::nullopt;  // w - zw must be an s8
+        weight_sum += v;
+        const int64_t step = tap * quads + ic / 4;
+        pw[(((grp * panels + panel) * steps + step) * kQPanelRows + r) * 4 + ic % 4] = static_cast<int8_t>(v);
+      }
+    }
+    const int64_t bias = requantize ? IntAt(node.input(8), oc) : 0;
+    const int64_t offset = bias - zx * weight_sum;
+    if (offset < INT32_MIN || offset > INT32_MAX) return std::nullopt;
+    offsets->data_as<int32_t>()[oc] = static_cast<int32_t>(offset);
+    float multiplier = 0.f;
+    if (requantize) {
+      const float xs = static_cast<float>(node.input(1)->constant()->GetAsDouble(0));
+      const Tensor* ws = node.input(4)->constant().get();
+      const float wsc = static_cast<float>(ws->GetAsDouble(ws->num_elements() > 1 ? oc : 0));
+      const float ys = static_cast<float>(node.input(6)->constant()->GetAsDouble(0));
+      multiplier = xs * wsc / ys;
+    }
+    multipliers->data_as<float>()[oc] = multiplier;
+  }
+  auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(wd)), false);
+  if (!win.ok()) return win.status();
+  KernelCall call{"qconv", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
+                  {group}, {}};
+  AppendWindow(call.ints, *win);
+  const DType y_type = node.output(0)->type().dtype;
+  const int64_t lo = y_type == DType::kUInt8 ? 0 : -128, hi = y_type == DType::kUInt8 ? 255 : 127;
+  call.ints.insert(call.ints.end(), {requantize ? 1 : 0, 1, zx, x_signed ? 1 : 0, requantize ? IntAt(node.input(7), 0) : 0, lo, hi});
+  int64_t plane = 1;
+  for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
+  call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;
+  (void)yd;
+  return call;
+}
+
+
 }  // namespace
 
 void RegisterQuantOps(Registry& registry) {
@@ -271,6 +356,7 @@ void RegisterQuantOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), false); };
+    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, false); };
     registry.Add(std::move(s));
   }
 
@@ -302,6 +388,7 @@ void RegisterQuantOps(Registry& registry) {
                                Input(node, 6), Input(node, 7), Input(node, 8)},
                               true);
     };
+    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, true); };
     registry.Add(std::move(s));
   }
 }

@@ -51,15 +51,16 @@ int64_t Requantize(int64_t sum, float multiplier, int64_t zero_point, DType dtyp
   return static_cast<int64_t>(std::min(hi, std::max(lo, v)));
 }
 
-// Runs the one-input graph through the interpreter and as artifacts (each GEMM tile
-// target, 1 and 2 threads) and expects every output element to equal `want`.
-void ExpectEverywhere(const std::function<std::unique_ptr<Graph>()>& build, const Tensor& input, const std::vector<double>& want) {
+// Runs the one-input graph through the interpreter and as artifacts (each of `targets`,
+// 1 and 2 threads) and expects every output element to equal `want`.
+void ExpectEverywhere(const std::function<std::unique_ptr<Graph>()>& build, const Tensor& input, const std::vector<double>& want,
+                      const std::vector<std::string>& targets = TileTargets()) {
   auto graph = build();
   auto ref = RunGraph(*graph, {input});
   ASSERT_TRUE(ref.ok()) << ref.status();
   ASSERT_EQ((*ref)[0].num_elements(), static_cast<int64_t>(want.size()));
   for (int64_t i = 0; i < (*ref)[0].num_elements(); ++i) ASSERT_EQ((*ref)[0].GetAsDouble(i), want[i]) << "interpreter, element " << i;
-  for (const std::string& target : TileTargets()) {
+  for (const std::string& target : targets) {
     auto g = build();
     const std::vector<Tensor> outs = RunArtifact(*g, kDefaultPipeline, input, {1, 2}, target);
     ASSERT_EQ(outs.size(), 2u);
@@ -180,68 +181,105 @@ TEST(QuantTest, IntegerMatMulsMatchPlainLoops) {
   }
 }
 
-// QLinearConv: X [1, 4, 9, 11] u8, W [6, 2, 3, 3] i8 in two groups with per-output-channel
-// scales and zero points, stride 2, pads that clip every edge, an int32 bias; and
-// ConvInteger with the same operands (no bias), int32 out.
-TEST(QuantTest, IntegerConvsMatchPlainLoops) {
-  const int64_t C = 4, H = 9, W = 11, OC = 6, G = 2, KH = 3, KW = 3, S = 2, P = 1;
-  const int64_t OH = (H + 2 * P - KH) / S + 1, OW = (W + 2 * P - KW) / S + 1;
-  auto x = RandomInts(DType::kUInt8, {1, C, H, W}, 0, 255, 11);
-  auto w = RandomInts(DType::kInt8, {OC, C / G, KH, KW}, -128, 127, 12);
-  auto w_zero = RandomInts(DType::kInt8, {OC}, -3, 3, 13);
-  auto w_scale = FloatsIn({OC}, 0.002f, 0.006f, 14);
-  auto bias = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{OC});
-  for (int64_t oc = 0; oc < OC; ++oc) bias->data_as<int32_t>()[oc] = static_cast<int32_t>(oc * 997 - 2500);
-  const uint8_t x_zero = 128;
+// The targets int8 artifacts are checked on: the GEMM tile targets (neither has VNNI, so
+// the int8 kernels take their i32 path) and, where this CPU has it, AVX-512 VNNI.
+std::vector<std::string> Int8Targets() {
+  std::vector<std::string> targets = TileTargets();
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512vnni") && targets.size() > 1) {
+    targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v4,features=+avx512vnni");
+  }
+  return targets;
+}
+
+// An integer convolution case: X [1, C, H, W] of x_type, W [OC, C / G, K, K] of w_type
+// with per-output-channel zero points (w_type u8: around 128) and scales.
+struct QConvCase {
+  DType x_type, w_type, y_type;
+  int64_t C, H, W, OC, G, K, S, P;
+};
+
+void CheckIntegerConv(const QConvCase& c) {
+  const int64_t OH = (c.H + 2 * c.P - c.K) / c.S + 1, OW = (c.W + 2 * c.P - c.K) / c.S + 1, icg = c.C / c.G;
+  const bool x_u8 = c.x_type == DType::kUInt8, w_u8 = c.w_type == DType::kUInt8;
+  auto x = RandomInts(c.x_type, {1, c.C, c.H, c.W}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 11);
+  auto w = RandomInts(c.w_type, {c.OC, icg, c.K, c.K}, w_u8 ? 1 : -127, w_u8 ? 255 : 127, 12);
+  auto w_zero = RandomInts(c.w_type, {c.OC}, w_u8 ? 127 : -1, w_u8 ? 129 : 1, 13);
+  auto w_scale = FloatsIn({c.OC}, 0.002f, 0.006f, 14);
+  auto bias = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{c.OC});
+  for (int64_t oc = 0; oc < c.OC; ++oc) bias->data_as<int32_t>()[oc] = static_cast<int32_t>(oc * 997 - 2500);
+  const int64_t x_zero = x_u8 ? 128 : -3;
   const float x_scale = 0.02f, y_scale = 0.1f;
-  const uint8_t y_zero = 120;
+  const int64_t y_zero = c.y_type == DType::kUInt8 ? 120 : 5;
+  auto scalar = [](DType type, int64_t v) {
+    auto t = std::make_shared<Tensor>(type, std::vector<int64_t>{});
+    if (type == DType::kUInt8) t->data_as<uint8_t>()[0] = static_cast<uint8_t>(v);
+    if (type == DType::kInt8) t->data_as<int8_t>()[0] = static_cast<int8_t>(v);
+    return t;
+  };
+  auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   for (bool requantize : {true, false}) {
     SCOPED_TRACE(requantize ? "QLinearConv" : "ConvInteger");
     auto build = [&] {
       auto g = std::make_unique<Graph>();
-      Value* in = g->AddValue("x", TensorType::Static(DType::kUInt8, {1, C, H, W}));
+      Value* in = g->AddValue("x", TensorType::Static(c.x_type, {1, c.C, c.H, c.W}));
       g->AddInput(in);
-      Value* xz = g->AddConstant("xz", Filled<uint8_t>(DType::kUInt8, {}, {x_zero}));
+      Value* xz = g->AddConstant("xz", scalar(c.x_type, x_zero));
       Node* conv;
       if (requantize) {
         conv = g->AddNode("QLinearConv", "conv",
                           {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
                            g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero),
-                           g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})),
-                           g->AddConstant("yz", Filled<uint8_t>(DType::kUInt8, {}, {y_zero})), g->AddConstant("b", bias)},
+                           g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})), g->AddConstant("yz", scalar(c.y_type, y_zero)),
+                           g->AddConstant("b", bias)},
                           {"y"}, 10);
       } else {
         conv = g->AddNode("ConvInteger", "conv", {in, g->AddConstant("w", w), xz, g->AddConstant("wz", w_zero)}, {"y"}, 10);
       }
-      conv->mutable_attrs()["group"] = G;
-      conv->mutable_attrs()["strides"] = std::vector<int64_t>{S, S};
-      conv->mutable_attrs()["pads"] = std::vector<int64_t>{P, P, P, P};
+      conv->mutable_attrs()["group"] = c.G;
+      conv->mutable_attrs()["strides"] = std::vector<int64_t>{c.S, c.S};
+      conv->mutable_attrs()["pads"] = std::vector<int64_t>{c.P, c.P, c.P, c.P};
       g->AddOutput(conv->output(0));
       auto st = InferTypes(*g);
       EXPECT_TRUE(st.ok()) << st;
       return g;
     };
     std::vector<double> want;
-    for (int64_t oc = 0; oc < OC; ++oc) {
+    for (int64_t oc = 0; oc < c.OC; ++oc) {
       for (int64_t oh = 0; oh < OH; ++oh) {
         for (int64_t ow = 0; ow < OW; ++ow) {
           int64_t s = requantize ? bias->data_as<int32_t>()[oc] : 0;
-          for (int64_t ic = 0; ic < C / G; ++ic) {
-            for (int64_t kh = 0; kh < KH; ++kh) {
-              for (int64_t kw = 0; kw < KW; ++kw) {
-                const int64_t ih = oh * S - P + kh, iw = ow * S - P + kw;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                const int64_t c = oc / (OC / G) * (C / G) + ic;
-                s += (x->data_as<uint8_t>()[(c * H + ih) * W + iw] - x_zero) *
-                     (w->data_as<int8_t>()[((oc * (C / G) + ic) * KH + kh) * KW + kw] - w_zero->data_as<int8_t>()[oc]);
+          for (int64_t ic = 0; ic < icg; ++ic) {
+            for (int64_t kh = 0; kh < c.K; ++kh) {
+              for (int64_t kw = 0; kw < c.K; ++kw) {
+                const int64_t ih = oh * c.S - c.P + kh, iw = ow * c.S - c.P + kw;
+                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                const int64_t ch = oc / (c.OC / c.G) * icg + ic;
+                s += (at(*x, (ch * c.H + ih) * c.W + iw) - x_zero) * (at(*w, ((oc * icg + ic) * c.K + kh) * c.K + kw) - at(*w_zero, oc));
               }
             }
           }
-          want.push_back(requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, DType::kUInt8) : s);
+          want.push_back(requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);
         }
       }
     }
-    ExpectEverywhere(build, *x, want);
+    ExpectEverywhere(build, *x, want, Int8Targets());
+  }
+}
+
+// The int8 convolution's two ways to its columns: copied per tap (3x3, stride 2, clipped
+// pads, two groups of two channels: one channel quad half padding) and read in place (1x1:
+// 77 positions, two chunks of 48 columns, the second partial; 7 channels: the second quad
+// padded; 13 output channels: a partial row panel); s8 and u8 inputs and weights.
+TEST(QuantTest, IntegerConvsMatchPlainLoops) {
+  const QConvCase cases[] = {
+      {DType::kUInt8, DType::kInt8, DType::kUInt8, 4, 9, 11, 6, 2, 3, 2, 1},
+      {DType::kInt8, DType::kUInt8, DType::kInt8, 7, 7, 11, 13, 1, 1, 1, 0},
+      {DType::kUInt8, DType::kInt8, DType::kInt8, 16, 10, 10, 20, 1, 3, 1, 1},
+  };
+  for (const QConvCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "C " << c.C << " K " << c.K << " OC " << c.OC);
+    CheckIntegerConv(c);
   }
 }
 

@@ -58,6 +58,16 @@ extern "C" const int32_t kiln_wide_vectors;
 inline bool WideVectors() { return kiln_wide_vectors != 0; }
 #endif
 
+// Whether the target has AVX-512 VNNI (vpdpbusd: four u8 x s8 products summed into each
+// i32 lane): the int8 kernels then use it, and plain i32 arithmetic otherwise. Set by
+// codegen like kiln_wide_vectors.
+#ifdef KILN_REFERENCE_KERNELS
+inline bool Int8DotProduct() { return false; }
+#else
+extern "C" const int32_t kiln_int8_dot;
+inline bool Int8DotProduct() { return kiln_int8_dot != 0; }
+#endif
+
 enum DTypeId : int32_t {
   kF32 = 1, kU8 = 2, kI8 = 3, kU16 = 4, kI16 = 5, kI32 = 6, kI64 = 7,
   kBool = 9, kF16 = 10, kF64 = 11, kU32 = 12, kU64 = 13,

@@ -9,6 +9,10 @@
 #include "kernel_common.h"
 #include "kernel_window.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace kiln_kernels {
 namespace {
 
@@ -176,6 +180,297 @@ KILN_KERNEL(qmatmul) {
   return KILN_KERR_OK;
 }
 
+// The int8 convolution for artifacts (lower_fast, ops/quant_ops.cc): an implicit GEMM
+// per (image, group) whose rows are output channels and whose columns are output
+// positions, in tiles of 8 rows x 48 columns held in sixteen-lane i32 accumulators. Its
+// K runs over (kh, kw, quad of input channels), so each step takes four bytes per row
+// and column: one s8 word of the weight row, broadcast, against a vector of sixteen
+// columns' u8 words, summed four products to a lane (vpdpbusd where the target has AVX-512
+// VNNI, i32 multiplies otherwise). X is first copied into channel quads, [N][G][C/4][H][W]
+// of four bytes (s8 flipped to u8 by adding 128), so a step's column words for a 1x1 conv
+// are X's own bytes and for other windows a copy of one word per column and tap. With
+// u8 x' = x - zx' (zx' the zero point as u8), the sum over the padded weights w' = w - zw
+// is sum(x * w') - zx' * sum(w'): lowering folds the second term and the bias into one
+// i32 offset per output channel, pads taps and channels with zx' bytes so they add 0
+// after it, and computes the f32 multipliers. Requantization as stated above, so the
+// result equals the reference kernel's exactly.
+namespace {
+
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
+typedef uint8_t v32u8 __attribute__((vector_size(32)));
+typedef uint8_t v64u8 __attribute__((vector_size(64)));
+#define KILN_IOTA32 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
+#define KILN_IOTA64 KILN_IOTA32, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, \
+                    56, 57, 58, 59, 60, 61, 62, 63
+// Byte 4p + b of the result is byte p of row b (rows of 16 bytes, concatenated).
+#define KILN_QUAD_INTERLEAVE                                                                                              \
+  0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55, 8, \
+      24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63
+typedef uint32_t v16u __attribute__((vector_size(64)));
+constexpr int kQRows = 8;     // rows (output channels) per weight panel and tile
+constexpr int kQCols = 48;    // columns per tile: three vectors of sixteen
+constexpr int64_t kQMaxSteps = 1280;  // K / 4 at most (the packed columns live on the stack)
+
+// acc + the four u8 x s8 products of each lane's word of x with the word w4.
+inline v16i DotStepGeneric(v16i acc, v16i x, int32_t w4) {
+  const v16u u = (v16u)x;
+  for (int b = 0; b < 4; ++b) {
+    const int32_t wb = static_cast<int8_t>(static_cast<uint32_t>(w4) >> (8 * b));
+    acc += (v16i)((u >> (8 * b)) & 0xFFu) * wb;
+  }
+  return acc;
+}
+
+#if defined(__x86_64__)
+// (Through pointers: a 512-bit vector argument to a function with other target features
+// would change the calling convention.)
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnni(v16i* acc, const v16i* x, int32_t w4) {
+  *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, (__m512i)*x, _mm512_set1_epi32(w4));
+}
+#endif
+
+struct QConvParams {
+  const uint8_t* x4;  // the channel-quad copy of X
+  const int8_t* weights;
+  const int32_t* offsets;
+  const float* multipliers;
+  void* y;
+  int32_t y_dtype;
+  bool requantize;
+  int64_t batch, group, out_channels, ocg, quads, steps;  // steps: K / 4 = KH * KW * quads
+  int64_t H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
+  uint32_t x_zero_word;  // zx' in all four bytes
+  float y_zero, lo, hi;  // the output zero point and clamp (quantized units)
+  bool pointwise;        // 1x1, stride 1, no padding: columns read in place
+};
+
+// Rows [panel * 8, +8) of one tile of NV column vectors: the i32 sums over every step,
+// then the epilogue into Y for the tile's `cols` columns starting at column j0.
+template <bool kVnni, int NV>
+inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t panel, int64_t j0,
+                      int64_t cols) {
+  const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
+  const int8_t* w = q.weights + (grp * panels + panel) * q.steps * kQRows * 4;
+  v16i acc[kQRows][NV] = {};
+  for (int64_t step = 0; step < q.steps; ++step) {
+    v16i x[NV];
+    for (int v = 0; v < NV; ++v) memcpy(&x[v], b + step * ldb + v * 64, 64);
+    for (int r = 0; r < kQRows; ++r) {
+      int32_t w4;
+      memcpy(&w4, w + (step * kQRows + r) * 4, 4);
+      for (int v = 0; v < NV; ++v) {
+#if defined(__x86_64__)
+        if constexpr (kVnni) {
+          DotStepVnni(&acc[r][v], &x[v], w4);
+          continue;
+        }
+#endif
+        acc[r][v] = DotStepGeneric(acc[r][v], x[v], w4);
+      }
+    }
+  }
+  const int64_t rows = q.ocg - panel * kQRows < kQRows ? q.ocg - panel * kQRows : kQRows;
+  const int64_t OHW = q.OH * q.OW;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t oc = grp * q.ocg + panel * kQRows + r;
+    alignas(64) int32_t sums[NV * 16];
+    memcpy(sums, acc[r], sizeof(sums));
+    const int32_t offset = q.offsets[oc];
+    const int64_t at = (n * q.out_channels + oc) * OHW + j0;
+    if (!q.requantize) {
+      int32_t* y = static_cast<int32_t*>(q.y) + at;
+      for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offset;
+      continue;
+    }
+    const float m = q.multipliers[oc];
+    alignas(64) float values[NV * 16];
+    for (int64_t j = 0; j < NV * 16; ++j) {
+      float v = rintf(static_cast<float>(sums[j] + offset) * m) + q.y_zero;
+      values[j] = v < q.lo ? q.lo : (v > q.hi ? q.hi : v);
+    }
+    if (q.y_dtype == kU8) {
+      uint8_t* y = static_cast<uint8_t*>(q.y) + at;
+      for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<uint8_t>(values[j]);
+    } else {
+      int8_t* y = static_cast<int8_t*>(q.y) + at;
+      for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<int8_t>(values[j]);
+    }
+  }
+}
+
+// One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp: its columns
+// packed (or read in place), then every row panel in tiles of 48, 32 or 16 columns.
+template <bool kVnni>
+inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, uint8_t* packed) {
+  const uint8_t* b;
+  int64_t ldb;  // bytes between steps
+  const uint8_t* x4 = q.x4 + (n * q.group + grp) * q.quads * q.H * q.W * 4;
+  if (q.pointwise) {
+    b = x4 + j0 * 4;
+    ldb = q.H * q.W * 4;
+  } else {
+    // Runs of the chunk's columns along one output row: [start, start + length), reading
+    // input row ih0 + kh, columns iw0 + kw + SW * (0, 1, ...).
+    struct Run {
+      int64_t start, length, ih0, iw0;
+    };
+    Run runs[kQCols];
+    int64_t num_runs = 0;
+    for (int64_t j = 0; j < cols;) {
+      const int64_t p = j0 + j, ow = p % q.OW;
+      const int64_t length = q.OW - ow < cols - j ? q.OW - ow : cols - j;
+      runs[num_runs++] = {j, length, p / q.OW * q.SH - q.PH, ow * q.SW - q.PW};
+      j += length;
+    }
+    for (int64_t step = 0; step < q.steps; ++step) {
+      const int64_t c4 = step % q.quads, tap = step / q.quads, kh = tap / q.KW, kw = tap % q.KW;
+      const uint8_t* plane = x4 + c4 * q.H * q.W * 4;
+      uint32_t* dst = reinterpret_cast<uint32_t*>(packed + step * kQCols * 4);
+      for (int64_t i = 0; i < num_runs; ++i) {
+        const Run& run = runs[i];
+        uint32_t* out = dst + run.start;
+        const int64_t ih = run.ih0 + kh * q.DH, iw = run.iw0 + kw * q.DW;
+        // Valid k: 0 <= iw + k * SW < W.
+        int64_t lo = 0, hi = 0;
+        if (ih >= 0 && ih < q.H) {
+          lo = iw >= 0 ? 0 : (-iw + q.SW - 1) / q.SW;
+          hi = q.W - iw <= 0 ? 0 : (q.W - iw + q.SW - 1) / q.SW;
+          if (hi > run.length) hi = run.length;
+          if (lo > hi) lo = hi;
+        }
+        for (int64_t k = 0; k < lo; ++k) out[k] = q.x_zero_word;
+        const uint8_t* src = plane + (ih * q.W + iw) * 4;
+        if (q.SW == 1) {
+          memcpy(out + lo, src + lo * 4, (hi - lo) * 4);
+        } else {
+          for (int64_t k = lo; k < hi; ++k) memcpy(out + k, src + k * q.SW * 4, 4);
+        }
+        for (int64_t k = hi; k < run.length; ++k) out[k] = q.x_zero_word;
+      }
+    }
+    b = packed;
+    ldb = kQCols * 4;
+  }
+  const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    for (int64_t jt = 0; jt < cols;) {
+      const int64_t left = cols - jt;
+      if (left > 32) {
+        QConvTile<kVnni, 3>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left < 48 ? left : 48);
+        jt += 48;
+      } else if (left > 16) {
+        QConvTile<kVnni, 2>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left);
+        jt += 32;
+      } else {
+        QConvTile<kVnni, 1>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left);
+        jt += 16;
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void QConvChunkVnni(const QConvParams& q, int64_t n, int64_t grp,
+                                                                                      int64_t j0, int64_t cols, uint8_t* packed) {
+  QConvChunk<true>(q, n, grp, j0, cols, packed);
+}
+#endif
+__attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols,
+                                                 uint8_t* packed) {
+  QConvChunk<false>(q, n, grp, j0, cols, packed);
+}
+
+// inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
+// multipliers (f32 [OC]; unread for i32 Y). outputs: Y, scratch (X's channel quads, and
+// 256 bytes a last pointwise chunk may read past them). ints after the window block:
+// [requantize, 1 (this layout), zx', x is s8, y zero point, clamp lo, clamp hi].
+int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  QConvParams q;
+  q.requantize = rest[0] != 0;
+  const uint8_t zx = static_cast<uint8_t>(rest[2]);
+  const bool flip = rest[3] != 0;
+  q.y_zero = static_cast<float>(rest[4]);
+  q.lo = static_cast<float>(rest[5]);
+  q.hi = static_cast<float>(rest[6]);
+  q.x_zero_word = zx * 0x01010101u;
+  q.group = call->ints[0];
+  q.batch = X.dims[0];
+  const int64_t in_channels = X.dims[1], icg = in_channels / q.group;
+  q.out_channels = Y.dims[1];
+  q.ocg = q.out_channels / q.group;
+  q.quads = (icg + 3) / 4;
+  q.H = w.in[1], q.W = w.in[2], q.OH = w.out[1], q.OW = w.out[2];
+  q.KH = w.kernel[1], q.KW = w.kernel[2], q.SH = w.stride[1], q.SW = w.stride[2];
+  q.PH = w.pad[1], q.PW = w.pad[2], q.DH = w.dilation[1], q.DW = w.dilation[2];
+  q.steps = q.KH * q.KW * q.quads;
+  if (w.in[0] != 1 || w.kernel[0] != 1 || q.steps > kQMaxSteps) return KILN_KERR_UNSUPPORTED;
+  q.pointwise = q.KH == 1 && q.KW == 1 && q.SH == 1 && q.SW == 1 && q.PH == 0 && q.PW == 0 && q.OH == q.H && q.OW == q.W;
+  q.weights = static_cast<const int8_t*>(call->inputs[1].data);
+  q.offsets = static_cast<const int32_t*>(call->inputs[2].data);
+  q.multipliers = static_cast<const float*>(call->inputs[3].data);
+  q.y = Y.data;
+  q.y_dtype = Y.dtype;
+  uint8_t* x4 = static_cast<uint8_t*>(call->outputs[1].data);
+  q.x4 = x4;
+  // X into channel quads: one job per (image, group, quad).
+  const uint8_t* px = static_cast<const uint8_t*>(X.data);
+  const int64_t HW = q.H * q.W, G = q.group, quads = q.quads;
+  const uint8_t flip_bits = flip ? 0x80 : 0;
+  ParallelFor(call, q.batch * G * quads, 1, [=](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t c4 = job % quads, ng = job / quads, grp = ng % G, n = ng / G;
+      uint8_t* dst = x4 + job * HW * 4;
+      // The quad's four planes (a channel past the group's reads a plane of zx' bytes).
+      alignas(16) uint8_t pad_row[16];
+      memset(pad_row, zx ^ flip_bits, sizeof(pad_row));
+      const uint8_t* src[4];
+      int64_t step[4];
+      for (int b = 0; b < 4; ++b) {
+        const int64_t ic = c4 * 4 + b;
+        src[b] = ic < icg ? px + (n * in_channels + grp * icg + ic) * HW : pad_row;
+        step[b] = ic < icg ? 1 : 0;
+      }
+      // Sixteen pixels at a time: four 16-byte rows interleaved into 64 bytes.
+      int64_t i = 0;
+      v16u8 flip16;
+      for (int l = 0; l < 16; ++l) flip16[l] = flip_bits;
+      for (; i + 16 <= HW; i += 16) {
+        v16u8 r[4];
+        for (int b = 0; b < 4; ++b) memcpy(&r[b], src[b] + i * step[b], 16);
+        const v32u8 ab = __builtin_shufflevector(r[0] ^ flip16, r[1] ^ flip16, KILN_IOTA32);
+        const v32u8 cd = __builtin_shufflevector(r[2] ^ flip16, r[3] ^ flip16, KILN_IOTA32);
+        const v64u8 abcd = __builtin_shufflevector(ab, cd, KILN_IOTA64);
+        const v64u8 out = __builtin_shufflevector(abcd, abcd, KILN_QUAD_INTERLEAVE);
+        memcpy(dst + i * 4, &out, 64);
+      }
+      for (; i < HW; ++i) {
+        for (int b = 0; b < 4; ++b) dst[i * 4 + b] = src[b][i * step[b]] ^ flip_bits;
+      }
+    }
+  });
+  const int64_t chunks = (q.OH * q.OW + kQCols - 1) / kQCols;
+  ParallelFor(call, q.batch * G * chunks, 1, [=](int64_t begin, int64_t end) {
+    alignas(64) uint8_t packed[kQMaxSteps * kQCols * 4];
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t chunk = job % chunks, ng = job / chunks, grp = ng % G, n = ng / G;
+      const int64_t j0 = chunk * kQCols, cols = q.OH * q.OW - j0 < kQCols ? q.OH * q.OW - j0 : kQCols;
+#if defined(__x86_64__)
+      if (Int8DotProduct()) {  // (asked here: a captured copy would not fold away in the pool's callback)
+        QConvChunkVnni(q, n, grp, j0, cols, packed);
+        continue;
+      }
+#endif
+      QConvChunkGeneric(q, n, grp, j0, cols, packed);
+    }
+  });
+  return KILN_KERR_OK;
+}
+
+}  // namespace
+
 // The integer convolution of ConvInteger and QLinearConv. inputs: X, W (u8 or i8), X's
 // zero point (one), W's (one, or one per output channel), then for the requantized form
 // X's scale (one), W's scale (one or per output channel), Y's scale and zero point, and
@@ -192,6 +487,10 @@ KILN_KERNEL(qconv) {
   const int64_t* rest = w.Load(call->ints + 1, X, Y);
   const bool requantize = rest[0] != 0;
   if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != kI32) return KILN_KERR_DTYPE;
+  if (call->num_ints > rest - call->ints + 1 && rest[1] == 1) {
+    if constexpr (kFastKernels) return QConvFast(call, w, rest);
+    return KILN_KERR_UNSUPPORTED;
+  }
   const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
   const int64_t icg = in_channels / group, ocg = out_channels / group;
   const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
