@@ -1,6 +1,7 @@
 // Quantized ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
 // QLinearMatMul, ConvInteger and QLinearConv (kernels in kernels/lib/quant.cc, where the
 // requantization rule is stated).
+#include <algorithm>
 #include <climits>
 #include <numeric>
 #include <optional>
@@ -154,7 +155,9 @@ absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<Kernel
   if (!win.ok()) return win.status();
   KernelCall call{"qconv", std::move(inputs), {node.GetInt("group", 1)}, {}};
   AppendWindow(call.ints, *win);
-  call.ints.push_back(requantize ? 1 : 0);
+  // requantize, the plain layout (not QConvFast's), and fold-qdq's Relu (a clamp at Y's
+  // zero point).
+  call.ints.insert(call.ints.end(), {requantize ? 1 : 0, 0, node.GetInt("kiln.relu", 0)});
   return call;
 }
 
@@ -237,8 +240,11 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
                   {group}, {}};
   AppendWindow(call.ints, *win);
   const DType y_type = node.output(0)->type().dtype;
-  const int64_t lo = y_type == DType::kUInt8 ? 0 : -128, hi = y_type == DType::kUInt8 ? 255 : 127;
-  call.ints.insert(call.ints.end(), {requantize ? 1 : 0, 1, zx, x_signed ? 1 : 0, requantize ? IntAt(node.input(7), 0) : 0, lo, hi});
+  const int64_t y_zero = requantize ? IntAt(node.input(7), 0) : 0;
+  int64_t lo = y_type == DType::kUInt8 ? 0 : -128;
+  const int64_t hi = y_type == DType::kUInt8 ? 255 : 127;
+  if (node.GetInt("kiln.relu", 0) == 1) lo = std::max(lo, y_zero);
+  call.ints.insert(call.ints.end(), {requantize ? 1 : 0, 1, zx, x_signed ? 1 : 0, y_zero, lo, hi});
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;

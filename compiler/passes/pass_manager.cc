@@ -15,6 +15,7 @@ void kiln_link_pass_CommonSubexpressionElimination();
 void kiln_link_pass_FoldConstants();
 void kiln_link_pass_Simplify();
 void kiln_link_pass_FoldBatchNorm();
+void kiln_link_pass_FoldQdq();
 void kiln_link_pass_Fuse();
 void kiln_link_pass_Layout();
 void kiln_link_pass_PlanMemory();
@@ -32,6 +33,7 @@ void LinkAllPasses() {
   kiln_link_pass_FoldConstants();
   kiln_link_pass_Simplify();
   kiln_link_pass_FoldBatchNorm();
+  kiln_link_pass_FoldQdq();
   kiln_link_pass_Fuse();
   kiln_link_pass_Layout();
   kiln_link_pass_PlanMemory();

@@ -283,6 +283,59 @@ TEST(QuantTest, IntegerConvsMatchPlainLoops) {
   }
 }
 
+// A QDQ Conv + Relu (as a quantizer writes it: per-channel weights, float bias) gives the
+// same u8 result folded into QLinearConv (fold-qdq, default pipeline) as the float graph
+// between its conversions does in the interpreter, to within one quantization step (the
+// integer op sums exactly and rounds once; the float graph rounds the bias and each sum).
+TEST(QuantTest, FoldedQdqConvMatchesTheFloatGraph) {
+  const int64_t C = 8, OC = 16, H = 10, W = 10;
+  auto w = RandomInts(DType::kInt8, {OC, C, 3, 3}, -127, 127, 21);
+  auto w_scale = FloatsIn({OC}, 0.001f, 0.003f, 22);
+  auto bias = FloatsIn({OC}, -0.5f, 0.5f, 23);
+  auto build = [&] {
+    auto g = std::make_unique<Graph>();
+    Value* xq = g->AddValue("xq", TensorType::Static(DType::kUInt8, {1, C, H, W}));
+    g->AddInput(xq);
+    Value* xs = g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {0.05f}));
+    Node* x = g->AddNode("DequantizeLinear", "dq_x", {xq, xs, g->AddConstant("xz", Filled<uint8_t>(DType::kUInt8, {}, {100}))}, {"x"}, 13);
+    Node* wd = g->AddNode("DequantizeLinear", "dq_w", {g->AddConstant("wq", w), g->AddConstant("ws", w_scale)}, {"w"}, 13);
+    wd->mutable_attrs()["axis"] = int64_t{0};
+    Node* conv = g->AddNode("Conv", "conv", {x->output(0), wd->output(0), g->AddConstant("b", bias)}, {"c"}, 13);
+    conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+    Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"r"}, 13);
+    Node* q = g->AddNode("QuantizeLinear", "q",
+                         {relu->output(0), g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {0.02f})),
+                          g->AddConstant("yz", Filled<uint8_t>(DType::kUInt8, {}, {3}))},
+                         {"yq"}, 13);
+    g->AddOutput(q->output(0));
+    auto st = InferTypes(*g);
+    EXPECT_TRUE(st.ok()) << st;
+    return g;
+  };
+  auto input = RandomInts(DType::kUInt8, {1, C, H, W}, 0, 255, 24);
+  auto reference = RunGraph(*build(), {*input});
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (const std::string& target : Int8Targets()) {
+    auto g = build();
+    const std::vector<Tensor> outs = RunArtifact(*g, kDefaultPipeline, *input, {1, 2}, target);
+    ASSERT_EQ(outs.size(), 2u);
+    std::string ops;
+    for (const Node* node : g->nodes()) ops += node->op() + " ";
+    EXPECT_EQ(ops, "QLinearConv ") << target;
+    for (const Tensor& out : outs) {
+      int64_t off_by_one = 0, clamped = 0;
+      for (int64_t i = 0; i < out.num_elements(); ++i) {
+        const int64_t got = out.data_as<uint8_t>()[i], want = (*reference)[0].data_as<uint8_t>()[i];
+        ASSERT_LE(std::abs(got - want), 1) << target << ", element " << i;
+        off_by_one += got != want;
+        clamped += want == 3;
+      }
+      EXPECT_LT(off_by_one, out.num_elements() / 50) << target;
+      EXPECT_GT(clamped, out.num_elements() / 10) << "the Relu should clamp a good part of the outputs";
+    }
+  }
+}
+
 TEST(QuantTest, ScaleOfTheWrongLengthNamesTheNode) {
   Graph g;
   Value* in = g.AddValue("x", TensorType::Static(DType::kFloat32, {2, 3}));

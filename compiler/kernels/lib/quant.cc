@@ -475,7 +475,8 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
 // zero point (one), W's (one, or one per output channel), then for the requantized form
 // X's scale (one), W's scale (one or per output channel), Y's scale and zero point, and
 // an optional int32 bias [OC] (added to the sum before requantizing). ints: [group,
-// window block, requantize]. Y is int32 unless requantize. Taps in the padding read X's
+// window block, requantize, 0 (this layout; 1: QConvFast's), relu]. Y is int32 unless
+// requantize; relu clamps the requantized value at Y's zero point. Taps in the padding read X's
 // zero point, i.e. contribute 0.
 KILN_KERNEL(qconv) {
   const kiln_ktensor& X = call->inputs[0];
@@ -497,6 +498,7 @@ KILN_KERNEL(qconv) {
   const kiln_ktensor& xzp = call->inputs[2];
   const kiln_ktensor& wzp = call->inputs[3];
   const int32_t zx = xzp.data != nullptr ? LoadInt(xzp.data, xzp.dtype, 0) : 0;
+  const bool relu = call->num_ints > rest - call->ints + 2 && rest[2] != 0;  // clamp at Y's zero point
   const int32_t* bias = requantize && call->num_inputs > 8 ? static_cast<const int32_t*>(call->inputs[8].data) : nullptr;
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {  // job = (n, oc)
@@ -534,7 +536,8 @@ KILN_KERNEL(qconv) {
             }
             const int64_t at = job * out_size + (od * w.out[1] + oh) * w.out[2] + ow;
             if (requantize) {
-              StoreSaturated(Y.data, Y.dtype, at, rintf(static_cast<float>(sum) * multiplier) + z);
+              const float v = rintf(static_cast<float>(sum) * multiplier) + z;
+              StoreSaturated(Y.data, Y.dtype, at, relu && v < z ? z : v);
             } else {
               static_cast<int32_t*>(Y.data)[at] = sum;
             }

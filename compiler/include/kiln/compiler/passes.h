@@ -60,7 +60,7 @@ std::vector<PassInfo> RegisteredPasses();
   void kiln_link_pass_##CLASS() { (void)kiln_registered_##CLASS; }
 
 constexpr const char kDefaultPipeline[] =
-    "fold-constants,simplify,cse,dce,fold-batchnorm,fuse,dce,layout,plan-memory";
+    "fold-qdq,fold-constants,simplify,cse,dce,fold-batchnorm,fuse,dce,layout,plan-memory";
 
 struct PassStats {
   std::string name;

@@ -1,0 +1,164 @@
+// fold-qdq: a Conv or MatMul whose inputs are dequantized and whose result is quantized
+// (the QDQ form ONNX Runtime's quantizer and `kiln compile --precision int8` write)
+// becomes the integer op, so it runs as int8 code instead of in f32 between conversions:
+//   %x = DequantizeLinear(%xq, xs, xz) ; %w = DequantizeLinear(Wq, ws, wz)
+//   %c = Conv(%x, %w, B) ; [%r = Relu(%c)] ; %yq = QuantizeLinear(%c or %r, ys, yz)
+//     =>  %yq = QLinearConv(%xq, xs, xz, Wq, ws, wz, ys, yz, B') [{kiln.relu=1}]
+//         B' = rint(B / (xs * ws)) as int32, or Bq where B = DequantizeLinear(Bq, ...)
+//   %a = DequantizeLinear(%aq, as, az) ; %b = DequantizeLinear(Bq, bs, bz)
+//   %m = MatMul(%a, %b) ; %yq = QuantizeLinear(%m, ys, yz)
+//     =>  %yq = QLinearMatMul(%aq, as, az, Bq, bs, bz, ys, yz)
+// A Relu between the op and the QuantizeLinear folds as a clamp at yz: rint is monotonic
+// and maps 0 to 0, so Q(Relu(y)) = max(Q(y), yz). The weights, scales and zero points must
+// be constants; activations are quantized per tensor, weights per tensor or per output
+// channel. The dequantized tensors stay for any other reader (dce removes the rest).
+// Results match the QDQ graph up to rounding: the integer op sums exactly and rounds once.
+#include <cmath>
+
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+namespace {
+
+bool IsConstantOrAbsent(const Value* v) { return v == nullptr || v->is_constant(); }
+
+int64_t Elements(const Value* v) { return v->constant()->num_elements(); }
+
+// The DequantizeLinear producing `v` with a constant scale (and zero point, if any), or null.
+Node* DequantizedBy(const Value* v) {
+  if (v == nullptr) return nullptr;
+  Node* dq = v->producer();
+  if (dq == nullptr || dq->op() != "DequantizeLinear" || !IsConstantOrAbsent(dq->input(2)) || !dq->input(1)->is_constant()) {
+    return nullptr;
+  }
+  const DType t = dq->input(0)->type().dtype;
+  return t == DType::kUInt8 || t == DType::kInt8 ? dq : nullptr;
+}
+
+// The only node reading `v` (which must not be a graph output), or null.
+Node* SoleUser(const Graph& graph, const Value* v) {
+  if (graph.IsGraphOutput(v)) return nullptr;
+  const std::vector<Node*> users = graph.Users(v);
+  return users.size() == 1 ? users[0] : nullptr;
+}
+
+class FoldQdq : public Pass {
+ public:
+  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+    bool changed = false;
+    for (Node* node : graph.nodes()) {
+      if (node->op() != "Conv" && node->op() != "MatMul") continue;
+      if (node->outputs().size() != 1) continue;
+      bool kiln_attr = false;
+      for (const auto& [key, value] : node->attrs()) kiln_attr |= key.rfind("kiln.", 0) == 0;
+      if (kiln_attr || node->inputs().size() > (node->op() == "Conv" ? 3u : 2u)) continue;
+      Node* x_dq = DequantizedBy(node->input(0));
+      Node* w_dq = DequantizedBy(node->input(1));
+      if (x_dq == nullptr || w_dq == nullptr || !w_dq->input(0)->is_constant() || Elements(x_dq->input(1)) != 1) continue;
+      // The result, through at most one Relu (Conv only), into a QuantizeLinear.
+      Node* user = SoleUser(graph, node->output(0));
+      Node* relu = nullptr;
+      if (user != nullptr && user->op() == "Relu" && node->op() == "Conv") {
+        relu = user;
+        user = SoleUser(graph, relu->output(0));
+      }
+      if (user == nullptr || user->op() != "QuantizeLinear" || !user->input(1)->is_constant() || !IsConstantOrAbsent(user->input(2)) ||
+          Elements(user->input(1)) != 1) {
+        continue;
+      }
+      if (!WeightScaleFits(node, w_dq)) continue;
+      Node* fused = node->op() == "Conv" ? FoldConv(graph, node, x_dq, w_dq, user) : FoldMatMul(graph, node, x_dq, w_dq, user);
+      if (fused == nullptr) continue;
+      if (relu != nullptr) fused->mutable_attrs()["kiln.relu"] = int64_t{1};
+      graph.TakeOver(user->output(0), fused->output(0));
+      graph.RemoveNode(user);
+      if (relu != nullptr) graph.RemoveNode(relu);
+      graph.RemoveNode(node);
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  // Weights quantized per tensor, or per output channel along the axis the integer op
+  // reads them by: a Conv's W [OC, ...] on axis 0, a MatMul's B [K, N] on axis 1.
+  static bool WeightScaleFits(const Node* node, const Node* w_dq) {
+    const int64_t n = Elements(w_dq->input(1));
+    if (n == 1) return true;
+    const std::vector<int64_t> wd = w_dq->input(0)->type().StaticDims();
+    const int64_t rank = static_cast<int64_t>(wd.size());
+    int64_t axis = w_dq->GetInt("axis", 1);
+    if (axis < 0) axis += rank;
+    if (node->op() == "Conv") return axis == 0 && n == wd[0];
+    return rank == 2 && axis == 1 && n == wd[1];
+  }
+
+  // A zero point input, or an explicit zero of `type` where the DequantizeLinear has none
+  // (the integer ops take them positionally).
+  static Value* ZeroPoint(Graph& graph, Node* dq, DType type, const std::string& name) {
+    if (dq->input(2) != nullptr) return dq->input(2);
+    auto zero = std::make_shared<Tensor>(type, std::vector<int64_t>{});
+    return graph.AddConstant(graph.UniqueName(name), zero);
+  }
+
+  static Node* FoldConv(Graph& graph, Node* conv, Node* x_dq, Node* w_dq, Node* q) {
+    const Value* w = w_dq->input(0);
+    const int64_t out_channels = w->type().StaticDims()[0];
+    // The bias as int32 at scale xs * ws[oc].
+    Value* bias = nullptr;
+    if (Value* b = conv->input(2); b != nullptr) {
+      if (!b->is_constant() || b->type().dtype != DType::kFloat32 || Elements(b) != out_channels) return nullptr;
+      const float xs = static_cast<float>(x_dq->input(1)->constant()->GetAsDouble(0));
+      const Tensor* ws = w_dq->input(1)->constant().get();
+      auto quantized = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{out_channels});
+      for (int64_t oc = 0; oc < out_channels; ++oc) {
+        const float scale = xs * static_cast<float>(ws->GetAsDouble(ws->num_elements() > 1 ? oc : 0));
+        const double v = scale > 0.f ? std::nearbyint(b->constant()->GetAsDouble(oc) / scale) : 0.0;
+        if (!(std::fabs(v) < 2147483647.0)) return nullptr;
+        quantized->data_as<int32_t>()[oc] = static_cast<int32_t>(v);
+      }
+      bias = graph.AddConstant(graph.UniqueName(conv->name() + ".bias_i32"), quantized);
+    }
+    std::vector<Value*> inputs = {x_dq->input(0),
+                                  x_dq->input(1),
+                                  ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, conv->name() + ".x_zero_point"),
+                                  w_dq->input(0),
+                                  w_dq->input(1),
+                                  ZeroPoint(graph, w_dq, w->type().dtype, conv->name() + ".w_zero_point"),
+                                  q->input(1),
+                                  ZeroPoint(graph, q, DType::kUInt8, conv->name() + ".y_zero_point")};
+    if (bias != nullptr) inputs.push_back(bias);
+    Node* fused = graph.InsertNodeBefore(conv, "QLinearConv", conv->name(), inputs,
+                                         {graph.UniqueName(q->output(0)->name() + ".int8")}, conv->opset());
+    for (const char* key : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}) {
+      auto it = conv->attrs().find(key);
+      if (it != conv->attrs().end()) fused->mutable_attrs()[key] = it->second;
+    }
+    fused->output(0)->set_type(q->output(0)->type());
+    return fused;
+  }
+
+  static Node* FoldMatMul(Graph& graph, Node* matmul, Node* a_dq, Node* b_dq, Node* q) {
+    if (b_dq->input(0)->type().shape.size() != 2) return nullptr;
+    std::vector<Value*> inputs = {a_dq->input(0),
+                                  a_dq->input(1),
+                                  ZeroPoint(graph, a_dq, a_dq->input(0)->type().dtype, matmul->name() + ".a_zero_point"),
+                                  b_dq->input(0),
+                                  b_dq->input(1),
+                                  ZeroPoint(graph, b_dq, b_dq->input(0)->type().dtype, matmul->name() + ".b_zero_point"),
+                                  q->input(1),
+                                  ZeroPoint(graph, q, DType::kUInt8, matmul->name() + ".y_zero_point")};
+    Node* fused = graph.InsertNodeBefore(matmul, "QLinearMatMul", matmul->name(), inputs,
+                                         {graph.UniqueName(q->output(0)->name() + ".int8")}, matmul->opset());
+    fused->output(0)->set_type(q->output(0)->type());
+    return fused;
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(FoldQdq, "fold-qdq",
+                   "turn Conv and MatMul between DequantizeLinear inputs and a QuantizeLinear output (and a Relu "
+                   "before it) into QLinearConv and QLinearMatMul")
+
+}  // namespace kiln
