@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/runtime.h"
@@ -30,6 +31,7 @@ Usage:
   kiln compile MODEL.onnx -o OUT.so [--target T] [--input-shape NAME=1x3x224x224]...
                [--pipeline P] [--print-after-all] [--print-after PASS] [--report R.json]
                [--tune [--tune-budget SECONDS] [--tune-cache FILE]]
+               [--precision int8 --calibration DIR [--calibration-method M] [--keep-float NODE,...]]
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
   kiln bench OUT.so [--threads N] [--iters N] [--warmup N] [--profile]
   kiln inspect OUT.so
@@ -51,6 +53,17 @@ compile
   --tune-budget S    seconds of measuring at most (default 120); shapes left keep the default
   --tune-cache FILE  the cache (default $KILN_TUNE_CACHE, else $XDG_CACHE_HOME/kiln/tune.tsv,
                      else ~/.cache/kiln/tune.tsv)
+  --precision P      fp32 (default) or int8: post-training static quantization of every Conv
+                     and MatMul with a constant weight (weights s8 per output channel,
+                     activations u8 per tensor), run as int8 kernels (VNNI where the target
+                     has it); the pipeline becomes %INT8PIPELINE%
+  --calibration DIR  int8: the samples activation ranges are taken from, one subdirectory
+                     per sample holding input_0.pb, input_1.pb, ... (ONNX TensorProtos, in
+                     graph-input order), or for a one-input model one *.pb file per sample
+  --calibration-method M  minmax (default), percentile (--calibration-percentile, default
+                     99.99: the share of each activation's values its range keeps), or
+                     entropy (the range whose 255-level quantization loses least, by KL)
+  --keep-float N,... node names to leave in f32 (repeatable); the --report lists them
 run
   --input NAME=FILE  an ONNX TensorProto file for the graph input NAME (repeatable)
   --output-dir DIR   writes DIR/output_0.pb, output_1.pb, ... in the model's output order
@@ -76,6 +89,7 @@ std::string Usage() {
   for (const auto& p : kiln::RegisteredPasses()) passes.push_back(p.name);
   replace("%TARGETS%", absl::StrJoin(kiln::TargetPresets(), ", "));
   replace("%PIPELINE%", kiln::kDefaultPipeline);
+  replace("%INT8PIPELINE%", kiln::kInt8Pipeline);
   replace("%PASSES%", absl::StrJoin(passes, ", "));
   return text + "\n" + kiln::cli::kServiceUsage;
 }
@@ -85,7 +99,9 @@ int Compile(int argc, char** argv) {
   std::string error;
   if (!ParseArgs(argc, argv, 2, {{"-o", true}, {"--output", true}, {"--target", true}, {"--input-shape", true},
                                  {"--pipeline", true}, {"--print-after-all", false}, {"--print-after", true},
-                                 {"--report", true}, {"--tune", false}, {"--tune-budget", true}, {"--tune-cache", true}},
+                                 {"--report", true}, {"--tune", false}, {"--tune-budget", true}, {"--tune-cache", true},
+                                 {"--precision", true}, {"--calibration", true}, {"--calibration-method", true},
+                                 {"--calibration-percentile", true}, {"--keep-float", true}},
                  args, error)) {
     return UsageError(error);
   }
@@ -113,6 +129,35 @@ int Compile(int argc, char** argv) {
       return UsageError("--tune-budget '" + text + "': expected seconds, a number >= 0");
     }
   }
+  options.precision = args.Get("--precision", "fp32");
+  if (options.precision != "fp32" && options.precision != "int8") {
+    return UsageError("--precision '" + options.precision + "': expected fp32 or int8");
+  }
+  const bool int8 = options.precision == "int8";
+  for (const char* flag : {"--calibration", "--calibration-method", "--calibration-percentile", "--keep-float"}) {
+    if (args.Has(flag) && !int8) return UsageError(std::string(flag) + " goes with --precision int8");
+  }
+  if (int8) {
+    if (!args.Has("--calibration")) return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
+    auto method = kiln::ParseCalibrationMethod(args.Get("--calibration-method", "minmax"));
+    if (!method.ok()) return UsageError("--calibration-method: " + std::string(method.status().message()));
+    options.quantization.method = *method;
+    if (args.Has("--calibration-percentile")) {
+      if (*method != kiln::CalibrationMethod::kPercentile) return UsageError("--calibration-percentile goes with --calibration-method percentile");
+      const std::string text = args.Get("--calibration-percentile");
+      char* end = nullptr;
+      options.quantization.percentile = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(options.quantization.percentile > 50 && options.quantization.percentile <= 100)) {
+        return UsageError("--calibration-percentile '" + text + "': expected a number in (50, 100]");
+      }
+    }
+    for (const std::string& list : args.All("--keep-float")) {
+      for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) options.quantization.keep_float.insert(std::string(name));
+    }
+    auto samples = kiln::ReadCalibrationSamples(args.Get("--calibration"));
+    if (!samples.ok()) return Fail(std::string(samples.status().message()));
+    options.quantization.calibration = std::move(*samples);
+  }
   options.print.print_after_all = args.Has("--print-after-all");
   for (const std::string& p : args.All("--print-after")) options.print.print_after.insert(p);
   if (options.print.print_after_all || !options.print.print_after.empty()) options.print.print_stream = &std::cerr;
@@ -131,6 +176,12 @@ int Compile(int argc, char** argv) {
                model_path.c_str(), out.c_str(), result->shared_object.size(), (result->target.triple + "/" + result->target.cpu).c_str(),
                result->graph->num_nodes(), static_cast<long long>(result->memory_plan.arena_bytes),
                static_cast<long long>(result->memory_plan.naive_bytes), result->import_ms + result->passes_ms + result->codegen_ms);
+  if (int8) {
+    const kiln::QuantizationSummary& q = result->quantization;
+    std::fprintf(stderr, "kiln: int8: %lld Conv/MatMul quantized (%s calibration, %lld samples), %zu kept in f32%s%s\n",
+                 static_cast<long long>(q.quantized_nodes), q.method.c_str(), static_cast<long long>(q.calibration_samples),
+                 q.kept_float.size(), q.kept_float.empty() ? "" : ": ", absl::StrJoin(q.kept_float, ", ").c_str());
+  }
   if (options.tune.enabled) {
     const kiln::TuneResult& t = result->tuning;
     int winograd = 0;

@@ -1,7 +1,9 @@
 // CompileModel: import -> passes -> codegen -> link, with the manifest and compile report.
 #include "kiln/compiler/compile.h"
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -69,6 +71,78 @@ absl::Status ParseInputShape(const std::string& text, std::map<std::string, std:
   return absl::OkStatus();
 }
 
+namespace {
+
+// Calibration samples must be one tensor per graph input, of its type and shape.
+absl::Status CheckCalibration(const Graph& graph, const CompileOptions& options) {
+  const auto& samples = options.quantization.calibration;
+  if (samples.empty()) {
+    return absl::InvalidArgumentError("--precision int8 needs calibration samples (--calibration DIR): activation ranges come from them");
+  }
+  for (size_t s = 0; s < samples.size(); ++s) {
+    if (samples[s].size() != graph.inputs().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, " has ", samples[s].size(), " tensors; the model has ",
+                                                     graph.inputs().size(), " inputs"));
+    }
+    for (size_t i = 0; i < samples[s].size(); ++i) {
+      const Value* in = graph.inputs()[i];
+      const Tensor& t = samples[s][i];
+      if (t.dtype() != in->type().dtype || !in->type().IsStatic() || t.dims() != in->type().StaticDims()) {
+        return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, ", input ", i, " ('", in->name(), "'): ",
+                                                       DTypeName(t.dtype()), "[", absl::StrJoin(t.dims(), ","), "] where the model takes ",
+                                                       PrintType(in->type())));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
+  std::vector<fs::path> subdirs, files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_directory()) subdirs.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() == ".pb") files.push_back(entry.path());
+  }
+  std::sort(subdirs.begin(), subdirs.end());
+  std::sort(files.begin(), files.end());
+  std::vector<std::vector<Tensor>> samples;
+  auto read = [](const fs::path& path) -> absl::StatusOr<Tensor> {
+    auto bytes = ReadFile(path.string());
+    if (!bytes.ok()) return bytes.status();
+    auto tensor = ParseTensorProto(*bytes);
+    if (!tensor.ok()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", tensor.status().message()));
+    return tensor;
+  };
+  if (!subdirs.empty()) {
+    for (const fs::path& sub : subdirs) {
+      std::vector<Tensor> sample;
+      for (int i = 0; fs::exists(sub / absl::StrCat("input_", i, ".pb")); ++i) {
+        auto t = read(sub / absl::StrCat("input_", i, ".pb"));
+        if (!t.ok()) return t.status();
+        sample.push_back(std::move(*t));
+      }
+      if (sample.empty()) return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
+      samples.push_back(std::move(sample));
+    }
+  } else {
+    for (const fs::path& file : files) {
+      auto t = read(file);
+      if (!t.ok()) return t.status();
+      samples.push_back({std::move(*t)});
+    }
+  }
+  if (samples.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
+  }
+  return samples;
+}
+
 absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options) {
   CompileResult result;
   auto target = ResolveTarget(options.target);
@@ -88,10 +162,18 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
     *options.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(**graph);
   }
 
+  std::string pipeline = options.pipeline;
+  PassContext context;
+  if (options.precision == "int8") {
+    if (pipeline == kDefaultPipeline) pipeline = kInt8Pipeline;
+    if (auto st = CheckCalibration(**graph, options); !st.ok()) return st;
+    context.quantization = &options.quantization;
+  } else if (options.precision != "fp32") {
+    return absl::InvalidArgumentError(absl::StrCat("precision '", options.precision, "' is not one of fp32, int8"));
+  }
   if (options.on_phase) options.on_phase("passes");
   start = std::chrono::steady_clock::now();
-  PassContext context;
-  auto stats = RunPipeline(**graph, options.pipeline, options.print, context);
+  auto stats = RunPipeline(**graph, pipeline, options.print, context);
   if (!stats.ok()) return absl::Status(stats.status().code(), absl::StrCat(options.model_label, ": ", stats.status().message()));
   result.passes = *stats;
   result.passes_ms = MsSince(start);
@@ -116,7 +198,8 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   manifest << "{\n  \"schema\": \"kiln.manifest/v1\",\n  \"compiler_version\": \"" << CompilerVersion() << "\",\n"
            << "  \"target\": {\"name\": \"" << JsonEscape(target->name) << "\", \"triple\": \"" << JsonEscape(target->triple)
            << "\", \"cpu\": \"" << JsonEscape(target->cpu) << "\", \"canonical\": \"" << JsonEscape(CanonicalTarget(*target)) << "\"},\n"
-           << "  \"pipeline\": \"" << JsonEscape(options.pipeline) << "\",\n  \"inputs\": [";
+           << "  \"pipeline\": \"" << JsonEscape(pipeline) << "\",\n  \"precision\": \"" << JsonEscape(options.precision)
+           << "\",\n  \"inputs\": [";
   for (size_t i = 0; i < (*graph)->inputs().size(); ++i) manifest << (i ? ", " : "") << TensorInfoJson((*graph)->inputs()[i]);
   manifest << "],\n  \"outputs\": [";
   for (size_t i = 0; i < (*graph)->outputs().size(); ++i) manifest << (i ? ", " : "") << TensorInfoJson((*graph)->outputs()[i]);
@@ -152,6 +235,14 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
       report << (i ? ",\n    " : "\n    ") << "{\"node\": \"" << JsonEscape(d.node) << "\", \"choice\": \"" << d.choice
              << "\", \"timings_ms\": \"" << d.timings << "\", \"from_cache\": " << (d.from_cache ? "true" : "false") << "}";
     }
+    report << "]},\n";
+  }
+  result.quantization = context.quantization_summary;
+  if (options.precision == "int8") {
+    const QuantizationSummary& q = result.quantization;
+    report << "  \"quantization\": {\"precision\": \"int8\", \"method\": \"" << q.method << "\", \"calibration_samples\": "
+           << q.calibration_samples << ", \"quantized_nodes\": " << q.quantized_nodes << ", \"kept_float\": [";
+    for (size_t i = 0; i < q.kept_float.size(); ++i) report << (i ? ", " : "") << "\"" << JsonEscape(q.kept_float[i]) << "\"";
     report << "]},\n";
   }
   report << "  \"passes\": [";

@@ -91,14 +91,18 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node,
 }
 
 absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph,
-                                             const std::vector<Tensor>& inputs) {
+                                             const std::vector<Tensor>& inputs,
+                                             const std::function<void(const Value*, const Tensor&)>& observe) {
   if (inputs.size() != graph.inputs().size()) {
     return absl::InvalidArgumentError(absl::StrCat("graph has ", graph.inputs().size(),
                                                    " inputs, got ", inputs.size()));
   }
   std::unordered_map<const Value*, const Tensor*> env;
   std::vector<std::unique_ptr<Tensor>> owned;
-  for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = &inputs[i];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    env[graph.inputs()[i]] = &inputs[i];
+    if (observe) observe(graph.inputs()[i], inputs[i]);
+  }
   auto lookup = [&](const Value* v) -> const Tensor* {
     if (v == nullptr) return nullptr;
     if (v->is_constant()) return v->constant().get();
@@ -119,6 +123,7 @@ absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph,
     for (size_t i = 0; i < results->size(); ++i) {
       owned.push_back(std::make_unique<Tensor>(std::move((*results)[i])));
       env[node->outputs()[i]] = owned.back().get();
+      if (observe) observe(node->outputs()[i], *owned.back());
     }
   }
   std::vector<Tensor> outputs;

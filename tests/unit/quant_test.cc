@@ -2,6 +2,7 @@
 // against expectations written out here (rounding ties to even, saturation, per-channel
 // scales and zero points), integer outputs compared exactly.
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "artifact_test_util.h"
@@ -334,6 +335,93 @@ TEST(QuantTest, FoldedQdqConvMatchesTheFloatGraph) {
       EXPECT_GT(clamped, out.num_elements() / 10) << "the Relu should clamp a good part of the outputs";
     }
   }
+}
+
+// x[1,3,12,12] -> Conv(8, 3x3, pad 1) -> Relu -> Conv(16, 3x3, stride 2) -> Relu -> Add(x2)
+// -> Conv(4, 1x1) -> Reshape -> MatMul(4*6*6 -> 10): f32, as quantize sees a model after
+// BatchNorm folding.
+std::unique_ptr<Graph> SmallCnn() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 3, 12, 12}));
+  g->AddInput(x);
+  Node* c1 = g->AddNode("Conv", "conv1", {x, g->AddConstant("w1", Random({8, 3, 3, 3}, 31, 0.3f)), g->AddConstant("b1", Random({8}, 32, 0.1f))},
+                        {"c1"}, 13);
+  c1->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  Node* r1 = g->AddNode("Relu", "relu1", {c1->output(0)}, {"r1"}, 13);
+  Node* c2 = g->AddNode("Conv", "conv2", {r1->output(0), g->AddConstant("w2", Random({16, 8, 3, 3}, 33, 0.2f))}, {"c2"}, 13);
+  c2->mutable_attrs()["strides"] = std::vector<int64_t>{2, 2};
+  c2->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  Node* r2 = g->AddNode("Relu", "relu2", {c2->output(0)}, {"r2"}, 13);
+  Node* twice = g->AddNode("Add", "twice", {r2->output(0), r2->output(0)}, {"a"}, 13);
+  Node* c3 = g->AddNode("Conv", "conv3", {twice->output(0), g->AddConstant("w3", Random({4, 16, 1, 1}, 34, 0.3f))}, {"c3"}, 13);
+  auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
+  shape->data_as<int64_t>()[0] = 1;
+  shape->data_as<int64_t>()[1] = 144;
+  Node* flat = g->AddNode("Reshape", "flat", {c3->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
+  Node* fc = g->AddNode("MatMul", "fc", {flat->output(0), g->AddConstant("wf", Random({144, 10}, 35, 0.2f))}, {"y"}, 13);
+  g->AddOutput(fc->output(0));
+  EXPECT_TRUE(InferTypes(*g).ok());
+  return g;
+}
+
+double SnrDb(const Tensor& reference, const Tensor& got) {
+  double signal = 0, noise = 0;
+  for (int64_t i = 0; i < reference.num_elements(); ++i) {
+    const double r = reference.data_as<float>()[i], e = got.data_as<float>()[i] - r;
+    signal += r * r;
+    noise += e * e;
+  }
+  return 10 * std::log10(signal / std::max(noise, 1e-30));
+}
+
+// Post-training quantization (the quantize pass in kInt8Pipeline) on SmallCnn, calibrated on
+// 8 random samples, run on another: every Conv and the MatMul become integer ops (or
+// stay f32 when kept), and the output keeps its signal (SNR against the f32 graph) with
+// each calibration method.
+TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
+  QuantizationConfig config;
+  for (uint32_t s = 0; s < 8; ++s) config.calibration.push_back({*Random({1, 3, 12, 12}, 100 + s)});
+  auto input = Random({1, 3, 12, 12}, 7);
+  auto reference = RunGraph(*SmallCnn(), {*input});
+  ASSERT_TRUE(reference.ok());
+  for (CalibrationMethod method : {CalibrationMethod::kMinMax, CalibrationMethod::kPercentile, CalibrationMethod::kEntropy}) {
+    SCOPED_TRACE(CalibrationMethodName(method));
+    config.method = method;
+    auto g = SmallCnn();
+    PassContext ctx;
+    ctx.quantization = &config;
+    auto stats = RunPipeline(*g, kInt8Pipeline, {}, ctx);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(ctx.quantization_summary.quantized_nodes, 4);
+    std::map<std::string, int> ops;
+    for (const Node* node : g->nodes()) ++ops[node->op()];
+    EXPECT_EQ(ops["QLinearConv"], 3);
+    EXPECT_EQ(ops["QLinearMatMul"], 0);  // its output is the graph's: the f32 result stays
+    EXPECT_EQ(ops["Conv"], 0);
+    const std::vector<Tensor> outs = RunArtifact(*g, "", *input, {1, 2}, Int8Targets().back());
+    ASSERT_EQ(outs.size(), 2u);
+    // (Entropy clips the sparse tails of 8 samples' histograms harder than the other two.)
+    const double min_snr_db = method == CalibrationMethod::kEntropy ? 18.0 : 25.0;
+    for (const Tensor& out : outs) EXPECT_GT(SnrDb((*reference)[0], out), min_snr_db);
+  }
+  // --keep-float: conv2 stays f32 (its neighbours still quantized).
+  config.method = CalibrationMethod::kMinMax;
+  config.keep_float = {"conv2"};
+  auto g = SmallCnn();
+  PassContext ctx;
+  ctx.quantization = &config;
+  ASSERT_TRUE(RunPipeline(*g, kInt8Pipeline, {}, ctx).ok());
+  std::map<std::string, int> ops;
+  for (const Node* node : g->nodes()) ++ops[node->op()];
+  EXPECT_EQ(ops["QLinearConv"], 2);
+  EXPECT_EQ(ctx.quantization_summary.kept_float.size(), 1u);
+  // No calibration: a clear error.
+  QuantizationConfig empty;
+  PassContext no_data;
+  no_data.quantization = &empty;
+  auto failed = RunPipeline(*SmallCnn(), "quantize", {}, no_data);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("--calibration"), std::string::npos) << failed.status();
 }
 
 TEST(QuantTest, ScaleOfTheWrongLengthNamesTheNode) {

@@ -29,6 +29,10 @@ struct CompileOptions {
   // Progress callback: phase name ("import", "passes", "tune", "codegen") as each starts.
   std::function<void(const std::string& phase)> on_phase;
   TuneOptions tune;  // --tune: time algorithm candidates on this machine (target host only)
+  // "fp32" (default) or "int8": post-training quantization calibrated on
+  // quantization.calibration (kInt8Pipeline when `pipeline` is the default).
+  std::string precision = "fp32";
+  QuantizationConfig quantization;
 };
 
 struct CompileResult {
@@ -41,9 +45,15 @@ struct CompileResult {
   std::unique_ptr<Graph> graph;  // the optimised graph
   double import_ms = 0, passes_ms = 0, codegen_ms = 0;
   TuneResult tuning;
+  QuantizationSummary quantization;  // precision int8
 };
 
 absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options);
+
+// Calibration samples from a directory: one subdirectory per sample (sorted by name) with
+// input_<i>.pb for each graph input i, as ONNX test data sets are laid out; or, for a model
+// with one input, one TensorProto file (*.pb) per sample.
+absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const std::string& dir);
 
 // Parses "name=1x3x224x224" into the input_shapes map.
 absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes);

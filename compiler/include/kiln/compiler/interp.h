@@ -3,6 +3,7 @@
 // validation and the conformance runner's interpreter mode.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,7 +16,10 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node,
                                                  const std::vector<const Tensor*>& inputs);
 
 // Runs the graph on `inputs` (in graph-input order) and returns the graph outputs.
+// `observe`, when given, sees every graph input and node output as it is computed
+// (calibration for quantization reads activation ranges this way).
 absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph,
-                                             const std::vector<Tensor>& inputs);
+                                             const std::vector<Tensor>& inputs,
+                                             const std::function<void(const Value*, const Tensor&)>& observe = nullptr);
 
 }  // namespace kiln

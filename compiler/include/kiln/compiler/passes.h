@@ -32,9 +32,34 @@ struct MemoryPlan {
   int64_t views = 0;        // results that share their input's buffer
 };
 
+// Post-training quantization (the quantize pass): how activation ranges are calibrated.
+enum class CalibrationMethod { kMinMax, kPercentile, kEntropy };
+
+struct QuantizationConfig {
+  CalibrationMethod method = CalibrationMethod::kMinMax;
+  double percentile = 99.99;  // kPercentile: the share of values the range keeps
+  // Calibration samples, each one tensor per graph input in graph-input order.
+  std::vector<std::vector<Tensor>> calibration;
+  std::set<std::string> keep_float;  // node names the user keeps in f32
+};
+
+// What the quantize pass did, for the compile report.
+struct QuantizationSummary {
+  int64_t quantized_nodes = 0;
+  int64_t calibration_samples = 0;
+  std::string method;
+  std::vector<std::string> kept_float;  // "node (why)"
+};
+
+// "minmax", "percentile", "entropy".
+absl::StatusOr<CalibrationMethod> ParseCalibrationMethod(const std::string& text);
+const char* CalibrationMethodName(CalibrationMethod method);
+
 struct PassContext {
   MemoryPlan memory_plan;
   bool has_memory_plan = false;
+  const QuantizationConfig* quantization = nullptr;  // input to the quantize pass
+  QuantizationSummary quantization_summary;         // its output
 };
 
 class Pass {
@@ -61,6 +86,10 @@ std::vector<PassInfo> RegisteredPasses();
 
 constexpr const char kDefaultPipeline[] =
     "fold-qdq,fold-constants,simplify,cse,dce,fold-batchnorm,fuse,dce,layout,plan-memory";
+// --precision int8: quantize (calibrated QDQ) after BatchNorm folding, then fold-qdq turns
+// the QDQ pairs into integer ops.
+constexpr const char kInt8Pipeline[] =
+    "fold-constants,simplify,cse,dce,fold-batchnorm,quantize,fold-qdq,fold-constants,dce,fuse,dce,layout,plan-memory";
 
 struct PassStats {
   std::string name;

@@ -1,0 +1,320 @@
+// quantize: post-training static quantization to QDQ form. Runs the (f32, BatchNorm-folded)
+// graph in the reference interpreter over the calibration samples, takes each activation's
+// range (min/max, a percentile, or the KL-divergence threshold), and rewrites every Conv
+// and MatMul with a constant f32 weight, unless the user keeps it in f32:
+//   %y = Conv(%x, W, B) ; [%r = Relu(%y)]
+//     =>  %xq = QuantizeLinear(%x, sx, zx) ; %xd = DequantizeLinear(%xq, sx, zx)
+//         %wd = DequantizeLinear(Wq, sw) {axis=0}          Wq = rint(W / sw), sw per channel
+//         %y' = Conv(%xd, %wd, B) ; [%r' = Relu(%y')] ; %yq = QuantizeLinear(.., sy, zy)
+//         %yd = DequantizeLinear(%yq, sy, zy)   (read by everything that read %y or %r)
+// Activations are u8, asymmetric, per tensor, with 0 inside the range (zero padding and
+// ReLU stay exact); weights s8, symmetric (zero point 0, [-127, 127]) per output channel
+// (a MatMul's B per column). Each tensor is quantized once, at its producer, so a chain of
+// convs reads DequantizeLinear outputs and fold-qdq turns each into a QLinearConv; ops
+// between (Add, pooling) run in f32 on the dequantized values.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/interp.h"
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+
+absl::StatusOr<CalibrationMethod> ParseCalibrationMethod(const std::string& text) {
+  if (text == "minmax") return CalibrationMethod::kMinMax;
+  if (text == "percentile") return CalibrationMethod::kPercentile;
+  if (text == "entropy") return CalibrationMethod::kEntropy;
+  return absl::InvalidArgumentError(absl::StrCat("calibration method '", text, "' is not one of minmax, percentile, entropy"));
+}
+
+const char* CalibrationMethodName(CalibrationMethod method) {
+  switch (method) {
+    case CalibrationMethod::kPercentile: return "percentile";
+    case CalibrationMethod::kEntropy: return "entropy";
+    default: return "minmax";
+  }
+}
+
+namespace {
+
+constexpr int kHistogramBins = 2048;
+
+// One activation's statistics over the calibration samples.
+struct Observed {
+  double lo = INFINITY, hi = -INFINITY;
+  std::vector<double> histogram;  // kHistogramBins over [lo, hi] (second pass)
+};
+
+bool IsQuantizable(const Node* node) {
+  if (node->outputs().size() != 1) return false;
+  const Value* x = node->input(0);
+  const Value* w = node->input(1);
+  if (x == nullptr || w == nullptr || x->is_constant() || x->type().dtype != DType::kFloat32 || !x->type().IsStatic() || !w->is_constant() ||
+      w->type().dtype != DType::kFloat32) {
+    return false;
+  }
+  for (const auto& [key, value] : node->attrs()) {
+    if (key.rfind("kiln.", 0) == 0) return false;
+  }
+  if (node->op() == "Conv") {
+    if (node->inputs().size() > 3 || (node->input(2) != nullptr && !node->input(2)->is_constant())) return false;
+    const size_t rank = w->type().shape.size();
+    return rank == 3 || rank == 4;
+  }
+  return node->op() == "MatMul" && node->inputs().size() == 2 && w->type().shape.size() == 2;
+}
+
+// The range kept of an observed tensor by the calibration method, always holding 0.
+std::pair<double, double> ChooseRange(const Observed& o, const QuantizationConfig& config) {
+  double lo = std::min(o.lo, 0.0), hi = std::max(o.hi, 0.0);
+  if (config.method == CalibrationMethod::kMinMax || o.histogram.empty() || !(o.hi > o.lo)) return {lo, hi};
+  const double width = (o.hi - o.lo) / kHistogramBins;
+  double total = 0;
+  for (double c : o.histogram) total += c;
+  if (total <= 0) return {lo, hi};
+  if (config.method == CalibrationMethod::kPercentile) {
+    // The lower and upper (100 - p) / 2 % tails are clipped (for a one-sided ReLU output,
+    // the whole 100 - p at the top; its lower bound is 0 anyway).
+    const double tail = (100.0 - config.percentile) / 100.0 * total / (o.lo >= 0 ? 1 : 2);
+    double seen = 0;
+    int first = 0, last = kHistogramBins - 1;
+    for (; first < kHistogramBins - 1 && seen + o.histogram[first] <= tail; ++first) seen += o.histogram[first];
+    seen = 0;
+    for (; last > first && seen + o.histogram[last] <= tail; --last) seen += o.histogram[last];
+    return {std::min(o.lo + first * width, 0.0), std::max(o.lo + (last + 1) * width, 0.0)};
+  }
+  // Entropy: the upper bound whose 255-level quantization of the clipped distribution
+  // (the mass past it folded into the last bin) diverges least (KL) from the distribution,
+  // as TensorRT calibrates; the lower bound scales with it for two-sided tensors.
+  const int zero_bin = std::clamp(static_cast<int>(std::floor(-o.lo / width)), 0, kHistogramBins - 1);
+  const int above = kHistogramBins - zero_bin;  // bins from 0 to the max
+  constexpr int kLevels = 255;
+  if (above <= kLevels) return {lo, hi};
+  double best = INFINITY;
+  int best_end = above;
+  for (int end = kLevels; end <= above; end += 8) {
+    // p: the distribution clipped at `end`, the mass past it folded into its last bin; q:
+    // the clipped bins without that mass merged into kLevels levels, each level's mass
+    // spread over its nonempty bins (what quantizing at this range keeps). At end = kLevels
+    // q differs from p only by the folded outliers, so clipping is weighed against rounding.
+    std::vector<double> clipped(o.histogram.begin() + zero_bin, o.histogram.begin() + zero_bin + end);
+    clipped[0] = 0;  // values at 0 (a ReLU's half of them) stay exact at any range: not weighed
+    std::vector<double> p = clipped;
+    for (int i = zero_bin + end; i < kHistogramBins; ++i) p.back() += o.histogram[i];
+    std::vector<double> q(end, 0.0);
+    for (int level = 0; level < kLevels; ++level) {
+      const int b0 = level * end / kLevels, b1 = (level + 1) * end / kLevels;
+      double mass = 0;
+      int nonzero = 0;
+      for (int i = b0; i < b1; ++i) {
+        mass += clipped[i];
+        nonzero += clipped[i] > 0;
+      }
+      for (int i = b0; i < b1 && nonzero > 0; ++i) q[i] = clipped[i] > 0 ? mass / nonzero : 0;
+    }
+    double sp = 0, sq = 0;
+    for (int i = 0; i < end; ++i) {
+      sp += p[i];
+      sq += q[i];
+    }
+    double kl = 0;
+    for (int i = 0; i < end; ++i) {
+      if (p[i] <= 0) continue;
+      const double pi = p[i] / sp, qi = q[i] / sq;
+      kl += qi > 0 ? pi * std::log(pi / qi) : pi * 30.0;  // an empty level where p has mass: heavily penalised
+    }
+    if (kl < best) {
+      best = kl;
+      best_end = end;
+    }
+  }
+  const double upper = best_end * width;  // above 0
+  const double scale = upper / std::max(hi, 1e-30);
+  return {lo * std::min(scale, 1.0), upper};
+}
+
+// u8 scale and zero point for a range holding 0.
+std::pair<float, uint8_t> ActivationParams(double lo, double hi) {
+  const double span = hi - lo;
+  if (!(span > 0)) return {1.f, 0};
+  const float scale = static_cast<float>(span / 255.0);
+  const double zero = std::nearbyint(-lo / scale);
+  return {scale, static_cast<uint8_t>(std::clamp(zero, 0.0, 255.0))};
+}
+
+class Quantize : public Pass {
+ public:
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
+    const QuantizationConfig* config = context.quantization;
+    if (config == nullptr || config->calibration.empty()) {
+      return absl::InvalidArgumentError(
+          "the quantize pass needs calibration samples (kiln compile --precision int8 --calibration DIR)");
+    }
+    QuantizationSummary& summary = context.quantization_summary;
+    summary.method = CalibrationMethodName(config->method);
+    summary.calibration_samples = static_cast<int64_t>(config->calibration.size());
+    // The nodes to quantize and, for each, the tensor its QuantizeLinear goes after: its
+    // output, or the Relu's that alone reads it.
+    std::vector<Node*> targets;
+    std::map<const Value*, Observed> observed;
+    std::map<Node*, Value*> input_of, result_of;  // as they were before any rewriting
+    for (Node* node : graph.nodes()) {
+      if (node->op() == "Gemm") summary.kept_float.push_back(node->name() + " (Gemm: not quantized)");
+      if (node->op() != "Conv" && node->op() != "MatMul") continue;
+      if (config->keep_float.count(node->name())) {
+        summary.kept_float.push_back(node->name() + " (--keep-float)");
+        continue;
+      }
+      if (!IsQuantizable(node)) {
+        summary.kept_float.push_back(node->name() + " (not a 2-D/1-D Conv or MatMul with a constant f32 weight)");
+        continue;
+      }
+      Value* result = node->output(0);
+      const std::vector<Node*> users = graph.Users(result);
+      if (users.size() == 1 && users[0]->op() == "Relu" && !graph.IsGraphOutput(result)) result = users[0]->output(0);
+      targets.push_back(node);
+      input_of[node] = node->input(0);
+      result_of[node] = result;
+      observed[node->input(0)];
+      observed[result];
+    }
+    for (const std::string& name : config->keep_float) {
+      bool found = false;
+      for (const Node* node : graph.nodes()) found |= node->name() == name;
+      if (!found) return absl::InvalidArgumentError(absl::StrCat("--keep-float: the graph has no node '", name, "'"));
+    }
+    if (targets.empty()) return false;
+    if (auto st = Calibrate(graph, *config, observed); !st.ok()) return st;
+
+    // One QuantizeLinear/DequantizeLinear pair per activation, after its producer.
+    std::map<const Value*, Value*> dequantized;
+    auto quantize_value = [&](Value* v) -> Value* {
+      auto it = dequantized.find(v);
+      if (it != dequantized.end()) return it->second;
+      const auto [lo, hi] = ChooseRange(observed[v], *config);
+      const auto [scale, zero] = ActivationParams(lo, hi);
+      auto s = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+      s->data_as<float>()[0] = scale;
+      auto z = std::make_shared<Tensor>(DType::kUInt8, std::vector<int64_t>{});
+      z->data_as<uint8_t>()[0] = zero;
+      Value* sv = graph.AddConstant(graph.UniqueName(v->name() + ".scale"), s);
+      Value* zv = graph.AddConstant(graph.UniqueName(v->name() + ".zero_point"), z);
+      const std::vector<Node*> readers = graph.Users(v);
+      Node* anchor = v->producer() != nullptr ? NextNode(graph, v->producer()) : FirstNode(graph);
+      Node* q = InsertBefore(graph, anchor, "QuantizeLinear", v->name() + ".quantize", {v, sv, zv}, v->name() + ".q");
+      q->output(0)->set_type(TensorType::Static(DType::kUInt8, v->type().StaticDims()));
+      Node* dq = InsertBefore(graph, anchor, "DequantizeLinear", v->name() + ".dequantize", {q->output(0), sv, zv}, v->name() + ".dq");
+      dq->output(0)->set_type(v->type());
+      for (Node* reader : readers) {
+        for (size_t i = 0; i < reader->inputs().size(); ++i) {
+          if (reader->input(i) == v) reader->set_input(i, dq->output(0));
+        }
+      }
+      dequantized[v] = dq->output(0);
+      return dq->output(0);
+    };
+    for (Node* node : targets) {
+      // (An earlier target's result may be this one's input: its readers, this node among
+      // them, already read the dequantized value, which quantize_value finds by the
+      // original.)
+      quantize_value(input_of[node]);
+      QuantizeWeight(graph, node);
+      quantize_value(result_of[node]);
+      ++summary.quantized_nodes;
+    }
+    return true;
+  }
+
+ private:
+  // Two passes over the samples: ranges, then (percentile, entropy) histograms over them.
+  static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config, std::map<const Value*, Observed>& observed) {
+    for (int pass = 0; pass < (config.method == CalibrationMethod::kMinMax ? 1 : 2); ++pass) {
+      for (const std::vector<Tensor>& sample : config.calibration) {
+        auto observe = [&](const Value* v, const Tensor& t) {
+          auto it = observed.find(v);
+          if (it == observed.end() || t.dtype() != DType::kFloat32) return;
+          Observed& o = it->second;
+          const float* data = t.data_as<float>();
+          if (pass == 0) {
+            for (int64_t i = 0; i < t.num_elements(); ++i) {
+              if (std::isfinite(data[i])) {
+                o.lo = std::min(o.lo, static_cast<double>(data[i]));
+                o.hi = std::max(o.hi, static_cast<double>(data[i]));
+              }
+            }
+            return;
+          }
+          if (!(o.hi > o.lo)) return;
+          o.histogram.resize(kHistogramBins);
+          const double per_bin = kHistogramBins / (o.hi - o.lo);
+          for (int64_t i = 0; i < t.num_elements(); ++i) {
+            if (!std::isfinite(data[i])) continue;
+            const int bin = std::clamp(static_cast<int>((data[i] - o.lo) * per_bin), 0, kHistogramBins - 1);
+            o.histogram[bin] += 1;
+          }
+        };
+        auto run = RunGraph(graph, sample, observe);
+        if (!run.ok()) return absl::Status(run.status().code(), absl::StrCat("calibration: ", run.status().message()));
+      }
+    }
+    for (auto& [value, o] : observed) {
+      if (!(o.lo <= o.hi)) o.lo = o.hi = 0;  // never seen finite: an empty range
+    }
+    return absl::OkStatus();
+  }
+
+  // W -> DequantizeLinear(Wq, sw): s8 symmetric per output channel (Conv axis 0, MatMul's
+  // B axis 1).
+  static void QuantizeWeight(Graph& graph, Node* node) {
+    Value* w = node->input(1);
+    const std::vector<int64_t> wd = w->type().StaticDims();
+    const bool conv = node->op() == "Conv";
+    const int64_t channels = conv ? wd[0] : wd[1];
+    const int64_t n = w->constant()->num_elements();
+    const float* data = w->constant()->data_as<float>();
+    auto channel_of = [&](int64_t i) { return conv ? i / (n / channels) : i % channels; };
+    std::vector<double> amax(channels, 0.0);
+    for (int64_t i = 0; i < n; ++i) amax[channel_of(i)] = std::max(amax[channel_of(i)], std::fabs(static_cast<double>(data[i])));
+    auto scales = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{channels});
+    for (int64_t c = 0; c < channels; ++c) scales->data_as<float>()[c] = amax[c] > 0 ? static_cast<float>(amax[c] / 127.0) : 1.f;
+    auto q = std::make_shared<Tensor>(DType::kInt8, wd);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = std::nearbyint(data[i] / scales->data_as<float>()[channel_of(i)]);
+      q->data_as<int8_t>()[i] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+    }
+    Value* wq = graph.AddConstant(graph.UniqueName(w->name() + ".int8"), q);
+    Value* ws = graph.AddConstant(graph.UniqueName(w->name() + ".scale"), scales);
+    Node* dq = InsertBefore(graph, node, "DequantizeLinear", w->name() + ".dequantize", {wq, ws}, w->name() + ".dq");
+    dq->mutable_attrs()["axis"] = int64_t{conv ? 0 : 1};
+    dq->output(0)->set_type(w->type());
+    node->set_input(1, dq->output(0));
+  }
+
+  static Node* InsertBefore(Graph& graph, Node* anchor, const std::string& op, const std::string& name, std::vector<Value*> inputs,
+                            const std::string& output) {
+    if (anchor == nullptr) return graph.AddNode(op, graph.UniqueName(name), std::move(inputs), {graph.UniqueName(output)}, 13);
+    return graph.InsertNodeBefore(anchor, op, graph.UniqueName(name), std::move(inputs), {graph.UniqueName(output)}, 13);
+  }
+
+  static Node* FirstNode(const Graph& graph) { return graph.nodes().front(); }
+
+  // The node after `node` in graph order (new nodes go before it, so after `node`); null
+  // when `node` is the last.
+  static Node* NextNode(const Graph& graph, const Node* node) {
+    const std::vector<Node*> nodes = graph.nodes();
+    for (size_t i = 0; i + 1 < nodes.size(); ++i) {
+      if (nodes[i] == node) return nodes[i + 1];
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(Quantize, "quantize",
+                   "post-training int8 quantization: calibrate activation ranges on the calibration samples and "
+                   "put QuantizeLinear/DequantizeLinear around Conv and MatMul (needs --precision int8 --calibration)")
+
+}  // namespace kiln

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# End to end through the kiln CLI: post-training int8 quantization of the sample model with
+# a calibration directory, the compile report's quantization section, the int8 artifact's
+# output against the fp32 one, and the errors a user gets for missing or bad calibration.
+set -euo pipefail
+kiln=$1
+root=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+/usr/bin/python3 "$root/clients/examples/make_sample_model.py" "$work/sample.onnx"
+# Calibration: 8 samples in the ONNX test-data layout (one directory each, input_0.pb).
+/usr/bin/python3 - "$work" <<'PY'
+import os, sys
+import numpy as np
+from onnx import numpy_helper
+work = sys.argv[1]
+rng = np.random.default_rng(11)
+for k in range(8):
+    os.makedirs(f"{work}/cal/sample_{k}")
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    open(f"{work}/cal/sample_{k}/input_0.pb", "wb").write(numpy_helper.from_array(x, "input").SerializeToString())
+os.makedirs(f"{work}/badcal/s0")
+x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+open(f"{work}/badcal/s0/input_0.pb", "wb").write(numpy_helper.from_array(x, "input").SerializeToString())
+PY
+"$kiln" compile "$work/sample.onnx" -o "$work/fp32.so"
+"$kiln" compile "$work/sample.onnx" -o "$work/int8.so" --precision int8 --calibration "$work/cal" \
+  --calibration-method percentile --report "$work/report.json" 2> "$work/compile.txt"
+grep -q "kiln: int8: 2 Conv/MatMul quantized (percentile calibration, 8 samples)" "$work/compile.txt"
+grep -q '"quantization": {"precision": "int8", "method": "percentile", "calibration_samples": 8, "quantized_nodes": 2, "kept_float": \["fc (Gemm: not quantized)"\]}' "$work/report.json"
+"$kiln" inspect "$work/int8.so" | grep -q '"precision": "int8"'
+for so in fp32 int8; do
+  "$kiln" run "$work/$so.so" --input input="$work/sample.input.pb" --output-dir "$work/out_$so"
+done
+/usr/bin/python3 - "$work/out_fp32/output_0.pb" "$work/out_int8/output_0.pb" <<'PY'
+import sys
+import numpy as np
+from onnx import TensorProto, numpy_helper
+def load(path):
+    t = TensorProto()
+    t.ParseFromString(open(path, "rb").read())
+    return numpy_helper.to_array(t)
+fp32, int8 = load(sys.argv[1]), load(sys.argv[2])
+assert fp32.max() < 0.999, "degenerate output"
+assert np.abs(fp32 - int8).max() < 0.02, np.abs(fp32 - int8).max()
+assert fp32.argmax() == int8.argmax()
+PY
+# --keep-float leaves a node in f32.
+"$kiln" compile "$work/sample.onnx" -o "$work/keep.so" --precision int8 --calibration "$work/cal" --keep-float conv2 \
+  2> "$work/compile.txt"
+grep -q "int8: 1 Conv/MatMul quantized .*2 kept in f32: conv2 (--keep-float), fc (Gemm: not quantized)" "$work/compile.txt"
+
+# Errors name the problem and exit non-zero.
+status=0; "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 2> "$work/err.txt" || status=$?
+[ "$status" -eq 2 ] && grep -q "needs --calibration DIR" "$work/err.txt"
+status=0; "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --calibration "$work/cal" 2> "$work/err.txt" || status=$?
+[ "$status" -eq 2 ] && grep -q "\-\-calibration goes with --precision int8" "$work/err.txt"
+status=0; "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 --calibration "$work/cal" --calibration-method mean \
+  2> "$work/err.txt" || status=$?
+[ "$status" -eq 2 ] && grep -q "calibration method 'mean' is not one of minmax, percentile, entropy" "$work/err.txt"
+if "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 --calibration "$work/nowhere" 2> "$work/err.txt"; then exit 1; fi
+grep -q "calibration directory '$work/nowhere' does not exist" "$work/err.txt"
+if "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 --calibration "$work/badcal" 2> "$work/err.txt"; then exit 1; fi
+grep -q "calibration sample 0, input 0 ('input'): f32\[1,3,16,16\] where the model takes f32\[1,3,32,32\]" "$work/err.txt"
+if "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 --calibration "$work/cal" --keep-float convX 2> "$work/err.txt"; then exit 1; fi
+grep -q "the graph has no node 'convX'" "$work/err.txt"
+echo "e2e_cli_int8: ok"
