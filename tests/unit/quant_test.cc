@@ -123,6 +123,30 @@ TEST(QuantTest, DequantizeLinearPerAxis) {
   ExpectEverywhere(build, *input, want);
 }
 
+// Per-tensor QuantizeLinear then DequantizeLinear over 70000 elements (the kernels split a
+// long row into pieces for the pool): the round trip of each element, exactly.
+TEST(QuantTest, LongPerTensorRoundTrip) {
+  auto input = FloatsIn({70000}, -3.f, 3.f, 9);
+  auto build = [&] {
+    auto g = std::make_unique<Graph>();
+    Value* in = g->AddValue("x", TensorType::Static(DType::kFloat32, {70000}));
+    g->AddInput(in);
+    Value* s = g->AddConstant("s", Filled<float>(DType::kFloat32, {}, {0.02f}));
+    Value* z = g->AddConstant("z", Filled<int8_t>(DType::kInt8, {}, {-5}));
+    Node* q = g->AddNode("QuantizeLinear", "q", {in, s, z}, {"q"}, 13);
+    Node* dq = g->AddNode("DequantizeLinear", "dq", {q->output(0), s, z}, {"y"}, 13);
+    g->AddOutput(dq->output(0));
+    EXPECT_TRUE(InferTypes(*g).ok());
+    return g;
+  };
+  std::vector<double> want;
+  for (int64_t i = 0; i < 70000; ++i) {
+    const float q = std::min(127.f, std::max(-128.f, std::nearbyint(input->data_as<float>()[i] / 0.02f) - 5.f));
+    want.push_back(static_cast<float>(static_cast<int32_t>(q) + 5) * 0.02f);
+  }
+  ExpectEverywhere(build, *input, want);
+}
+
 // QLinearMatMul: A [2, 3, 13] u8 (the input; batch broadcast against a 2-D B), B [13, 17]
 // i8 with one scale and zero point per column, A's per row. MatMulInteger on the same
 // operands, int32 out.

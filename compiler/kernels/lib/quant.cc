@@ -55,16 +55,32 @@ KILN_KERNEL(quantize_linear) {
   const int64_t outer = call->ints[0], channels = call->ints[1], inner = call->ints[2];
   const float* x = static_cast<const float*>(X.data);
   const float* s = static_cast<const float*>(scale.data);
+  const int64_t rows = outer * channels;
+  const int64_t pieces = rows == 1 && inner > 32768 ? (inner + 16383) / 16384 : 1;
+  const int64_t piece = (inner + pieces - 1) / pieces;
   auto body = [=](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {  // row = (o, c)
-      const int64_t c = row % channels;
+    for (int64_t job = begin; job < end; ++job) {  // (row = (o, c), piece of it)
+      const int64_t row = job / pieces, c = row % channels;
+      const int64_t i0 = row * inner + job % pieces * piece;
+      const int64_t i1 = i0 + piece < (row + 1) * inner ? i0 + piece : (row + 1) * inner;
       const float sc = s[PerChannel(scale, c)];
       const float z = zp.data != nullptr ? static_cast<float>(LoadInt(zp.data, zp.dtype, PerChannel(zp, c))) : 0.f;
-      const float* xr = x + row * inner;
-      for (int64_t i = 0; i < inner; ++i) StoreSaturated(Y.data, Y.dtype, row * inner + i, rintf(xr[i] / sc) + z);
+      if (Y.dtype == kU8) {
+        uint8_t* y = static_cast<uint8_t*>(Y.data);
+        for (int64_t i = i0; i < i1; ++i) {
+          const float v = rintf(x[i] / sc) + z;
+          y[i] = static_cast<uint8_t>(v < 0.f ? 0.f : (v > 255.f ? 255.f : v));
+        }
+      } else {
+        int8_t* y = static_cast<int8_t*>(Y.data);
+        for (int64_t i = i0; i < i1; ++i) {
+          const float v = rintf(x[i] / sc) + z;
+          y[i] = static_cast<int8_t>(v < -128.f ? -128.f : (v > 127.f ? 127.f : v));
+        }
+      }
     }
   };
-  ParallelFor(call, outer * channels, 1, body);
+  ParallelFor(call, rows * pieces, 1, body);
   return KILN_KERR_OK;
 }
 
@@ -79,17 +95,31 @@ KILN_KERNEL(dequantize_linear) {
   const int64_t outer = call->ints[0], channels = call->ints[1], inner = call->ints[2];
   const float* s = static_cast<const float*>(scale.data);
   float* y = static_cast<float*>(Y.data);
+  // One loop per element type, so each vectorizes; rows of a per-tensor scale split into
+  // pieces so the pool has work to share.
+  const int64_t rows = outer * channels;
+  const int64_t pieces = rows == 1 && inner > 32768 ? (inner + 16383) / 16384 : 1;
+  const int64_t piece = (inner + pieces - 1) / pieces;
   auto body = [=](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t c = row % channels;
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t row = job / pieces, c = row % channels;
+      const int64_t i0 = row * inner + job % pieces * piece;
+      const int64_t i1 = i0 + piece < (row + 1) * inner ? i0 + piece : (row + 1) * inner;
       const float sc = s[PerChannel(scale, c)];
       const int32_t z = zp.data != nullptr ? LoadInt(zp.data, zp.dtype, PerChannel(zp, c)) : 0;
-      for (int64_t i = row * inner; i < (row + 1) * inner; ++i) {
-        y[i] = static_cast<float>(LoadInt(X.data, X.dtype, i) - z) * sc;
+      if (X.dtype == kU8) {
+        const uint8_t* x = static_cast<const uint8_t*>(X.data);
+        for (int64_t i = i0; i < i1; ++i) y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - z) * sc;
+      } else if (X.dtype == kI8) {
+        const int8_t* x = static_cast<const int8_t*>(X.data);
+        for (int64_t i = i0; i < i1; ++i) y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - z) * sc;
+      } else {
+        const int32_t* x = static_cast<const int32_t*>(X.data);
+        for (int64_t i = i0; i < i1; ++i) y[i] = static_cast<float>(x[i] - z) * sc;
       }
     }
   };
-  ParallelFor(call, outer * channels, 1, body);
+  ParallelFor(call, rows * pieces, 1, body);
   return KILN_KERR_OK;
 }
 
