@@ -13,6 +13,12 @@ namespace {
 
 bool IsQuantized(DType d) { return d == DType::kUInt8 || d == DType::kInt8; }
 
+// What an integer convolution writes (the qconv kernel's mode int): the int32 sum
+// (ConvInteger), the requantized u8/s8 (QLinearConv), or the f32 value (sum * x_scale *
+// w_scale + an f32 bias: kiln.QLinearConvToFloat, fold-qdq's form for a Conv whose result
+// stays f32).
+enum ConvMode : int64_t { kSumInt32 = 0, kRequantize = 1, kToFloat = 2 };
+
 int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   return std::accumulate(dims.begin() + begin, dims.begin() + end, int64_t{1}, std::multiplies<int64_t>());
 }
@@ -148,16 +154,16 @@ absl::Status InferIntegerConv(InferContext& ctx, size_t x, size_t w, DType out) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<KernelOperand> inputs, bool requantize) {
+absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<KernelOperand> inputs, ConvMode mode) {
   const std::vector<int64_t> xd = StaticDims(node.input(0));
-  const size_t w_input = requantize ? 3 : 1;
+  const size_t w_input = mode == kSumInt32 ? 1 : 3;
   auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(StaticDims(node.input(w_input)))), false);
   if (!win.ok()) return win.status();
   KernelCall call{"qconv", std::move(inputs), {node.GetInt("group", 1)}, {}};
   AppendWindow(call.ints, *win);
-  // requantize, the plain layout (not QConvFast's), and fold-qdq's Relu (a clamp at Y's
+  // The mode, the plain layout (not QConvFast's), and fold-qdq's Relu (a clamp at Y's
   // zero point).
-  call.ints.insert(call.ints.end(), {requantize ? 1 : 0, 0, node.GetInt("kiln.relu", 0)});
+  call.ints.insert(call.ints.end(), {mode, 0, node.GetInt("kiln.relu", 0)});
   return call;
 }
 
@@ -182,13 +188,14 @@ int64_t IntAt(const Value* v, int64_t i) {
   return t->GetAsInt64(t->num_elements() > 1 ? i : 0);
 }
 
-absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node, bool requantize) {
-  const size_t w_in = requantize ? 3 : 1, xz_in = requantize ? 2 : 2, wz_in = requantize ? 5 : 3;
+absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node, ConvMode mode) {
+  const bool requantize = mode == kRequantize;
+  const size_t w_in = mode == kSumInt32 ? 1 : 3, xz_in = 2, wz_in = mode == kSumInt32 ? 3 : 5;
   const Value* x = node.input(0);
   const Value* w = node.input(w_in);
   auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
   if (!w->is_constant() || !constant_or_absent(xz_in) || !constant_or_absent(wz_in)) return std::nullopt;
-  if (requantize) {
+  if (mode != kSumInt32) {
     for (size_t i : {1, 4, 6, 7, 8}) {
       if (!constant_or_absent(i)) return std::nullopt;
     }
@@ -220,17 +227,17 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
         pw[(((grp * panels + panel) * steps + step) * kQPanelRows + r) * 4 + ic % 4] = static_cast<int8_t>(v);
       }
     }
-    const int64_t bias = requantize ? IntAt(node.input(8), oc) : 0;
+    const int64_t bias = requantize ? IntAt(node.input(8), oc) : 0;  // (kToFloat: an f32 bias, added last)
     const int64_t offset = bias - zx * weight_sum;
     if (offset < INT32_MIN || offset > INT32_MAX) return std::nullopt;
     offsets->data_as<int32_t>()[oc] = static_cast<int32_t>(offset);
     float multiplier = 0.f;
-    if (requantize) {
+    if (mode != kSumInt32) {
       const float xs = static_cast<float>(node.input(1)->constant()->GetAsDouble(0));
       const Tensor* ws = node.input(4)->constant().get();
       const float wsc = static_cast<float>(ws->GetAsDouble(ws->num_elements() > 1 ? oc : 0));
-      const float ys = static_cast<float>(node.input(6)->constant()->GetAsDouble(0));
-      multiplier = xs * wsc / ys;
+      multiplier = xs * wsc;
+      if (requantize) multiplier = multiplier / static_cast<float>(node.input(6)->constant()->GetAsDouble(0));
     }
     multipliers->data_as<float>()[oc] = multiplier;
   }
@@ -238,13 +245,14 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   if (!win.ok()) return win.status();
   KernelCall call{"qconv", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
                   {group}, {}};
+  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
   AppendWindow(call.ints, *win);
   const DType y_type = node.output(0)->type().dtype;
   const int64_t y_zero = requantize ? IntAt(node.input(7), 0) : 0;
   int64_t lo = y_type == DType::kUInt8 ? 0 : -128;
   const int64_t hi = y_type == DType::kUInt8 ? 255 : 127;
   if (node.GetInt("kiln.relu", 0) == 1) lo = std::max(lo, y_zero);
-  call.ints.insert(call.ints.end(), {requantize ? 1 : 0, 1, zx, x_signed ? 1 : 0, y_zero, lo, hi});
+  call.ints.insert(call.ints.end(), {mode, 1, zx, x_signed ? 1 : 0, y_zero, lo, hi});
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;
@@ -361,8 +369,8 @@ void RegisterQuantOps(Registry& registry) {
       }
       return absl::OkStatus();
     };
-    s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), false); };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, false); };
+    s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), kSumInt32); };
+    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kSumInt32); };
     registry.Add(std::move(s));
   }
 
@@ -392,9 +400,39 @@ void RegisterQuantOps(Registry& registry) {
       return LowerIntegerConv(node,
                               {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
                                Input(node, 6), Input(node, 7), Input(node, 8)},
-                              true);
+                              kRequantize);
     };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, true); };
+    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
+    registry.Add(std::move(s));
+  }
+
+  {
+    // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
+    // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
+    // QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
+    OpSchema s;
+    s.name = "kiln.QLinearConvToFloat";
+    s.min_inputs = 6;
+    s.max_inputs = 7;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = InferIntegerConv(ctx, 0, 3, DType::kFloat32); !st.ok()) return st;
+      const int64_t out_channels = ctx.type(3).StaticDims()[0];
+      if (auto st = CheckScale(ctx, 1, 2, "x", {ctx.type(0).dtype}, 1); !st.ok()) return st;
+      if (auto st = CheckScale(ctx, 4, 5, "w", {ctx.type(3).dtype}, out_channels); !st.ok()) return st;
+      if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
+                               ctx.type(6).StaticDims() != std::vector<int64_t>{out_channels})) {
+        return NodeError(ctx.node, absl::StrCat("B must be float [", out_channels, "]"));
+      }
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) {
+      // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
+      return LowerIntegerConv(node,
+                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
+                               KernelOperand{}, KernelOperand{}, Input(node, 6)},
+                              kToFloat);
+    };
+    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };
     registry.Add(std::move(s));
   }
 }

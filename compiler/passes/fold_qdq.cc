@@ -8,11 +8,15 @@
 //   %a = DequantizeLinear(%aq, as, az) ; %b = DequantizeLinear(Bq, bs, bz)
 //   %m = MatMul(%a, %b) ; %yq = QuantizeLinear(%m, ys, yz)
 //     =>  %yq = QLinearMatMul(%aq, as, az, Bq, bs, bz, ys, yz)
+//   %x = DequantizeLinear(..) ; %w = DequantizeLinear(Wq, ..) ; %c = Conv(%x, %w, B)  (%c read
+//   by anything else: an Add, a pool, a graph output)
+//     =>  %c = kiln.QLinearConvToFloat(%xq, xs, xz, Wq, ws, wz, B)   (int8 sums, f32 out)
 // A Relu between the op and the QuantizeLinear folds as a clamp at yz: rint is monotonic
 // and maps 0 to 0, so Q(Relu(y)) = max(Q(y), yz). The weights, scales and zero points must
 // be constants; activations are quantized per tensor, weights per tensor or per output
 // channel. The dequantized tensors stay for any other reader (dce removes the rest).
-// Results match the QDQ graph up to rounding: the integer op sums exactly and rounds once.
+// A bias may be a constant or the DequantizeLinear of one. Results match the QDQ graph up to
+// rounding: the integer op sums exactly and rounds once.
 #include <cmath>
 
 #include "kiln/compiler/passes.h"
@@ -62,11 +66,20 @@ class FoldQdq : public Pass {
         relu = user;
         user = SoleUser(graph, relu->output(0));
       }
-      if (user == nullptr || user->op() != "QuantizeLinear" || !user->input(1)->is_constant() || !IsConstantOrAbsent(user->input(2)) ||
-          Elements(user->input(1)) != 1) {
+      const bool quantized_result = user != nullptr && user->op() == "QuantizeLinear" && user->input(1)->is_constant() &&
+                                    IsConstantOrAbsent(user->input(2)) && Elements(user->input(1)) == 1;
+      if (!WeightScaleFits(node, w_dq)) continue;
+      if (!quantized_result) {
+        // The result stays f32 (an Add, a pool or a graph output reads it): a Conv still
+        // runs as int8 and writes f32; a MatMul stays as it is.
+        if (node->op() != "Conv") continue;
+        Node* fused = FoldConvToFloat(graph, node, x_dq, w_dq);
+        if (fused == nullptr) continue;
+        graph.TakeOver(node->output(0), fused->output(0));
+        graph.RemoveNode(node);
+        changed = true;
         continue;
       }
-      if (!WeightScaleFits(node, w_dq)) continue;
       Node* fused = node->op() == "Conv" ? FoldConv(graph, node, x_dq, w_dq, user) : FoldMatMul(graph, node, x_dq, w_dq, user);
       if (fused == nullptr) continue;
       if (relu != nullptr) fused->mutable_attrs()["kiln.relu"] = int64_t{1};
@@ -106,14 +119,15 @@ class FoldQdq : public Pass {
     const int64_t out_channels = w->type().StaticDims()[0];
     // The bias as int32 at scale xs * ws[oc].
     Value* bias = nullptr;
-    if (Value* b = conv->input(2); b != nullptr) {
-      if (!b->is_constant() || b->type().dtype != DType::kFloat32 || Elements(b) != out_channels) return nullptr;
+    if (conv->input(2) != nullptr) {
+      std::shared_ptr<const Tensor> b = FloatBias(conv->input(2), out_channels);
+      if (b == nullptr) return nullptr;
       const float xs = static_cast<float>(x_dq->input(1)->constant()->GetAsDouble(0));
       const Tensor* ws = w_dq->input(1)->constant().get();
       auto quantized = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{out_channels});
       for (int64_t oc = 0; oc < out_channels; ++oc) {
         const float scale = xs * static_cast<float>(ws->GetAsDouble(ws->num_elements() > 1 ? oc : 0));
-        const double v = scale > 0.f ? std::nearbyint(b->constant()->GetAsDouble(oc) / scale) : 0.0;
+        const double v = scale > 0.f ? std::nearbyint(b->GetAsDouble(oc) / scale) : 0.0;
         if (!(std::fabs(v) < 2147483647.0)) return nullptr;
         quantized->data_as<int32_t>()[oc] = static_cast<int32_t>(v);
       }
@@ -138,6 +152,53 @@ class FoldQdq : public Pass {
     return fused;
   }
 
+  // A Conv's bias as f32 values: a constant, or the DequantizeLinear of a constant (as QDQ
+  // models store an int32 bias); null otherwise.
+  static std::shared_ptr<const Tensor> FloatBias(const Value* b, int64_t out_channels) {
+    if (b->type().dtype != DType::kFloat32 || !b->type().IsStatic() || b->type().StaticDims() != std::vector<int64_t>{out_channels}) {
+      return nullptr;
+    }
+    if (b->is_constant()) return b->constant();
+    const Node* dq = b->producer();
+    if (dq == nullptr || dq->op() != "DequantizeLinear" || !dq->input(0)->is_constant() || !dq->input(1)->is_constant() ||
+        !IsConstantOrAbsent(dq->input(2))) {
+      return nullptr;
+    }
+    const Tensor* q = dq->input(0)->constant().get();
+    const Tensor* s = dq->input(1)->constant().get();
+    const Tensor* z = dq->input(2) != nullptr ? dq->input(2)->constant().get() : nullptr;
+    auto values = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{out_channels});
+    for (int64_t oc = 0; oc < out_channels; ++oc) {
+      const int64_t zero = z != nullptr ? z->GetAsInt64(z->num_elements() > 1 ? oc : 0) : 0;
+      values->data_as<float>()[oc] =
+          static_cast<float>(q->GetAsInt64(oc) - zero) * static_cast<float>(s->GetAsDouble(s->num_elements() > 1 ? oc : 0));
+    }
+    return values;
+  }
+
+  static Node* FoldConvToFloat(Graph& graph, Node* conv, Node* x_dq, Node* w_dq) {
+    const int64_t out_channels = w_dq->input(0)->type().StaticDims()[0];
+    std::vector<Value*> inputs = {x_dq->input(0),
+                                  x_dq->input(1),
+                                  ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, conv->name() + ".x_zero_point"),
+                                  w_dq->input(0),
+                                  w_dq->input(1),
+                                  ZeroPoint(graph, w_dq, w_dq->input(0)->type().dtype, conv->name() + ".w_zero_point")};
+    if (conv->input(2) != nullptr) {
+      std::shared_ptr<const Tensor> b = FloatBias(conv->input(2), out_channels);
+      if (b == nullptr) return nullptr;
+      inputs.push_back(conv->input(2)->is_constant() ? conv->input(2) : graph.AddConstant(graph.UniqueName(conv->name() + ".bias"), b));
+    }
+    Node* fused = graph.InsertNodeBefore(conv, "kiln.QLinearConvToFloat", conv->name(), inputs,
+                                         {graph.UniqueName(conv->output(0)->name() + ".int8")}, conv->opset());
+    for (const char* key : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}) {
+      auto it = conv->attrs().find(key);
+      if (it != conv->attrs().end()) fused->mutable_attrs()[key] = it->second;
+    }
+    fused->output(0)->set_type(conv->output(0)->type());
+    return fused;
+  }
+
   static Node* FoldMatMul(Graph& graph, Node* matmul, Node* a_dq, Node* b_dq, Node* q) {
     if (b_dq->input(0)->type().shape.size() != 2) return nullptr;
     std::vector<Value*> inputs = {a_dq->input(0),
@@ -159,6 +220,7 @@ class FoldQdq : public Pass {
 
 KILN_REGISTER_PASS(FoldQdq, "fold-qdq",
                    "turn Conv and MatMul between DequantizeLinear inputs and a QuantizeLinear output (and a Relu "
-                   "before it) into QLinearConv and QLinearMatMul")
+                   "before it) into QLinearConv and QLinearMatMul, and such a Conv with an f32 result into "
+                   "kiln.QLinearConvToFloat")
 
 }  // namespace kiln

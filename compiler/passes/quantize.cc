@@ -2,16 +2,17 @@
 // graph in the reference interpreter over the calibration samples, takes each activation's
 // range (min/max, a percentile, or the KL-divergence threshold), and rewrites every Conv
 // and MatMul with a constant f32 weight, unless the user keeps it in f32:
-//   %y = Conv(%x, W, B) ; [%r = Relu(%y)]
-//     =>  %xq = QuantizeLinear(%x, sx, zx) ; %xd = DequantizeLinear(%xq, sx, zx)
+//   %y = Conv(%x, W, B)
+//     =>  %xq = QuantizeLinear(%x, sx, zx) ; %xd = DequantizeLinear(%xq, sx, zx)  (after %x's
+//         producer, read by everything that read %x)
 //         %wd = DequantizeLinear(Wq, sw) {axis=0}          Wq = rint(W / sw), sw per channel
-//         %y' = Conv(%xd, %wd, B) ; [%r' = Relu(%y')] ; %yq = QuantizeLinear(.., sy, zy)
-//         %yd = DequantizeLinear(%yq, sy, zy)   (read by everything that read %y or %r)
+//         %y = Conv(%xd, %wd, B)
 // Activations are u8, asymmetric, per tensor, with 0 inside the range (zero padding and
 // ReLU stay exact); weights s8, symmetric (zero point 0, [-127, 127]) per output channel
-// (a MatMul's B per column). Each tensor is quantized once, at its producer, so a chain of
-// convs reads DequantizeLinear outputs and fold-qdq turns each into a QLinearConv; ops
-// between (Add, pooling) run in f32 on the dequantized values.
+// (a MatMul's B per column). Only what a Conv or MatMul reads is quantized, once, at its
+// producer: a Conv (+ Relu) feeding another becomes a QLinearConv with u8 output (fold-qdq
+// finds the QuantizeLinear after it), one feeding f32 ops (a residual Add, a pool) a
+// kiln.QLinearConvToFloat, so no value is rounded to 8 bits that no integer op reads.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -155,11 +156,10 @@ class Quantize : public Pass {
     QuantizationSummary& summary = context.quantization_summary;
     summary.method = CalibrationMethodName(config->method);
     summary.calibration_samples = static_cast<int64_t>(config->calibration.size());
-    // The nodes to quantize and, for each, the tensor its QuantizeLinear goes after: its
-    // output, or the Relu's that alone reads it.
+    // The nodes to quantize, and the activations they read.
     std::vector<Node*> targets;
     std::map<const Value*, Observed> observed;
-    std::map<Node*, Value*> input_of, result_of;  // as they were before any rewriting
+    std::map<Node*, Value*> input_of;  // as they were before any rewriting
     for (Node* node : graph.nodes()) {
       if (node->op() == "Gemm") summary.kept_float.push_back(node->name() + " (Gemm: not quantized)");
       if (node->op() != "Conv" && node->op() != "MatMul") continue;
@@ -171,14 +171,9 @@ class Quantize : public Pass {
         summary.kept_float.push_back(node->name() + " (not a 2-D/1-D Conv or MatMul with a constant f32 weight)");
         continue;
       }
-      Value* result = node->output(0);
-      const std::vector<Node*> users = graph.Users(result);
-      if (users.size() == 1 && users[0]->op() == "Relu" && !graph.IsGraphOutput(result)) result = users[0]->output(0);
       targets.push_back(node);
       input_of[node] = node->input(0);
-      result_of[node] = result;
       observed[node->input(0)];
-      observed[result];
     }
     for (const std::string& name : config->keep_float) {
       bool found = false;
@@ -221,7 +216,6 @@ class Quantize : public Pass {
       // original.)
       quantize_value(input_of[node]);
       QuantizeWeight(graph, node);
-      quantize_value(result_of[node]);
       ++summary.quantized_nodes;
     }
     return true;

@@ -243,15 +243,22 @@ void CheckIntegerConv(const QConvCase& c) {
     return t;
   };
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
-  for (bool requantize : {true, false}) {
-    SCOPED_TRACE(requantize ? "QLinearConv" : "ConvInteger");
+  auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
+  for (const char* op : {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat"}) {
+    SCOPED_TRACE(op);
+    const bool requantize = std::string(op) == "QLinearConv", to_float = std::string(op) == "kiln.QLinearConvToFloat";
     auto build = [&] {
       auto g = std::make_unique<Graph>();
       Value* in = g->AddValue("x", TensorType::Static(c.x_type, {1, c.C, c.H, c.W}));
       g->AddInput(in);
       Value* xz = g->AddConstant("xz", scalar(c.x_type, x_zero));
       Node* conv;
-      if (requantize) {
+      if (to_float) {
+        conv = g->AddNode(op, "conv",
+                          {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
+                           g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero), g->AddConstant("b", float_bias)},
+                          {"y"}, 13);
+      } else if (requantize) {
         conv = g->AddNode("QLinearConv", "conv",
                           {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
                            g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero),
@@ -284,7 +291,12 @@ void CheckIntegerConv(const QConvCase& c) {
               }
             }
           }
-          want.push_back(requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);
+          if (to_float) {
+            const float m = x_scale * w_scale->data_as<float>()[oc];
+            want.push_back(static_cast<float>(s) * m + float_bias->data_as<float>()[oc]);
+          } else {
+            want.push_back(requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);
+          }
         }
       }
     }
@@ -292,7 +304,8 @@ void CheckIntegerConv(const QConvCase& c) {
   }
 }
 
-// The int8 convolution's two ways to its columns: copied per tap (3x3, stride 2, clipped
+// The int8 convolution's two ways to its columns, each with its three outputs (u8/s8,
+// int32 sums, f32): copied per tap (3x3, stride 2, clipped
 // pads, two groups of two channels: one channel quad half padding) and read in place (1x1:
 // 77 positions, two chunks of 48 columns, the second partial; 7 channels: the second quad
 // padded; 13 output channels: a partial row panel); s8 and u8 inputs and weights.
@@ -419,7 +432,9 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
     EXPECT_EQ(ctx.quantization_summary.quantized_nodes, 4);
     std::map<std::string, int> ops;
     for (const Node* node : g->nodes()) ++ops[node->op()];
-    EXPECT_EQ(ops["QLinearConv"], 3);
+    // conv1 (+ relu1) feeds conv2: u8 out; conv2 feeds an Add and conv3 a Reshape: f32 out.
+    EXPECT_EQ(ops["QLinearConv"], 1);
+    EXPECT_EQ(ops["kiln.QLinearConvToFloat"], 2);
     EXPECT_EQ(ops["QLinearMatMul"], 0);  // its output is the graph's: the f32 result stays
     EXPECT_EQ(ops["Conv"], 0);
     const std::vector<Tensor> outs = RunArtifact(*g, "", *input, {1, 2}, Int8Targets().back());
@@ -437,7 +452,8 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
   ASSERT_TRUE(RunPipeline(*g, kInt8Pipeline, {}, ctx).ok());
   std::map<std::string, int> ops;
   for (const Node* node : g->nodes()) ++ops[node->op()];
-  EXPECT_EQ(ops["QLinearConv"], 2);
+  EXPECT_EQ(ops["Conv"], 1);
+  EXPECT_EQ(ops["kiln.QLinearConvToFloat"], 2);  // conv1 (conv2 reads f32 now) and conv3
   EXPECT_EQ(ctx.quantization_summary.kept_float.size(), 1u);
   // No calibration: a clear error.
   QuantizationConfig empty;

@@ -265,9 +265,10 @@ struct QConvParams {
   const int8_t* weights;
   const int32_t* offsets;
   const float* multipliers;
+  const float* float_bias;  // mode 2 (f32 out): added after the multiplier; may be null
   void* y;
   int32_t y_dtype;
-  bool requantize;
+  bool requantize, to_float;
   int64_t batch, group, out_channels, ocg, quads, steps;  // steps: K / 4 = KH * KW * quads
   int64_t H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
   uint32_t x_zero_word;  // zx' in all four bytes
@@ -308,6 +309,12 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
     memcpy(sums, acc[r], sizeof(sums));
     const int32_t offset = q.offsets[oc];
     const int64_t at = (n * q.out_channels + oc) * OHW + j0;
+    if (q.to_float) {
+      const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
+      float* y = static_cast<float*>(q.y) + at;
+      for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<float>(sums[j] + offset) * m + b;
+      continue;
+    }
     if (!q.requantize) {
       int32_t* y = static_cast<int32_t*>(q.y) + at;
       for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offset;
@@ -412,14 +419,15 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 }
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
-// multipliers (f32 [OC]; unread for i32 Y). outputs: Y, scratch (X's channel quads, and
+// multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC]. outputs: Y, scratch (X's channel quads, and
 // 256 bytes a last pointwise chunk may read past them). ints after the window block:
-// [requantize, 1 (this layout), zx', x is s8, y zero point, clamp lo, clamp hi].
+// [mode (as qconv's), 1 (this layout), zx', x is s8, y zero point, clamp lo, clamp hi].
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   QConvParams q;
-  q.requantize = rest[0] != 0;
+  q.requantize = rest[0] == 1;
+  q.to_float = rest[0] == 2;
   const uint8_t zx = static_cast<uint8_t>(rest[2]);
   const bool flip = rest[3] != 0;
   q.y_zero = static_cast<float>(rest[4]);
@@ -441,6 +449,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
   q.weights = static_cast<const int8_t*>(call->inputs[1].data);
   q.offsets = static_cast<const int32_t*>(call->inputs[2].data);
   q.multipliers = static_cast<const float*>(call->inputs[3].data);
+  q.float_bias = q.to_float && call->num_inputs > 4 ? static_cast<const float*>(call->inputs[4].data) : nullptr;
   q.y = Y.data;
   q.y_dtype = Y.dtype;
   uint8_t* x4 = static_cast<uint8_t*>(call->outputs[1].data);
@@ -505,8 +514,9 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
 // zero point (one), W's (one, or one per output channel), then for the requantized form
 // X's scale (one), W's scale (one or per output channel), Y's scale and zero point, and
 // an optional int32 bias [OC] (added to the sum before requantizing). ints: [group,
-// window block, requantize, 0 (this layout; 1: QConvFast's), relu]. Y is int32 unless
-// requantize; relu clamps the requantized value at Y's zero point. Taps in the padding read X's
+// window block, mode, 0 (this layout; 1: QConvFast's), relu]. mode 0: Y int32 sums; 1: Y
+// requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
+// B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat). Taps in the padding read X's
 // zero point, i.e. contribute 0.
 KILN_KERNEL(qconv) {
   const kiln_ktensor& X = call->inputs[0];
@@ -516,8 +526,9 @@ KILN_KERNEL(qconv) {
   const int64_t group = call->ints[0];
   Window w;
   const int64_t* rest = w.Load(call->ints + 1, X, Y);
-  const bool requantize = rest[0] != 0;
-  if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != kI32) return KILN_KERR_DTYPE;
+  const int64_t mode = rest[0];  // 0: int32 sums, 1: requantized, 2: f32 (sum * x_scale * w_scale + B)
+  const bool requantize = mode == 1, to_float = mode == 2;
+  if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != (to_float ? kF32 : kI32)) return KILN_KERR_DTYPE;
   if (call->num_ints > rest - call->ints + 1 && rest[1] == 1) {
     if constexpr (kFastKernels) return QConvFast(call, w, rest);
     return KILN_KERR_UNSUPPORTED;
@@ -530,17 +541,22 @@ KILN_KERNEL(qconv) {
   const int32_t zx = xzp.data != nullptr ? LoadInt(xzp.data, xzp.dtype, 0) : 0;
   const bool relu = call->num_ints > rest - call->ints + 2 && rest[2] != 0;  // clamp at Y's zero point
   const int32_t* bias = requantize && call->num_inputs > 8 ? static_cast<const int32_t*>(call->inputs[8].data) : nullptr;
+  const float* float_bias = to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {  // job = (n, oc)
       const int64_t n = job / out_channels, oc = job % out_channels, g = oc / ocg;
       const int32_t zw = wzp.data != nullptr ? LoadInt(wzp.data, wzp.dtype, PerChannel(wzp, oc)) : 0;
       float multiplier = 0.f, z = 0.f;
-      if (requantize) {
+      if (requantize || to_float) {
         const float xs = *static_cast<const float*>(call->inputs[4].data);
         const float ws = static_cast<const float*>(call->inputs[5].data)[PerChannel(call->inputs[5], oc)];
-        multiplier = xs * ws / *static_cast<const float*>(call->inputs[6].data);
+        multiplier = xs * ws;
+      }
+      if (requantize) {
+        multiplier = multiplier / *static_cast<const float*>(call->inputs[6].data);
         z = call->inputs[7].data != nullptr ? static_cast<float>(LoadInt(call->inputs[7].data, call->inputs[7].dtype, 0)) : 0.f;
       }
+      const float b = float_bias != nullptr ? float_bias[oc] : 0.f;
       for (int64_t od = 0; od < w.out[0]; ++od) {
         for (int64_t oh = 0; oh < w.out[1]; ++oh) {
           for (int64_t ow = 0; ow < w.out[2]; ++ow) {
@@ -568,6 +584,8 @@ KILN_KERNEL(qconv) {
             if (requantize) {
               const float v = rintf(static_cast<float>(sum) * multiplier) + z;
               StoreSaturated(Y.data, Y.dtype, at, relu && v < z ? z : v);
+            } else if (to_float) {
+              static_cast<float*>(Y.data)[at] = static_cast<float>(sum) * multiplier + b;
             } else {
               static_cast<int32_t*>(Y.data)[at] = sum;
             }
