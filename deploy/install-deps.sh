@@ -30,6 +30,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libonnx-testdata
   # model export and the conformance helpers
   python3 python3-onnx python3-numpy python3-torch python3-torchvision
+  # int8 accuracy test: the digits dataset
+  python3-sklearn
 )
 
 only_build=0

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Int8 post-training quantization on the bench models: Kiln int8 against Kiln fp32 and
+# ONNX Runtime fp32, same machine, same inputs, same thread count.
+#   bench/int8.sh [--models a,b] [--samples N] [--method M] [--threads "1 2"] [--rounds R]
+#                 [--iters N]
+# Expects bench/run.sh's setup (build/, bench/node_modules, bench/models/*.onnx; it runs
+# make_models.py for a missing model). Calibration: N (default 4) seeded random samples
+# shaped like each model's bench input (the bench models have random weights, so no image
+# set is more representative). Per model: compiles fp32 and int8 (cold, timed), reports
+# the int8 output's SNR and top-1/top-5 agreement against fp32 on the bench input, then
+# alternates the three runtimes R rounds (default 3) of N-run medians. Prints Markdown.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+models=resnet50,squeezenet1_1
+samples=4
+method=minmax
+threads="1 2"
+rounds=3
+iters=20
+while [ $# -gt 0 ]; do
+  case $1 in
+    --models) models=$2; shift 2 ;;
+    --samples) samples=$2; shift 2 ;;
+    --method) method=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench/int8.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+ninja -C build kiln >&2
+kiln=build/clients/kiln
+for m in ${models//,/ }; do
+  if [ ! -f "bench/models/$m.onnx" ]; then
+    /usr/bin/python3 bench/make_models.py bench/models --only "$m" > bench/models/export.log 2>&1 || { cat bench/models/export.log >&2; exit 1; }
+  fi
+done
+field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+accuracy_rows=()
+echo "| model | threads | Kiln int8 ms | Kiln fp32 ms | ORT fp32 ms | ORT fp32 / Kiln int8 | per round |"
+echo "|---|---|---|---|---|---|---|"
+for m in ${models//,/ }; do
+  /usr/bin/python3 - "bench/models/$m.input_0.pb" "$tmp/cal_$m" "$samples" <<'PY'
+import os, sys
+import numpy as np
+from onnx import TensorProto, numpy_helper
+t = TensorProto()
+t.ParseFromString(open(sys.argv[1], "rb").read())
+x = numpy_helper.to_array(t)
+rng = np.random.default_rng(1234)
+for k in range(int(sys.argv[3])):
+    os.makedirs(f"{sys.argv[2]}/sample_{k}")
+    y = rng.standard_normal(x.shape).astype(np.float32) * x.std() + x.mean()
+    open(f"{sys.argv[2]}/sample_{k}/input_0.pb", "wb").write(numpy_helper.from_array(y, t.name).SerializeToString())
+PY
+  start=$(date +%s.%N)
+  "$kiln" compile "bench/models/$m.onnx" -o "$tmp/$m.fp32.so" 2> "$tmp/log"
+  mid=$(date +%s.%N)
+  "$kiln" compile "bench/models/$m.onnx" -o "$tmp/$m.int8.so" --precision int8 --calibration "$tmp/cal_$m" \
+    --calibration-method "$method" --report "$tmp/$m.report.json" 2> "$tmp/log"
+  end=$(date +%s.%N)
+  for p in fp32 int8; do "$kiln" run "$tmp/$m.$p.so" --input "input=bench/models/$m.input_0.pb" --output-dir "$tmp/out_$m.$p" > /dev/null; done
+  accuracy_rows+=("$(/usr/bin/python3 - "$m" "$tmp/out_$m.fp32/output_0.pb" "$tmp/out_$m.int8/output_0.pb" "$tmp/$m.report.json" \
+    "$start" "$mid" "$end" "$samples" "$method" <<'PY'
+import json, sys
+import numpy as np
+from onnx import TensorProto, numpy_helper
+def load(path):
+    t = TensorProto()
+    t.ParseFromString(open(path, "rb").read())
+    return numpy_helper.to_array(t).astype(np.float64).ravel()
+m, a, b = sys.argv[1], load(sys.argv[2]), load(sys.argv[3])
+q = json.load(open(sys.argv[4]))["quantization"]
+start, mid, end = map(float, sys.argv[5:8])
+snr = 10 * np.log10((a ** 2).sum() / ((a - b) ** 2).sum())
+top5 = len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5]))
+print(f"| {m} | {sys.argv[9]}, {sys.argv[8]} samples | {q['quantized_nodes']} | {len(q['kept_float'])} | {snr:.1f} | "
+      f"{'yes' if a.argmax() == b.argmax() else 'no'} | {top5}/5 | {mid - start:.1f} | {end - mid:.1f} |")
+PY
+)")
+  for t in $threads; do
+    ki=(); kf=(); o=(); per=()
+    for r in $(seq "$rounds"); do
+      a=$("$kiln" bench "$tmp/$m.int8.so" --threads "$t" --iters "$iters" | field median_ms)
+      b=$("$kiln" bench "$tmp/$m.fp32.so" --threads "$t" --iters "$iters" | field median_ms)
+      c=$(node bench/ort_bench.js "bench/models/$m.onnx" --input "bench/models/$m.input_0.pb" --threads "$t" --iters "$iters" | field median_ms)
+      ki+=("$a"); kf+=("$b"); o+=("$c"); per+=("$(/usr/bin/python3 -c "print(f'{$c / $a:.2f}')")")
+    done
+    /usr/bin/python3 - "$m" "$t" "${ki[*]}" "${kf[*]}" "${o[*]}" "${per[*]}" <<'PY'
+import statistics, sys
+m, t = sys.argv[1], sys.argv[2]
+ki, kf, o = (statistics.median(map(float, s.split())) for s in sys.argv[3:6])
+print(f"| {m} | {t} | {ki:.2f} | {kf:.2f} | {o:.2f} | {o / ki:.2f} | {', '.join(sys.argv[6].split())} |")
+PY
+  done
+done
+echo
+echo "Accuracy of the int8 artifact against the fp32 one on the bench input, and cold compile seconds"
+echo
+echo "| model | calibration | quantized Conv/MatMul | kept f32 | SNR dB | same top-1 | top-5 overlap | compile fp32 s | compile int8 s |"
+echo "|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${accuracy_rows[@]}"
