@@ -147,6 +147,27 @@ int RunJob(const std::string& dir) {
   for (const auto& shape : request.options().input_shapes()) {
     options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
   }
+  const bool int8 = request.options().precision() == "int8";
+  if (int8) {
+    options.precision = "int8";
+    auto method = ParseCalibrationMethod(request.options().calibration_method().empty() ? "minmax" : request.options().calibration_method());
+    if (!method.ok()) return Fail(dir, std::string(method.status().message()));
+    options.quantization.method = *method;
+    for (const auto& name : request.options().keep_float()) options.quantization.keep_float.insert(name);
+    // Calibration InputSets, matched to the graph's inputs as the validation set is.
+    ImportOptions calibration_import;
+    calibration_import.model_label = options.model_label;
+    calibration_import.input_shapes = options.input_shapes;
+    auto graph = ImportOnnxModel(*model, calibration_import);
+    if (!graph.ok()) return Fail(dir, std::string(graph.status().message()));
+    for (int k = 0; k < request.options().calibration_size(); ++k) {
+      auto bytes = ReadFile(absl::StrCat(dir, "/calibration_", k, ".pb"));
+      if (!bytes.ok()) return Fail(dir, std::string(bytes.status().message()));
+      auto sample = UploadedInputs(**graph, *bytes);
+      if (!sample.ok()) return Fail(dir, absl::StrCat("calibration sample ", k, ": ", sample.status().message()));
+      options.quantization.calibration.push_back(std::move(*sample));
+    }
+  }
   const std::vector<std::string> phases = {"import", "passes", "codegen"};
   options.on_phase = [&](const std::string& phase) {
     auto at = std::find(phases.begin(), phases.end(), phase);
@@ -221,6 +242,30 @@ int RunJob(const std::string& dir) {
       failure = absl::StrCat("output '", o.name(), "': ", o.count_outside_tolerance(), " of ", o.num_elements(),
                              " elements outside atol ", report.atol(), " + rtol ", report.rtol(), " x |reference| (max abs error ",
                              o.max_abs_error(), ")");
+    }
+  }
+  report.set_precision(int8 ? "int8" : "fp32");
+  if (int8) {
+    // Judged against the fp32 model by top-1 agreement; atol/rtol describe fp32 builds.
+    failure.clear();
+    if (outputs.size() != reference->size()) {
+      failure = absl::StrCat("the artifact has ", outputs.size(), " outputs, the reference ", reference->size());
+    }
+    double drop = 0;
+    bool any_classifier = false;
+    for (const auto& o : report.outputs()) {
+      if (!o.has_topk()) continue;
+      any_classifier = true;
+      drop = std::max(drop, 100.0 * (1.0 - o.top1_agreement()));
+    }
+    report.set_top1_drop_points(drop);
+    report.set_max_top1_drop(request.validation().max_top1_drop());
+    if (failure.empty() && !any_classifier) {
+      failure = "no classifier-shaped output ([C] or [N, C], C >= 5) to judge an int8 build's top-1 agreement by";
+    }
+    if (failure.empty() && drop > request.validation().max_top1_drop()) {
+      failure = absl::StrCat("int8: top-1 changed on ", drop, " % of the validation rows against the fp32 model (max_top1_drop ",
+                             request.validation().max_top1_drop(), ")");
     }
   }
   report.set_passed(failure.empty());

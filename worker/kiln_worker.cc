@@ -165,6 +165,11 @@ class Worker {
       if (!inputs.ok()) return Fail(task, absl::StrCat("fetching the input set: ", inputs.status().message()), true);
       if (auto s = WriteFile(dir + "/inputs.pb", *inputs); !s.ok()) return Fail(task, std::string(s.message()), true);
     }
+    for (int k = 0; k < request.options().calibration_size(); ++k) {
+      auto sample = client::DownloadBlob(*kiln_, request.options().calibration(k));
+      if (!sample.ok()) return Fail(task, absl::StrCat("fetching calibration sample ", k, ": ", sample.status().message()), true);
+      if (auto s = WriteFile(absl::StrCat(dir, "/calibration_", k, ".pb"), *sample); !s.ok()) return Fail(task, std::string(s.message()), true);
+    }
     if (auto s = WriteFile(dir + "/task.pb", task.SerializeAsString()); !s.ok()) return Fail(task, std::string(s.message()), true);
 
     int pipe_fds[2];

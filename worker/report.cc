@@ -102,8 +102,12 @@ std::string RenderReportJson(const v1::AccuracyReport& report, const ReportConte
     << "  \"model\": {\"sha256\": \"" << context.model.sha256() << "\", \"size_bytes\": " << context.model.size_bytes() << "},\n"
     << "  \"target\": \"" << JsonEscape(context.target) << "\",\n"
     << "  \"verdict\": {\"passed\": " << (report.passed() ? "true" : "false") << ", \"reason\": \""
-    << JsonEscape(report.verdict()) << "\", \"atol\": " << Number(report.atol()) << ", \"rtol\": " << Number(report.rtol())
-    << "},\n  \"inputs\": {\"source\": \"" << JsonEscape(context.input_source) << "\", \"tensors\": [";
+    << JsonEscape(report.verdict()) << "\", \"atol\": " << Number(report.atol()) << ", \"rtol\": " << Number(report.rtol());
+  if (report.precision() == "int8") {
+    j << ", \"top1_drop_points\": " << Number(report.top1_drop_points()) << ", \"max_top1_drop\": " << Number(report.max_top1_drop());
+  }
+  j << "},\n  \"precision\": \"" << (report.precision().empty() ? "fp32" : report.precision())
+    << "\",\n  \"inputs\": {\"source\": \"" << JsonEscape(context.input_source) << "\", \"tensors\": [";
   for (size_t i = 0; i < context.input_descriptions.size(); ++i) {
     j << (i ? ", " : "") << "\"" << JsonEscape(context.input_descriptions[i]) << "\"";
   }

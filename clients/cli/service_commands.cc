@@ -22,12 +22,18 @@ namespace kiln::cli {
 const char kServiceUsage[] = R"(Service commands (a kilnd server; --server defaults to $KILN_SERVER or 127.0.0.1:50051):
   kiln submit MODEL.onnx --server ADDR [--target T] [--inputs DIR] [--atol A --rtol R] [--wait]
               [--output DIR] [--fail-on-accuracy] [--label KEY=VALUE]... [--pipeline P]
+              [--precision int8 --calibration DIR [--calibration-method M] [--keep-float N,...]
+               [--max-top1-drop POINTS]]
               [--input-shape NAME=1x3x224x224]... [--seed N]
       uploads what FindMissing reports missing (the model; the input set made from
       DIR/*.pb, ONNX TensorProtos, one per model input, in file-name order), submits, and
       without --wait prints the job id alone on its last line. With --wait (or --output) it
       shows a live progress line, prints the accuracy report and the artifact digest, and
       with --output writes artifact.so, report.json and manifest.json into DIR.
+      --precision int8 quantizes as `kiln compile --precision int8` does, with the samples
+      of --calibration DIR uploaded as blobs; the report then judges the build by top-1
+      agreement with the fp32 model on the validation inputs: it fails when more than
+      --max-top1-drop points (default 1) of the classifier rows change their top-1 class.
       Exit status: 0 succeeded; 1 the job failed or was cancelled; 3 --fail-on-accuracy is
       set and the report's verdict is a failure.
   kiln job ID --server ADDR          the job's state (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
@@ -169,13 +175,55 @@ int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const Args& args) {
   return 0;
 }
 
+// Calibration samples as InputSet blobs: one subdirectory per sample holding input_0.pb,
+// input_1.pb, ... (the ONNX test-data layout; by position), or one *.pb per sample for a
+// one-input model. The same layout `kiln compile --calibration` reads.
+absl::StatusOr<std::vector<std::string>> CalibrationInputSets(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
+  std::vector<fs::path> subdirs, files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_directory()) subdirs.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() == ".pb") files.push_back(entry.path());
+  }
+  std::sort(subdirs.begin(), subdirs.end());
+  std::sort(files.begin(), files.end());
+  std::vector<std::vector<fs::path>> samples;
+  for (const fs::path& sub : subdirs) {
+    std::vector<fs::path> tensors;
+    for (int i = 0; fs::exists(sub / absl::StrCat("input_", i, ".pb")); ++i) tensors.push_back(sub / absl::StrCat("input_", i, ".pb"));
+    if (tensors.empty()) return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
+    samples.push_back(tensors);
+  }
+  if (subdirs.empty()) {
+    for (const fs::path& file : files) samples.push_back({file});
+  }
+  if (samples.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
+  }
+  std::vector<std::string> blobs;
+  for (const auto& tensors : samples) {
+    v1::InputSet set;
+    for (const fs::path& path : tensors) {
+      auto bytes = ReadFile(path.string());
+      if (!bytes.ok()) return bytes.status();
+      set.add_inputs()->set_tensor_proto(*bytes);
+    }
+    blobs.push_back(set.SerializeAsString());
+  }
+  return blobs;
+}
+
 int Submit(int argc, char** argv) {
   Args args;
   std::string error;
   if (!ParseArgs(argc, argv, 2,
                  {{"--server", true}, {"--target", true}, {"--inputs", true}, {"--atol", true}, {"--rtol", true},
                   {"--wait", false}, {"--output", true}, {"--fail-on-accuracy", false}, {"--label", true},
-                  {"--pipeline", true}, {"--input-shape", true}, {"--seed", true}},
+                  {"--pipeline", true}, {"--input-shape", true}, {"--seed", true}, {"--precision", true},
+                  {"--calibration", true}, {"--calibration-method", true}, {"--keep-float", true}, {"--max-top1-drop", true}},
                  args, error)) {
     return UsageError(error);
   }
@@ -215,6 +263,32 @@ int Submit(int argc, char** argv) {
     (*request.mutable_labels())[label.substr(0, eq)] = label.substr(eq + 1);
   }
 
+  // int8: the calibration samples go up as InputSet blobs, one per sample.
+  const std::string precision = args.Get("--precision", "fp32");
+  if (precision != "fp32" && precision != "int8") return UsageError("--precision '" + precision + "': expected fp32 or int8");
+  for (const char* flag : {"--calibration", "--calibration-method", "--keep-float", "--max-top1-drop"}) {
+    if (args.Has(flag) && precision != "int8") return UsageError(std::string(flag) + " goes with --precision int8");
+  }
+  std::vector<std::string> calibration;
+  if (precision == "int8") {
+    if (!args.Has("--calibration")) return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
+    request.mutable_options()->set_precision("int8");
+    request.mutable_options()->set_calibration_method(args.Get("--calibration-method", "minmax"));
+    for (const std::string& list : args.All("--keep-float")) {
+      for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) request.mutable_options()->add_keep_float(std::string(name));
+    }
+    if (args.Has("--max-top1-drop")) {
+      double v;
+      if (!absl::SimpleAtod(args.Get("--max-top1-drop"), &v) || !(v >= 0 && v <= 100)) {
+        return UsageError("--max-top1-drop must be percentage points in [0, 100], got '" + args.Get("--max-top1-drop") + "'");
+      }
+      request.mutable_validation()->set_max_top1_drop(v);
+    }
+    auto samples = CalibrationInputSets(args.Get("--calibration"));
+    if (!samples.ok()) return Fail(std::string(samples.status().message()));
+    calibration = std::move(*samples);
+  }
+
   auto model_bytes = ReadFile(args.positional[0]);
   if (!model_bytes.ok()) return Fail(std::string(model_bytes.status().message()));
   const std::string& model = *model_bytes;
@@ -245,13 +319,22 @@ int Submit(int argc, char** argv) {
     v1::FindMissingRequest find;
     *find.add_digests() = client::DigestOfBytes(model);
     if (!input_set.empty()) *find.add_digests() = client::DigestOfBytes(input_set);
+    for (const std::string& sample : calibration) *request.mutable_options()->add_calibration() = client::DigestOfBytes(sample);
+    for (const auto& d : request.options().calibration()) *find.add_digests() = d;
     v1::FindMissingResponse missing;
     if (auto s = stub->FindMissing(&context, find, &missing); !s.ok()) return RpcFail("FindMissing", s);
     for (const auto& digest : missing.missing()) {
       const bool is_model = digest.sha256() == find.digests(0).sha256();
-      std::fprintf(stderr, "kiln: uploading %s (%lld bytes)\n", is_model ? "model" : "input set",
-                   static_cast<long long>(digest.size_bytes()));
-      auto uploaded = client::UploadBlob(*stub, is_model ? model : input_set, false);
+      const std::string* bytes = is_model ? &model : &input_set;
+      const char* what = is_model ? "model" : "input set";
+      for (size_t k = 0; k < calibration.size(); ++k) {
+        if (digest.sha256() == request.options().calibration(static_cast<int>(k)).sha256()) {
+          bytes = &calibration[k];
+          what = "calibration sample";
+        }
+      }
+      std::fprintf(stderr, "kiln: uploading %s (%lld bytes)\n", what, static_cast<long long>(digest.size_bytes()));
+      auto uploaded = client::UploadBlob(*stub, *bytes, false);
       if (!uploaded.ok()) {
         return Fail(absl::StrCat("Upload: ", client::StatusCodeName(static_cast<grpc::StatusCode>(uploaded.status().code())), ": ",
                                  uploaded.status().message()));

@@ -48,7 +48,10 @@ absl::StatusOr<std::unique_ptr<JobQueue>> JobQueue::Open(const std::string& path
       " result BLOB, started_ms INTEGER NOT NULL DEFAULT 0, finished_ms INTEGER NOT NULL DEFAULT 0);"
       "CREATE INDEX IF NOT EXISTS jobs_key ON jobs(action_key, state);"
       "CREATE TABLE IF NOT EXISTS job_labels (job_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL);"
-      "CREATE INDEX IF NOT EXISTS job_labels_kv ON job_labels(key, value);");
+      "CREATE INDEX IF NOT EXISTS job_labels_kv ON job_labels(key, value);"
+      // Blobs a task needs beyond its model and input set (int8 calibration samples).
+      "CREATE TABLE IF NOT EXISTS task_blobs (action_key TEXT NOT NULL, sha TEXT NOT NULL);"
+      "CREATE INDEX IF NOT EXISTS task_blobs_sha ON task_blobs(sha);");
   if (!s.ok()) return s;
   return queue;
 }
@@ -116,6 +119,11 @@ absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::SubmitRequ
                    .Bind(4, job.target()).Bind(5, task_request.model().sha256())
                    .Bind(6, task_request.validation().input_set().sha256()).Bind(7, now).Bind(8, target_label).Run();
       if (!s.ok()) return s;
+      if (auto d = db_->Prepare("DELETE FROM task_blobs WHERE action_key = ?").Bind(1, job.action_key()).Run(); !d.ok()) return d;
+      for (const auto& sample : task_request.options().calibration()) {
+        auto b = db_->Prepare("INSERT INTO task_blobs (action_key, sha) VALUES (?, ?)").Bind(1, job.action_key()).Bind(2, sample.sha256()).Run();
+        if (!b.ok()) return b;
+      }
     }
     job.set_state(state);
     std::string job_bytes;
@@ -408,7 +416,11 @@ bool JobQueue::IsNeeded(const std::string& sha256_hex) {
   std::lock_guard<std::mutex> lock(db_->mutex());
   Statement q = db_->Prepare("SELECT 1 FROM tasks WHERE state IN (1, 2) AND (model_sha = ? OR input_sha = ?) LIMIT 1");
   q.Bind(1, sha256_hex).Bind(2, sha256_hex);
-  return q.Step();
+  if (q.Step()) return true;
+  Statement b = db_->Prepare(
+      "SELECT 1 FROM task_blobs b JOIN tasks t ON t.action_key = b.action_key WHERE b.sha = ? AND t.state IN (1, 2) LIMIT 1");
+  b.Bind(1, sha256_hex);
+  return b.Step();
 }
 
 JobQueue::Counts JobQueue::CountTasks() {

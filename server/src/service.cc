@@ -21,6 +21,7 @@ using cache::NowMs;
 
 constexpr int64_t kChunkBytes = 1 << 20;
 constexpr double kDefaultAtol = 1e-3, kDefaultRtol = 1e-3;
+constexpr double kDefaultMaxTop1Drop = 1.0;  // int8 jobs: percentage points of rows
 
 Digest FromProto(const v1::Digest& d) { return Digest{d.sha256(), d.size_bytes()}; }
 v1::Digest ToProto(const Digest& d) {
@@ -91,6 +92,31 @@ absl::Status NormalizeRequest(v1::SubmitRequest& request) {
     }
   }
   std::sort(shapes->begin(), shapes->end(), [](const v1::InputShape& a, const v1::InputShape& b) { return a.name() < b.name(); });
+  auto* options = request.mutable_options();
+  if (options->precision().empty()) options->set_precision("fp32");
+  if (options->precision() != "fp32" && options->precision() != "int8") {
+    return absl::InvalidArgumentError(absl::StrCat("precision '", options->precision(), "' is not one of fp32, int8"));
+  }
+  const bool int8 = options->precision() == "int8";
+  if (!int8 && (options->calibration_size() > 0 || !options->calibration_method().empty() || options->keep_float_size() > 0 ||
+                validation->max_top1_drop() != 0)) {
+    return absl::InvalidArgumentError("calibration, calibration_method, keep_float and max_top1_drop go with precision int8");
+  }
+  if (int8) {
+    if (options->calibration_size() == 0) {
+      return absl::InvalidArgumentError("precision int8 needs calibration samples (InputSet blobs): activation ranges come from them");
+    }
+    if (options->calibration_method().empty()) options->set_calibration_method("minmax");
+    const std::string& method = options->calibration_method();
+    if (method != "minmax" && method != "percentile" && method != "entropy") {
+      return absl::InvalidArgumentError(absl::StrCat("calibration method '", method, "' is not one of minmax, percentile, entropy"));
+    }
+    std::sort(options->mutable_keep_float()->begin(), options->mutable_keep_float()->end());
+    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 || validation->max_top1_drop() > 100) {
+      return absl::InvalidArgumentError("max_top1_drop must be within [0, 100] percentage points");
+    }
+    if (validation->max_top1_drop() == 0) validation->set_max_top1_drop(kDefaultMaxTop1Drop);
+  }
   return absl::OkStatus();
 }
 
@@ -112,6 +138,15 @@ std::string ActionKey(const v1::SubmitRequest& request, const std::string& canon
   char tolerance[96];
   std::snprintf(tolerance, sizeof(tolerance), "atol=%.17g\nrtol=%.17g\n", v.atol(), v.rtol());
   absl::StrAppend(&text, tolerance, "latency=", v.skip_latency() ? "no" : "yes", "\n");
+  const auto& o = request.options();
+  if (o.precision() != "fp32") {  // (fp32 keys stay as they were before precision existed)
+    absl::StrAppend(&text, "precision=", o.precision(), "\nmethod=", o.calibration_method(), "\n");
+    for (const auto& d : o.calibration()) absl::StrAppend(&text, "calibration=", d.sha256(), "/", d.size_bytes(), "\n");
+    for (const auto& name : o.keep_float()) absl::StrAppend(&text, "keep_float=", name, "\n");
+    char drop[64];
+    std::snprintf(drop, sizeof(drop), "max_top1_drop=%.17g\n", v.max_top1_drop());
+    absl::StrAppend(&text, drop);
+  }
   absl::StrAppend(&text, "compiler=", compiler_version, "\n");
   return cache::DigestOf(text).sha256_hex;
 }
@@ -224,6 +259,13 @@ grpc::Status KilnService::Submit(grpc::ServerContext*, const v1::SubmitRequest* 
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             absl::StrCat("input set blob ", request.validation().input_set().sha256(),
                                          " is not in the cache; Upload it first"));
+      }
+    }
+    for (const auto& sample : request.options().calibration()) {
+      if (auto s = CheckDigest(sample, "calibration digest"); !s.ok()) return s;
+      if (!state_->cache->Contains(FromProto(sample))) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("calibration blob ", sample.sha256(), " is not in the cache; Upload it first"));
       }
     }
     const std::string key = ActionKey(request, canonical_target, state_->options.compiler_version);

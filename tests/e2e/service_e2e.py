@@ -672,6 +672,74 @@ def scenario_prometheus(work):
         server.stop()
 
 
+def scenario_int8(work):
+    """An int8 job through kilnd: calibration samples uploaded as blobs, the report judged by
+    top-1 agreement with the fp32 model against --max-top1-drop, a failing verdict for a
+    calibration set that clips everything, and the cache keyed by the calibration."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    server = Kilnd(os.path.join(work, "data"), workers=1)
+    try:
+        # A random MLP classifier at batch 64, so top-1 agreement is measured over 64 rows
+        # whose classes differ (a random CNN's global pooling gives every random image the
+        # same class, which no calibration could change).
+        model = onnx.load(make_model(work, "classifier", "mlp.onnx", seed=1))
+        for value in list(model.graph.input) + list(model.graph.output):
+            value.type.tensor_type.shape.dim[0].dim_value = 64
+        batched = os.path.join(work, "mlp64.onnx")
+        onnx.save(model, batched)
+        rng = np.random.default_rng(3)
+        def write(path, array):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "wb").write(numpy_helper.from_array(array.astype(np.float32), "input").SerializeToString())
+        for k in range(4):
+            x = rng.standard_normal((64, 32))
+            write(os.path.join(work, "cal", f"s{k}", "input_0.pb"), x)
+            write(os.path.join(work, "badcal", f"s{k}", "input_0.pb"), x * 1e-3)  # ranges 1000x too small
+        write(os.path.join(work, "inputs", "input.pb"), rng.standard_normal((64, 32)))
+        out = os.path.join(work, "out")
+        result = kiln("submit", batched, "--server", server.address, "--inputs", os.path.join(work, "inputs"), "--precision", "int8",
+                      "--calibration", os.path.join(work, "cal"), "--max-top1-drop", "20", "--wait", "--output", out,
+                      "--fail-on-accuracy")
+        check(result.stderr.count("uploading calibration sample") == 4, f"four calibration blobs uploaded: {result.stderr}")
+        report = json.load(open(os.path.join(out, "report.json")))
+        check(report["precision"] == "int8", "the report says int8")
+        verdict = report["verdict"]
+        check(verdict["passed"] and verdict["max_top1_drop"] == 20 and verdict["top1_drop_points"] <= 20, f"verdict: {verdict}")
+        quantization = report["compile"]["quantization"]
+        check(quantization["quantized_nodes"] == 3 and quantization["calibration_samples"] == 4, f"compile report: {quantization}")
+        check(report["outputs"][0]["top1_agreement"] >= 0.8, f"top-1 agreement: {report['outputs'][0]}")
+        # The same request again: answered from the action cache.
+        again = kiln("submit", batched, "--server", server.address, "--inputs", os.path.join(work, "inputs"), "--precision", "int8",
+                     "--calibration", os.path.join(work, "cal"), "--max-top1-drop", "20", "--wait")
+        check("cache hit" in again.stderr and "uploading" not in again.stderr, f"second submit is a cache hit: {again.stderr}")
+        # Calibration that clips every activation: the verdict fails, and --fail-on-accuracy exits 3.
+        bad = kiln("submit", batched, "--server", server.address, "--inputs", os.path.join(work, "inputs"), "--precision", "int8",
+                   "--calibration", os.path.join(work, "badcal"), "--max-top1-drop", "20", "--wait", "--output",
+                   os.path.join(work, "bad"), "--fail-on-accuracy", check_rc=False)
+        check(bad.returncode == 3, f"a failed int8 verdict exits 3: {bad.returncode} {bad.stderr}")
+        report = json.load(open(os.path.join(work, "bad", "report.json")))
+        check(not report["verdict"]["passed"] and report["verdict"]["top1_drop_points"] > 20, f"bad verdict: {report['verdict']}")
+        check("top-1 changed on" in report["verdict"]["reason"], report["verdict"]["reason"])
+        # int8 options without int8, and int8 without calibration: usage errors naming the flag.
+        wrong = kiln("submit", batched, "--server", server.address, "--calibration", os.path.join(work, "cal"), check_rc=False)
+        check(wrong.returncode == 2 and "--calibration goes with --precision int8" in wrong.stderr, wrong.stderr)
+        wrong = kiln("submit", batched, "--server", server.address, "--precision", "int8", check_rc=False)
+        check(wrong.returncode == 2 and "needs --calibration DIR" in wrong.stderr, wrong.stderr)
+        # The API refuses int8 without calibration samples too.
+        from kiln_client import KilnError, digest_of, kiln_pb2
+        request = kiln_pb2.SubmitRequest(model=digest_of(open(batched, "rb").read()))
+        request.options.precision = "int8"
+        try:
+            server.client._call("Submit", request)
+            check(False, "Submit accepted int8 without calibration")
+        except KilnError as error:
+            check(error.code.name == "INVALID_ARGUMENT" and "calibration" in str(error), str(error))
+    finally:
+        server.stop()
+
+
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 
