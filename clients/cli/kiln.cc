@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kiln/compiler/compile.h"
@@ -181,6 +182,11 @@ int Compile(int argc, char** argv) {
     std::fprintf(stderr, "kiln: int8: %lld Conv/MatMul quantized (%s calibration, %lld samples), %zu kept in f32%s%s\n",
                  static_cast<long long>(q.quantized_nodes), q.method.c_str(), static_cast<long long>(q.calibration_samples),
                  q.kept_float.size(), q.kept_float.empty() ? "" : ": ", absl::StrJoin(q.kept_float, ", ").c_str());
+    std::vector<std::string> worst;
+    for (size_t i = 0; i < q.layers_by_error.size() && i < 3; ++i) {
+      worst.push_back(absl::StrFormat("%s (%s) %.1f dB", q.layers_by_error[i].node, q.layers_by_error[i].op, q.layers_by_error[i].snr_db));
+    }
+    if (!worst.empty()) std::fprintf(stderr, "kiln: int8: lowest SNR against f32 (first sample): %s\n", absl::StrJoin(worst, ", ").c_str());
   }
   if (options.tune.enabled) {
     const kiln::TuneResult& t = result->tuning;

@@ -243,6 +243,13 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
     report << "  \"quantization\": {\"precision\": \"int8\", \"method\": \"" << q.method << "\", \"calibration_samples\": "
            << q.calibration_samples << ", \"quantized_nodes\": " << q.quantized_nodes << ", \"kept_float\": [";
     for (size_t i = 0; i < q.kept_float.size(); ++i) report << (i ? ", " : "") << "\"" << JsonEscape(q.kept_float[i]) << "\"";
+    report << "],\n    \"layers_by_error\": [";
+    for (size_t i = 0; i < q.layers_by_error.size(); ++i) {
+      const auto& l = q.layers_by_error[i];
+      report << (i ? ",\n      " : "\n      ") << "{\"node\": \"" << JsonEscape(l.node) << "\", \"op\": \"" << l.op
+             << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error
+             << ", \"reference_scale\": " << l.reference_scale << "}";
+    }
     report << "]},\n";
   }
   report << "  \"passes\": [";

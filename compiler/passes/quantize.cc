@@ -13,6 +13,8 @@
 // producer: a Conv (+ Relu) feeding another becomes a QLinearConv with u8 output (fold-qdq
 // finds the QuantizeLinear after it), one feeding f32 ops (a residual Add, a pool) a
 // kiln.QLinearConvToFloat, so no value is rounded to 8 bits that no integer op reads.
+// Last, the quantized graph runs once more on the first sample: each quantized node's output
+// against its f32 value (SNR, max error), worst 10 into the summary for the report.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -182,6 +184,15 @@ class Quantize : public Pass {
     }
     if (targets.empty()) return false;
     if (auto st = Calibrate(graph, *config, observed); !st.ok()) return st;
+    // The f32 outputs of the nodes to quantize on the first sample, for the per-layer
+    // error breakdown once they are quantized.
+    std::map<const Value*, Tensor> reference;
+    for (Node* node : targets) reference[node->output(0)];
+    auto f32 = RunGraph(graph, config->calibration[0], [&](const Value* v, const Tensor& t) {
+      auto it = reference.find(v);
+      if (it != reference.end()) it->second = t;
+    });
+    if (!f32.ok()) return f32.status();
 
     // One QuantizeLinear/DequantizeLinear pair per activation, after its producer.
     std::map<const Value*, Value*> dequantized;
@@ -218,6 +229,7 @@ class Quantize : public Pass {
       QuantizeWeight(graph, node);
       ++summary.quantized_nodes;
     }
+    if (auto st = BreakDownError(graph, *config, targets, reference, summary); !st.ok()) return st;
     return true;
   }
 
@@ -256,6 +268,39 @@ class Quantize : public Pass {
     for (auto& [value, o] : observed) {
       if (!(o.lo <= o.hi)) o.lo = o.hi = 0;  // never seen finite: an empty range
     }
+    return absl::OkStatus();
+  }
+
+  // Runs the quantized (QDQ) graph on the first calibration sample and ranks the quantized
+  // nodes' outputs by SNR against their f32 values: the first 10 go to the summary.
+  static absl::Status BreakDownError(const Graph& graph, const QuantizationConfig& config, const std::vector<Node*>& targets,
+                                     const std::map<const Value*, Tensor>& reference, QuantizationSummary& summary) {
+    std::map<const Value*, QuantizationSummary::LayerError> errors;
+    for (Node* node : targets) errors[node->output(0)] = {node->name(), node->op()};
+    auto run = RunGraph(graph, config.calibration[0], [&](const Value* v, const Tensor& t) {
+      auto it = errors.find(v);
+      if (it == errors.end() || t.dtype() != DType::kFloat32) return;
+      const Tensor& want = reference.at(v);
+      double signal = 0, noise = 0, max_abs = 0, scale = 0;
+      for (int64_t i = 0; i < t.num_elements() && i < want.num_elements(); ++i) {
+        const double r = want.data_as<float>()[i], e = t.data_as<float>()[i] - r;
+        signal += r * r;
+        noise += e * e;
+        max_abs = std::max(max_abs, std::fabs(e));
+        scale = std::max(scale, std::fabs(r));
+      }
+      it->second.snr_db = noise == 0 ? 200.0 : signal == 0 ? -200.0 : std::min(200.0, 10 * std::log10(signal / noise));
+      it->second.max_abs_error = max_abs;
+      it->second.reference_scale = scale;
+    });
+    if (!run.ok()) return absl::Status(run.status().code(), absl::StrCat("per-layer error: ", run.status().message()));
+    std::vector<QuantizationSummary::LayerError> ranked;
+    for (const auto& [value, error] : errors) ranked.push_back(error);
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+      return a.snr_db != b.snr_db ? a.snr_db < b.snr_db : a.node < b.node;
+    });
+    if (ranked.size() > 10) ranked.resize(10);
+    summary.layers_by_error = std::move(ranked);
     return absl::OkStatus();
   }
 

@@ -28,7 +28,14 @@ PY
 "$kiln" compile "$work/sample.onnx" -o "$work/int8.so" --precision int8 --calibration "$work/cal" \
   --calibration-method percentile --report "$work/report.json" 2> "$work/compile.txt"
 grep -q "kiln: int8: 2 Conv/MatMul quantized (percentile calibration, 8 samples)" "$work/compile.txt"
-grep -q '"quantization": {"precision": "int8", "method": "percentile", "calibration_samples": 8, "quantized_nodes": 2, "kept_float": \["fc (Gemm: not quantized)"\]}' "$work/report.json"
+grep -q '"quantization": {"precision": "int8", "method": "percentile", "calibration_samples": 8, "quantized_nodes": 2, "kept_float": \["fc (Gemm: not quantized)"\],' "$work/report.json"
+grep -q "kiln: int8: lowest SNR against f32 (first sample): conv[12] (Conv) [0-9.]* dB, conv[12] (Conv)" "$work/compile.txt"
+/usr/bin/python3 - "$work/report.json" <<'PY'
+import json, sys
+layers = json.load(open(sys.argv[1]))["quantization"]["layers_by_error"]
+assert sorted(l["node"] for l in layers) == ["conv1", "conv2"], layers
+assert layers[0]["snr_db"] <= layers[1]["snr_db"] and all(20 < l["snr_db"] < 80 for l in layers), layers
+PY
 "$kiln" inspect "$work/int8.so" | grep -q '"precision": "int8"'
 for so in fp32 int8; do
   "$kiln" run "$work/$so.so" --input input="$work/sample.input.pb" --output-dir "$work/out_$so"

@@ -709,6 +709,8 @@ def scenario_int8(work):
         check(verdict["passed"] and verdict["max_top1_drop"] == 20 and verdict["top1_drop_points"] <= 20, f"verdict: {verdict}")
         quantization = report["compile"]["quantization"]
         check(quantization["quantized_nodes"] == 3 and quantization["calibration_samples"] == 4, f"compile report: {quantization}")
+        layers = quantization["layers_by_error"]
+        check(len(layers) == 3 and layers[0]["snr_db"] <= layers[-1]["snr_db"], f"per-layer error breakdown: {layers}")
         check(report["outputs"][0]["top1_agreement"] >= 0.8, f"top-1 agreement: {report['outputs'][0]}")
         # The same request again: answered from the action cache.
         again = kiln("submit", batched, "--server", server.address, "--inputs", os.path.join(work, "inputs"), "--precision", "int8",

@@ -430,6 +430,15 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
     auto stats = RunPipeline(*g, kInt8Pipeline, {}, ctx);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(ctx.quantization_summary.quantized_nodes, 4);
+    // The per-layer breakdown: every quantized node, worst SNR first, each with a real error.
+    const auto& layers = ctx.quantization_summary.layers_by_error;
+    ASSERT_EQ(layers.size(), 4u);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      EXPECT_GT(layers[i].max_abs_error, 0.0) << layers[i].node;
+      EXPECT_GT(layers[i].snr_db, 15.0) << layers[i].node;
+      EXPECT_LT(layers[i].snr_db, 80.0) << layers[i].node;
+      if (i > 0) EXPECT_LE(layers[i - 1].snr_db, layers[i].snr_db);
+    }
     std::map<std::string, int> ops;
     for (const Node* node : g->nodes()) ++ops[node->op()];
     // conv1 (+ relu1) feeds conv2: u8 out; conv2 feeds an Add and conv3 a Reshape: f32 out.

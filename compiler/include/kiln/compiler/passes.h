@@ -49,6 +49,14 @@ struct QuantizationSummary {
   int64_t calibration_samples = 0;
   std::string method;
   std::vector<std::string> kept_float;  // "node (why)"
+  // Where accuracy went: each quantized node's output on the first calibration sample, the
+  // quantized graph (QDQ, as the integer kernels compute it up to rounding) against f32,
+  // worst SNR first, at most 10.
+  struct LayerError {
+    std::string node, op;
+    double snr_db = 0, max_abs_error = 0, reference_scale = 0;
+  };
+  std::vector<LayerError> layers_by_error;
 };
 
 // "minmax", "percentile", "entropy".
