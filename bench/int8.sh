@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Int8 post-training quantization on the bench models: Kiln int8 against Kiln fp32 and
-# ONNX Runtime fp32, same machine, same inputs, same thread count.
+# Int8 post-training quantization on the bench models: Kiln int8 against Kiln fp32, ONNX
+# Runtime fp32, and ONNX Runtime int8 running the QDQ model `kiln quantize --emit-qdq`
+# writes from the same calibration; same machine, same inputs, same thread count.
 #   bench/int8.sh [--models a,b] [--samples N] [--method M] [--threads "1 2"] [--rounds R]
 #                 [--iters N]
 # Expects bench/run.sh's setup (build/, bench/node_modules, bench/models/*.onnx; it runs
@@ -8,7 +9,7 @@
 # shaped like each model's bench input (the bench models have random weights, so no image
 # set is more representative). Per model: compiles fp32 and int8 (cold, timed), reports
 # the int8 output's SNR and top-1/top-5 agreement against fp32 on the bench input, then
-# alternates the three runtimes R rounds (default 3) of N-run medians. Prints Markdown.
+# alternates the four runs R rounds (default 3) of N-run medians. Prints Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models=resnet50,squeezenet1_1
@@ -40,8 +41,8 @@ field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read(
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 accuracy_rows=()
-echo "| model | threads | Kiln int8 ms | Kiln fp32 ms | ORT fp32 ms | ORT fp32 / Kiln int8 | per round |"
-echo "|---|---|---|---|---|---|---|"
+echo "| model | threads | Kiln int8 ms | ORT int8 (QDQ) ms | Kiln fp32 ms | ORT fp32 ms | ORT fp32 / Kiln int8 | per round | ORT int8 / Kiln int8 |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for m in ${models//,/ }; do
   /usr/bin/python3 - "bench/models/$m.input_0.pb" "$tmp/cal_$m" "$samples" <<'PY'
 import os, sys
@@ -62,6 +63,8 @@ PY
   "$kiln" compile "bench/models/$m.onnx" -o "$tmp/$m.int8.so" --precision int8 --calibration "$tmp/cal_$m" \
     --calibration-method "$method" --report "$tmp/$m.report.json" 2> "$tmp/log"
   end=$(date +%s.%N)
+  "$kiln" quantize "bench/models/$m.onnx" --emit-qdq "$tmp/$m.qdq.onnx" --calibration "$tmp/cal_$m" \
+    --calibration-method "$method" 2> "$tmp/log"
   for p in fp32 int8; do "$kiln" run "$tmp/$m.$p.so" --input "input=bench/models/$m.input_0.pb" --output-dir "$tmp/out_$m.$p" > /dev/null; done
   accuracy_rows+=("$(/usr/bin/python3 - "$m" "$tmp/out_$m.fp32/output_0.pb" "$tmp/out_$m.int8/output_0.pb" "$tmp/$m.report.json" \
     "$start" "$mid" "$end" "$samples" "$method" <<'PY'
@@ -82,18 +85,19 @@ print(f"| {m} | {sys.argv[9]}, {sys.argv[8]} samples | {q['quantized_nodes']} | 
 PY
 )")
   for t in $threads; do
-    ki=(); kf=(); o=(); per=()
+    ki=(); oi=(); kf=(); o=(); per=()
     for r in $(seq "$rounds"); do
       a=$("$kiln" bench "$tmp/$m.int8.so" --threads "$t" --iters "$iters" | field median_ms)
+      q=$(node bench/ort_bench.js "$tmp/$m.qdq.onnx" --input "bench/models/$m.input_0.pb" --threads "$t" --iters "$iters" | field median_ms)
       b=$("$kiln" bench "$tmp/$m.fp32.so" --threads "$t" --iters "$iters" | field median_ms)
       c=$(node bench/ort_bench.js "bench/models/$m.onnx" --input "bench/models/$m.input_0.pb" --threads "$t" --iters "$iters" | field median_ms)
-      ki+=("$a"); kf+=("$b"); o+=("$c"); per+=("$(/usr/bin/python3 -c "print(f'{$c / $a:.2f}')")")
+      ki+=("$a"); oi+=("$q"); kf+=("$b"); o+=("$c"); per+=("$(/usr/bin/python3 -c "print(f'{$c / $a:.2f}')")")
     done
-    /usr/bin/python3 - "$m" "$t" "${ki[*]}" "${kf[*]}" "${o[*]}" "${per[*]}" <<'PY'
+    /usr/bin/python3 - "$m" "$t" "${ki[*]}" "${oi[*]}" "${kf[*]}" "${o[*]}" "${per[*]}" <<'PY'
 import statistics, sys
 m, t = sys.argv[1], sys.argv[2]
-ki, kf, o = (statistics.median(map(float, s.split())) for s in sys.argv[3:6])
-print(f"| {m} | {t} | {ki:.2f} | {kf:.2f} | {o:.2f} | {o / ki:.2f} | {', '.join(sys.argv[6].split())} |")
+ki, oi, kf, o = (statistics.median(map(float, s.split())) for s in sys.argv[3:7])
+print(f"| {m} | {t} | {ki:.2f} | {oi:.2f} | {kf:.2f} | {o:.2f} | {o / ki:.2f} | {', '.join(sys.argv[7].split())} | {oi / ki:.2f} |")
 PY
   done
 done

@@ -33,6 +33,8 @@ Usage:
                [--pipeline P] [--print-after-all] [--print-after PASS] [--report R.json]
                [--tune [--tune-budget SECONDS] [--tune-cache FILE]]
                [--precision int8 --calibration DIR [--calibration-method M] [--keep-float NODE,...]]
+  kiln quantize MODEL.onnx --emit-qdq OUT.onnx --calibration DIR [--calibration-method M]
+               [--keep-float NODE,...] [--input-shape NAME=1x3x224x224]...
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
   kiln bench OUT.so [--threads N] [--iters N] [--warmup N] [--profile]
   kiln inspect OUT.so
@@ -65,6 +67,11 @@ compile
                      99.99: the share of each activation's values its range keeps), or
                      entropy (the range whose 255-level quantization loses least, by KL)
   --keep-float N,... node names to leave in f32 (repeatable); the --report lists them
+quantize
+  writes the model with --precision int8's quantization as a QDQ ONNX model (standard
+  QuantizeLinear/DequantizeLinear ops around each Conv and MatMul's input, weight and
+  result, BatchNorm folded: the form ONNX Runtime fuses into integer ops); flags as for
+  compile
 run
   --input NAME=FILE  an ONNX TensorProto file for the graph input NAME (repeatable)
   --output-dir DIR   writes DIR/output_0.pb, output_1.pb, ... in the model's output order
@@ -284,6 +291,62 @@ int Run(int argc, char** argv) {
   return 0;
 }
 
+// kiln quantize: post-training quantization written out as a QDQ ONNX model (for other
+// runtimes; Kiln compiles the float model with --precision int8 itself).
+int Quantize(int argc, char** argv) {
+  Args args;
+  std::string error;
+  if (!ParseArgs(argc, argv, 2, {{"--emit-qdq", true}, {"--calibration", true}, {"--calibration-method", true},
+                                 {"--calibration-percentile", true}, {"--keep-float", true}, {"--input-shape", true}},
+                 args, error)) {
+    return UsageError(error);
+  }
+  if (args.positional.size() != 1) return UsageError("quantize takes one MODEL.onnx");
+  if (!args.Has("--emit-qdq")) return UsageError("quantize needs --emit-qdq OUT.onnx (the QDQ model it writes)");
+  if (!args.Has("--calibration")) return UsageError("quantize needs --calibration DIR (the samples activation ranges come from)");
+  const std::string model_path = args.positional[0];
+  kiln::QuantizationConfig config;
+  auto method = kiln::ParseCalibrationMethod(args.Get("--calibration-method", "minmax"));
+  if (!method.ok()) return UsageError("--calibration-method: " + std::string(method.status().message()));
+  config.method = *method;
+  if (args.Has("--calibration-percentile")) {
+    if (!absl::SimpleAtod(args.Get("--calibration-percentile"), &config.percentile) || !(config.percentile > 50 && config.percentile <= 100)) {
+      return UsageError("--calibration-percentile '" + args.Get("--calibration-percentile") + "': expected a number in (50, 100]");
+    }
+  }
+  for (const std::string& list : args.All("--keep-float")) {
+    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) config.keep_float.insert(std::string(name));
+  }
+  kiln::ImportOptions import_options;
+  import_options.model_label = model_path;
+  for (const std::string& s : args.All("--input-shape")) {
+    if (auto st = kiln::ParseInputShape(s, import_options.input_shapes); !st.ok()) return UsageError(std::string(st.message()));
+  }
+  const std::string dir = std::filesystem::path(model_path).parent_path().string();
+  import_options.external_data = kiln::DirectoryExternalData(dir.empty() ? "." : dir);
+  auto bytes = kiln::ReadFile(model_path);
+  if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+  auto graph = kiln::ImportOnnxModel(*bytes, import_options);
+  if (!graph.ok()) return Fail(std::string(graph.status().message()));
+  auto samples = kiln::ReadCalibrationSamples(args.Get("--calibration"));
+  if (!samples.ok()) return Fail(std::string(samples.status().message()));
+  config.calibration = std::move(*samples);
+  if (auto st = kiln::CheckCalibrationSamples(**graph, config.calibration); !st.ok()) return Fail(std::string(st.message()));
+  config.quantize_outputs = true;  // the QDQ form other runtimes fuse: results quantized too
+  kiln::PassContext context;
+  context.quantization = &config;
+  auto stats = kiln::RunPipeline(**graph, kiln::kQuantizeOnlyPipeline, {}, context);
+  if (!stats.ok()) return Fail(absl::StrCat(model_path, ": ", stats.status().message()));
+  auto onnx_bytes = kiln::ExportOnnxModel(**graph, "kiln_qdq");
+  if (!onnx_bytes.ok()) return Fail(absl::StrCat(model_path, ": ", onnx_bytes.status().message()));
+  if (auto s = kiln::WriteFile(args.Get("--emit-qdq"), *onnx_bytes); !s.ok()) return Fail(std::string(s.message()));
+  const kiln::QuantizationSummary& q = context.quantization_summary;
+  std::fprintf(stderr, "kiln: wrote %s: QDQ around %lld Conv/MatMul (%s calibration, %lld samples), %zu kept in f32\n",
+               args.Get("--emit-qdq").c_str(), static_cast<long long>(q.quantized_nodes), q.method.c_str(),
+               static_cast<long long>(q.calibration_samples), q.kept_float.size());
+  return 0;
+}
+
 int Bench(int argc, char** argv) {
   Args args;
   std::string error;
@@ -402,6 +465,7 @@ int main(int argc, char** argv) {
   if (command == "compile") return Compile(argc, argv);
   if (command == "run") return Run(argc, argv);
   if (command == "bench") return Bench(argc, argv);
+  if (command == "quantize") return Quantize(argc, argv);
   if (command == "inspect") return Inspect(argc, argv);
   if (kiln::cli::IsServiceCommand(command)) return kiln::cli::RunServiceCommand(command, argc, argv);
   return UsageError(absl::StrCat("unknown subcommand '", command, "'"));

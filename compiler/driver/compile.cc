@@ -71,11 +71,7 @@ absl::Status ParseInputShape(const std::string& text, std::map<std::string, std:
   return absl::OkStatus();
 }
 
-namespace {
-
-// Calibration samples must be one tensor per graph input, of its type and shape.
-absl::Status CheckCalibration(const Graph& graph, const CompileOptions& options) {
-  const auto& samples = options.quantization.calibration;
+absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::vector<Tensor>>& samples) {
   if (samples.empty()) {
     return absl::InvalidArgumentError("--precision int8 needs calibration samples (--calibration DIR): activation ranges come from them");
   }
@@ -96,8 +92,6 @@ absl::Status CheckCalibration(const Graph& graph, const CompileOptions& options)
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -166,7 +160,7 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   PassContext context;
   if (options.precision == "int8") {
     if (pipeline == kDefaultPipeline) pipeline = kInt8Pipeline;
-    if (auto st = CheckCalibration(**graph, options); !st.ok()) return st;
+    if (auto st = CheckCalibrationSamples(**graph, options.quantization.calibration); !st.ok()) return st;
     context.quantization = &options.quantization;
   } else if (options.precision != "fp32") {
     return absl::InvalidArgumentError(absl::StrCat("precision '", options.precision, "' is not one of fp32, int8"));

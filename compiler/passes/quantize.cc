@@ -161,7 +161,7 @@ class Quantize : public Pass {
     // The nodes to quantize, and the activations they read.
     std::vector<Node*> targets;
     std::map<const Value*, Observed> observed;
-    std::map<Node*, Value*> input_of;  // as they were before any rewriting
+    std::map<Node*, Value*> input_of, result_of;  // as they were before any rewriting
     for (Node* node : graph.nodes()) {
       if (node->op() == "Gemm") summary.kept_float.push_back(node->name() + " (Gemm: not quantized)");
       if (node->op() != "Conv" && node->op() != "MatMul") continue;
@@ -176,6 +176,13 @@ class Quantize : public Pass {
       targets.push_back(node);
       input_of[node] = node->input(0);
       observed[node->input(0)];
+      if (config->quantize_outputs) {
+        Value* result = node->output(0);
+        const std::vector<Node*> users = graph.Users(result);
+        if (users.size() == 1 && users[0]->op() == "Relu" && !graph.IsGraphOutput(result)) result = users[0]->output(0);
+        result_of[node] = result;
+        observed[result];
+      }
     }
     for (const std::string& name : config->keep_float) {
       bool found = false;
@@ -227,6 +234,7 @@ class Quantize : public Pass {
       // original.)
       quantize_value(input_of[node]);
       QuantizeWeight(graph, node);
+      if (config->quantize_outputs) quantize_value(result_of[node]);
       ++summary.quantized_nodes;
     }
     if (auto st = BreakDownError(graph, *config, targets, reference, summary); !st.ok()) return st;

@@ -58,6 +58,33 @@ PY
   2> "$work/compile.txt"
 grep -q "int8: 1 Conv/MatMul quantized .*2 kept in f32: conv2 (--keep-float), fc (Gemm: not quantized)" "$work/compile.txt"
 
+# kiln quantize --emit-qdq: a QDQ model other runtimes can run; Kiln compiles it as it is
+# (fold-qdq turns it into integer ops) to the same classes as --precision int8.
+"$kiln" quantize "$work/sample.onnx" --emit-qdq "$work/qdq.onnx" --calibration "$work/cal" 2> "$work/quantize.txt"
+grep -q "QDQ around 2 Conv/MatMul (minmax calibration, 8 samples)" "$work/quantize.txt"
+/usr/bin/python3 - "$work/qdq.onnx" <<'PY'
+import sys
+import onnx
+m = onnx.load(sys.argv[1])
+onnx.checker.check_model(m)
+ops = [n.op_type for n in m.graph.node]
+assert ops.count("QuantizeLinear") == 4 and "BatchNormalization" not in ops, ops
+PY
+"$kiln" compile "$work/qdq.onnx" -o "$work/qdq.so" --report "$work/qdq_report.json"
+grep -q '"name": "fold-qdq", "changed": true' "$work/qdq_report.json"
+"$kiln" run "$work/qdq.so" --input input="$work/sample.input.pb" --output-dir "$work/out_qdq"
+/usr/bin/python3 - "$work/out_fp32/output_0.pb" "$work/out_qdq/output_0.pb" <<'PY'
+import sys
+import numpy as np
+from onnx import TensorProto, numpy_helper
+def load(path):
+    t = TensorProto()
+    t.ParseFromString(open(path, "rb").read())
+    return numpy_helper.to_array(t)
+fp32, qdq = load(sys.argv[1]), load(sys.argv[2])
+assert np.abs(fp32 - qdq).max() < 0.02 and fp32.argmax() == qdq.argmax(), (fp32, qdq)
+PY
+
 # Errors name the problem and exit non-zero.
 status=0; "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 2> "$work/err.txt" || status=$?
 [ "$status" -eq 2 ] && grep -q "needs --calibration DIR" "$work/err.txt"
@@ -72,4 +99,6 @@ if "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 --calibr
 grep -q "calibration sample 0, input 0 ('input'): f32\[1,3,16,16\] where the model takes f32\[1,3,32,32\]" "$work/err.txt"
 if "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --precision int8 --calibration "$work/cal" --keep-float convX 2> "$work/err.txt"; then exit 1; fi
 grep -q "the graph has no node 'convX'" "$work/err.txt"
+status=0; "$kiln" quantize "$work/sample.onnx" --calibration "$work/cal" 2> "$work/err.txt" || status=$?
+[ "$status" -eq 2 ] && grep -q "needs --emit-qdq OUT.onnx" "$work/err.txt"
 echo "e2e_cli_int8: ok"

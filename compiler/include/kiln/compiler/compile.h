@@ -55,6 +55,13 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
 // with one input, one TensorProto file (*.pb) per sample.
 absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const std::string& dir);
 
+// Calibration samples must hold one tensor per graph input, of its type and shape; the
+// error names the sample, the input and both types.
+absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::vector<Tensor>>& samples);
+
+// The passes `kiln quantize` runs before writing its QDQ model: kInt8Pipeline up to quantize.
+constexpr const char kQuantizeOnlyPipeline[] = "fold-constants,simplify,cse,dce,fold-batchnorm,quantize,dce";
+
 // Parses "name=1x3x224x224" into the input_shapes map.
 absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes);
 

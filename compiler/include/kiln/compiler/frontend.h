@@ -31,6 +31,10 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_by
 std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(
     std::string directory);
 
+// Graph -> serialized ONNX ModelProto (standard ops only; a kiln.* op or attribute is an
+// error), checked by the ONNX checker: `kiln quantize` writes its QDQ model with it.
+absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::string& graph_name);
+
 // ONNX TensorProto <-> Tensor (the input/output file format of `kiln run`).
 absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* name = nullptr);
 std::string SerializeTensorProto(const Tensor& tensor, const std::string& name);

@@ -41,6 +41,10 @@ struct QuantizationConfig {
   // Calibration samples, each one tensor per graph input in graph-input order.
   std::vector<std::vector<Tensor>> calibration;
   std::set<std::string> keep_float;  // node names the user keeps in f32
+  // Also quantize each Conv/MatMul's result (after a Relu that alone reads it): the QDQ
+  // form ONNX Runtime fuses into its integer ops (`kiln quantize --emit-qdq`). Kiln's own
+  // pipeline leaves it off, so results read by f32 ops are not rounded.
+  bool quantize_outputs = false;
 };
 
 // What the quantize pass did, for the compile report.
