@@ -252,7 +252,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   int64_t lo = y_type == DType::kUInt8 ? 0 : -128;
   const int64_t hi = y_type == DType::kUInt8 ? 255 : 127;
   if (node.GetInt("kiln.relu", 0) == 1) lo = std::max(lo, y_zero);
-  call.ints.insert(call.ints.end(), {mode, 1, zx, x_signed ? 1 : 0, y_zero, lo, hi});
+  call.ints.insert(call.ints.end(), {mode, 1, zx, x_signed ? 1 : 0, y_zero, lo, hi, node.GetInt("kiln.relu", 0)});
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;

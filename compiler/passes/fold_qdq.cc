@@ -10,7 +10,8 @@
 //     =>  %yq = QLinearMatMul(%aq, as, az, Bq, bs, bz, ys, yz)
 //   %x = DequantizeLinear(..) ; %w = DequantizeLinear(Wq, ..) ; %c = Conv(%x, %w, B)  (%c read
 //   by anything else: an Add, a pool, a graph output)
-//     =>  %c = kiln.QLinearConvToFloat(%xq, xs, xz, Wq, ws, wz, B)   (int8 sums, f32 out)
+//     =>  %c = kiln.QLinearConvToFloat(%xq, xs, xz, Wq, ws, wz, B)   (int8 sums, f32 out;
+//         a Relu that alone reads %c joins it as {kiln.relu=1})
 // A Relu between the op and the QuantizeLinear folds as a clamp at yz: rint is monotonic
 // and maps 0 to 0, so Q(Relu(y)) = max(Q(y), yz). The weights, scales and zero points must
 // be constants; activations are quantized per tensor, weights per tensor or per output
@@ -75,7 +76,15 @@ class FoldQdq : public Pass {
         if (node->op() != "Conv") continue;
         Node* fused = FoldConvToFloat(graph, node, x_dq, w_dq);
         if (fused == nullptr) continue;
-        graph.TakeOver(node->output(0), fused->output(0));
+        // A Relu that alone reads the result joins it (max(y, 0) on the f32 output).
+        Node* only = SoleUser(graph, node->output(0));
+        if (only != nullptr && only->op() == "Relu") {
+          fused->mutable_attrs()["kiln.relu"] = int64_t{1};
+          graph.TakeOver(only->output(0), fused->output(0));
+          graph.RemoveNode(only);
+        } else {
+          graph.TakeOver(node->output(0), fused->output(0));
+        }
         graph.RemoveNode(node);
         changed = true;
         continue;

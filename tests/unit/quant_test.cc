@@ -244,9 +244,11 @@ void CheckIntegerConv(const QConvCase& c) {
   };
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
-  for (const char* op : {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat"}) {
-    SCOPED_TRACE(op);
-    const bool requantize = std::string(op) == "QLinearConv", to_float = std::string(op) == "kiln.QLinearConvToFloat";
+  for (const std::string variant : {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu"}) {
+    SCOPED_TRACE(variant);
+    const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
+    const std::string op = relu ? variant.substr(0, variant.size() - 5) : variant;
+    const bool requantize = op == "QLinearConv", to_float = op == "kiln.QLinearConvToFloat";
     auto build = [&] {
       auto g = std::make_unique<Graph>();
       Value* in = g->AddValue("x", TensorType::Static(c.x_type, {1, c.C, c.H, c.W}));
@@ -258,6 +260,7 @@ void CheckIntegerConv(const QConvCase& c) {
                           {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
                            g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero), g->AddConstant("b", float_bias)},
                           {"y"}, 13);
+        if (relu) conv->mutable_attrs()["kiln.relu"] = int64_t{1};
       } else if (requantize) {
         conv = g->AddNode("QLinearConv", "conv",
                           {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
@@ -293,7 +296,8 @@ void CheckIntegerConv(const QConvCase& c) {
           }
           if (to_float) {
             const float m = x_scale * w_scale->data_as<float>()[oc];
-            want.push_back(static_cast<float>(s) * m + float_bias->data_as<float>()[oc]);
+            const float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
+            want.push_back(relu && v < 0.f ? 0.f : v);
           } else {
             want.push_back(requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);
           }

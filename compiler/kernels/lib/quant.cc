@@ -269,6 +269,7 @@ struct QConvParams {
   void* y;
   int32_t y_dtype;
   bool requantize, to_float;
+  bool relu;  // f32 Y: max(y, 0) (requantized Y clamps through lo instead)
   int64_t batch, group, out_channels, ocg, quads, steps;  // steps: K / 4 = KH * KW * quads
   int64_t H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
   uint32_t x_zero_word;  // zx' in all four bytes
@@ -312,7 +313,14 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
     if (q.to_float) {
       const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
       float* y = static_cast<float*>(q.y) + at;
-      for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<float>(sums[j] + offset) * m + b;
+      if (q.relu) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const float v = static_cast<float>(sums[j] + offset) * m + b;
+          y[j] = v > 0.f ? v : 0.f;
+        }
+      } else {
+        for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<float>(sums[j] + offset) * m + b;
+      }
       continue;
     }
     if (!q.requantize) {
@@ -421,13 +429,15 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
 // multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC]. outputs: Y, scratch (X's channel quads, and
 // 256 bytes a last pointwise chunk may read past them). ints after the window block:
-// [mode (as qconv's), 1 (this layout), zx', x is s8, y zero point, clamp lo, clamp hi].
+// [mode (as qconv's), 1 (this layout), zx', x is s8, y zero point, clamp lo, clamp hi,
+// relu (f32 Y)].
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   QConvParams q;
   q.requantize = rest[0] == 1;
   q.to_float = rest[0] == 2;
+  q.relu = rest[7] != 0;
   const uint8_t zx = static_cast<uint8_t>(rest[2]);
   const bool flip = rest[3] != 0;
   q.y_zero = static_cast<float>(rest[4]);
@@ -516,7 +526,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
 // an optional int32 bias [OC] (added to the sum before requantizing). ints: [group,
 // window block, mode, 0 (this layout; 1: QConvFast's), relu]. mode 0: Y int32 sums; 1: Y
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
-// B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat). Taps in the padding read X's
+// B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
 // zero point, i.e. contribute 0.
 KILN_KERNEL(qconv) {
   const kiln_ktensor& X = call->inputs[0];
@@ -585,7 +595,8 @@ KILN_KERNEL(qconv) {
               const float v = rintf(static_cast<float>(sum) * multiplier) + z;
               StoreSaturated(Y.data, Y.dtype, at, relu && v < z ? z : v);
             } else if (to_float) {
-              static_cast<float*>(Y.data)[at] = static_cast<float>(sum) * multiplier + b;
+              const float v = static_cast<float>(sum) * multiplier + b;
+              static_cast<float*>(Y.data)[at] = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
             } else {
               static_cast<int32_t*>(Y.data)[at] = sum;
             }
