@@ -51,6 +51,22 @@ void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w) {
 
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
 
+absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b) {
+  if (a.empty() || b.empty()) return NodeError(node, "operands must have rank 1 or more");
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  if (a.back() != b[b.size() - 2]) {
+    return NodeError(node, absl::StrCat("inner dimensions differ: ", a.back(), " vs ", b[b.size() - 2]));
+  }
+  auto batch = BroadcastShapes(node, KnownDims({a.begin(), a.end() - 2}), KnownDims({b.begin(), b.end() - 2}));
+  if (!batch.ok()) return batch.status();
+  std::vector<Dim> out = *batch;
+  if (!a_vec) out.push_back(Dim::Known(a[a.size() - 2]));
+  if (!b_vec) out.push_back(Dim::Known(b.back()));
+  return out;
+}
+
 std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b) {
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
@@ -253,21 +269,10 @@ void RegisterNnOps(Registry& registry) {
       for (size_t i = 0; i < 2; ++i) {
         if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
       }
-      std::vector<int64_t> a = ctx.type(0).StaticDims(), b = ctx.type(1).StaticDims();
-      if (a.empty() || b.empty()) return NodeError(ctx.node, "operands must have rank 1 or more");
       if (ctx.type(0).dtype != ctx.type(1).dtype) return NodeError(ctx.node, "operands have different element types");
-      const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
-      if (a_vec) a.insert(a.begin(), 1);
-      if (b_vec) b.push_back(1);
-      if (a.back() != b[b.size() - 2]) {
-        return NodeError(ctx.node, absl::StrCat("inner dimensions differ: ", a.back(), " vs ", b[b.size() - 2]));
-      }
-      auto batch = BroadcastShapes(ctx.node, KnownDims({a.begin(), a.end() - 2}), KnownDims({b.begin(), b.end() - 2}));
-      if (!batch.ok()) return batch.status();
-      std::vector<Dim> out = *batch;
-      if (!a_vec) out.push_back(Dim::Known(a[a.size() - 2]));
-      if (!b_vec) out.push_back(Dim::Known(b.back()));
-      ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+      auto out = MatMulOutputShape(ctx.node, ctx.type(0).StaticDims(), ctx.type(1).StaticDims());
+      if (!out.ok()) return out.status();
+      ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {

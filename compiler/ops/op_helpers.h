@@ -80,6 +80,9 @@ absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<i
 void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w);
 // The spatial dims of an N, C, spatial... shape.
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims);
+// numpy.matmul's result shape for static operand dims (1-D operands promoted and their
+// unit dim dropped again); the error names the node.
+absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b);
 // A matrix product's shape block for the kernels: [M, K, N, batch_rank, out batch dims,
 // A's batch strides, B's batch strides] (numpy matmul broadcasting; 1-D operands promoted).
 std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b);

@@ -102,20 +102,9 @@ absl::Status InferIntegerMatMul(InferContext& ctx, size_t a, size_t b, DType out
                                               "; uint8 or int8 expected"));
     }
   }
-  std::vector<int64_t> ad = ctx.type(a).StaticDims(), bd = ctx.type(b).StaticDims();
-  if (ad.empty() || bd.empty()) return NodeError(ctx.node, "operands must have rank 1 or more");
-  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
-  if (a_vec) ad.insert(ad.begin(), 1);
-  if (b_vec) bd.push_back(1);
-  if (ad.back() != bd[bd.size() - 2]) {
-    return NodeError(ctx.node, absl::StrCat("inner dimensions differ: ", ad.back(), " vs ", bd[bd.size() - 2]));
-  }
-  auto batch = BroadcastShapes(ctx.node, KnownDims({ad.begin(), ad.end() - 2}), KnownDims({bd.begin(), bd.end() - 2}));
-  if (!batch.ok()) return batch.status();
-  std::vector<Dim> shape = *batch;
-  if (!a_vec) shape.push_back(Dim::Known(ad[ad.size() - 2]));
-  if (!b_vec) shape.push_back(Dim::Known(bd.back()));
-  ctx.output_types[0] = WithShape(out, shape);
+  auto shape = MatMulOutputShape(ctx.node, ctx.type(a).StaticDims(), ctx.type(b).StaticDims());
+  if (!shape.ok()) return shape.status();
+  ctx.output_types[0] = WithShape(out, *shape);
   return absl::OkStatus();
 }
 
@@ -124,6 +113,10 @@ std::pair<int64_t, int64_t> RowsAndColumns(const InferContext& ctx, size_t a, si
   const std::vector<int64_t> ad = ctx.type(a).StaticDims(), bd = ctx.type(b).StaticDims();
   return {ad.size() == 1 ? 1 : ad[ad.size() - 2], bd.size() == 1 ? 1 : bd.back()};
 }
+
+// QLinearConv's and kiln.QLinearConvToFloat's X, W and their scales and zero points
+// (inputs 0-5): Conv's shape rules, X per tensor, W per tensor or per output channel.
+absl::Status InferQuantizedConvOperands(InferContext& ctx, DType out);
 
 // Shared by ConvInteger and QLinearConv: X and W u8/i8 with Conv's shape rules.
 absl::Status InferIntegerConv(InferContext& ctx, size_t x, size_t w, DType out) {
@@ -152,6 +145,12 @@ absl::Status InferIntegerConv(InferContext& ctx, size_t x, size_t w, DType out) 
   shape.insert(shape.end(), win->out.begin(), win->out.end());
   ctx.output_types[0] = TensorType::Static(out, shape);
   return absl::OkStatus();
+}
+
+absl::Status InferQuantizedConvOperands(InferContext& ctx, DType out) {
+  if (auto st = InferIntegerConv(ctx, 0, 3, out); !st.ok()) return st;
+  if (auto st = CheckScale(ctx, 1, 2, "x", {ctx.type(0).dtype}, 1); !st.ok()) return st;
+  return CheckScale(ctx, 4, 5, "w", {ctx.type(3).dtype}, ctx.type(3).StaticDims()[0]);
 }
 
 absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<KernelOperand> inputs, ConvMode mode) {
@@ -382,10 +381,8 @@ void RegisterQuantOps(Registry& registry) {
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
       if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-      if (auto st = InferIntegerConv(ctx, 0, 3, ctx.type(7).dtype); !st.ok()) return st;
+      if (auto st = InferQuantizedConvOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
       const int64_t out_channels = ctx.type(3).StaticDims()[0];
-      if (auto st = CheckScale(ctx, 1, 2, "x", {ctx.type(0).dtype}, 1); !st.ok()) return st;
-      if (auto st = CheckScale(ctx, 4, 5, "w", {ctx.type(3).dtype}, out_channels); !st.ok()) return st;
       if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
       if (ctx.has_input(8)) {
         if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
@@ -415,10 +412,8 @@ void RegisterQuantOps(Registry& registry) {
     s.min_inputs = 6;
     s.max_inputs = 7;
     s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferIntegerConv(ctx, 0, 3, DType::kFloat32); !st.ok()) return st;
+      if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
       const int64_t out_channels = ctx.type(3).StaticDims()[0];
-      if (auto st = CheckScale(ctx, 1, 2, "x", {ctx.type(0).dtype}, 1); !st.ok()) return st;
-      if (auto st = CheckScale(ctx, 4, 5, "w", {ctx.type(3).dtype}, out_channels); !st.ok()) return st;
       if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
                                ctx.type(6).StaticDims() != std::vector<int64_t>{out_channels})) {
         return NodeError(ctx.node, absl::StrCat("B must be float [", out_channels, "]"));

@@ -142,23 +142,11 @@ class FoldQdq : public Pass {
       }
       bias = graph.AddConstant(graph.UniqueName(conv->name() + ".bias_i32"), quantized);
     }
-    std::vector<Value*> inputs = {x_dq->input(0),
-                                  x_dq->input(1),
-                                  ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, conv->name() + ".x_zero_point"),
-                                  w_dq->input(0),
-                                  w_dq->input(1),
-                                  ZeroPoint(graph, w_dq, w->type().dtype, conv->name() + ".w_zero_point"),
-                                  q->input(1),
-                                  ZeroPoint(graph, q, DType::kUInt8, conv->name() + ".y_zero_point")};
+    std::vector<Value*> inputs = QuantizedOperands(graph, conv, x_dq, w_dq);
+    inputs.push_back(q->input(1));
+    inputs.push_back(ZeroPoint(graph, q, DType::kUInt8, conv->name() + ".y_zero_point"));
     if (bias != nullptr) inputs.push_back(bias);
-    Node* fused = graph.InsertNodeBefore(conv, "QLinearConv", conv->name(), inputs,
-                                         {graph.UniqueName(q->output(0)->name() + ".int8")}, conv->opset());
-    for (const char* key : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}) {
-      auto it = conv->attrs().find(key);
-      if (it != conv->attrs().end()) fused->mutable_attrs()[key] = it->second;
-    }
-    fused->output(0)->set_type(q->output(0)->type());
-    return fused;
+    return InsertConv(graph, conv, "QLinearConv", inputs, q->output(0));
   }
 
   // A Conv's bias as f32 values: a constant, or the DequantizeLinear of a constant (as QDQ
@@ -187,24 +175,34 @@ class FoldQdq : public Pass {
 
   static Node* FoldConvToFloat(Graph& graph, Node* conv, Node* x_dq, Node* w_dq) {
     const int64_t out_channels = w_dq->input(0)->type().StaticDims()[0];
-    std::vector<Value*> inputs = {x_dq->input(0),
-                                  x_dq->input(1),
-                                  ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, conv->name() + ".x_zero_point"),
-                                  w_dq->input(0),
-                                  w_dq->input(1),
-                                  ZeroPoint(graph, w_dq, w_dq->input(0)->type().dtype, conv->name() + ".w_zero_point")};
+    std::vector<Value*> inputs = QuantizedOperands(graph, conv, x_dq, w_dq);
     if (conv->input(2) != nullptr) {
       std::shared_ptr<const Tensor> b = FloatBias(conv->input(2), out_channels);
       if (b == nullptr) return nullptr;
       inputs.push_back(conv->input(2)->is_constant() ? conv->input(2) : graph.AddConstant(graph.UniqueName(conv->name() + ".bias"), b));
     }
-    Node* fused = graph.InsertNodeBefore(conv, "kiln.QLinearConvToFloat", conv->name(), inputs,
-                                         {graph.UniqueName(conv->output(0)->name() + ".int8")}, conv->opset());
+    return InsertConv(graph, conv, "kiln.QLinearConvToFloat", inputs, conv->output(0));
+  }
+
+  // The integer conv's first six inputs: X, its scale and zero point, W, its scale and
+  // zero point (explicit zeros where the DequantizeLinear has none).
+  static std::vector<Value*> QuantizedOperands(Graph& graph, const Node* conv, Node* x_dq, Node* w_dq) {
+    return {x_dq->input(0),
+            x_dq->input(1),
+            ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, conv->name() + ".x_zero_point"),
+            w_dq->input(0),
+            w_dq->input(1),
+            ZeroPoint(graph, w_dq, w_dq->input(0)->type().dtype, conv->name() + ".w_zero_point")};
+  }
+
+  // The integer conv `op` before `conv`, with its window attributes, typed as `like`.
+  static Node* InsertConv(Graph& graph, Node* conv, const std::string& op, const std::vector<Value*>& inputs, const Value* like) {
+    Node* fused = graph.InsertNodeBefore(conv, op, conv->name(), inputs, {graph.UniqueName(like->name() + ".int8")}, conv->opset());
     for (const char* key : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}) {
       auto it = conv->attrs().find(key);
       if (it != conv->attrs().end()) fused->mutable_attrs()[key] = it->second;
     }
-    fused->output(0)->set_type(conv->output(0)->type());
+    fused->output(0)->set_type(like->type());
     return fused;
   }
 
