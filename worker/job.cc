@@ -133,6 +133,7 @@ int RunJob(const std::string& dir) {
   auto model = ReadFile(dir + "/model.onnx");
   if (!model.ok()) return Fail(dir, std::string(model.status().message()));
 
+  const auto compile_start = std::chrono::steady_clock::now();
   CompileOptions options;
   // Compile for the canonical target kilnd put in the action key, not for whatever
   // "host" means on this worker's machine.
@@ -146,13 +147,6 @@ int RunJob(const std::string& dir) {
   for (const auto& shape : request.options().input_shapes()) {
     options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
   }
-  // The model as the reference interpreter runs it: the oracle for validation, and the
-  // graph calibration samples are matched to.
-  ImportOptions import_options;
-  import_options.model_label = options.model_label;
-  import_options.input_shapes = options.input_shapes;
-  auto reference_graph = ImportOnnxModel(*model, import_options);
-  if (!reference_graph.ok()) return Fail(dir, std::string(reference_graph.status().message()));
   const bool int8 = request.options().precision() == "int8";
   if (int8) {
     options.precision = "int8";
@@ -161,15 +155,19 @@ int RunJob(const std::string& dir) {
     options.quantization.method = *method;
     for (const auto& name : request.options().keep_float()) options.quantization.keep_float.insert(name);
     // Calibration InputSets, matched to the graph's inputs as the validation set is.
+    ImportOptions calibration_import;
+    calibration_import.model_label = options.model_label;
+    calibration_import.input_shapes = options.input_shapes;
+    auto graph = ImportOnnxModel(*model, calibration_import);
+    if (!graph.ok()) return Fail(dir, std::string(graph.status().message()));
     for (int k = 0; k < request.options().calibration_size(); ++k) {
       auto bytes = ReadFile(absl::StrCat(dir, "/calibration_", k, ".pb"));
       if (!bytes.ok()) return Fail(dir, std::string(bytes.status().message()));
-      auto sample = UploadedInputs(**reference_graph, *bytes);
+      auto sample = UploadedInputs(**graph, *bytes);
       if (!sample.ok()) return Fail(dir, absl::StrCat("calibration sample ", k, ": ", sample.status().message()));
       options.quantization.calibration.push_back(std::move(*sample));
     }
   }
-  const auto compile_start = std::chrono::steady_clock::now();
   const std::vector<std::string> phases = {"import", "passes", "codegen"};
   options.on_phase = [&](const std::string& phase) {
     auto at = std::find(phases.begin(), phases.end(), phase);
@@ -182,6 +180,11 @@ int RunJob(const std::string& dir) {
 
   Phase("validating", 0.7);
   const auto validate_start = std::chrono::steady_clock::now();
+  ImportOptions import_options;
+  import_options.model_label = options.model_label;
+  import_options.input_shapes = options.input_shapes;
+  auto reference_graph = ImportOnnxModel(*model, import_options);
+  if (!reference_graph.ok()) return Fail(dir, std::string(reference_graph.status().message()));
   absl::StatusOr<std::vector<Tensor>> inputs;
   std::string input_source;
   if (request.validation().has_input_set()) {
