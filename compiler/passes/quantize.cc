@@ -190,16 +190,11 @@ class Quantize : public Pass {
       if (!found) return absl::InvalidArgumentError(absl::StrCat("--keep-float: the graph has no node '", name, "'"));
     }
     if (targets.empty()) return false;
-    if (auto st = Calibrate(graph, *config, observed); !st.ok()) return st;
-    // The f32 outputs of the nodes to quantize on the first sample, for the per-layer
-    // error breakdown once they are quantized.
+    // The f32 outputs of the nodes to quantize on the first sample (kept by calibration's
+    // first run), for the per-layer error breakdown once they are quantized.
     std::map<const Value*, Tensor> reference;
     for (Node* node : targets) reference[node->output(0)];
-    auto f32 = RunGraph(graph, config->calibration[0], [&](const Value* v, const Tensor& t) {
-      auto it = reference.find(v);
-      if (it != reference.end()) it->second = t;
-    });
-    if (!f32.ok()) return f32.status();
+    if (auto st = Calibrate(graph, *config, observed, reference); !st.ok()) return st;
 
     // One QuantizeLinear/DequantizeLinear pair per activation, after its producer.
     std::map<const Value*, Value*> dequantized;
@@ -243,10 +238,17 @@ class Quantize : public Pass {
 
  private:
   // Two passes over the samples: ranges, then (percentile, entropy) histograms over them.
-  static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config, std::map<const Value*, Observed>& observed) {
+  // The first run also fills `first_sample` (keyed by the values wanted) with its tensors.
+  static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config, std::map<const Value*, Observed>& observed,
+                                std::map<const Value*, Tensor>& first_sample) {
     for (int pass = 0; pass < (config.method == CalibrationMethod::kMinMax ? 1 : 2); ++pass) {
       for (const std::vector<Tensor>& sample : config.calibration) {
+        const bool first = pass == 0 && &sample == &config.calibration.front();
         auto observe = [&](const Value* v, const Tensor& t) {
+          if (first) {
+            auto kept = first_sample.find(v);
+            if (kept != first_sample.end()) kept->second = t;
+          }
           auto it = observed.find(v);
           if (it == observed.end() || t.dtype() != DType::kFloat32) return;
           Observed& o = it->second;
