@@ -33,6 +33,7 @@ Usage:
                [--pipeline P] [--print-after-all] [--print-after PASS] [--report R.json]
                [--tune [--tune-budget SECONDS] [--tune-cache FILE]]
                [--precision int8 --calibration DIR [--calibration-method M] [--keep-float NODE,...]]
+               [--prune-channels R] [--prune-weights R] [--prune-skip NODE,...]
   kiln quantize MODEL.onnx --emit-qdq OUT.onnx --calibration DIR [--calibration-method M]
                [--keep-float NODE,...] [--input-shape NAME=1x3x224x224]...
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
@@ -67,6 +68,17 @@ compile
                      99.99: the share of each activation's values its range keeps), or
                      entropy (the range whose 255-level quantization loses least, by KL)
   --keep-float N,... node names to leave in f32 (repeatable); the --report lists them
+  --prune-channels R structured pruning: removes the share R (0 <= R < 1) of each Conv, Gemm
+                     and MatMul's output channels with the lowest L1 norm, and the weights
+                     that read them downstream, so the model gets smaller and faster; a
+                     layer whose channels reach a residual Add, a Reshape or a graph output
+                     stays whole (the --report says which and why)
+  --prune-weights R  unstructured pruning: sets the share R of each Conv/Gemm/MatMul weight
+                     with the smallest magnitude to 0 (reported as sparsity; the kernels
+                     stay dense, so it does not change speed)
+  --prune-skip N,... node names to leave unpruned (repeatable)
+                     Pruning runs after fold-batchnorm; parameters and FLOPs before and
+                     after go to stderr and the --report
 quantize
   writes the model with --precision int8's quantization as a QDQ ONNX model (standard
   QuantizeLinear/DequantizeLinear ops around each Conv and MatMul's input, weight and
@@ -102,6 +114,19 @@ std::string Usage() {
   return text + "\n" + kiln::cli::kServiceUsage;
 }
 
+// A pruning ratio flag: absent leaves `ratio` at 0; present must be a number in [0, 1).
+bool ParseRatio(const Args& args, const char* flag, double& ratio, std::string& error) {
+  if (!args.Has(flag)) return true;
+  const std::string text = args.Get(flag);
+  char* end = nullptr;
+  ratio = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(ratio >= 0 && ratio < 1)) {
+    error = std::string(flag) + " '" + text + "': expected a share of the weights, a number in [0, 1)";
+    return false;
+  }
+  return true;
+}
+
 int Compile(int argc, char** argv) {
   Args args;
   std::string error;
@@ -109,7 +134,8 @@ int Compile(int argc, char** argv) {
                                  {"--pipeline", true}, {"--print-after-all", false}, {"--print-after", true},
                                  {"--report", true}, {"--tune", false}, {"--tune-budget", true}, {"--tune-cache", true},
                                  {"--precision", true}, {"--calibration", true}, {"--calibration-method", true},
-                                 {"--calibration-percentile", true}, {"--keep-float", true}},
+                                 {"--calibration-percentile", true}, {"--keep-float", true}, {"--prune-channels", true},
+                                 {"--prune-weights", true}, {"--prune-skip", true}},
                  args, error)) {
     return UsageError(error);
   }
@@ -166,6 +192,15 @@ int Compile(int argc, char** argv) {
     if (!samples.ok()) return Fail(std::string(samples.status().message()));
     options.quantization.calibration = std::move(*samples);
   }
+  if (!ParseRatio(args, "--prune-channels", options.pruning.channel_ratio, error) ||
+      !ParseRatio(args, "--prune-weights", options.pruning.weight_ratio, error)) {
+    return UsageError(error);
+  }
+  for (const std::string& list : args.All("--prune-skip")) {
+    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) options.pruning.skip.insert(std::string(name));
+  }
+  const bool pruning = options.pruning.channel_ratio > 0 || options.pruning.weight_ratio > 0;
+  if (args.Has("--prune-skip") && !pruning) return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
   options.print.print_after_all = args.Has("--print-after-all");
   for (const std::string& p : args.All("--print-after")) options.print.print_after.insert(p);
   if (options.print.print_after_all || !options.print.print_after.empty()) options.print.print_stream = &std::cerr;
@@ -194,6 +229,17 @@ int Compile(int argc, char** argv) {
       worst.push_back(absl::StrFormat("%s (%s) %.1f dB", q.layers_by_error[i].node, q.layers_by_error[i].op, q.layers_by_error[i].snr_db));
     }
     if (!worst.empty()) std::fprintf(stderr, "kiln: int8: lowest SNR against f32 (first sample): %s\n", absl::StrJoin(worst, ", ").c_str());
+  }
+  if (pruning) {
+    const kiln::PruningSummary& p = result->pruning;
+    std::fprintf(stderr,
+                 "kiln: pruned: %lld layers lost %lld of %lld output channels; parameters %.2fM -> %.2fM (%.2fM nonzero), "
+                 "GFLOPs %.3f -> %.3f; weight sparsity %.1f%%; %zu layers kept whole (see --report)\n",
+                 static_cast<long long>(p.pruned_layers), static_cast<long long>(p.channels_removed),
+                 static_cast<long long>(p.channels_before), p.before.parameters / 1e6, p.after.parameters / 1e6,
+                 p.after.nonzero_parameters / 1e6, p.before.flops / 1e9, p.after.flops / 1e9,
+                 p.after.weights ? 100.0 * static_cast<double>(p.after.zero_weights) / static_cast<double>(p.after.weights) : 0.0,
+                 p.kept_whole.size());
   }
   if (options.tune.enabled) {
     const kiln::TuneResult& t = result->tuning;

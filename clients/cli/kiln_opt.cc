@@ -1,11 +1,12 @@
 // kiln-opt: runs passes on IR text, for golden tests and for people working on passes.
-//   kiln-opt FILE.kir [--pipeline P] [--print-after-all]
+//   kiln-opt FILE.kir [--pipeline P] [--print-after-all] [--prune-channels R] [--prune-weights R]
 // Reads the graph (see compiler/ir/parser.cc for the text form; "-" reads stdin), checks
 // every declared type against type inference, runs the pipeline (default: none) and prints
 // the resulting IR. When the pipeline planned memory, the plan follows as comment lines:
 //   // memory: arena A bytes, naive N bytes, V views, I in place
 //   // %v: @offset size      or     // %v: shares %owner
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <iterator>
@@ -21,7 +22,8 @@ namespace {
 
 int Usage(const char* problem) {
   std::fprintf(stderr,
-               "kiln-opt: %s\nusage: kiln-opt FILE.kir [--pipeline P] [--print-after-all]\n"
+               "kiln-opt: %s\nusage: kiln-opt FILE.kir [--pipeline P] [--print-after-all] [--prune-channels R] [--prune-weights R]\n"
+               "  (the prune pass's ratios; its summary follows the IR as comment lines)\n"
                "passes: ",
                problem);
   for (const auto& pass : kiln::RegisteredPasses()) std::fprintf(stderr, "%s ", pass.name.c_str());
@@ -39,9 +41,17 @@ int Fail(const std::string& path, const std::string& what) {
 int main(int argc, char** argv) {
   std::string path, pipeline;
   kiln::PipelineOptions print;
+  kiln::PruningConfig pruning;
+  bool has_pruning = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--pipeline" && i + 1 < argc) {
+    if ((a == "--prune-channels" || a == "--prune-weights") && i + 1 < argc) {
+      char* end = nullptr;
+      const double ratio = std::strtod(argv[++i], &end);
+      if (*end != '\0') return Usage((a + " takes a number").c_str());
+      (a == "--prune-channels" ? pruning.channel_ratio : pruning.weight_ratio) = ratio;
+      has_pruning = true;
+    } else if (a == "--pipeline" && i + 1 < argc) {
       pipeline = argv[++i];
     } else if (a.rfind("--pipeline=", 0) == 0) {
       pipeline = a.substr(strlen("--pipeline="));
@@ -85,12 +95,20 @@ int main(int argc, char** argv) {
   }
 
   kiln::PassContext context;
+  if (has_pruning) context.pruning = &pruning;
   print.print_stream = &std::cout;
   if (!pipeline.empty()) {
     auto stats = kiln::RunPipeline(**graph, pipeline, print, context);
     if (!stats.ok()) return Fail(path, std::string(stats.status().message()));
   }
   std::cout << kiln::PrintGraph(**graph);
+  if (has_pruning) {
+    const kiln::PruningSummary& p = context.pruning_summary;
+    std::cout << "// pruning: " << p.pruned_layers << " layers, " << p.channels_removed << " of " << p.channels_before
+              << " channels removed; parameters " << p.before.parameters << " -> " << p.after.parameters << " (" << p.after.nonzero_parameters
+              << " nonzero); flops " << p.before.flops << " -> " << p.after.flops << "\n";
+    for (const std::string& kept : p.kept_whole) std::cout << "// kept whole: " << kept << "\n";
+  }
   if (context.has_memory_plan) {
     const kiln::MemoryPlan& plan = context.memory_plan;
     std::cout << "// memory: arena " << plan.arena_bytes << " bytes, naive " << plan.naive_bytes << " bytes, "

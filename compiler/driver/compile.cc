@@ -165,6 +165,13 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   } else if (options.precision != "fp32") {
     return absl::InvalidArgumentError(absl::StrCat("precision '", options.precision, "' is not one of fp32, int8"));
   }
+  const bool pruning = options.pruning.channel_ratio > 0 || options.pruning.weight_ratio > 0;
+  if (pruning) {
+    auto with_prune = PipelineWithPrune(pipeline);
+    if (!with_prune.ok()) return with_prune.status();
+    pipeline = *with_prune;
+    context.pruning = &options.pruning;
+  }
   if (options.on_phase) options.on_phase("passes");
   start = std::chrono::steady_clock::now();
   auto stats = RunPipeline(**graph, pipeline, options.print, context);
@@ -246,6 +253,21 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
     }
     report << "]},\n";
   }
+  result.pruning = context.pruning_summary;
+  if (pruning) {
+    const PruningSummary& p = result.pruning;
+    auto cost = [](const GraphCost& c) {
+      return absl::StrCat("{\"parameters\": ", c.parameters, ", \"nonzero_parameters\": ", c.nonzero_parameters,
+                          ", \"flops\": ", absl::SixDigits(c.flops), ", \"weight_sparsity\": ",
+                          absl::SixDigits(c.weights ? static_cast<double>(c.zero_weights) / static_cast<double>(c.weights) : 0.0), "}");
+    };
+    report << "  \"pruning\": {\"channel_ratio\": " << p.channel_ratio << ", \"weight_ratio\": " << p.weight_ratio
+           << ", \"before\": " << cost(p.before) << ", \"after\": " << cost(p.after) << ",\n    \"pruned_layers\": " << p.pruned_layers
+           << ", \"channels_before\": " << p.channels_before << ", \"channels_removed\": " << p.channels_removed
+           << ", \"kernels\": \"dense (zeroed weights are not skipped)\", \"kept_whole\": [";
+    for (size_t i = 0; i < p.kept_whole.size(); ++i) report << (i ? ",\n      " : "\n      ") << "\"" << JsonEscape(p.kept_whole[i]) << "\"";
+    report << "]},\n";
+  }
   report << "  \"passes\": [";
   for (size_t i = 0; i < result.passes.size(); ++i) {
     const PassStats& p = result.passes[i];
@@ -262,6 +284,18 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   result.report_json = report.str();
   result.graph = std::move(*graph);
   return result;
+}
+
+absl::StatusOr<std::string> PipelineWithPrune(const std::string& pipeline) {
+  std::vector<std::string> passes = absl::StrSplit(pipeline, ',', absl::SkipEmpty());
+  if (std::find(passes.begin(), passes.end(), "prune") != passes.end()) return pipeline;
+  auto at = std::find(passes.begin(), passes.end(), "fold-batchnorm");
+  if (at == passes.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("pruning needs a pipeline with fold-batchnorm (prune runs after it) or with prune; got '",
+                                                   pipeline, "'"));
+  }
+  passes.insert(at + 1, "prune");
+  return absl::StrJoin(passes, ",");
 }
 
 }  // namespace kiln

@@ -17,6 +17,7 @@ void kiln_link_pass_Simplify();
 void kiln_link_pass_FoldBatchNorm();
 void kiln_link_pass_FoldQdq();
 void kiln_link_pass_Quantize();
+void kiln_link_pass_Prune();
 void kiln_link_pass_Fuse();
 void kiln_link_pass_Layout();
 void kiln_link_pass_PlanMemory();
@@ -36,6 +37,7 @@ void LinkAllPasses() {
   kiln_link_pass_FoldBatchNorm();
   kiln_link_pass_FoldQdq();
   kiln_link_pass_Quantize();
+  kiln_link_pass_Prune();
   kiln_link_pass_Fuse();
   kiln_link_pass_Layout();
   kiln_link_pass_PlanMemory();

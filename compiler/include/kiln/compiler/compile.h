@@ -33,6 +33,9 @@ struct CompileOptions {
   // quantization.calibration (kInt8Pipeline when `pipeline` is the default).
   std::string precision = "fp32";
   QuantizationConfig quantization;
+  // --prune-channels / --prune-weights: the prune pass runs after fold-batchnorm (inserted
+  // there when the pipeline lacks it).
+  PruningConfig pruning;
 };
 
 struct CompileResult {
@@ -46,6 +49,7 @@ struct CompileResult {
   double import_ms = 0, passes_ms = 0, codegen_ms = 0;
   TuneResult tuning;
   QuantizationSummary quantization;  // precision int8
+  PruningSummary pruning;            // when pruning was asked for
 };
 
 absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options);
@@ -61,6 +65,9 @@ absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::
 
 // The passes `kiln quantize` runs before writing its QDQ model: kInt8Pipeline up to quantize.
 constexpr const char kQuantizeOnlyPipeline[] = "fold-constants,simplify,cse,dce,fold-batchnorm,quantize,dce";
+
+// The pipeline with "prune" after "fold-batchnorm" (unchanged when it has prune already).
+absl::StatusOr<std::string> PipelineWithPrune(const std::string& pipeline);
 
 // Parses "name=1x3x224x224" into the input_shapes map.
 absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes);

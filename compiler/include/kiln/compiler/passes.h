@@ -67,11 +67,40 @@ struct QuantizationSummary {
 absl::StatusOr<CalibrationMethod> ParseCalibrationMethod(const std::string& text);
 const char* CalibrationMethodName(CalibrationMethod method);
 
+// Pruning (the prune pass): what to remove.
+struct PruningConfig {
+  double channel_ratio = 0;  // --prune-channels: share of each layer's output channels
+  double weight_ratio = 0;   // --prune-weights: share of each weight tensor set to 0
+  std::set<std::string> skip;  // node names left whole (--prune-skip)
+};
+
+// Parameters (elements of the f32 constants the graph reads) and multiply-add flops (2 per
+// MAC) of Conv, Gemm and MatMul, from the static shapes.
+struct GraphCost {
+  int64_t parameters = 0;
+  int64_t nonzero_parameters = 0;
+  int64_t weights = 0;       // elements of Conv/Gemm/MatMul weights
+  int64_t zero_weights = 0;  // of which 0
+  double flops = 0;
+};
+GraphCost MeasureGraphCost(const Graph& graph);
+
+// What the prune pass did, for the compile report.
+struct PruningSummary {
+  double channel_ratio = 0, weight_ratio = 0;
+  GraphCost before, after;  // around the pass (BatchNorm already folded)
+  int64_t pruned_layers = 0;
+  int64_t channels_before = 0, channels_removed = 0, channels_after = 0;  // over prunable layers
+  std::vector<std::string> kept_whole;  // "node (why)"
+};
+
 struct PassContext {
   MemoryPlan memory_plan;
   bool has_memory_plan = false;
   const QuantizationConfig* quantization = nullptr;  // input to the quantize pass
   QuantizationSummary quantization_summary;         // its output
+  const PruningConfig* pruning = nullptr;           // input to the prune pass
+  PruningSummary pruning_summary;                   // its output
 };
 
 class Pass {

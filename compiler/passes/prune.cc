@@ -1,0 +1,451 @@
+// prune: structured channel pruning and unstructured magnitude pruning of f32 weights.
+//   %y = Conv(%x, W[M,C,kh,kw], b[M])          (also Gemm's and MatMul's output columns)
+//     =>  %y = Conv(%x, W[kept], b[kept])       the share `channel_ratio` of the M output
+//                                               channels with the lowest L1 norm removed
+//   and every node downstream follows, sweeping the graph in order:
+//     Relu, Clip, pools, ... (one input)      pass the channels through
+//     Pad (none on the channel axis)          passes them through
+//     Add/Mul/... with a constant [M,1,1]     slice the constant (a [1,1,1] one stays)
+//     Add/Mul/... of two pruned operands      pass through when both lost the same channels
+//     BatchNormalization                      slice its four vectors
+//     depthwise Conv (group = channels)       slice its filters and bias, group = kept
+//     Concat on the channel axis              the removed channels move by the input's offset
+//     Flatten at axis 1                       channel c is features [c*s, (c+1)*s), s = H*W
+//     Conv (group 1), Gemm, MatMul            slice the weight's input axis; the sweep ends
+// A layer loses channels only if every path from it ends at such a weight: a residual Add
+// with an unpruned operand, a Reshape or a graph output keeps it whole, and the summary
+// says why. Kept counts are rounded up to a multiple of 8 where the layer had one, so
+// vector kernels stay full.
+//   --prune-weights R: in each Conv/Gemm/MatMul constant weight the R share with the
+//   smallest magnitude becomes 0 (the kernels stay dense; reported as sparsity).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/ops.h"
+#include "kiln/compiler/passes.h"
+
+namespace kiln {
+namespace {
+
+// Channels lost along one axis of a value: removed[i] for each index of that axis.
+struct Removal {
+  int axis = 1;
+  std::vector<bool> removed;
+  bool operator==(const Removal& other) const { return axis == other.axis && removed == other.removed; }
+};
+
+// One constant operand to slice: keep the indices of `axis` not in `removed`.
+struct Slice {
+  Node* node;
+  size_t input;
+  int axis;
+  std::vector<bool> removed;
+};
+
+struct Plan {
+  std::vector<Slice> slices;
+  std::vector<std::pair<Node*, int64_t>> groups;  // depthwise Conv -> its new group count
+};
+
+const std::set<std::string>& ChannelwiseUnaryOps() {
+  static const std::set<std::string> ops = {
+      "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign",
+      "Identity", "Neg", "Abs", "Exp", "Erf", "Sqrt", "Gelu", "Mish", "ThresholdedRelu", "Celu",
+      "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool", "Dropout"};
+  return ops;
+}
+
+const std::set<std::string>& BinaryOps() {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "PRelu", "Max", "Min", "Pow"};
+  return ops;
+}
+
+bool HasKilnAttrs(const Node* node) {
+  for (const auto& [key, value] : node->attrs()) {
+    if (key.rfind("kiln.", 0) == 0) return true;
+  }
+  return false;
+}
+
+bool IsF32Constant(const Value* value) { return value != nullptr && value->is_constant() && value->type().dtype == DType::kFloat32; }
+
+std::string Describe(const Node* node) { return absl::StrCat(node->op(), " '", node->name(), "'"); }
+
+int64_t ChannelCount(const Value* value, int axis) {
+  const auto& shape = value->type().shape;
+  return axis < static_cast<int>(shape.size()) ? shape[axis].size : -1;
+}
+
+// Follows `root_removal` on the root's output through the graph (nodes after the root, in
+// order). Fills `plan`; returns false with `why` when some reader cannot follow.
+bool Sweep(const Graph& graph, const std::vector<Node*>& nodes, size_t root_index, const Removal& root_removal, Plan& plan,
+           std::string& why) {
+  std::map<const Value*, Removal> pruned = {{nodes[root_index]->output(0), root_removal}};
+  for (size_t n = root_index + 1; n < nodes.size(); ++n) {
+    Node* node = nodes[n];
+    std::vector<size_t> hit;
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      if (node->input(i) != nullptr && pruned.count(node->input(i))) hit.push_back(i);
+    }
+    if (hit.empty()) continue;
+    const Removal& in = pruned.at(node->input(hit[0]));
+    const std::string& op = node->op();
+    const std::string fail = absl::StrCat("read by ", Describe(node));
+    if (HasKilnAttrs(node)) return why = fail, false;
+    auto pass_through = [&](const Removal& removal) { pruned[node->output(0)] = removal; };
+    if (ChannelwiseUnaryOps().count(op)) {
+      if (hit != std::vector<size_t>{0}) return why = fail, false;
+      const bool pool = op.find("Pool") != std::string::npos;
+      if (pool && in.axis != 1) return why = absl::StrCat(fail, " on axis ", in.axis), false;
+      // Dropout's mask and MaxPool's indices would need slicing too: only when unread.
+      for (size_t o = 1; o < node->outputs().size(); ++o) {
+        if (!graph.Users(node->output(o)).empty() || graph.IsGraphOutput(node->output(o))) return why = fail, false;
+      }
+      pass_through(in);
+    } else if (BinaryOps().count(op)) {
+      const size_t rank = node->input(hit[0])->type().shape.size();
+      if (hit.size() == 2) {
+        if (!(pruned.at(node->input(1)) == in) || node->input(1)->type().shape.size() != rank) {
+          return why = absl::StrCat(fail, " with operands that lost different channels"), false;
+        }
+      } else {
+        const Value* other = node->input(1 - hit[0]);
+        if (!IsF32Constant(other)) return why = absl::StrCat(fail, " with an operand that keeps every channel"), false;
+        const int other_rank = static_cast<int>(other->type().shape.size());
+        if (other_rank > static_cast<int>(rank)) return why = fail, false;
+        const int axis = in.axis - (static_cast<int>(rank) - other_rank);
+        if (axis >= 0) {
+          const int64_t size = other->type().shape[axis].size;
+          if (size == static_cast<int64_t>(in.removed.size())) {
+            plan.slices.push_back({node, 1 - hit[0], axis, in.removed});
+          } else if (size != 1) {
+            return why = fail, false;
+          }
+        }
+      }
+      pass_through(in);
+    } else if (op == "Pad") {
+      // Padding that leaves the channel axis alone passes it through.
+      const Value* pads = node->input(1);
+      const int64_t rank = static_cast<int64_t>(node->input(0)->type().shape.size());
+      if (hit != std::vector<size_t>{0} || pads == nullptr || !pads->is_constant() || node->input(3) != nullptr ||
+          pads->constant()->num_elements() != 2 * rank || pads->constant()->GetAsInt64(in.axis) != 0 ||
+          pads->constant()->GetAsInt64(in.axis + rank) != 0) {
+        return why = fail, false;
+      }
+      pass_through(in);
+    } else if (op == "BatchNormalization") {
+      if (hit != std::vector<size_t>{0} || in.axis != 1 || node->outputs().size() != 1) return why = fail, false;
+      for (size_t i = 1; i < 5; ++i) {
+        if (!IsF32Constant(node->input(i))) return why = fail, false;
+        plan.slices.push_back({node, i, 0, in.removed});
+      }
+      pass_through(in);
+    } else if (op == "Conv") {
+      if (hit != std::vector<size_t>{0} || in.axis != 1 || !IsF32Constant(node->input(1))) return why = fail, false;
+      const int64_t channels = static_cast<int64_t>(in.removed.size());
+      const int64_t group = node->GetInt("group", 1);
+      const std::vector<int64_t> w_dims = node->input(1)->type().StaticDims();
+      if (group == 1) {
+        plan.slices.push_back({node, 1, 1, in.removed});
+      } else if (group == channels && w_dims[0] == channels) {
+        // Depthwise: each filter reads one channel and makes one.
+        plan.slices.push_back({node, 1, 0, in.removed});
+        if (node->input(2) != nullptr) {
+          if (!IsF32Constant(node->input(2))) return why = fail, false;
+          plan.slices.push_back({node, 2, 0, in.removed});
+        }
+        const int64_t kept = std::count(in.removed.begin(), in.removed.end(), false);
+        plan.groups.push_back({node, kept});
+        pass_through(in);
+      } else {
+        return why = absl::StrCat(fail, " (a grouped convolution)"), false;
+      }
+    } else if (op == "Concat") {
+      const int rank = static_cast<int>(node->output(0)->type().shape.size());
+      int axis = static_cast<int>(node->GetInt("axis", 0));
+      if (axis < 0) axis += rank;
+      Removal out{axis, {}};
+      for (size_t i = 0; i < node->inputs().size(); ++i) {
+        auto at = pruned.find(node->input(i));
+        if (at != pruned.end()) {
+          if (at->second.axis != axis) return why = absl::StrCat(fail, " on another axis"), false;
+          out.removed.insert(out.removed.end(), at->second.removed.begin(), at->second.removed.end());
+        } else {
+          const int64_t size = ChannelCount(node->input(i), axis);
+          if (size < 0) return why = fail, false;
+          out.removed.insert(out.removed.end(), size, false);
+        }
+      }
+      pass_through(out);
+    } else if (op == "Flatten") {
+      const Value* x = node->input(0);
+      if (node->GetInt("axis", 1) != 1 || in.axis != 1 || !x->type().IsStatic()) return why = fail, false;
+      const std::vector<int64_t> dims = x->type().StaticDims();
+      int64_t spatial = 1;
+      for (size_t d = 2; d < dims.size(); ++d) spatial *= dims[d];
+      Removal out{1, {}};
+      for (bool r : in.removed) out.removed.insert(out.removed.end(), spatial, r);
+      pass_through(out);
+    } else if (op == "Gemm") {
+      if (hit != std::vector<size_t>{0} || in.axis != 1 || node->GetInt("transA", 0) != 0 || !IsF32Constant(node->input(1))) {
+        return why = fail, false;
+      }
+      plan.slices.push_back({node, 1, node->GetInt("transB", 0) != 0 ? 1 : 0, in.removed});
+    } else if (op == "MatMul") {
+      const int rank = static_cast<int>(node->input(0)->type().shape.size());
+      if (hit != std::vector<size_t>{0} || in.axis != rank - 1 || !IsF32Constant(node->input(1)) ||
+          node->input(1)->type().shape.size() != 2) {
+        return why = fail, false;
+      }
+      plan.slices.push_back({node, 1, 0, in.removed});
+    } else {
+      return why = fail, false;
+    }
+    for (Value* out : node->outputs()) {
+      if (pruned.count(out) && graph.IsGraphOutput(out)) return why = absl::StrCat("reaches the graph output '", out->name(), "'"), false;
+    }
+  }
+  if (graph.IsGraphOutput(nodes[root_index]->output(0))) return why = "is a graph output", false;
+  return true;
+}
+
+std::shared_ptr<Tensor> SliceAxis(const Tensor& t, int axis, const std::vector<bool>& removed) {
+  std::vector<int64_t> dims = t.dims();
+  const int64_t outer = NumElements(std::vector<int64_t>(dims.begin(), dims.begin() + axis));
+  const int64_t inner = NumElements(std::vector<int64_t>(dims.begin() + axis + 1, dims.end()));
+  const int64_t size = dims[axis];
+  dims[axis] = std::count(removed.begin(), removed.end(), false);
+  auto out = std::make_shared<Tensor>(t.dtype(), dims);
+  const int64_t element = DTypeSize(t.dtype());
+  const auto* src = static_cast<const unsigned char*>(t.data());
+  auto* dst = static_cast<unsigned char*>(out->data());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < size; ++i) {
+      if (removed[i]) continue;
+      std::copy_n(src + (o * size + i) * inner * element, inner * element, dst);
+      dst += inner * element;
+    }
+  }
+  return out;
+}
+
+void Apply(Graph& graph, const Plan& plan) {
+  for (const Slice& s : plan.slices) {
+    const Value* old = s.node->input(s.input);
+    Value* sliced = graph.AddConstant(graph.UniqueName(old->name() + ".pruned"), SliceAxis(*old->constant(), s.axis, s.removed));
+    s.node->set_input(s.input, sliced);
+  }
+  for (const auto& [node, group] : plan.groups) node->mutable_attrs()["group"] = group;
+}
+
+// The root's output channels and, per channel, the L1 norm of the weights that make it.
+// Empty when the node cannot be a root.
+std::vector<double> OutputChannelNorms(const Node* node, int& axis) {
+  const Value* w = node->input(1);
+  if (node->outputs().size() != 1 || !IsF32Constant(w) || node->input(0) == nullptr || node->input(0)->is_constant() || HasKilnAttrs(node)) return {};
+  const Value* bias = node->input(2);
+  if (bias != nullptr && !IsF32Constant(bias)) return {};
+  const std::vector<int64_t> dims = w->type().StaticDims();
+  const float* data = w->constant()->data_as<float>();
+  std::vector<double> norms;
+  if (node->op() == "Conv") {
+    if (node->GetInt("group", 1) != 1 || dims.size() < 3) return {};
+    axis = 1;
+    const int64_t per = w->constant()->num_elements() / dims[0];
+    norms.assign(dims[0], 0.0);
+    for (int64_t m = 0; m < dims[0]; ++m) {
+      for (int64_t i = 0; i < per; ++i) norms[m] += std::fabs(data[m * per + i]);
+    }
+  } else if (node->op() == "Gemm" || (node->op() == "MatMul" && node->inputs().size() == 2)) {
+    if (dims.size() != 2 || node->output(0)->type().shape.empty()) return {};
+    const bool by_rows = node->op() == "Gemm" && node->GetInt("transB", 0) != 0;  // B is [N, K]
+    axis = static_cast<int>(node->output(0)->type().shape.size()) - 1;
+    const int64_t n = by_rows ? dims[0] : dims[1];
+    norms.assign(n, 0.0);
+    for (int64_t r = 0; r < dims[0]; ++r) {
+      for (int64_t c = 0; c < dims[1]; ++c) norms[by_rows ? r : c] += std::fabs(data[r * dims[1] + c]);
+    }
+  }
+  return norms;
+}
+
+// Gemm's bias C follows its columns when it has them ([N], [1, N] or [M, N]).
+void SliceRootBias(const Node* node, const std::vector<bool>& removed, Plan& plan) {
+  const Value* bias = node->input(2);
+  if (bias == nullptr) return;
+  const auto& shape = bias->type().shape;
+  const int64_t channels = static_cast<int64_t>(removed.size());
+  if (node->op() == "Conv") {
+    plan.slices.push_back({const_cast<Node*>(node), 2, 0, removed});
+  } else if (!shape.empty() && shape.back().size == channels) {
+    plan.slices.push_back({const_cast<Node*>(node), 2, static_cast<int>(shape.size()) - 1, removed});
+  }
+}
+
+int64_t KeptChannels(int64_t channels, double ratio) {
+  int64_t kept = channels - static_cast<int64_t>(std::floor(static_cast<double>(channels) * ratio));
+  if (channels % 8 == 0 && channels >= 16) kept = (kept + 7) / 8 * 8;
+  return std::clamp<int64_t>(kept, 1, channels);
+}
+
+double KnownProduct(const TensorType& type, size_t from, size_t to) {
+  double product = 1;
+  for (size_t d = from; d < to && d < type.shape.size(); ++d) product *= type.shape[d].known() ? static_cast<double>(type.shape[d].size) : 1.0;
+  return product;
+}
+
+bool IsWeightOp(const Node* node) {
+  return (node->op() == "Conv" || node->op() == "Gemm" || node->op() == "MatMul") && IsF32Constant(node->input(1)) &&
+         node->input(1)->constant()->num_elements() > 1;
+}
+
+class Prune : public Pass {
+ public:
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
+    const PruningConfig* config = context.pruning;
+    if (config == nullptr) return absl::InvalidArgumentError("prune needs ratios: --prune-channels R and/or --prune-weights R");
+    if (!(config->channel_ratio >= 0 && config->channel_ratio < 1) || !(config->weight_ratio >= 0 && config->weight_ratio < 1)) {
+      return absl::InvalidArgumentError("pruning ratios must lie in [0, 1)");
+    }
+    PruningSummary& summary = context.pruning_summary;
+    summary = PruningSummary{};
+    summary.channel_ratio = config->channel_ratio;
+    summary.weight_ratio = config->weight_ratio;
+    summary.before = MeasureGraphCost(graph);
+    bool changed = false;
+    if (config->channel_ratio > 0) {
+      auto pruned = PruneChannels(graph, *config, summary);
+      if (!pruned.ok()) return pruned.status();
+      changed |= *pruned;
+    }
+    if (config->weight_ratio > 0) changed |= PruneWeights(graph, *config, summary);
+    summary.after = MeasureGraphCost(graph);
+    return changed;
+  }
+
+ private:
+  absl::StatusOr<bool> PruneChannels(Graph& graph, const PruningConfig& config, PruningSummary& summary) {
+    bool changed = false;
+    // Roots are taken in order; each edit re-infers types so the next sweep sees the
+    // shapes it left (a Concat's offsets, a Conv's remaining inputs).
+    std::vector<std::string> roots;
+    for (const Node* node : graph.nodes()) {
+      int axis = 0;
+      if (!OutputChannelNorms(node, axis).empty()) roots.push_back(node->name());
+    }
+    for (const std::string& name : roots) {
+      const std::vector<Node*> nodes = graph.nodes();
+      size_t index = 0;
+      while (index < nodes.size() && nodes[index]->name() != name) ++index;
+      if (index == nodes.size()) continue;
+      Node* root = nodes[index];
+      if (config.skip.count(name)) {
+        summary.kept_whole.push_back(absl::StrCat(name, " (--prune-skip)"));
+        continue;
+      }
+      int axis = 1;
+      const std::vector<double> norms = OutputChannelNorms(root, axis);
+      const int64_t channels = static_cast<int64_t>(norms.size());
+      const int64_t kept = KeptChannels(channels, config.channel_ratio);
+      if (kept == channels) {
+        summary.kept_whole.push_back(absl::StrCat(name, " (", channels, " channels: none to remove at this ratio)"));
+        continue;
+      }
+      std::vector<int64_t> order(channels);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return norms[a] < norms[b]; });
+      Removal removal{axis, std::vector<bool>(channels, false)};
+      for (int64_t i = 0; i < channels - kept; ++i) removal.removed[order[i]] = true;
+      Plan plan;
+      std::string why;
+      if (!Sweep(graph, nodes, index, removal, plan, why)) {
+        summary.kept_whole.push_back(absl::StrCat(name, " (", why, ")"));
+        continue;
+      }
+      const bool by_rows = root->op() == "Gemm" && root->GetInt("transB", 0) != 0;
+      plan.slices.push_back({root, 1, root->op() == "Conv" || by_rows ? 0 : 1, removal.removed});
+      SliceRootBias(root, removal.removed, plan);
+      Apply(graph, plan);
+      graph.Compact();
+      if (auto st = InferTypes(graph); !st.ok()) {
+        return absl::InternalError(absl::StrCat("prune: types after pruning ", Describe(root), ": ", st.message()));
+      }
+      ++summary.pruned_layers;
+      summary.channels_removed += channels - kept;
+      changed = true;
+    }
+    for (const Node* node : graph.nodes()) {
+      int axis = 0;
+      summary.channels_after += static_cast<int64_t>(OutputChannelNorms(node, axis).size());
+    }
+    summary.channels_before = summary.channels_after + summary.channels_removed;
+    return changed;
+  }
+
+  bool PruneWeights(Graph& graph, const PruningConfig& config, PruningSummary& summary) {
+    bool changed = false;
+    for (Node* node : graph.nodes()) {
+      if (!IsWeightOp(node) || HasKilnAttrs(node) || config.skip.count(node->name())) continue;
+      const Tensor& w = *node->input(1)->constant();
+      const int64_t count = w.num_elements();
+      const int64_t zeros = static_cast<int64_t>(std::floor(static_cast<double>(count) * config.weight_ratio));
+      if (zeros == 0) continue;
+      auto out = std::make_shared<Tensor>(w);
+      float* data = out->data_as<float>();
+      std::vector<int64_t> order(count);
+      std::iota(order.begin(), order.end(), 0);
+      std::nth_element(order.begin(), order.begin() + (zeros - 1), order.end(), [&](int64_t a, int64_t b) {
+        const float fa = std::fabs(data[a]), fb = std::fabs(data[b]);
+        return fa < fb || (fa == fb && a < b);
+      });
+      for (int64_t i = 0; i < zeros; ++i) data[order[i]] = 0.0f;
+      node->set_input(1, graph.AddConstant(graph.UniqueName(node->input(1)->name() + ".sparse"), out));
+      changed = true;
+    }
+    if (changed) graph.Compact();
+    return changed;
+  }
+};
+
+}  // namespace
+
+GraphCost MeasureGraphCost(const Graph& graph) {
+  GraphCost cost;
+  std::set<const Value*> counted;
+  for (const Node* node : graph.nodes()) {
+    for (const Value* input : node->inputs()) {
+      if (!IsF32Constant(input) || !counted.insert(input).second) continue;
+      const Tensor& t = *input->constant();
+      cost.parameters += t.num_elements();
+      const float* data = t.data_as<float>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) cost.nonzero_parameters += data[i] != 0.0f;
+      if (IsWeightOp(node) && input == node->input(1)) {
+        cost.weights += t.num_elements();
+        for (int64_t i = 0; i < t.num_elements(); ++i) cost.zero_weights += data[i] == 0.0f;
+      }
+    }
+    if (node->outputs().empty() || node->input(0) == nullptr || node->input(1) == nullptr) continue;
+    const TensorType& out = node->output(0)->type();
+    const TensorType& w = node->input(1)->type();
+    if (node->op() == "Conv" && w.shape.size() >= 3) {
+      // 2 flops per multiply-add: outputs x (input channels per group x kernel window).
+      cost.flops += 2.0 * KnownProduct(out, 0, out.shape.size()) * KnownProduct(w, 1, w.shape.size());
+    } else if (node->op() == "Gemm" && w.shape.size() == 2) {
+      const TensorType& a = node->input(0)->type();
+      const double k = a.shape.size() == 2 ? KnownProduct(a, node->GetInt("transA", 0) ? 0 : 1, node->GetInt("transA", 0) ? 1 : 2) : 1;
+      cost.flops += 2.0 * KnownProduct(out, 0, out.shape.size()) * k;
+    } else if (node->op() == "MatMul") {
+      const TensorType& a = node->input(0)->type();
+      if (!a.shape.empty()) cost.flops += 2.0 * KnownProduct(out, 0, out.shape.size()) * KnownProduct(a, a.shape.size() - 1, a.shape.size());
+    }
+  }
+  return cost;
+}
+
+KILN_REGISTER_PASS(Prune, "prune", "structured channel pruning by L1 norm and magnitude weight pruning (--prune-channels, --prune-weights)")
+
+}  // namespace kiln
