@@ -170,6 +170,10 @@ int RunJob(const std::string& dir) {
       options.quantization.calibration.push_back(std::move(*sample));
     }
   }
+  options.pruning.channel_ratio = request.options().prune_channels();
+  options.pruning.weight_ratio = request.options().prune_weights();
+  for (const auto& name : request.options().prune_skip()) options.pruning.skip.insert(name);
+  const bool pruned = options.pruning.channel_ratio > 0 || options.pruning.weight_ratio > 0;
   const std::vector<std::string> phases = {"import", "passes", "codegen"};
   options.on_phase = [&](const std::string& phase) {
     auto at = std::find(phases.begin(), phases.end(), phase);
@@ -247,7 +251,9 @@ int RunJob(const std::string& dir) {
     }
   }
   report.set_precision(int8 ? "int8" : "fp32");
-  if (int8) {
+  report.set_prune_channels(options.pruning.channel_ratio);
+  report.set_prune_weights(options.pruning.weight_ratio);
+  if (int8 || pruned) {
     // Judged against the fp32 model by top-1 agreement; atol/rtol describe fp32 builds.
     failure.clear();
     if (outputs.size() != reference->size()) {
@@ -263,10 +269,10 @@ int RunJob(const std::string& dir) {
     report.set_top1_drop_points(drop);
     report.set_max_top1_drop(request.validation().max_top1_drop());
     if (failure.empty() && !any_classifier) {
-      failure = "no classifier-shaped output ([C] or [N, C], C >= 5) to judge an int8 build's top-1 agreement by";
+      failure = "no classifier-shaped output ([C] or [N, C], C >= 5) to judge a lossy (int8 or pruned) build's top-1 agreement by";
     }
     if (failure.empty() && drop > request.validation().max_top1_drop()) {
-      failure = absl::StrCat("int8: top-1 changed on ", drop, " % of the validation rows against the fp32 model (max_top1_drop ",
+      failure = absl::StrCat(int8 && pruned ? "int8, pruned" : int8 ? "int8" : "pruned", ": top-1 changed on ", drop, " % of the validation rows against the fp32 model (max_top1_drop ",
                              request.validation().max_top1_drop(), ")");
     }
   }

@@ -103,11 +103,16 @@ std::string RenderReportJson(const v1::AccuracyReport& report, const ReportConte
     << "  \"target\": \"" << JsonEscape(context.target) << "\",\n"
     << "  \"verdict\": {\"passed\": " << (report.passed() ? "true" : "false") << ", \"reason\": \""
     << JsonEscape(report.verdict()) << "\", \"atol\": " << Number(report.atol()) << ", \"rtol\": " << Number(report.rtol());
-  if (report.precision() == "int8") {
+  const bool pruned = report.prune_channels() > 0 || report.prune_weights() > 0;
+  if (report.precision() == "int8" || pruned) {
     j << ", \"top1_drop_points\": " << Number(report.top1_drop_points()) << ", \"max_top1_drop\": " << Number(report.max_top1_drop());
   }
-  j << "},\n  \"precision\": \"" << (report.precision().empty() ? "fp32" : report.precision())
-    << "\",\n  \"inputs\": {\"source\": \"" << JsonEscape(context.input_source) << "\", \"tensors\": [";
+  j << "},\n  \"precision\": \"" << (report.precision().empty() ? "fp32" : report.precision()) << "\",\n";
+  if (pruned) {
+    j << "  \"pruning\": {\"channels\": " << Number(report.prune_channels()) << ", \"weights\": " << Number(report.prune_weights())
+      << "},\n";
+  }
+  j << "  \"inputs\": {\"source\": \"" << JsonEscape(context.input_source) << "\", \"tensors\": [";
   for (size_t i = 0; i < context.input_descriptions.size(); ++i) {
     j << (i ? ", " : "") << "\"" << JsonEscape(context.input_descriptions[i]) << "\"";
   }

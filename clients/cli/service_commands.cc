@@ -23,7 +23,7 @@ const char kServiceUsage[] = R"(Service commands (a kilnd server; --server defau
   kiln submit MODEL.onnx --server ADDR [--target T] [--inputs DIR] [--atol A --rtol R] [--wait]
               [--output DIR] [--fail-on-accuracy] [--label KEY=VALUE]... [--pipeline P]
               [--precision int8 --calibration DIR [--calibration-method M] [--keep-float N,...]
-               [--max-top1-drop POINTS]]
+               [--max-top1-drop POINTS]] [--prune-channels R] [--prune-weights R] [--prune-skip N,...]
               [--input-shape NAME=1x3x224x224]... [--seed N]
       uploads what FindMissing reports missing (the model; the input set made from
       DIR/*.pb, ONNX TensorProtos, one per model input, in file-name order), submits, and
@@ -34,6 +34,8 @@ const char kServiceUsage[] = R"(Service commands (a kilnd server; --server defau
       of --calibration DIR uploaded as blobs; the report then judges the build by top-1
       agreement with the fp32 model on the validation inputs: it fails when more than
       --max-top1-drop points (default 1) of the classifier rows change their top-1 class.
+      --prune-channels / --prune-weights / --prune-skip prune as `kiln compile` does; a
+      pruned build is judged by top-1 agreement the same way.
       Exit status: 0 succeeded; 1 the job failed or was cancelled; 3 --fail-on-accuracy is
       set and the report's verdict is a failure.
   kiln job ID --server ADDR          the job's state (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
@@ -223,7 +225,8 @@ int Submit(int argc, char** argv) {
                  {{"--server", true}, {"--target", true}, {"--inputs", true}, {"--atol", true}, {"--rtol", true},
                   {"--wait", false}, {"--output", true}, {"--fail-on-accuracy", false}, {"--label", true},
                   {"--pipeline", true}, {"--input-shape", true}, {"--seed", true}, {"--precision", true},
-                  {"--calibration", true}, {"--calibration-method", true}, {"--keep-float", true}, {"--max-top1-drop", true}},
+                  {"--calibration", true}, {"--calibration-method", true}, {"--keep-float", true}, {"--max-top1-drop", true},
+                  {"--prune-channels", true}, {"--prune-weights", true}, {"--prune-skip", true}},
                  args, error)) {
     return UsageError(error);
   }
@@ -266,8 +269,30 @@ int Submit(int argc, char** argv) {
   // int8: the calibration samples go up as InputSet blobs, one per sample.
   const std::string precision = args.Get("--precision", "fp32");
   if (precision != "fp32" && precision != "int8") return UsageError("--precision '" + precision + "': expected fp32 or int8");
-  for (const char* flag : {"--calibration", "--calibration-method", "--keep-float", "--max-top1-drop"}) {
+  for (const char* flag : {"--calibration", "--calibration-method", "--keep-float"}) {
     if (args.Has(flag) && precision != "int8") return UsageError(std::string(flag) + " goes with --precision int8");
+  }
+  for (const char* flag : {"--prune-channels", "--prune-weights"}) {
+    if (!args.Has(flag)) continue;
+    double v;
+    if (!absl::SimpleAtod(args.Get(flag), &v) || !(v >= 0 && v < 1)) {
+      return UsageError(absl::StrCat(flag, " '", args.Get(flag), "': expected a share of the weights, a number in [0, 1)"));
+    }
+    if (std::string(flag) == "--prune-channels") request.mutable_options()->set_prune_channels(v);
+    else request.mutable_options()->set_prune_weights(v);
+  }
+  const bool pruned = request.options().prune_channels() > 0 || request.options().prune_weights() > 0;
+  if (args.Has("--prune-skip") && !pruned) return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
+  for (const std::string& list : args.All("--prune-skip")) {
+    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) request.mutable_options()->add_prune_skip(std::string(name));
+  }
+  if (args.Has("--max-top1-drop")) {
+    if (precision != "int8" && !pruned) return UsageError("--max-top1-drop goes with --precision int8 or pruning");
+    double v;
+    if (!absl::SimpleAtod(args.Get("--max-top1-drop"), &v) || !(v >= 0 && v <= 100)) {
+      return UsageError("--max-top1-drop must be percentage points in [0, 100], got '" + args.Get("--max-top1-drop") + "'");
+    }
+    request.mutable_validation()->set_max_top1_drop(v);
   }
   std::vector<std::string> calibration;
   if (precision == "int8") {
@@ -276,13 +301,6 @@ int Submit(int argc, char** argv) {
     request.mutable_options()->set_calibration_method(args.Get("--calibration-method", "minmax"));
     for (const std::string& list : args.All("--keep-float")) {
       for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) request.mutable_options()->add_keep_float(std::string(name));
-    }
-    if (args.Has("--max-top1-drop")) {
-      double v;
-      if (!absl::SimpleAtod(args.Get("--max-top1-drop"), &v) || !(v >= 0 && v <= 100)) {
-        return UsageError("--max-top1-drop must be percentage points in [0, 100], got '" + args.Get("--max-top1-drop") + "'");
-      }
-      request.mutable_validation()->set_max_top1_drop(v);
     }
     auto samples = CalibrationInputSets(args.Get("--calibration"));
     if (!samples.ok()) return Fail(std::string(samples.status().message()));

@@ -98,9 +98,24 @@ absl::Status NormalizeRequest(v1::SubmitRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("precision '", options->precision(), "' is not one of fp32, int8"));
   }
   const bool int8 = options->precision() == "int8";
-  if (!int8 && (options->calibration_size() > 0 || !options->calibration_method().empty() || options->keep_float_size() > 0 ||
-                validation->max_top1_drop() != 0)) {
-    return absl::InvalidArgumentError("calibration, calibration_method, keep_float and max_top1_drop go with precision int8");
+  if (!int8 && (options->calibration_size() > 0 || !options->calibration_method().empty() || options->keep_float_size() > 0)) {
+    return absl::InvalidArgumentError("calibration, calibration_method and keep_float go with precision int8");
+  }
+  for (const auto& [name, ratio] : {std::pair<const char*, double>{"prune_channels", options->prune_channels()},
+                                    std::pair<const char*, double>{"prune_weights", options->prune_weights()}}) {
+    if (!(ratio >= 0 && ratio < 1)) return absl::InvalidArgumentError(absl::StrCat(name, " ", ratio, " is not a share in [0, 1)"));
+  }
+  const bool pruned = options->prune_channels() > 0 || options->prune_weights() > 0;
+  if (!pruned && options->prune_skip_size() > 0) return absl::InvalidArgumentError("prune_skip goes with prune_channels or prune_weights");
+  std::sort(options->mutable_prune_skip()->begin(), options->mutable_prune_skip()->end());
+  if (!int8 && !pruned && validation->max_top1_drop() != 0) {
+    return absl::InvalidArgumentError("max_top1_drop goes with precision int8 or pruning (fp32 builds are judged by atol/rtol)");
+  }
+  if (pruned && !int8) {
+    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 || validation->max_top1_drop() > 100) {
+      return absl::InvalidArgumentError("max_top1_drop must be within [0, 100] percentage points");
+    }
+    if (validation->max_top1_drop() == 0) validation->set_max_top1_drop(kDefaultMaxTop1Drop);
   }
   if (int8) {
     if (options->calibration_size() == 0) {
@@ -146,6 +161,13 @@ std::string ActionKey(const v1::SubmitRequest& request, const std::string& canon
     char drop[64];
     std::snprintf(drop, sizeof(drop), "max_top1_drop=%.17g\n", v.max_top1_drop());
     absl::StrAppend(&text, drop);
+  }
+  if (o.prune_channels() > 0 || o.prune_weights() > 0) {  // (unpruned keys stay as they were)
+    char prune[160];
+    std::snprintf(prune, sizeof(prune), "prune_channels=%.17g\nprune_weights=%.17g\nprune_max_top1_drop=%.17g\n", o.prune_channels(),
+                  o.prune_weights(), v.max_top1_drop());
+    absl::StrAppend(&text, prune);
+    for (const auto& name : o.prune_skip()) absl::StrAppend(&text, "prune_skip=", name, "\n");
   }
   absl::StrAppend(&text, "compiler=", compiler_version, "\n");
   return cache::DigestOf(text).sha256_hex;

@@ -742,6 +742,71 @@ def scenario_int8(work):
         server.stop()
 
 
+def scenario_prune(work):
+    """Pruned jobs through kilnd: the ratios reach the compiler, the compile report inside the
+    accuracy report gives parameters and FLOPs before and after, the verdict follows top-1
+    agreement with the unpruned model against --max-top1-drop (pruning 90 % of the hidden
+    units at a 0-point bar fails), int8 and pruning combine, and bad ratios are refused."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    server = Kilnd(os.path.join(work, "data"), workers=1)
+    try:
+        model = onnx.load(make_model(work, "classifier", "mlp.onnx", seed=1))
+        for value in list(model.graph.input) + list(model.graph.output):
+            value.type.tensor_type.shape.dim[0].dim_value = 64
+        batched = os.path.join(work, "mlp64.onnx")
+        onnx.save(model, batched)
+        rng = np.random.default_rng(4)
+        def write(path, array):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "wb").write(numpy_helper.from_array(array.astype(np.float32), "input").SerializeToString())
+        for k in range(2):
+            write(os.path.join(work, "cal", f"s{k}", "input_0.pb"), rng.standard_normal((64, 32)))
+        write(os.path.join(work, "inputs", "input.pb"), rng.standard_normal((64, 32)))
+        inputs = ["--server", server.address, "--inputs", os.path.join(work, "inputs")]
+        out = os.path.join(work, "out")
+        kiln("submit", batched, *inputs, "--prune-channels", "0.25", "--prune-weights", "0.5", "--max-top1-drop", "100", "--wait",
+             "--output", out, "--fail-on-accuracy")
+        report = json.load(open(os.path.join(out, "report.json")))
+        check(report["pruning"] == {"channels": 0.25, "weights": 0.5}, f"the report names the ratios: {report.get('pruning')}")
+        verdict = report["verdict"]
+        check(verdict["passed"] and verdict["max_top1_drop"] == 100 and "top1_drop_points" in verdict, f"verdict: {verdict}")
+        pruning = report["compile"]["pruning"]
+        check(pruning["pruned_layers"] >= 1 and pruning["after"]["parameters"] < pruning["before"]["parameters"] and
+              pruning["after"]["flops"] < pruning["before"]["flops"], f"compile report: {pruning}")
+        check(0.45 <= pruning["after"]["weight_sparsity"] <= 0.55, f"half the remaining weights are 0: {pruning}")
+        # Most hidden units gone and no top-1 change allowed: the verdict fails, exit 3.
+        bad = kiln("submit", batched, *inputs, "--prune-channels", "0.9", "--max-top1-drop", "0", "--wait", "--output",
+                   os.path.join(work, "bad"), "--fail-on-accuracy", check_rc=False)
+        check(bad.returncode == 3, f"a failed pruning verdict exits 3: {bad.returncode} {bad.stderr}")
+        report = json.load(open(os.path.join(work, "bad", "report.json")))
+        check(not report["verdict"]["passed"] and report["verdict"]["top1_drop_points"] > 0, f"bad verdict: {report['verdict']}")
+        check(report["verdict"]["reason"].startswith("pruned: top-1 changed on"), report["verdict"]["reason"])
+        # int8 after pruning.
+        both = os.path.join(work, "both")
+        kiln("submit", batched, *inputs, "--prune-channels", "0.25", "--precision", "int8", "--calibration", os.path.join(work, "cal"),
+             "--max-top1-drop", "100", "--wait", "--output", both)
+        report = json.load(open(os.path.join(both, "report.json")))
+        check(report["precision"] == "int8" and report["pruning"]["channels"] == 0.25, f"int8 + pruning: {report['precision']}")
+        check(report["compile"]["quantization"]["quantized_nodes"] >= 2, report["compile"]["quantization"])
+        # Usage and API errors.
+        wrong = kiln("submit", batched, "--server", server.address, "--prune-channels", "1", check_rc=False)
+        check(wrong.returncode == 2 and "--prune-channels '1'" in wrong.stderr, wrong.stderr)
+        wrong = kiln("submit", batched, "--server", server.address, "--max-top1-drop", "5", check_rc=False)
+        check(wrong.returncode == 2 and "--max-top1-drop goes with" in wrong.stderr, wrong.stderr)
+        from kiln_client import KilnError, digest_of, kiln_pb2
+        request = kiln_pb2.SubmitRequest(model=digest_of(open(batched, "rb").read()))
+        request.options.prune_channels = 1.5
+        try:
+            server.client._call("Submit", request)
+            check(False, "Submit accepted prune_channels 1.5")
+        except KilnError as error:
+            check(error.code.name == "INVALID_ARGUMENT" and "prune_channels" in str(error), str(error))
+    finally:
+        server.stop()
+
+
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 
