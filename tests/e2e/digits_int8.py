@@ -5,6 +5,10 @@ kiln at fp32 and at int8 (calibrated on a held-out split), runs both artifacts o
 test split and checks that int8 test accuracy is at most 1 point below fp32's.
 
   digits_int8.py KILN [--method minmax|percentile|entropy] [--json OUT.json]
+                 [--prune-channels R [--max-pruned-drop POINTS]]
+
+With --prune-channels it also compiles an fp32 build with that structured pruning ratio
+(no fine-tuning) and reports its test accuracy and parameters/FLOPs before and after.
 
 Splits (seeded): 600 test images, 200 calibration images, 997 training images. The model
 is compiled for batches of 100, so calibration is 2 samples of 100 images and the test
@@ -56,6 +60,9 @@ def main():
     parser.add_argument("kiln")
     parser.add_argument("--method", default="minmax")
     parser.add_argument("--json")
+    parser.add_argument("--prune-channels", type=float, default=0.0,
+                        help="also compile an fp32 build with this channel pruning ratio and report its accuracy")
+    parser.add_argument("--max-pruned-drop", type=float, default=100.0, help="points the pruned build may lose")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -96,6 +103,13 @@ def main():
             quantization = json.load(f)["quantization"]
         predictions = {"fp32": [], "int8": []}
         logits = {"fp32": [], "int8": []}
+        pruning = None
+        if args.prune_channels > 0:
+            subprocess.run([args.kiln, "compile", onnx_path, "-o", os.path.join(work, "pruned.so"), "--prune-channels",
+                            str(args.prune_channels), "--report", os.path.join(work, "pruned.json")], check=True)
+            with open(os.path.join(work, "pruned.json")) as f:
+                pruning = json.load(f)["pruning"]
+            predictions["pruned"], logits["pruned"] = [], []
         for b in range(len(test) // BATCH):
             batch_path = os.path.join(work, f"test_{b}.pb")
             write_tensor(batch_path, images[test[b * BATCH:(b + 1) * BATCH]])
@@ -114,6 +128,11 @@ def main():
               "top1_agreement": float((np.array(predictions["fp32"]) == np.array(predictions["int8"])).mean()),
               "logit_snr_db": snr_db, "method": args.method, "quantized_nodes": quantization["quantized_nodes"],
               "kept_float": quantization["kept_float"], "test_images": len(test), "calibration_images": len(calibration)}
+    if pruning is not None:
+        result.update({"prune_channels": args.prune_channels, "pruned_test_accuracy": accuracy["pruned"],
+                       "pruned_drop_points": 100 * (accuracy["fp32"] - accuracy["pruned"]),
+                       "parameters": [pruning["before"]["parameters"], pruning["after"]["parameters"]],
+                       "mflops": [pruning["before"]["flops"] / 1e6, pruning["after"]["flops"] / 1e6]})
     print(json.dumps(result))
     if args.json:
         with open(args.json, "w") as f:
@@ -122,6 +141,9 @@ def main():
     assert accuracy["fp32"] >= 0.9, f"training did not converge: fp32 test accuracy {accuracy['fp32']}"
     assert abs(accuracy["fp32"] - torch_accuracy) < 0.005, (accuracy["fp32"], torch_accuracy)
     assert result["top1_drop_points"] <= 1.0, result
+    if pruning is not None:
+        assert pruning["after"]["parameters"] < pruning["before"]["parameters"], pruning
+        assert result["pruned_drop_points"] <= args.max_pruned_drop, result
     return 0
 
 
