@@ -259,6 +259,66 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   return call;
 }
 
+// The int8 GEMM for artifacts (kernels/lib/quant.cc, qgemm): a constant 2-D B packed as
+// s8 b - zb (it must fit) in 16-column panels, [ceil(N/16)][ceil(K/4)][16][4]; per column
+// an i32 offset (-za' * sum(b - zb)) and an f32 multiplier (a_scale * b_scale, / y_scale
+// when requantizing), as the reference kernel computes them. A per tensor. Operand
+// positions: MatMulInteger A 0, B 1, za 2, zb 3; QLinearMatMul and
+// kiln.QLinearMatMulToFloat A 0, as 1, za 2, B 3, bs 4, zb 5, then ys 6, yz 7 or bias 6.
+absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& node, ConvMode mode) {
+  const bool integer_sums = mode == kSumInt32;
+  const size_t b_in = integer_sums ? 1 : 3, za_in = 2, zb_in = integer_sums ? 3 : 5;
+  const Value* a = node.input(0);
+  const Value* b = node.input(b_in);
+  auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
+  if (!b->is_constant() || b->type().shape.size() != 2 || !constant_or_absent(za_in) || !constant_or_absent(zb_in)) return std::nullopt;
+  if (node.input(za_in) != nullptr && node.input(za_in)->constant()->num_elements() != 1) return std::nullopt;
+  if (!integer_sums) {
+    for (size_t i : {1, 4}) {
+      if (!node.input(i)->is_constant()) return std::nullopt;
+    }
+    if (node.input(1)->constant()->num_elements() != 1) return std::nullopt;  // A's scale per tensor
+    if (mode == kRequantize && (!node.input(6)->is_constant() || !constant_or_absent(7))) return std::nullopt;
+  }
+  const std::vector<int64_t> ad = StaticDims(a), bd = StaticDims(b);
+  const int64_t K = bd[0], N = bd[1];
+  const int64_t rows = Product(ad, 0, ad.size()) / K;
+  const int64_t steps = (K + 3) / 4, panels = (N + 15) / 16;
+  const Tensor* bt = b->constant().get();
+  const bool a_signed = a->type().dtype == DType::kInt8;
+  const int64_t za = IntAt(node.input(za_in), 0) + (a_signed ? 128 : 0);
+  auto packed = std::make_shared<Tensor>(DType::kInt8, std::vector<int64_t>{panels * steps * 64});
+  auto offsets = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{panels * 16});
+  auto multipliers = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{panels * 16});
+  int8_t* pb = packed->data_as<int8_t>();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t zb = IntAt(node.input(zb_in), n);
+    int64_t column_sum = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t v = bt->GetAsInt64(k * N + n) - zb;
+      if (v < -128 || v > 127) return std::nullopt;  // b - zb must be an s8
+      column_sum += v;
+      pb[((n / 16 * steps + k / 4) * 16 + n % 16) * 4 + k % 4] = static_cast<int8_t>(v);
+    }
+    const int64_t offset = -za * column_sum;
+    if (offset < INT32_MIN || offset > INT32_MAX) return std::nullopt;
+    offsets->data_as<int32_t>()[n] = static_cast<int32_t>(offset);
+    float multiplier = 0.f;
+    if (!integer_sums) {
+      const Tensor* bs = node.input(4)->constant().get();
+      multiplier = static_cast<float>(node.input(1)->constant()->GetAsDouble(0)) *
+                   static_cast<float>(bs->GetAsDouble(bs->num_elements() > 1 ? n : 0));
+      if (mode == kRequantize) multiplier = multiplier / static_cast<float>(node.input(6)->constant()->GetAsDouble(0));
+    }
+    multipliers->data_as<float>()[n] = multiplier;
+  }
+  KernelCall call{"qgemm", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, {}, {}};
+  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
+  const DType y_type = node.output(0)->type().dtype;
+  const int64_t y_zero = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
+  call.ints = {mode, rows, K, N, a_signed ? 1 : 0, y_zero, y_type == DType::kUInt8 ? 0 : -128, y_type == DType::kUInt8 ? 255 : 127};
+  return call;
+}
 
 }  // namespace
 
@@ -318,9 +378,10 @@ void RegisterQuantOps(Registry& registry) {
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       KernelCall call{"qmatmul", PassInputs(node, 4), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
-      call.ints.push_back(0);
+      call.ints.push_back(kSumInt32);
       return call;
     };
+    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
     registry.Add(std::move(s));
   }
 
@@ -342,9 +403,41 @@ void RegisterQuantOps(Registry& registry) {
       KernelCall call{"qmatmul", {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
                                   Input(node, 6), Input(node, 7)},
                       MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))), {}};
-      call.ints.push_back(1);
+      call.ints.push_back(kRequantize);
       return call;
     };
+    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
+    registry.Add(std::move(s));
+  }
+
+  {
+    // fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
+    // GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
+    // then an optional f32 bias [N]; y = sum * a_scale * b_scale + bias.
+    OpSchema s;
+    s.name = "kiln.QLinearMatMulToFloat";
+    s.min_inputs = 6;
+    s.max_inputs = 7;
+    s.infer = [](InferContext& ctx) -> absl::Status {
+      if (auto st = InferIntegerMatMul(ctx, 0, 3, DType::kFloat32); !st.ok()) return st;
+      const auto [M, N] = RowsAndColumns(ctx, 0, 3);
+      if (auto st = CheckScale(ctx, 1, 2, "a", {ctx.type(0).dtype}, M); !st.ok()) return st;
+      if (auto st = CheckScale(ctx, 4, 5, "b", {ctx.type(3).dtype}, N); !st.ok()) return st;
+      if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
+                               ctx.type(6).StaticDims() != std::vector<int64_t>{N})) {
+        return NodeError(ctx.node, absl::StrCat("bias must be float [", N, "]"));
+      }
+      return absl::OkStatus();
+    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
+      KernelCall call{"qmatmul", {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
+                                  KernelOperand{}, KernelOperand{}, Input(node, 6)},
+                      MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))), {}};
+      call.ints.push_back(kToFloat);
+      return call;
+    };
+    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
     registry.Add(std::move(s));
   }
 

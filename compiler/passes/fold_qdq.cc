@@ -12,12 +12,16 @@
 //   by anything else: an Add, a pool, a graph output)
 //     =>  %c = kiln.QLinearConvToFloat(%xq, xs, xz, Wq, ws, wz, B)   (int8 sums, f32 out;
 //         a Relu that alone reads %c joins it as {kiln.relu=1})
+//   the same for a MatMul with a constant 2-D B whose result stays f32:
+//     =>  %m = kiln.QLinearMatMulToFloat(%aq, as, az, Bq, bs, bz [, bias])  (an Add of a
+//         constant [N] bias that alone reads %m joins it)
 // A Relu between the op and the QuantizeLinear folds as a clamp at yz: rint is monotonic
 // and maps 0 to 0, so Q(Relu(y)) = max(Q(y), yz). The weights, scales and zero points must
 // be constants; activations are quantized per tensor, weights per tensor or per output
 // channel. The dequantized tensors stay for any other reader (dce removes the rest).
 // A bias may be a constant or the DequantizeLinear of one. Results match the QDQ graph up to
 // rounding: the integer op sums exactly and rounds once.
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/compiler/passes.h"
@@ -71,9 +75,12 @@ class FoldQdq : public Pass {
                                     IsConstantOrAbsent(user->input(2)) && Elements(user->input(1)) == 1;
       if (!WeightScaleFits(node, w_dq)) continue;
       if (!quantized_result) {
-        // The result stays f32 (an Add, a pool or a graph output reads it): a Conv still
-        // runs as int8 and writes f32; a MatMul stays as it is.
-        if (node->op() != "Conv") continue;
+        // The result stays f32 (an Add, a pool or a graph output reads it): the op still
+        // runs as int8 and writes f32.
+        if (node->op() == "MatMul") {
+          changed |= FoldMatMulToFloat(graph, node, x_dq, w_dq);
+          continue;
+        }
         Node* fused = FoldConvToFloat(graph, node, x_dq, w_dq);
         if (fused == nullptr) continue;
         // A Relu that alone reads the result joins it (max(y, 0) on the f32 output).
@@ -206,16 +213,53 @@ class FoldQdq : public Pass {
     return fused;
   }
 
+  static bool FoldMatMulToFloat(Graph& graph, Node* matmul, Node* a_dq, Node* b_dq) {
+    if (b_dq->input(0)->type().shape.size() != 2 || !matmul->output(0)->type().IsStatic()) return false;
+    const int64_t n = b_dq->input(0)->type().StaticDims()[1];
+    std::vector<Value*> inputs = MatMulOperands(graph, matmul, a_dq, b_dq);
+    // A bias Add (a constant of N values, shaped [N] or [1, ..., N]) that alone reads the
+    // result joins it when the sum keeps the result's shape.
+    Node* add = SoleUser(graph, matmul->output(0));
+    const Value* bias = nullptr;
+    if (add != nullptr && add->op() == "Add" && add->output(0)->type() == matmul->output(0)->type()) {
+      const Value* other = add->input(0) == matmul->output(0) ? add->input(1) : add->input(0);
+      if (other != matmul->output(0) && other->is_constant() && other->type().dtype == DType::kFloat32 &&
+          other->constant()->num_elements() == n && !other->type().shape.empty() && other->type().shape.back().size == n) {
+        bias = other;
+      }
+    }
+    const Value* result = matmul->output(0);
+    if (bias != nullptr) {
+      auto flat = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{n});
+      std::copy_n(bias->constant()->data_as<float>(), n, flat->data_as<float>());
+      inputs.push_back(graph.AddConstant(graph.UniqueName(matmul->name() + ".bias"), flat));
+      result = add->output(0);
+    }
+    Node* fused = graph.InsertNodeBefore(matmul, "kiln.QLinearMatMulToFloat", matmul->name(), inputs,
+                                         {graph.UniqueName(result->name() + ".int8")}, matmul->opset());
+    fused->output(0)->set_type(result->type());
+    graph.TakeOver(const_cast<Value*>(result), fused->output(0));
+    if (bias != nullptr) graph.RemoveNode(add);
+    graph.RemoveNode(matmul);
+    return true;
+  }
+
+  // The integer matmul's first six inputs: A, its scale and zero point, B, its scale and
+  // zero point (explicit zeros where the DequantizeLinear has none).
+  static std::vector<Value*> MatMulOperands(Graph& graph, const Node* matmul, Node* a_dq, Node* b_dq) {
+    return {a_dq->input(0),
+            a_dq->input(1),
+            ZeroPoint(graph, a_dq, a_dq->input(0)->type().dtype, matmul->name() + ".a_zero_point"),
+            b_dq->input(0),
+            b_dq->input(1),
+            ZeroPoint(graph, b_dq, b_dq->input(0)->type().dtype, matmul->name() + ".b_zero_point")};
+  }
+
   static Node* FoldMatMul(Graph& graph, Node* matmul, Node* a_dq, Node* b_dq, Node* q) {
     if (b_dq->input(0)->type().shape.size() != 2) return nullptr;
-    std::vector<Value*> inputs = {a_dq->input(0),
-                                  a_dq->input(1),
-                                  ZeroPoint(graph, a_dq, a_dq->input(0)->type().dtype, matmul->name() + ".a_zero_point"),
-                                  b_dq->input(0),
-                                  b_dq->input(1),
-                                  ZeroPoint(graph, b_dq, b_dq->input(0)->type().dtype, matmul->name() + ".b_zero_point"),
-                                  q->input(1),
-                                  ZeroPoint(graph, q, DType::kUInt8, matmul->name() + ".y_zero_point")};
+    std::vector<Value*> inputs = MatMulOperands(graph, matmul, a_dq, b_dq);
+    inputs.push_back(q->input(1));
+    inputs.push_back(ZeroPoint(graph, q, DType::kUInt8, matmul->name() + ".y_zero_point"));
     Node* fused = graph.InsertNodeBefore(matmul, "QLinearMatMul", matmul->name(), inputs,
                                          {graph.UniqueName(q->output(0)->name() + ".int8")}, matmul->opset());
     fused->output(0)->set_type(q->output(0)->type());
@@ -227,7 +271,7 @@ class FoldQdq : public Pass {
 
 KILN_REGISTER_PASS(FoldQdq, "fold-qdq",
                    "turn Conv and MatMul between DequantizeLinear inputs and a QuantizeLinear output (and a Relu "
-                   "before it) into QLinearConv and QLinearMatMul, and such a Conv with an f32 result into "
-                   "kiln.QLinearConvToFloat")
+                   "before it) into QLinearConv and QLinearMatMul, and such a Conv or MatMul with an f32 result into "
+                   "kiln.QLinearConvToFloat or kiln.QLinearMatMulToFloat")
 
 }  // namespace kiln

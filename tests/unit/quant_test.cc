@@ -217,6 +217,84 @@ std::vector<std::string> Int8Targets() {
   return targets;
 }
 
+// The int8 GEMM artifacts take for a constant 2-D B with A quantized per tensor (qgemm):
+// MatMulInteger, QLinearMatMul and kiln.QLinearMatMulToFloat (+ bias) on A [2, 5, K] (10
+// rows: a full tile of 8 and a partial one) of u8 or s8, B [K, N] with per-column zero
+// points; K = 13 (a partial last word of four), N = 17 (a 32-column tile, one column
+// used past 16) and 50 (a 48-column tile, then 2).
+TEST(QuantTest, IntegerGemmMatchesPlainLoops) {
+  struct Case {
+    DType a_type, b_type;
+    int64_t K, N;
+  };
+  for (const Case& c : {Case{DType::kUInt8, DType::kInt8, 13, 17}, Case{DType::kInt8, DType::kUInt8, 13, 50},
+                        Case{DType::kUInt8, DType::kInt8, 64, 50}}) {
+    const int64_t rows = 10, K = c.K, N = c.N;
+    const bool a_u8 = c.a_type == DType::kUInt8, b_u8 = c.b_type == DType::kUInt8;
+    auto a = RandomInts(c.a_type, {2, 5, K}, a_u8 ? 0 : -128, a_u8 ? 255 : 127, 21);
+    auto b = RandomInts(c.b_type, {K, N}, b_u8 ? 8 : -120, b_u8 ? 247 : 120, 22);
+    auto b_zero = RandomInts(c.b_type, {N}, b_u8 ? 123 : -5, b_u8 ? 133 : 5, 23);
+    auto b_scale = FloatsIn({N}, 0.001f, 0.004f, 24);
+    auto bias = FloatsIn({N}, -2.f, 2.f, 25);
+    const int64_t a_zero = a_u8 ? 131 : -7;
+    const float a_scale = 0.03f, y_scale = 0.2f;
+    const int64_t y_zero = 9;
+    auto scalar = [](DType type, int64_t v) {
+      auto t = std::make_shared<Tensor>(type, std::vector<int64_t>{});
+      if (type == DType::kUInt8) t->data_as<uint8_t>()[0] = static_cast<uint8_t>(v);
+      if (type == DType::kInt8) t->data_as<int8_t>()[0] = static_cast<int8_t>(v);
+      return t;
+    };
+    for (const std::string op : {"QLinearMatMul", "MatMulInteger", "kiln.QLinearMatMulToFloat"}) {
+      SCOPED_TRACE(::testing::Message() << op << " K " << K << " N " << N);
+      auto build = [&] {
+        auto g = std::make_unique<Graph>();
+        Value* in = g->AddValue("a", TensorType::Static(c.a_type, {2, 5, K}));
+        g->AddInput(in);
+        Value* az = g->AddConstant("az", scalar(c.a_type, a_zero));
+        Value* as = g->AddConstant("as", Filled<float>(DType::kFloat32, {}, {a_scale}));
+        Node* mm;
+        if (op == "MatMulInteger") {
+          mm = g->AddNode(op, "mm", {in, g->AddConstant("b", b), az, g->AddConstant("bz", b_zero)}, {"y"}, 10);
+        } else if (op == "QLinearMatMul") {
+          mm = g->AddNode(op, "mm",
+                          {in, as, az, g->AddConstant("b", b), g->AddConstant("bs", b_scale), g->AddConstant("bz", b_zero),
+                           g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})), g->AddConstant("yz", scalar(DType::kUInt8, y_zero))},
+                          {"y"}, 10);
+        } else {
+          mm = g->AddNode(op, "mm",
+                          {in, as, az, g->AddConstant("b", b), g->AddConstant("bs", b_scale), g->AddConstant("bz", b_zero),
+                           g->AddConstant("bias", bias)},
+                          {"y"}, 13);
+        }
+        g->AddOutput(mm->output(0));
+        auto st = InferTypes(*g);
+        EXPECT_TRUE(st.ok()) << st;
+        return g;
+      };
+      std::vector<double> want;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t n = 0; n < N; ++n) {
+          int64_t sum = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            sum += (static_cast<int64_t>(a->GetAsDouble(r * K + k)) - a_zero) *
+                   (static_cast<int64_t>(b->GetAsDouble(k * N + n)) - static_cast<int64_t>(b_zero->GetAsDouble(n)));
+          }
+          const float m = a_scale * b_scale->data_as<float>()[n];
+          if (op == "MatMulInteger") {
+            want.push_back(static_cast<double>(sum));
+          } else if (op == "QLinearMatMul") {
+            want.push_back(static_cast<double>(Requantize(sum, m / y_scale, y_zero, DType::kUInt8)));
+          } else {
+            want.push_back(static_cast<float>(sum) * m + bias->data_as<float>()[n]);
+          }
+        }
+      }
+      ExpectEverywhere(build, *a, want, Int8Targets());
+    }
+  }
+}
+
 // An integer convolution case: X [1, C, H, W] of x_type, W [OC, C / G, K, K] of w_type
 // with per-output-channel zero points (w_type u8: around 128) and scales.
 struct QConvCase {
@@ -448,8 +526,10 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
     // conv1 (+ relu1) feeds conv2: u8 out; conv2 feeds an Add and conv3 a Reshape: f32 out.
     EXPECT_EQ(ops["QLinearConv"], 1);
     EXPECT_EQ(ops["kiln.QLinearConvToFloat"], 2);
-    EXPECT_EQ(ops["QLinearMatMul"], 0);  // its output is the graph's: the f32 result stays
+    EXPECT_EQ(ops["QLinearMatMul"], 0);  // its output is the graph's: int8 sums, f32 result
+    EXPECT_EQ(ops["kiln.QLinearMatMulToFloat"], 1);
     EXPECT_EQ(ops["Conv"], 0);
+    EXPECT_EQ(ops["MatMul"], 0);
     const std::vector<Tensor> outs = RunArtifact(*g, "", *input, {1, 2}, Int8Targets().back());
     ASSERT_EQ(outs.size(), 2u);
     // (Entropy clips the sparse tails of 8 samples' histograms harder than the other two.)

@@ -156,8 +156,10 @@ KILN_KERNEL(dynamic_quantize_linear) {
 // zero point (one, or one per row of A), B's (one, or one per column), then for the
 // requantized form A's scale (per row or one), B's scale (per column or one), Y's scale
 // and zero point (Y's type). ints: [M, K, N, batch_rank, out_batch_dims[batch_rank],
-// a_batch_strides[batch_rank], b_batch_strides[batch_rank], requantize] (strides in
-// elements, 0 where broadcast). Y is int32 unless requantize.
+// a_batch_strides[batch_rank], b_batch_strides[batch_rank], mode] (strides in elements, 0
+// where broadcast). mode 0: Y int32 sums; 1: Y requantized; 2: Y f32 = sum * a_scale *
+// b_scale + B, B an optional f32 [N] after the (unused) Y scale and zero point slots
+// (kiln.QLinearMatMulToFloat). With a constant 2-D B, artifacts take qgemm below.
 KILN_KERNEL(qmatmul) {
   const kiln_ktensor& A = call->inputs[0];
   const kiln_ktensor& B = call->inputs[1];
@@ -168,8 +170,10 @@ KILN_KERNEL(qmatmul) {
   const int64_t* batch_dims = call->ints + 4;
   const int64_t* a_strides = batch_dims + batch_rank;
   const int64_t* b_strides = a_strides + batch_rank;
-  const bool requantize = b_strides[batch_rank] != 0;
-  if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != kI32) return KILN_KERR_DTYPE;
+  const int64_t mode = b_strides[batch_rank];
+  const bool requantize = mode == 1, to_float = mode == 2;
+  if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != (to_float ? kF32 : kI32)) return KILN_KERR_DTYPE;
+  const float* float_bias = to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
   const kiln_ktensor& azp = call->inputs[2];
   const kiln_ktensor& bzp = call->inputs[3];
   int64_t batches = 1;
@@ -192,12 +196,17 @@ KILN_KERNEL(qmatmul) {
           sum += (LoadInt(A.data, A.dtype, a_off + m * K + k) - za) * (LoadInt(B.data, B.dtype, b_off + k * N + n) - zb);
         }
         const int64_t at = row * N + n;
-        if (!requantize) {
+        if (mode == 0) {
           static_cast<int32_t*>(Y.data)[at] = sum;
           continue;
         }
         const float* as = static_cast<const float*>(call->inputs[4].data);
         const float* bs = static_cast<const float*>(call->inputs[5].data);
+        if (to_float) {
+          const float multiplier = as[PerChannel(call->inputs[4], m)] * bs[PerChannel(call->inputs[5], n)];
+          static_cast<float*>(Y.data)[at] = static_cast<float>(sum) * multiplier + (float_bias != nullptr ? float_bias[n] : 0.f);
+          continue;
+        }
         const float ys = *static_cast<const float*>(call->inputs[6].data);
         const kiln_ktensor& yzp = call->inputs[7];
         const float multiplier = as[PerChannel(call->inputs[4], m)] * bs[PerChannel(call->inputs[5], n)] / ys;
@@ -518,7 +527,189 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
   return KILN_KERR_OK;
 }
 
+// The int8 GEMM for artifacts (lower_fast of MatMulInteger, QLinearMatMul and
+// kiln.QLinearMatMulToFloat with a constant 2-D B): Y [rows, N] = A [rows, K] (u8, or s8
+// flipped to u8 by adding 128) x B, in tiles of 8 rows x 48 columns held in sixteen-lane
+// i32 accumulators. Each step takes four bytes of K: a row's word of A, broadcast, against
+// a vector of sixteen columns' s8 words of B, four products to a lane (vpdpbusd where the
+// target has AVX-512 VNNI, i32 multiplies otherwise). B is packed at compile time as s8
+// b - zb, [ceil(N/16)][ceil(K/4)][16][4], zero-padded, so a partial last word of A (read
+// through a copy) adds nothing past K. Per column an i32 offset (bias - za' * sum(b - zb))
+// makes the sum exact; the epilogue is qconv's (int32, requantized, or f32 + bias).
+constexpr int kQGemmRows = 8;
+
+struct QGemmParams {
+  const uint8_t* a;
+  const int8_t* b;  // packed
+  const int32_t* offsets;
+  const float* multipliers;
+  const float* float_bias;
+  void* y;
+  int32_t y_dtype;
+  int64_t mode, rows, K, N, steps;
+  bool flip;  // A is s8: its bytes get 128 added (xor 0x80)
+  float y_zero, lo, hi;
+};
+
+// acc + the four u8 x s8 products of the broadcast word a4 (u8 bytes) with each lane's
+// word of w (s8 bytes).
+inline v16i DotStepGenericBroadcastA(v16i acc, const v16i& w, uint32_t a4) {
+  for (int b = 0; b < 4; ++b) {
+    const int32_t ab = static_cast<int32_t>((a4 >> (8 * b)) & 0xFFu);
+    acc += ((w << (24 - 8 * b)) >> 24) * ab;  // lane byte b, sign-extended
+  }
+  return acc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnniBroadcastA(v16i* acc, const v16i* w, uint32_t a4) {
+  *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, _mm512_set1_epi32(static_cast<int32_t>(a4)), (__m512i)*w);
+}
+#endif
+
+// Rows [r0, r0 + 8) (clamped to the last row) x NV column vectors from column j0.
+template <bool kVnni, bool kFlip, int NV>
+inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols) {
+  const uint8_t* arow[kQGemmRows];
+  for (int r = 0; r < kQGemmRows; ++r) arow[r] = q.a + (r0 + r < q.rows ? r0 + r : q.rows - 1) * q.K;
+  const int8_t* panel = q.b + (j0 / 16) * q.steps * 64;  // NV consecutive 16-column panels
+  const int64_t panel_stride = q.steps * 64;
+  const int64_t full = q.K / 4;
+  v16i acc[kQGemmRows][NV] = {};
+  // Steps [0, full) read whole words of A in place; a partial last one goes through a copy.
+  auto step_at = [&](int64_t step, const uint8_t* const* words, int64_t word_offset) {
+    v16i w[NV];
+    for (int v = 0; v < NV; ++v) memcpy(&w[v], panel + v * panel_stride + step * 64, 64);
+    for (int r = 0; r < kQGemmRows; ++r) {
+      uint32_t a4;
+      memcpy(&a4, words[r] + word_offset, 4);
+      if constexpr (kFlip) a4 ^= 0x80808080u;
+      for (int v = 0; v < NV; ++v) {
+#if defined(__x86_64__)
+        if constexpr (kVnni) {
+          DotStepVnniBroadcastA(&acc[r][v], &w[v], a4);
+          continue;
+        }
+#endif
+        acc[r][v] = DotStepGenericBroadcastA(acc[r][v], w[v], a4);
+      }
+    }
+  };
+  for (int64_t step = 0; step < full; ++step) step_at(step, arow, step * 4);
+  if (full < q.steps) {
+    uint8_t tail[kQGemmRows][4] = {};
+    const uint8_t* words[kQGemmRows];
+    for (int r = 0; r < kQGemmRows; ++r) {
+      memcpy(tail[r], arow[r] + full * 4, q.K - full * 4);
+      words[r] = tail[r];
+    }
+    step_at(full, words, 0);
+  }
+  const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
+  for (int64_t r = 0; r < rows; ++r) {
+    alignas(64) int32_t sums[NV * 16];
+    memcpy(sums, acc[r], sizeof(sums));
+    const int64_t at = (r0 + r) * q.N + j0;
+    const int32_t* offsets = q.offsets + j0;
+    const float* m = q.multipliers + j0;
+    if (q.mode == 2) {
+      float* y = static_cast<float*>(q.y) + at;
+      const float* bias = q.float_bias != nullptr ? q.float_bias + j0 : nullptr;
+      for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<float>(sums[j] + offsets[j]) * m[j] + (bias != nullptr ? bias[j] : 0.f);
+    } else if (q.mode == 0) {
+      int32_t* y = static_cast<int32_t*>(q.y) + at;
+      for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offsets[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = rintf(static_cast<float>(sums[j] + offsets[j]) * m[j]) + q.y_zero;
+        v = v < q.lo ? q.lo : (v > q.hi ? q.hi : v);
+        if (q.y_dtype == kU8) {
+          static_cast<uint8_t*>(q.y)[at + j] = static_cast<uint8_t>(v);
+        } else {
+          static_cast<int8_t*>(q.y)[at + j] = static_cast<int8_t>(v);
+        }
+      }
+    }
+  }
+}
+
+// One 48-column panel for row tiles [tile_begin, tile_end).
+template <bool kVnni, bool kFlip>
+inline void QGemmPanel(const QGemmParams& q, int64_t j0, int64_t tile_begin, int64_t tile_end) {
+  const int64_t cols = q.N - j0 < 48 ? q.N - j0 : 48;
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    if (cols > 32) {
+      QGemmTile<kVnni, kFlip, 3>(q, t * kQGemmRows, j0, cols);
+    } else if (cols > 16) {
+      QGemmTile<kVnni, kFlip, 2>(q, t * kQGemmRows, j0, cols);
+    } else {
+      QGemmTile<kVnni, kFlip, 1>(q, t * kQGemmRows, j0, cols);
+    }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void QGemmPanelVnni(const QGemmParams& q, int64_t j0, int64_t t0,
+                                                                                      int64_t t1) {
+  if (q.flip) {
+    QGemmPanel<true, true>(q, j0, t0, t1);
+  } else {
+    QGemmPanel<true, false>(q, j0, t0, t1);
+  }
+}
+#endif
+__attribute__((noinline)) void QGemmPanelGeneric(const QGemmParams& q, int64_t j0, int64_t t0, int64_t t1) {
+  if (q.flip) {
+    QGemmPanel<false, true>(q, j0, t0, t1);
+  } else {
+    QGemmPanel<false, false>(q, j0, t0, t1);
+  }
+}
+
 }  // namespace
+
+// inputs: A (u8 or s8), packed B (s8, as above), offsets (i32 [N]), multipliers (f32 [N];
+// unread for i32 Y), for f32 Y an optional f32 bias [N]. ints: [mode (qmatmul's), rows, K,
+// N, A is s8, Y zero point, clamp lo, clamp hi].
+KILN_KERNEL(qgemm) {
+  if constexpr (!kFastKernels) return KILN_KERR_UNSUPPORTED;
+  const kiln_ktensor& A = call->inputs[0];
+  if (!IsQuantizedType(A.dtype)) return KILN_KERR_DTYPE;
+  QGemmParams q;
+  q.mode = call->ints[0];
+  q.rows = call->ints[1];
+  q.K = call->ints[2];
+  q.N = call->ints[3];
+  q.flip = call->ints[4] != 0;
+  q.y_zero = static_cast<float>(call->ints[5]);
+  q.lo = static_cast<float>(call->ints[6]);
+  q.hi = static_cast<float>(call->ints[7]);
+  q.steps = (q.K + 3) / 4;
+  q.a = static_cast<const uint8_t*>(A.data);
+  q.b = static_cast<const int8_t*>(call->inputs[1].data);
+  q.offsets = static_cast<const int32_t*>(call->inputs[2].data);
+  q.multipliers = static_cast<const float*>(call->inputs[3].data);
+  q.float_bias = q.mode == 2 && call->num_inputs > 4 ? static_cast<const float*>(call->inputs[4].data) : nullptr;
+  q.y = call->outputs[0].data;
+  q.y_dtype = call->outputs[0].dtype;
+  const int64_t panels = (q.N + 47) / 48, tiles = (q.rows + kQGemmRows - 1) / kQGemmRows;
+  // Jobs of (panel, a run of row tiles): a thread's jobs share the panel's B in its cache.
+  const int64_t tiles_per_job = tiles < 4 ? tiles : 4, runs = (tiles + tiles_per_job - 1) / tiles_per_job;
+  ParallelFor(call, panels * runs, 1, [=](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t panel = job / runs, run = job % runs;
+      const int64_t t0 = run * tiles_per_job, t1 = t0 + tiles_per_job < tiles ? t0 + tiles_per_job : tiles;
+#if defined(__x86_64__)
+      if (Int8DotProduct()) {  // (asked here: a captured copy would not fold away in the pool's callback)
+        QGemmPanelVnni(q, panel * 48, t0, t1);
+        continue;
+      }
+#endif
+      QGemmPanelGeneric(q, panel * 48, t0, t1);
+    }
+  });
+  return KILN_KERR_OK;
+}
 
 // The integer convolution of ConvInteger and QLinearConv. inputs: X, W (u8 or i8), X's
 // zero point (one), W's (one, or one per output channel), then for the requantized form
