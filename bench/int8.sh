@@ -7,12 +7,13 @@
 # Expects bench/run.sh's setup (build/, bench/node_modules, bench/models/*.onnx; it runs
 # make_models.py for a missing model). Calibration: N (default 4) seeded random samples
 # shaped like each model's bench input (the bench models have random weights, so no image
-# set is more representative). Per model: compiles fp32 and int8 (cold, timed), reports
+# set is more representative; integer inputs such as token ids are drawn uniformly from the
+# bench input's range). Per model: compiles fp32 and int8 (cold, timed), reports
 # the int8 output's SNR and top-1/top-5 agreement against fp32 on the bench input, then
 # alternates the four runs R rounds (default 3) of N-run medians. Prints Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models=resnet50,squeezenet1_1
+models=resnet50,squeezenet1_1,bert_base
 samples=4
 method=minmax
 threads="1 2"
@@ -44,18 +45,27 @@ accuracy_rows=()
 echo "| model | threads | Kiln int8 ms | ORT int8 (QDQ) ms | Kiln fp32 ms | ORT fp32 ms | ORT fp32 / Kiln int8 | per round | ORT int8 / Kiln int8 |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for m in ${models//,/ }; do
-  /usr/bin/python3 - "bench/models/$m.input_0.pb" "$tmp/cal_$m" "$samples" <<'PY'
+  inputs=() run_inputs=()
+  for f in bench/models/"$m".input_*.pb; do
+    inputs+=(--input "$f")
+    run_inputs+=(--input "$(/usr/bin/python3 -c "import onnx,sys; t=onnx.TensorProto(); t.ParseFromString(open(sys.argv[1],'rb').read()); print(t.name)" "$f")=$f")
+  done
+  /usr/bin/python3 - "$tmp/cal_$m" "$samples" bench/models/"$m".input_*.pb <<'PY'
 import os, sys
 import numpy as np
 from onnx import TensorProto, numpy_helper
-t = TensorProto()
-t.ParseFromString(open(sys.argv[1], "rb").read())
-x = numpy_helper.to_array(t)
 rng = np.random.default_rng(1234)
-for k in range(int(sys.argv[3])):
-    os.makedirs(f"{sys.argv[2]}/sample_{k}")
-    y = rng.standard_normal(x.shape).astype(np.float32) * x.std() + x.mean()
-    open(f"{sys.argv[2]}/sample_{k}/input_0.pb", "wb").write(numpy_helper.from_array(y, t.name).SerializeToString())
+for i, path in enumerate(sys.argv[3:]):
+    t = TensorProto()
+    t.ParseFromString(open(path, "rb").read())
+    x = numpy_helper.to_array(t)
+    for k in range(int(sys.argv[2])):
+        os.makedirs(f"{sys.argv[1]}/sample_{k}", exist_ok=True)
+        if np.issubdtype(x.dtype, np.integer):
+            y = rng.integers(x.min(), x.max() + 1, x.shape).astype(x.dtype)
+        else:
+            y = (rng.standard_normal(x.shape) * x.std() + x.mean()).astype(x.dtype)
+        open(f"{sys.argv[1]}/sample_{k}/input_{i}.pb", "wb").write(numpy_helper.from_array(y, t.name).SerializeToString())
 PY
   start=$(date +%s.%N)
   "$kiln" compile "bench/models/$m.onnx" -o "$tmp/$m.fp32.so" 2> "$tmp/log"
@@ -65,7 +75,7 @@ PY
   end=$(date +%s.%N)
   "$kiln" quantize "bench/models/$m.onnx" --emit-qdq "$tmp/$m.qdq.onnx" --calibration "$tmp/cal_$m" \
     --calibration-method "$method" 2> "$tmp/log"
-  for p in fp32 int8; do "$kiln" run "$tmp/$m.$p.so" --input "input=bench/models/$m.input_0.pb" --output-dir "$tmp/out_$m.$p" > /dev/null; done
+  for p in fp32 int8; do "$kiln" run "$tmp/$m.$p.so" "${run_inputs[@]}" --output-dir "$tmp/out_$m.$p" > /dev/null; done
   accuracy_rows+=("$(/usr/bin/python3 - "$m" "$tmp/out_$m.fp32/output_0.pb" "$tmp/out_$m.int8/output_0.pb" "$tmp/$m.report.json" \
     "$start" "$mid" "$end" "$samples" "$method" <<'PY'
 import json, sys
@@ -74,23 +84,26 @@ from onnx import TensorProto, numpy_helper
 def load(path):
     t = TensorProto()
     t.ParseFromString(open(path, "rb").read())
-    return numpy_helper.to_array(t).astype(np.float64).ravel()
+    return numpy_helper.to_array(t).astype(np.float64)
 m, a, b = sys.argv[1], load(sys.argv[2]), load(sys.argv[3])
+classifier = a.ndim <= 2 and a.size == a.shape[-1]  # one row of class scores
+a, b = a.ravel(), b.ravel()
 q = json.load(open(sys.argv[4]))["quantization"]
 start, mid, end = map(float, sys.argv[5:8])
 snr = 10 * np.log10((a ** 2).sum() / ((a - b) ** 2).sum())
 top5 = len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5]))
+same, overlap = ("yes" if a.argmax() == b.argmax() else "no", f"{top5}/5") if classifier else ("n/a", "n/a")
 print(f"| {m} | {sys.argv[9]}, {sys.argv[8]} samples | {q['quantized_nodes']} | {len(q['kept_float'])} | {snr:.1f} | "
-      f"{'yes' if a.argmax() == b.argmax() else 'no'} | {top5}/5 | {mid - start:.1f} | {end - mid:.1f} |")
+      f"{same} | {overlap} | {mid - start:.1f} | {end - mid:.1f} |")
 PY
 )")
   for t in $threads; do
     ki=(); oi=(); kf=(); o=(); per=()
     for r in $(seq "$rounds"); do
       a=$("$kiln" bench "$tmp/$m.int8.so" --threads "$t" --iters "$iters" | field median_ms)
-      q=$(node bench/ort_bench.js "$tmp/$m.qdq.onnx" --input "bench/models/$m.input_0.pb" --threads "$t" --iters "$iters" | field median_ms)
+      q=$(node bench/ort_bench.js "$tmp/$m.qdq.onnx" "${inputs[@]}" --threads "$t" --iters "$iters" | field median_ms)
       b=$("$kiln" bench "$tmp/$m.fp32.so" --threads "$t" --iters "$iters" | field median_ms)
-      c=$(node bench/ort_bench.js "bench/models/$m.onnx" --input "bench/models/$m.input_0.pb" --threads "$t" --iters "$iters" | field median_ms)
+      c=$(node bench/ort_bench.js "bench/models/$m.onnx" "${inputs[@]}" --threads "$t" --iters "$iters" | field median_ms)
       ki+=("$a"); oi+=("$q"); kf+=("$b"); o+=("$c"); per+=("$(/usr/bin/python3 -c "print(f'{$c / $a:.2f}')")")
     done
     /usr/bin/python3 - "$m" "$t" "${ki[*]}" "${oi[*]}" "${kf[*]}" "${o[*]}" "${per[*]}" <<'PY'
