@@ -1,7 +1,8 @@
 // quantize: post-training static quantization to QDQ form. Runs the (f32, BatchNorm-folded)
 // graph in the reference interpreter over the calibration samples, takes each activation's
 // range (min/max, a percentile, or the KL-divergence threshold), and rewrites every Conv
-// and MatMul with a constant f32 weight, unless the user keeps it in f32:
+// and MatMul with a constant f32 weight (a Gemm becomes one first, its bias an Add), unless
+// the user keeps it in f32:
 //   %y = Conv(%x, W, B)
 //     =>  %xq = QuantizeLinear(%x, sx, zx) ; %xd = DequantizeLinear(%xq, sx, zx)  (after %x's
 //         producer, read by everything that read %x)
@@ -163,7 +164,15 @@ class Quantize : public Pass {
     std::map<const Value*, Observed> observed;
     std::map<Node*, Value*> input_of, result_of;  // as they were before any rewriting
     for (Node* node : graph.nodes()) {
-      if (node->op() == "Gemm") summary.kept_float.push_back(node->name() + " (Gemm: not quantized)");
+      if (node->op() != "Gemm") continue;
+      if (config->keep_float.count(node->name())) {
+        summary.kept_float.push_back(node->name() + " (--keep-float)");
+      } else if (!GemmToMatMul(graph, node)) {
+        summary.kept_float.push_back(node->name() + " (Gemm with transA, a non-constant B or a C per row: not quantized)");
+      }
+    }
+    graph.Compact();
+    for (Node* node : graph.nodes()) {
       if (node->op() != "Conv" && node->op() != "MatMul") continue;
       if (config->keep_float.count(node->name())) {
         summary.kept_float.push_back(node->name() + " (--keep-float)");
@@ -237,6 +246,49 @@ class Quantize : public Pass {
   }
 
  private:
+  // A Gemm with a constant B and a bias of N values (or none) as the MatMul the rest of
+  // quantization handles, plus an Add of the bias (fold-qdq then takes the Add into the
+  // integer op):  Gemm(A, B, C) {alpha, beta, transB}  =>  Add(MatMul(A, alpha * B'), beta * C).
+  static bool GemmToMatMul(Graph& graph, Node* gemm) {
+    const Value* a = gemm->input(0);
+    const Value* b = gemm->input(1);
+    const Value* c = gemm->input(2);
+    if (gemm->GetInt("transA", 0) != 0 || a == nullptr || a->is_constant() || a->type().dtype != DType::kFloat32 || !a->type().IsStatic() ||
+        b == nullptr || !b->is_constant() || b->type().dtype != DType::kFloat32 || b->type().shape.size() != 2) {
+      return false;
+    }
+    const bool trans_b = gemm->GetInt("transB", 0) != 0;
+    const std::vector<int64_t> bd = b->type().StaticDims();
+    const int64_t K = trans_b ? bd[1] : bd[0], N = trans_b ? bd[0] : bd[1];
+    if (c != nullptr && (!c->is_constant() || c->type().dtype != DType::kFloat32 ||
+                         (c->constant()->num_elements() != N && c->constant()->num_elements() != 1) ||
+                         (c->type().shape.size() == 2 && c->type().shape[0].size != 1))) {
+      return false;
+    }
+    const float alpha = static_cast<float>(gemm->GetFloat("alpha", 1.0)), beta = static_cast<float>(gemm->GetFloat("beta", 1.0));
+    auto weight = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{K, N});
+    const float* src = b->constant()->data_as<float>();
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t n = 0; n < N; ++n) weight->data_as<float>()[k * N + n] = alpha * (trans_b ? src[n * K + k] : src[k * N + n]);
+    }
+    Value* w = graph.AddConstant(graph.UniqueName(b->name() + ".kn"), weight);
+    Node* matmul = graph.InsertNodeBefore(gemm, "MatMul", gemm->name(), {gemm->input(0), w}, {graph.UniqueName(gemm->output(0)->name() + ".mm")},
+                                          gemm->opset() < 13 ? 13 : gemm->opset());
+    matmul->output(0)->set_type(gemm->output(0)->type());
+    Value* result = matmul->output(0);
+    if (c != nullptr) {
+      auto bias = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N});
+      for (int64_t n = 0; n < N; ++n) bias->data_as<float>()[n] = beta * static_cast<float>(c->constant()->GetAsDouble(c->constant()->num_elements() > 1 ? n : 0));
+      Node* add = graph.InsertNodeBefore(gemm, "Add", gemm->name() + ".bias", {result, graph.AddConstant(graph.UniqueName(gemm->name() + ".bias"), bias)},
+                                         {graph.UniqueName(gemm->output(0)->name() + ".biased")}, gemm->opset() < 13 ? 13 : gemm->opset());
+      add->output(0)->set_type(gemm->output(0)->type());
+      result = add->output(0);
+    }
+    graph.TakeOver(gemm->output(0), result);
+    graph.RemoveNode(gemm);
+    return true;
+  }
+
   // Two passes over the samples: ranges, then (percentile, entropy) histograms over them.
   // The first run also fills `first_sample` (keyed by the values wanted) with its tensors.
   static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config, std::map<const Value*, Observed>& observed,

@@ -27,32 +27,33 @@ PY
 "$kiln" compile "$work/sample.onnx" -o "$work/fp32.so"
 "$kiln" compile "$work/sample.onnx" -o "$work/int8.so" --precision int8 --calibration "$work/cal" \
   --calibration-method percentile --report "$work/report.json" 2> "$work/compile.txt"
-grep -q "kiln: int8: 2 Conv/MatMul quantized (percentile calibration, 8 samples)" "$work/compile.txt"
-grep -q '"quantization": {"precision": "int8", "method": "percentile", "calibration_samples": 8, "quantized_nodes": 2, "kept_float": \["fc (Gemm: not quantized)"\],' "$work/report.json"
-grep -q "kiln: int8: lowest SNR against f32 (first sample): conv[12] (Conv) [0-9.]* dB, conv[12] (Conv)" "$work/compile.txt"
+grep -q "kiln: int8: 3 Conv/MatMul quantized (percentile calibration, 8 samples), 0 kept in f32" "$work/compile.txt"
+# (The Gemm classifier is quantized as a MatMul plus its bias.)
+grep -q '"quantization": {"precision": "int8", "method": "percentile", "calibration_samples": 8, "quantized_nodes": 3, "kept_float": \[\],' "$work/report.json"
+grep -Eq "kiln: int8: lowest SNR against f32 \(first sample\): (conv[12] \(Conv\)|fc \(MatMul\)) [0-9.]+ dB, " "$work/compile.txt"
 /usr/bin/python3 - "$work/report.json" <<'PY'
 import json, sys
 layers = json.load(open(sys.argv[1]))["quantization"]["layers_by_error"]
-assert sorted(l["node"] for l in layers) == ["conv1", "conv2"], layers
-assert layers[0]["snr_db"] <= layers[1]["snr_db"] and all(20 < l["snr_db"] < 80 for l in layers), layers
+assert sorted(l["node"] for l in layers) == ["conv1", "conv2", "fc"], layers
+assert layers[0]["snr_db"] <= layers[1]["snr_db"] <= layers[2]["snr_db"] and all(20 < l["snr_db"] < 80 for l in layers), layers
 PY
 "$kiln" inspect "$work/int8.so" | grep -q '"precision": "int8"'
 # --keep-float leaves a node in f32.
 "$kiln" compile "$work/sample.onnx" -o "$work/keep.so" --precision int8 --calibration "$work/cal" --keep-float conv2 \
   2> "$work/compile.txt"
-grep -q "int8: 1 Conv/MatMul quantized .*2 kept in f32: conv2 (--keep-float), fc (Gemm: not quantized)" "$work/compile.txt"
+grep -q "int8: 2 Conv/MatMul quantized .*1 kept in f32: conv2 (--keep-float)" "$work/compile.txt"
 
 # kiln quantize --emit-qdq: a QDQ model other runtimes can run; Kiln compiles it as it is
 # (fold-qdq turns it into integer ops).
 "$kiln" quantize "$work/sample.onnx" --emit-qdq "$work/qdq.onnx" --calibration "$work/cal" 2> "$work/quantize.txt"
-grep -q "QDQ around 2 Conv/MatMul (minmax calibration, 8 samples)" "$work/quantize.txt"
+grep -q "QDQ around 3 Conv/MatMul (minmax calibration, 8 samples)" "$work/quantize.txt"
 /usr/bin/python3 - "$work/qdq.onnx" <<'PY'
 import sys
 import onnx
 m = onnx.load(sys.argv[1])
 onnx.checker.check_model(m)
 ops = [n.op_type for n in m.graph.node]
-assert ops.count("QuantizeLinear") == 4 and "BatchNormalization" not in ops, ops
+assert ops.count("QuantizeLinear") == 6 and "BatchNormalization" not in ops and "Gemm" not in ops, ops
 PY
 "$kiln" compile "$work/qdq.onnx" -o "$work/qdq.so" --report "$work/qdq_report.json"
 grep -q '"name": "fold-qdq", "changed": true' "$work/qdq_report.json"
