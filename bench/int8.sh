@@ -13,7 +13,7 @@
 # alternates the four runs R rounds (default 3) of N-run medians. Prints Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models=resnet50,squeezenet1_1,bert_base
+models=resnet50,squeezenet1_1,mobilenet_v2,bert_base
 samples=4
 method=minmax
 threads="1 2"

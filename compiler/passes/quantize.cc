@@ -2,7 +2,8 @@
 // graph in the reference interpreter over the calibration samples, takes each activation's
 // range (min/max, a percentile, or the KL-divergence threshold), and rewrites every Conv
 // and MatMul with a constant f32 weight (a Gemm becomes one first, its bias an Add), unless
-// the user keeps it in f32:
+// the user keeps it in f32 or it is a grouped conv too narrow for the int8 kernel
+// (depthwise):
 //   %y = Conv(%x, W, B)
 //     =>  %xq = QuantizeLinear(%x, sx, zx) ; %xd = DequantizeLinear(%xq, sx, zx)  (after %x's
 //         producer, read by everything that read %x)
@@ -44,6 +45,7 @@ const char* CalibrationMethodName(CalibrationMethod method) {
 namespace {
 
 constexpr int kHistogramBins = 2048;
+constexpr int64_t kMinInt8ChannelsPerGroup = 8;  // the int8 conv's tile rows
 
 // One activation's statistics over the calibration samples.
 struct Observed {
@@ -180,6 +182,14 @@ class Quantize : public Pass {
       }
       if (!IsQuantizable(node)) {
         summary.kept_float.push_back(node->name() + " (not a 2-D/1-D Conv or MatMul with a constant f32 weight)");
+        continue;
+      }
+      // The int8 convolution computes 8 output channels of one group per tile over quads
+      // of its input channels: a depthwise conv (1 channel per group) would use 1/32 of
+      // it and run several times slower than the f32 depthwise kernel.
+      if (node->op() == "Conv" && node->GetInt("group", 1) > 1 &&
+          node->input(1)->type().shape[0].size / node->GetInt("group", 1) < kMinInt8ChannelsPerGroup) {
+        summary.kept_float.push_back(node->name() + " (grouped conv with fewer than 8 output channels per group: faster in f32)");
         continue;
       }
       targets.push_back(node);
