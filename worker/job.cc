@@ -174,6 +174,25 @@ int RunJob(const std::string& dir) {
   options.pruning.weight_ratio = request.options().prune_weights();
   for (const auto& name : request.options().prune_skip()) options.pruning.skip.insert(name);
   const bool pruned = options.pruning.channel_ratio > 0 || options.pruning.weight_ratio > 0;
+  if (pruned) {
+    // The validation inputs also feed the prune pass's per-layer breakdown (pruned layers
+    // against the unpruned model); its own import, freed here, as for calibration.
+    ImportOptions sample_import;
+    sample_import.model_label = options.model_label;
+    sample_import.input_shapes = options.input_shapes;
+    auto graph = ImportOnnxModel(*model, sample_import);
+    if (!graph.ok()) return Fail(dir, std::string(graph.status().message()));
+    absl::StatusOr<std::vector<Tensor>> sample;
+    if (request.validation().has_input_set()) {
+      auto bytes = ReadFile(dir + "/inputs.pb");
+      if (!bytes.ok()) return Fail(dir, std::string(bytes.status().message()));
+      sample = UploadedInputs(**graph, *bytes);
+    } else {
+      sample = RandomInputs(**graph, request.validation().seed());
+    }
+    if (!sample.ok()) return Fail(dir, absl::StrCat("validation inputs: ", sample.status().message()));
+    options.pruning.samples.push_back(std::move(*sample));
+  }
   const std::vector<std::string> phases = {"import", "passes", "codegen"};
   options.on_phase = [&](const std::string& phase) {
     auto at = std::find(phases.begin(), phases.end(), phase);

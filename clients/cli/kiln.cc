@@ -78,7 +78,9 @@ compile
                      stay dense, so it does not change speed)
   --prune-skip N,... node names to leave unpruned (repeatable)
                      Pruning runs after fold-batchnorm; parameters and FLOPs before and
-                     after go to stderr and the --report
+                     after go to stderr and the --report, and with --calibration DIR the
+                     layers whose outputs kept their shape, worst SNR against the unpruned
+                     model on the first sample first
 quantize
   writes the model with --precision int8's quantization as a QDQ ONNX model (standard
   QuantizeLinear/DequantizeLinear ops around each Conv and MatMul's input, weight and
@@ -168,8 +170,12 @@ int Compile(int argc, char** argv) {
     return UsageError("--precision '" + options.precision + "': expected fp32 or int8");
   }
   const bool int8 = options.precision == "int8";
-  for (const char* flag : {"--calibration", "--calibration-method", "--calibration-percentile", "--keep-float"}) {
+  const bool pruning_flags = args.Has("--prune-channels") || args.Has("--prune-weights");
+  for (const char* flag : {"--calibration-method", "--calibration-percentile", "--keep-float"}) {
     if (args.Has(flag) && !int8) return UsageError(std::string(flag) + " goes with --precision int8");
+  }
+  if (args.Has("--calibration") && !int8 && !pruning_flags) {
+    return UsageError("--calibration goes with --precision int8 (or pruning: samples for its per-layer breakdown)");
   }
   if (int8) {
     if (!args.Has("--calibration")) return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
@@ -200,6 +206,15 @@ int Compile(int argc, char** argv) {
     for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) options.pruning.skip.insert(std::string(name));
   }
   const bool pruning = options.pruning.channel_ratio > 0 || options.pruning.weight_ratio > 0;
+  if (pruning && args.Has("--calibration")) {
+    if (int8) {
+      options.pruning.samples = {options.quantization.calibration.front()};
+    } else {
+      auto samples = kiln::ReadCalibrationSamples(args.Get("--calibration"));
+      if (!samples.ok()) return Fail(std::string(samples.status().message()));
+      options.pruning.samples = {samples->front()};
+    }
+  }
   if (args.Has("--prune-skip") && !pruning) return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
   options.print.print_after_all = args.Has("--print-after-all");
   for (const std::string& p : args.All("--print-after")) options.print.print_after.insert(p);
@@ -240,6 +255,11 @@ int Compile(int argc, char** argv) {
                  p.after.nonzero_parameters / 1e6, p.before.flops / 1e9, p.after.flops / 1e9,
                  p.after.weights ? 100.0 * static_cast<double>(p.after.zero_weights) / static_cast<double>(p.after.weights) : 0.0,
                  p.kept_whole.size());
+    std::vector<std::string> worst;
+    for (size_t i = 0; i < p.layers_by_error.size() && i < 3; ++i) {
+      worst.push_back(absl::StrFormat("%s (%s) %.1f dB", p.layers_by_error[i].node, p.layers_by_error[i].op, p.layers_by_error[i].snr_db));
+    }
+    if (!worst.empty()) std::fprintf(stderr, "kiln: pruned: lowest SNR against unpruned (first sample): %s\n", absl::StrJoin(worst, ", ").c_str());
   }
   if (options.tune.enabled) {
     const kiln::TuneResult& t = result->tuning;

@@ -170,6 +170,7 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
     auto with_prune = PipelineWithPrune(pipeline);
     if (!with_prune.ok()) return with_prune.status();
     pipeline = *with_prune;
+    if (auto st = CheckCalibrationSamples(**graph, options.pruning.samples); !options.pruning.samples.empty() && !st.ok()) return st;
     context.pruning = &options.pruning;
   }
   if (options.on_phase) options.on_phase("passes");
@@ -266,6 +267,13 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
            << ", \"channels_before\": " << p.channels_before << ", \"channels_removed\": " << p.channels_removed
            << ", \"kernels\": \"dense (zeroed weights are not skipped)\", \"kept_whole\": [";
     for (size_t i = 0; i < p.kept_whole.size(); ++i) report << (i ? ",\n      " : "\n      ") << "\"" << JsonEscape(p.kept_whole[i]) << "\"";
+    report << "],\n    \"layers_by_error\": [";
+    for (size_t i = 0; i < p.layers_by_error.size(); ++i) {
+      const auto& l = p.layers_by_error[i];
+      report << (i ? ",\n      " : "\n      ") << "{\"node\": \"" << JsonEscape(l.node) << "\", \"op\": \"" << l.op
+             << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error
+             << ", \"reference_scale\": " << l.reference_scale << "}";
+    }
     report << "]},\n";
   }
   report << "  \"passes\": [";

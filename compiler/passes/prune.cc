@@ -24,6 +24,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 
@@ -316,6 +317,13 @@ class Prune : public Pass {
     summary.channel_ratio = config->channel_ratio;
     summary.weight_ratio = config->weight_ratio;
     summary.before = MeasureGraphCost(graph);
+    // The unpruned layers' outputs on the first sample, by node name, for the breakdown.
+    std::map<std::string, Tensor> reference;
+    if (!config->samples.empty()) {
+      auto outputs = LayerOutputs(graph, config->samples[0]);
+      if (!outputs.ok()) return outputs.status();
+      reference = std::move(*outputs);
+    }
     bool changed = false;
     if (config->channel_ratio > 0) {
       auto pruned = PruneChannels(graph, *config, summary);
@@ -324,10 +332,53 @@ class Prune : public Pass {
     }
     if (config->weight_ratio > 0) changed |= PruneWeights(graph, *config, summary);
     summary.after = MeasureGraphCost(graph);
+    if (!reference.empty()) {
+      auto outputs = LayerOutputs(graph, config->samples[0]);
+      if (!outputs.ok()) return outputs.status();
+      for (const auto& [name, got] : *outputs) {
+        auto want = reference.find(name);
+        if (want == reference.end() || want->second.dims() != got.dims()) continue;  // lost channels: not comparable
+        QuantizationSummary::LayerError e{name, "", 0, 0, 0};
+        for (const Node* node : graph.nodes()) {
+          if (node->name() == name) e.op = node->op();
+        }
+        double signal = 0, noise = 0;
+        for (int64_t i = 0; i < got.num_elements(); ++i) {
+          const double r = want->second.data_as<float>()[i], d = got.data_as<float>()[i] - r;
+          signal += r * r;
+          noise += d * d;
+          e.max_abs_error = std::max(e.max_abs_error, std::fabs(d));
+          e.reference_scale = std::max(e.reference_scale, std::fabs(r));
+        }
+        e.snr_db = noise == 0 ? 200.0 : signal == 0 ? -200.0 : std::min(200.0, 10 * std::log10(signal / noise));
+        summary.layers_by_error.push_back(e);
+      }
+      std::sort(summary.layers_by_error.begin(), summary.layers_by_error.end(), [](const auto& a, const auto& b) {
+        return a.snr_db != b.snr_db ? a.snr_db < b.snr_db : a.node < b.node;
+      });
+      if (summary.layers_by_error.size() > 10) summary.layers_by_error.resize(10);
+    }
     return changed;
   }
 
  private:
+  // The f32 outputs of every Conv, Gemm and MatMul on `sample`, by node name.
+  static absl::StatusOr<std::map<std::string, Tensor>> LayerOutputs(const Graph& graph, const std::vector<Tensor>& sample) {
+    std::map<const Value*, std::string> wanted;
+    for (const Node* node : graph.nodes()) {
+      if ((node->op() == "Conv" || node->op() == "Gemm" || node->op() == "MatMul") && node->outputs().size() == 1) {
+        wanted[node->output(0)] = node->name();
+      }
+    }
+    std::map<std::string, Tensor> outputs;
+    auto run = RunGraph(graph, sample, [&](const Value* v, const Tensor& t) {
+      auto it = wanted.find(v);
+      if (it != wanted.end() && t.dtype() == DType::kFloat32) outputs[it->second] = t;
+    });
+    if (!run.ok()) return absl::Status(run.status().code(), absl::StrCat("prune: per-layer error: ", run.status().message()));
+    return outputs;
+  }
+
   absl::StatusOr<bool> PruneChannels(Graph& graph, const PruningConfig& config, PruningSummary& summary) {
     bool changed = false;
     // Roots are taken in order; each edit re-infers types so the next sweep sees the

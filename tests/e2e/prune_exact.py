@@ -80,7 +80,12 @@ def main():
             f.write(numpy_helper.from_array(x, "input").SerializeToString())
         outputs = {}
         reports = {}
-        for label, flags in {"dense": [], "pruned": ["--prune-channels", str(RATIO)]}.items():
+        # --calibration: samples for the per-layer breakdown (here the input itself).
+        os.makedirs(os.path.join(work, "samples"))
+        with open(os.path.join(work, "samples", "x.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(x, "input").SerializeToString())
+        pruned_flags = ["--prune-channels", str(RATIO), "--calibration", os.path.join(work, "samples")]
+        for label, flags in {"dense": [], "pruned": pruned_flags}.items():
             artifact = os.path.join(work, f"{label}.so")
             report = os.path.join(work, f"{label}.json")
             subprocess.run([kiln, "compile", onnx_path, "-o", artifact, "--report", report] + flags, check=True)
@@ -113,6 +118,11 @@ def main():
     assert pruning["after"]["flops"] < pruning["before"]["flops"], result
     kept = " ".join(pruning["kept_whole"])
     assert kept.count("read by Add") == 2 and "graph output" in kept, result
+    # Per-layer breakdown: layers whose output kept its shape (conv3, residual, fc2), each
+    # unchanged by removing dead channels.
+    layers = pruning["layers_by_error"]
+    assert sorted(l["node"] for l in layers) == ["/conv3/Conv", "/fc2/Gemm", "/residual/Conv"], layers
+    assert all(l["snr_db"] >= 100 and l["max_abs_error"] < 1e-5 for l in layers), layers
     return 0
 
 

@@ -776,6 +776,8 @@ def scenario_prune(work):
         check(pruning["pruned_layers"] >= 1 and pruning["after"]["parameters"] < pruning["before"]["parameters"] and
               pruning["after"]["flops"] < pruning["before"]["flops"], f"compile report: {pruning}")
         check(0.45 <= pruning["after"]["weight_sparsity"] <= 0.55, f"half the remaining weights are 0: {pruning}")
+        layers = pruning["layers_by_error"]  # on the uploaded validation input
+        check(len(layers) >= 1 and all("snr_db" in l and l["max_abs_error"] > 0 for l in layers), f"per-layer breakdown: {layers}")
         # Most hidden units gone and no top-1 change allowed: the verdict fails, exit 3.
         bad = kiln("submit", batched, *inputs, "--prune-channels", "0.9", "--max-top1-drop", "0", "--wait", "--output",
                    os.path.join(work, "bad"), "--fail-on-accuracy", check_rc=False)

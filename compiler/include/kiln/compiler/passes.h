@@ -72,6 +72,9 @@ struct PruningConfig {
   double channel_ratio = 0;  // --prune-channels: share of each layer's output channels
   double weight_ratio = 0;   // --prune-weights: share of each weight tensor set to 0
   std::set<std::string> skip;  // node names left whole (--prune-skip)
+  // Inputs (one tensor per graph input) for the per-layer error breakdown; none: no
+  // breakdown. The service passes its validation inputs, the CLI its --calibration samples.
+  std::vector<std::vector<Tensor>> samples;
 };
 
 // Parameters (elements of the f32 constants the graph reads) and multiply-add flops (2 per
@@ -92,6 +95,9 @@ struct PruningSummary {
   int64_t pruned_layers = 0;
   int64_t channels_before = 0, channels_removed = 0, channels_after = 0;  // over prunable layers
   std::vector<std::string> kept_whole;  // "node (why)"
+  // Conv/Gemm/MatMul outputs that kept their shape, pruned graph against the unpruned one
+  // on samples[0] in the interpreter, worst SNR first, at most 10.
+  std::vector<QuantizationSummary::LayerError> layers_by_error;
 };
 
 struct PassContext {
