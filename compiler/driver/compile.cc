@@ -137,6 +137,24 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const st
   return samples;
 }
 
+namespace {
+
+// The report's per-layer breakdown (quantization's and pruning's): a JSON array.
+std::string LayerErrorsJson(const std::vector<QuantizationSummary::LayerError>& layers) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    out << (i ? ",\n      " : "\n      ") << "{\"node\": \"" << JsonEscape(l.node) << "\", \"op\": \"" << l.op
+        << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error << ", \"reference_scale\": " << l.reference_scale
+        << "}";
+  }
+  out << "]";
+  return out.str();
+}
+
+}  // namespace
+
 absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options) {
   CompileResult result;
   auto target = ResolveTarget(options.target);
@@ -245,14 +263,7 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
     report << "  \"quantization\": {\"precision\": \"int8\", \"method\": \"" << q.method << "\", \"calibration_samples\": "
            << q.calibration_samples << ", \"quantized_nodes\": " << q.quantized_nodes << ", \"kept_float\": [";
     for (size_t i = 0; i < q.kept_float.size(); ++i) report << (i ? ", " : "") << "\"" << JsonEscape(q.kept_float[i]) << "\"";
-    report << "],\n    \"layers_by_error\": [";
-    for (size_t i = 0; i < q.layers_by_error.size(); ++i) {
-      const auto& l = q.layers_by_error[i];
-      report << (i ? ",\n      " : "\n      ") << "{\"node\": \"" << JsonEscape(l.node) << "\", \"op\": \"" << l.op
-             << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error
-             << ", \"reference_scale\": " << l.reference_scale << "}";
-    }
-    report << "]},\n";
+    report << "],\n    \"layers_by_error\": " << LayerErrorsJson(q.layers_by_error) << "},\n";
   }
   result.pruning = context.pruning_summary;
   if (pruning) {
@@ -267,14 +278,7 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
            << ", \"channels_before\": " << p.channels_before << ", \"channels_removed\": " << p.channels_removed
            << ", \"kernels\": \"dense (zeroed weights are not skipped)\", \"kept_whole\": [";
     for (size_t i = 0; i < p.kept_whole.size(); ++i) report << (i ? ",\n      " : "\n      ") << "\"" << JsonEscape(p.kept_whole[i]) << "\"";
-    report << "],\n    \"layers_by_error\": [";
-    for (size_t i = 0; i < p.layers_by_error.size(); ++i) {
-      const auto& l = p.layers_by_error[i];
-      report << (i ? ",\n      " : "\n      ") << "{\"node\": \"" << JsonEscape(l.node) << "\", \"op\": \"" << l.op
-             << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error
-             << ", \"reference_scale\": " << l.reference_scale << "}";
-    }
-    report << "]},\n";
+    report << "],\n    \"layers_by_error\": " << LayerErrorsJson(p.layers_by_error) << "},\n";
   }
   report << "  \"passes\": [";
   for (size_t i = 0; i < result.passes.size(); ++i) {

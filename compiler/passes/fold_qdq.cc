@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "kiln/compiler/passes.h"
 
 namespace kiln {
@@ -191,15 +192,17 @@ class FoldQdq : public Pass {
     return InsertConv(graph, conv, "kiln.QLinearConvToFloat", inputs, conv->output(0));
   }
 
-  // The integer conv's first six inputs: X, its scale and zero point, W, its scale and
-  // zero point (explicit zeros where the DequantizeLinear has none).
-  static std::vector<Value*> QuantizedOperands(Graph& graph, const Node* conv, Node* x_dq, Node* w_dq) {
+  // The integer op's first six inputs: X (A), its scale and zero point, W (B), its scale
+  // and zero point (explicit zeros, named <node>.<x>_zero_point, where the
+  // DequantizeLinear has none).
+  static std::vector<Value*> QuantizedOperands(Graph& graph, const Node* node, Node* x_dq, Node* w_dq, const char* x = "x",
+                                               const char* w = "w") {
     return {x_dq->input(0),
             x_dq->input(1),
-            ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, conv->name() + ".x_zero_point"),
+            ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, absl::StrCat(node->name(), ".", x, "_zero_point")),
             w_dq->input(0),
             w_dq->input(1),
-            ZeroPoint(graph, w_dq, w_dq->input(0)->type().dtype, conv->name() + ".w_zero_point")};
+            ZeroPoint(graph, w_dq, w_dq->input(0)->type().dtype, absl::StrCat(node->name(), ".", w, "_zero_point"))};
   }
 
   // The integer conv `op` before `conv`, with its window attributes, typed as `like`.
@@ -216,7 +219,7 @@ class FoldQdq : public Pass {
   static bool FoldMatMulToFloat(Graph& graph, Node* matmul, Node* a_dq, Node* b_dq) {
     if (b_dq->input(0)->type().shape.size() != 2 || !matmul->output(0)->type().IsStatic()) return false;
     const int64_t n = b_dq->input(0)->type().StaticDims()[1];
-    std::vector<Value*> inputs = MatMulOperands(graph, matmul, a_dq, b_dq);
+    std::vector<Value*> inputs = QuantizedOperands(graph, matmul, a_dq, b_dq, "a", "b");
     // A bias Add (a constant of N values, shaped [N] or [1, ..., N]) that alone reads the
     // result joins it when the sum keeps the result's shape.
     Node* add = SoleUser(graph, matmul->output(0));
@@ -244,20 +247,9 @@ class FoldQdq : public Pass {
     return true;
   }
 
-  // The integer matmul's first six inputs: A, its scale and zero point, B, its scale and
-  // zero point (explicit zeros where the DequantizeLinear has none).
-  static std::vector<Value*> MatMulOperands(Graph& graph, const Node* matmul, Node* a_dq, Node* b_dq) {
-    return {a_dq->input(0),
-            a_dq->input(1),
-            ZeroPoint(graph, a_dq, a_dq->input(0)->type().dtype, matmul->name() + ".a_zero_point"),
-            b_dq->input(0),
-            b_dq->input(1),
-            ZeroPoint(graph, b_dq, b_dq->input(0)->type().dtype, matmul->name() + ".b_zero_point")};
-  }
-
   static Node* FoldMatMul(Graph& graph, Node* matmul, Node* a_dq, Node* b_dq, Node* q) {
     if (b_dq->input(0)->type().shape.size() != 2) return nullptr;
-    std::vector<Value*> inputs = MatMulOperands(graph, matmul, a_dq, b_dq);
+    std::vector<Value*> inputs = QuantizedOperands(graph, matmul, a_dq, b_dq, "a", "b");
     inputs.push_back(q->input(1));
     inputs.push_back(ZeroPoint(graph, q, DType::kUInt8, matmul->name() + ".y_zero_point"));
     Node* fused = graph.InsertNodeBefore(matmul, "QLinearMatMul", matmul->name(), inputs,

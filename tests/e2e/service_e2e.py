@@ -672,32 +672,40 @@ def scenario_prometheus(work):
         server.stop()
 
 
+def batched_mlp(work):
+    """A random MLP classifier at batch 64 (for int8 and pruning verdicts): top-1 agreement
+    is measured over 64 rows whose classes differ (a random CNN's global pooling gives every
+    random image the same class, which no calibration could change)."""
+    import onnx
+    model = onnx.load(make_model(work, "classifier", "mlp.onnx", seed=1))
+    for value in list(model.graph.input) + list(model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = 64
+    batched = os.path.join(work, "mlp64.onnx")
+    onnx.save(model, batched)
+    return batched
+
+
+def write_input(path, array):
+    """`array` as an f32 TensorProto named "input" at `path`."""
+    from onnx import numpy_helper
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "wb").write(numpy_helper.from_array(array.astype("float32"), "input").SerializeToString())
+
+
 def scenario_int8(work):
     """An int8 job through kilnd: calibration samples uploaded as blobs, the report judged by
     top-1 agreement with the fp32 model against --max-top1-drop, a failing verdict for a
     calibration set that clips everything, and the cache keyed by the calibration."""
     import numpy as np
-    import onnx
-    from onnx import numpy_helper
     server = Kilnd(os.path.join(work, "data"), workers=1)
     try:
-        # A random MLP classifier at batch 64, so top-1 agreement is measured over 64 rows
-        # whose classes differ (a random CNN's global pooling gives every random image the
-        # same class, which no calibration could change).
-        model = onnx.load(make_model(work, "classifier", "mlp.onnx", seed=1))
-        for value in list(model.graph.input) + list(model.graph.output):
-            value.type.tensor_type.shape.dim[0].dim_value = 64
-        batched = os.path.join(work, "mlp64.onnx")
-        onnx.save(model, batched)
+        batched = batched_mlp(work)
         rng = np.random.default_rng(3)
-        def write(path, array):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "wb").write(numpy_helper.from_array(array.astype(np.float32), "input").SerializeToString())
         for k in range(4):
             x = rng.standard_normal((64, 32))
-            write(os.path.join(work, "cal", f"s{k}", "input_0.pb"), x)
-            write(os.path.join(work, "badcal", f"s{k}", "input_0.pb"), x * 1e-3)  # ranges 1000x too small
-        write(os.path.join(work, "inputs", "input.pb"), rng.standard_normal((64, 32)))
+            write_input(os.path.join(work, "cal", f"s{k}", "input_0.pb"), x)
+            write_input(os.path.join(work, "badcal", f"s{k}", "input_0.pb"), x * 1e-3)  # ranges 1000x too small
+        write_input(os.path.join(work, "inputs", "input.pb"), rng.standard_normal((64, 32)))
         out = os.path.join(work, "out")
         result = kiln("submit", batched, "--server", server.address, "--inputs", os.path.join(work, "inputs"), "--precision", "int8",
                       "--calibration", os.path.join(work, "cal"), "--max-top1-drop", "20", "--wait", "--output", out,
@@ -748,22 +756,13 @@ def scenario_prune(work):
     agreement with the unpruned model against --max-top1-drop (pruning 90 % of the hidden
     units at a 0-point bar fails), int8 and pruning combine, and bad ratios are refused."""
     import numpy as np
-    import onnx
-    from onnx import numpy_helper
     server = Kilnd(os.path.join(work, "data"), workers=1)
     try:
-        model = onnx.load(make_model(work, "classifier", "mlp.onnx", seed=1))
-        for value in list(model.graph.input) + list(model.graph.output):
-            value.type.tensor_type.shape.dim[0].dim_value = 64
-        batched = os.path.join(work, "mlp64.onnx")
-        onnx.save(model, batched)
+        batched = batched_mlp(work)
         rng = np.random.default_rng(4)
-        def write(path, array):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "wb").write(numpy_helper.from_array(array.astype(np.float32), "input").SerializeToString())
         for k in range(2):
-            write(os.path.join(work, "cal", f"s{k}", "input_0.pb"), rng.standard_normal((64, 32)))
-        write(os.path.join(work, "inputs", "input.pb"), rng.standard_normal((64, 32)))
+            write_input(os.path.join(work, "cal", f"s{k}", "input_0.pb"), rng.standard_normal((64, 32)))
+        write_input(os.path.join(work, "inputs", "input.pb"), rng.standard_normal((64, 32)))
         inputs = ["--server", server.address, "--inputs", os.path.join(work, "inputs")]
         out = os.path.join(work, "out")
         kiln("submit", batched, *inputs, "--prune-channels", "0.25", "--prune-weights", "0.5", "--max-top1-drop", "100", "--wait",
