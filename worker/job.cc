@@ -121,6 +121,14 @@ struct Latency {
   int iters = 0;
 };
 
+// The job's validation inputs: the uploaded InputSet (dir/inputs.pb) or seeded random ones.
+absl::StatusOr<std::vector<Tensor>> ValidationInputs(const Graph& graph, const v1::ValidationSpec& validation, const std::string& dir) {
+  if (!validation.has_input_set()) return RandomInputs(graph, validation.seed());
+  auto bytes = ReadFile(dir + "/inputs.pb");
+  if (!bytes.ok()) return bytes.status();
+  return UploadedInputs(graph, *bytes);
+}
+
 }  // namespace
 
 int RunJob(const std::string& dir) {
@@ -182,14 +190,7 @@ int RunJob(const std::string& dir) {
     sample_import.input_shapes = options.input_shapes;
     auto graph = ImportOnnxModel(*model, sample_import);
     if (!graph.ok()) return Fail(dir, std::string(graph.status().message()));
-    absl::StatusOr<std::vector<Tensor>> sample;
-    if (request.validation().has_input_set()) {
-      auto bytes = ReadFile(dir + "/inputs.pb");
-      if (!bytes.ok()) return Fail(dir, std::string(bytes.status().message()));
-      sample = UploadedInputs(**graph, *bytes);
-    } else {
-      sample = RandomInputs(**graph, request.validation().seed());
-    }
+    auto sample = ValidationInputs(**graph, request.validation(), dir);
     if (!sample.ok()) return Fail(dir, absl::StrCat("validation inputs: ", sample.status().message()));
     options.pruning.samples.push_back(std::move(*sample));
   }
@@ -210,17 +211,9 @@ int RunJob(const std::string& dir) {
   import_options.input_shapes = options.input_shapes;
   auto reference_graph = ImportOnnxModel(*model, import_options);
   if (!reference_graph.ok()) return Fail(dir, std::string(reference_graph.status().message()));
-  absl::StatusOr<std::vector<Tensor>> inputs;
-  std::string input_source;
-  if (request.validation().has_input_set()) {
-    auto bytes = ReadFile(dir + "/inputs.pb");
-    if (!bytes.ok()) return Fail(dir, std::string(bytes.status().message()));
-    inputs = UploadedInputs(**reference_graph, *bytes);
-    input_source = "uploaded";
-  } else {
-    inputs = RandomInputs(**reference_graph, request.validation().seed());
-    input_source = absl::StrCat("random(seed=", request.validation().seed(), ")");
-  }
+  auto inputs = ValidationInputs(**reference_graph, request.validation(), dir);
+  const std::string input_source =
+      request.validation().has_input_set() ? "uploaded" : absl::StrCat("random(seed=", request.validation().seed(), ")");
   if (!inputs.ok()) return Fail(dir, absl::StrCat("validation inputs: ", inputs.status().message()));
   auto reference = RunGraph(**reference_graph, *inputs);
   if (!reference.ok()) return Fail(dir, absl::StrCat("reference interpreter: ", reference.status().message()));
