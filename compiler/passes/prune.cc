@@ -317,7 +317,7 @@ class Prune : public Pass {
     summary.channel_ratio = config->channel_ratio;
     summary.weight_ratio = config->weight_ratio;
     summary.before = MeasureGraphCost(graph);
-    // The unpruned layers' outputs on the first sample, by node name, for the breakdown.
+    // The unpruned layers' outputs on the first sample, by value name, for the breakdown.
     std::map<std::string, Tensor> reference;
     if (!config->samples.empty()) {
       auto outputs = LayerOutputs(graph, config->samples[0]);
@@ -335,12 +335,12 @@ class Prune : public Pass {
     if (!reference.empty()) {
       auto outputs = LayerOutputs(graph, config->samples[0]);
       if (!outputs.ok()) return outputs.status();
-      for (const auto& [name, got] : *outputs) {
-        auto want = reference.find(name);
+      for (const auto& [value, got] : *outputs) {
+        auto want = reference.find(value);
         if (want == reference.end() || want->second.dims() != got.dims()) continue;  // lost channels: not comparable
-        QuantizationSummary::LayerError e{name, "", 0, 0, 0};
+        QuantizationSummary::LayerError e{"", "", 0, 0, 0};
         for (const Node* node : graph.nodes()) {
-          if (node->name() == name) e.op = node->op();
+          if (node->outputs().size() == 1 && node->output(0)->name() == value) e.node = node->name(), e.op = node->op();
         }
         double signal = 0, noise = 0;
         for (int64_t i = 0; i < got.num_elements(); ++i) {
@@ -362,12 +362,13 @@ class Prune : public Pass {
   }
 
  private:
-  // The f32 outputs of every Conv, Gemm and MatMul on `sample`, by node name.
+  // The f32 outputs of every Conv, Gemm and MatMul on `sample`, by value name (pruning
+  // keeps the values; node names need not be unique).
   static absl::StatusOr<std::map<std::string, Tensor>> LayerOutputs(const Graph& graph, const std::vector<Tensor>& sample) {
     std::map<const Value*, std::string> wanted;
     for (const Node* node : graph.nodes()) {
       if ((node->op() == "Conv" || node->op() == "Gemm" || node->op() == "MatMul") && node->outputs().size() == 1) {
-        wanted[node->output(0)] = node->name();
+        wanted[node->output(0)] = node->output(0)->name();
       }
     }
     std::map<std::string, Tensor> outputs;
@@ -382,18 +383,18 @@ class Prune : public Pass {
   absl::StatusOr<bool> PruneChannels(Graph& graph, const PruningConfig& config, PruningSummary& summary) {
     bool changed = false;
     // Roots are taken in order; each edit re-infers types so the next sweep sees the
-    // shapes it left (a Concat's offsets, a Conv's remaining inputs).
-    std::vector<std::string> roots;
-    for (const Node* node : graph.nodes()) {
+    // shapes it left (a Concat's offsets, a Conv's remaining inputs). Pruning replaces
+    // constants only, so the nodes (and their order) stay.
+    std::vector<Node*> roots;
+    for (Node* node : graph.nodes()) {
       int axis = 0;
-      if (!OutputChannelNorms(node, axis).empty()) roots.push_back(node->name());
+      if (!OutputChannelNorms(node, axis).empty()) roots.push_back(node);
     }
-    for (const std::string& name : roots) {
+    for (Node* root : roots) {
       const std::vector<Node*> nodes = graph.nodes();
-      size_t index = 0;
-      while (index < nodes.size() && nodes[index]->name() != name) ++index;
+      const size_t index = std::find(nodes.begin(), nodes.end(), root) - nodes.begin();
       if (index == nodes.size()) continue;
-      Node* root = nodes[index];
+      const std::string& name = root->name();
       if (config.skip.count(name)) {
         summary.kept_whole.push_back(absl::StrCat(name, " (--prune-skip)"));
         continue;
