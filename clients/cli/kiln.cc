@@ -33,7 +33,7 @@ Usage:
                [--pipeline P] [--print-after-all] [--print-after PASS] [--report R.json]
                [--tune [--tune-budget SECONDS] [--tune-cache FILE]]
                [--precision int8 --calibration DIR [--calibration-method M] [--keep-float NODE,...]]
-               [--prune-channels R] [--prune-weights R] [--prune-skip NODE,...]
+               [--prune-channels R] [--prune-weights R] [--prune-skip NODE,...] [--calibration DIR]
   kiln quantize MODEL.onnx --emit-qdq OUT.onnx --calibration DIR [--calibration-method M]
                [--keep-float NODE,...] [--input-shape NAME=1x3x224x224]...
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
@@ -63,7 +63,8 @@ compile
                      has it); the pipeline becomes %INT8PIPELINE%
   --calibration DIR  int8: the samples activation ranges are taken from, one subdirectory
                      per sample holding input_0.pb, input_1.pb, ... (ONNX TensorProtos, in
-                     graph-input order), or for a one-input model one *.pb file per sample
+                     graph-input order), or for a one-input model one *.pb file per sample;
+                     with pruning, its first sample also feeds the per-layer breakdown
   --calibration-method M  minmax (default), percentile (--calibration-percentile, default
                      99.99: the share of each activation's values its range keeps), or
                      entropy (the range whose 255-level quantization loses least, by KL)
@@ -123,7 +124,7 @@ bool ParseRatio(const Args& args, const char* flag, double& ratio, std::string& 
   char* end = nullptr;
   ratio = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(ratio >= 0 && ratio < 1)) {
-    error = std::string(flag) + " '" + text + "': expected a share of the weights, a number in [0, 1)";
+    error = std::string(flag) + " '" + text + "': expected a share (of each layer's channels or weights), a number in [0, 1)";
     return false;
   }
   return true;

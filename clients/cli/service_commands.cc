@@ -276,7 +276,7 @@ int Submit(int argc, char** argv) {
     if (!args.Has(flag)) continue;
     double v;
     if (!absl::SimpleAtod(args.Get(flag), &v) || !(v >= 0 && v < 1)) {
-      return UsageError(absl::StrCat(flag, " '", args.Get(flag), "': expected a share of the weights, a number in [0, 1)"));
+      return UsageError(absl::StrCat(flag, " '", args.Get(flag), "': expected a share (of each layer's channels or weights), a number in [0, 1)"));
     }
     if (std::string(flag) == "--prune-channels") request.mutable_options()->set_prune_channels(v);
     else request.mutable_options()->set_prune_weights(v);
