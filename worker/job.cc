@@ -155,6 +155,14 @@ int RunJob(const std::string& dir) {
   for (const auto& shape : request.options().input_shapes()) {
     options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
   }
+  // The model as the reference interpreter runs it (for calibration and validation inputs
+  // and the reference outputs), imported apart from the compile's own graph.
+  auto import_model = [&] {
+    ImportOptions import_options;
+    import_options.model_label = options.model_label;
+    import_options.input_shapes = options.input_shapes;
+    return ImportOnnxModel(*model, import_options);
+  };
   const bool int8 = request.options().precision() == "int8";
   if (int8) {
     options.precision = "int8";
@@ -165,10 +173,7 @@ int RunJob(const std::string& dir) {
     // Calibration InputSets, matched to the graph's inputs as the validation set is. (Its
     // own import, freed at the end of this block: keeping the reference graph through the
     // compile instead would double a large model's peak memory under the job's limit.)
-    ImportOptions calibration_import;
-    calibration_import.model_label = options.model_label;
-    calibration_import.input_shapes = options.input_shapes;
-    auto graph = ImportOnnxModel(*model, calibration_import);
+    auto graph = import_model();
     if (!graph.ok()) return Fail(dir, std::string(graph.status().message()));
     for (int k = 0; k < request.options().calibration_size(); ++k) {
       auto bytes = ReadFile(absl::StrCat(dir, "/calibration_", k, ".pb"));
@@ -185,10 +190,7 @@ int RunJob(const std::string& dir) {
   if (pruned) {
     // The validation inputs also feed the prune pass's per-layer breakdown (pruned layers
     // against the unpruned model); its own import, freed here, as for calibration.
-    ImportOptions sample_import;
-    sample_import.model_label = options.model_label;
-    sample_import.input_shapes = options.input_shapes;
-    auto graph = ImportOnnxModel(*model, sample_import);
+    auto graph = import_model();
     if (!graph.ok()) return Fail(dir, std::string(graph.status().message()));
     auto sample = ValidationInputs(**graph, request.validation(), dir);
     if (!sample.ok()) return Fail(dir, absl::StrCat("validation inputs: ", sample.status().message()));
@@ -206,10 +208,7 @@ int RunJob(const std::string& dir) {
 
   Phase("validating", 0.7);
   const auto validate_start = std::chrono::steady_clock::now();
-  ImportOptions import_options;
-  import_options.model_label = options.model_label;
-  import_options.input_shapes = options.input_shapes;
-  auto reference_graph = ImportOnnxModel(*model, import_options);
+  auto reference_graph = import_model();
   if (!reference_graph.ok()) return Fail(dir, std::string(reference_graph.status().message()));
   auto inputs = ValidationInputs(**reference_graph, request.validation(), dir);
   const std::string input_source =
