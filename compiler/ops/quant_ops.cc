@@ -172,6 +172,25 @@ KernelOperand Input(const Node& node, size_t i) {
   return operand;
 }
 
+// QLinearMatMul's and kiln.QLinearMatMulToFloat's A, B and their scales and zero points
+// (inputs 0-5): matmul shapes, A per tensor or per row, B per tensor or per column.
+absl::Status InferQuantizedMatMulOperands(InferContext& ctx, DType out) {
+  if (auto st = InferIntegerMatMul(ctx, 0, 3, out); !st.ok()) return st;
+  const auto [M, N] = RowsAndColumns(ctx, 0, 3);
+  if (auto st = CheckScale(ctx, 1, 2, "a", {ctx.type(0).dtype}, M); !st.ok()) return st;
+  return CheckScale(ctx, 4, 5, "b", {ctx.type(3).dtype}, N);
+}
+
+// The reference qmatmul call of those two ops: A, B, their zero points and scales, then
+// `tail` (Y's scale and zero point, or two empty slots and the f32 bias).
+absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<KernelOperand> tail, ConvMode mode) {
+  KernelCall call{"qmatmul", {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4)},
+                  MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))), {}};
+  call.inputs.insert(call.inputs.end(), tail.begin(), tail.end());
+  call.ints.push_back(mode);
+  return call;
+}
+
 // The int8 convolution for artifacts (kernels/lib/quant.cc, QConvFast): constant weights,
 // zero points and scales; weights packed as s8 w - zw (they must fit) in panels of 8 rows,
 // [G][ceil(OC/G / 8)][KH * KW * ceil(C/G / 4)][8][4]; per output channel an i32 offset
@@ -392,19 +411,12 @@ void RegisterQuantOps(Registry& registry) {
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
       if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-      if (auto st = InferIntegerMatMul(ctx, 0, 3, ctx.type(7).dtype); !st.ok()) return st;
-      const auto [M, N] = RowsAndColumns(ctx, 0, 3);
-      if (auto st = CheckScale(ctx, 1, 2, "a", {ctx.type(0).dtype}, M); !st.ok()) return st;
-      if (auto st = CheckScale(ctx, 4, 5, "b", {ctx.type(3).dtype}, N); !st.ok()) return st;
+      if (auto st = InferQuantizedMatMulOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
       return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
     };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    s.lower = [](const Node& node) {
       // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
-      KernelCall call{"qmatmul", {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
-                                  Input(node, 6), Input(node, 7)},
-                      MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))), {}};
-      call.ints.push_back(kRequantize);
-      return call;
+      return LowerQuantizedMatMul(node, {Input(node, 6), Input(node, 7)}, kRequantize);
     };
     s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
     registry.Add(std::move(s));
@@ -419,23 +431,17 @@ void RegisterQuantOps(Registry& registry) {
     s.min_inputs = 6;
     s.max_inputs = 7;
     s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferIntegerMatMul(ctx, 0, 3, DType::kFloat32); !st.ok()) return st;
-      const auto [M, N] = RowsAndColumns(ctx, 0, 3);
-      if (auto st = CheckScale(ctx, 1, 2, "a", {ctx.type(0).dtype}, M); !st.ok()) return st;
-      if (auto st = CheckScale(ctx, 4, 5, "b", {ctx.type(3).dtype}, N); !st.ok()) return st;
+      if (auto st = InferQuantizedMatMulOperands(ctx, DType::kFloat32); !st.ok()) return st;
+      const int64_t N = RowsAndColumns(ctx, 0, 3).second;
       if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
                                ctx.type(6).StaticDims() != std::vector<int64_t>{N})) {
         return NodeError(ctx.node, absl::StrCat("bias must be float [", N, "]"));
       }
       return absl::OkStatus();
     };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    s.lower = [](const Node& node) {
       // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
-      KernelCall call{"qmatmul", {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
-                                  KernelOperand{}, KernelOperand{}, Input(node, 6)},
-                      MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))), {}};
-      call.ints.push_back(kToFloat);
-      return call;
+      return LowerQuantizedMatMul(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}, kToFloat);
     };
     s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
     registry.Add(std::move(s));
