@@ -112,12 +112,15 @@ int main(int argc, char** argv) {
   if (context.has_memory_plan) {
     const kiln::MemoryPlan& plan = context.memory_plan;
     std::cout << "// memory: arena " << plan.arena_bytes << " bytes, naive " << plan.naive_bytes << " bytes, "
-              << plan.views << " views, " << plan.in_place << " in place\n";
+              << plan.views << " views, " << plan.in_place << " in place, " << plan.concats_in_place << " concats in place\n";
     for (const kiln::Node* node : (*graph)->nodes()) {
       for (const kiln::Value* v : node->outputs()) {
         auto slot = plan.arena.find(v);
         auto alias = plan.alias.find(v);
-        if (slot != plan.arena.end()) {
+        auto part = plan.parts.find(v);
+        if (part != plan.parts.end()) {
+          std::cout << "// %" << v->name() << ": in %" << part->second.whole->name() << " at +" << part->second.offset_bytes << "\n";
+        } else if (slot != plan.arena.end()) {
           std::cout << "// %" << v->name() << ": @" << slot->second.offset << " " << slot->second.size_bytes << "\n";
         } else if (alias != plan.alias.end()) {
           std::cout << "// %" << v->name() << ": shares %" << alias->second->name() << "\n";

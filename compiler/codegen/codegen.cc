@@ -170,6 +170,14 @@ absl::StatusOr<llvm::Value*> ModuleBuilder::Address(const Value* value) {
   }
   if (address == nullptr && value->is_constant()) address = ConstantTensor(value->constant().get());
   if (address == nullptr) {
+    auto part = plan_.parts.find(value);
+    if (part != plan_.parts.end()) {
+      auto whole = Address(part->second.whole);
+      if (!whole.ok()) return whole.status();
+      address = builder_.CreateConstGEP1_64(i8_, *whole, part->second.offset_bytes, value->name());
+    }
+  }
+  if (address == nullptr) {
     auto alias = plan_.alias.find(value);
     if (alias != plan_.alias.end()) {
       auto owner = Address(alias->second);
@@ -205,6 +213,14 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
   if (!call.ok()) return call.status();
   // A view whose output shares the input's buffer needs no code at all.
   if (call->is_view && plan_.alias.count(node.output(0))) return absl::OkStatus();
+  // Nor does a Concat whose inputs were written into their slices of its result.
+  if (call->kernel == "concat" && !node.inputs().empty() &&
+      std::all_of(node.inputs().begin(), node.inputs().end(), [&](const Value* in) {
+        auto part = plan_.parts.find(in);
+        return part != plan_.parts.end() && part->second.whole == node.output(0);
+      })) {
+    return absl::OkStatus();
+  }
 
   auto tensor_array = [&](const std::vector<std::pair<llvm::Value*, const TensorType*>>& items, const char* name) -> llvm::Value* {
     if (items.empty()) return llvm::ConstantPointerNull::get(ptr_);

@@ -288,7 +288,8 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   }
   report << "\n  ],\n  \"memory_plan\": {\"arena_bytes\": " << result.memory_plan.arena_bytes
          << ", \"naive_bytes\": " << result.memory_plan.naive_bytes << ", \"in_place\": " << result.memory_plan.in_place
-         << ", \"views\": " << result.memory_plan.views << "},\n"
+         << ", \"views\": " << result.memory_plan.views
+         << ", \"concats_in_place\": " << result.memory_plan.concats_in_place << "},\n"
          << "  \"nodes\": " << (*graph)->num_nodes() << ",\n"
          << "  \"gemm_tile\": \"" << artifact->gemm_tile << "\",\n"
          << "  \"object_bytes\": " << artifact->object_bytes << ",\n"

@@ -1,8 +1,12 @@
 // plan-memory: places every intermediate in one workspace arena by liveness, reusing the
 // space of values that are dead; views (Reshape and friends) share their input's buffer
-// and elementwise results may overwrite an input that dies at that node.
+// and elementwise results may overwrite an input that dies at that node. A Concat whose
+// slices are contiguous (every dimension before the axis is 1) has its inputs written
+// straight into their slices, and copies nothing.
 //   %a = Conv(%x) ; %b = Relu(%a) ; %c = Conv(%b)
 //     => a@[0, 4096)  b@a (in place)  c@[4096, 8192)
+//   %p = Conv(%s) ; %q = Conv(%s) ; %c = Concat(%p, %q) axis 1, N = 1
+//     => c@[0, 8192)  p@c+0  q@c+4096
 // The graph is unchanged; the plan goes to codegen through the PassContext.
 #include <algorithm>
 #include <map>
@@ -110,6 +114,38 @@ class PlanMemory : public Pass {
         ++plan.views;
       }
     }
+    // Concats in place. Each input must be a fresh buffer (a node's own result, not a view,
+    // graph input, constant or graph output) that nothing but this Concat reads, once.
+    std::unordered_map<const Value*, int> readers;
+    for (const Node* node : nodes) {
+      for (const Value* in : node->inputs()) {
+        if (in != nullptr) ++readers[in];
+      }
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Node* node = nodes[i];
+      if (!calls[i].ok() || calls[i]->kernel != "concat" || node->inputs().size() < 2) continue;
+      const Value* whole = node->output(0);
+      if (!NeedsArena(graph, whole) || owner.count(whole)) continue;
+      const std::vector<int64_t> dims = whole->type().StaticDims();
+      const int64_t axis = calls[i]->ints.at(0);
+      int64_t outer = 1;
+      for (int64_t k = 0; k < axis; ++k) outer *= dims[k];
+      if (outer != 1) continue;  // slices interleave: the kernel must copy
+      bool eligible = true;
+      for (const Value* in : node->inputs()) {
+        eligible = eligible && in != nullptr && NeedsArena(graph, in) && owner.count(in) == 0 && readers[in] == 1 &&
+                   in->type().dtype == whole->type().dtype;
+      }
+      if (!eligible) continue;
+      int64_t offset = 0;
+      for (const Value* in : node->inputs()) {
+        owner[in] = whole;
+        plan.parts[in] = MemoryPlan::Part{whole, offset};
+        offset += ValueBytes(in);
+      }
+      ++plan.concats_in_place;
+    }
     // Last reader of each buffer, through every alias of it; recomputed when an in-place
     // result joins a buffer (which then lives as long as the result and its views).
     auto compute_last_use = [&]() {
@@ -147,7 +183,14 @@ class PlanMemory : public Pass {
         }
       }
       for (const Value* out : node->outputs()) {
-        if (!NeedsArena(graph, out) || owner.count(out)) continue;
+        if (!NeedsArena(graph, out)) continue;
+        if (plan.parts.count(out)) {
+          // A Concat's slice: its whole buffer comes to life with the first slice written.
+          const Value* whole = root(out);
+          if (plan.arena.count(whole) == 0) plan.arena[whole] = MemoryPlan::Slot{arena.Allocate(ValueBytes(whole)), ValueBytes(whole)};
+          continue;
+        }
+        if (owner.count(out) || plan.arena.count(out)) continue;
         if (reuse != nullptr) {
           owner[out] = reuse;
           plan.alias[out] = reuse;

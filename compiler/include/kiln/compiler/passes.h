@@ -25,11 +25,19 @@ struct MemoryPlan {
   };
   std::map<const Value*, Slot> arena;          // intermediates
   std::map<const Value*, const Value*> alias;  // views and in-place results: value -> owner
+  // Concat inputs written straight into their slice of the Concat's result, which then
+  // copies nothing: value -> (the Concat's result, byte offset in it).
+  struct Part {
+    const Value* whole = nullptr;
+    int64_t offset_bytes = 0;
+  };
+  std::map<const Value*, Part> parts;
   std::map<const Node*, Slot> scratch;         // kernel workspace (KernelCall::scratch_bytes)
   int64_t arena_bytes = 0;
   int64_t naive_bytes = 0;  // sum of all intermediates, no reuse
   int64_t in_place = 0;     // results written over a dying input
   int64_t views = 0;        // results that share their input's buffer
+  int64_t concats_in_place = 0;  // Concats whose inputs were written in place (no copy)
 };
 
 // Post-training quantization (the quantize pass): how activation ranges are calibrated.
