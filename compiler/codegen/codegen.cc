@@ -720,11 +720,22 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     wide->setConstant(true);
     gemm_tile = avx512 ? "12x32" : "6x16";
   }
-  // The int8 kernels' question (kernel_common.h, Int8DotProduct()): AVX-512 VNNI.
+  // The int8 kernels' question (kernel_common.h, Int8DotProduct()): vpdpbusd on 512-bit
+  // vectors (AVX-512 VNNI), on 256-bit ones (AVX-VNNI), or none.
+  std::string int8_dot;
   if (llvm::GlobalVariable* dot = module->getGlobalVariable("kiln_int8_dot"); dot != nullptr) {
-    const bool vnni = machine->getTargetTriple().isX86() &&
-                      machine->getMCSubtargetInfo()->checkFeatures("+avx512f,+avx512bw,+avx512vnni");
-    dot->setInitializer(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), vnni ? 1 : 0));
+    const bool x86 = machine->getTargetTriple().isX86();
+    const llvm::MCSubtargetInfo* features = machine->getMCSubtargetInfo();
+    int kind = 0;
+    int8_dot = "plain";
+    if (x86 && features->checkFeatures("+avx512f,+avx512bw,+avx512vnni")) {
+      kind = 1;
+      int8_dot = "avx512-vnni";
+    } else if (x86 && features->checkFeatures("+avx2,+fma,+avxvnni")) {
+      kind = 2;
+      int8_dot = "avx-vnni";
+    }
+    dot->setInitializer(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), kind));
     dot->setConstant(true);
   }
   for (llvm::GlobalVariable& g : module->globals()) {
@@ -779,6 +790,7 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
   end_phase("link");
   result.phase_ms = std::move(phases);
   result.gemm_tile = gemm_tile;
+  result.int8_dot = int8_dot;
   return result;
 }
 

@@ -292,6 +292,7 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
          << ", \"concats_in_place\": " << result.memory_plan.concats_in_place << "},\n"
          << "  \"nodes\": " << (*graph)->num_nodes() << ",\n"
          << "  \"gemm_tile\": \"" << artifact->gemm_tile << "\",\n"
+         << "  \"int8_dot\": \"" << artifact->int8_dot << "\",\n"
          << "  \"object_bytes\": " << artifact->object_bytes << ",\n"
          << "  \"artifact_bytes\": " << result.shared_object.size() << "\n}\n";
   result.report_json = report.str();

@@ -7,9 +7,11 @@
 
 #include "artifact_test_util.h"
 #include "gtest/gtest.h"
+#include "kiln/compiler/codegen.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/target.h"
 
 namespace kiln {
 namespace {
@@ -207,14 +209,47 @@ TEST(QuantTest, IntegerMatMulsMatchPlainLoops) {
 }
 
 // The targets int8 artifacts are checked on: the GEMM tile targets (neither has VNNI, so
-// the int8 kernels take their i32 path) and, where this CPU has it, AVX-512 VNNI.
+// the int8 kernels take their i32 path) and, where this CPU has them, AVX-512 VNNI and
+// AVX-VNNI (256-bit vpdpbusd without AVX-512: x86-64-v3 plus the feature).
 std::vector<std::string> Int8Targets() {
   std::vector<std::string> targets = TileTargets();
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512vnni") && targets.size() > 1) {
     targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v4,features=+avx512vnni");
   }
+  if (__builtin_cpu_supports("avxvnni")) targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v3,features=+avxvnni");
   return targets;
+}
+
+// Which dot product the int8 kernels take follows the target (the compile report's
+// int8_dot), whether or not this CPU could run it: vpdpbusd on 512-bit vectors with AVX-512
+// VNNI, on 256-bit ones with AVX-VNNI alone (Alder Lake; x86-64-v3 plus the feature), i32
+// arithmetic otherwise.
+TEST(QuantTest, Int8DotFollowsTarget) {
+  auto b = RandomInts(DType::kInt8, {13, 17}, -120, 120, 31);
+  for (const auto& [spec, dot] : std::vector<std::pair<std::string, std::string>>{
+           {"x86-64-v3", "plain"},
+           {"x86-64-v4", "plain"},
+           {"triple=x86_64-pc-linux-gnu,cpu=x86-64-v4,features=+avx512vnni", "avx512-vnni"},
+           {"znver4", "avx512-vnni"},
+           {"triple=x86_64-pc-linux-gnu,cpu=alderlake", "avx-vnni"},
+           {"triple=x86_64-pc-linux-gnu,cpu=x86-64-v3,features=+avxvnni", "avx-vnni"},
+           {"aarch64", "plain"}}) {
+    SCOPED_TRACE(spec);
+    auto g = std::make_unique<Graph>();
+    Value* a = g->AddValue("a", TensorType::Static(DType::kUInt8, {2, 13}));
+    g->AddInput(a);
+    Node* mm = g->AddNode("MatMulInteger", "mm", {a, g->AddConstant("b", b)}, {"y"}, 10);
+    g->AddOutput(mm->output(0));
+    ASSERT_TRUE(InferTypes(*g).ok());
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fold-constants", {}, ctx).ok());
+    auto target = ResolveTarget(spec);
+    ASSERT_TRUE(target.ok()) << target.status();
+    auto artifact = GenerateArtifact(*g, NaiveMemoryPlan(*g), CodegenOptions{*target, "{}", "test"});
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    EXPECT_EQ(artifact->int8_dot, dot);
+  }
 }
 
 // The int8 GEMM artifacts take for a constant 2-D B with A quantized per tensor (qgemm):

@@ -58,14 +58,16 @@ extern "C" const int32_t kiln_wide_vectors;
 inline bool WideVectors() { return kiln_wide_vectors != 0; }
 #endif
 
-// Whether the target has AVX-512 VNNI (vpdpbusd: four u8 x s8 products summed into each
-// i32 lane): the int8 kernels then use it, and plain i32 arithmetic otherwise. Set by
-// codegen like kiln_wide_vectors.
+// The int8 kernels' dot product (vpdpbusd: four u8 x s8 products summed into each i32
+// lane): on 512-bit vectors where the target has AVX-512 VNNI, on two 256-bit halves where
+// it has AVX-VNNI (VEX-encoded, as on CPUs without AVX-512), plain i32 arithmetic
+// otherwise. Set by codegen like kiln_wide_vectors.
+enum Int8Dot : int32_t { kInt8DotPlain = 0, kInt8DotAvx512Vnni = 1, kInt8DotAvxVnni = 2 };
 #ifdef KILN_REFERENCE_KERNELS
-inline bool Int8DotProduct() { return false; }
+inline int32_t Int8DotProduct() { return kInt8DotPlain; }
 #else
 extern "C" const int32_t kiln_int8_dot;
-inline bool Int8DotProduct() { return kiln_int8_dot != 0; }
+inline int32_t Int8DotProduct() { return kiln_int8_dot; }
 #endif
 
 enum DTypeId : int32_t {

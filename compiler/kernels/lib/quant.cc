@@ -225,8 +225,9 @@ KILN_KERNEL(qmatmul) {
 // K runs over (kh, kw, quad of input channels), so each step takes four bytes per row
 // and column: one s8 word of the weight row, broadcast, against a vector of sixteen
 // columns' u8 words, summed four products to a lane (vpdpbusd where the target has AVX-512
-// VNNI, i32 multiplies otherwise). X is first copied into channel quads, [N][G][C/4][H][W]
-// of four bytes (s8 flipped to u8 by adding 128), so a step's column words for a 1x1 conv
+// VNNI or AVX-VNNI, i32 multiplies otherwise: Int8DotProduct()). X is first copied into
+// channel quads, [N][G][C/4][H][W] of four bytes (s8 flipped to u8 by adding 128), so a
+// step's column words for a 1x1 conv
 // are X's own bytes and for other windows a copy of one word per column and tap. With
 // u8 x' = x - zx' (zx' the zero point as u8), the sum over the padded weights w' = w - zw
 // is sum(x * w') - zx' * sum(w'): lowering folds the second term and the bias into one
@@ -267,6 +268,16 @@ inline v16i DotStepGeneric(v16i acc, v16i x, int32_t w4) {
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnni(v16i* acc, const v16i* x, int32_t w4) {
   *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, (__m512i)*x, _mm512_set1_epi32(w4));
 }
+// AVX-VNNI: the same sums on the two 256-bit halves of each vector.
+__attribute__((target("avx2,avxvnni"))) inline void DotStepAvxVnni(v16i* acc, const v16i* x, int32_t w4) {
+  __m256i a[2], b[2];
+  memcpy(a, acc, sizeof(a));
+  memcpy(b, x, sizeof(b));
+  const __m256i w = _mm256_set1_epi32(w4);
+  a[0] = _mm256_dpbusd_avx_epi32(a[0], b[0], w);
+  a[1] = _mm256_dpbusd_avx_epi32(a[1], b[1], w);
+  memcpy(acc, a, sizeof(a));
+}
 #endif
 
 struct QConvParams {
@@ -288,7 +299,7 @@ struct QConvParams {
 
 // Rows [panel * 8, +8) of one tile of NV column vectors: the i32 sums over every step,
 // then the epilogue into Y for the tile's `cols` columns starting at column j0.
-template <bool kVnni, int NV>
+template <int32_t kDot, int NV>
 inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t panel, int64_t j0,
                       int64_t cols) {
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
@@ -302,8 +313,12 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
       memcpy(&w4, w + (step * kQRows + r) * 4, 4);
       for (int v = 0; v < NV; ++v) {
 #if defined(__x86_64__)
-        if constexpr (kVnni) {
+        if constexpr (kDot == kInt8DotAvx512Vnni) {
           DotStepVnni(&acc[r][v], &x[v], w4);
+          continue;
+        }
+        if constexpr (kDot == kInt8DotAvxVnni) {
+          DotStepAvxVnni(&acc[r][v], &x[v], w4);
           continue;
         }
 #endif
@@ -355,7 +370,7 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
 
 // One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp: its columns
 // packed (or read in place), then every row panel in tiles of 48, 32 or 16 columns.
-template <bool kVnni>
+template <int32_t kDot>
 inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, uint8_t* packed) {
   const uint8_t* b;
   int64_t ldb;  // bytes between steps
@@ -411,13 +426,13 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
     for (int64_t jt = 0; jt < cols;) {
       const int64_t left = cols - jt;
       if (left > 32) {
-        QConvTile<kVnni, 3>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left < 48 ? left : 48);
+        QConvTile<kDot, 3>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left < 48 ? left : 48);
         jt += 48;
       } else if (left > 16) {
-        QConvTile<kVnni, 2>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left);
+        QConvTile<kDot, 2>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left);
         jt += 32;
       } else {
-        QConvTile<kVnni, 1>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left);
+        QConvTile<kDot, 1>(q, b + jt * 4, ldb, n, grp, panel, j0 + jt, left);
         jt += 16;
       }
     }
@@ -427,12 +442,16 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
 #if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void QConvChunkVnni(const QConvParams& q, int64_t n, int64_t grp,
                                                                                       int64_t j0, int64_t cols, uint8_t* packed) {
-  QConvChunk<true>(q, n, grp, j0, cols, packed);
+  QConvChunk<kInt8DotAvx512Vnni>(q, n, grp, j0, cols, packed);
+}
+__attribute__((target("avx2,fma,avxvnni"), noinline)) void QConvChunkAvxVnni(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
+                                                                            int64_t cols, uint8_t* packed) {
+  QConvChunk<kInt8DotAvxVnni>(q, n, grp, j0, cols, packed);
 }
 #endif
 __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols,
                                                  uint8_t* packed) {
-  QConvChunk<false>(q, n, grp, j0, cols, packed);
+  QConvChunk<kInt8DotPlain>(q, n, grp, j0, cols, packed);
 }
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
@@ -516,8 +535,13 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
       const int64_t chunk = job % chunks, ng = job / chunks, grp = ng % G, n = ng / G;
       const int64_t j0 = chunk * kQCols, cols = q.OH * q.OW - j0 < kQCols ? q.OH * q.OW - j0 : kQCols;
 #if defined(__x86_64__)
-      if (Int8DotProduct()) {  // (asked here: a captured copy would not fold away in the pool's callback)
+      // (Asked here: a captured copy would not fold away in the pool's callback.)
+      if (Int8DotProduct() == kInt8DotAvx512Vnni) {
         QConvChunkVnni(q, n, grp, j0, cols, packed);
+        continue;
+      }
+      if (Int8DotProduct() == kInt8DotAvxVnni) {
+        QConvChunkAvxVnni(q, n, grp, j0, cols, packed);
         continue;
       }
 #endif
@@ -532,7 +556,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
 // flipped to u8 by adding 128) x B, in tiles of 8 rows x 48 columns held in sixteen-lane
 // i32 accumulators. Each step takes four bytes of K: a row's word of A, broadcast, against
 // a vector of sixteen columns' s8 words of B, four products to a lane (vpdpbusd where the
-// target has AVX-512 VNNI, i32 multiplies otherwise). B is packed at compile time as s8
+// target has AVX-512 VNNI or AVX-VNNI, i32 multiplies otherwise). B is packed at compile time as s8
 // b - zb, [ceil(N/16)][ceil(K/4)][16][4], zero-padded, so a partial last word of A (read
 // through a copy) adds nothing past K. Per column an i32 offset (bias - za' * sum(b - zb))
 // makes the sum exact; the epilogue is qconv's (int32, requantized, or f32 + bias).
@@ -565,10 +589,19 @@ inline v16i DotStepGenericBroadcastA(v16i acc, const v16i& w, uint32_t a4) {
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnniBroadcastA(v16i* acc, const v16i* w, uint32_t a4) {
   *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, _mm512_set1_epi32(static_cast<int32_t>(a4)), (__m512i)*w);
 }
+__attribute__((target("avx2,avxvnni"))) inline void DotStepAvxVnniBroadcastA(v16i* acc, const v16i* w, uint32_t a4) {
+  __m256i a[2], b[2];
+  memcpy(a, acc, sizeof(a));
+  memcpy(b, w, sizeof(b));
+  const __m256i x = _mm256_set1_epi32(static_cast<int32_t>(a4));
+  a[0] = _mm256_dpbusd_avx_epi32(a[0], x, b[0]);
+  a[1] = _mm256_dpbusd_avx_epi32(a[1], x, b[1]);
+  memcpy(acc, a, sizeof(a));
+}
 #endif
 
 // Rows [r0, r0 + 8) (clamped to the last row) x NV column vectors from column j0.
-template <bool kVnni, bool kFlip, int NV>
+template <int32_t kDot, bool kFlip, int NV>
 inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols) {
   const uint8_t* arow[kQGemmRows];
   for (int r = 0; r < kQGemmRows; ++r) arow[r] = q.a + (r0 + r < q.rows ? r0 + r : q.rows - 1) * q.K;
@@ -586,8 +619,12 @@ inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols
       if constexpr (kFlip) a4 ^= 0x80808080u;
       for (int v = 0; v < NV; ++v) {
 #if defined(__x86_64__)
-        if constexpr (kVnni) {
+        if constexpr (kDot == kInt8DotAvx512Vnni) {
           DotStepVnniBroadcastA(&acc[r][v], &w[v], a4);
+          continue;
+        }
+        if constexpr (kDot == kInt8DotAvxVnni) {
+          DotStepAvxVnniBroadcastA(&acc[r][v], &w[v], a4);
           continue;
         }
 #endif
@@ -634,16 +671,16 @@ inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols
 }
 
 // One 48-column panel for row tiles [tile_begin, tile_end).
-template <bool kVnni, bool kFlip>
+template <int32_t kDot, bool kFlip>
 inline void QGemmPanel(const QGemmParams& q, int64_t j0, int64_t tile_begin, int64_t tile_end) {
   const int64_t cols = q.N - j0 < 48 ? q.N - j0 : 48;
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     if (cols > 32) {
-      QGemmTile<kVnni, kFlip, 3>(q, t * kQGemmRows, j0, cols);
+      QGemmTile<kDot, kFlip, 3>(q, t * kQGemmRows, j0, cols);
     } else if (cols > 16) {
-      QGemmTile<kVnni, kFlip, 2>(q, t * kQGemmRows, j0, cols);
+      QGemmTile<kDot, kFlip, 2>(q, t * kQGemmRows, j0, cols);
     } else {
-      QGemmTile<kVnni, kFlip, 1>(q, t * kQGemmRows, j0, cols);
+      QGemmTile<kDot, kFlip, 1>(q, t * kQGemmRows, j0, cols);
     }
   }
 }
@@ -652,17 +689,24 @@ inline void QGemmPanel(const QGemmParams& q, int64_t j0, int64_t tile_begin, int
 __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void QGemmPanelVnni(const QGemmParams& q, int64_t j0, int64_t t0,
                                                                                       int64_t t1) {
   if (q.flip) {
-    QGemmPanel<true, true>(q, j0, t0, t1);
+    QGemmPanel<kInt8DotAvx512Vnni, true>(q, j0, t0, t1);
   } else {
-    QGemmPanel<true, false>(q, j0, t0, t1);
+    QGemmPanel<kInt8DotAvx512Vnni, false>(q, j0, t0, t1);
+  }
+}
+__attribute__((target("avx2,fma,avxvnni"), noinline)) void QGemmPanelAvxVnni(const QGemmParams& q, int64_t j0, int64_t t0, int64_t t1) {
+  if (q.flip) {
+    QGemmPanel<kInt8DotAvxVnni, true>(q, j0, t0, t1);
+  } else {
+    QGemmPanel<kInt8DotAvxVnni, false>(q, j0, t0, t1);
   }
 }
 #endif
 __attribute__((noinline)) void QGemmPanelGeneric(const QGemmParams& q, int64_t j0, int64_t t0, int64_t t1) {
   if (q.flip) {
-    QGemmPanel<false, true>(q, j0, t0, t1);
+    QGemmPanel<kInt8DotPlain, true>(q, j0, t0, t1);
   } else {
-    QGemmPanel<false, false>(q, j0, t0, t1);
+    QGemmPanel<kInt8DotPlain, false>(q, j0, t0, t1);
   }
 }
 
@@ -700,8 +744,13 @@ KILN_KERNEL(qgemm) {
       const int64_t panel = job / runs, run = job % runs;
       const int64_t t0 = run * tiles_per_job, t1 = t0 + tiles_per_job < tiles ? t0 + tiles_per_job : tiles;
 #if defined(__x86_64__)
-      if (Int8DotProduct()) {  // (asked here: a captured copy would not fold away in the pool's callback)
+      // (Asked here: a captured copy would not fold away in the pool's callback.)
+      if (Int8DotProduct() == kInt8DotAvx512Vnni) {
         QGemmPanelVnni(q, panel * 48, t0, t1);
+        continue;
+      }
+      if (Int8DotProduct() == kInt8DotAvxVnni) {
+        QGemmPanelAvxVnni(q, panel * 48, t0, t1);
         continue;
       }
 #endif

@@ -28,6 +28,9 @@ struct ArtifactBytes {
   // The GEMM core's register tile for this target (rows x columns of C): "12x32" where the
   // target has AVX-512F, else "6x16" (gemm_core.h). Empty when no kernel uses the core.
   std::string gemm_tile;
+  // The int8 kernels' dot product for the target: "avx512-vnni", "avx-vnni" or "plain"
+  // (empty when the module has no int8 kernel library).
+  std::string int8_dot;
 };
 
 // Lowers the graph to one LLVM module (kernel library linked in), optimises it for the
