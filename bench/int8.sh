@@ -3,14 +3,17 @@
 # Runtime fp32, and ONNX Runtime int8 running the QDQ model `kiln quantize --emit-qdq`
 # writes from the same calibration; same machine, same inputs, same thread count.
 #   bench/int8.sh [--models a,b] [--samples N] [--method M] [--threads "1 2"] [--rounds R]
-#                 [--iters N]
+#                 [--iters N] [--no-trained]
 # Expects bench/run.sh's setup (build/, bench/node_modules, bench/models/*.onnx; it runs
 # make_models.py for a missing model). Calibration: N (default 4) seeded random samples
 # shaped like each model's bench input (the bench models have random weights, so no image
 # set is more representative; integer inputs such as token ids are drawn uniformly from the
 # bench input's range). Per model: compiles fp32 and int8 (cold, timed), reports
 # the int8 output's SNR and top-1/top-5 agreement against fp32 on the bench input, then
-# alternates the four runs R rounds (default 3) of N-run medians. Prints Markdown.
+# alternates the four runs R rounds (default 3) of N-run medians. Last (unless
+# --no-trained, about 3 minutes) the accuracy of a trained ResNet-50: torchvision's
+# architecture trained at run time on scikit-learn's digits (tests/e2e/digits_int8.py
+# --arch resnet50), int8 against fp32 on its 600 test images. Prints Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models=resnet50,squeezenet1_1,mobilenet_v2,bert_base
@@ -19,6 +22,7 @@ method=minmax
 threads="1 2"
 rounds=3
 iters=20
+trained=1
 while [ $# -gt 0 ]; do
   case $1 in
     --models) models=$2; shift 2 ;;
@@ -27,7 +31,8 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
-    -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-trained) trained=0; shift ;;
+    -h|--help) sed -n 2,16p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/int8.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -120,3 +125,18 @@ echo
 echo "| model | calibration | quantized Conv/MatMul | kept f32 | SNR dB | same top-1 | top-5 overlap | compile fp32 s | compile int8 s |"
 echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${accuracy_rows[@]}"
+if [ $trained = 1 ]; then
+  /usr/bin/python3 tests/e2e/digits_int8.py "$kiln" --arch resnet50 --method "$method" --json "$tmp/trained.json" > "$tmp/trained.log" 2>&1 ||
+    { cat "$tmp/trained.log" >&2; echo "bench/int8.sh: the trained ResNet-50 run failed" >&2; exit 1; }
+  echo
+  echo "A trained ResNet-50 (torchvision's, 10 classes, trained on scikit-learn's digits at 32 x 32), int8 against fp32 on 600 test images"
+  echo
+  echo "| calibration | quantized Conv/MatMul | fp32 test accuracy | int8 test accuracy | top-1 agreement | logit SNR dB |"
+  echo "|---|---|---|---|---|---|"
+  /usr/bin/python3 - "$tmp/trained.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"| {r['method']}, {r['calibration_images']} images | {r['quantized_nodes']} | {100 * r['fp32_test_accuracy']:.2f} % | "
+      f"{100 * r['int8_test_accuracy']:.2f} % | {100 * r['top1_agreement']:.1f} % | {r['logit_snr_db']:.1f} |")
+PY
+fi
