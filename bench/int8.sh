@@ -131,12 +131,13 @@ if [ $trained = 1 ]; then
   echo
   echo "A trained ResNet-50 (torchvision's, 10 classes, trained on scikit-learn's digits at 32 x 32), int8 against fp32 on 600 test images"
   echo
-  echo "| calibration | quantized Conv/MatMul | fp32 test accuracy | int8 test accuracy | top-1 agreement | logit SNR dB |"
-  echo "|---|---|---|---|---|---|"
+  echo "| calibration | quantized Conv/MatMul | fp32 test accuracy | int8 test accuracy | top-1 agreement | logit SNR dB | PyTorch: 1 % input noise, s8 weights alone (SNR dB) |"
+  echo "|---|---|---|---|---|---|---|"
   /usr/bin/python3 - "$tmp/trained.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"| {r['method']}, {r['calibration_images']} images | {r['quantized_nodes']} | {100 * r['fp32_test_accuracy']:.2f} % | "
-      f"{100 * r['int8_test_accuracy']:.2f} % | {100 * r['top1_agreement']:.1f} % | {r['logit_snr_db']:.1f} |")
+      f"{100 * r['int8_test_accuracy']:.2f} % | {100 * r['top1_agreement']:.1f} % | {r['logit_snr_db']:.1f} | "
+      f"{r['torch_input_noise_1pct_snr_db']:.1f}, {r['torch_s8_weights_snr_db']:.1f} |")
 PY
 fi

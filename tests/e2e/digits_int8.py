@@ -19,6 +19,7 @@ Splits (seeded): 600 test images, 200 calibration images, 997 training images. T
 is compiled for batches of 100, so calibration is 2 samples of 100 images and the test
 split 6 batches. Prints one JSON line with the figures."""
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -31,6 +32,9 @@ import torch
 import torchvision
 from onnx import numpy_helper
 from sklearn.datasets import load_digits
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from int8_sensitivity import fake_quant_weights, snr_db as torch_snr_db  # noqa: E402
 
 BATCH = 100
 
@@ -101,7 +105,16 @@ def main():
             optimizer.step()
     model.eval()
     with torch.no_grad():
-        torch_accuracy = float((model(torch.from_numpy(images[test])).argmax(1).numpy() == labels[test]).mean())
+        x_test = torch.from_numpy(images[test])
+        reference = model(x_test)
+        torch_accuracy = float((reference.argmax(1).numpy() == labels[test]).mean())
+        # How sensitive the trained network is, in PyTorch (as bench/int8_sensitivity.py
+        # measures the random bench models): 1 % input noise, and s8 weights alone.
+        noise = torch.Generator().manual_seed(7)
+        sensitivity = {"torch_input_noise_1pct_snr_db": torch_snr_db(reference, model(x_test + 0.01 * x_test.std() * torch.randn(x_test.shape, generator=noise)))}
+        rounded = copy.deepcopy(model)
+        fake_quant_weights(rounded)
+        sensitivity["torch_s8_weights_snr_db"] = torch_snr_db(reference, rounded(x_test))
 
     with tempfile.TemporaryDirectory() as work:
         onnx_path = os.path.join(work, "digits.onnx")
@@ -142,7 +155,8 @@ def main():
               "top1_drop_points": 100 * (accuracy["fp32"] - accuracy["int8"]),
               "top1_agreement": float((np.array(predictions["fp32"]) == np.array(predictions["int8"])).mean()),
               "logit_snr_db": snr_db, "arch": args.arch, "method": args.method, "quantized_nodes": quantization["quantized_nodes"],
-              "kept_float": quantization["kept_float"], "test_images": len(test), "calibration_images": len(calibration)}
+              "kept_float": quantization["kept_float"], "test_images": len(test), "calibration_images": len(calibration),
+              **sensitivity}
     if pruning is not None:
         result.update({"prune_channels": args.prune_channels, "pruned_test_accuracy": accuracy["pruned"],
                        "pruned_drop_points": 100 * (accuracy["fp32"] - accuracy["pruned"]),
