@@ -728,7 +728,7 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     const llvm::MCSubtargetInfo* features = machine->getMCSubtargetInfo();
     int kind = 0;
     int8_dot = "plain";
-    if (x86 && features->checkFeatures("+avx512f,+avx512bw,+avx512vnni")) {
+    if (x86 && features->checkFeatures("+avx512f,+avx512bw,+avx512vl,+avx512vnni")) {
       kind = 1;
       int8_dot = "avx512-vnni";
     } else if (x86 && features->checkFeatures("+avx2,+fma,+avxvnni")) {

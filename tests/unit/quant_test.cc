@@ -425,12 +425,15 @@ void CheckIntegerConv(const QConvCase& c) {
 // int32 sums, f32): copied per tap (3x3, stride 2, clipped
 // pads, two groups of two channels: one channel quad half padding) and read in place (1x1:
 // 77 positions, two chunks of 48 columns, the second partial; 7 channels: the second quad
-// padded; 13 output channels: a partial row panel); s8 and u8 inputs and weights.
+// padded; 13 output channels: a partial row panel); s8 and u8 inputs and weights. The
+// last 1-4 columns of a chunk take the four-lane tile: 10x10 positions (48 + 48 + 4,
+// copied) and 7x7 (48 + 1, read in place).
 TEST(QuantTest, IntegerConvsMatchPlainLoops) {
   const QConvCase cases[] = {
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 4, 9, 11, 6, 2, 3, 2, 1},
       {DType::kInt8, DType::kUInt8, DType::kInt8, 7, 7, 11, 13, 1, 1, 1, 0},
       {DType::kUInt8, DType::kInt8, DType::kInt8, 16, 10, 10, 20, 1, 3, 1, 1},
+      {DType::kUInt8, DType::kInt8, DType::kUInt8, 8, 7, 7, 16, 1, 1, 1, 0},
   };
   for (const QConvCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "C " << c.C << " K " << c.K << " OC " << c.OC);
