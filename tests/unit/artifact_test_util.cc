@@ -32,6 +32,14 @@ std::vector<std::string> TileTargets() {
   return targets;
 }
 
+absl::StatusOr<ArtifactBytes> GenerateFor(Graph& graph, const std::string& target_spec) {
+  PassContext ctx;
+  if (auto folded = RunPipeline(graph, "fold-constants", {}, ctx); !folded.ok()) return folded.status();
+  auto target = ResolveTarget(target_spec);
+  if (!target.ok()) return target.status();
+  return GenerateArtifact(graph, NaiveMemoryPlan(graph), CodegenOptions{*target, "{}", "test"});
+}
+
 std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
                                 const std::vector<int32_t>& thread_counts, const std::string& target_spec) {
   std::vector<Tensor> outputs;

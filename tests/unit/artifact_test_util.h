@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "kiln/compiler/codegen.h"
 #include "kiln/compiler/ir.h"
 
 namespace kiln {
@@ -18,6 +20,10 @@ std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float s
 // for AVX2 (x86-64-v3) and 12x32 for AVX-512F (x86-64-v4), the wide one only where this
 // CPU can run it. Tests of GEMM-shaped kernels run on each.
 std::vector<std::string> TileTargets();
+
+// Folds the graph's constants and generates its artifact for `target_spec` (any target:
+// nothing runs), with the naive memory plan: for tests of what codegen chose.
+absl::StatusOr<ArtifactBytes> GenerateFor(Graph& graph, const std::string& target_spec);
 
 // Runs `pipeline` on the graph, compiles it for `target` (this machine must run it) and
 // runs the artifact on `input` (the graph's one input) once per thread count; returns the

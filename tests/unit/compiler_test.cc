@@ -1003,11 +1003,7 @@ TEST(CodegenTest, GemmTileFollowsTarget) {
            {"x86-64-v3", "6x16"}, {"x86-64-v4", "12x32"}, {"skylake-avx512", "12x32"}, {"x86-64", "6x16"}, {"aarch64", "6x16"}}) {
     SCOPED_TRACE(spec);
     std::unique_ptr<Graph> g = MatMulNet(13, 300, 80);
-    PassContext ctx;
-    ASSERT_TRUE(RunPipeline(*g, "fold-constants", {}, ctx).ok());
-    auto target = ResolveTarget(spec);
-    ASSERT_TRUE(target.ok()) << target.status();
-    auto artifact = GenerateArtifact(*g, NaiveMemoryPlan(*g), CodegenOptions{*target, "{}", "test"});
+    auto artifact = GenerateFor(*g, spec);
     ASSERT_TRUE(artifact.ok()) << artifact.status();
     EXPECT_EQ(artifact->gemm_tile, tile);
   }

@@ -7,11 +7,9 @@
 
 #include "artifact_test_util.h"
 #include "gtest/gtest.h"
-#include "kiln/compiler/codegen.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
-#include "kiln/compiler/target.h"
 
 namespace kiln {
 namespace {
@@ -242,11 +240,7 @@ TEST(QuantTest, Int8DotFollowsTarget) {
     Node* mm = g->AddNode("MatMulInteger", "mm", {a, g->AddConstant("b", b)}, {"y"}, 10);
     g->AddOutput(mm->output(0));
     ASSERT_TRUE(InferTypes(*g).ok());
-    PassContext ctx;
-    ASSERT_TRUE(RunPipeline(*g, "fold-constants", {}, ctx).ok());
-    auto target = ResolveTarget(spec);
-    ASSERT_TRUE(target.ok()) << target.status();
-    auto artifact = GenerateArtifact(*g, NaiveMemoryPlan(*g), CodegenOptions{*target, "{}", "test"});
+    auto artifact = GenerateFor(*g, spec);
     ASSERT_TRUE(artifact.ok()) << artifact.status();
     EXPECT_EQ(artifact->int8_dot, dot);
   }
