@@ -227,8 +227,8 @@ KILN_KERNEL(qmatmul) {
 // columns' u8 words, summed four products to a lane (vpdpbusd where the target has AVX-512
 // VNNI or AVX-VNNI, i32 multiplies otherwise: Int8DotProduct()). X is first copied into
 // channel quads, [N][G][C/4][H][W] of four bytes (s8 flipped to u8 by adding 128), so a
-// step's column words for a 1x1 conv
-// are X's own bytes and for other windows a copy of one word per column and tap. With
+// step's column words for a 1x1 conv are X's own bytes and for other windows a copy of
+// one word per column and tap. With
 // u8 x' = x - zx' (zx' the zero point as u8), the sum over the padded weights w' = w - zw
 // is sum(x * w') - zx' * sum(w'): lowering folds the second term and the bias into one
 // i32 offset per output channel, pads taps and channels with zx' bytes so they add 0
@@ -280,14 +280,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void DotS
 __attribute__((target("avx2,avxvnni"))) inline void DotStep4AvxVnni(v4i* acc, const v4i* x, int32_t w4) {
   *acc = (v4i)_mm_dpbusd_avx_epi32((__m128i)*acc, (__m128i)*x, _mm_set1_epi32(w4));
 }
-// AVX-VNNI: the same sums on the two 256-bit halves of each vector.
-__attribute__((target("avx2,avxvnni"))) inline void DotStepAvxVnni(v16i* acc, const v16i* x, int32_t w4) {
-  __m256i a[2], b[2];
+// AVX-VNNI: acc + the four products of each lane's u8 word of u with its s8 word of s, on
+// the two 256-bit halves of the vectors (qconv: u the columns, s the broadcast weight
+// word; qgemm: u the broadcast word of A, s the columns of B).
+__attribute__((target("avx2,avxvnni"))) inline void DotStepAvxVnni(v16i* acc, const v16i* u, const v16i* s) {
+  __m256i a[2], x[2], y[2];
   memcpy(a, acc, sizeof(a));
-  memcpy(b, x, sizeof(b));
-  const __m256i w = _mm256_set1_epi32(w4);
-  a[0] = _mm256_dpbusd_avx_epi32(a[0], b[0], w);
-  a[1] = _mm256_dpbusd_avx_epi32(a[1], b[1], w);
+  memcpy(x, u, sizeof(x));
+  memcpy(y, s, sizeof(y));
+  for (int h = 0; h < 2; ++h) a[h] = _mm256_dpbusd_avx_epi32(a[h], x[h], y[h]);
   memcpy(acc, a, sizeof(a));
 }
 #endif
@@ -377,7 +378,8 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
           continue;
         }
         if constexpr (kDot == kInt8DotAvxVnni) {
-          DotStepAvxVnni(&acc[r][v], &x[v], w4);
+          const v16i wv = v16i{} + w4;
+          DotStepAvxVnni(&acc[r][v], &x[v], &wv);
           continue;
         }
 #endif
@@ -612,8 +614,8 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
 // flipped to u8 by adding 128) x B, in tiles of 8 rows x 48 columns held in sixteen-lane
 // i32 accumulators. Each step takes four bytes of K: a row's word of A, broadcast, against
 // a vector of sixteen columns' s8 words of B, four products to a lane (vpdpbusd where the
-// target has AVX-512 VNNI or AVX-VNNI, i32 multiplies otherwise). B is packed at compile time as s8
-// b - zb, [ceil(N/16)][ceil(K/4)][16][4], zero-padded, so a partial last word of A (read
+// target has AVX-512 VNNI or AVX-VNNI, i32 multiplies otherwise). B is packed at compile
+// time as s8 b - zb, [ceil(N/16)][ceil(K/4)][16][4], zero-padded, so a partial last word of A (read
 // through a copy) adds nothing past K. Per column an i32 offset (bias - za' * sum(b - zb))
 // makes the sum exact; the epilogue is qconv's (int32, requantized, or f32 + bias).
 constexpr int kQGemmRows = 8;
@@ -645,15 +647,6 @@ inline v16i DotStepGenericBroadcastA(v16i acc, const v16i& w, uint32_t a4) {
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnniBroadcastA(v16i* acc, const v16i* w, uint32_t a4) {
   *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, _mm512_set1_epi32(static_cast<int32_t>(a4)), (__m512i)*w);
 }
-__attribute__((target("avx2,avxvnni"))) inline void DotStepAvxVnniBroadcastA(v16i* acc, const v16i* w, uint32_t a4) {
-  __m256i a[2], b[2];
-  memcpy(a, acc, sizeof(a));
-  memcpy(b, w, sizeof(b));
-  const __m256i x = _mm256_set1_epi32(static_cast<int32_t>(a4));
-  a[0] = _mm256_dpbusd_avx_epi32(a[0], x, b[0]);
-  a[1] = _mm256_dpbusd_avx_epi32(a[1], x, b[1]);
-  memcpy(acc, a, sizeof(a));
-}
 #endif
 
 // Rows [r0, r0 + 8) (clamped to the last row) x NV column vectors from column j0.
@@ -680,7 +673,8 @@ inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols
           continue;
         }
         if constexpr (kDot == kInt8DotAvxVnni) {
-          DotStepAvxVnniBroadcastA(&acc[r][v], &w[v], a4);
+          const v16i av = v16i{} + static_cast<int32_t>(a4);
+          DotStepAvxVnni(&acc[r][v], &av, &w[v]);
           continue;
         }
 #endif
