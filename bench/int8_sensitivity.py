@@ -11,12 +11,13 @@ rounding before folding it is the same); every Conv/Linear input alone rounded t
 tensor over its own min/max; and both. On a random-weight network these say whether a
 low int8 SNR is the quantizer's or the network's: bench/RESULTS.md records them."""
 import copy
+import os
 import sys
 
 import numpy as np
 import torch
 
-sys.path.insert(0, __import__("os").path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_models  # noqa: E402
 
 
