@@ -16,8 +16,8 @@ build_packages=(
 )
 
 packages=(
-  # build
-  cmake ninja-build ccache g++ pkg-config git
+  # build, and the formatter CI checks with (deploy/check-format.sh)
+  cmake ninja-build ccache g++ pkg-config git clang-format-19
   # compiler core
   llvm-19-dev llvm-19-tools lld-19 liblld-19-dev clang-19 libclang-rt-14-dev clang-14
   libonnx-dev libprotobuf-dev protobuf-compiler libabsl-dev zlib1g-dev libzstd-dev libedit-dev

@@ -59,7 +59,8 @@ absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t se
     std::vector<int64_t> dims;
     for (const auto& d : type.shape) {
       if (!d.known()) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", input->name(), "' has a symbolic dimension; give its shape in the job's input_shapes"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", input->name(), "' has a symbolic dimension; give its shape in the job's input_shapes"));
       }
       dims.push_back(d.size);
     }
@@ -81,15 +82,16 @@ absl::StatusOr<std::vector<Tensor>> UploadedInputs(const Graph& graph, const std
   v1::InputSet set;
   if (!set.ParseFromString(bytes)) return absl::InvalidArgumentError("the input set blob is not a kiln.v1.InputSet");
   if (set.inputs_size() != static_cast<int>(graph.inputs().size())) {
-    return absl::InvalidArgumentError(absl::StrCat("the input set has ", set.inputs_size(), " tensors but the model has ",
-                                                   graph.inputs().size(), " inputs"));
+    return absl::InvalidArgumentError(absl::StrCat("the input set has ", set.inputs_size(),
+                                                   " tensors but the model has ", graph.inputs().size(), " inputs"));
   }
   std::vector<Tensor> inputs(graph.inputs().size());
   std::vector<bool> filled(graph.inputs().size(), false);
   for (int i = 0; i < set.inputs_size(); ++i) {
     std::string proto_name;
     auto tensor = ParseTensorProto(set.inputs(i).tensor_proto(), &proto_name);
-    if (!tensor.ok()) return absl::InvalidArgumentError(absl::StrCat("input set tensor ", i, ": ", tensor.status().message()));
+    if (!tensor.ok())
+      return absl::InvalidArgumentError(absl::StrCat("input set tensor ", i, ": ", tensor.status().message()));
     const std::string name = !set.inputs(i).name().empty() ? set.inputs(i).name() : proto_name;
     size_t slot = static_cast<size_t>(i);
     if (!name.empty()) {
@@ -100,15 +102,18 @@ absl::StatusOr<std::vector<Tensor>> UploadedInputs(const Graph& graph, const std
       // Unknown names fall back to position (TensorProto files often carry no useful name).
       if (slot == graph.inputs().size()) slot = static_cast<size_t>(i);
     }
-    if (filled[slot]) return absl::InvalidArgumentError(absl::StrCat("the input set gives input '", graph.inputs()[slot]->name(), "' twice"));
+    if (filled[slot])
+      return absl::InvalidArgumentError(
+          absl::StrCat("the input set gives input '", graph.inputs()[slot]->name(), "' twice"));
     const TensorType& type = graph.inputs()[slot]->type();
     bool shape_ok = tensor->dtype() == type.dtype && tensor->rank() == static_cast<int64_t>(type.shape.size());
     for (size_t d = 0; shape_ok && d < type.shape.size(); ++d) {
       shape_ok = !type.shape[d].known() || type.shape[d].size == tensor->dims()[d];
     }
     if (!shape_ok) {
-      return absl::InvalidArgumentError(absl::StrCat("input set tensor ", i, " (", Describe(name, *tensor), ") does not match model input '",
-                                                     graph.inputs()[slot]->name(), "' (", PrintType(type), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("input set tensor ", i, " (", Describe(name, *tensor),
+                                                     ") does not match model input '", graph.inputs()[slot]->name(),
+                                                     "' (", PrintType(type), ")"));
     }
     inputs[slot] = std::move(*tensor);
     filled[slot] = true;
@@ -122,7 +127,8 @@ struct Latency {
 };
 
 // The job's validation inputs: the uploaded InputSet (dir/inputs.pb) or seeded random ones.
-absl::StatusOr<std::vector<Tensor>> ValidationInputs(const Graph& graph, const v1::ValidationSpec& validation, const std::string& dir) {
+absl::StatusOr<std::vector<Tensor>> ValidationInputs(const Graph& graph, const v1::ValidationSpec& validation,
+                                                     const std::string& dir) {
   if (!validation.has_input_set()) return RandomInputs(graph, validation.seed());
   auto bytes = ReadFile(dir + "/inputs.pb");
   if (!bytes.ok()) return bytes.status();
@@ -148,7 +154,8 @@ int RunJob(const std::string& dir) {
   options.target = request.target();
   if (!task.canonical_target().empty()) {
     std::vector<std::string> parts = absl::StrSplit(task.canonical_target(), absl::MaxSplits('/', 2));
-    if (parts.size() == 3) options.target = absl::StrCat("triple=", parts[0], ",cpu=", parts[1], ",features=", parts[2]);
+    if (parts.size() == 3)
+      options.target = absl::StrCat("triple=", parts[0], ",cpu=", parts[1], ",features=", parts[2]);
   }
   if (!request.options().pipeline().empty()) options.pipeline = request.options().pipeline();
   options.model_label = absl::StrCat("model ", request.model().sha256().substr(0, 12));
@@ -166,7 +173,8 @@ int RunJob(const std::string& dir) {
   const bool int8 = request.options().precision() == "int8";
   if (int8) {
     options.precision = "int8";
-    auto method = ParseCalibrationMethod(request.options().calibration_method().empty() ? "minmax" : request.options().calibration_method());
+    auto method = ParseCalibrationMethod(
+        request.options().calibration_method().empty() ? "minmax" : request.options().calibration_method());
     if (!method.ok()) return Fail(dir, std::string(method.status().message()));
     options.quantization.method = *method;
     for (const auto& name : request.options().keep_float()) options.quantization.keep_float.insert(name);
@@ -204,15 +212,17 @@ int RunJob(const std::string& dir) {
   auto compiled = CompileModel(*model, options);
   if (!compiled.ok()) return Fail(dir, std::string(compiled.status().message()));
   const double compile_ms = MsSince(compile_start);
-  if (auto s = WriteFile(dir + "/artifact.so", compiled->shared_object); !s.ok()) return Fail(dir, std::string(s.message()));
+  if (auto s = WriteFile(dir + "/artifact.so", compiled->shared_object); !s.ok())
+    return Fail(dir, std::string(s.message()));
 
   Phase("validating", 0.7);
   const auto validate_start = std::chrono::steady_clock::now();
   auto reference_graph = import_model();
   if (!reference_graph.ok()) return Fail(dir, std::string(reference_graph.status().message()));
   auto inputs = ValidationInputs(**reference_graph, request.validation(), dir);
-  const std::string input_source =
-      request.validation().has_input_set() ? "uploaded" : absl::StrCat("random(seed=", request.validation().seed(), ")");
+  const std::string input_source = request.validation().has_input_set()
+                                       ? "uploaded"
+                                       : absl::StrCat("random(seed=", request.validation().seed(), ")");
   if (!inputs.ok()) return Fail(dir, absl::StrCat("validation inputs: ", inputs.status().message()));
   auto reference = RunGraph(**reference_graph, *inputs);
   if (!reference.ok()) return Fail(dir, absl::StrCat("reference interpreter: ", reference.status().message()));
@@ -252,13 +262,15 @@ int RunJob(const std::string& dir) {
   }
   for (size_t i = 0; i < outputs.size() && i < reference->size(); ++i) {
     bool shape_ok = true;
-    *report.add_outputs() = CompareOutput(desc->outputs[i].name, outputs[i], (*reference)[i], report.atol(), report.rtol(), &shape_ok);
+    *report.add_outputs() =
+        CompareOutput(desc->outputs[i].name, outputs[i], (*reference)[i], report.atol(), report.rtol(), &shape_ok);
     const auto& o = report.outputs(static_cast<int>(i));
-    if (failure.empty() && !shape_ok) failure = absl::StrCat("output '", o.name(), "' differs in shape or dtype from the reference");
+    if (failure.empty() && !shape_ok)
+      failure = absl::StrCat("output '", o.name(), "' differs in shape or dtype from the reference");
     if (failure.empty() && o.count_outside_tolerance() > 0) {
       failure = absl::StrCat("output '", o.name(), "': ", o.count_outside_tolerance(), " of ", o.num_elements(),
-                             " elements outside atol ", report.atol(), " + rtol ", report.rtol(), " x |reference| (max abs error ",
-                             o.max_abs_error(), ")");
+                             " elements outside atol ", report.atol(), " + rtol ", report.rtol(),
+                             " x |reference| (max abs error ", o.max_abs_error(), ")");
     }
   }
   report.set_precision(int8 ? "int8" : "fp32");
@@ -280,11 +292,17 @@ int RunJob(const std::string& dir) {
     report.set_top1_drop_points(drop);
     report.set_max_top1_drop(request.validation().max_top1_drop());
     if (failure.empty() && !any_classifier) {
-      failure = "no classifier-shaped output ([C] or [N, C], C >= 5) to judge a lossy (int8 or pruned) build's top-1 agreement by";
+      failure =
+          "no classifier-shaped output ([C] or [N, C], C >= 5) to judge a lossy (int8 or pruned) build's top-1 "
+          "agreement by";
     }
     if (failure.empty() && drop > request.validation().max_top1_drop()) {
-      failure = absl::StrCat(int8 && pruned ? "int8, pruned" : int8 ? "int8" : "pruned", ": top-1 changed on ", drop, " % of the validation rows against the fp32 model (max_top1_drop ",
-                             request.validation().max_top1_drop(), ")");
+      failure =
+          absl::StrCat(int8 && pruned ? "int8, pruned"
+                       : int8         ? "int8"
+                                      : "pruned",
+                       ": top-1 changed on ", drop, " % of the validation rows against the fp32 model (max_top1_drop ",
+                       request.validation().max_top1_drop(), ")");
     }
   }
   report.set_passed(failure.empty());
@@ -296,9 +314,11 @@ int RunJob(const std::string& dir) {
   context.compiler_version = CompilerVersion();
   context.model = request.model();
   context.input_source = input_source;
-  for (size_t i = 0; i < inputs->size(); ++i) context.input_descriptions.push_back(Describe((*reference_graph)->inputs()[i]->name(), (*inputs)[i]));
+  for (size_t i = 0; i < inputs->size(); ++i)
+    context.input_descriptions.push_back(Describe((*reference_graph)->inputs()[i]->name(), (*inputs)[i]));
   context.compile_report_json = compiled->report_json;
-  while (!context.compile_report_json.empty() && context.compile_report_json.back() == '\n') context.compile_report_json.pop_back();
+  while (!context.compile_report_json.empty() && context.compile_report_json.back() == '\n')
+    context.compile_report_json.pop_back();
   context.compile_ms = compile_ms;
   if (compiled->target.is_host && !request.validation().skip_latency()) {
     Phase("measuring", 0.85);
@@ -312,7 +332,8 @@ int RunJob(const std::string& dir) {
     }
     std::sort(times.begin(), times.end());
     context.latency_median_ms = times[times.size() / 2];
-    context.latency_p90_ms = times[std::min(times.size() - 1, static_cast<size_t>(0.9 * static_cast<double>(times.size() - 1) + 0.5))];
+    context.latency_p90_ms =
+        times[std::min(times.size() - 1, static_cast<size_t>(0.9 * static_cast<double>(times.size() - 1) + 0.5))];
     context.latency_iters = static_cast<int>(times.size());
     report.set_latency_median_ms(context.latency_median_ms);
   }
@@ -324,10 +345,10 @@ int RunJob(const std::string& dir) {
   *result.mutable_result()->mutable_accuracy() = report;
   result.set_compile_ms(compile_ms);
   result.set_validate_ms(context.validate_ms);
-  for (const auto& [file, bytes] : std::vector<std::pair<std::string, std::string>>{
-           {"report.json", RenderReportJson(report, context)},
-           {"manifest.json", compiled->manifest_json},
-           {"result.pb", result.SerializeAsString()}}) {
+  for (const auto& [file, bytes] :
+       std::vector<std::pair<std::string, std::string>>{{"report.json", RenderReportJson(report, context)},
+                                                        {"manifest.json", compiled->manifest_json},
+                                                        {"result.pb", result.SerializeAsString()}}) {
     if (auto s = WriteFile(dir + "/" + file, bytes); !s.ok()) return Fail(dir, std::string(s.message()));
   }
   return kJobOk;

@@ -11,8 +11,8 @@ namespace kiln::worker {
 
 // Exit codes of the job process.
 constexpr int kJobOk = 0;
-constexpr int kJobFailed = 1;        // the model could not be compiled or validated (error.txt)
-constexpr int kJobOutOfMemory = 3;   // an allocation failed under the memory limit
+constexpr int kJobFailed = 1;       // the model could not be compiled or validated (error.txt)
+constexpr int kJobOutOfMemory = 3;  // an allocation failed under the memory limit
 
 int RunJob(const std::string& dir);
 

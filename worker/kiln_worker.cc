@@ -83,8 +83,8 @@ class Worker {
         }
         // kilnd restarting or not up yet: keep trying, quietly after the first report.
         if (idle_errors++ == 0) {
-          std::fprintf(stderr, "kiln-worker %s: %s unreachable (%s); retrying\n", flags_.id.c_str(), flags_.server.c_str(),
-                       status.error_message().c_str());
+          std::fprintf(stderr, "kiln-worker %s: %s unreachable (%s); retrying\n", flags_.id.c_str(),
+                       flags_.server.c_str(), status.error_message().c_str());
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         continue;
@@ -129,7 +129,8 @@ class Worker {
   }
 
   void Fail(const v1::Task& task, const std::string& error, bool retryable) {
-    std::fprintf(stderr, "kiln-worker %s: job %s failed: %s\n", flags_.id.c_str(), task.action_key().substr(0, 12).c_str(), error.c_str());
+    std::fprintf(stderr, "kiln-worker %s: job %s failed: %s\n", flags_.id.c_str(),
+                 task.action_key().substr(0, 12).c_str(), error.c_str());
     v1::CompleteRequest request;
     request.set_success(false);
     request.set_error(error);
@@ -138,10 +139,13 @@ class Worker {
   }
 
   void RunTask(const v1::Task& task) {
-    std::string base = flags_.work_dir.empty() ? (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") : flags_.work_dir;
+    std::string base =
+        flags_.work_dir.empty() ? (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") : flags_.work_dir;
     std::string templ = base + "/kiln-job-XXXXXX";
     if (mkdtemp(templ.data()) == nullptr) {
-      Fail(task, absl::StrCat("worker ", flags_.id, " cannot create a job directory in ", base, ": ", std::strerror(errno)), true);
+      Fail(task,
+           absl::StrCat("worker ", flags_.id, " cannot create a job directory in ", base, ": ", std::strerror(errno)),
+           true);
       return;
     }
     const std::string dir = templ;
@@ -167,10 +171,13 @@ class Worker {
     }
     for (int k = 0; k < request.options().calibration_size(); ++k) {
       auto sample = client::DownloadBlob(*kiln_, request.options().calibration(k));
-      if (!sample.ok()) return Fail(task, absl::StrCat("fetching calibration sample ", k, ": ", sample.status().message()), true);
-      if (auto s = WriteFile(absl::StrCat(dir, "/calibration_", k, ".pb"), *sample); !s.ok()) return Fail(task, std::string(s.message()), true);
+      if (!sample.ok())
+        return Fail(task, absl::StrCat("fetching calibration sample ", k, ": ", sample.status().message()), true);
+      if (auto s = WriteFile(absl::StrCat(dir, "/calibration_", k, ".pb"), *sample); !s.ok())
+        return Fail(task, std::string(s.message()), true);
     }
-    if (auto s = WriteFile(dir + "/task.pb", task.SerializeAsString()); !s.ok()) return Fail(task, std::string(s.message()), true);
+    if (auto s = WriteFile(dir + "/task.pb", task.SerializeAsString()); !s.ok())
+      return Fail(task, std::string(s.message()), true);
 
     int pipe_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) return Fail(task, "pipe failed", true);
@@ -243,7 +250,8 @@ class Worker {
     }
     close(progress_fd);
     if (stopped) {
-      std::fprintf(stderr, "kiln-worker %s: stopped job %s: %s\n", flags_.id.c_str(), task.action_key().substr(0, 12).c_str(), reason.c_str());
+      std::fprintf(stderr, "kiln-worker %s: stopped job %s: %s\n", flags_.id.c_str(),
+                   task.action_key().substr(0, 12).c_str(), reason.c_str());
       if (g_stop) Fail(task, absl::StrCat("worker ", flags_.id, " shut down mid-job"), true);
       return;
     }
@@ -251,16 +259,22 @@ class Worker {
     if (WIFSIGNALED(status)) {
       const int sig = WTERMSIG(status);
       if (task.cpu_limit_seconds() > 0 && (sig == SIGXCPU || sig == SIGKILL)) {
-        return Fail(task, absl::StrCat("the job exceeded its CPU-time limit of ", task.cpu_limit_seconds(),
-                                       " s and was killed (kilnd --job-cpu-seconds)"), false);
+        return Fail(task,
+                    absl::StrCat("the job exceeded its CPU-time limit of ", task.cpu_limit_seconds(),
+                                 " s and was killed (kilnd --job-cpu-seconds)"),
+                    false);
       }
-      return Fail(task, absl::StrCat("the compile process died with signal ", sig, " (", strsignal(sig), ") after ",
-                                     static_cast<int>(wall_s), " s; this is a Kiln bug, please report it with the model"), false);
+      return Fail(task,
+                  absl::StrCat("the compile process died with signal ", sig, " (", strsignal(sig), ") after ",
+                               static_cast<int>(wall_s), " s; this is a Kiln bug, please report it with the model"),
+                  false);
     }
     const int code = WEXITSTATUS(status);
     if (code == kJobOutOfMemory || (code == 127 && task.memory_limit_bytes() > 0)) {
-      return Fail(task, absl::StrCat("the job exceeded its memory limit of ", task.memory_limit_bytes() >> 20,
-                                     " MiB and was stopped (kilnd --job-memory)"), false);
+      return Fail(task,
+                  absl::StrCat("the job exceeded its memory limit of ", task.memory_limit_bytes() >> 20,
+                               " MiB and was stopped (kilnd --job-memory)"),
+                  false);
     }
     if (code != kJobOk) {
       auto error = ReadFile(dir + "/error.txt");
@@ -270,7 +284,8 @@ class Worker {
     Heartbeat(task, "storing", 0.95, &reason);
     auto result_bytes = ReadFile(dir + "/result.pb");
     v1::CompleteRequest complete;
-    if (!result_bytes.ok() || !complete.ParseFromString(*result_bytes)) return Fail(task, "the job left no result", false);
+    if (!result_bytes.ok() || !complete.ParseFromString(*result_bytes))
+      return Fail(task, "the job left no result", false);
     complete.set_success(true);
     struct Output {
       const char* file;
@@ -286,7 +301,8 @@ class Worker {
       *out.digest = *digest;
     }
     Complete(task, complete);
-    std::fprintf(stderr, "kiln-worker %s: job %s done in %.1f s\n", flags_.id.c_str(), task.action_key().substr(0, 12).c_str(), wall_s);
+    std::fprintf(stderr, "kiln-worker %s: job %s done in %.1f s\n", flags_.id.c_str(),
+                 task.action_key().substr(0, 12).c_str(), wall_s);
   }
 
   Flags flags_;

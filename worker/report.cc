@@ -99,18 +99,21 @@ std::string RenderReportJson(const v1::AccuracyReport& report, const ReportConte
   j << "{\n  \"schema\": \"kiln.accuracy-report\",\n  \"schema_version\": " << report.schema_version() << ",\n"
     << "  \"compiler_version\": \"" << JsonEscape(context.compiler_version) << "\",\n"
     << "  \"action_key\": \"" << context.action_key << "\",\n"
-    << "  \"model\": {\"sha256\": \"" << context.model.sha256() << "\", \"size_bytes\": " << context.model.size_bytes() << "},\n"
+    << "  \"model\": {\"sha256\": \"" << context.model.sha256() << "\", \"size_bytes\": " << context.model.size_bytes()
+    << "},\n"
     << "  \"target\": \"" << JsonEscape(context.target) << "\",\n"
     << "  \"verdict\": {\"passed\": " << (report.passed() ? "true" : "false") << ", \"reason\": \""
-    << JsonEscape(report.verdict()) << "\", \"atol\": " << Number(report.atol()) << ", \"rtol\": " << Number(report.rtol());
+    << JsonEscape(report.verdict()) << "\", \"atol\": " << Number(report.atol())
+    << ", \"rtol\": " << Number(report.rtol());
   const bool pruned = report.prune_channels() > 0 || report.prune_weights() > 0;
   if (report.precision() == "int8" || pruned) {
-    j << ", \"top1_drop_points\": " << Number(report.top1_drop_points()) << ", \"max_top1_drop\": " << Number(report.max_top1_drop());
+    j << ", \"top1_drop_points\": " << Number(report.top1_drop_points())
+      << ", \"max_top1_drop\": " << Number(report.max_top1_drop());
   }
   j << "},\n  \"precision\": \"" << (report.precision().empty() ? "fp32" : report.precision()) << "\",\n";
   if (pruned) {
-    j << "  \"pruning\": {\"channels\": " << Number(report.prune_channels()) << ", \"weights\": " << Number(report.prune_weights())
-      << "},\n";
+    j << "  \"pruning\": {\"channels\": " << Number(report.prune_channels())
+      << ", \"weights\": " << Number(report.prune_weights()) << "},\n";
   }
   j << "  \"inputs\": {\"source\": \"" << JsonEscape(context.input_source) << "\", \"tensors\": [";
   for (size_t i = 0; i < context.input_descriptions.size(); ++i) {
@@ -123,10 +126,12 @@ std::string RenderReportJson(const v1::AccuracyReport& report, const ReportConte
     for (int d = 0; d < o.shape_size(); ++d) j << (d ? ", " : "") << o.shape(d);
     j << "], \"num_elements\": " << o.num_elements() << ", \"reference_scale\": " << Number(o.reference_scale())
       << ", \"max_abs_error\": " << Number(o.max_abs_error()) << ", \"mean_abs_error\": " << Number(o.mean_abs_error())
-      << ", \"max_rel_error\": " << Number(o.max_rel_error()) << ", \"cosine_similarity\": " << Number(o.cosine_similarity())
-      << ", \"snr_db\": " << Number(o.snr_db()) << ", \"count_outside_tolerance\": " << o.count_outside_tolerance();
+      << ", \"max_rel_error\": " << Number(o.max_rel_error())
+      << ", \"cosine_similarity\": " << Number(o.cosine_similarity()) << ", \"snr_db\": " << Number(o.snr_db())
+      << ", \"count_outside_tolerance\": " << o.count_outside_tolerance();
     if (o.has_topk()) {
-      j << ", \"top1_agreement\": " << Number(o.top1_agreement()) << ", \"top5_agreement\": " << Number(o.top5_agreement());
+      j << ", \"top1_agreement\": " << Number(o.top1_agreement())
+        << ", \"top5_agreement\": " << Number(o.top5_agreement());
     }
     j << "}";
   }
@@ -137,7 +142,8 @@ std::string RenderReportJson(const v1::AccuracyReport& report, const ReportConte
   } else {
     j << "null";
   }
-  j << ",\n  \"timings_ms\": {\"compile\": " << Number(context.compile_ms) << ", \"validate\": " << Number(context.validate_ms)
+  j << ",\n  \"timings_ms\": {\"compile\": " << Number(context.compile_ms)
+    << ", \"validate\": " << Number(context.validate_ms)
     << "},\n  \"compile\": " << (context.compile_report_json.empty() ? "null" : context.compile_report_json) << "}\n";
   return j.str();
 }

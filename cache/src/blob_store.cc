@@ -183,9 +183,9 @@ absl::Status BlobStore::Writer::Commit(const Digest& expected) {
   if (fd_ < 0) return absl::FailedPreconditionError("the blob writer is already committed");
   const Digest actual{FinishHex(static_cast<EVP_MD_CTX*>(hash_)), written_};
   if (!(actual == expected)) {
-    return absl::InvalidArgumentError(absl::StrCat("the bytes sent have digest ", actual.sha256_hex, "/", actual.size_bytes,
-                                                   " but the request names ", expected.sha256_hex, "/",
-                                                   expected.size_bytes, "; send the bytes again or fix the digest"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the bytes sent have digest ", actual.sha256_hex, "/", actual.size_bytes, " but the request names ",
+        expected.sha256_hex, "/", expected.size_bytes, "; send the bytes again or fix the digest"));
   }
   absl::Status s;
   if (fsync(fd_) != 0) s = ErrnoError("cannot fsync", tmp_path_);
@@ -274,9 +274,9 @@ absl::Status BlobStore::PutExpecting(const Digest& expected, std::string_view by
   if (auto s = ValidateDigest(expected); !s.ok()) return s;
   const Digest actual = DigestOf(bytes);
   if (!(actual == expected)) {
-    return absl::InvalidArgumentError(absl::StrCat("the bytes sent have digest ", actual.sha256_hex, "/", actual.size_bytes,
-                                                   " but the request names ", expected.sha256_hex, "/",
-                                                   expected.size_bytes, "; send the bytes again or fix the digest"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the bytes sent have digest ", actual.sha256_hex, "/", actual.size_bytes, " but the request names ",
+        expected.sha256_hex, "/", expected.size_bytes, "; send the bytes again or fix the digest"));
   }
   return Put(bytes).status();
 }

@@ -13,7 +13,8 @@
 namespace kiln::cache {
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 absl::StatusOr<std::unique_ptr<Cache>> Cache::Open(const Options& options) {
@@ -81,7 +82,10 @@ absl::Status Cache::Reconcile() {
   for (const std::string& hex : on_disk) {
     if (!indexed.count(hex)) {
       auto s = db_->Prepare("INSERT INTO blobs (sha256, size_bytes, last_access_ms) VALUES (?, ?, ?)")
-                   .Bind(1, hex).Bind(2, sizes[hex]).Bind(3, now).Run();
+                   .Bind(1, hex)
+                   .Bind(2, sizes[hex])
+                   .Bind(3, now)
+                   .Run();
       if (!s.ok()) return s;
     }
   }
@@ -101,14 +105,18 @@ void Cache::SetNeededCallback(std::function<bool(const std::string&)> is_needed)
 absl::Status Cache::Record(const Digest& digest) {
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    Statement insert = db_->Prepare("INSERT OR IGNORE INTO blobs (sha256, size_bytes, last_access_ms) VALUES (?, ?, ?)");
+    Statement insert =
+        db_->Prepare("INSERT OR IGNORE INTO blobs (sha256, size_bytes, last_access_ms) VALUES (?, ?, ?)");
     insert.Bind(1, digest.sha256_hex).Bind(2, digest.size_bytes).Bind(3, NowMs());
     if (auto s = insert.Run(); !s.ok()) return s;
     if (db_->Changes() == 1) {
       total_bytes_ += digest.size_bytes;
       blob_count_ += 1;
     } else {
-      auto s = db_->Prepare("UPDATE blobs SET last_access_ms = ? WHERE sha256 = ?").Bind(1, NowMs()).Bind(2, digest.sha256_hex).Run();
+      auto s = db_->Prepare("UPDATE blobs SET last_access_ms = ? WHERE sha256 = ?")
+                   .Bind(1, NowMs())
+                   .Bind(2, digest.sha256_hex)
+                   .Run();
       if (!s.ok()) return s;
     }
   }
@@ -124,7 +132,11 @@ absl::StatusOr<Digest> Cache::Put(std::string_view bytes) {
 
 void Cache::Touch(const Digest& digest) {
   std::lock_guard<std::mutex> lock(db_->mutex());
-  db_->Prepare("UPDATE blobs SET last_access_ms = ? WHERE sha256 = ?").Bind(1, NowMs()).Bind(2, digest.sha256_hex).Run().IgnoreError();
+  db_->Prepare("UPDATE blobs SET last_access_ms = ? WHERE sha256 = ?")
+      .Bind(1, NowMs())
+      .Bind(2, digest.sha256_hex)
+      .Run()
+      .IgnoreError();
 }
 
 void Cache::Forget(const Digest& digest) {
@@ -237,10 +249,14 @@ absl::Status Cache::PutAction(const std::string& action_key, const ActionResult&
       "INSERT OR REPLACE INTO actions (action_key, artifact, artifact_size, report, report_size, manifest,"
       " manifest_size, details, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   insert.Bind(1, action_key)
-      .Bind(2, result.artifact.sha256_hex).Bind(3, result.artifact.size_bytes)
-      .Bind(4, result.report.sha256_hex).Bind(5, result.report.size_bytes)
-      .Bind(6, result.manifest.sha256_hex).Bind(7, result.manifest.size_bytes)
-      .BindBlob(8, result.details).Bind(9, NowMs());
+      .Bind(2, result.artifact.sha256_hex)
+      .Bind(3, result.artifact.size_bytes)
+      .Bind(4, result.report.sha256_hex)
+      .Bind(5, result.report.size_bytes)
+      .Bind(6, result.manifest.sha256_hex)
+      .Bind(7, result.manifest.size_bytes)
+      .BindBlob(8, result.details)
+      .Bind(9, NowMs());
   return insert.Run();
 }
 

@@ -57,7 +57,8 @@ std::string Statement::Text(int column) const {
 
 absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return absl::UnavailableError(absl::StrCat("cannot open database ", path, ": ", message));
@@ -75,7 +76,8 @@ SqliteDb::~SqliteDb() { sqlite3_close(db_); }
 absl::Status SqliteDb::Exec(const std::string& sql) {
   char* error = nullptr;
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    absl::Status s = absl::InternalError(absl::StrCat("sqlite ", path_, ": ", error != nullptr ? error : "?", " in: ", sql));
+    absl::Status s =
+        absl::InternalError(absl::StrCat("sqlite ", path_, ": ", error != nullptr ? error : "?", " in: ", sql));
     sqlite3_free(error);
     return s;
   }

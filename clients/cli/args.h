@@ -37,7 +37,8 @@ inline int Fail(const std::string& message) {
 }
 
 // Parses "--flag value", "--flag=value" and boolean flags; unknown flags are errors.
-inline bool ParseArgs(int argc, char** argv, int start, const std::map<std::string, bool>& known, Args& args, std::string& error) {
+inline bool ParseArgs(int argc, char** argv, int start, const std::map<std::string, bool>& known, Args& args,
+                      std::string& error) {
   for (int i = start; i < argc; ++i) {
     std::string a = argv[i];
     if (a.size() > 1 && a[0] == '-') {

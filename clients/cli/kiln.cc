@@ -16,11 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "clients/cli/args.h"
+#include "clients/cli/service_commands.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/runtime.h"
-#include "clients/cli/args.h"
-#include "clients/cli/service_commands.h"
 
 namespace {
 
@@ -124,7 +124,8 @@ bool ParseRatio(const Args& args, const char* flag, double& ratio, std::string& 
   char* end = nullptr;
   ratio = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(ratio >= 0 && ratio < 1)) {
-    error = std::string(flag) + " '" + text + "': expected a share (of each layer's channels or weights), a number in [0, 1)";
+    error = std::string(flag) + " '" + text +
+            "': expected a share (of each layer's channels or weights), a number in [0, 1)";
     return false;
   }
   return true;
@@ -133,12 +134,26 @@ bool ParseRatio(const Args& args, const char* flag, double& ratio, std::string& 
 int Compile(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"-o", true}, {"--output", true}, {"--target", true}, {"--input-shape", true},
-                                 {"--pipeline", true}, {"--print-after-all", false}, {"--print-after", true},
-                                 {"--report", true}, {"--tune", false}, {"--tune-budget", true}, {"--tune-cache", true},
-                                 {"--precision", true}, {"--calibration", true}, {"--calibration-method", true},
-                                 {"--calibration-percentile", true}, {"--keep-float", true}, {"--prune-channels", true},
-                                 {"--prune-weights", true}, {"--prune-skip", true}},
+  if (!ParseArgs(argc, argv, 2,
+                 {{"-o", true},
+                  {"--output", true},
+                  {"--target", true},
+                  {"--input-shape", true},
+                  {"--pipeline", true},
+                  {"--print-after-all", false},
+                  {"--print-after", true},
+                  {"--report", true},
+                  {"--tune", false},
+                  {"--tune-budget", true},
+                  {"--tune-cache", true},
+                  {"--precision", true},
+                  {"--calibration", true},
+                  {"--calibration-method", true},
+                  {"--calibration-percentile", true},
+                  {"--keep-float", true},
+                  {"--prune-channels", true},
+                  {"--prune-weights", true},
+                  {"--prune-skip", true}},
                  args, error)) {
     return UsageError(error);
   }
@@ -151,7 +166,8 @@ int Compile(int argc, char** argv) {
   options.pipeline = args.Get("--pipeline", kiln::kDefaultPipeline);
   options.model_label = model_path;
   for (const std::string& s : args.All("--input-shape")) {
-    if (auto st = kiln::ParseInputShape(s, options.input_shapes); !st.ok()) return UsageError(std::string(st.message()));
+    if (auto st = kiln::ParseInputShape(s, options.input_shapes); !st.ok())
+      return UsageError(std::string(st.message()));
   }
   if ((args.Has("--tune-budget") || args.Has("--tune-cache")) && !args.Has("--tune")) {
     return UsageError("--tune-budget and --tune-cache go with --tune");
@@ -179,21 +195,25 @@ int Compile(int argc, char** argv) {
     return UsageError("--calibration goes with --precision int8 (or pruning: samples for its per-layer breakdown)");
   }
   if (int8) {
-    if (!args.Has("--calibration")) return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
+    if (!args.Has("--calibration"))
+      return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
     auto method = kiln::ParseCalibrationMethod(args.Get("--calibration-method", "minmax"));
     if (!method.ok()) return UsageError("--calibration-method: " + std::string(method.status().message()));
     options.quantization.method = *method;
     if (args.Has("--calibration-percentile")) {
-      if (*method != kiln::CalibrationMethod::kPercentile) return UsageError("--calibration-percentile goes with --calibration-method percentile");
+      if (*method != kiln::CalibrationMethod::kPercentile)
+        return UsageError("--calibration-percentile goes with --calibration-method percentile");
       const std::string text = args.Get("--calibration-percentile");
       char* end = nullptr;
       options.quantization.percentile = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !(options.quantization.percentile > 50 && options.quantization.percentile <= 100)) {
+      if (text.empty() || *end != '\0' ||
+          !(options.quantization.percentile > 50 && options.quantization.percentile <= 100)) {
         return UsageError("--calibration-percentile '" + text + "': expected a number in (50, 100]");
       }
     }
     for (const std::string& list : args.All("--keep-float")) {
-      for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) options.quantization.keep_float.insert(std::string(name));
+      for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty()))
+        options.quantization.keep_float.insert(std::string(name));
     }
     auto samples = kiln::ReadCalibrationSamples(args.Get("--calibration"));
     if (!samples.ok()) return Fail(std::string(samples.status().message()));
@@ -204,7 +224,8 @@ int Compile(int argc, char** argv) {
     return UsageError(error);
   }
   for (const std::string& list : args.All("--prune-skip")) {
-    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) options.pruning.skip.insert(std::string(name));
+    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty()))
+      options.pruning.skip.insert(std::string(name));
   }
   const bool pruning = options.pruning.channel_ratio > 0 || options.pruning.weight_ratio > 0;
   if (pruning && args.Has("--calibration")) {
@@ -216,7 +237,8 @@ int Compile(int argc, char** argv) {
       options.pruning.samples = {samples->front()};
     }
   }
-  if (args.Has("--prune-skip") && !pruning) return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
+  if (args.Has("--prune-skip") && !pruning)
+    return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
   options.print.print_after_all = args.Has("--print-after-all");
   for (const std::string& p : args.All("--print-after")) options.print.print_after.insert(p);
   if (options.print.print_after_all || !options.print.print_after.empty()) options.print.print_stream = &std::cerr;
@@ -229,47 +251,62 @@ int Compile(int argc, char** argv) {
   if (!result.ok()) return Fail(std::string(result.status().message()));
   if (auto s = kiln::WriteFile(out, result->shared_object); !s.ok()) return Fail(std::string(s.message()));
   if (args.Has("--report")) {
-    if (auto s = kiln::WriteFile(args.Get("--report"), result->report_json); !s.ok()) return Fail(std::string(s.message()));
+    if (auto s = kiln::WriteFile(args.Get("--report"), result->report_json); !s.ok())
+      return Fail(std::string(s.message()));
   }
-  std::fprintf(stderr, "kiln: compiled %s -> %s (%zu bytes, target %s, %zu nodes, arena %lld bytes vs %lld naive) in %.0f ms\n",
-               model_path.c_str(), out.c_str(), result->shared_object.size(), (result->target.triple + "/" + result->target.cpu).c_str(),
-               result->graph->num_nodes(), static_cast<long long>(result->memory_plan.arena_bytes),
-               static_cast<long long>(result->memory_plan.naive_bytes), result->import_ms + result->passes_ms + result->codegen_ms);
+  std::fprintf(
+      stderr, "kiln: compiled %s -> %s (%zu bytes, target %s, %zu nodes, arena %lld bytes vs %lld naive) in %.0f ms\n",
+      model_path.c_str(), out.c_str(), result->shared_object.size(),
+      (result->target.triple + "/" + result->target.cpu).c_str(), result->graph->num_nodes(),
+      static_cast<long long>(result->memory_plan.arena_bytes), static_cast<long long>(result->memory_plan.naive_bytes),
+      result->import_ms + result->passes_ms + result->codegen_ms);
   if (int8) {
     const kiln::QuantizationSummary& q = result->quantization;
     std::fprintf(stderr, "kiln: int8: %lld Conv/MatMul quantized (%s calibration, %lld samples), %zu kept in f32%s%s\n",
-                 static_cast<long long>(q.quantized_nodes), q.method.c_str(), static_cast<long long>(q.calibration_samples),
-                 q.kept_float.size(), q.kept_float.empty() ? "" : ": ", absl::StrJoin(q.kept_float, ", ").c_str());
+                 static_cast<long long>(q.quantized_nodes), q.method.c_str(),
+                 static_cast<long long>(q.calibration_samples), q.kept_float.size(), q.kept_float.empty() ? "" : ": ",
+                 absl::StrJoin(q.kept_float, ", ").c_str());
     std::vector<std::string> worst;
     for (size_t i = 0; i < q.layers_by_error.size() && i < 3; ++i) {
-      worst.push_back(absl::StrFormat("%s (%s) %.1f dB", q.layers_by_error[i].node, q.layers_by_error[i].op, q.layers_by_error[i].snr_db));
+      worst.push_back(absl::StrFormat("%s (%s) %.1f dB", q.layers_by_error[i].node, q.layers_by_error[i].op,
+                                      q.layers_by_error[i].snr_db));
     }
-    if (!worst.empty()) std::fprintf(stderr, "kiln: int8: lowest SNR against f32 (first sample): %s\n", absl::StrJoin(worst, ", ").c_str());
+    if (!worst.empty())
+      std::fprintf(stderr, "kiln: int8: lowest SNR against f32 (first sample): %s\n",
+                   absl::StrJoin(worst, ", ").c_str());
   }
   if (pruning) {
     const kiln::PruningSummary& p = result->pruning;
-    std::fprintf(stderr,
-                 "kiln: pruned: %lld layers lost %lld of %lld output channels; parameters %.2fM -> %.2fM (%.2fM nonzero), "
-                 "GFLOPs %.3f -> %.3f; weight sparsity %.1f%%; %zu layers kept whole (see --report)\n",
-                 static_cast<long long>(p.pruned_layers), static_cast<long long>(p.channels_removed),
-                 static_cast<long long>(p.channels_before), p.before.parameters / 1e6, p.after.parameters / 1e6,
-                 p.after.nonzero_parameters / 1e6, p.before.flops / 1e9, p.after.flops / 1e9,
-                 p.after.weights ? 100.0 * static_cast<double>(p.after.zero_weights) / static_cast<double>(p.after.weights) : 0.0,
-                 p.kept_whole.size());
+    std::fprintf(
+        stderr,
+        "kiln: pruned: %lld layers lost %lld of %lld output channels; parameters %.2fM -> %.2fM (%.2fM nonzero), "
+        "GFLOPs %.3f -> %.3f; weight sparsity %.1f%%; %zu layers kept whole (see --report)\n",
+        static_cast<long long>(p.pruned_layers), static_cast<long long>(p.channels_removed),
+        static_cast<long long>(p.channels_before), p.before.parameters / 1e6, p.after.parameters / 1e6,
+        p.after.nonzero_parameters / 1e6, p.before.flops / 1e9, p.after.flops / 1e9,
+        p.after.weights ? 100.0 * static_cast<double>(p.after.zero_weights) / static_cast<double>(p.after.weights)
+                        : 0.0,
+        p.kept_whole.size());
     std::vector<std::string> worst;
     for (size_t i = 0; i < p.layers_by_error.size() && i < 3; ++i) {
-      worst.push_back(absl::StrFormat("%s (%s) %.1f dB", p.layers_by_error[i].node, p.layers_by_error[i].op, p.layers_by_error[i].snr_db));
+      worst.push_back(absl::StrFormat("%s (%s) %.1f dB", p.layers_by_error[i].node, p.layers_by_error[i].op,
+                                      p.layers_by_error[i].snr_db));
     }
-    if (!worst.empty()) std::fprintf(stderr, "kiln: pruned: lowest SNR against unpruned (first sample): %s\n", absl::StrJoin(worst, ", ").c_str());
+    if (!worst.empty())
+      std::fprintf(stderr, "kiln: pruned: lowest SNR against unpruned (first sample): %s\n",
+                   absl::StrJoin(worst, ", ").c_str());
   }
   if (options.tune.enabled) {
     const kiln::TuneResult& t = result->tuning;
     int winograd = 0;
     for (const kiln::TuneDecision& d : t.decisions) winograd += d.choice == "winograd";
-    std::fprintf(stderr, "kiln: tuned %zu convolutions in %.1f s (%d shapes measured, %d convolutions from the cache %s, %d left untuned by the budget): "
-                 "%d Winograd, %zu GEMM\n", t.decisions.size(), t.seconds, t.measured, t.from_cache,
-                 options.tune.cache_path.empty() ? "no cache" : options.tune.cache_path.c_str(), t.over_budget, winograd,
-                 t.decisions.size() - winograd);
+    std::fprintf(stderr,
+                 "kiln: tuned %zu convolutions in %.1f s (%d shapes measured, %d convolutions from the cache %s, %d "
+                 "left untuned by the budget): "
+                 "%d Winograd, %zu GEMM\n",
+                 t.decisions.size(), t.seconds, t.measured, t.from_cache,
+                 options.tune.cache_path.empty() ? "no cache" : options.tune.cache_path.c_str(), t.over_budget,
+                 winograd, t.decisions.size() - winograd);
   }
   return 0;
 }
@@ -286,7 +323,8 @@ struct Loaded {
 };
 
 bool Load(const std::string& path, int threads, Loaded& loaded, std::string& error) {
-  if (kiln_module_load(path.c_str(), &loaded.module) != KILN_OK || kiln_module_describe(loaded.module, &loaded.desc) != KILN_OK) {
+  if (kiln_module_load(path.c_str(), &loaded.module) != KILN_OK ||
+      kiln_module_describe(loaded.module, &loaded.desc) != KILN_OK) {
     error = kiln_last_error();
     return false;
   }
@@ -306,11 +344,13 @@ std::string ShapeText(const kiln_tensor_info& info) {
 int Run(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--input", true}, {"--output-dir", true}, {"--threads", true}}, args, error)) return UsageError(error);
+  if (!ParseArgs(argc, argv, 2, {{"--input", true}, {"--output-dir", true}, {"--threads", true}}, args, error))
+    return UsageError(error);
   if (args.positional.size() != 1) return UsageError("run takes one OUT.so");
   if (!args.Has("--output-dir")) return UsageError("run needs --output-dir DIR");
   int threads = 1;
-  if (args.Has("--threads") && !ParseInt(args.Get("--threads"), "--threads", 0, &threads, error)) return UsageError(error);
+  if (args.Has("--threads") && !ParseInt(args.Get("--threads"), "--threads", 0, &threads, error))
+    return UsageError(error);
   Loaded loaded;
   if (!Load(args.positional[0], threads, loaded, error)) return Fail(error);
   const kiln_module_desc* desc = loaded.desc;
@@ -324,14 +364,16 @@ int Run(int argc, char** argv) {
   for (int32_t i = 0; i < desc->num_inputs; ++i) {
     const kiln_tensor_info& info = desc->inputs[i];
     auto it = files.find(info.name);
-    if (it == files.end()) return UsageError(absl::StrCat("missing --input ", info.name, "=FILE.pb (", ShapeText(info), ")"));
+    if (it == files.end())
+      return UsageError(absl::StrCat("missing --input ", info.name, "=FILE.pb (", ShapeText(info), ")"));
     auto bytes = kiln::ReadFile(it->second);
     if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
     auto tensor = kiln::ParseTensorProto(*bytes);
     if (!tensor.ok()) return Fail(absl::StrCat(it->second, ": ", tensor.status().message()));
     std::vector<int64_t> want(info.dims, info.dims + info.rank);
     if (static_cast<int32_t>(tensor->dtype()) != info.dtype || tensor->dims() != want) {
-      return Fail(absl::StrCat(it->second, ": input '", info.name, "' is ", kiln::PrintType(kiln::TensorType::Static(tensor->dtype(), tensor->dims())),
+      return Fail(absl::StrCat(it->second, ": input '", info.name, "' is ",
+                               kiln::PrintType(kiln::TensorType::Static(tensor->dtype(), tensor->dims())),
                                ", the artifact expects ", ShapeText(info)));
     }
     inputs.push_back(std::move(*tensor));
@@ -353,7 +395,8 @@ int Run(int argc, char** argv) {
   if (ec) return Fail(absl::StrCat(args.Get("--output-dir"), ": ", ec.message()));
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
     const std::string path = absl::StrCat(args.Get("--output-dir"), "/output_", i, ".pb");
-    if (auto s = kiln::WriteFile(path, kiln::SerializeTensorProto(outputs[i], desc->outputs[i].name)); !s.ok()) return Fail(std::string(s.message()));
+    if (auto s = kiln::WriteFile(path, kiln::SerializeTensorProto(outputs[i], desc->outputs[i].name)); !s.ok())
+      return Fail(std::string(s.message()));
   }
   return 0;
 }
@@ -363,31 +406,41 @@ int Run(int argc, char** argv) {
 int Quantize(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--emit-qdq", true}, {"--calibration", true}, {"--calibration-method", true},
-                                 {"--calibration-percentile", true}, {"--keep-float", true}, {"--input-shape", true}},
+  if (!ParseArgs(argc, argv, 2,
+                 {{"--emit-qdq", true},
+                  {"--calibration", true},
+                  {"--calibration-method", true},
+                  {"--calibration-percentile", true},
+                  {"--keep-float", true},
+                  {"--input-shape", true}},
                  args, error)) {
     return UsageError(error);
   }
   if (args.positional.size() != 1) return UsageError("quantize takes one MODEL.onnx");
   if (!args.Has("--emit-qdq")) return UsageError("quantize needs --emit-qdq OUT.onnx (the QDQ model it writes)");
-  if (!args.Has("--calibration")) return UsageError("quantize needs --calibration DIR (the samples activation ranges come from)");
+  if (!args.Has("--calibration"))
+    return UsageError("quantize needs --calibration DIR (the samples activation ranges come from)");
   const std::string model_path = args.positional[0];
   kiln::QuantizationConfig config;
   auto method = kiln::ParseCalibrationMethod(args.Get("--calibration-method", "minmax"));
   if (!method.ok()) return UsageError("--calibration-method: " + std::string(method.status().message()));
   config.method = *method;
   if (args.Has("--calibration-percentile")) {
-    if (!absl::SimpleAtod(args.Get("--calibration-percentile"), &config.percentile) || !(config.percentile > 50 && config.percentile <= 100)) {
-      return UsageError("--calibration-percentile '" + args.Get("--calibration-percentile") + "': expected a number in (50, 100]");
+    if (!absl::SimpleAtod(args.Get("--calibration-percentile"), &config.percentile) ||
+        !(config.percentile > 50 && config.percentile <= 100)) {
+      return UsageError("--calibration-percentile '" + args.Get("--calibration-percentile") +
+                        "': expected a number in (50, 100]");
     }
   }
   for (const std::string& list : args.All("--keep-float")) {
-    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) config.keep_float.insert(std::string(name));
+    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty()))
+      config.keep_float.insert(std::string(name));
   }
   kiln::ImportOptions import_options;
   import_options.model_label = model_path;
   for (const std::string& s : args.All("--input-shape")) {
-    if (auto st = kiln::ParseInputShape(s, import_options.input_shapes); !st.ok()) return UsageError(std::string(st.message()));
+    if (auto st = kiln::ParseInputShape(s, import_options.input_shapes); !st.ok())
+      return UsageError(std::string(st.message()));
   }
   const std::string dir = std::filesystem::path(model_path).parent_path().string();
   import_options.external_data = kiln::DirectoryExternalData(dir.empty() ? "." : dir);
@@ -398,7 +451,8 @@ int Quantize(int argc, char** argv) {
   auto samples = kiln::ReadCalibrationSamples(args.Get("--calibration"));
   if (!samples.ok()) return Fail(std::string(samples.status().message()));
   config.calibration = std::move(*samples);
-  if (auto st = kiln::CheckCalibrationSamples(**graph, config.calibration); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = kiln::CheckCalibrationSamples(**graph, config.calibration); !st.ok())
+    return Fail(std::string(st.message()));
   config.quantize_outputs = true;  // the QDQ form other runtimes fuse: results quantized too
   kiln::PassContext context;
   context.quantization = &config;
@@ -417,12 +471,14 @@ int Quantize(int argc, char** argv) {
 int Bench(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--threads", true}, {"--iters", true}, {"--warmup", true}, {"--profile", false}}, args, error)) {
+  if (!ParseArgs(argc, argv, 2, {{"--threads", true}, {"--iters", true}, {"--warmup", true}, {"--profile", false}},
+                 args, error)) {
     return UsageError(error);
   }
   if (args.positional.size() != 1) return UsageError("bench takes one OUT.so");
   int threads = 1, iters = 50, warmup = 5;
-  if (args.Has("--threads") && !ParseInt(args.Get("--threads"), "--threads", 0, &threads, error)) return UsageError(error);
+  if (args.Has("--threads") && !ParseInt(args.Get("--threads"), "--threads", 0, &threads, error))
+    return UsageError(error);
   if (args.Has("--iters") && !ParseInt(args.Get("--iters"), "--iters", 1, &iters, error)) return UsageError(error);
   if (args.Has("--warmup") && !ParseInt(args.Get("--warmup"), "--warmup", 0, &warmup, error)) return UsageError(error);
   Loaded loaded;
@@ -493,9 +549,12 @@ int Bench(int argc, char** argv) {
   double mean = 0;
   for (double t : times) mean += t;
   mean /= static_cast<double>(times.size());
-  auto percentile = [&](double p) { return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * (sorted.size() - 1) + 0.5))]; };
-  std::printf("{\"median_ms\": %.4f, \"p90_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"iters\": %d, \"threads\": %d}\n",
-              percentile(0.5), percentile(0.9), mean, sorted.front(), iters, kiln_session_num_threads(loaded.session));
+  auto percentile = [&](double p) {
+    return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * (sorted.size() - 1) + 0.5))];
+  };
+  std::printf(
+      "{\"median_ms\": %.4f, \"p90_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"iters\": %d, \"threads\": %d}\n",
+      percentile(0.5), percentile(0.9), mean, sorted.front(), iters, kiln_session_num_threads(loaded.session));
   return 0;
 }
 
@@ -506,7 +565,8 @@ int Inspect(int argc, char** argv) {
   if (args.positional.size() != 1) return UsageError("inspect takes one OUT.so");
   kiln_module* module = nullptr;
   const kiln_module_desc* desc = nullptr;
-  if (kiln_module_load(args.positional[0].c_str(), &module) != KILN_OK || kiln_module_describe(module, &desc) != KILN_OK) {
+  if (kiln_module_load(args.positional[0].c_str(), &module) != KILN_OK ||
+      kiln_module_describe(module, &desc) != KILN_OK) {
     return Fail(kiln_last_error());
   }
   std::fputs(desc->manifest_json, stdout);

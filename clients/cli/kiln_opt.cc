@@ -22,7 +22,8 @@ namespace {
 
 int Usage(const char* problem) {
   std::fprintf(stderr,
-               "kiln-opt: %s\nusage: kiln-opt FILE.kir [--pipeline P] [--print-after-all] [--prune-channels R] [--prune-weights R]\n"
+               "kiln-opt: %s\nusage: kiln-opt FILE.kir [--pipeline P] [--print-after-all] [--prune-channels R] "
+               "[--prune-weights R]\n"
                "  (the prune pass's ratios; its summary follows the IR as comment lines)\n"
                "passes: ",
                problem);
@@ -105,21 +106,23 @@ int main(int argc, char** argv) {
   if (has_pruning) {
     const kiln::PruningSummary& p = context.pruning_summary;
     std::cout << "// pruning: " << p.pruned_layers << " layers, " << p.channels_removed << " of " << p.channels_before
-              << " channels removed; parameters " << p.before.parameters << " -> " << p.after.parameters << " (" << p.after.nonzero_parameters
-              << " nonzero); flops " << p.before.flops << " -> " << p.after.flops << "\n";
+              << " channels removed; parameters " << p.before.parameters << " -> " << p.after.parameters << " ("
+              << p.after.nonzero_parameters << " nonzero); flops " << p.before.flops << " -> " << p.after.flops << "\n";
     for (const std::string& kept : p.kept_whole) std::cout << "// kept whole: " << kept << "\n";
   }
   if (context.has_memory_plan) {
     const kiln::MemoryPlan& plan = context.memory_plan;
     std::cout << "// memory: arena " << plan.arena_bytes << " bytes, naive " << plan.naive_bytes << " bytes, "
-              << plan.views << " views, " << plan.in_place << " in place, " << plan.concats_in_place << " concats in place\n";
+              << plan.views << " views, " << plan.in_place << " in place, " << plan.concats_in_place
+              << " concats in place\n";
     for (const kiln::Node* node : (*graph)->nodes()) {
       for (const kiln::Value* v : node->outputs()) {
         auto slot = plan.arena.find(v);
         auto alias = plan.alias.find(v);
         auto part = plan.parts.find(v);
         if (part != plan.parts.end()) {
-          std::cout << "// %" << v->name() << ": in %" << part->second.whole->name() << " at +" << part->second.offset_bytes << "\n";
+          std::cout << "// %" << v->name() << ": in %" << part->second.whole->name() << " at +"
+                    << part->second.offset_bytes << "\n";
         } else if (slot != plan.arena.end()) {
           std::cout << "// %" << v->name() << ": @" << slot->second.offset << " " << slot->second.size_bytes << "\n";
         } else if (alias != plan.alias.end()) {

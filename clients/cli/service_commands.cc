@@ -58,7 +58,8 @@ int RpcFail(const std::string& what, const grpc::Status& status) {
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     hint = " (is kilnd running there? give its address with --server ADDR or KILN_SERVER)";
   }
-  return Fail(absl::StrCat(what, ": ", client::StatusCodeName(status.error_code()), ": ", status.error_message(), hint));
+  return Fail(
+      absl::StrCat(what, ": ", client::StatusCodeName(status.error_code()), ": ", status.error_message(), hint));
 }
 
 // "triple/cpu" of a canonical target (its full feature list is long).
@@ -96,8 +97,9 @@ void PrintReport(const v1::Job& job) {
   for (const auto& o : r.outputs()) {
     std::printf("  output %s [%s]: max_abs %s, mean_abs %s, max_rel %s, cosine %.6f, snr %.1f dB, outside %lld/%lld",
                 o.name().c_str(), absl::StrJoin(o.shape(), ",").c_str(), FormatMetric(o.max_abs_error()).c_str(),
-                FormatMetric(o.mean_abs_error()).c_str(), FormatMetric(o.max_rel_error()).c_str(), o.cosine_similarity(),
-                o.snr_db(), static_cast<long long>(o.count_outside_tolerance()), static_cast<long long>(o.num_elements()));
+                FormatMetric(o.mean_abs_error()).c_str(), FormatMetric(o.max_rel_error()).c_str(),
+                o.cosine_similarity(), o.snr_db(), static_cast<long long>(o.count_outside_tolerance()),
+                static_cast<long long>(o.num_elements()));
     if (o.has_topk()) std::printf(", top1 %.3f, top5 %.3f", o.top1_agreement(), o.top5_agreement());
     std::printf("\n");
   }
@@ -147,7 +149,8 @@ bool Watch(v1::Kiln::Stub& stub, const std::string& id, v1::Job* final_job, std:
 
 int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const Args& args) {
   if (job.state() != v1::SUCCEEDED) {
-    std::fprintf(stderr, "kiln: job %s %s: %s\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(), job.error().c_str());
+    std::fprintf(stderr, "kiln: job %s %s: %s\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(),
+                 job.error().c_str());
     std::printf("%s\n", v1::JobState_Name(job.state()).c_str());
     return 1;
   }
@@ -183,7 +186,8 @@ int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const Args& args) {
 absl::StatusOr<std::vector<std::string>> CalibrationInputSets(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
+  if (!fs::is_directory(dir, ec))
+    return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
   std::vector<fs::path> subdirs, files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.is_directory()) subdirs.push_back(entry.path());
@@ -194,16 +198,18 @@ absl::StatusOr<std::vector<std::string>> CalibrationInputSets(const std::string&
   std::vector<std::vector<fs::path>> samples;
   for (const fs::path& sub : subdirs) {
     std::vector<fs::path> tensors;
-    for (int i = 0; fs::exists(sub / absl::StrCat("input_", i, ".pb")); ++i) tensors.push_back(sub / absl::StrCat("input_", i, ".pb"));
-    if (tensors.empty()) return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
+    for (int i = 0; fs::exists(sub / absl::StrCat("input_", i, ".pb")); ++i)
+      tensors.push_back(sub / absl::StrCat("input_", i, ".pb"));
+    if (tensors.empty())
+      return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
     samples.push_back(tensors);
   }
   if (subdirs.empty()) {
     for (const fs::path& file : files) samples.push_back({file});
   }
   if (samples.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
   }
   std::vector<std::string> blobs;
   for (const auto& tensors : samples) {
@@ -222,11 +228,26 @@ int Submit(int argc, char** argv) {
   Args args;
   std::string error;
   if (!ParseArgs(argc, argv, 2,
-                 {{"--server", true}, {"--target", true}, {"--inputs", true}, {"--atol", true}, {"--rtol", true},
-                  {"--wait", false}, {"--output", true}, {"--fail-on-accuracy", false}, {"--label", true},
-                  {"--pipeline", true}, {"--input-shape", true}, {"--seed", true}, {"--precision", true},
-                  {"--calibration", true}, {"--calibration-method", true}, {"--keep-float", true}, {"--max-top1-drop", true},
-                  {"--prune-channels", true}, {"--prune-weights", true}, {"--prune-skip", true}},
+                 {{"--server", true},
+                  {"--target", true},
+                  {"--inputs", true},
+                  {"--atol", true},
+                  {"--rtol", true},
+                  {"--wait", false},
+                  {"--output", true},
+                  {"--fail-on-accuracy", false},
+                  {"--label", true},
+                  {"--pipeline", true},
+                  {"--input-shape", true},
+                  {"--seed", true},
+                  {"--precision", true},
+                  {"--calibration", true},
+                  {"--calibration-method", true},
+                  {"--keep-float", true},
+                  {"--max-top1-drop", true},
+                  {"--prune-channels", true},
+                  {"--prune-weights", true},
+                  {"--prune-skip", true}},
                  args, error)) {
     return UsageError(error);
   }
@@ -236,12 +257,14 @@ int Submit(int argc, char** argv) {
   request.mutable_options()->set_pipeline(args.Get("--pipeline"));
   for (const std::string& spec : args.All("--input-shape")) {
     size_t eq = spec.find('=');
-    if (eq == std::string::npos) return UsageError(absl::StrCat("--input-shape '", spec, "': expected NAME=1x3x224x224"));
+    if (eq == std::string::npos)
+      return UsageError(absl::StrCat("--input-shape '", spec, "': expected NAME=1x3x224x224"));
     auto* shape = request.mutable_options()->add_input_shapes();
     shape->set_name(spec.substr(0, eq));
     for (absl::string_view part : absl::StrSplit(spec.substr(eq + 1), absl::ByAnyChar("x,"))) {
       int64_t d;
-      if (!absl::SimpleAtoi(part, &d) || d <= 0) return UsageError(absl::StrCat("--input-shape '", spec, "': '", part, "' is not a dimension"));
+      if (!absl::SimpleAtoi(part, &d) || d <= 0)
+        return UsageError(absl::StrCat("--input-shape '", spec, "': '", part, "' is not a dimension"));
       shape->add_dims(d);
     }
   }
@@ -251,8 +274,10 @@ int Submit(int argc, char** argv) {
     if (!absl::SimpleAtod(args.Get(flag), &v) || !(v >= 0) || !std::isfinite(v)) {
       return UsageError(absl::StrCat(flag, " must be a number >= 0, got '", args.Get(flag), "'"));
     }
-    if (std::string(flag) == "--atol") request.mutable_validation()->set_atol(v);
-    else request.mutable_validation()->set_rtol(v);
+    if (std::string(flag) == "--atol")
+      request.mutable_validation()->set_atol(v);
+    else
+      request.mutable_validation()->set_rtol(v);
   }
   if (args.Has("--atol") != args.Has("--rtol")) return UsageError("--atol and --rtol go together");
   if (args.Has("--seed")) {
@@ -262,13 +287,15 @@ int Submit(int argc, char** argv) {
   }
   for (const std::string& label : args.All("--label")) {
     size_t eq = label.find('=');
-    if (eq == std::string::npos || eq == 0) return UsageError(absl::StrCat("--label '", label, "': expected KEY=VALUE"));
+    if (eq == std::string::npos || eq == 0)
+      return UsageError(absl::StrCat("--label '", label, "': expected KEY=VALUE"));
     (*request.mutable_labels())[label.substr(0, eq)] = label.substr(eq + 1);
   }
 
   // int8: the calibration samples go up as InputSet blobs, one per sample.
   const std::string precision = args.Get("--precision", "fp32");
-  if (precision != "fp32" && precision != "int8") return UsageError("--precision '" + precision + "': expected fp32 or int8");
+  if (precision != "fp32" && precision != "int8")
+    return UsageError("--precision '" + precision + "': expected fp32 or int8");
   for (const char* flag : {"--calibration", "--calibration-method", "--keep-float"}) {
     if (args.Has(flag) && precision != "int8") return UsageError(std::string(flag) + " goes with --precision int8");
   }
@@ -276,31 +303,39 @@ int Submit(int argc, char** argv) {
     if (!args.Has(flag)) continue;
     double v;
     if (!absl::SimpleAtod(args.Get(flag), &v) || !(v >= 0 && v < 1)) {
-      return UsageError(absl::StrCat(flag, " '", args.Get(flag), "': expected a share (of each layer's channels or weights), a number in [0, 1)"));
+      return UsageError(absl::StrCat(flag, " '", args.Get(flag),
+                                     "': expected a share (of each layer's channels or weights), a number in [0, 1)"));
     }
-    if (std::string(flag) == "--prune-channels") request.mutable_options()->set_prune_channels(v);
-    else request.mutable_options()->set_prune_weights(v);
+    if (std::string(flag) == "--prune-channels")
+      request.mutable_options()->set_prune_channels(v);
+    else
+      request.mutable_options()->set_prune_weights(v);
   }
   const bool pruned = request.options().prune_channels() > 0 || request.options().prune_weights() > 0;
-  if (args.Has("--prune-skip") && !pruned) return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
+  if (args.Has("--prune-skip") && !pruned)
+    return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
   for (const std::string& list : args.All("--prune-skip")) {
-    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) request.mutable_options()->add_prune_skip(std::string(name));
+    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty()))
+      request.mutable_options()->add_prune_skip(std::string(name));
   }
   if (args.Has("--max-top1-drop")) {
     if (precision != "int8" && !pruned) return UsageError("--max-top1-drop goes with --precision int8 or pruning");
     double v;
     if (!absl::SimpleAtod(args.Get("--max-top1-drop"), &v) || !(v >= 0 && v <= 100)) {
-      return UsageError("--max-top1-drop must be percentage points in [0, 100], got '" + args.Get("--max-top1-drop") + "'");
+      return UsageError("--max-top1-drop must be percentage points in [0, 100], got '" + args.Get("--max-top1-drop") +
+                        "'");
     }
     request.mutable_validation()->set_max_top1_drop(v);
   }
   std::vector<std::string> calibration;
   if (precision == "int8") {
-    if (!args.Has("--calibration")) return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
+    if (!args.Has("--calibration"))
+      return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
     request.mutable_options()->set_precision("int8");
     request.mutable_options()->set_calibration_method(args.Get("--calibration-method", "minmax"));
     for (const std::string& list : args.All("--keep-float")) {
-      for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) request.mutable_options()->add_keep_float(std::string(name));
+      for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty()))
+        request.mutable_options()->add_keep_float(std::string(name));
     }
     auto samples = CalibrationInputSets(args.Get("--calibration"));
     if (!samples.ok()) return Fail(std::string(samples.status().message()));
@@ -318,7 +353,8 @@ int Submit(int argc, char** argv) {
       if (entry.path().extension() == ".pb") files.push_back(entry.path().string());
     }
     if (ec) return Fail(absl::StrCat("--inputs ", args.Get("--inputs"), ": ", ec.message()));
-    if (files.empty()) return Fail(absl::StrCat("--inputs ", args.Get("--inputs"), ": no .pb files (ONNX TensorProtos) there"));
+    if (files.empty())
+      return Fail(absl::StrCat("--inputs ", args.Get("--inputs"), ": no .pb files (ONNX TensorProtos) there"));
     std::sort(files.begin(), files.end());
     v1::InputSet set;
     for (const std::string& file : files) {
@@ -337,7 +373,8 @@ int Submit(int argc, char** argv) {
     v1::FindMissingRequest find;
     *find.add_digests() = client::DigestOfBytes(model);
     if (!input_set.empty()) *find.add_digests() = client::DigestOfBytes(input_set);
-    for (const std::string& sample : calibration) *request.mutable_options()->add_calibration() = client::DigestOfBytes(sample);
+    for (const std::string& sample : calibration)
+      *request.mutable_options()->add_calibration() = client::DigestOfBytes(sample);
     for (const auto& d : request.options().calibration()) *find.add_digests() = d;
     v1::FindMissingResponse missing;
     if (auto s = stub->FindMissing(&context, find, &missing); !s.ok()) return RpcFail("FindMissing", s);
@@ -354,11 +391,13 @@ int Submit(int argc, char** argv) {
       std::fprintf(stderr, "kiln: uploading %s (%lld bytes)\n", what, static_cast<long long>(digest.size_bytes()));
       auto uploaded = client::UploadBlob(*stub, *bytes, false);
       if (!uploaded.ok()) {
-        return Fail(absl::StrCat("Upload: ", client::StatusCodeName(static_cast<grpc::StatusCode>(uploaded.status().code())), ": ",
-                                 uploaded.status().message()));
+        return Fail(
+            absl::StrCat("Upload: ", client::StatusCodeName(static_cast<grpc::StatusCode>(uploaded.status().code())),
+                         ": ", uploaded.status().message()));
       }
     }
-    if (missing.missing_size() == 0) std::fprintf(stderr, "kiln: the server already has the model%s\n", input_set.empty() ? "" : " and inputs");
+    if (missing.missing_size() == 0)
+      std::fprintf(stderr, "kiln: the server already has the model%s\n", input_set.empty() ? "" : " and inputs");
     *request.mutable_model() = find.digests(0);
     if (!input_set.empty()) *request.mutable_validation()->mutable_input_set() = find.digests(1);
   }
@@ -388,9 +427,11 @@ int ShowJob(int argc, char** argv) {
   v1::Job job;
   if (auto s = stub->GetJob(&context, request, &job); !s.ok()) return RpcFail("GetJob", s);
   std::printf("%s\n", v1::JobState_Name(job.state()).c_str());
-  std::printf("  id:        %s\n  phase:     %s (%d%%)\n  target:    %s\n  model:     %s\n  attempts:  %d\n  cache hit: %s\n",
-              job.id().c_str(), job.phase().c_str(), static_cast<int>(std::lround(job.progress() * 100)), ShortTarget(job.target()).c_str(),
-              DigestText(job.model()).c_str(), job.attempts(), job.cache_hit() ? "yes" : "no");
+  std::printf(
+      "  id:        %s\n  phase:     %s (%d%%)\n  target:    %s\n  model:     %s\n  attempts:  %d\n  cache hit: %s\n",
+      job.id().c_str(), job.phase().c_str(), static_cast<int>(std::lround(job.progress() * 100)),
+      ShortTarget(job.target()).c_str(), DigestText(job.model()).c_str(), job.attempts(),
+      job.cache_hit() ? "yes" : "no");
   if (!job.labels().empty()) {
     std::vector<std::string> labels;
     for (const auto& [k, v] : job.labels()) labels.push_back(absl::StrCat(k, "=", v));
@@ -399,8 +440,9 @@ int ShowJob(int argc, char** argv) {
   }
   if (!job.error().empty()) std::printf("  error:     %s\n", job.error().c_str());
   if (job.state() == v1::SUCCEEDED) {
-    std::printf("  artifact:  %s\n  report:    %s\n  manifest:  %s\n  accuracy:  %s\n", DigestText(job.result().artifact()).c_str(),
-                DigestText(job.result().report()).c_str(), DigestText(job.result().manifest()).c_str(),
+    std::printf("  artifact:  %s\n  report:    %s\n  manifest:  %s\n  accuracy:  %s\n",
+                DigestText(job.result().artifact()).c_str(), DigestText(job.result().report()).c_str(),
+                DigestText(job.result().manifest()).c_str(),
                 job.result().accuracy().passed() ? "pass" : job.result().accuracy().verdict().c_str());
   }
   return 0;
@@ -409,14 +451,16 @@ int ShowJob(int argc, char** argv) {
 int ListJobs(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"--state", true}, {"--label", true}, {"--limit", true}}, args, error)) {
+  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"--state", true}, {"--label", true}, {"--limit", true}}, args,
+                 error)) {
     return UsageError(error);
   }
   v1::ListJobsRequest request;
   if (args.Has("--state")) {
     v1::JobState state;
     if (!v1::JobState_Parse(args.Get("--state"), &state) || state == v1::JOB_STATE_UNSPECIFIED) {
-      return UsageError(absl::StrCat("--state '", args.Get("--state"), "': one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED"));
+      return UsageError(
+          absl::StrCat("--state '", args.Get("--state"), "': one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED"));
     }
     request.set_state(state);
   }
@@ -436,8 +480,8 @@ int ListJobs(int argc, char** argv) {
     if (auto s = stub->ListJobs(&context, request, &response); !s.ok()) return RpcFail("ListJobs", s);
     if (shown == 0) std::printf("%-22s %-10s %-11s %-8s %s\n", "ID", "STATE", "PHASE", "CACHED", "TARGET");
     for (const auto& job : response.jobs()) {
-      std::printf("%-22s %-10s %-11s %-8s %s\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(), job.phase().c_str(),
-                  job.cache_hit() ? "yes" : "no", ShortTarget(job.target()).c_str());
+      std::printf("%-22s %-10s %-11s %-8s %s\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(),
+                  job.phase().c_str(), job.cache_hit() ? "yes" : "no", ShortTarget(job.target()).c_str());
       ++shown;
     }
     request.set_page_token(response.next_page_token());
@@ -448,7 +492,8 @@ int ListJobs(int argc, char** argv) {
 int WatchCommand(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"--fail-on-accuracy", false}}, args, error)) return UsageError(error);
+  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"--fail-on-accuracy", false}}, args, error))
+    return UsageError(error);
   if (args.positional.size() != 1) return UsageError("watch takes one job ID");
   auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
   v1::Job job;
@@ -474,21 +519,25 @@ int Cancel(int argc, char** argv) {
 int Fetch(int argc, char** argv) {
   Args args;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"-o", true}, {"--output", true}}, args, error)) return UsageError(error);
+  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"-o", true}, {"--output", true}}, args, error))
+    return UsageError(error);
   if (args.positional.size() != 1) return UsageError("fetch takes one DIGEST (SHA256/SIZE)");
   const std::string out = args.Get("-o", args.Get("--output"));
   if (out.empty()) return UsageError("fetch needs -o FILE");
   v1::Digest digest;
   if (!ParseDigest(args.positional[0], &digest)) {
-    return UsageError(absl::StrCat("'", args.positional[0], "' is not a digest; expected SHA256/SIZE (64 hex digits, '/', bytes)"));
+    return UsageError(
+        absl::StrCat("'", args.positional[0], "' is not a digest; expected SHA256/SIZE (64 hex digits, '/', bytes)"));
   }
   auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
   auto bytes = client::DownloadBlob(*stub, digest);
   if (!bytes.ok()) {
-    return Fail(absl::StrCat("Download: ", client::StatusCodeName(static_cast<grpc::StatusCode>(bytes.status().code())), ": ", bytes.status().message()));
+    return Fail(absl::StrCat("Download: ", client::StatusCodeName(static_cast<grpc::StatusCode>(bytes.status().code())),
+                             ": ", bytes.status().message()));
   }
   if (auto s = WriteFile(out, *bytes); !s.ok()) return Fail(std::string(s.message()));
-  std::fprintf(stderr, "kiln: wrote %s (%lld bytes, digest verified)\n", out.c_str(), static_cast<long long>(bytes->size()));
+  std::fprintf(stderr, "kiln: wrote %s (%lld bytes, digest verified)\n", out.c_str(),
+               static_cast<long long>(bytes->size()));
   return 0;
 }
 

@@ -63,12 +63,14 @@ const std::map<std::string, KernelTyping>& KernelTypings() {
 }
 
 // The symbol of the kernel instantiation for this call: kiln_k_<name>_<suffix>.
-absl::StatusOr<std::string> KernelSymbol(const std::string& kernel, const TensorType* input0, const TensorType* output0) {
+absl::StatusOr<std::string> KernelSymbol(const std::string& kernel, const TensorType* input0,
+                                         const TensorType* output0) {
   auto it = KernelTypings().find(kernel);
   if (it == KernelTypings().end()) return absl::InternalError(absl::StrCat("no kernel named '", kernel, "'"));
   if (it->second.typing == Typing::kUntyped) return absl::StrCat("kiln_k_", kernel);
   const TensorType* type = it->second.source == Source::kInput0 ? input0 : output0;
-  if (type == nullptr) return absl::InternalError(absl::StrCat("kernel '", kernel, "' has no tensor to pick its type from"));
+  if (type == nullptr)
+    return absl::InternalError(absl::StrCat("kernel '", kernel, "' has no tensor to pick its type from"));
   if (it->second.typing == Typing::kBytes) return absl::StrCat("kiln_k_", kernel, "_b", DTypeSize(type->dtype));
   std::string suffix = DTypeName(type->dtype);
   if (it->second.typing == Typing::kFloat && type->dtype != DType::kFloat32 && type->dtype != DType::kFloat64) {
@@ -114,15 +116,14 @@ class ModuleBuilder {
     if (values.empty()) return llvm::ConstantPointerNull::get(ptr_);
     return ConstantBytes("floats", values.data(), static_cast<int64_t>(values.size() * 8), 8);
   }
-  llvm::Constant* CString(const std::string& text) {
-    return builder_.CreateGlobalStringPtr(text, "str", 0, &module_);
-  }
+  llvm::Constant* CString(const std::string& text) { return builder_.CreateGlobalStringPtr(text, "str", 0, &module_); }
   llvm::Value* ConstantTensor(const Tensor* tensor) {
     auto it = weights_.find(tensor);
     if (it != weights_.end()) return it->second;
     // 64-byte alignment: whole cache lines, and aligned vector loads for every ISA.
     int64_t size = tensor->size_bytes();
-    llvm::GlobalVariable* gv = size == 0 ? ConstantBytes("weight", "", 1, 64) : ConstantBytes("weight", tensor->data(), size, 64);
+    llvm::GlobalVariable* gv =
+        size == 0 ? ConstantBytes("weight", "", 1, 64) : ConstantBytes("weight", tensor->data(), size, 64);
     return weights_[tensor] = gv;
   }
   // The address of a value's buffer inside the entry function.
@@ -200,12 +201,14 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
   const OpSchema* schema = FindOp(node.op());
   if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
   if (schema->from_types) {
-    return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": must be folded before codegen (include fold-constants in the pipeline)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(NodeLabel(node), ": must be folded before codegen (include fold-constants in the pipeline)"));
   }
   for (const Value* out : node.outputs()) {
     if (!out->type().IsStatic()) {
-      return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": output '", out->name(), "' has no static shape (",
-                                                        PrintType(out->type()), "); give input shapes with --input-shape"));
+      return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": output '", out->name(),
+                                                        "' has no static shape (", PrintType(out->type()),
+                                                        "); give input shapes with --input-shape"));
     }
   }
   if (node.op() == kFusedElementwiseOp) return EmitFusedElementwise(node, index);
@@ -222,17 +225,21 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
     return absl::OkStatus();
   }
 
-  auto tensor_array = [&](const std::vector<std::pair<llvm::Value*, const TensorType*>>& items, const char* name) -> llvm::Value* {
+  auto tensor_array = [&](const std::vector<std::pair<llvm::Value*, const TensorType*>>& items,
+                          const char* name) -> llvm::Value* {
     if (items.empty()) return llvm::ConstantPointerNull::get(ptr_);
-    llvm::Value* array = entry_builder_->CreateAlloca(ktensor_, builder_.getInt32(static_cast<uint32_t>(items.size())), name);
+    llvm::Value* array =
+        entry_builder_->CreateAlloca(ktensor_, builder_.getInt32(static_cast<uint32_t>(items.size())), name);
     for (size_t i = 0; i < items.size(); ++i) {
       llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, array, i);
       const TensorType* type = items[i].second;
       std::vector<int64_t> dims = type ? type->StaticDims() : std::vector<int64_t>{};
       builder_.CreateStore(items[i].first, builder_.CreateStructGEP(ktensor_, slot, 0));
       builder_.CreateStore(Int64Array(dims), builder_.CreateStructGEP(ktensor_, slot, 1));
-      builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(dims.size())), builder_.CreateStructGEP(ktensor_, slot, 2));
-      builder_.CreateStore(builder_.getInt32(type ? static_cast<uint32_t>(type->dtype) : 0), builder_.CreateStructGEP(ktensor_, slot, 3));
+      builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(dims.size())),
+                           builder_.CreateStructGEP(ktensor_, slot, 2));
+      builder_.CreateStore(builder_.getInt32(type ? static_cast<uint32_t>(type->dtype) : 0),
+                           builder_.CreateStructGEP(ktensor_, slot, 3));
     }
     return array;
   };
@@ -266,7 +273,8 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
       return absl::InternalError(absl::StrCat(NodeLabel(node), ": the memory plan has no scratch for this node"));
     }
     scratch_type = TensorType::Static(DType::kUInt8, {call->scratch_bytes});
-    outs.push_back({builder_.CreateConstGEP1_64(i8_, workspace_arg_, slot->second.offset, node.name() + ".scratch"), &scratch_type});
+    outs.push_back({builder_.CreateConstGEP1_64(i8_, workspace_arg_, slot->second.offset, node.name() + ".scratch"),
+                    &scratch_type});
   }
   llvm::Value* in_array = tensor_array(ins, "in");
   llvm::Value* out_array = tensor_array(outs, "out");
@@ -276,12 +284,18 @@ absl::Status ModuleBuilder::EmitNode(const Node& node, size_t index, llvm::Funct
   builder_.CreateStore(Int64Array(call->ints), builder_.CreateStructGEP(kcall_, kcall, 2));
   builder_.CreateStore(DoubleArray(call->floats), builder_.CreateStructGEP(kcall_, kcall, 3));
   builder_.CreateStore(exec_arg_, builder_.CreateStructGEP(kcall_, kcall, 4));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(ins.size())), builder_.CreateStructGEP(kcall_, kcall, 5));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(outs.size())), builder_.CreateStructGEP(kcall_, kcall, 6));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call->ints.size())), builder_.CreateStructGEP(kcall_, kcall, 7));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call->floats.size())), builder_.CreateStructGEP(kcall_, kcall, 8));
-  auto symbol = KernelSymbol(call->kernel, ins.empty() ? nullptr : ins[0].second, outs.empty() ? nullptr : outs[0].second);
-  if (!symbol.ok()) return absl::Status(symbol.status().code(), absl::StrCat(NodeLabel(node), ": ", symbol.status().message()));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(ins.size())),
+                       builder_.CreateStructGEP(kcall_, kcall, 5));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(outs.size())),
+                       builder_.CreateStructGEP(kcall_, kcall, 6));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call->ints.size())),
+                       builder_.CreateStructGEP(kcall_, kcall, 7));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call->floats.size())),
+                       builder_.CreateStructGEP(kcall_, kcall, 8));
+  auto symbol =
+      KernelSymbol(call->kernel, ins.empty() ? nullptr : ins[0].second, outs.empty() ? nullptr : outs[0].second);
+  if (!symbol.ok())
+    return absl::Status(symbol.status().code(), absl::StrCat(NodeLabel(node), ": ", symbol.status().message()));
   llvm::FunctionCallee kernel = module_.getOrInsertFunction(*symbol, kernel_type_);
   llvm::Value* rc = builder_.CreateCall(kernel, {kcall});
   // Failure: return (node index + 1) << 8 | code.
@@ -383,7 +397,8 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
   const std::vector<int64_t> program = node.GetInts("program");
   const std::vector<double> params = node.GetFloats("params");
   const size_t num_ops = program.size() / 4, num_inputs = node.inputs().size();
-  if (num_ops == 0 || params.size() != 2 * num_ops) return absl::InternalError(absl::StrCat(NodeLabel(node), ": malformed program"));
+  if (num_ops == 0 || params.size() != 2 * num_ops)
+    return absl::InternalError(absl::StrCat(NodeLabel(node), ": malformed program"));
   llvm::Type* elem = dtype == DType::kFloat32 ? builder_.getFloatTy() : builder_.getDoubleTy();
   const char* suffix = dtype == DType::kFloat32 ? "f32" : "f64";
 
@@ -422,7 +437,8 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
   params_types.push_back(i64_);
   params_types.push_back(i64_);
   auto* body_type = llvm::FunctionType::get(builder_.getVoidTy(), params_types, false);
-  auto* body = llvm::Function::Create(body_type, llvm::GlobalValue::InternalLinkage, absl::StrCat("kiln_body_", index), module_);
+  auto* body =
+      llvm::Function::Create(body_type, llvm::GlobalValue::InternalLinkage, absl::StrCat("kiln_body_", index), module_);
   for (size_t k = 0; k < addresses.size(); ++k) {
     if (!in_place) body->addParamAttr(static_cast<unsigned>(k), llvm::Attribute::NoAlias);
     if (k > 0) body->addParamAttr(static_cast<unsigned>(k), llvm::Attribute::ReadOnly);
@@ -458,15 +474,19 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
   col->addIncoming(b.getInt64(0), row_head);
   auto element = [&](size_t k) {
     const int64_t step = space.strides[k].back();
-    llvm::Value* offset = step == 0 ? base[k] : b.CreateAdd(base[k], step == 1 ? col : b.CreateMul(col, b.getInt64(step)));
+    llvm::Value* offset =
+        step == 0 ? base[k] : b.CreateAdd(base[k], step == 1 ? col : b.CreateMul(col, b.getInt64(step)));
     return b.CreateInBoundsGEP(elem, body->getArg(static_cast<unsigned>(k)), offset);
   };
   std::vector<llvm::Value*> values;
   for (size_t i = 0; i < num_inputs; ++i) {
-    values.push_back(immediates[i] != nullptr ? static_cast<llvm::Value*>(immediates[i]) : b.CreateLoad(elem, element(i + 1)));
+    values.push_back(immediates[i] != nullptr ? static_cast<llvm::Value*>(immediates[i])
+                                              : b.CreateLoad(elem, element(i + 1)));
   }
-  llvm::FunctionCallee unary_fn = module_.getOrInsertFunction(absl::StrCat("kiln_s_unary_", suffix), elem, i32_, elem, f64_, f64_);
-  llvm::FunctionCallee binary_fn = module_.getOrInsertFunction(absl::StrCat("kiln_s_binary_", suffix), elem, i32_, elem, elem);
+  llvm::FunctionCallee unary_fn =
+      module_.getOrInsertFunction(absl::StrCat("kiln_s_unary_", suffix), elem, i32_, elem, f64_, f64_);
+  llvm::FunctionCallee binary_fn =
+      module_.getOrInsertFunction(absl::StrCat("kiln_s_binary_", suffix), elem, i32_, elem, elem);
   for (size_t op = 0; op < num_ops; ++op) {
     const int64_t* ins = &program[op * 4];
     llvm::Value* a = values.at(static_cast<size_t>(ins[2]));
@@ -481,8 +501,9 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
         default: result = b.CreateCall(binary_fn, {b.getInt32(static_cast<uint32_t>(ins[1])), a, c});
       }
     } else {
-      result = b.CreateCall(unary_fn, {b.getInt32(static_cast<uint32_t>(ins[1])), a, llvm::ConstantFP::get(f64_, params[op * 2]),
-                                       llvm::ConstantFP::get(f64_, params[op * 2 + 1])});
+      result = b.CreateCall(unary_fn,
+                            {b.getInt32(static_cast<uint32_t>(ins[1])), a, llvm::ConstantFP::get(f64_, params[op * 2]),
+                             llvm::ConstantFP::get(f64_, params[op * 2 + 1])});
     }
     values.push_back(result);
   }
@@ -500,7 +521,8 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
 
   // kiln_loop_N(ctx, begin, end): ctx is the array of operand pointers.
   auto* range_type = llvm::FunctionType::get(builder_.getVoidTy(), {ptr_, i64_, i64_}, false);
-  auto* loop = llvm::Function::Create(range_type, llvm::GlobalValue::InternalLinkage, absl::StrCat("kiln_loop_", index), module_);
+  auto* loop = llvm::Function::Create(range_type, llvm::GlobalValue::InternalLinkage, absl::StrCat("kiln_loop_", index),
+                                      module_);
   b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", loop));
   std::vector<llvm::Value*> args;
   for (size_t k = 0; k < addresses.size(); ++k) {
@@ -513,8 +535,10 @@ absl::Status ModuleBuilder::EmitFusedElementwise(const Node& node, size_t index)
 
   // In the entry function: fill the pointer array, then parallel_for over the rows when the
   // runtime gave a pool, else one call over all of them.
-  llvm::Value* ctx = entry_builder_->CreateAlloca(ptr_, builder_.getInt32(static_cast<uint32_t>(addresses.size())), "operands");
-  for (size_t k = 0; k < addresses.size(); ++k) builder_.CreateStore(addresses[k], builder_.CreateConstGEP1_64(ptr_, ctx, k));
+  llvm::Value* ctx =
+      entry_builder_->CreateAlloca(ptr_, builder_.getInt32(static_cast<uint32_t>(addresses.size())), "operands");
+  for (size_t k = 0; k < addresses.size(); ++k)
+    builder_.CreateStore(addresses[k], builder_.CreateConstGEP1_64(ptr_, ctx, k));
   llvm::Function* entry = builder_.GetInsertBlock()->getParent();
   llvm::BasicBlock* pooled = llvm::BasicBlock::Create(ctx_, "pooled." + node.name(), entry);
   llvm::BasicBlock* serial = llvm::BasicBlock::Create(ctx_, "serial." + node.name(), entry);
@@ -570,8 +594,9 @@ llvm::Constant* ModuleBuilder::TensorInfos(const std::vector<Value*>& values) {
   std::vector<llvm::Constant*> infos;
   for (const Value* v : values) {
     std::vector<int64_t> dims = v->type().StaticDims();
-    infos.push_back(llvm::ConstantStruct::get(info_type, {CString(v->name()), builder_.getInt32(static_cast<uint32_t>(v->type().dtype)),
-                                                          builder_.getInt32(static_cast<uint32_t>(dims.size())), Int64Array(dims)}));
+    infos.push_back(llvm::ConstantStruct::get(
+        info_type, {CString(v->name()), builder_.getInt32(static_cast<uint32_t>(v->type().dtype)),
+                    builder_.getInt32(static_cast<uint32_t>(dims.size())), Int64Array(dims)}));
   }
   auto* array_type = llvm::ArrayType::get(info_type, infos.size());
   auto* gv = new llvm::GlobalVariable(module_, array_type, true, llvm::GlobalValue::PrivateLinkage,
@@ -582,8 +607,9 @@ llvm::Constant* ModuleBuilder::TensorInfos(const std::vector<Value*>& values) {
 absl::Status ModuleBuilder::Build(const CodegenOptions& options) {
   for (const Value* v : graph_.inputs()) {
     if (!v->type().IsStatic()) {
-      return absl::FailedPreconditionError(absl::StrCat("graph input '", v->name(), "' has shape ", PrintType(v->type()),
-                                                        "; give a static shape with --input-shape ", v->name(), "=..."));
+      return absl::FailedPreconditionError(
+          absl::StrCat("graph input '", v->name(), "' has shape ", PrintType(v->type()),
+                       "; give a static shape with --input-shape ", v->name(), "=..."));
     }
   }
   auto* entry_type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false);
@@ -633,17 +659,20 @@ absl::Status ModuleBuilder::Build(const CodegenOptions& options) {
                                          llvm::ConstantArray::get(names_type, kernel_names), "kernel_names");
 
   // Descriptor: mirrors kiln_module_desc in runtime.h.
-  auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, ptr_, ptr_, ptr_, i32_, i32_, ptr_, ptr_, i64_, ptr_, i32_, ptr_});
+  auto* desc_type =
+      llvm::StructType::get(ctx_, {i32_, i32_, ptr_, ptr_, ptr_, i32_, i32_, ptr_, ptr_, i64_, ptr_, i32_, ptr_});
   const uint64_t desc_size = module_.getDataLayout().getTypeAllocSize(desc_type);
   llvm::Constant* desc_init = llvm::ConstantStruct::get(
       desc_type, {builder_.getInt32(static_cast<uint32_t>(desc_size)), builder_.getInt32(KILN_ABI_VERSION),
-                  CString(options.compiler_version), CString(CanonicalTarget(options.target)), CString(options.manifest_json),
-                  builder_.getInt32(static_cast<uint32_t>(graph_.inputs().size())),
+                  CString(options.compiler_version), CString(CanonicalTarget(options.target)),
+                  CString(options.manifest_json), builder_.getInt32(static_cast<uint32_t>(graph_.inputs().size())),
                   builder_.getInt32(static_cast<uint32_t>(graph_.outputs().size())), TensorInfos(graph_.inputs()),
                   TensorInfos(graph_.outputs()), builder_.getInt64(static_cast<uint64_t>(plan_.arena_bytes)), entry,
                   builder_.getInt32(static_cast<uint32_t>(nodes.size())), names});
-  auto* desc = new llvm::GlobalVariable(module_, desc_type, true, llvm::GlobalValue::PrivateLinkage, desc_init, "kiln_descriptor");
-  llvm::Function* describe = llvm::Function::Create(llvm::FunctionType::get(ptr_, {}, false), llvm::GlobalValue::ExternalLinkage, "kiln_module_v1", module_);
+  auto* desc = new llvm::GlobalVariable(module_, desc_type, true, llvm::GlobalValue::PrivateLinkage, desc_init,
+                                        "kiln_descriptor");
+  llvm::Function* describe = llvm::Function::Create(llvm::FunctionType::get(ptr_, {}, false),
+                                                    llvm::GlobalValue::ExternalLinkage, "kiln_module_v1", module_);
   builder_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", describe));
   builder_.CreateRet(desc);
   return absl::OkStatus();
@@ -654,13 +683,15 @@ std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const TargetSpec& target)
   const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
   if (llvm_target == nullptr) return nullptr;
   llvm::TargetOptions options;
-  return std::unique_ptr<llvm::TargetMachine>(llvm_target->createTargetMachine(
-      target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  return std::unique_ptr<llvm::TargetMachine>(
+      llvm_target->createTargetMachine(target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_,
+                                       std::nullopt, llvm::CodeGenOptLevel::Aggressive));
 }
 
 }  // namespace
 
-absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan, const CodegenOptions& options) {
+absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan,
+                                               const CodegenOptions& options) {
   auto phase_start = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, double>> phases;
   // Closes the current phase: its name and milliseconds go to the compile report.
@@ -670,7 +701,9 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
     phase_start = now;
   };
   std::unique_ptr<llvm::TargetMachine> machine = MakeTargetMachine(options.target);
-  if (machine == nullptr) return absl::InvalidArgumentError(absl::StrCat("cannot create an LLVM target machine for ", CanonicalTarget(options.target)));
+  if (machine == nullptr)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create an LLVM target machine for ", CanonicalTarget(options.target)));
   llvm::LLVMContext ctx;
   auto module = std::make_unique<llvm::Module>(graph.name(), ctx);
   module->setTargetTriple(options.target.triple);
@@ -679,9 +712,11 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
   if (absl::Status s = builder.Build(options); !s.ok()) return s;
 
   // Link in the kernel library: only what the model calls.
-  llvm::StringRef bitcode(kiln_kernel_bitcode_begin, static_cast<size_t>(kiln_kernel_bitcode_end - kiln_kernel_bitcode_begin));
+  llvm::StringRef bitcode(kiln_kernel_bitcode_begin,
+                          static_cast<size_t>(kiln_kernel_bitcode_end - kiln_kernel_bitcode_begin));
   auto kernels = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "kiln_kernels.bc"), ctx);
-  if (!kernels) return absl::InternalError("the embedded kernel bitcode does not parse: " + llvm::toString(kernels.takeError()));
+  if (!kernels)
+    return absl::InternalError("the embedded kernel bitcode does not parse: " + llvm::toString(kernels.takeError()));
   (*kernels)->setTargetTriple(options.target.triple);
   (*kernels)->setDataLayout(module->getDataLayout());
   if (llvm::Linker::linkModules(*module, std::move(*kernels), llvm::Linker::LinkOnlyNeeded)) {
@@ -743,7 +778,8 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
   }
   std::string verify_errors;
   llvm::raw_string_ostream verify_stream(verify_errors);
-  if (llvm::verifyModule(*module, &verify_stream)) return absl::InternalError("generated LLVM IR is invalid: " + verify_errors);
+  if (llvm::verifyModule(*module, &verify_stream))
+    return absl::InternalError("generated LLVM IR is invalid: " + verify_errors);
 
   end_phase("emit-ir");
   {

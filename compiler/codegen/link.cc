@@ -53,12 +53,25 @@ absl::StatusOr<std::string> LinkSharedObject(const std::string& object, const Ta
   if (absl::Status s = WriteFile(object_path, object); !s.ok()) return s;
 
   llvm::Triple triple(target.triple);
-  std::vector<std::string> args = {"ld.lld", "-shared", "--gc-sections", "-O1", "--hash-style=gnu",
-                                   "-z", "noexecstack", "-z", "relro", "-z", "now",
-                                   "--no-undefined-version", "-o", output_path, object_path};
+  std::vector<std::string> args = {"ld.lld",
+                                   "-shared",
+                                   "--gc-sections",
+                                   "-O1",
+                                   "--hash-style=gnu",
+                                   "-z",
+                                   "noexecstack",
+                                   "-z",
+                                   "relro",
+                                   "-z",
+                                   "now",
+                                   "--no-undefined-version",
+                                   "-o",
+                                   output_path,
+                                   object_path};
   const bool native = triple.getArch() == llvm::Triple(llvm::sys::getProcessTriple()).getArch() && triple.isOSLinux();
   if (native && triple.getArch() == llvm::Triple::x86_64) {
-    for (const char* dir_path : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"}) args.push_back(absl::StrCat("-L", dir_path));
+    for (const char* dir_path : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"})
+      args.push_back(absl::StrCat("-L", dir_path));
     args.insert(args.end(), {"--as-needed", "-lm", "-lc"});
   } else {
     args.push_back("--allow-shlib-undefined");

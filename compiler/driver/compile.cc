@@ -28,7 +28,6 @@ std::string TensorInfoJson(const Value* v) {
 
 }  // namespace
 
-
 std::string JsonEscape(const std::string& text) {
   std::string out;
   for (unsigned char c : text) {
@@ -54,7 +53,8 @@ std::string JsonEscape(const std::string& text) {
 absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes) {
   size_t eq = text.rfind('=');
   if (eq == std::string::npos || eq == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--input-shape '", text, "': expected NAME=DIMS, e.g. input=1x3x224x224"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--input-shape '", text, "': expected NAME=DIMS, e.g. input=1x3x224x224"));
   }
   std::vector<int64_t> dims;
   std::string dims_text = text.substr(eq + 1);
@@ -73,20 +73,21 @@ absl::Status ParseInputShape(const std::string& text, std::map<std::string, std:
 
 absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::vector<Tensor>>& samples) {
   if (samples.empty()) {
-    return absl::InvalidArgumentError("--precision int8 needs calibration samples (--calibration DIR): activation ranges come from them");
+    return absl::InvalidArgumentError(
+        "--precision int8 needs calibration samples (--calibration DIR): activation ranges come from them");
   }
   for (size_t s = 0; s < samples.size(); ++s) {
     if (samples[s].size() != graph.inputs().size()) {
-      return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, " has ", samples[s].size(), " tensors; the model has ",
-                                                     graph.inputs().size(), " inputs"));
+      return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, " has ", samples[s].size(),
+                                                     " tensors; the model has ", graph.inputs().size(), " inputs"));
     }
     for (size_t i = 0; i < samples[s].size(); ++i) {
       const Value* in = graph.inputs()[i];
       const Tensor& t = samples[s][i];
       if (t.dtype() != in->type().dtype || !in->type().IsStatic() || t.dims() != in->type().StaticDims()) {
-        return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, ", input ", i, " ('", in->name(), "'): ",
-                                                       DTypeName(t.dtype()), "[", absl::StrJoin(t.dims(), ","), "] where the model takes ",
-                                                       PrintType(in->type())));
+        return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, ", input ", i, " ('", in->name(),
+                                                       "'): ", DTypeName(t.dtype()), "[", absl::StrJoin(t.dims(), ","),
+                                                       "] where the model takes ", PrintType(in->type())));
       }
     }
   }
@@ -96,7 +97,8 @@ absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::
 absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code error;
-  if (!fs::is_directory(dir, error)) return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
+  if (!fs::is_directory(dir, error))
+    return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
   std::vector<fs::path> subdirs, files;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_directory()) subdirs.push_back(entry.path());
@@ -120,7 +122,8 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const st
         if (!t.ok()) return t.status();
         sample.push_back(std::move(*t));
       }
-      if (sample.empty()) return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
+      if (sample.empty())
+        return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
       samples.push_back(std::move(sample));
     }
   } else {
@@ -131,8 +134,8 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const st
     }
   }
   if (samples.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
   }
   return samples;
 }
@@ -146,8 +149,8 @@ std::string LayerErrorsJson(const std::vector<QuantizationSummary::LayerError>& 
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     out << (i ? ",\n      " : "\n      ") << "{\"node\": \"" << JsonEscape(l.node) << "\", \"op\": \"" << l.op
-        << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error << ", \"reference_scale\": " << l.reference_scale
-        << "}";
+        << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error
+        << ", \"reference_scale\": " << l.reference_scale << "}";
   }
   out << "]";
   return out.str();
@@ -188,23 +191,27 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
     auto with_prune = PipelineWithPrune(pipeline);
     if (!with_prune.ok()) return with_prune.status();
     pipeline = *with_prune;
-    if (auto st = CheckCalibrationSamples(**graph, options.pruning.samples); !options.pruning.samples.empty() && !st.ok()) return st;
+    if (auto st = CheckCalibrationSamples(**graph, options.pruning.samples);
+        !options.pruning.samples.empty() && !st.ok())
+      return st;
     context.pruning = &options.pruning;
   }
   if (options.on_phase) options.on_phase("passes");
   start = std::chrono::steady_clock::now();
   auto stats = RunPipeline(**graph, pipeline, options.print, context);
-  if (!stats.ok()) return absl::Status(stats.status().code(), absl::StrCat(options.model_label, ": ", stats.status().message()));
+  if (!stats.ok())
+    return absl::Status(stats.status().code(), absl::StrCat(options.model_label, ": ", stats.status().message()));
   result.passes = *stats;
   result.passes_ms = MsSince(start);
   if (options.tune.enabled) {
     if (CanonicalTarget(*target) != CanonicalTarget(*ResolveTarget("host"))) {
-      return absl::InvalidArgumentError(absl::StrCat("--tune times candidates on this machine, so it needs --target host (not '",
-                                                     options.target, "')"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tune times candidates on this machine, so it needs --target host (not '", options.target, "')"));
     }
     if (options.on_phase) options.on_phase("tune");
     auto tuning = TuneGraph(**graph, *target, options.tune);
-    if (!tuning.ok()) return absl::Status(tuning.status().code(), absl::StrCat(options.model_label, ": ", tuning.status().message()));
+    if (!tuning.ok())
+      return absl::Status(tuning.status().code(), absl::StrCat(options.model_label, ": ", tuning.status().message()));
     result.tuning = std::move(*tuning);
     // A node tuned from Winograd to the GEMM no longer needs scratch: plan again.
     if (context.has_memory_plan) {
@@ -216,13 +223,16 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
 
   std::ostringstream manifest;
   manifest << "{\n  \"schema\": \"kiln.manifest/v1\",\n  \"compiler_version\": \"" << CompilerVersion() << "\",\n"
-           << "  \"target\": {\"name\": \"" << JsonEscape(target->name) << "\", \"triple\": \"" << JsonEscape(target->triple)
-           << "\", \"cpu\": \"" << JsonEscape(target->cpu) << "\", \"canonical\": \"" << JsonEscape(CanonicalTarget(*target)) << "\"},\n"
-           << "  \"pipeline\": \"" << JsonEscape(pipeline) << "\",\n  \"precision\": \"" << JsonEscape(options.precision)
-           << "\",\n  \"inputs\": [";
-  for (size_t i = 0; i < (*graph)->inputs().size(); ++i) manifest << (i ? ", " : "") << TensorInfoJson((*graph)->inputs()[i]);
+           << "  \"target\": {\"name\": \"" << JsonEscape(target->name) << "\", \"triple\": \""
+           << JsonEscape(target->triple) << "\", \"cpu\": \"" << JsonEscape(target->cpu) << "\", \"canonical\": \""
+           << JsonEscape(CanonicalTarget(*target)) << "\"},\n"
+           << "  \"pipeline\": \"" << JsonEscape(pipeline) << "\",\n  \"precision\": \""
+           << JsonEscape(options.precision) << "\",\n  \"inputs\": [";
+  for (size_t i = 0; i < (*graph)->inputs().size(); ++i)
+    manifest << (i ? ", " : "") << TensorInfoJson((*graph)->inputs()[i]);
   manifest << "],\n  \"outputs\": [";
-  for (size_t i = 0; i < (*graph)->outputs().size(); ++i) manifest << (i ? ", " : "") << TensorInfoJson((*graph)->outputs()[i]);
+  for (size_t i = 0; i < (*graph)->outputs().size(); ++i)
+    manifest << (i ? ", " : "") << TensorInfoJson((*graph)->outputs()[i]);
   manifest << "],\n  \"workspace_bytes\": " << result.memory_plan.arena_bytes << "\n}\n";
   result.manifest_json = manifest.str();
 
@@ -233,7 +243,8 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   codegen.manifest_json = result.manifest_json;
   codegen.compiler_version = CompilerVersion();
   auto artifact = GenerateArtifact(**graph, result.memory_plan, codegen);
-  if (!artifact.ok()) return absl::Status(artifact.status().code(), absl::StrCat(options.model_label, ": ", artifact.status().message()));
+  if (!artifact.ok())
+    return absl::Status(artifact.status().code(), absl::StrCat(options.model_label, ": ", artifact.status().message()));
   result.codegen_ms = MsSince(start);
   result.shared_object = std::move(artifact->shared_object);
 
@@ -248,43 +259,51 @@ absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const C
   report << "},\n";
   if (options.tune.enabled) {
     const TuneResult& t = result.tuning;
-    report << "  \"tuning\": {\"seconds\": " << t.seconds << ", \"measured\": " << t.measured << ", \"from_cache\": " << t.from_cache
-           << ", \"over_budget\": " << t.over_budget << ", \"cache\": \"" << JsonEscape(options.tune.cache_path) << "\", \"decisions\": [";
+    report << "  \"tuning\": {\"seconds\": " << t.seconds << ", \"measured\": " << t.measured
+           << ", \"from_cache\": " << t.from_cache << ", \"over_budget\": " << t.over_budget << ", \"cache\": \""
+           << JsonEscape(options.tune.cache_path) << "\", \"decisions\": [";
     for (size_t i = 0; i < t.decisions.size(); ++i) {
       const TuneDecision& d = t.decisions[i];
       report << (i ? ",\n    " : "\n    ") << "{\"node\": \"" << JsonEscape(d.node) << "\", \"choice\": \"" << d.choice
-             << "\", \"timings_ms\": \"" << d.timings << "\", \"from_cache\": " << (d.from_cache ? "true" : "false") << "}";
+             << "\", \"timings_ms\": \"" << d.timings << "\", \"from_cache\": " << (d.from_cache ? "true" : "false")
+             << "}";
     }
     report << "]},\n";
   }
   result.quantization = context.quantization_summary;
   if (options.precision == "int8") {
     const QuantizationSummary& q = result.quantization;
-    report << "  \"quantization\": {\"precision\": \"int8\", \"method\": \"" << q.method << "\", \"calibration_samples\": "
-           << q.calibration_samples << ", \"quantized_nodes\": " << q.quantized_nodes << ", \"kept_float\": [";
-    for (size_t i = 0; i < q.kept_float.size(); ++i) report << (i ? ", " : "") << "\"" << JsonEscape(q.kept_float[i]) << "\"";
+    report << "  \"quantization\": {\"precision\": \"int8\", \"method\": \"" << q.method
+           << "\", \"calibration_samples\": " << q.calibration_samples << ", \"quantized_nodes\": " << q.quantized_nodes
+           << ", \"kept_float\": [";
+    for (size_t i = 0; i < q.kept_float.size(); ++i)
+      report << (i ? ", " : "") << "\"" << JsonEscape(q.kept_float[i]) << "\"";
     report << "],\n    \"layers_by_error\": " << LayerErrorsJson(q.layers_by_error) << "},\n";
   }
   result.pruning = context.pruning_summary;
   if (pruning) {
     const PruningSummary& p = result.pruning;
     auto cost = [](const GraphCost& c) {
-      return absl::StrCat("{\"parameters\": ", c.parameters, ", \"nonzero_parameters\": ", c.nonzero_parameters,
-                          ", \"flops\": ", absl::SixDigits(c.flops), ", \"weight_sparsity\": ",
-                          absl::SixDigits(c.weights ? static_cast<double>(c.zero_weights) / static_cast<double>(c.weights) : 0.0), "}");
+      return absl::StrCat(
+          "{\"parameters\": ", c.parameters, ", \"nonzero_parameters\": ", c.nonzero_parameters,
+          ", \"flops\": ", absl::SixDigits(c.flops), ", \"weight_sparsity\": ",
+          absl::SixDigits(c.weights ? static_cast<double>(c.zero_weights) / static_cast<double>(c.weights) : 0.0), "}");
     };
     report << "  \"pruning\": {\"channel_ratio\": " << p.channel_ratio << ", \"weight_ratio\": " << p.weight_ratio
-           << ", \"before\": " << cost(p.before) << ", \"after\": " << cost(p.after) << ",\n    \"pruned_layers\": " << p.pruned_layers
-           << ", \"channels_before\": " << p.channels_before << ", \"channels_removed\": " << p.channels_removed
+           << ", \"before\": " << cost(p.before) << ", \"after\": " << cost(p.after)
+           << ",\n    \"pruned_layers\": " << p.pruned_layers << ", \"channels_before\": " << p.channels_before
+           << ", \"channels_removed\": " << p.channels_removed
            << ", \"kernels\": \"dense (zeroed weights are not skipped)\", \"kept_whole\": [";
-    for (size_t i = 0; i < p.kept_whole.size(); ++i) report << (i ? ",\n      " : "\n      ") << "\"" << JsonEscape(p.kept_whole[i]) << "\"";
+    for (size_t i = 0; i < p.kept_whole.size(); ++i)
+      report << (i ? ",\n      " : "\n      ") << "\"" << JsonEscape(p.kept_whole[i]) << "\"";
     report << "],\n    \"layers_by_error\": " << LayerErrorsJson(p.layers_by_error) << "},\n";
   }
   report << "  \"passes\": [";
   for (size_t i = 0; i < result.passes.size(); ++i) {
     const PassStats& p = result.passes[i];
-    report << (i ? ",\n    " : "\n    ") << "{\"name\": \"" << p.name << "\", \"changed\": " << (p.changed ? "true" : "false")
-           << ", \"time_ms\": " << p.time_ms << ", \"nodes_before\": " << p.nodes_before << ", \"nodes_after\": " << p.nodes_after << "}";
+    report << (i ? ",\n    " : "\n    ") << "{\"name\": \"" << p.name
+           << "\", \"changed\": " << (p.changed ? "true" : "false") << ", \"time_ms\": " << p.time_ms
+           << ", \"nodes_before\": " << p.nodes_before << ", \"nodes_after\": " << p.nodes_after << "}";
   }
   report << "\n  ],\n  \"memory_plan\": {\"arena_bytes\": " << result.memory_plan.arena_bytes
          << ", \"naive_bytes\": " << result.memory_plan.naive_bytes << ", \"in_place\": " << result.memory_plan.in_place
@@ -305,8 +324,8 @@ absl::StatusOr<std::string> PipelineWithPrune(const std::string& pipeline) {
   if (std::find(passes.begin(), passes.end(), "prune") != passes.end()) return pipeline;
   auto at = std::find(passes.begin(), passes.end(), "fold-batchnorm");
   if (at == passes.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("pruning needs a pipeline with fold-batchnorm (prune runs after it) or with prune; got '",
-                                                   pipeline, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pruning needs a pipeline with fold-batchnorm (prune runs after it) or with prune; got '", pipeline, "'"));
   }
   passes.insert(at + 1, "prune");
   return absl::StrJoin(passes, ",");

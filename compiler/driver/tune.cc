@@ -147,7 +147,8 @@ absl::StatusOr<double> TimeCandidate(const Node& node, const std::string& algori
   for (int i = 0; i < iterations + 3 && ok; ++i) {
     const auto start = std::chrono::steady_clock::now();
     ok = kiln_session_run(session, ins.data(), outs) == KILN_OK;
-    if (i >= 3) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (i >= 3)
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   kiln_session_destroy(session);
   kiln_module_unload(module);
@@ -160,8 +161,10 @@ absl::StatusOr<double> TimeCandidate(const Node& node, const std::string& algori
 
 std::string DefaultTuneCachePath() {
   if (const char* env = std::getenv("KILN_TUNE_CACHE"); env != nullptr && *env != '\0') return env;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') return absl::StrCat(xdg, "/kiln/tune.tsv");
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') return absl::StrCat(home, "/.cache/kiln/tune.tsv");
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
+    return absl::StrCat(xdg, "/kiln/tune.tsv");
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
+    return absl::StrCat(home, "/.cache/kiln/tune.tsv");
   return "";
 }
 
@@ -185,7 +188,8 @@ absl::StatusOr<TuneResult> TuneGraph(Graph& graph, const TargetSpec& target, con
     if (!call.ok()) continue;
     std::vector<std::string> candidates;
     if (call->kernel == "conv_winograd") candidates.push_back("winograd");
-    if (call->kernel == "conv_winograd" || (call->kernel == "conv" && call->inputs.size() > 1 && call->inputs[1].node_input == -1)) {
+    if (call->kernel == "conv_winograd" ||
+        (call->kernel == "conv" && call->inputs.size() > 1 && call->inputs[1].node_input == -1)) {
       const std::vector<int64_t> y = node->output(0)->type().StaticDims();
       int64_t positions = 1;
       for (size_t i = 2; i < y.size(); ++i) positions *= y[i];

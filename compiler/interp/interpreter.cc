@@ -29,8 +29,8 @@ const std::map<std::string, kiln_kernel_fn>& KernelTable() {
 
 kiln_ktensor View(const Tensor* t) {
   if (t == nullptr) return kiln_ktensor{nullptr, nullptr, 0, 0};
-  return kiln_ktensor{const_cast<void*>(t->data()), t->dims().data(),
-                      static_cast<int32_t>(t->rank()), static_cast<int32_t>(t->dtype())};
+  return kiln_ktensor{const_cast<void*>(t->data()), t->dims().data(), static_cast<int32_t>(t->rank()),
+                      static_cast<int32_t>(t->dtype())};
 }
 
 std::string KernelError(int32_t code) {
@@ -44,8 +44,7 @@ std::string KernelError(int32_t code) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node,
-                                                 const std::vector<const Tensor*>& inputs) {
+absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs) {
   const OpSchema* schema = FindOp(node.op());
   if (schema == nullptr) {
     return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
@@ -53,9 +52,9 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node,
   if (schema->from_types) return schema->from_types(node);
   for (const Value* out : node.outputs()) {
     if (!out->type().IsStatic()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          NodeLabel(node), ": output '", out->name(), "' has no static shape (",
-          PrintType(out->type()), "); give input shapes with --input-shape"));
+      return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": output '", out->name(),
+                                                        "' has no static shape (", PrintType(out->type()),
+                                                        "); give input shapes with --input-shape"));
     }
   }
   absl::StatusOr<KernelCall> call = schema->lower(node);
@@ -66,8 +65,7 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node,
   }
   std::vector<kiln_ktensor> in_views;
   for (const KernelOperand& operand : call->inputs) {
-    in_views.push_back(View(operand.node_input >= 0 ? inputs[operand.node_input]
-                                                    : operand.constant.get()));
+    in_views.push_back(View(operand.node_input >= 0 ? inputs[operand.node_input] : operand.constant.get()));
   }
   std::vector<Tensor> outputs;
   outputs.reserve(node.outputs().size());
@@ -90,12 +88,11 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node,
   return outputs;
 }
 
-absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph,
-                                             const std::vector<Tensor>& inputs,
+absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph, const std::vector<Tensor>& inputs,
                                              const std::function<void(const Value*, const Tensor&)>& observe) {
   if (inputs.size() != graph.inputs().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("graph has ", graph.inputs().size(),
-                                                   " inputs, got ", inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph has ", graph.inputs().size(), " inputs, got ", inputs.size()));
   }
   std::unordered_map<const Value*, const Tensor*> env;
   std::vector<std::unique_ptr<Tensor>> owned;

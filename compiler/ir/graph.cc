@@ -52,8 +52,7 @@ std::string Node::GetString(const std::string& key, const std::string& fallback)
   return fallback;
 }
 
-std::vector<int64_t> Node::GetInts(const std::string& key,
-                                   const std::vector<int64_t>& fallback) const {
+std::vector<int64_t> Node::GetInts(const std::string& key, const std::vector<int64_t>& fallback) const {
   auto it = attrs_.find(key);
   if (it == attrs_.end()) return fallback;
   if (auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
@@ -61,8 +60,7 @@ std::vector<int64_t> Node::GetInts(const std::string& key,
   return fallback;
 }
 
-std::vector<double> Node::GetFloats(const std::string& key,
-                                    const std::vector<double>& fallback) const {
+std::vector<double> Node::GetFloats(const std::string& key, const std::vector<double>& fallback) const {
   auto it = attrs_.find(key);
   if (it == attrs_.end()) return fallback;
   if (auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
@@ -120,8 +118,7 @@ Node* Graph::AddNode(std::string op, std::string name, std::vector<Value*> input
   return nodes_.back().get();
 }
 
-Node* Graph::InsertNodeBefore(Node* anchor, std::string op, std::string name,
-                              std::vector<Value*> inputs,
+Node* Graph::InsertNodeBefore(Node* anchor, std::string op, std::string name, std::vector<Value*> inputs,
                               const std::vector<std::string>& output_names, int opset) {
   Node* node = AddNode(std::move(op), std::move(name), std::move(inputs), output_names, opset);
   auto owned = std::move(nodes_.back());
@@ -160,8 +157,7 @@ void Graph::TakeOver(Value* from, Value* to) {
 void Graph::RemoveNode(Node* node) { node->dead_ = true; }
 
 void Graph::Compact() {
-  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(),
-                              [](const std::unique_ptr<Node>& n) { return n->dead_; }),
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const std::unique_ptr<Node>& n) { return n->dead_; }),
                nodes_.end());
   std::unordered_set<const Value*> live(inputs_.begin(), inputs_.end());
   live.insert(outputs_.begin(), outputs_.end());
@@ -170,9 +166,7 @@ void Graph::Compact() {
     live.insert(node->outputs_.begin(), node->outputs_.end());
   }
   values_.erase(std::remove_if(values_.begin(), values_.end(),
-                               [&](const std::unique_ptr<Value>& v) {
-                                 return live.count(v.get()) == 0;
-                               }),
+                               [&](const std::unique_ptr<Value>& v) { return live.count(v.get()) == 0; }),
                 values_.end());
 }
 

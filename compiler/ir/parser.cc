@@ -91,7 +91,9 @@ class Parser {
   std::string Word() {
     SkipSpace();
     size_t start = pos_;
-    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' || text_[pos_] == '.')) ++pos_;
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' || text_[pos_] == '.'))
+      ++pos_;
     return std::string(text_.substr(start, pos_ - start));
   }
   absl::StatusOr<std::string> Quoted() {
@@ -110,8 +112,9 @@ class Parser {
     SkipSpace();
     size_t start = pos_;
     if (pos_ < text_.size() && (text_[pos_] == '-' || text_[pos_] == '+')) ++pos_;
-    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.' ||
-                                   ((text_[pos_] == '-' || text_[pos_] == '+') && (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E')))) {
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.' ||
+            ((text_[pos_] == '-' || text_[pos_] == '+') && (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E')))) {
       ++pos_;
     }
     std::string token(text_.substr(start, pos_ - start));
@@ -169,7 +172,8 @@ class Parser {
     auto tensor = std::make_shared<Tensor>(type.dtype, type.StaticDims());
     const int64_t n = tensor->num_elements();
     bool is_float = false;
-    if (Peek('#')) return Error("a constant printed as a digest has no values; write them, or splat(v) or random(seed)");
+    if (Peek('#'))
+      return Error("a constant printed as a digest has no values; write them, or splat(v) or random(seed)");
     if (AcceptWord("splat")) {
       if (auto s = Expect('('); !s.ok()) return s;
       auto v = Number(&is_float);
@@ -186,7 +190,8 @@ class Parser {
       for (int64_t i = 0; i < n; ++i) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
         const double unit = static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
-        SetElement(*tensor, i, IsFloat(type.dtype) ? unit * 2 - 1 : static_cast<double>(static_cast<int64_t>(unit * 10)));
+        SetElement(*tensor, i,
+                   IsFloat(type.dtype) ? unit * 2 - 1 : static_cast<double>(static_cast<int64_t>(unit * 10)));
       }
       if (auto s = Expect(')'); !s.ok()) return s;
       return tensor;
@@ -239,8 +244,8 @@ class Parser {
       return AttrValue(std::vector<int64_t>(values.begin(), values.end()));
     }
     SkipSpace();
-    if (pos_ < text_.size() && std::isalpha(static_cast<unsigned char>(text_[pos_])) && text_.substr(pos_, 3) != "inf" &&
-        text_.substr(pos_, 3) != "nan") {
+    if (pos_ < text_.size() && std::isalpha(static_cast<unsigned char>(text_[pos_])) &&
+        text_.substr(pos_, 3) != "inf" && text_.substr(pos_, 3) != "nan") {
       auto type = Type();  // a tensor attribute: TYPE VALUES
       if (!type.ok()) return type.status();
       auto tensor = TensorValues(*type);

@@ -73,9 +73,7 @@ std::string AttrText(const AttrValue& value) {
     std::string operator()(int64_t v) const { return std::to_string(v); }
     std::string operator()(double v) const { return FormatAttrDouble(v); }
     std::string operator()(const std::string& v) const { return "\"" + v + "\""; }
-    std::string operator()(const std::vector<int64_t>& v) const {
-      return "[" + absl::StrJoin(v, ",") + "]";
-    }
+    std::string operator()(const std::vector<int64_t>& v) const { return "[" + absl::StrJoin(v, ",") + "]"; }
     std::string operator()(const std::vector<double>& v) const {
       std::vector<std::string> items;
       for (double d : v) items.push_back(FormatAttrDouble(d));
@@ -87,8 +85,7 @@ std::string AttrText(const AttrValue& value) {
       return "[" + absl::StrJoin(items, ",") + "]";
     }
     std::string operator()(const std::shared_ptr<const Tensor>& t) const {
-      return absl::StrCat(PrintType(TensorType::Static(t->dtype(), t->dims())), " ",
-                          ConstantText(*t));
+      return absl::StrCat(PrintType(TensorType::Static(t->dtype(), t->dims())), " ", ConstantText(*t));
     }
   };
   return std::visit(Visitor{}, value);
@@ -100,7 +97,8 @@ std::string PrintType(const TensorType& type) {
   std::string text(DTypeName(type.dtype));
   if (!type.has_shape) return text + "[*]";
   std::vector<std::string> dims;
-  for (const Dim& d : type.shape) dims.push_back(d.known() ? std::to_string(d.size) : d.symbol.empty() ? "?" : d.symbol);
+  for (const Dim& d : type.shape)
+    dims.push_back(d.known() ? std::to_string(d.size) : d.symbol.empty() ? "?" : d.symbol);
   return text + "[" + absl::StrJoin(dims, ",") + "]";
 }
 
@@ -119,8 +117,8 @@ std::string PrintGraph(const Graph& graph) {
       for (const Value* p : printed) seen |= p == in;
       if (seen) continue;
       printed.push_back(in);
-      out << "  " << ValueRef(in) << " = constant " << PrintType(in->type()) << " "
-          << ConstantText(*in->constant()) << "\n";
+      out << "  " << ValueRef(in) << " = constant " << PrintType(in->type()) << " " << ConstantText(*in->constant())
+          << "\n";
     }
   }
   for (const Value* v : graph.outputs()) {
@@ -129,8 +127,8 @@ std::string PrintGraph(const Graph& graph) {
       for (const Value* p : printed) seen |= p == v;
       if (!seen) {
         printed.push_back(v);
-        out << "  " << ValueRef(v) << " = constant " << PrintType(v->type()) << " "
-            << ConstantText(*v->constant()) << "\n";
+        out << "  " << ValueRef(v) << " = constant " << PrintType(v->type()) << " " << ConstantText(*v->constant())
+            << "\n";
       }
     }
   }
@@ -142,8 +140,7 @@ std::string PrintGraph(const Graph& graph) {
     }
     for (const Value* v : node->inputs()) ins.push_back(ValueRef(v));
     for (const auto& [key, value] : node->attrs()) attrs.push_back(key + "=" + AttrText(value));
-    out << "  " << absl::StrJoin(outs, ", ") << " = " << node->op() << "("
-        << absl::StrJoin(ins, ", ") << ")";
+    out << "  " << absl::StrJoin(outs, ", ") << " = " << node->op() << "(" << absl::StrJoin(ins, ", ") << ")";
     if (!attrs.empty()) out << " {" << absl::StrJoin(attrs, ", ") << "}";
     out << " : " << absl::StrJoin(types, ", ") << "\n";
   }

@@ -15,10 +15,10 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kFloat32, "f32", 4}, {DType::kUInt8, "u8", 1},    {DType::kInt8, "i8", 1},
-    {DType::kUInt16, "u16", 2},  {DType::kInt16, "i16", 2},   {DType::kInt32, "i32", 4},
+    {DType::kFloat32, "f32", 4}, {DType::kUInt8, "u8", 1},      {DType::kInt8, "i8", 1},
+    {DType::kUInt16, "u16", 2},  {DType::kInt16, "i16", 2},     {DType::kInt32, "i32", 4},
     {DType::kInt64, "i64", 8},   {DType::kString, "string", 0}, {DType::kBool, "bool", 1},
-    {DType::kFloat16, "f16", 2}, {DType::kFloat64, "f64", 8}, {DType::kUInt32, "u32", 4},
+    {DType::kFloat16, "f16", 2}, {DType::kFloat64, "f64", 8},   {DType::kUInt32, "u32", 4},
     {DType::kUInt64, "u64", 8},  {DType::kBFloat16, "bf16", 2},
 };
 
@@ -46,15 +46,13 @@ absl::StatusOr<DType> DTypeFromName(std::string_view name) {
 }
 
 bool IsFloat(DType d) {
-  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 ||
-         d == DType::kBFloat16;
+  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 || d == DType::kBFloat16;
 }
 bool IsSignedInt(DType d) {
   return d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 || d == DType::kInt64;
 }
 bool IsUnsignedInt(DType d) {
-  return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kUInt32 ||
-         d == DType::kUInt64;
+  return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kUInt32 || d == DType::kUInt64;
 }
 
 int64_t NumElements(const std::vector<int64_t>& dims) {
@@ -127,7 +125,7 @@ uint16_t FloatToHalf(float f) {
   uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
-  if (abs < 0x38800000u) {  // subnormal or zero in half
+  if (abs < 0x38800000u) {                                               // subnormal or zero in half
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
     uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
     int shift = 126 - static_cast<int>(abs >> 23);

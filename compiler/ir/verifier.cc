@@ -33,8 +33,7 @@ absl::Status VerifyGraph(const Graph& graph) {
     std::string where = absl::StrCat("node '", node->name(), "' (", node->op(), ")");
     for (const Value* in : node->inputs()) {
       if (in != nullptr && defined.count(in) == 0) {
-        return absl::InternalError(absl::StrCat(where, " reads '", in->name(),
-                                                "' before it is defined"));
+        return absl::InternalError(absl::StrCat(where, " reads '", in->name(), "' before it is defined"));
       }
     }
     for (size_t i = 0; i < node->outputs().size(); ++i) {

@@ -87,8 +87,7 @@ constexpr BinaryDef kBinaryOps[] = {
 absl::Status RequireNumeric(const InferContext& ctx, size_t i) {
   DType d = ctx.type(i).dtype;
   if (d == DType::kString || d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kUndefined) {
-    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " of input ", i,
-                                            " is not supported"));
+    return NodeError(ctx.node, absl::StrCat("element type ", DTypeName(d), " of input ", i, " is not supported"));
   }
   return absl::OkStatus();
 }
@@ -115,9 +114,8 @@ absl::Status InferBroadcast(InferContext& ctx, DType result) {
 
 // The binary ops a fused loop may contain: float results of the operands' own type.
 bool FusibleBinary(int code) {
-  return code == KILN_BINARY_ADD || code == KILN_BINARY_SUB || code == KILN_BINARY_MUL ||
-         code == KILN_BINARY_DIV || code == KILN_BINARY_POW || code == KILN_BINARY_MAX ||
-         code == KILN_BINARY_MIN;
+  return code == KILN_BINARY_ADD || code == KILN_BINARY_SUB || code == KILN_BINARY_MUL || code == KILN_BINARY_DIV ||
+         code == KILN_BINARY_POW || code == KILN_BINARY_MAX || code == KILN_BINARY_MIN;
 }
 
 absl::Status InferFusedElementwise(InferContext& ctx) {
@@ -131,7 +129,8 @@ absl::Status InferFusedElementwise(InferContext& ctx) {
     for (size_t k = 2; k < (program[i * 4] ? 4u : 3u); ++k) {
       const int64_t operand = program[i * 4 + k];
       if (operand < 0 || operand >= static_cast<int64_t>(n + i)) {
-        return NodeError(ctx.node, absl::StrCat("op ", i, " reads operand ", operand, ", which is not an input or an earlier result"));
+        return NodeError(ctx.node, absl::StrCat("op ", i, " reads operand ", operand,
+                                                ", which is not an input or an earlier result"));
       }
     }
   }
@@ -212,9 +211,10 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     const bool is_nan = std::string(name) == "IsNaN";
     schema.lower = [is_nan](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"unary", PassInputs(node, 1),
-                        {is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF,
-                         node.GetInt("detect_negative", 1), node.GetInt("detect_positive", 1)},
+      return KernelCall{"unary",
+                        PassInputs(node, 1),
+                        {is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF, node.GetInt("detect_negative", 1),
+                         node.GetInt("detect_positive", 1)},
                         {}};
     };
     registry.Add(std::move(schema));
@@ -231,9 +231,8 @@ void RegisterElementwiseOps(Registry& registry) {
       }
       const bool mixed_ok = def.code == KILN_BINARY_POW;
       if (!mixed_ok && ctx.type(0).dtype != ctx.type(1).dtype) {
-        return NodeError(ctx.node, absl::StrCat("inputs have different element types (",
-                                                DTypeName(ctx.type(0).dtype), " and ",
-                                                DTypeName(ctx.type(1).dtype), ")"));
+        return NodeError(ctx.node, absl::StrCat("inputs have different element types (", DTypeName(ctx.type(0).dtype),
+                                                " and ", DTypeName(ctx.type(1).dtype), ")"));
       }
       return InferBroadcast(ctx, def.boolean_result ? DType::kBool : ctx.type(0).dtype);
     };

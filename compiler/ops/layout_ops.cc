@@ -57,11 +57,13 @@ absl::StatusOr<BlockedConvShape> ReadBlockedConv(const Node& node, const std::ve
     s.kind = 2;
     return s;
   }
-  const bool pointwise = group == 1 && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 &&
-                         s.pads == std::vector<int64_t>{0, 0, 0, 0};
+  const bool pointwise =
+      group == 1 && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pads == std::vector<int64_t>{0, 0, 0, 0};
   const bool depthwise = group == s.in_channels && group == s.out_channels && w[1] == 1;
   if (!pointwise && !depthwise) {
-    return NodeError(node, "only pointwise (1x1, stride 1, no padding, group 1) and depthwise (group = channels) convolutions run blocked");
+    return NodeError(node,
+                     "only pointwise (1x1, stride 1, no padding, group 1) and depthwise (group = channels) "
+                     "convolutions run blocked");
   }
   s.kind = pointwise ? 0 : 1;
   return s;
@@ -105,7 +107,8 @@ void RegisterLayoutOps(Registry& registry) {
       }
       const std::vector<int64_t> x = ctx.type(0).StaticDims(), f = ctx.type(1).StaticDims();
       if ((f[0] != 1 && f[0] != x[0]) || f[1] != x[1] || f[2] != 1 || f[3] != 1) {
-        return NodeError(ctx.node, absl::StrCat("scale [", absl::StrJoin(f, ","), "] must be [1 or ", x[0], ", ", x[1], ", 1, 1, 16]"));
+        return NodeError(ctx.node, absl::StrCat("scale [", absl::StrJoin(f, ","), "] must be [1 or ", x[0], ", ", x[1],
+                                                ", 1, 1, 16]"));
       }
       ctx.output_types[0] = ctx.type(0);
       return absl::OkStatus();
@@ -121,7 +124,8 @@ void RegisterLayoutOps(Registry& registry) {
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
       const std::vector<int64_t> x = ctx.type(0).StaticDims();
-      if (x.size() != 4 || ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be a 4-D f32 tensor");
+      if (x.size() != 4 || ctx.type(0).dtype != DType::kFloat32)
+        return NodeError(ctx.node, "input must be a 4-D f32 tensor");
       ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], Blocks(x[1]), x[2], x[3], kBlock});
       return absl::OkStatus();
     };
@@ -166,8 +170,9 @@ void RegisterLayoutOps(Registry& registry) {
       if ((dense ? x.size() != 4 || x[1] != shape->in_channels
                  : x.size() != 5 || x[4] != kBlock || x[1] != Blocks(shape->in_channels)) ||
           ctx.type(0).dtype != DType::kFloat32 || (*w)->dtype() != DType::kFloat32) {
-        return NodeError(ctx.node, absl::StrCat("X [", absl::StrJoin(x, ","), "] is not ", dense ? "an NCHW" : "a blocked",
-                                                " f32 tensor of ", shape->in_channels, " channels"));
+        return NodeError(ctx.node,
+                         absl::StrCat("X [", absl::StrJoin(x, ","), "] is not ", dense ? "an NCHW" : "a blocked",
+                                      " f32 tensor of ", shape->in_channels, " channels"));
       }
       if (ctx.has_input(2)) {
         const Tensor* b = ctx.constant(2);
@@ -179,7 +184,8 @@ void RegisterLayoutOps(Registry& registry) {
       const int64_t ow = (x[3] + shape->pads[1] + shape->pads[3] - shape->kw) / shape->sw + 1;
       if (oh <= 0 || ow <= 0) return NodeError(ctx.node, "the window is larger than the padded input");
       if (dense && shape->in_channels * shape->kh * ((ow - 1) * shape->sw + shape->kw) > kDenseRowFloats) {
-        return NodeError(ctx.node, absl::StrCat("the input rows of one output row exceed ", kDenseRowFloats, " floats"));
+        return NodeError(ctx.node,
+                         absl::StrCat("the input rows of one output row exceed ", kDenseRowFloats, " floats"));
       }
       const std::vector<int64_t> out = {x[0], Blocks(shape->out_channels), oh, ow, kBlock};
       if (ctx.has_input(3)) {
@@ -225,7 +231,8 @@ void RegisterLayoutOps(Registry& registry) {
         const float* from = node.input(2)->constant()->data_as<float>();
         std::copy(from, from + oc, b);
       }
-      KernelCall call{"blocked_conv", {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}},
+      KernelCall call{"blocked_conv",
+                      {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}},
                       {shape->kind, ic, oc, shape->kh, shape->kw, shape->sh, shape->sw, shape->pads[0], shape->pads[1],
                        node.GetInt("kiln.activation", -1)},
                       {node.GetFloat("kiln.activation_alpha", 0.0), node.GetFloat("kiln.activation_beta", 0.0)}};

@@ -21,7 +21,8 @@ absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<i
   w.pads_end.assign(pads.begin() + r, pads.end());
   const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
   for (size_t i = 0; i < r; ++i) {
-    if (w.strides[i] <= 0 || w.dilations[i] <= 0 || w.kernel[i] <= 0) return NodeError(node, "strides, dilations and kernel must be positive");
+    if (w.strides[i] <= 0 || w.dilations[i] <= 0 || w.kernel[i] <= 0)
+      return NodeError(node, "strides, dilations and kernel must be positive");
     const int64_t extent = (w.kernel[i] - 1) * w.dilations[i] + 1;
     int64_t out;
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
@@ -32,7 +33,9 @@ absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<i
     } else {
       if (auto_pad == "VALID") w.pads_begin[i] = w.pads_end[i] = 0;
       const int64_t span = in_spatial[i] + w.pads_begin[i] + w.pads_end[i] - extent;
-      if (span < 0) return NodeError(node, absl::StrCat("window (", extent, ") is larger than the padded input (", in_spatial[i] + w.pads_begin[i] + w.pads_end[i], ") on spatial axis ", i));
+      if (span < 0)
+        return NodeError(node, absl::StrCat("window (", extent, ") is larger than the padded input (",
+                                            in_spatial[i] + w.pads_begin[i] + w.pads_end[i], ") on spatial axis ", i));
       out = (ceil_mode ? (span + w.strides[i] - 1) / w.strides[i] : span / w.strides[i]) + 1;
       // A window may not start in the end padding.
       if (ceil_mode && (out - 1) * w.strides[i] >= in_spatial[i] + w.pads_begin[i]) --out;
@@ -118,7 +121,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   }
   std::vector<int64_t> xd = StaticDims(node.input(0)), wd = StaticDims(w), yd = StaticDims(node.output(0));
   if (xd.size() != 4 || node.GetInt("group", 1) != 1 || wd[2] != 3 || wd[3] != 3) return std::nullopt;
-  if (node.inputs().size() > 3 && node.input(3) != nullptr) return std::nullopt;  // an input scale: the GEMM path applies it
+  if (node.inputs().size() > 3 && node.input(3) != nullptr)
+    return std::nullopt;  // an input scale: the GEMM path applies it
   auto win = ConvWindow(node);
   if (!win.ok()) return win.status();
   for (size_t i = 0; i < 2; ++i) {
@@ -129,9 +133,12 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   const int64_t tiles = xd[0] * ((yd[2] + 3) / 4) * ((yd[3] + 3) / 4);
   if (tiles < 4) return std::nullopt;
   // G (6x3) for the interpolation points 0, 1, -1, 2, -2 and infinity.
-  static constexpr double kG[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                      {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                      {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  static constexpr double kG[6][3] = {{1.0 / 4, 0, 0},
+                                      {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                      {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                      {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                      {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                      {0, 0, 1}};
   auto u = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{36, OC / 16, C, 16});
   const float* g = w->constant()->data_as<float>();
   float* pu = u->data_as<float>();
@@ -198,7 +205,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   call.ints.push_back(1);  // weights pre-packed
   // The job width in output positions: --tune's "gemmN" (kiln.algorithm), else the kernel's default.
   const std::string algorithm = node.GetString("kiln.algorithm", "");
-  if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0) call.ints.push_back(std::atoll(algorithm.c_str() + 4));
+  if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0)
+    call.ints.push_back(std::atoll(algorithm.c_str() + 4));
   return call;
 }
 
@@ -230,7 +238,8 @@ absl::StatusOr<WindowParams> ConvTransposeWindow(const Node& node) {
   std::vector<int64_t> output_padding = node.GetInts("output_padding", std::vector<int64_t>(r, 0));
   std::vector<int64_t> output_shape = node.GetInts("output_shape");
   const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
-  if (w.kernel.size() != r || w.strides.size() != r || pads.size() != 2 * r) return NodeError(node, "kernel_shape/strides/pads do not match the spatial rank");
+  if (w.kernel.size() != r || w.strides.size() != r || pads.size() != 2 * r)
+    return NodeError(node, "kernel_shape/strides/pads do not match the spatial rank");
   w.pads_begin.assign(pads.begin(), pads.begin() + r);
   w.pads_end.assign(pads.begin() + r, pads.end());
   for (size_t i = 0; i < r; ++i) {
@@ -276,7 +285,8 @@ void RegisterNnOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"matmul", PassAllInputs(node), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
+      KernelCall call{
+          "matmul", PassAllInputs(node), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
       AppendActivation(node, call);
       return call;
     };
@@ -323,7 +333,8 @@ void RegisterNnOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"gemm", PassAllInputs(node),
+      KernelCall call{"gemm",
+                      PassAllInputs(node),
                       {node.GetInt("transA", 0), node.GetInt("transB", 0)},
                       {node.GetFloat("alpha", 1.0), node.GetFloat("beta", 1.0)}};
       AppendActivation(node, call);
@@ -351,9 +362,12 @@ void RegisterNnOps(Registry& registry) {
       const size_t n_inputs = ctx.node.inputs().size();
       const bool has_scale = n_inputs > 3 && ctx.node.input(3) != nullptr;
       if (n_inputs == 5 && (ctx.node.GetInt("kiln.residual", 0) != 1 || ctx.node.input(4) == nullptr)) {
-        return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B); a fifth, the fuse pass's residual, needs kiln.residual = 1");
+        return NodeError(
+            ctx.node,
+            "Conv takes at most 3 inputs (X, W, B); a fifth, the fuse pass's residual, needs kiln.residual = 1");
       }
-      if (n_inputs > 3 && !has_scale && n_inputs != 5) return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
+      if (n_inputs > 3 && !has_scale && n_inputs != 5)
+        return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
       if (has_scale) {
         if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr) {
           return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
@@ -363,16 +377,21 @@ void RegisterNnOps(Registry& registry) {
         bool ok = scale.size() == x.size() && (scale[0] == 1 || scale[0] == x[0]) && scale[1] == x[1];
         for (size_t i = 2; ok && i < scale.size(); ++i) ok = scale[i] == 1;
         if (!ok || ctx.type(3).dtype != ctx.type(0).dtype) {
-          return NodeError(ctx.node, absl::StrCat("input scale [", absl::StrJoin(scale, ","), "] must be [N or 1, ", x[1], ", 1...] of X's type"));
+          return NodeError(ctx.node, absl::StrCat("input scale [", absl::StrJoin(scale, ","), "] must be [N or 1, ",
+                                                  x[1], ", 1...] of X's type"));
         }
       }
-      if (x.size() < 3 || x.size() > 5 || w.size() != x.size()) return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
+      if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+        return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
       const int64_t group = ctx.node.GetInt("group", 1);
       if (group <= 0 || x[1] % group != 0 || w[0] % group != 0 || x[1] / group != w[1]) {
-        return NodeError(ctx.node, absl::StrCat("input channels ", x[1], " with group ", group, " do not match weight dims [", absl::StrJoin(w, ","), "]"));
+        return NodeError(ctx.node, absl::StrCat("input channels ", x[1], " with group ", group,
+                                                " do not match weight dims [", absl::StrJoin(w, ","), "]"));
       }
       std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(w));
-      if (kernel != Spatial(w)) return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","), "] does not match weight dims [", absl::StrJoin(w, ","), "]"));
+      if (kernel != Spatial(w))
+        return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","),
+                                                "] does not match weight dims [", absl::StrJoin(w, ","), "]"));
       auto win = ComputeWindow(ctx.node, Spatial(x), kernel, false);
       if (!win.ok()) return win.status();
       std::vector<int64_t> out = {x[0], w[0]};
@@ -381,8 +400,9 @@ void RegisterNnOps(Registry& registry) {
       if (n_inputs == 5) {
         if (auto st = RequireStatic(ctx, 4); !st.ok()) return st;
         if (ctx.type(4).StaticDims() != out || ctx.type(4).dtype != ctx.type(0).dtype) {
-          return NodeError(ctx.node, absl::StrCat("residual [", absl::StrJoin(ctx.type(4).StaticDims(), ","),
-                                                  "] must have Y's shape [", absl::StrJoin(out, ","), "] and X's type"));
+          return NodeError(ctx.node,
+                           absl::StrCat("residual [", absl::StrJoin(ctx.type(4).StaticDims(), ","),
+                                        "] must have Y's shape [", absl::StrJoin(out, ","), "] and X's type"));
         }
       }
       return absl::OkStatus();
@@ -441,7 +461,8 @@ void RegisterNnOps(Registry& registry) {
       std::vector<int64_t> x = ctx.type(0).StaticDims();
       if (x.size() < 3 || x.size() > 5) return NodeError(ctx.node, "input must be 3-D, 4-D or 5-D");
       if (ctx.node.GetInt("storage_order", 0) != 0) return NodeError(ctx.node, "storage_order=1 is not supported");
-      auto win = ComputeWindow(ctx.node, Spatial(x), ctx.node.GetInts("kernel_shape"), ctx.node.GetInt("ceil_mode", 0) != 0);
+      auto win =
+          ComputeWindow(ctx.node, Spatial(x), ctx.node.GetInts("kernel_shape"), ctx.node.GetInt("ceil_mode", 0) != 0);
       if (!win.ok()) return win.status();
       std::vector<int64_t> out = {x[0], x[1]};
       out.insert(out.end(), win->out.begin(), win->out.end());
@@ -520,7 +541,9 @@ void RegisterNnOps(Registry& registry) {
       return SameAsInput0(ctx);
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"lrn", PassInputs(node, 1), {node.GetInt("size", 1)},
+      return KernelCall{"lrn",
+                        PassInputs(node, 1),
+                        {node.GetInt("size", 1)},
                         {node.GetFloat("alpha", 1e-4), node.GetFloat("beta", 0.75), node.GetFloat("bias", 1.0)}};
     };
     registry.Add(std::move(s));

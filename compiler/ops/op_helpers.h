@@ -30,8 +30,7 @@ inline absl::Status NodeError(const Node& node, const std::string& message) {
 }
 
 // Normalises a possibly negative axis against `rank`; error names the node.
-absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank,
-                                      const char* what = "axis");
+absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank, const char* what = "axis");
 
 // Numpy-style broadcast of two shapes.
 absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::vector<Dim>& a,
@@ -48,8 +47,7 @@ std::vector<int64_t> StaticDims(const Value* value);
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims);
 
 // Requires a constant input; error says which input must be constant.
-absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i,
-                                              const char* what);
+absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i, const char* what);
 
 // Constant inputs of a node (nullptr where an input is not constant or omitted).
 std::vector<const Tensor*> ConstantsOf(const Node& node);
@@ -65,9 +63,8 @@ std::vector<Dim> KnownDims(const std::vector<int64_t>& dims);
 
 // Whether the node's attribute or input gives the value (attribute in old opsets,
 // input in newer ones): returns the ints of whichever is present.
-absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx,
-                                                        const char* attr, size_t input,
-                                                        bool* present);
+absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx, const char* attr, size_t input,
+                                                         bool* present);
 
 // Spatial window of a Conv/Pool node after auto_pad: the parameters and output extents
 // (nn_ops.cc).

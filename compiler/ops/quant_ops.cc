@@ -31,7 +31,8 @@ absl::Status CheckScale(const InferContext& ctx, size_t scale, size_t zero_point
                         std::initializer_list<DType> zp_types, int64_t channels) {
   if (auto st = RequireStatic(ctx, scale); !st.ok()) return st;
   const TensorType& s = ctx.type(scale);
-  if (s.dtype != DType::kFloat32) return NodeError(ctx.node, absl::StrCat(what, " scale must be float, not ", DTypeName(s.dtype)));
+  if (s.dtype != DType::kFloat32)
+    return NodeError(ctx.node, absl::StrCat(what, " scale must be float, not ", DTypeName(s.dtype)));
   const int64_t n = Numel(s);
   if (s.shape.size() > 1 || (n != 1 && n != channels)) {
     return NodeError(ctx.node, absl::StrCat(what, " scale has shape [", absl::StrJoin(s.StaticDims(), ","),
@@ -51,7 +52,8 @@ absl::Status CheckScale(const InferContext& ctx, size_t scale, size_t zero_point
 
 // QuantizeLinear / DequantizeLinear: X seen as [outer, channels, inner] around the axis a
 // per-channel scale runs along; [1, 1, numel] for a per-tensor scale.
-absl::StatusOr<std::vector<int64_t>> AxisBlock(const Node& node, const std::vector<int64_t>& x, int64_t scale_elements) {
+absl::StatusOr<std::vector<int64_t>> AxisBlock(const Node& node, const std::vector<int64_t>& x,
+                                               int64_t scale_elements) {
   if (scale_elements == 1) return std::vector<int64_t>{1, 1, Product(x, 0, x.size())};
   auto axis = NormalizeAxis(node, node.GetInt("axis", 1), static_cast<int64_t>(x.size()));
   if (!axis.ok()) return axis.status();
@@ -63,10 +65,12 @@ absl::Status InferQuantizeLinear(InferContext& ctx, bool quantize) {
   if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
   const TensorType& x = ctx.type(0);
   if (quantize && x.dtype != DType::kFloat32) {
-    return NodeError(ctx.node, absl::StrCat("input of element type ", DTypeName(x.dtype), " is not supported (float only)"));
+    return NodeError(ctx.node,
+                     absl::StrCat("input of element type ", DTypeName(x.dtype), " is not supported (float only)"));
   }
   if (!quantize && !IsQuantized(x.dtype) && x.dtype != DType::kInt32) {
-    return NodeError(ctx.node, absl::StrCat("input of element type ", DTypeName(x.dtype), " is not supported (uint8, int8, int32)"));
+    return NodeError(
+        ctx.node, absl::StrCat("input of element type ", DTypeName(x.dtype), " is not supported (uint8, int8, int32)"));
   }
   const std::vector<int64_t> xd = x.StaticDims();
   const int64_t scale_elements = ctx.has_input(1) && ctx.type(1).IsStatic() ? Numel(ctx.type(1)) : 1;
@@ -87,8 +91,7 @@ absl::Status InferQuantizeLinear(InferContext& ctx, bool quantize) {
     }
   }
   ctx.output_types[0] = x;
-  ctx.output_types[0].dtype =
-      quantize ? (ctx.has_input(2) ? ctx.type(2).dtype : DType::kUInt8) : DType::kFloat32;
+  ctx.output_types[0].dtype = quantize ? (ctx.has_input(2) ? ctx.type(2).dtype : DType::kUInt8) : DType::kFloat32;
   return absl::OkStatus();
 }
 
@@ -128,16 +131,17 @@ absl::Status InferIntegerConv(InferContext& ctx, size_t x, size_t w, DType out) 
     }
   }
   const std::vector<int64_t> xd = ctx.type(x).StaticDims(), wd = ctx.type(w).StaticDims();
-  if (xd.size() < 3 || xd.size() > 5 || wd.size() != xd.size()) return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
+  if (xd.size() < 3 || xd.size() > 5 || wd.size() != xd.size())
+    return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
   const int64_t group = ctx.node.GetInt("group", 1);
   if (group <= 0 || xd[1] % group != 0 || wd[0] % group != 0 || xd[1] / group != wd[1]) {
-    return NodeError(ctx.node, absl::StrCat("input channels ", xd[1], " with group ", group, " do not match weight dims [",
-                                            absl::StrJoin(wd, ","), "]"));
+    return NodeError(ctx.node, absl::StrCat("input channels ", xd[1], " with group ", group,
+                                            " do not match weight dims [", absl::StrJoin(wd, ","), "]"));
   }
   const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(wd));
   if (kernel != Spatial(wd)) {
-    return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","), "] does not match weight dims [",
-                                            absl::StrJoin(wd, ","), "]"));
+    return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","),
+                                            "] does not match weight dims [", absl::StrJoin(wd, ","), "]"));
   }
   auto win = ComputeWindow(ctx.node, Spatial(xd), kernel, false);
   if (!win.ok()) return win.status();
@@ -156,7 +160,8 @@ absl::Status InferQuantizedConvOperands(InferContext& ctx, DType out) {
 absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<KernelOperand> inputs, ConvMode mode) {
   const std::vector<int64_t> xd = StaticDims(node.input(0));
   const size_t w_input = mode == kSumInt32 ? 1 : 3;
-  auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(StaticDims(node.input(w_input)))), false);
+  auto win =
+      ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(StaticDims(node.input(w_input)))), false);
   if (!win.ok()) return win.status();
   KernelCall call{"qconv", std::move(inputs), {node.GetInt("group", 1)}, {}};
   AppendWindow(call.ints, *win);
@@ -184,8 +189,10 @@ absl::Status InferQuantizedMatMulOperands(InferContext& ctx, DType out) {
 // The reference qmatmul call of those two ops: A, B, their zero points and scales, then
 // `tail` (Y's scale and zero point, or two empty slots and the f32 bias).
 absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<KernelOperand> tail, ConvMode mode) {
-  KernelCall call{"qmatmul", {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4)},
-                  MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))), {}};
+  KernelCall call{"qmatmul",
+                  {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4)},
+                  MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))),
+                  {}};
   call.inputs.insert(call.inputs.end(), tail.begin(), tail.end());
   call.ints.push_back(mode);
   return call;
@@ -261,8 +268,11 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   }
   auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(wd)), false);
   if (!win.ok()) return win.status();
-  KernelCall call{"qconv", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
-                  {group}, {}};
+  KernelCall call{
+      "qconv",
+      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
+      {group},
+      {}};
   if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
   AppendWindow(call.ints, *win);
   const DType y_type = node.output(0)->type().dtype;
@@ -290,7 +300,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& nod
   const Value* a = node.input(0);
   const Value* b = node.input(b_in);
   auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
-  if (!b->is_constant() || b->type().shape.size() != 2 || !constant_or_absent(za_in) || !constant_or_absent(zb_in)) return std::nullopt;
+  if (!b->is_constant() || b->type().shape.size() != 2 || !constant_or_absent(za_in) || !constant_or_absent(zb_in))
+    return std::nullopt;
   if (node.input(za_in) != nullptr && node.input(za_in)->constant()->num_elements() != 1) return std::nullopt;
   if (!integer_sums) {
     for (size_t i : {1, 4}) {
@@ -331,11 +342,22 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& nod
     }
     multipliers->data_as<float>()[n] = multiplier;
   }
-  KernelCall call{"qgemm", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, {}, {}};
+  KernelCall call{
+      "qgemm",
+      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
+      {},
+      {}};
   if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
   const DType y_type = node.output(0)->type().dtype;
   const int64_t y_zero = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
-  call.ints = {mode, rows, K, N, a_signed ? 1 : 0, y_zero, y_type == DType::kUInt8 ? 0 : -128, y_type == DType::kUInt8 ? 255 : 127};
+  call.ints = {mode,
+               rows,
+               K,
+               N,
+               a_signed ? 1 : 0,
+               y_zero,
+               y_type == DType::kUInt8 ? 0 : -128,
+               y_type == DType::kUInt8 ? 255 : 127};
   return call;
 }
 
@@ -349,7 +371,8 @@ void RegisterQuantOps(Registry& registry) {
     s.max_inputs = 3;
     s.infer = [quantize](InferContext& ctx) { return InferQuantizeLinear(ctx, quantize); };
     s.lower = [quantize](const Node& node) -> absl::StatusOr<KernelCall> {
-      auto block = AxisBlock(node, StaticDims(node.input(0)), Product(StaticDims(node.input(1)), 0, node.input(1)->type().shape.size()));
+      auto block = AxisBlock(node, StaticDims(node.input(0)),
+                             Product(StaticDims(node.input(1)), 0, node.input(1)->type().shape.size()));
       if (!block.ok()) return block.status();
       return KernelCall{quantize ? "quantize_linear" : "dequantize_linear", PassInputs(node, 3), *block, {}};
     };
@@ -396,7 +419,8 @@ void RegisterQuantOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"qmatmul", PassInputs(node, 4), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
+      KernelCall call{
+          "qmatmul", PassInputs(node, 4), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
       call.ints.push_back(kSumInt32);
       return call;
     };
@@ -462,7 +486,8 @@ void RegisterQuantOps(Registry& registry) {
         if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
             (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
           return NodeError(ctx.node, absl::StrCat(i == 2 ? "x" : "w", "_zero_point must be a scalar",
-                                                  i == 2 ? "" : absl::StrCat(" or have ", per, " elements"), ", of the operand's type"));
+                                                  i == 2 ? "" : absl::StrCat(" or have ", per, " elements"),
+                                                  ", of the operand's type"));
         }
       }
       return absl::OkStatus();
@@ -494,8 +519,8 @@ void RegisterQuantOps(Registry& registry) {
     s.lower = [](const Node& node) {
       // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
       return LowerIntegerConv(node,
-                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
-                               Input(node, 6), Input(node, 7), Input(node, 8)},
+                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
+                               Input(node, 4), Input(node, 6), Input(node, 7), Input(node, 8)},
                               kRequantize);
     };
     s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
@@ -522,8 +547,8 @@ void RegisterQuantOps(Registry& registry) {
     s.lower = [](const Node& node) {
       // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
       return LowerIntegerConv(node,
-                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4),
-                               KernelOperand{}, KernelOperand{}, Input(node, 6)},
+                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
+                               Input(node, 4), KernelOperand{}, KernelOperand{}, Input(node, 6)},
                               kToFloat);
     };
     s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };

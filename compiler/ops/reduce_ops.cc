@@ -11,16 +11,21 @@ struct ReduceDef {
 };
 
 constexpr ReduceDef kReduceOps[] = {
-    {"ReduceSum", KILN_REDUCE_SUM},          {"ReduceMean", KILN_REDUCE_MEAN},
-    {"ReduceMax", KILN_REDUCE_MAX},          {"ReduceMin", KILN_REDUCE_MIN},
-    {"ReduceProd", KILN_REDUCE_PROD},        {"ReduceL1", KILN_REDUCE_L1},
-    {"ReduceL2", KILN_REDUCE_L2},            {"ReduceLogSum", KILN_REDUCE_LOG_SUM},
-    {"ReduceLogSumExp", KILN_REDUCE_LOG_SUM_EXP}, {"ReduceSumSquare", KILN_REDUCE_SUM_SQUARE},
+    {"ReduceSum", KILN_REDUCE_SUM},
+    {"ReduceMean", KILN_REDUCE_MEAN},
+    {"ReduceMax", KILN_REDUCE_MAX},
+    {"ReduceMin", KILN_REDUCE_MIN},
+    {"ReduceProd", KILN_REDUCE_PROD},
+    {"ReduceL1", KILN_REDUCE_L1},
+    {"ReduceL2", KILN_REDUCE_L2},
+    {"ReduceLogSum", KILN_REDUCE_LOG_SUM},
+    {"ReduceLogSumExp", KILN_REDUCE_LOG_SUM_EXP},
+    {"ReduceSumSquare", KILN_REDUCE_SUM_SQUARE},
 };
 
 // The reduced-axes mask for a Reduce* node, from the attribute or the axes input.
-absl::StatusOr<int64_t> ReduceMask(const Node& node, const std::vector<const Tensor*>& constants,
-                                   bool has_axes_input, int64_t rank) {
+absl::StatusOr<int64_t> ReduceMask(const Node& node, const std::vector<const Tensor*>& constants, bool has_axes_input,
+                                   int64_t rank) {
   std::vector<int64_t> axes;
   if (node.has_attr("axes")) {
     axes = node.GetInts("axes");
@@ -84,7 +89,8 @@ void RegisterReduceOps(Registry& registry) {
     s.name = name;
     const int code = std::string(name) == "GlobalMaxPool" ? KILN_REDUCE_MAX : KILN_REDUCE_MEAN;
     s.infer = [](InferContext& ctx) -> absl::Status {
-      if (!ctx.type(0).has_shape || ctx.type(0).shape.size() < 3) return NodeError(ctx.node, "input must have rank 3 or more");
+      if (!ctx.type(0).has_shape || ctx.type(0).shape.size() < 3)
+        return NodeError(ctx.node, "input must have rank 3 or more");
       std::vector<Dim> out = ctx.type(0).shape;
       for (size_t i = 2; i < out.size(); ++i) out[i] = Dim::Known(1);
       ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
@@ -106,7 +112,8 @@ void RegisterReduceOps(Registry& registry) {
       const auto& in = ctx.type(0).shape;
       auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(in.size()));
       if (!axis.ok()) return axis.status();
-      ctx.output_types[0] = WithShape(DType::kInt64, ReducedShape(in, int64_t{1} << *axis, ctx.node.GetInt("keepdims", 1) != 0));
+      ctx.output_types[0] =
+          WithShape(DType::kInt64, ReducedShape(in, int64_t{1} << *axis, ctx.node.GetInt("keepdims", 1) != 0));
       return absl::OkStatus();
     };
     s.lower = [is_min](const Node& node) -> absl::StatusOr<KernelCall> {

@@ -23,8 +23,7 @@ void Registry::Add(OpSchema schema) {
   Table()[name] = std::move(schema);
 }
 
-absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank,
-                                      const char* what) {
+absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank, const char* what) {
   if (axis < -rank || axis >= rank) {
     return NodeError(node, absl::StrCat(what, " ", axis, " is out of range for rank ", rank));
   }
@@ -38,11 +37,26 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::ve
   for (size_t i = 0; i < rank; ++i) {
     const Dim* da = i + a.size() >= rank ? &a[i + a.size() - rank] : nullptr;
     const Dim* db = i + b.size() >= rank ? &b[i + b.size() - rank] : nullptr;
-    if (da == nullptr) { out[i] = *db; continue; }
-    if (db == nullptr) { out[i] = *da; continue; }
-    if (*da == *db) { out[i] = *da; continue; }
-    if (da->known() && da->size == 1) { out[i] = *db; continue; }
-    if (db->known() && db->size == 1) { out[i] = *da; continue; }
+    if (da == nullptr) {
+      out[i] = *db;
+      continue;
+    }
+    if (db == nullptr) {
+      out[i] = *da;
+      continue;
+    }
+    if (*da == *db) {
+      out[i] = *da;
+      continue;
+    }
+    if (da->known() && da->size == 1) {
+      out[i] = *db;
+      continue;
+    }
+    if (db->known() && db->size == 1) {
+      out[i] = *da;
+      continue;
+    }
     if (!da->known() || !db->known()) {  // symbolic vs. other: assume the known one wins
       out[i] = da->known() ? *da : *db;
       continue;
@@ -52,8 +66,8 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::ve
       for (const Dim& d : s) parts.push_back(d.known() ? std::to_string(d.size) : d.symbol);
       return "[" + absl::StrJoin(parts, ",") + "]";
     };
-    return NodeError(node, absl::StrCat("shapes ", text(a), " and ", text(b),
-                                        " cannot be broadcast (dimension ", i, ")"));
+    return NodeError(node,
+                     absl::StrCat("shapes ", text(a), " and ", text(b), " cannot be broadcast (dimension ", i, ")"));
   }
   return out;
 }
@@ -139,9 +153,8 @@ std::vector<Dim> KnownDims(const std::vector<int64_t>& dims) {
   return out;
 }
 
-absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx,
-                                                        const char* attr, size_t input,
-                                                        bool* present) {
+absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx, const char* attr, size_t input,
+                                                         bool* present) {
   if (ctx.node.has_attr(attr)) {
     *present = true;
     return ctx.node.GetInts(attr);
@@ -176,8 +189,7 @@ void EnsureRegistered() {
 
 // Evaluates `value` at compile time if everything it depends on is known: constants,
 // and ops that need only static input types (Shape, Size). Returns null if it cannot.
-std::shared_ptr<const Tensor> TryEvaluate(Value* value,
-                                          std::unordered_map<Value*, std::shared_ptr<const Tensor>>& memo,
+std::shared_ptr<const Tensor> TryEvaluate(Value* value, std::unordered_map<Value*, std::shared_ptr<const Tensor>>& memo,
                                           int depth) {
   if (value == nullptr) return nullptr;
   if (value->is_constant()) return value->constant();
@@ -243,13 +255,13 @@ absl::Status InferTypes(Graph& graph) {
   for (Node* node : graph.nodes()) {
     const OpSchema* schema = FindOp(node->op());
     if (schema == nullptr) {
-      return absl::UnimplementedError(absl::StrCat(NodeLabel(*node), ": op '", node->op(),
-                                                   "' is not supported by Kiln"));
+      return absl::UnimplementedError(
+          absl::StrCat(NodeLabel(*node), ": op '", node->op(), "' is not supported by Kiln"));
     }
     const int n = static_cast<int>(node->inputs().size());
     if (n < schema->min_inputs || n > schema->max_inputs) {
-      return ops::NodeError(*node, absl::StrCat("has ", n, " inputs; expected ",
-                                                schema->min_inputs, " to ", schema->max_inputs));
+      return ops::NodeError(
+          *node, absl::StrCat("has ", n, " inputs; expected ", schema->min_inputs, " to ", schema->max_inputs));
     }
     // Shape-deciding inputs computed from other values become constants now.
     for (int i = 0; i < n; ++i) {

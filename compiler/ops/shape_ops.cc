@@ -11,8 +11,7 @@ namespace kiln::ops {
 namespace {
 
 // A strided view copy: the lowering of Transpose, Slice, Expand and the depth/space ops.
-KernelCall StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
-                       int64_t offset) {
+KernelCall StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, int64_t offset) {
   KernelCall call{"strided_copy", {KernelOperand{0, nullptr}}, {}, {}};
   call.ints.push_back(static_cast<int64_t>(dims.size()));
   call.ints.push_back(offset);
@@ -42,8 +41,7 @@ struct SliceParams {
 };
 
 absl::StatusOr<SliceParams> ComputeSlice(const Node& node, const std::vector<int64_t>& in_dims,
-                                         const std::vector<int64_t>& starts,
-                                         const std::vector<int64_t>& ends,
+                                         const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
                                          std::vector<int64_t> axes, std::vector<int64_t> steps) {
   const int64_t rank = static_cast<int64_t>(in_dims.size());
   if (axes.empty()) {
@@ -81,8 +79,7 @@ absl::StatusOr<SliceParams> ComputeSlice(const Node& node, const std::vector<int
 absl::StatusOr<SliceParams> SliceFromNode(const Node& node, const std::vector<int64_t>& in_dims,
                                           const std::vector<const Tensor*>& constants) {
   if (node.opset() < 10) {
-    return ComputeSlice(node, in_dims, node.GetInts("starts"), node.GetInts("ends"),
-                        node.GetInts("axes"), {});
+    return ComputeSlice(node, in_dims, node.GetInts("starts"), node.GetInts("ends"), node.GetInts("axes"), {});
   }
   for (size_t i = 1; i < 3; ++i) {
     if (constants[i] == nullptr) return NodeError(node, "starts and ends must be compile-time constants");
@@ -90,8 +87,7 @@ absl::StatusOr<SliceParams> SliceFromNode(const Node& node, const std::vector<in
   auto optional = [&](size_t i) -> std::vector<int64_t> {
     return i < constants.size() && constants[i] ? ToInts(*constants[i]) : std::vector<int64_t>{};
   };
-  return ComputeSlice(node, in_dims, ToInts(*constants[1]), ToInts(*constants[2]), optional(3),
-                      optional(4));
+  return ComputeSlice(node, in_dims, ToInts(*constants[1]), ToInts(*constants[2]), optional(3), optional(4));
 }
 
 absl::StatusOr<std::vector<int64_t>> ReshapeTarget(const Node& node, const std::vector<int64_t>& in_dims,
@@ -115,13 +111,12 @@ absl::StatusOr<std::vector<int64_t>> ReshapeTarget(const Node& node, const std::
   const int64_t total = NumElements(in_dims);
   if (infer_at >= 0) {
     if (known == 0 || total % known != 0) {
-      return NodeError(node, absl::StrCat("cannot reshape ", total, " elements into [",
-                                          absl::StrJoin(shape, ","), "]"));
+      return NodeError(node,
+                       absl::StrCat("cannot reshape ", total, " elements into [", absl::StrJoin(shape, ","), "]"));
     }
     shape[infer_at] = total / known;
   } else if (known != total) {
-    return NodeError(node, absl::StrCat("cannot reshape ", total, " elements into [",
-                                        absl::StrJoin(shape, ","), "]"));
+    return NodeError(node, absl::StrCat("cannot reshape ", total, " elements into [", absl::StrJoin(shape, ","), "]"));
   }
   return shape;
 }
@@ -213,7 +208,9 @@ void RegisterShapeOps(Registry& registry) {
         // Flatten's axis ranges over [-rank, rank]; a negative one counts from rank.
         int64_t flat_axis = ctx.node.GetInt("axis", 1);
         if (flat_axis < 0) flat_axis += rank;
-        if (flat_axis < 0 || flat_axis > rank) return NodeError(ctx.node, absl::StrCat("axis ", ctx.node.GetInt("axis", 1), " is out of range for rank ", rank));
+        if (flat_axis < 0 || flat_axis > rank)
+          return NodeError(ctx.node,
+                           absl::StrCat("axis ", ctx.node.GetInt("axis", 1), " is out of range for rank ", rank));
         const int64_t* axis = &flat_axis;
         if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
         int64_t outer = 1, inner = 1;
@@ -347,10 +344,12 @@ void RegisterShapeOps(Registry& registry) {
       if (!axis.ok()) return axis.status();
       for (size_t i = 1; i < ctx.input_types.size(); ++i) {
         std::vector<int64_t> d = ctx.type(i).StaticDims();
-        if (d.size() != out.size()) return NodeError(ctx.node, absl::StrCat("input ", i, " has rank ", d.size(), ", input 0 has ", out.size()));
+        if (d.size() != out.size())
+          return NodeError(ctx.node, absl::StrCat("input ", i, " has rank ", d.size(), ", input 0 has ", out.size()));
         for (size_t k = 0; k < d.size(); ++k) {
           if (static_cast<int64_t>(k) != *axis && d[k] != out[k]) {
-            return NodeError(ctx.node, absl::StrCat("input ", i, " dimension ", k, " is ", d[k], ", input 0 has ", out[k]));
+            return NodeError(ctx.node,
+                             absl::StrCat("input ", i, " dimension ", k, " is ", d[k], ", input 0 has ", out[k]));
           }
         }
         out[*axis] += d[*axis];
@@ -379,13 +378,15 @@ void RegisterShapeOps(Registry& registry) {
       const int64_t n = static_cast<int64_t>(ctx.output_types.size());
       std::vector<int64_t> sizes = *split;
       if (!present || sizes.empty()) {
-        if (in[*axis] % n != 0) return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split evenly into ", n));
+        if (in[*axis] % n != 0)
+          return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split evenly into ", n));
         sizes.assign(n, in[*axis] / n);
       }
       int64_t total = 0;
       for (int64_t v : sizes) total += v;
       if (static_cast<int64_t>(sizes.size()) != n || total != in[*axis]) {
-        return NodeError(ctx.node, absl::StrCat("split sizes [", absl::StrJoin(sizes, ","), "] do not cover axis size ", in[*axis], " in ", n, " outputs"));
+        return NodeError(ctx.node, absl::StrCat("split sizes [", absl::StrJoin(sizes, ","), "] do not cover axis size ",
+                                                in[*axis], " in ", n, " outputs"));
       }
       for (int64_t i = 0; i < n; ++i) {
         std::vector<int64_t> d = in;
@@ -442,7 +443,8 @@ void RegisterShapeOps(Registry& registry) {
       std::vector<int64_t> data = ctx.type(0).StaticDims(), idx = ctx.type(1).StaticDims();
       const int64_t batch_dims = ctx.node.GetInt("batch_dims", 0);
       const int64_t depth = idx.back();
-      if (batch_dims + depth > static_cast<int64_t>(data.size())) return NodeError(ctx.node, "index depth exceeds data rank");
+      if (batch_dims + depth > static_cast<int64_t>(data.size()))
+        return NodeError(ctx.node, "index depth exceeds data rank");
       std::vector<int64_t> out(idx.begin(), idx.end() - 1);
       for (size_t i = batch_dims + depth; i < data.size(); ++i) out.push_back(data[i]);
       ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
@@ -509,7 +511,8 @@ void RegisterShapeOps(Registry& registry) {
       if (node.opset() < 11) {
         pads = node.GetInts("pads");
       } else {
-        if (constants.size() < 2 || constants[1] == nullptr) return NodeError(node, "pads must be a compile-time constant");
+        if (constants.size() < 2 || constants[1] == nullptr)
+          return NodeError(node, "pads must be a compile-time constant");
         pads = ToInts(*constants[1]);
       }
       if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
@@ -543,15 +546,18 @@ void RegisterShapeOps(Registry& registry) {
       if (!pads.ok()) return pads.status();
       std::string mode = node.GetString("mode", "constant");
       int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
-      if (mode != "constant" && mode != "reflect" && mode != "edge") return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
+      if (mode != "constant" && mode != "reflect" && mode != "edge")
+        return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
       KernelCall call{"pad", PassInputs(node, 1), {code}, {}};
       call.ints.insert(call.ints.end(), pads->begin(), pads->begin() + rank);
       call.inputs.push_back(KernelOperand{});
       if (node.opset() < 11) {
         auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
         double v = node.GetFloat("value", 0.0);
-        if (value->dtype() == DType::kFloat32) value->data_as<float>()[0] = static_cast<float>(v);
-        else if (value->dtype() == DType::kFloat64) value->data_as<double>()[0] = v;
+        if (value->dtype() == DType::kFloat32)
+          value->data_as<float>()[0] = static_cast<float>(v);
+        else if (value->dtype() == DType::kFloat64)
+          value->data_as<double>()[0] = v;
         call.inputs.push_back(KernelOperand{-1, value});
       } else {
         call.inputs.push_back(node.input(2) ? KernelOperand{2, nullptr} : KernelOperand{});
@@ -585,7 +591,8 @@ void RegisterShapeOps(Registry& registry) {
         const int64_t c = C / (b * b);
         const bool crd = node.GetString("mode", "DCR") == "CRD";
         // Input seen as [N, b, b, c, H, W] (DCR) or [N, c, b, b, H, W] (CRD).
-        std::vector<int64_t> view = crd ? std::vector<int64_t>{N, c, b, b, H, W} : std::vector<int64_t>{N, b, b, c, H, W};
+        std::vector<int64_t> view =
+            crd ? std::vector<int64_t>{N, c, b, b, H, W} : std::vector<int64_t>{N, b, b, c, H, W};
         std::vector<int64_t> st = ContiguousStrides(view);
         std::vector<int64_t> strides = crd ? std::vector<int64_t>{st[0], st[1], st[4], st[2], st[5], st[3]}
                                            : std::vector<int64_t>{st[0], st[3], st[4], st[1], st[5], st[2]};
@@ -691,8 +698,8 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       int64_t axis = node.input(1)->constant()->GetAsInt64(0);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"cumsum", PassInputs(node, 1),
-                        {axis, node.GetInt("exclusive", 0), node.GetInt("reverse", 0)}, {}};
+      return KernelCall{
+          "cumsum", PassInputs(node, 1), {axis, node.GetInt("exclusive", 0), node.GetInt("reverse", 0)}, {}};
     };
     registry.Add(std::move(s));
   }

@@ -42,11 +42,13 @@ class FoldBatchNorm : public Pass {
       }
       Node* conv = x->producer();
       if (conv != nullptr && conv->op() == "Conv" && graph.Users(x).size() == 1 && !graph.IsGraphOutput(x) &&
-          conv->input(1)->is_constant() && (conv->inputs().size() < 3 || conv->input(2) == nullptr || conv->input(2)->is_constant()) &&
+          conv->input(1)->is_constant() &&
+          (conv->inputs().size() < 3 || conv->input(2) == nullptr || conv->input(2)->is_constant()) &&
           !conv->has_attr("kiln.activation")) {
         FoldIntoConv(graph, conv, bn, k, shift);
       } else if (conv != nullptr && conv->op() == "Gemm" && x->type().shape.size() == 2 && graph.Users(x).size() == 1 &&
-                 !graph.IsGraphOutput(x) && conv->input(1)->is_constant() && conv->input(1)->type().dtype == DType::kFloat32 &&
+                 !graph.IsGraphOutput(x) && conv->input(1)->is_constant() &&
+                 conv->input(1)->type().dtype == DType::kFloat32 &&
                  (conv->inputs().size() < 3 || conv->input(2) == nullptr || conv->input(2)->is_constant()) &&
                  !conv->has_attr("kiln.activation")) {
         FoldIntoGemm(graph, conv, bn, k, shift);
@@ -59,14 +61,16 @@ class FoldBatchNorm : public Pass {
   }
 
  private:
-  void FoldIntoConv(Graph& graph, Node* conv, Node* bn, const std::vector<double>& k, const std::vector<double>& shift) {
+  void FoldIntoConv(Graph& graph, Node* conv, Node* bn, const std::vector<double>& k,
+                    const std::vector<double>& shift) {
     const Tensor& w = *conv->input(1)->constant();
     const int64_t out_channels = w.dims()[0];
     const int64_t per_channel = w.num_elements() / out_channels;
     auto new_w = std::make_shared<Tensor>(DType::kFloat32, w.dims());
     for (int64_t o = 0; o < out_channels; ++o) {
       for (int64_t i = 0; i < per_channel; ++i) {
-        new_w->data_as<float>()[o * per_channel + i] = static_cast<float>(w.data_as<float>()[o * per_channel + i] * k[o]);
+        new_w->data_as<float>()[o * per_channel + i] =
+            static_cast<float>(w.data_as<float>()[o * per_channel + i] * k[o]);
       }
     }
     auto new_b = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{out_channels});
@@ -77,13 +81,15 @@ class FoldBatchNorm : public Pass {
     }
     Value* w_value = graph.AddConstant(graph.UniqueName(conv->input(1)->name() + ".bn"), new_w);
     Value* b_value = graph.AddConstant(graph.UniqueName(conv->name() + ".bias.bn"), new_b);
-    Node* fused = graph.InsertNodeBefore(bn, "Conv", conv->name(), {conv->input(0), w_value, b_value}, {graph.UniqueName(bn->output(0)->name() + ".conv")}, conv->opset());
+    Node* fused = graph.InsertNodeBefore(bn, "Conv", conv->name(), {conv->input(0), w_value, b_value},
+                                         {graph.UniqueName(bn->output(0)->name() + ".conv")}, conv->opset());
     fused->mutable_attrs() = conv->attrs();
     TakeOver(graph, bn, fused);
     graph.RemoveNode(conv);
   }
 
-  void FoldIntoGemm(Graph& graph, Node* gemm, Node* bn, const std::vector<double>& k, const std::vector<double>& shift) {
+  void FoldIntoGemm(Graph& graph, Node* gemm, Node* bn, const std::vector<double>& k,
+                    const std::vector<double>& shift) {
     const Tensor& b = *gemm->input(1)->constant();
     const bool trans_b = gemm->GetInt("transB", 0) != 0;
     const int64_t rows = b.dims()[0], cols = b.dims()[1];
@@ -97,7 +103,8 @@ class FoldBatchNorm : public Pass {
     // C' = beta·C·k + shift, as [M, N] when C was a full matrix, else as [N].
     const std::vector<int64_t> out_dims = gemm->output(0)->type().StaticDims();
     const Value* old_c = gemm->inputs().size() > 2 ? gemm->input(2) : nullptr;
-    const bool full = old_c != nullptr && NumElements(old_c->type().StaticDims()) == out_dims[0] * out_dims[1] && out_dims[0] > 1;
+    const bool full =
+        old_c != nullptr && NumElements(old_c->type().StaticDims()) == out_dims[0] * out_dims[1] && out_dims[0] > 1;
     const int64_t m = full ? out_dims[0] : 1, n_cols = out_dims[1];
     auto new_c = std::make_shared<Tensor>(DType::kFloat32, full ? out_dims : std::vector<int64_t>{n_cols});
     const double beta = gemm->GetFloat("beta", 1.0);
@@ -123,7 +130,8 @@ class FoldBatchNorm : public Pass {
     }
     Value* b_value = graph.AddConstant(graph.UniqueName(gemm->input(1)->name() + ".bn"), new_b);
     Value* c_value = graph.AddConstant(graph.UniqueName(gemm->name() + ".bias.bn"), new_c);
-    Node* fused = graph.InsertNodeBefore(bn, "Gemm", gemm->name(), {gemm->input(0), b_value, c_value}, {graph.UniqueName(bn->output(0)->name() + ".gemm")}, gemm->opset());
+    Node* fused = graph.InsertNodeBefore(bn, "Gemm", gemm->name(), {gemm->input(0), b_value, c_value},
+                                         {graph.UniqueName(bn->output(0)->name() + ".gemm")}, gemm->opset());
     fused->mutable_attrs() = gemm->attrs();
     fused->mutable_attrs()["beta"] = 1.0;
     TakeOver(graph, bn, fused);
@@ -142,9 +150,11 @@ class FoldBatchNorm : public Pass {
     }
     Value* scale_value = graph.AddConstant(graph.UniqueName(bn->name() + ".scale"), scale);
     Value* offset_value = graph.AddConstant(graph.UniqueName(bn->name() + ".offset"), offset);
-    Node* mul = graph.InsertNodeBefore(bn, "Mul", bn->name() + ".mul", {bn->input(0), scale_value}, {graph.UniqueName(bn->output(0)->name() + ".scaled")}, bn->opset());
+    Node* mul = graph.InsertNodeBefore(bn, "Mul", bn->name() + ".mul", {bn->input(0), scale_value},
+                                       {graph.UniqueName(bn->output(0)->name() + ".scaled")}, bn->opset());
     mul->output(0)->set_type(bn->input(0)->type());
-    Node* add = graph.InsertNodeBefore(bn, "Add", bn->name(), {mul->output(0), offset_value}, {graph.UniqueName(bn->output(0)->name() + ".shifted")}, bn->opset());
+    Node* add = graph.InsertNodeBefore(bn, "Add", bn->name(), {mul->output(0), offset_value},
+                                       {graph.UniqueName(bn->output(0)->name() + ".shifted")}, bn->opset());
     TakeOver(graph, bn, add);
   }
 
@@ -157,6 +167,7 @@ class FoldBatchNorm : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(FoldBatchNorm, "fold-batchnorm", "fold inference BatchNormalization into Conv/Gemm weights or a multiply-add")
+KILN_REGISTER_PASS(FoldBatchNorm, "fold-batchnorm",
+                   "fold inference BatchNormalization into Conv/Gemm weights or a multiply-add")
 
 }  // namespace kiln

@@ -42,8 +42,10 @@ class FoldConstants : public Pass {
       if (!foldable) continue;
       int64_t output_bytes = 0;
       for (const Value* out : node->outputs()) {
-        if (!out->type().IsStatic()) foldable = false;
-        else output_bytes += NumElements(out->type().StaticDims()) * DTypeSize(out->type().dtype);
+        if (!out->type().IsStatic())
+          foldable = false;
+        else
+          output_bytes += NumElements(out->type().StaticDims()) * DTypeSize(out->type().dtype);
       }
       if (!foldable || (output_bytes > kSmallResultBytes && output_bytes > input_bytes)) continue;
       absl::StatusOr<std::vector<Tensor>> results = EvaluateNode(*node, args);

@@ -38,7 +38,8 @@ int64_t Elements(const Value* v) { return v->constant()->num_elements(); }
 Node* DequantizedBy(const Value* v) {
   if (v == nullptr) return nullptr;
   Node* dq = v->producer();
-  if (dq == nullptr || dq->op() != "DequantizeLinear" || !IsConstantOrAbsent(dq->input(2)) || !dq->input(1)->is_constant()) {
+  if (dq == nullptr || dq->op() != "DequantizeLinear" || !IsConstantOrAbsent(dq->input(2)) ||
+      !dq->input(1)->is_constant()) {
     return nullptr;
   }
   const DType t = dq->input(0)->type().dtype;
@@ -64,7 +65,8 @@ class FoldQdq : public Pass {
       if (kiln_attr || node->inputs().size() > (node->op() == "Conv" ? 3u : 2u)) continue;
       Node* x_dq = DequantizedBy(node->input(0));
       Node* w_dq = DequantizedBy(node->input(1));
-      if (x_dq == nullptr || w_dq == nullptr || !w_dq->input(0)->is_constant() || Elements(x_dq->input(1)) != 1) continue;
+      if (x_dq == nullptr || w_dq == nullptr || !w_dq->input(0)->is_constant() || Elements(x_dq->input(1)) != 1)
+        continue;
       // The result, through at most one Relu (Conv only), into a QuantizeLinear.
       Node* user = SoleUser(graph, node->output(0));
       Node* relu = nullptr;
@@ -72,8 +74,9 @@ class FoldQdq : public Pass {
         relu = user;
         user = SoleUser(graph, relu->output(0));
       }
-      const bool quantized_result = user != nullptr && user->op() == "QuantizeLinear" && user->input(1)->is_constant() &&
-                                    IsConstantOrAbsent(user->input(2)) && Elements(user->input(1)) == 1;
+      const bool quantized_result = user != nullptr && user->op() == "QuantizeLinear" &&
+                                    user->input(1)->is_constant() && IsConstantOrAbsent(user->input(2)) &&
+                                    Elements(user->input(1)) == 1;
       if (!WeightScaleFits(node, w_dq)) continue;
       if (!quantized_result) {
         // The result stays f32 (an Add, a pool or a graph output reads it): the op still
@@ -97,7 +100,8 @@ class FoldQdq : public Pass {
         changed = true;
         continue;
       }
-      Node* fused = node->op() == "Conv" ? FoldConv(graph, node, x_dq, w_dq, user) : FoldMatMul(graph, node, x_dq, w_dq, user);
+      Node* fused =
+          node->op() == "Conv" ? FoldConv(graph, node, x_dq, w_dq, user) : FoldMatMul(graph, node, x_dq, w_dq, user);
       if (fused == nullptr) continue;
       if (relu != nullptr) fused->mutable_attrs()["kiln.relu"] = int64_t{1};
       graph.TakeOver(user->output(0), fused->output(0));
@@ -160,13 +164,14 @@ class FoldQdq : public Pass {
   // A Conv's bias as f32 values: a constant, or the DequantizeLinear of a constant (as QDQ
   // models store an int32 bias); null otherwise.
   static std::shared_ptr<const Tensor> FloatBias(const Value* b, int64_t out_channels) {
-    if (b->type().dtype != DType::kFloat32 || !b->type().IsStatic() || b->type().StaticDims() != std::vector<int64_t>{out_channels}) {
+    if (b->type().dtype != DType::kFloat32 || !b->type().IsStatic() ||
+        b->type().StaticDims() != std::vector<int64_t>{out_channels}) {
       return nullptr;
     }
     if (b->is_constant()) return b->constant();
     const Node* dq = b->producer();
-    if (dq == nullptr || dq->op() != "DequantizeLinear" || !dq->input(0)->is_constant() || !dq->input(1)->is_constant() ||
-        !IsConstantOrAbsent(dq->input(2))) {
+    if (dq == nullptr || dq->op() != "DequantizeLinear" || !dq->input(0)->is_constant() ||
+        !dq->input(1)->is_constant() || !IsConstantOrAbsent(dq->input(2))) {
       return nullptr;
     }
     const Tensor* q = dq->input(0)->constant().get();
@@ -175,8 +180,8 @@ class FoldQdq : public Pass {
     auto values = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{out_channels});
     for (int64_t oc = 0; oc < out_channels; ++oc) {
       const int64_t zero = z != nullptr ? z->GetAsInt64(z->num_elements() > 1 ? oc : 0) : 0;
-      values->data_as<float>()[oc] =
-          static_cast<float>(q->GetAsInt64(oc) - zero) * static_cast<float>(s->GetAsDouble(s->num_elements() > 1 ? oc : 0));
+      values->data_as<float>()[oc] = static_cast<float>(q->GetAsInt64(oc) - zero) *
+                                     static_cast<float>(s->GetAsDouble(s->num_elements() > 1 ? oc : 0));
     }
     return values;
   }
@@ -187,7 +192,8 @@ class FoldQdq : public Pass {
     if (conv->input(2) != nullptr) {
       std::shared_ptr<const Tensor> b = FloatBias(conv->input(2), out_channels);
       if (b == nullptr) return nullptr;
-      inputs.push_back(conv->input(2)->is_constant() ? conv->input(2) : graph.AddConstant(graph.UniqueName(conv->name() + ".bias"), b));
+      inputs.push_back(conv->input(2)->is_constant() ? conv->input(2)
+                                                     : graph.AddConstant(graph.UniqueName(conv->name() + ".bias"), b));
     }
     return InsertConv(graph, conv, "kiln.QLinearConvToFloat", inputs, conv->output(0));
   }
@@ -195,8 +201,8 @@ class FoldQdq : public Pass {
   // The integer op's first six inputs: X (A), its scale and zero point, W (B), its scale
   // and zero point (explicit zeros, named <node>.<x>_zero_point, where the
   // DequantizeLinear has none).
-  static std::vector<Value*> QuantizedOperands(Graph& graph, const Node* node, Node* x_dq, Node* w_dq, const char* x = "x",
-                                               const char* w = "w") {
+  static std::vector<Value*> QuantizedOperands(Graph& graph, const Node* node, Node* x_dq, Node* w_dq,
+                                               const char* x = "x", const char* w = "w") {
     return {x_dq->input(0),
             x_dq->input(1),
             ZeroPoint(graph, x_dq, x_dq->input(0)->type().dtype, absl::StrCat(node->name(), ".", x, "_zero_point")),
@@ -206,8 +212,10 @@ class FoldQdq : public Pass {
   }
 
   // The integer conv `op` before `conv`, with its window attributes, typed as `like`.
-  static Node* InsertConv(Graph& graph, Node* conv, const std::string& op, const std::vector<Value*>& inputs, const Value* like) {
-    Node* fused = graph.InsertNodeBefore(conv, op, conv->name(), inputs, {graph.UniqueName(like->name() + ".int8")}, conv->opset());
+  static Node* InsertConv(Graph& graph, Node* conv, const std::string& op, const std::vector<Value*>& inputs,
+                          const Value* like) {
+    Node* fused = graph.InsertNodeBefore(conv, op, conv->name(), inputs, {graph.UniqueName(like->name() + ".int8")},
+                                         conv->opset());
     for (const char* key : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}) {
       auto it = conv->attrs().find(key);
       if (it != conv->attrs().end()) fused->mutable_attrs()[key] = it->second;
@@ -227,7 +235,8 @@ class FoldQdq : public Pass {
     if (add != nullptr && add->op() == "Add" && add->output(0)->type() == matmul->output(0)->type()) {
       const Value* other = add->input(0) == matmul->output(0) ? add->input(1) : add->input(0);
       if (other != matmul->output(0) && other->is_constant() && other->type().dtype == DType::kFloat32 &&
-          other->constant()->num_elements() == n && !other->type().shape.empty() && other->type().shape.back().size == n) {
+          other->constant()->num_elements() == n && !other->type().shape.empty() &&
+          other->type().shape.back().size == n) {
         bias = other;
       }
     }

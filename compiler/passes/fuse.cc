@@ -204,7 +204,8 @@ class Fuse : public Pass {
     Node* mul = m->producer();
     if (mul == nullptr || mul->op() != "Mul" || mul->inputs().size() != 2 || SoleUser(graph, m) != conv) return false;
     const TensorType& type = m->type();
-    if (!type.IsStatic() || type.dtype != DType::kFloat32 || type.shape.size() != 4 || conv->GetInt("group", 1) != 1) return false;
+    if (!type.IsStatic() || type.dtype != DType::kFloat32 || type.shape.size() != 4 || conv->GetInt("group", 1) != 1)
+      return false;
     const Value* w = conv->input(1);
     if (!w->type().IsStatic()) return false;
     const std::vector<int64_t> wd = w->type().StaticDims(), dims = type.StaticDims();
@@ -212,12 +213,15 @@ class Fuse : public Pass {
     for (int64_t v : conv->GetInts("pads", {})) {
       if (v != 0) return false;
     }
-    if (conv->GetString("auto_pad", "NOTSET") != "NOTSET" && conv->GetString("auto_pad", "NOTSET") != "VALID") return false;
+    if (conv->GetString("auto_pad", "NOTSET") != "NOTSET" && conv->GetString("auto_pad", "NOTSET") != "VALID")
+      return false;
     // Which operand is the tensor (the Mul's own shape) and which the per-channel scale.
     for (int side = 0; side < 2; ++side) {
       Value* x = mul->input(side);
       Value* scale = mul->input(1 - side);
-      if (x == nullptr || scale == nullptr || !x->type().IsStatic() || x->type().StaticDims() != dims || x->type().dtype != type.dtype) continue;
+      if (x == nullptr || scale == nullptr || !x->type().IsStatic() || x->type().StaticDims() != dims ||
+          x->type().dtype != type.dtype)
+        continue;
       if (!scale->type().IsStatic() || scale->type().dtype != type.dtype) continue;
       const std::vector<int64_t> sd = scale->type().StaticDims();
       if (sd.size() != 4 || (sd[0] != 1 && sd[0] != dims[0]) || sd[1] != dims[1] || sd[2] != 1 || sd[3] != 1) continue;
@@ -245,7 +249,8 @@ class Fuse : public Pass {
   }
   // A ReduceMean over the last axis only, keeping it, of an f32 tensor with static shape.
   static bool IsLastAxisMean(const Node* node) {
-    if (node == nullptr || node->op() != "ReduceMean" || node->inputs().size() != 1 || node->GetInt("keepdims", 1) != 1) return false;
+    if (node == nullptr || node->op() != "ReduceMean" || node->inputs().size() != 1 || node->GetInt("keepdims", 1) != 1)
+      return false;
     const TensorType& type = node->input(0)->type();
     if (!type.IsStatic() || type.dtype != DType::kFloat32 || type.shape.empty()) return false;
     const std::vector<int64_t> axes = node->GetInts("axes");
@@ -298,17 +303,21 @@ class Fuse : public Pass {
     const std::optional<double> eps = ScalarConstant(add_eps->input(eps_side));
     if (add_eps->input(1 - eps_side) != var->output(0) || !eps.has_value() || *eps < 0) return false;
     Node* sqrt = SoleUser(graph, add_eps->output(0));
-    if (sqrt == nullptr || sqrt->op() != "Sqrt" || SoleUser(graph, sqrt->output(0)) != div || div->input(1) != sqrt->output(0)) return false;
+    if (sqrt == nullptr || sqrt->op() != "Sqrt" || SoleUser(graph, sqrt->output(0)) != div ||
+        div->input(1) != sqrt->output(0))
+      return false;
     // Optional affine tail: * gamma, + beta (constants over the last axis).
     std::vector<Node*> fused = {mean, sub, square, var, add_eps, sqrt, div};
     Value* gamma = nullptr;
     Value* beta = nullptr;
-    if (Node* mul = SoleUser(graph, div->output(0)); mul != nullptr && mul->op() == "Mul" && mul->inputs().size() == 2) {
+    if (Node* mul = SoleUser(graph, div->output(0));
+        mul != nullptr && mul->op() == "Mul" && mul->inputs().size() == 2) {
       Value* g = mul->input(0) == div->output(0) ? mul->input(1) : mul->input(0);
       if (IsRowVector(g, c) && mul->output(0)->type().StaticDims() == dims) {
         gamma = g;
         fused.push_back(mul);
-        if (Node* add = SoleUser(graph, mul->output(0)); add != nullptr && add->op() == "Add" && add->inputs().size() == 2) {
+        if (Node* add = SoleUser(graph, mul->output(0));
+            add != nullptr && add->op() == "Add" && add->inputs().size() == 2) {
           Value* b = add->input(0) == mul->output(0) ? add->input(1) : add->input(0);
           if (IsRowVector(b, c) && add->output(0)->type().StaticDims() == dims) {
             beta = b;
@@ -368,7 +377,8 @@ class Fuse : public Pass {
         for (Value* in : group[m]->inputs()) {
           Node* p = in->producer();
           if (p == nullptr || in->is_constant() || taken.count(p) || in_group(p)) continue;
-          if (group.size() >= KILN_FUSED_MAX_OPS || !AsScalarOp(*p) || graph.IsGraphOutput(in) || !(in->type() == type)) continue;
+          if (group.size() >= KILN_FUSED_MAX_OPS || !AsScalarOp(*p) || graph.IsGraphOutput(in) || !(in->type() == type))
+            continue;
           bool private_value = true;
           for (const Node* user : graph.Users(in)) private_value &= in_group(user);
           if (private_value) group.push_back(p);

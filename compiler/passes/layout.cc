@@ -72,7 +72,8 @@ int EligibleKind(const Node* node) {
   if (scaled) return kNone;
   if (!residual && group == xd[1] && wd[0] == group && wd[1] == 1) return kDepthwise;
   const int64_t ow = y->type().StaticDims()[3];
-  if (!residual && group == 1 && wd[1] * wd[2] * wd[3] <= 64 && wd[1] * wd[2] * ((ow - 1) * strides[1] + wd[3]) <= kDenseRowFloats) {
+  if (!residual && group == 1 && wd[1] * wd[2] * wd[3] <= 64 &&
+      wd[1] * wd[2] * ((ow - 1) * strides[1] + wd[3]) <= kDenseRowFloats) {
     return kDense;
   }
   return kNone;
@@ -161,8 +162,8 @@ class Layout : public Pass {
         }
         std::vector<Value*> inputs = {x, node->input(1), node->input(2)};
         if (node->input(4) != nullptr) inputs.push_back(to_blocked(node->input(4), node));
-        b = graph.InsertNodeBefore(node, "kiln.BlockedConv", node->name(), inputs, {graph.UniqueName(y->name() + ".blocked")},
-                                   node->opset());
+        b = graph.InsertNodeBefore(node, "kiln.BlockedConv", node->name(), inputs,
+                                   {graph.UniqueName(y->name() + ".blocked")}, node->opset());
         for (const auto& [key, value] : node->attrs()) {
           if (key == "group" || key == "strides" || key == "pads" || key == "kernel_shape" ||
               key.rfind("kiln.activation", 0) == 0) {

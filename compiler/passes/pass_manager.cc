@@ -59,8 +59,7 @@ std::vector<PassInfo> RegisteredPasses() {
 }
 
 absl::StatusOr<std::vector<PassStats>> RunPipeline(Graph& graph, const std::string& pipeline,
-                                                   const PipelineOptions& options,
-                                                   PassContext& context) {
+                                                   const PipelineOptions& options, PassContext& context) {
   LinkAllPasses();
   std::vector<std::string> names;
   for (absl::string_view part : absl::StrSplit(pipeline, ',', absl::SkipWhitespace())) {
@@ -68,13 +67,14 @@ absl::StatusOr<std::vector<PassStats>> RunPipeline(Graph& graph, const std::stri
     if (PassTable().count(name) == 0) {
       std::vector<std::string> known;
       for (const auto& [k, v] : PassTable()) known.push_back(k);
-      return absl::InvalidArgumentError(absl::StrCat("unknown pass '", name, "' in pipeline '", pipeline,
-                                                     "'; passes: ", absl::StrJoin(known, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown pass '", name, "' in pipeline '", pipeline, "'; passes: ", absl::StrJoin(known, ", ")));
     }
     names.push_back(name);
   }
   for (const std::string& name : options.print_after) {
-    if (PassTable().count(name) == 0) return absl::InvalidArgumentError(absl::StrCat("--print-after names unknown pass '", name, "'"));
+    if (PassTable().count(name) == 0)
+      return absl::InvalidArgumentError(absl::StrCat("--print-after names unknown pass '", name, "'"));
   }
   std::vector<PassStats> stats;
   for (const std::string& name : names) {

@@ -22,9 +22,7 @@ constexpr int64_t kAlignment = 64;
 
 int64_t Align(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-int64_t ValueBytes(const Value* v) {
-  return NumElements(v->type().StaticDims()) * DTypeSize(v->type().dtype);
-}
+int64_t ValueBytes(const Value* v) { return NumElements(v->type().StaticDims()) * DTypeSize(v->type().dtype); }
 
 bool IsElementwiseKernel(const std::string& kernel) {
   return kernel == "unary" || kernel == "binary" || kernel == "clip" || kernel == "cast";
@@ -187,7 +185,8 @@ class PlanMemory : public Pass {
         if (plan.parts.count(out)) {
           // A Concat's slice: its whole buffer comes to life with the first slice written.
           const Value* whole = root(out);
-          if (plan.arena.count(whole) == 0) plan.arena[whole] = MemoryPlan::Slot{arena.Allocate(ValueBytes(whole)), ValueBytes(whole)};
+          if (plan.arena.count(whole) == 0)
+            plan.arena[whole] = MemoryPlan::Slot{arena.Allocate(ValueBytes(whole)), ValueBytes(whole)};
           continue;
         }
         if (owner.count(out) || plan.arena.count(out)) continue;
@@ -246,6 +245,7 @@ MemoryPlan NaiveMemoryPlan(const Graph& graph) {
   return plan;
 }
 
-KILN_REGISTER_PASS(PlanMemory, "plan-memory", "place intermediates in one arena by liveness, with views and in-place reuse")
+KILN_REGISTER_PASS(PlanMemory, "plan-memory",
+                   "place intermediates in one arena by liveness, with views and in-place reuse")
 
 }  // namespace kiln

@@ -52,10 +52,13 @@ struct Plan {
 };
 
 const std::set<std::string>& ChannelwiseUnaryOps() {
-  static const std::set<std::string> ops = {
-      "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign",
-      "Identity", "Neg", "Abs", "Exp", "Erf", "Sqrt", "Gelu", "Mish", "ThresholdedRelu", "Celu",
-      "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool", "Dropout"};
+  static const std::set<std::string> ops = {"Relu",          "LeakyRelu",   "Clip",         "Sigmoid",
+                                            "Tanh",          "HardSigmoid", "HardSwish",    "Elu",
+                                            "Selu",          "Softplus",    "Softsign",     "Identity",
+                                            "Neg",           "Abs",         "Exp",          "Erf",
+                                            "Sqrt",          "Gelu",        "Mish",         "ThresholdedRelu",
+                                            "Celu",          "MaxPool",     "AveragePool",  "GlobalAveragePool",
+                                            "GlobalMaxPool", "LpPool",      "GlobalLpPool", "Dropout"};
   return ops;
 }
 
@@ -71,7 +74,9 @@ bool HasKilnAttrs(const Node* node) {
   return false;
 }
 
-bool IsF32Constant(const Value* value) { return value != nullptr && value->is_constant() && value->type().dtype == DType::kFloat32; }
+bool IsF32Constant(const Value* value) {
+  return value != nullptr && value->is_constant() && value->type().dtype == DType::kFloat32;
+}
 
 std::string Describe(const Node* node) { return absl::StrCat(node->op(), " '", node->name(), "'"); }
 
@@ -82,8 +87,8 @@ int64_t ChannelCount(const Value* value, int axis) {
 
 // Follows `root_removal` on the root's output through the graph (nodes after the root, in
 // order). Fills `plan`; returns false with `why` when some reader cannot follow.
-bool Sweep(const Graph& graph, const std::vector<Node*>& nodes, size_t root_index, const Removal& root_removal, Plan& plan,
-           std::string& why) {
+bool Sweep(const Graph& graph, const std::vector<Node*>& nodes, size_t root_index, const Removal& root_removal,
+           Plan& plan, std::string& why) {
   std::map<const Value*, Removal> pruned = {{nodes[root_index]->output(0), root_removal}};
   for (size_t n = root_index + 1; n < nodes.size(); ++n) {
     Node* node = nodes[n];
@@ -192,7 +197,8 @@ bool Sweep(const Graph& graph, const std::vector<Node*>& nodes, size_t root_inde
       for (bool r : in.removed) out.removed.insert(out.removed.end(), spatial, r);
       pass_through(out);
     } else if (op == "Gemm") {
-      if (hit != std::vector<size_t>{0} || in.axis != 1 || node->GetInt("transA", 0) != 0 || !IsF32Constant(node->input(1))) {
+      if (hit != std::vector<size_t>{0} || in.axis != 1 || node->GetInt("transA", 0) != 0 ||
+          !IsF32Constant(node->input(1))) {
         return why = fail, false;
       }
       plan.slices.push_back({node, 1, node->GetInt("transB", 0) != 0 ? 1 : 0, in.removed});
@@ -207,7 +213,8 @@ bool Sweep(const Graph& graph, const std::vector<Node*>& nodes, size_t root_inde
       return why = fail, false;
     }
     for (Value* out : node->outputs()) {
-      if (pruned.count(out) && graph.IsGraphOutput(out)) return why = absl::StrCat("reaches the graph output '", out->name(), "'"), false;
+      if (pruned.count(out) && graph.IsGraphOutput(out))
+        return why = absl::StrCat("reaches the graph output '", out->name(), "'"), false;
     }
   }
   if (graph.IsGraphOutput(nodes[root_index]->output(0))) return why = "is a graph output", false;
@@ -237,7 +244,8 @@ std::shared_ptr<Tensor> SliceAxis(const Tensor& t, int axis, const std::vector<b
 void Apply(Graph& graph, const Plan& plan) {
   for (const Slice& s : plan.slices) {
     const Value* old = s.node->input(s.input);
-    Value* sliced = graph.AddConstant(graph.UniqueName(old->name() + ".pruned"), SliceAxis(*old->constant(), s.axis, s.removed));
+    Value* sliced =
+        graph.AddConstant(graph.UniqueName(old->name() + ".pruned"), SliceAxis(*old->constant(), s.axis, s.removed));
     s.node->set_input(s.input, sliced);
   }
   for (const auto& [node, group] : plan.groups) node->mutable_attrs()["group"] = group;
@@ -247,7 +255,9 @@ void Apply(Graph& graph, const Plan& plan) {
 // Empty when the node cannot be a root.
 std::vector<double> OutputChannelNorms(const Node* node, int& axis) {
   const Value* w = node->input(1);
-  if (node->outputs().size() != 1 || !IsF32Constant(w) || node->input(0) == nullptr || node->input(0)->is_constant() || HasKilnAttrs(node)) return {};
+  if (node->outputs().size() != 1 || !IsF32Constant(w) || node->input(0) == nullptr || node->input(0)->is_constant() ||
+      HasKilnAttrs(node))
+    return {};
   const Value* bias = node->input(2);
   if (bias != nullptr && !IsF32Constant(bias)) return {};
   const std::vector<int64_t> dims = w->type().StaticDims();
@@ -295,7 +305,8 @@ int64_t KeptChannels(int64_t channels, double ratio) {
 
 double KnownProduct(const TensorType& type, size_t from, size_t to) {
   double product = 1;
-  for (size_t d = from; d < to && d < type.shape.size(); ++d) product *= type.shape[d].known() ? static_cast<double>(type.shape[d].size) : 1.0;
+  for (size_t d = from; d < to && d < type.shape.size(); ++d)
+    product *= type.shape[d].known() ? static_cast<double>(type.shape[d].size) : 1.0;
   return product;
 }
 
@@ -308,8 +319,10 @@ class Prune : public Pass {
  public:
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     const PruningConfig* config = context.pruning;
-    if (config == nullptr) return absl::InvalidArgumentError("prune needs ratios: --prune-channels R and/or --prune-weights R");
-    if (!(config->channel_ratio >= 0 && config->channel_ratio < 1) || !(config->weight_ratio >= 0 && config->weight_ratio < 1)) {
+    if (config == nullptr)
+      return absl::InvalidArgumentError("prune needs ratios: --prune-channels R and/or --prune-weights R");
+    if (!(config->channel_ratio >= 0 && config->channel_ratio < 1) ||
+        !(config->weight_ratio >= 0 && config->weight_ratio < 1)) {
       return absl::InvalidArgumentError("pruning ratios must lie in [0, 1)");
     }
     PruningSummary& summary = context.pruning_summary;
@@ -364,7 +377,8 @@ class Prune : public Pass {
  private:
   // The f32 outputs of every Conv, Gemm and MatMul on `sample`, by value name (pruning
   // keeps the values; node names need not be unique).
-  static absl::StatusOr<std::map<std::string, Tensor>> LayerOutputs(const Graph& graph, const std::vector<Tensor>& sample) {
+  static absl::StatusOr<std::map<std::string, Tensor>> LayerOutputs(const Graph& graph,
+                                                                    const std::vector<Tensor>& sample) {
     std::map<const Value*, std::string> wanted;
     for (const Node* node : graph.nodes()) {
       if ((node->op() == "Conv" || node->op() == "Gemm" || node->op() == "MatMul") && node->outputs().size() == 1) {
@@ -376,7 +390,8 @@ class Prune : public Pass {
       auto it = wanted.find(v);
       if (it != wanted.end() && t.dtype() == DType::kFloat32) outputs[it->second] = t;
     });
-    if (!run.ok()) return absl::Status(run.status().code(), absl::StrCat("prune: per-layer error: ", run.status().message()));
+    if (!run.ok())
+      return absl::Status(run.status().code(), absl::StrCat("prune: per-layer error: ", run.status().message()));
     return outputs;
   }
 
@@ -488,16 +503,22 @@ GraphCost MeasureGraphCost(const Graph& graph) {
       cost.flops += 2.0 * KnownProduct(out, 0, out.shape.size()) * KnownProduct(w, 1, w.shape.size());
     } else if (node->op() == "Gemm" && w.shape.size() == 2) {
       const TensorType& a = node->input(0)->type();
-      const double k = a.shape.size() == 2 ? KnownProduct(a, node->GetInt("transA", 0) ? 0 : 1, node->GetInt("transA", 0) ? 1 : 2) : 1;
+      const double k = a.shape.size() == 2
+                           ? KnownProduct(a, node->GetInt("transA", 0) ? 0 : 1, node->GetInt("transA", 0) ? 1 : 2)
+                           : 1;
       cost.flops += 2.0 * KnownProduct(out, 0, out.shape.size()) * k;
     } else if (node->op() == "MatMul") {
       const TensorType& a = node->input(0)->type();
-      if (!a.shape.empty()) cost.flops += 2.0 * KnownProduct(out, 0, out.shape.size()) * KnownProduct(a, a.shape.size() - 1, a.shape.size());
+      if (!a.shape.empty())
+        cost.flops +=
+            2.0 * KnownProduct(out, 0, out.shape.size()) * KnownProduct(a, a.shape.size() - 1, a.shape.size());
     }
   }
   return cost;
 }
 
-KILN_REGISTER_PASS(Prune, "prune", "structured channel pruning by L1 norm and magnitude weight pruning (--prune-channels, --prune-weights)")
+KILN_REGISTER_PASS(
+    Prune, "prune",
+    "structured channel pruning by L1 norm and magnitude weight pruning (--prune-channels, --prune-weights)")
 
 }  // namespace kiln

@@ -31,7 +31,8 @@ absl::StatusOr<CalibrationMethod> ParseCalibrationMethod(const std::string& text
   if (text == "minmax") return CalibrationMethod::kMinMax;
   if (text == "percentile") return CalibrationMethod::kPercentile;
   if (text == "entropy") return CalibrationMethod::kEntropy;
-  return absl::InvalidArgumentError(absl::StrCat("calibration method '", text, "' is not one of minmax, percentile, entropy"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("calibration method '", text, "' is not one of minmax, percentile, entropy"));
 }
 
 const char* CalibrationMethodName(CalibrationMethod method) {
@@ -57,8 +58,8 @@ bool IsQuantizable(const Node* node) {
   if (node->outputs().size() != 1) return false;
   const Value* x = node->input(0);
   const Value* w = node->input(1);
-  if (x == nullptr || w == nullptr || x->is_constant() || x->type().dtype != DType::kFloat32 || !x->type().IsStatic() || !w->is_constant() ||
-      w->type().dtype != DType::kFloat32) {
+  if (x == nullptr || w == nullptr || x->is_constant() || x->type().dtype != DType::kFloat32 || !x->type().IsStatic() ||
+      !w->is_constant() || w->type().dtype != DType::kFloat32) {
     return false;
   }
   for (const auto& [key, value] : node->attrs()) {
@@ -170,7 +171,8 @@ class Quantize : public Pass {
       if (config->keep_float.count(node->name())) {
         summary.kept_float.push_back(node->name() + " (--keep-float)");
       } else if (!GemmToMatMul(graph, node)) {
-        summary.kept_float.push_back(node->name() + " (Gemm with transA, a non-constant B or a C per row: not quantized)");
+        summary.kept_float.push_back(node->name() +
+                                     " (Gemm with transA, a non-constant B or a C per row: not quantized)");
       }
     }
     graph.Compact();
@@ -189,7 +191,8 @@ class Quantize : public Pass {
       // it and run several times slower than the f32 depthwise kernel.
       if (node->op() == "Conv" && node->GetInt("group", 1) > 1 &&
           node->input(1)->type().shape[0].size / node->GetInt("group", 1) < kMinInt8ChannelsPerGroup) {
-        summary.kept_float.push_back(node->name() + " (grouped conv with fewer than 8 output channels per group: faster in f32)");
+        summary.kept_float.push_back(node->name() +
+                                     " (grouped conv with fewer than 8 output channels per group: faster in f32)");
         continue;
       }
       targets.push_back(node);
@@ -232,7 +235,8 @@ class Quantize : public Pass {
       Node* anchor = v->producer() != nullptr ? NextNode(graph, v->producer()) : FirstNode(graph);
       Node* q = InsertBefore(graph, anchor, "QuantizeLinear", v->name() + ".quantize", {v, sv, zv}, v->name() + ".q");
       q->output(0)->set_type(TensorType::Static(DType::kUInt8, v->type().StaticDims()));
-      Node* dq = InsertBefore(graph, anchor, "DequantizeLinear", v->name() + ".dequantize", {q->output(0), sv, zv}, v->name() + ".dq");
+      Node* dq = InsertBefore(graph, anchor, "DequantizeLinear", v->name() + ".dequantize", {q->output(0), sv, zv},
+                              v->name() + ".dq");
       dq->output(0)->set_type(v->type());
       for (Node* reader : readers) {
         for (size_t i = 0; i < reader->inputs().size(); ++i) {
@@ -263,8 +267,9 @@ class Quantize : public Pass {
     const Value* a = gemm->input(0);
     const Value* b = gemm->input(1);
     const Value* c = gemm->input(2);
-    if (gemm->GetInt("transA", 0) != 0 || a == nullptr || a->is_constant() || a->type().dtype != DType::kFloat32 || !a->type().IsStatic() ||
-        b == nullptr || !b->is_constant() || b->type().dtype != DType::kFloat32 || b->type().shape.size() != 2) {
+    if (gemm->GetInt("transA", 0) != 0 || a == nullptr || a->is_constant() || a->type().dtype != DType::kFloat32 ||
+        !a->type().IsStatic() || b == nullptr || !b->is_constant() || b->type().dtype != DType::kFloat32 ||
+        b->type().shape.size() != 2) {
       return false;
     }
     const bool trans_b = gemm->GetInt("transB", 0) != 0;
@@ -275,22 +280,29 @@ class Quantize : public Pass {
                          (c->type().shape.size() == 2 && c->type().shape[0].size != 1))) {
       return false;
     }
-    const float alpha = static_cast<float>(gemm->GetFloat("alpha", 1.0)), beta = static_cast<float>(gemm->GetFloat("beta", 1.0));
+    const float alpha = static_cast<float>(gemm->GetFloat("alpha", 1.0)),
+                beta = static_cast<float>(gemm->GetFloat("beta", 1.0));
     auto weight = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{K, N});
     const float* src = b->constant()->data_as<float>();
     for (int64_t k = 0; k < K; ++k) {
-      for (int64_t n = 0; n < N; ++n) weight->data_as<float>()[k * N + n] = alpha * (trans_b ? src[n * K + k] : src[k * N + n]);
+      for (int64_t n = 0; n < N; ++n)
+        weight->data_as<float>()[k * N + n] = alpha * (trans_b ? src[n * K + k] : src[k * N + n]);
     }
     Value* w = graph.AddConstant(graph.UniqueName(b->name() + ".kn"), weight);
-    Node* matmul = graph.InsertNodeBefore(gemm, "MatMul", gemm->name(), {gemm->input(0), w}, {graph.UniqueName(gemm->output(0)->name() + ".mm")},
+    Node* matmul = graph.InsertNodeBefore(gemm, "MatMul", gemm->name(), {gemm->input(0), w},
+                                          {graph.UniqueName(gemm->output(0)->name() + ".mm")},
                                           gemm->opset() < 13 ? 13 : gemm->opset());
     matmul->output(0)->set_type(gemm->output(0)->type());
     Value* result = matmul->output(0);
     if (c != nullptr) {
       auto bias = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N});
-      for (int64_t n = 0; n < N; ++n) bias->data_as<float>()[n] = beta * static_cast<float>(c->constant()->GetAsDouble(c->constant()->num_elements() > 1 ? n : 0));
-      Node* add = graph.InsertNodeBefore(gemm, "Add", gemm->name() + ".bias", {result, graph.AddConstant(graph.UniqueName(gemm->name() + ".bias"), bias)},
-                                         {graph.UniqueName(gemm->output(0)->name() + ".biased")}, gemm->opset() < 13 ? 13 : gemm->opset());
+      for (int64_t n = 0; n < N; ++n)
+        bias->data_as<float>()[n] =
+            beta * static_cast<float>(c->constant()->GetAsDouble(c->constant()->num_elements() > 1 ? n : 0));
+      Node* add = graph.InsertNodeBefore(gemm, "Add", gemm->name() + ".bias",
+                                         {result, graph.AddConstant(graph.UniqueName(gemm->name() + ".bias"), bias)},
+                                         {graph.UniqueName(gemm->output(0)->name() + ".biased")},
+                                         gemm->opset() < 13 ? 13 : gemm->opset());
       add->output(0)->set_type(gemm->output(0)->type());
       result = add->output(0);
     }
@@ -301,7 +313,8 @@ class Quantize : public Pass {
 
   // Two passes over the samples: ranges, then (percentile, entropy) histograms over them.
   // The first run also fills `first_sample` (keyed by the values wanted) with its tensors.
-  static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config, std::map<const Value*, Observed>& observed,
+  static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config,
+                                std::map<const Value*, Observed>& observed,
                                 std::map<const Value*, Tensor>& first_sample) {
     for (int pass = 0; pass < (config.method == CalibrationMethod::kMinMax ? 1 : 2); ++pass) {
       for (const std::vector<Tensor>& sample : config.calibration) {
@@ -345,8 +358,9 @@ class Quantize : public Pass {
 
   // Runs the quantized (QDQ) graph on the first calibration sample and ranks the quantized
   // nodes' outputs by SNR against their f32 values: the first 10 go to the summary.
-  static absl::Status BreakDownError(const Graph& graph, const QuantizationConfig& config, const std::vector<Node*>& targets,
-                                     const std::map<const Value*, Tensor>& reference, QuantizationSummary& summary) {
+  static absl::Status BreakDownError(const Graph& graph, const QuantizationConfig& config,
+                                     const std::vector<Node*>& targets, const std::map<const Value*, Tensor>& reference,
+                                     QuantizationSummary& summary) {
     std::map<const Value*, QuantizationSummary::LayerError> errors;
     for (Node* node : targets) errors[node->output(0)] = {node->name(), node->op()};
     auto run = RunGraph(graph, config.calibration[0], [&](const Value* v, const Tensor& t) {
@@ -387,9 +401,11 @@ class Quantize : public Pass {
     const float* data = w->constant()->data_as<float>();
     auto channel_of = [&](int64_t i) { return conv ? i / (n / channels) : i % channels; };
     std::vector<double> amax(channels, 0.0);
-    for (int64_t i = 0; i < n; ++i) amax[channel_of(i)] = std::max(amax[channel_of(i)], std::fabs(static_cast<double>(data[i])));
+    for (int64_t i = 0; i < n; ++i)
+      amax[channel_of(i)] = std::max(amax[channel_of(i)], std::fabs(static_cast<double>(data[i])));
     auto scales = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{channels});
-    for (int64_t c = 0; c < channels; ++c) scales->data_as<float>()[c] = amax[c] > 0 ? static_cast<float>(amax[c] / 127.0) : 1.f;
+    for (int64_t c = 0; c < channels; ++c)
+      scales->data_as<float>()[c] = amax[c] > 0 ? static_cast<float>(amax[c] / 127.0) : 1.f;
     auto q = std::make_shared<Tensor>(DType::kInt8, wd);
     for (int64_t i = 0; i < n; ++i) {
       const double v = std::nearbyint(data[i] / scales->data_as<float>()[channel_of(i)]);
@@ -403,10 +419,12 @@ class Quantize : public Pass {
     node->set_input(1, dq->output(0));
   }
 
-  static Node* InsertBefore(Graph& graph, Node* anchor, const std::string& op, const std::string& name, std::vector<Value*> inputs,
-                            const std::string& output) {
-    if (anchor == nullptr) return graph.AddNode(op, graph.UniqueName(name), std::move(inputs), {graph.UniqueName(output)}, 13);
-    return graph.InsertNodeBefore(anchor, op, graph.UniqueName(name), std::move(inputs), {graph.UniqueName(output)}, 13);
+  static Node* InsertBefore(Graph& graph, Node* anchor, const std::string& op, const std::string& name,
+                            std::vector<Value*> inputs, const std::string& output) {
+    if (anchor == nullptr)
+      return graph.AddNode(op, graph.UniqueName(name), std::move(inputs), {graph.UniqueName(output)}, 13);
+    return graph.InsertNodeBefore(anchor, op, graph.UniqueName(name), std::move(inputs), {graph.UniqueName(output)},
+                                  13);
   }
 
   static Node* FirstNode(const Graph& graph) { return graph.nodes().front(); }

@@ -58,8 +58,10 @@ class Simplify : public Pass {
 
   Value* Constant(Graph& graph, const std::string& hint, DType dtype, double value) {
     auto t = std::make_shared<Tensor>(dtype, std::vector<int64_t>{});
-    if (dtype == DType::kFloat32) t->data_as<float>()[0] = static_cast<float>(value);
-    else t->data_as<double>()[0] = value;
+    if (dtype == DType::kFloat32)
+      t->data_as<float>()[0] = static_cast<float>(value);
+    else
+      t->data_as<double>()[0] = value;
     return graph.AddConstant(graph.UniqueName(hint), t);
   }
 
@@ -81,16 +83,26 @@ class Simplify : public Pass {
       auto reciprocal = std::make_shared<Tensor>(dtype, y->constant()->dims());
       for (int64_t i = 0; i < reciprocal->num_elements(); ++i) {
         const double c = y->constant()->GetAsDouble(i);
-        if (dtype == DType::kFloat32) reciprocal->data_as<float>()[i] = 1.0f / static_cast<float>(c);
-        else reciprocal->data_as<double>()[i] = 1.0 / c;
+        if (dtype == DType::kFloat32)
+          reciprocal->data_as<float>()[i] = 1.0f / static_cast<float>(c);
+        else
+          reciprocal->data_as<double>()[i] = 1.0 / c;
       }
-      Node* mul = graph.InsertNodeBefore(node, "Mul", node->name(), {x, graph.AddConstant(graph.UniqueName(y->name() + ".reciprocal"), reciprocal)}, {graph.UniqueName(node->output(0)->name() + ".mul")}, node->opset());
+      Node* mul = graph.InsertNodeBefore(
+          node, "Mul", node->name(), {x, graph.AddConstant(graph.UniqueName(y->name() + ".reciprocal"), reciprocal)},
+          {graph.UniqueName(node->output(0)->name() + ".mul")}, node->opset());
       return Replace(graph, node, mul);
     }
-    if (op == "Pow" && is_float && y->type().dtype == dtype && y->type().IsStatic() && NumElements(y->type().StaticDims()) == 1 &&
-        y->type().shape.size() <= x->type().shape.size()) {
-      if (IsSplat(y, 2)) return Replace(graph, node, graph.InsertNodeBefore(node, "Mul", node->name(), {x, x}, {graph.UniqueName(node->output(0)->name() + ".square")}, node->opset()));
-      if (IsSplat(y, 0.5)) return Replace(graph, node, graph.InsertNodeBefore(node, "Sqrt", node->name(), {x}, {graph.UniqueName(node->output(0)->name() + ".sqrt")}, node->opset()));
+    if (op == "Pow" && is_float && y->type().dtype == dtype && y->type().IsStatic() &&
+        NumElements(y->type().StaticDims()) == 1 && y->type().shape.size() <= x->type().shape.size()) {
+      if (IsSplat(y, 2))
+        return Replace(graph, node,
+                       graph.InsertNodeBefore(node, "Mul", node->name(), {x, x},
+                                              {graph.UniqueName(node->output(0)->name() + ".square")}, node->opset()));
+      if (IsSplat(y, 0.5))
+        return Replace(graph, node,
+                       graph.InsertNodeBefore(node, "Sqrt", node->name(), {x},
+                                              {graph.UniqueName(node->output(0)->name() + ".sqrt")}, node->opset()));
     }
     if (IsView(op) && node->output(0)->type().IsStatic()) {
       if (node->output(0)->type() == x->type()) return Forward(graph, node, x);
@@ -101,24 +113,29 @@ class Simplify : public Pass {
         auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(dims.size())});
         for (size_t i = 0; i < dims.size(); ++i) shape->data_as<int64_t>()[i] = dims[i];
         Value* shape_value = graph.AddConstant(graph.UniqueName(node->name() + ".shape"), shape);
-        Node* reshape = graph.InsertNodeBefore(node, "Reshape", node->name(), {inner->input(0), shape_value}, {graph.UniqueName(node->output(0)->name() + ".flat")}, std::max(node->opset(), 14));
+        Node* reshape =
+            graph.InsertNodeBefore(node, "Reshape", node->name(), {inner->input(0), shape_value},
+                                   {graph.UniqueName(node->output(0)->name() + ".flat")}, std::max(node->opset(), 14));
         return Replace(graph, node, reshape);
       }
     }
     if (op == "Transpose" && x->type().has_shape) {
       const int64_t rank = static_cast<int64_t>(x->type().shape.size());
       std::vector<int64_t> perm = node->GetInts("perm");
-      if (perm.empty()) for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+      if (perm.empty())
+        for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
       bool identity = true;
       for (int64_t i = 0; i < rank; ++i) identity &= perm[i] == i;
       if (identity) return Forward(graph, node, x);
       Node* inner = x->producer();
       if (inner != nullptr && inner->op() == "Transpose") {
         std::vector<int64_t> inner_perm = inner->GetInts("perm");
-        if (inner_perm.empty()) for (int64_t i = rank - 1; i >= 0; --i) inner_perm.push_back(i);
+        if (inner_perm.empty())
+          for (int64_t i = rank - 1; i >= 0; --i) inner_perm.push_back(i);
         std::vector<int64_t> composed(rank);
         for (int64_t i = 0; i < rank; ++i) composed[i] = inner_perm[perm[i]];
-        Node* merged = graph.InsertNodeBefore(node, "Transpose", node->name(), {inner->input(0)}, {graph.UniqueName(node->output(0)->name() + ".merged")}, node->opset());
+        Node* merged = graph.InsertNodeBefore(node, "Transpose", node->name(), {inner->input(0)},
+                                              {graph.UniqueName(node->output(0)->name() + ".merged")}, node->opset());
         merged->mutable_attrs()["perm"] = composed;
         return Replace(graph, node, merged);
       }

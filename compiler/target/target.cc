@@ -93,11 +93,16 @@ absl::StatusOr<TargetSpec> ResolveTarget(const std::string& spec) {
     }
     for (absl::string_view part : absl::StrSplit(rest, ',', absl::SkipEmpty())) {
       std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-      if (kv.first == "triple") target.triple = llvm::Triple(kv.second).normalize();
-      else if (kv.first == "cpu") target.cpu = kv.second;
-      else return absl::InvalidArgumentError(absl::StrCat("target spec '", spec, "': unknown key '", kv.first, "' (use triple, cpu, features)"));
+      if (kv.first == "triple")
+        target.triple = llvm::Triple(kv.second).normalize();
+      else if (kv.first == "cpu")
+        target.cpu = kv.second;
+      else
+        return absl::InvalidArgumentError(
+            absl::StrCat("target spec '", spec, "': unknown key '", kv.first, "' (use triple, cpu, features)"));
     }
-    if (target.triple.empty()) return absl::InvalidArgumentError(absl::StrCat("target spec '", spec, "' needs triple=..."));
+    if (target.triple.empty())
+      return absl::InvalidArgumentError(absl::StrCat("target spec '", spec, "' needs triple=..."));
   }
   std::string error;
   const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
@@ -106,7 +111,8 @@ absl::StatusOr<TargetSpec> ResolveTarget(const std::string& spec) {
   }
   llvm::Triple triple(target.triple);
   if (!triple.isOSLinux() || !triple.isOSBinFormatELF()) {
-    return absl::InvalidArgumentError(absl::StrCat("target '", spec, "': only Linux ELF targets are supported, got ", target.triple));
+    return absl::InvalidArgumentError(
+        absl::StrCat("target '", spec, "': only Linux ELF targets are supported, got ", target.triple));
   }
   target.is_host = target.triple == host_triple && target.name != "custom";
   if (target.name == "custom" && target.triple == host_triple) {
@@ -121,9 +127,11 @@ absl::StatusOr<TargetSpec> ResolveTarget(const std::string& spec) {
   if (target.is_host) {
     // A preset runs here only if this CPU has what it asks for; LLVM knows the answer.
     llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
-    const std::map<std::string, std::vector<std::string>> needs = {
-        {"x86-64-v3", {"avx2", "fma", "bmi2"}}, {"x86-64-v4", {"avx512f", "avx512bw", "avx512vl"}},
-        {"znver4", {"avx512f"}}, {"skylake-avx512", {"avx512f"}}, {"znver3", {"avx2"}}};
+    const std::map<std::string, std::vector<std::string>> needs = {{"x86-64-v3", {"avx2", "fma", "bmi2"}},
+                                                                   {"x86-64-v4", {"avx512f", "avx512bw", "avx512vl"}},
+                                                                   {"znver4", {"avx512f"}},
+                                                                   {"skylake-avx512", {"avx512f"}},
+                                                                   {"znver3", {"avx2"}}};
     auto it = needs.find(target.name);
     if (it != needs.end()) {
       for (const std::string& f : it->second) {

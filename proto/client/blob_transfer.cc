@@ -75,7 +75,8 @@ absl::StatusOr<std::string> DownloadBlob(v1::Kiln::StubInterface& stub, const v1
     last = reader->Finish();
     if (last.ok()) break;
     // Only a broken transport is worth resuming; the server's own answers are final.
-    if (last.error_code() != grpc::StatusCode::UNAVAILABLE && last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    if (last.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
       return FromGrpc(last);
     }
   }

@@ -7,8 +7,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +29,19 @@ const char* kiln_last_error(void) { return last_error; }
 
 size_t kiln_dtype_size(int32_t dtype) {
   switch (dtype) {
-    case 1: case 6: case 12: return 4;
-    case 2: case 3: case 9: return 1;
-    case 4: case 5: case 10: case 16: return 2;
-    case 7: case 11: case 13: return 8;
+    case 1:
+    case 6:
+    case 12: return 4;
+    case 2:
+    case 3:
+    case 9: return 1;
+    case 4:
+    case 5:
+    case 10:
+    case 16: return 2;
+    case 7:
+    case 11:
+    case 13: return 8;
     default: return 0;
   }
 }
@@ -43,7 +52,8 @@ struct kiln_module {
 };
 
 kiln_status kiln_module_load(const char* path, kiln_module** out_module) {
-  if (path == NULL || out_module == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "path and out_module must not be NULL");
+  if (path == NULL || out_module == NULL)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "path and out_module must not be NULL");
   /* dlopen searches the library path for bare names; make plain file names local. */
   char resolved[4096];
   if (strchr(path, '/') == NULL) {
@@ -62,7 +72,8 @@ kiln_status kiln_module_load(const char* path, kiln_module** out_module) {
   if (desc == NULL || desc->struct_size < sizeof(kiln_module_desc) || desc->abi_version != KILN_ABI_VERSION) {
     unsigned version = desc ? desc->abi_version : 0;
     dlclose(handle);
-    return fail(KILN_ERROR_ABI_MISMATCH, "%s has ABI version %u; this runtime supports %d", path, version, KILN_ABI_VERSION);
+    return fail(KILN_ERROR_ABI_MISMATCH, "%s has ABI version %u; this runtime supports %d", path, version,
+                KILN_ABI_VERSION);
   }
   kiln_module* module = calloc(1, sizeof(*module));
   if (module == NULL) {
@@ -82,7 +93,8 @@ void kiln_module_unload(kiln_module* module) {
 }
 
 kiln_status kiln_module_describe(const kiln_module* module, const kiln_module_desc** out_desc) {
-  if (module == NULL || out_desc == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "module and out_desc must not be NULL");
+  if (module == NULL || out_desc == NULL)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "module and out_desc must not be NULL");
   *out_desc = module->desc;
   return KILN_OK;
 }
@@ -146,7 +158,8 @@ static void* worker_main(void* raw) {
        * in, then look at generation: one of us sees the other (sequentially consistent). */
       pthread_mutex_lock(&p->mutex);
       atomic_fetch_add(&p->sleepers, 1);
-      while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->work_ready, &p->mutex);
+      while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->work_ready, &p->mutex);
       atomic_fetch_sub(&p->sleepers, 1);
       pthread_mutex_unlock(&p->mutex);
       spins = 0;
@@ -238,10 +251,13 @@ struct kiln_session {
 
 kiln_status kiln_session_create(const kiln_module* module, const kiln_session_options* options,
                                 kiln_session** out_session) {
-  if (module == NULL || out_session == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "module and out_session must not be NULL");
+  if (module == NULL || out_session == NULL)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "module and out_session must not be NULL");
   int threads = 0;
   if (options != NULL) {
-    if (options->struct_size < sizeof(kiln_session_options)) return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_session_options.struct_size is %u, expected %zu", options->struct_size, sizeof(kiln_session_options));
+    if (options->struct_size < sizeof(kiln_session_options))
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_session_options.struct_size is %u, expected %zu",
+                  options->struct_size, sizeof(kiln_session_options));
     threads = options->num_threads;
   }
   if (threads < 0) return fail(KILN_ERROR_INVALID_ARGUMENT, "num_threads must be >= 0, got %d", threads);
@@ -281,15 +297,19 @@ static kiln_status run_with(kiln_session* session, const void* const* inputs, vo
   if (session == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "session must not be NULL");
   const kiln_module_desc* desc = session->module->desc;
   for (int32_t i = 0; i < desc->num_inputs; ++i) {
-    if (inputs == NULL || inputs[i] == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s') is NULL", i, desc->inputs[i].name);
+    if (inputs == NULL || inputs[i] == NULL)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s') is NULL", i, desc->inputs[i].name);
   }
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
-    if (outputs == NULL || outputs[i] == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "output %d ('%s') is NULL", i, desc->outputs[i].name);
+    if (outputs == NULL || outputs[i] == NULL)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "output %d ('%s') is NULL", i, desc->outputs[i].name);
   }
   int32_t rc = desc->entry((void* const*)inputs, outputs, session->workspace, hooks);
   if (rc != 0) {
     const int node = (rc >> 8) - 1, code = rc & 0xff;
-    const char* what = code == 2 ? "an index input is out of range" : code == 1 ? "unsupported element type" : "kernel error";
+    const char* what = code == 2   ? "an index input is out of range"
+                       : code == 1 ? "unsupported element type"
+                                   : "kernel error";
     return fail(KILN_ERROR_RUNTIME, "node %d of the compiled graph failed: %s (code %d)", node, what, code);
   }
   return KILN_OK;
@@ -316,10 +336,11 @@ static void profile_kernel_done(void* ctx, int32_t kernel_index) {
 
 kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* inputs, void* const* outputs,
                                       double* kernel_ms) {
-  if (session == NULL || kernel_ms == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "session and kernel_ms must not be NULL");
+  if (session == NULL || kernel_ms == NULL)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "session and kernel_ms must not be NULL");
   profile_state state;
   state.kernel_ms = kernel_ms;
-  kiln_exec_hooks hooks = session->hooks;  /* pool may be NULL: kernels then run serially */
+  kiln_exec_hooks hooks = session->hooks; /* pool may be NULL: kernels then run serially */
   hooks.kernel_done = profile_kernel_done;
   hooks.profile_ctx = &state;
   clock_gettime(CLOCK_MONOTONIC, &state.last);

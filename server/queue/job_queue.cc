@@ -13,9 +13,7 @@ namespace {
 using cache::NowMs;
 using cache::Statement;
 
-bool IsTerminal(int state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
+bool IsTerminal(int state) { return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED; }
 
 std::string NewJobId() {
   static std::mutex mutex;
@@ -38,7 +36,8 @@ absl::StatusOr<std::unique_ptr<JobQueue>> JobQueue::Open(const std::string& path
   queue->db_ = std::move(*db);
   auto s = queue->db_->Exec(
       "CREATE TABLE IF NOT EXISTS tasks (action_key TEXT PRIMARY KEY, state INTEGER NOT NULL,"
-      " request BLOB NOT NULL, target TEXT NOT NULL, target_label TEXT NOT NULL DEFAULT '', model_sha TEXT NOT NULL, input_sha TEXT NOT NULL,"
+      " request BLOB NOT NULL, target TEXT NOT NULL, target_label TEXT NOT NULL DEFAULT '', model_sha TEXT NOT NULL, "
+      "input_sha TEXT NOT NULL,"
       " attempts INTEGER NOT NULL DEFAULT 0, generation INTEGER NOT NULL DEFAULT 0, lease_owner TEXT,"
       " lease_expires_ms INTEGER, phase TEXT NOT NULL DEFAULT 'queued', progress REAL NOT NULL DEFAULT 0,"
       " last_error TEXT NOT NULL DEFAULT '', queued_ms INTEGER NOT NULL);"
@@ -110,18 +109,29 @@ absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::SubmitRequ
       state = v1::QUEUED;
       std::string request_bytes;
       task_request.SerializeToString(&request_bytes);
-      auto s = db_->Prepare(
-                      "INSERT INTO tasks (action_key, state, request, target, model_sha, input_sha, queued_ms, target_label)"
-                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(action_key) DO UPDATE SET state = excluded.state,"
-                      " request = excluded.request, attempts = 0, lease_owner = NULL, lease_expires_ms = NULL,"
-                      " phase = 'queued', progress = 0, last_error = '', queued_ms = excluded.queued_ms")
-                   .Bind(1, job.action_key()).Bind(2, int64_t{v1::QUEUED}).BindBlob(3, request_bytes)
-                   .Bind(4, job.target()).Bind(5, task_request.model().sha256())
-                   .Bind(6, task_request.validation().input_set().sha256()).Bind(7, now).Bind(8, target_label).Run();
+      auto s =
+          db_->Prepare(
+                 "INSERT INTO tasks (action_key, state, request, target, model_sha, input_sha, queued_ms, target_label)"
+                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(action_key) DO UPDATE SET state = excluded.state,"
+                 " request = excluded.request, attempts = 0, lease_owner = NULL, lease_expires_ms = NULL,"
+                 " phase = 'queued', progress = 0, last_error = '', queued_ms = excluded.queued_ms")
+              .Bind(1, job.action_key())
+              .Bind(2, int64_t{v1::QUEUED})
+              .BindBlob(3, request_bytes)
+              .Bind(4, job.target())
+              .Bind(5, task_request.model().sha256())
+              .Bind(6, task_request.validation().input_set().sha256())
+              .Bind(7, now)
+              .Bind(8, target_label)
+              .Run();
       if (!s.ok()) return s;
-      if (auto d = db_->Prepare("DELETE FROM task_blobs WHERE action_key = ?").Bind(1, job.action_key()).Run(); !d.ok()) return d;
+      if (auto d = db_->Prepare("DELETE FROM task_blobs WHERE action_key = ?").Bind(1, job.action_key()).Run(); !d.ok())
+        return d;
       for (const auto& sample : task_request.options().calibration()) {
-        auto b = db_->Prepare("INSERT INTO task_blobs (action_key, sha) VALUES (?, ?)").Bind(1, job.action_key()).Bind(2, sample.sha256()).Run();
+        auto b = db_->Prepare("INSERT INTO task_blobs (action_key, sha) VALUES (?, ?)")
+                     .Bind(1, job.action_key())
+                     .Bind(2, sample.sha256())
+                     .Run();
         if (!b.ok()) return b;
       }
     }
@@ -130,12 +140,20 @@ absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::SubmitRequ
     job.SerializeToString(&job_bytes);
     Statement insert = db_->Prepare(
         "INSERT INTO jobs (id, action_key, state, job, result, started_ms, finished_ms) VALUES (?, ?, ?, ?, ?, ?, ?)");
-    insert.Bind(1, job.id()).Bind(2, job.action_key()).Bind(3, int64_t{state}).BindBlob(4, job_bytes)
-        .BindBlob(5, result_bytes).Bind(6, started).Bind(7, finished);
+    insert.Bind(1, job.id())
+        .Bind(2, job.action_key())
+        .Bind(3, int64_t{state})
+        .BindBlob(4, job_bytes)
+        .BindBlob(5, result_bytes)
+        .Bind(6, started)
+        .Bind(7, finished);
     if (auto s = insert.Run(); !s.ok()) return s;
     for (const auto& [key, value] : job.labels()) {
       auto s = db_->Prepare("INSERT INTO job_labels (job_id, key, value) VALUES (?, ?, ?)")
-                   .Bind(1, job.id()).Bind(2, key).Bind(3, value).Run();
+                   .Bind(1, job.id())
+                   .Bind(2, key)
+                   .Bind(3, value)
+                   .Run();
       if (!s.ok()) return s;
     }
     if (auto s = txn.Commit(); !s.ok()) return s;
@@ -170,7 +188,10 @@ absl::StatusOr<v1::Job> JobQueue::LoadJob(const std::string& id) {
     job.set_phase(q.Text(6));
     job.set_progress(q.Real(7));
   } else {
-    job.set_phase(state == v1::SUCCEEDED ? "done" : state == v1::FAILED ? "failed" : state == v1::CANCELLED ? "cancelled" : "queued");
+    job.set_phase(state == v1::SUCCEEDED   ? "done"
+                  : state == v1::FAILED    ? "failed"
+                  : state == v1::CANCELLED ? "cancelled"
+                                           : "queued");
     job.set_progress(state == v1::SUCCEEDED ? 1.0 : 0.0);
   }
   return job;
@@ -191,15 +212,23 @@ absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id) {
     if (IsTerminal(job->state())) return job;  // cancelling a finished job changes nothing
     const int64_t now = NowMs();
     auto s = db_->Prepare("UPDATE jobs SET state = ?, error = 'cancelled by request', finished_ms = ? WHERE id = ?")
-                 .Bind(1, int64_t{v1::CANCELLED}).Bind(2, now).Bind(3, id).Run();
+                 .Bind(1, int64_t{v1::CANCELLED})
+                 .Bind(2, now)
+                 .Bind(3, id)
+                 .Run();
     if (!s.ok()) return s;
     Statement others = db_->Prepare("SELECT COUNT(*) FROM jobs WHERE action_key = ? AND state IN (?, ?)");
     others.Bind(1, job->action_key()).Bind(2, int64_t{v1::QUEUED}).Bind(3, int64_t{v1::RUNNING});
     int64_t waiting = others.Step() ? others.Int(0) : 0;
     if (waiting == 0) {
-      s = db_->Prepare("UPDATE tasks SET state = ?, last_error = 'cancelled', lease_owner = NULL WHERE action_key = ? AND state IN (?, ?)")
-              .Bind(1, int64_t{v1::CANCELLED}).Bind(2, job->action_key()).Bind(3, int64_t{v1::QUEUED})
-              .Bind(4, int64_t{v1::RUNNING}).Run();
+      s = db_->Prepare(
+                 "UPDATE tasks SET state = ?, last_error = 'cancelled', lease_owner = NULL WHERE action_key = ? AND "
+                 "state IN (?, ?)")
+              .Bind(1, int64_t{v1::CANCELLED})
+              .Bind(2, job->action_key())
+              .Bind(3, int64_t{v1::QUEUED})
+              .Bind(4, int64_t{v1::RUNNING})
+              .Run();
       if (!s.ok()) return s;
     }
     if (auto c = txn.Commit(); !c.ok()) return c;
@@ -252,12 +281,23 @@ absl::Status JobQueue::SetJobsOfTask(const std::string& action_key, v1::JobState
           ? "UPDATE jobs SET state = ?, error = ?, result = ?, finished_ms = ?, "
             "started_ms = CASE WHEN started_ms = 0 THEN ? ELSE started_ms END WHERE action_key = ? AND state IN (1, 2)"
           : "UPDATE jobs SET state = ?, error = ?, result = ?, finished_ms = 0, "
-            "started_ms = CASE WHEN ? > 0 AND started_ms = 0 THEN ? ELSE started_ms END WHERE action_key = ? AND state IN (1, 2)");
+            "started_ms = CASE WHEN ? > 0 AND started_ms = 0 THEN ? ELSE started_ms END WHERE action_key = ? AND state "
+            "IN (1, 2)");
   if (IsTerminal(state)) {
-    update.Bind(1, int64_t{state}).Bind(2, error).BindBlob(3, result_bytes).Bind(4, now).Bind(5, now).Bind(6, action_key);
+    update.Bind(1, int64_t{state})
+        .Bind(2, error)
+        .BindBlob(3, result_bytes)
+        .Bind(4, now)
+        .Bind(5, now)
+        .Bind(6, action_key);
   } else {
     int64_t started = state == v1::RUNNING ? now : 0;
-    update.Bind(1, int64_t{state}).Bind(2, error).BindBlob(3, result_bytes).Bind(4, started).Bind(5, started).Bind(6, action_key);
+    update.Bind(1, int64_t{state})
+        .Bind(2, error)
+        .BindBlob(3, result_bytes)
+        .Bind(4, started)
+        .Bind(5, started)
+        .Bind(6, action_key);
   }
   if (auto s = update.Run(); !s.ok()) return s;
   if (count != nullptr) *count = static_cast<int>(db_->Changes());
@@ -271,7 +311,8 @@ std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id, int64_t* q
     cache::Transaction txn(*db_);
     if (!txn.status().ok()) return std::nullopt;
     Statement q = db_->Prepare(
-        "SELECT action_key, request, target, attempts, generation, queued_ms FROM tasks WHERE state = ? ORDER BY queued_ms LIMIT 1");
+        "SELECT action_key, request, target, attempts, generation, queued_ms FROM tasks WHERE state = ? ORDER BY "
+        "queued_ms LIMIT 1");
     q.Bind(1, int64_t{v1::QUEUED});
     if (!q.Step()) return std::nullopt;
     const std::string key = q.Text(0);
@@ -287,8 +328,12 @@ std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id, int64_t* q
     auto s = db_->Prepare(
                     "UPDATE tasks SET state = ?, attempts = attempts + 1, generation = ?, lease_owner = ?,"
                     " lease_expires_ms = ?, phase = 'leased', progress = 0 WHERE action_key = ?")
-                 .Bind(1, int64_t{v1::RUNNING}).Bind(2, generation).Bind(3, worker_id)
-                 .Bind(4, NowMs() + options_.lease_timeout_ms).Bind(5, key).Run();
+                 .Bind(1, int64_t{v1::RUNNING})
+                 .Bind(2, generation)
+                 .Bind(3, worker_id)
+                 .Bind(4, NowMs() + options_.lease_timeout_ms)
+                 .Bind(5, key)
+                 .Run();
     if (!s.ok()) return std::nullopt;
     if (!SetJobsOfTask(key, v1::RUNNING, "", nullptr, nullptr).ok()) return std::nullopt;
     if (!txn.Commit().ok()) return std::nullopt;
@@ -316,8 +361,11 @@ v1::HeartbeatResponse JobQueue::Heartbeat(const v1::HeartbeatRequest& request) {
       return response;
     }
     auto s = db_->Prepare("UPDATE tasks SET lease_expires_ms = ?, phase = ?, progress = ? WHERE action_key = ?")
-                 .Bind(1, NowMs() + options_.lease_timeout_ms).Bind(2, request.phase())
-                 .Bind(3, request.progress()).Bind(4, request.action_key()).Run();
+                 .Bind(1, NowMs() + options_.lease_timeout_ms)
+                 .Bind(2, request.phase())
+                 .Bind(3, request.progress())
+                 .Bind(4, request.action_key())
+                 .Run();
     response.set_keep_going(s.ok());
   }
   NotifyChange();
@@ -332,7 +380,8 @@ std::optional<TaskEnd> JobQueue::Complete(const std::string& action_key, int32_t
     std::lock_guard<std::mutex> lock(db_->mutex());
     cache::Transaction txn(*db_);
     if (!txn.status().ok()) return std::nullopt;
-    Statement q = db_->Prepare("SELECT state, generation, attempts, target_label, queued_ms FROM tasks WHERE action_key = ?");
+    Statement q =
+        db_->Prepare("SELECT state, generation, attempts, target_label, queued_ms FROM tasks WHERE action_key = ?");
     q.Bind(1, action_key);
     if (!q.Step() || q.Int(0) != v1::RUNNING || q.Int(1) != attempt) return std::nullopt;
     end.target = q.Text(3);
@@ -344,12 +393,17 @@ std::optional<TaskEnd> JobQueue::Complete(const std::string& action_key, int32_t
     if (!success && retryable && attempts >= options_.max_attempts) {
       reason = absl::StrCat(error, " (gave up after ", attempts, " attempts)");
     }
-    auto s = db_->Prepare("UPDATE tasks SET state = ?, lease_owner = NULL, lease_expires_ms = NULL, last_error = ?,"
-                          " phase = ?, progress = 0 WHERE action_key = ?")
-                 .Bind(1, int64_t{state}).Bind(2, reason).Bind(3, state == v1::QUEUED ? "queued" : "done")
-                 .Bind(4, action_key).Run();
+    auto s = db_->Prepare(
+                    "UPDATE tasks SET state = ?, lease_owner = NULL, lease_expires_ms = NULL, last_error = ?,"
+                    " phase = ?, progress = 0 WHERE action_key = ?")
+                 .Bind(1, int64_t{state})
+                 .Bind(2, reason)
+                 .Bind(3, state == v1::QUEUED ? "queued" : "done")
+                 .Bind(4, action_key)
+                 .Run();
     if (!s.ok()) return std::nullopt;
-    if (!SetJobsOfTask(action_key, state, state == v1::SUCCEEDED ? "" : reason, success ? &result : nullptr, &end.jobs).ok()) {
+    if (!SetJobsOfTask(action_key, state, state == v1::SUCCEEDED ? "" : reason, success ? &result : nullptr, &end.jobs)
+             .ok()) {
       return std::nullopt;
     }
     if (!txn.Commit().ok()) return std::nullopt;
@@ -370,9 +424,12 @@ int JobQueue::RecoverLeases(const std::string& owner_prefix) {
     std::vector<std::string> keys;
     while (q.Step()) keys.push_back(q.Text(0));
     for (const std::string& key : keys) {
-      auto s = db_->Prepare("UPDATE tasks SET state = ?, attempts = MAX(attempts - 1, 0), lease_owner = NULL,"
-                            " lease_expires_ms = NULL, phase = 'queued', progress = 0 WHERE action_key = ?")
-                   .Bind(1, int64_t{v1::QUEUED}).Bind(2, key).Run();
+      auto s = db_->Prepare(
+                      "UPDATE tasks SET state = ?, attempts = MAX(attempts - 1, 0), lease_owner = NULL,"
+                      " lease_expires_ms = NULL, phase = 'queued', progress = 0 WHERE action_key = ?")
+                   .Bind(1, int64_t{v1::QUEUED})
+                   .Bind(2, key)
+                   .Run();
       if (!s.ok() || !SetJobsOfTask(key, v1::QUEUED, "", nullptr, nullptr).ok()) return 0;
       ++recovered;
     }
@@ -395,12 +452,17 @@ std::vector<TaskEnd> JobQueue::ExpireLeases() {
     while (q.Step()) expired.emplace_back(q.Text(0), q.Int(1), q.Text(2), q.Text(3));
     for (const auto& [key, attempts, owner, target] : expired) {
       const bool give_up = attempts >= options_.max_attempts;
-      const std::string reason = absl::StrCat("worker ", owner, " stopped heartbeating (lease of ", options_.lease_timeout_ms,
-                                              " ms expired) on attempt ", attempts, " of ", options_.max_attempts);
+      const std::string reason =
+          absl::StrCat("worker ", owner, " stopped heartbeating (lease of ", options_.lease_timeout_ms,
+                       " ms expired) on attempt ", attempts, " of ", options_.max_attempts);
       const v1::JobState state = give_up ? v1::FAILED : v1::QUEUED;
-      auto s = db_->Prepare("UPDATE tasks SET state = ?, lease_owner = NULL, lease_expires_ms = NULL, last_error = ?,"
-                            " phase = 'queued', progress = 0 WHERE action_key = ?")
-                   .Bind(1, int64_t{state}).Bind(2, reason).Bind(3, key).Run();
+      auto s = db_->Prepare(
+                      "UPDATE tasks SET state = ?, lease_owner = NULL, lease_expires_ms = NULL, last_error = ?,"
+                      " phase = 'queued', progress = 0 WHERE action_key = ?")
+                   .Bind(1, int64_t{state})
+                   .Bind(2, reason)
+                   .Bind(3, key)
+                   .Run();
       if (!s.ok()) return {};
       TaskEnd end{key, state, target, 0};
       if (!SetJobsOfTask(key, state, give_up ? reason : "", nullptr, &end.jobs).ok()) return {};
@@ -418,7 +480,8 @@ bool JobQueue::IsNeeded(const std::string& sha256_hex) {
   q.Bind(1, sha256_hex).Bind(2, sha256_hex);
   if (q.Step()) return true;
   Statement b = db_->Prepare(
-      "SELECT 1 FROM task_blobs b JOIN tasks t ON t.action_key = b.action_key WHERE b.sha = ? AND t.state IN (1, 2) LIMIT 1");
+      "SELECT 1 FROM task_blobs b JOIN tasks t ON t.action_key = b.action_key WHERE b.sha = ? AND t.state IN (1, 2) "
+      "LIMIT 1");
   b.Bind(1, sha256_hex);
   return b.Step();
 }

@@ -48,8 +48,8 @@ struct ListFilter {
 struct TaskEnd {
   std::string action_key;
   v1::JobState state;
-  std::string target;  // short label for metrics
-  int jobs = 0;  // jobs that ended with it
+  std::string target;     // short label for metrics
+  int jobs = 0;           // jobs that ended with it
   int64_t queued_ms = 0;  // when the task was (last) queued
 };
 

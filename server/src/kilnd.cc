@@ -23,8 +23,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "kiln/compiler/version.h"
 #include "server/queue/job_queue.h"
 #include "server/src/metrics.h"
@@ -70,15 +70,19 @@ int64_t ParseSize(const std::string& flag, const std::string& text) {
   std::string digits = text;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'K': case 'k': scale = int64_t{1} << 10; break;
-      case 'M': case 'm': scale = int64_t{1} << 20; break;
-      case 'G': case 'g': scale = int64_t{1} << 30; break;
+      case 'K':
+      case 'k': scale = int64_t{1} << 10; break;
+      case 'M':
+      case 'm': scale = int64_t{1} << 20; break;
+      case 'G':
+      case 'g': scale = int64_t{1} << 30; break;
       default: scale = 1;
     }
     if (scale != 1) digits.pop_back();
   }
   int64_t value = 0;
-  if (!absl::SimpleAtoi(digits, &value) || value < 0) UsageError(absl::StrCat(flag, ": '", text, "' is not a size (e.g. 512M, 2G)"));
+  if (!absl::SimpleAtoi(digits, &value) || value < 0)
+    UsageError(absl::StrCat(flag, ": '", text, "' is not a size (e.g. 512M, 2G)"));
   return value * scale;
 }
 
@@ -120,18 +124,30 @@ Flags ParseFlags(int argc, char** argv) {
       if (i + 1 >= argc) UsageError(absl::StrCat(arg, " needs a value"));
       value = argv[++i];
     }
-    if (arg == "--listen") flags.listen = value;
-    else if (arg == "--data-dir") flags.data_dir = value;
-    else if (arg == "--workers") flags.workers = ParseCount(arg, value, 0);
-    else if (arg == "--metrics-listen") flags.metrics_listen = value;
-    else if (arg == "--cache-budget") flags.cache_budget = ParseSize(arg, value);
-    else if (arg == "--max-upload") flags.max_upload = ParseSize(arg, value);
-    else if (arg == "--job-cpu-seconds") flags.job_cpu_seconds = ParseCount(arg, value, 0);
-    else if (arg == "--job-memory") flags.job_memory = ParseSize(arg, value);
-    else if (arg == "--lease-timeout-ms") flags.lease_timeout_ms = ParseCount(arg, value, 500);
-    else if (arg == "--max-attempts") flags.max_attempts = ParseCount(arg, value, 1);
-    else if (arg == "--worker-binary") flags.worker_binary = value;
-    else UsageError(absl::StrCat("unknown flag '", arg, "'"));
+    if (arg == "--listen")
+      flags.listen = value;
+    else if (arg == "--data-dir")
+      flags.data_dir = value;
+    else if (arg == "--workers")
+      flags.workers = ParseCount(arg, value, 0);
+    else if (arg == "--metrics-listen")
+      flags.metrics_listen = value;
+    else if (arg == "--cache-budget")
+      flags.cache_budget = ParseSize(arg, value);
+    else if (arg == "--max-upload")
+      flags.max_upload = ParseSize(arg, value);
+    else if (arg == "--job-cpu-seconds")
+      flags.job_cpu_seconds = ParseCount(arg, value, 0);
+    else if (arg == "--job-memory")
+      flags.job_memory = ParseSize(arg, value);
+    else if (arg == "--lease-timeout-ms")
+      flags.lease_timeout_ms = ParseCount(arg, value, 500);
+    else if (arg == "--max-attempts")
+      flags.max_attempts = ParseCount(arg, value, 1);
+    else if (arg == "--worker-binary")
+      flags.worker_binary = value;
+    else
+      UsageError(absl::StrCat("unknown flag '", arg, "'"));
   }
   if (flags.workers < 0) flags.workers = std::max(1u, std::thread::hardware_concurrency());
   if (flags.worker_binary.empty()) {
@@ -160,7 +176,8 @@ class WorkerSupervisor {
       auto it = pids_.find(pid);
       if (it == pids_.end()) continue;
       std::fprintf(stderr, "kilnd: worker %s (pid %d) exited (%s %d); restarting it\n", it->second.c_str(), pid,
-                   WIFSIGNALED(status) ? "signal" : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+                   WIFSIGNALED(status) ? "signal" : "status",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
       pids_.erase(it);
     }
     for (int k = 0; k < count_; ++k) {
@@ -189,7 +206,8 @@ class WorkerSupervisor {
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
-      execl(binary_.c_str(), binary_.c_str(), "--server", server_.c_str(), "--id", id.c_str(), static_cast<char*>(nullptr));
+      execl(binary_.c_str(), binary_.c_str(), "--server", server_.c_str(), "--id", id.c_str(),
+            static_cast<char*>(nullptr));
       std::fprintf(stderr, "kilnd: cannot start %s: %s\n", binary_.c_str(), std::strerror(errno));
       _exit(127);
     }

@@ -59,7 +59,8 @@ grpc::Status CheckModel(cache::Cache& cache, const v1::Digest& digest) {
   }
   onnx::ModelProto model;
   if (!model.ParseFromString(*bytes)) {
-    return Invalid(absl::StrCat("model ", digest.sha256(), " is not an ONNX model (the bytes do not parse as a ModelProto)"));
+    return Invalid(
+        absl::StrCat("model ", digest.sha256(), " is not an ONNX model (the bytes do not parse as a ModelProto)"));
   }
   if (!model.has_graph() || model.graph().node_size() == 0) {
     return Invalid(absl::StrCat("model ", digest.sha256(), " has no graph nodes; is it an ONNX model?"));
@@ -86,48 +87,60 @@ absl::Status NormalizeRequest(v1::SubmitRequest& request) {
   auto* shapes = request.mutable_options()->mutable_input_shapes();
   for (const auto& shape : *shapes) {
     if (shape.name().empty()) return absl::InvalidArgumentError("an input shape has no input name");
-    if (shape.dims().empty()) return absl::InvalidArgumentError(absl::StrCat("input shape for '", shape.name(), "' has no dims"));
+    if (shape.dims().empty())
+      return absl::InvalidArgumentError(absl::StrCat("input shape for '", shape.name(), "' has no dims"));
     for (int64_t d : shape.dims()) {
-      if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("input shape for '", shape.name(), "' has dim ", d, "; dims must be >= 1"));
+      if (d <= 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat("input shape for '", shape.name(), "' has dim ", d, "; dims must be >= 1"));
     }
   }
-  std::sort(shapes->begin(), shapes->end(), [](const v1::InputShape& a, const v1::InputShape& b) { return a.name() < b.name(); });
+  std::sort(shapes->begin(), shapes->end(),
+            [](const v1::InputShape& a, const v1::InputShape& b) { return a.name() < b.name(); });
   auto* options = request.mutable_options();
   if (options->precision().empty()) options->set_precision("fp32");
   if (options->precision() != "fp32" && options->precision() != "int8") {
     return absl::InvalidArgumentError(absl::StrCat("precision '", options->precision(), "' is not one of fp32, int8"));
   }
   const bool int8 = options->precision() == "int8";
-  if (!int8 && (options->calibration_size() > 0 || !options->calibration_method().empty() || options->keep_float_size() > 0)) {
+  if (!int8 &&
+      (options->calibration_size() > 0 || !options->calibration_method().empty() || options->keep_float_size() > 0)) {
     return absl::InvalidArgumentError("calibration, calibration_method and keep_float go with precision int8");
   }
   for (const auto& [name, ratio] : {std::pair<const char*, double>{"prune_channels", options->prune_channels()},
                                     std::pair<const char*, double>{"prune_weights", options->prune_weights()}}) {
-    if (!(ratio >= 0 && ratio < 1)) return absl::InvalidArgumentError(absl::StrCat(name, " ", ratio, " is not a share in [0, 1)"));
+    if (!(ratio >= 0 && ratio < 1))
+      return absl::InvalidArgumentError(absl::StrCat(name, " ", ratio, " is not a share in [0, 1)"));
   }
   const bool pruned = options->prune_channels() > 0 || options->prune_weights() > 0;
-  if (!pruned && options->prune_skip_size() > 0) return absl::InvalidArgumentError("prune_skip goes with prune_channels or prune_weights");
+  if (!pruned && options->prune_skip_size() > 0)
+    return absl::InvalidArgumentError("prune_skip goes with prune_channels or prune_weights");
   std::sort(options->mutable_prune_skip()->begin(), options->mutable_prune_skip()->end());
   if (!int8 && !pruned && validation->max_top1_drop() != 0) {
-    return absl::InvalidArgumentError("max_top1_drop goes with precision int8 or pruning (fp32 builds are judged by atol/rtol)");
+    return absl::InvalidArgumentError(
+        "max_top1_drop goes with precision int8 or pruning (fp32 builds are judged by atol/rtol)");
   }
   if (pruned && !int8) {
-    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 || validation->max_top1_drop() > 100) {
+    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 ||
+        validation->max_top1_drop() > 100) {
       return absl::InvalidArgumentError("max_top1_drop must be within [0, 100] percentage points");
     }
     if (validation->max_top1_drop() == 0) validation->set_max_top1_drop(kDefaultMaxTop1Drop);
   }
   if (int8) {
     if (options->calibration_size() == 0) {
-      return absl::InvalidArgumentError("precision int8 needs calibration samples (InputSet blobs): activation ranges come from them");
+      return absl::InvalidArgumentError(
+          "precision int8 needs calibration samples (InputSet blobs): activation ranges come from them");
     }
     if (options->calibration_method().empty()) options->set_calibration_method("minmax");
     const std::string& method = options->calibration_method();
     if (method != "minmax" && method != "percentile" && method != "entropy") {
-      return absl::InvalidArgumentError(absl::StrCat("calibration method '", method, "' is not one of minmax, percentile, entropy"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration method '", method, "' is not one of minmax, percentile, entropy"));
     }
     std::sort(options->mutable_keep_float()->begin(), options->mutable_keep_float()->end());
-    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 || validation->max_top1_drop() > 100) {
+    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 ||
+        validation->max_top1_drop() > 100) {
       return absl::InvalidArgumentError("max_top1_drop must be within [0, 100] percentage points");
     }
     if (validation->max_top1_drop() == 0) validation->set_max_top1_drop(kDefaultMaxTop1Drop);
@@ -140,7 +153,8 @@ std::string ActionKey(const v1::SubmitRequest& request, const std::string& canon
   std::string text = "kiln-action-v1\n";
   absl::StrAppend(&text, "model=", request.model().sha256(), "/", request.model().size_bytes(), "\n");
   absl::StrAppend(&text, "target=", canonical_target, "\n");
-  absl::StrAppend(&text, "pipeline=", request.options().pipeline().empty() ? "default" : request.options().pipeline(), "\n");
+  absl::StrAppend(&text, "pipeline=", request.options().pipeline().empty() ? "default" : request.options().pipeline(),
+                  "\n");
   for (const auto& shape : request.options().input_shapes()) {
     absl::StrAppend(&text, "input_shape=", shape.name(), ":", absl::StrJoin(shape.dims(), "x"), "\n");
   }
@@ -164,8 +178,8 @@ std::string ActionKey(const v1::SubmitRequest& request, const std::string& canon
   }
   if (o.prune_channels() > 0 || o.prune_weights() > 0) {  // (unpruned keys stay as they were)
     char prune[160];
-    std::snprintf(prune, sizeof(prune), "prune_channels=%.17g\nprune_weights=%.17g\nprune_max_top1_drop=%.17g\n", o.prune_channels(),
-                  o.prune_weights(), v.max_top1_drop());
+    std::snprintf(prune, sizeof(prune), "prune_channels=%.17g\nprune_weights=%.17g\nprune_max_top1_drop=%.17g\n",
+                  o.prune_channels(), o.prune_weights(), v.max_top1_drop());
     absl::StrAppend(&text, prune);
     for (const auto& name : o.prune_skip()) absl::StrAppend(&text, "prune_skip=", name, "\n");
   }
@@ -221,7 +235,8 @@ grpc::Status KilnService::Upload(grpc::ServerContext*, grpc::ServerReader<v1::Up
   auto run = [&]() -> grpc::Status {
     v1::UploadRequest chunk;
     if (!reader->Read(&chunk)) return Invalid("empty upload: the first message must carry the digest");
-    if (!chunk.has_digest()) return Invalid("the first upload message must carry the blob's digest {sha256, size_bytes}");
+    if (!chunk.has_digest())
+      return Invalid("the first upload message must carry the blob's digest {sha256, size_bytes}");
     if (auto s = CheckDigest(chunk.digest(), "upload digest"); !s.ok()) return s;
     const Digest expected = FromProto(chunk.digest());
     if (expected.size_bytes > state_->options.max_upload_bytes) {
@@ -271,9 +286,10 @@ grpc::Status KilnService::Submit(grpc::ServerContext*, const v1::SubmitRequest* 
     // Held until the task is queued (from then on the queue's needs protect it).
     auto model_hold = state_->cache->HoldBlob(FromProto(request.model()));
     if (!state_->cache->Contains(FromProto(request.model()))) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("model blob ", request.model().sha256(), " (", request.model().size_bytes(),
-                                       " bytes) is not in the cache; Upload it first (FindMissing lists what to upload)"));
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("model blob ", request.model().sha256(), " (", request.model().size_bytes(),
+                       " bytes) is not in the cache; Upload it first (FindMissing lists what to upload)"));
     }
     if (request.validation().has_input_set()) {
       if (auto s = CheckDigest(request.validation().input_set(), "input set digest"); !s.ok()) return s;
@@ -286,8 +302,9 @@ grpc::Status KilnService::Submit(grpc::ServerContext*, const v1::SubmitRequest* 
     for (const auto& sample : request.options().calibration()) {
       if (auto s = CheckDigest(sample, "calibration digest"); !s.ok()) return s;
       if (!state_->cache->Contains(FromProto(sample))) {
-        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            absl::StrCat("calibration blob ", sample.sha256(), " is not in the cache; Upload it first"));
+        return grpc::Status(
+            grpc::StatusCode::FAILED_PRECONDITION,
+            absl::StrCat("calibration blob ", sample.sha256(), " is not in the cache; Upload it first"));
       }
     }
     const std::string key = ActionKey(request, canonical_target, state_->options.compiler_version);
@@ -339,7 +356,8 @@ grpc::Status KilnService::WatchJob(grpc::ServerContext* context, const v1::Watch
       auto job = state_->queue->Get(request->id());
       if (!job.ok()) return ToGrpc(job.status());
       const std::string now = absl::StrCat(job->state(), "/", job->phase(), "/", job->progress());
-      const bool terminal = job->state() == v1::SUCCEEDED || job->state() == v1::FAILED || job->state() == v1::CANCELLED;
+      const bool terminal =
+          job->state() == v1::SUCCEEDED || job->state() == v1::FAILED || job->state() == v1::CANCELLED;
       if (now != last) {
         v1::JobEvent event;
         event.set_job_id(job->id());
@@ -365,12 +383,14 @@ grpc::Status KilnService::CancelJob(grpc::ServerContext*, const v1::CancelJobReq
   if (!before.ok()) return Count("CancelJob", ToGrpc(before.status()));
   auto job = state_->queue->Cancel(request->id());
   if (!job.ok()) return Count("CancelJob", ToGrpc(job.status()));
-  if (before->state() != job->state() && job->state() == v1::CANCELLED) state_->metrics->JobFinished(job->target_name(), "CANCELLED");
+  if (before->state() != job->state() && job->state() == v1::CANCELLED)
+    state_->metrics->JobFinished(job->target_name(), "CANCELLED");
   *response = *job;
   return Count("CancelJob", grpc::Status::OK);
 }
 
-grpc::Status KilnService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request, v1::ListJobsResponse* response) {
+grpc::Status KilnService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                                   v1::ListJobsResponse* response) {
   auto run = [&]() -> grpc::Status {
     ListFilter filter;
     filter.state = request->state();
@@ -389,7 +409,8 @@ grpc::Status KilnService::ListJobs(grpc::ServerContext*, const v1::ListJobsReque
   return Count("ListJobs", run());
 }
 
-grpc::Status KilnService::Lookup(grpc::ServerContext*, const v1::LookupRequest* incoming, v1::LookupResponse* response) {
+grpc::Status KilnService::Lookup(grpc::ServerContext*, const v1::LookupRequest* incoming,
+                                 v1::LookupResponse* response) {
   auto run = [&]() -> grpc::Status {
     v1::SubmitRequest request;
     *request.mutable_model() = incoming->model();
@@ -405,9 +426,10 @@ grpc::Status KilnService::Lookup(grpc::ServerContext*, const v1::LookupRequest* 
     auto hit = state_->cache->LookupAction(key);
     state_->metrics->CacheLookup(hit.has_value());
     if (!hit) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("no cached result for action ", key, " (this model, target, options and compiler ",
-                                       state_->options.compiler_version, "); Submit compiles it"));
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("no cached result for action ", key, " (this model, target, options and compiler ",
+                       state_->options.compiler_version, "); Submit compiles it"));
     }
     response->mutable_result()->ParseFromString(hit->details);
     return grpc::Status::OK;
@@ -429,8 +451,9 @@ grpc::Status KilnService::Download(grpc::ServerContext* context, const v1::Downl
       return ToGrpc(s);
     }
     if (request->offset() < 0 || request->offset() > digest.size_bytes) {
-      return grpc::Status(grpc::StatusCode::OUT_OF_RANGE, absl::StrCat("offset ", request->offset(), " is outside the blob's ",
-                                                                        digest.size_bytes, " bytes"));
+      return grpc::Status(
+          grpc::StatusCode::OUT_OF_RANGE,
+          absl::StrCat("offset ", request->offset(), " is outside the blob's ", digest.size_bytes, " bytes"));
     }
     int64_t offset = request->offset();
     do {
@@ -448,15 +471,18 @@ grpc::Status KilnService::Download(grpc::ServerContext* context, const v1::Downl
   return Count("Download", run());
 }
 
-grpc::Status WorkerService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request, v1::LeaseResponse* response) {
+grpc::Status WorkerService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
+                                  v1::LeaseResponse* response) {
   auto run = [&]() -> grpc::Status {
     if (request->worker_id().empty()) return Invalid("Lease needs a worker_id");
     if (request->compiler_version() != state_->options.compiler_version) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("worker compiler version '", request->compiler_version(), "' differs from the server's '",
-                                       state_->options.compiler_version, "'; run a matching kiln-worker"));
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("worker compiler version '", request->compiler_version(), "' differs from the server's '",
+                       state_->options.compiler_version, "'; run a matching kiln-worker"));
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp(request->wait_ms(), 0, 30000));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp(request->wait_ms(), 0, 30000));
     for (;;) {
       state_->SawWorker(request->worker_id(), false);
       const uint64_t seen = state_->queue->change_counter();
@@ -478,20 +504,23 @@ grpc::Status WorkerService::Lease(grpc::ServerContext* context, const v1::LeaseR
         return grpc::Status::OK;
       }
       if (std::chrono::steady_clock::now() >= deadline || context->IsCancelled()) return grpc::Status::OK;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       state_->queue->WaitForChange(seen, std::min<int64_t>(left.count(), 1000));
     }
   };
   return Count("Lease", run());
 }
 
-grpc::Status WorkerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request, v1::HeartbeatResponse* response) {
+grpc::Status WorkerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) {
   state_->SawWorker(request->worker_id(), true);
   *response = state_->queue->Heartbeat(*request);
   return Count("Heartbeat", grpc::Status::OK);
 }
 
-grpc::Status WorkerService::Complete(grpc::ServerContext*, const v1::CompleteRequest* request, v1::CompleteResponse* response) {
+grpc::Status WorkerService::Complete(grpc::ServerContext*, const v1::CompleteRequest* request,
+                                     v1::CompleteResponse* response) {
   auto run = [&]() -> grpc::Status {
     state_->SawWorker(request->worker_id(), false);
     bool success = request->success();
@@ -517,7 +546,8 @@ grpc::Status WorkerService::Complete(grpc::ServerContext*, const v1::CompleteReq
       // finds the result here instead of compiling again.
       if (auto s = state_->cache->PutAction(request->action_key(), action); !s.ok()) return ToGrpc(s);
     }
-    auto end = state_->queue->Complete(request->action_key(), request->attempt(), success, error, retryable, request->result());
+    auto end = state_->queue->Complete(request->action_key(), request->attempt(), success, error, retryable,
+                                       request->result());
     response->set_accepted(end.has_value());
     if (end && end->state != v1::QUEUED) {
       state_->metrics->JobFinished(end->target, v1::JobState_Name(end->state), end->jobs);

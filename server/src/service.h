@@ -68,7 +68,8 @@ class KilnService final : public v1::Kiln::Service {
 class WorkerService final : public v1::Worker::Service {
  public:
   explicit WorkerService(ServerState* state) : state_(state) {}
-  grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request, v1::LeaseResponse* response) override;
+  grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
+                     v1::LeaseResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
   grpc::Status Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,

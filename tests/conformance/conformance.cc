@@ -29,7 +29,8 @@ namespace {
 enum class Outcome { kPass, kFail, kUnsupported };
 
 std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
-  if (got.dtype() != want.dtype()) return absl::StrCat("dtype ", kiln::DTypeName(got.dtype()), " vs ", kiln::DTypeName(want.dtype()));
+  if (got.dtype() != want.dtype())
+    return absl::StrCat("dtype ", kiln::DTypeName(got.dtype()), " vs ", kiln::DTypeName(want.dtype()));
   if (got.dims() != want.dims()) return "shape differs";
   const bool is_float = kiln::IsFloat(got.dtype());
   for (int64_t i = 0; i < got.num_elements(); ++i) {
@@ -37,7 +38,8 @@ std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
       const double g = got.GetAsDouble(i), w = want.GetAsDouble(i);
       if (std::isnan(w) && std::isnan(g)) continue;
       if (std::isinf(w) && g == w) continue;
-      if (!(std::fabs(g - w) <= 1e-5 + 1e-3 * std::fabs(w))) return absl::StrCat("element ", i, ": got ", g, ", want ", w);
+      if (!(std::fabs(g - w) <= 1e-5 + 1e-3 * std::fabs(w)))
+        return absl::StrCat("element ", i, ": got ", g, ", want ", w);
     } else if (got.GetAsInt64(i) != want.GetAsInt64(i)) {
       return absl::StrCat("element ", i, ": got ", got.GetAsInt64(i), ", want ", want.GetAsInt64(i));
     }
@@ -102,7 +104,8 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
     if (outcome != Outcome::kPass) break;
     for (int32_t i = 0; i < desc->num_outputs; ++i) {
       const kiln_tensor_info& info = desc->outputs[i];
-      outputs.emplace_back(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+      outputs.emplace_back(static_cast<kiln::DType>(info.dtype),
+                           std::vector<int64_t>(info.dims, info.dims + info.rank));
       if (!read("output", i, expected)) break;
     }
     if (outcome != Outcome::kPass) break;
@@ -148,20 +151,28 @@ int main(int argc, char** argv) {
       }
       out = argv[++i];
     };
-    if (a == "--data") value(data);
-    else if (a == "--filter") value(filter);
-    else if (a == "--pass-list") value(pass_list);
-    else if (a == "--write-pass-list") value(write_pass_list);
-    else if (a == "--verbose") verbose = true;
+    if (a == "--data")
+      value(data);
+    else if (a == "--filter")
+      value(filter);
+    else if (a == "--pass-list")
+      value(pass_list);
+    else if (a == "--write-pass-list")
+      value(write_pass_list);
+    else if (a == "--verbose")
+      verbose = true;
     else {
-      std::fprintf(stderr, "usage: kiln-conformance [--data DIR] [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE] [--verbose]\n");
+      std::fprintf(stderr,
+                   "usage: kiln-conformance [--data DIR] [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE] "
+                   "[--verbose]\n");
       return 2;
     }
   }
   std::vector<fs::path> tests;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(data, ec)) {
-    if (entry.is_directory() && entry.path().filename().string().find(filter) != std::string::npos) tests.push_back(entry.path());
+    if (entry.is_directory() && entry.path().filename().string().find(filter) != std::string::npos)
+      tests.push_back(entry.path());
   }
   if (ec || (tests.empty() && filter.empty())) {
     std::fprintf(stderr, "kiln-conformance: no tests under %s (install libonnx-testdata)\n", data.c_str());
@@ -184,12 +195,16 @@ int main(int argc, char** argv) {
     if (outcome == Outcome::kFail) ++failed;
     if (outcome == Outcome::kUnsupported) ++unsupported;
     if (verbose || outcome == Outcome::kFail) {
-      std::printf("%-60s %s %s\n", name.c_str(), outcome == Outcome::kPass ? "PASS" : outcome == Outcome::kFail ? "FAIL" : "UNSUPPORTED",
+      std::printf("%-60s %s %s\n", name.c_str(),
+                  outcome == Outcome::kPass   ? "PASS"
+                  : outcome == Outcome::kFail ? "FAIL"
+                                              : "UNSUPPORTED",
                   detail.substr(0, 300).c_str());
     }
   }
   fs::remove_all(work, ec);
-  std::printf("conformance: %zu passed, %d failed, %d unsupported, of %zu node tests\n", passed.size(), failed, unsupported, tests.size());
+  std::printf("conformance: %zu passed, %d failed, %d unsupported, of %zu node tests\n", passed.size(), failed,
+              unsupported, tests.size());
   if (!write_pass_list.empty()) {
     std::ofstream out(write_pass_list);
     out << "# ONNX node tests that pass compiled (kiln-conformance --write-pass-list). Only grows.\n";

@@ -36,8 +36,10 @@ struct Args {
 };
 
 [[noreturn]] void Usage(const char* problem) {
-  std::fprintf(stderr, "kiln-model-check: %s\nusage: kiln-model-check MODEL.onnx --input FILE.pb [--input ...] "
-               "[--expected FILE.pb ...] [--tolerance R] [--expected-tolerance R] [--threads N] [--pipeline P]\n", problem);
+  std::fprintf(stderr,
+               "kiln-model-check: %s\nusage: kiln-model-check MODEL.onnx --input FILE.pb [--input ...] "
+               "[--expected FILE.pb ...] [--tolerance R] [--expected-tolerance R] [--threads N] [--pipeline P]\n",
+               problem);
   std::exit(2);
 }
 
@@ -49,15 +51,24 @@ Args ParseArgs(int argc, char** argv) {
       if (i + 1 >= argc) Usage((a + " needs a value").c_str());
       return argv[++i];
     };
-    if (a == "--input") args.inputs.push_back(value());
-    else if (a == "--expected") args.expected.push_back(value());
-    else if (a == "--tolerance") args.tolerance = std::atof(value().c_str());
-    else if (a == "--expected-tolerance") args.expected_tolerance = std::atof(value().c_str());
-    else if (a == "--threads") args.threads = std::atoi(value().c_str());
-    else if (a == "--pipeline") args.pipeline = value();
-    else if (!a.empty() && a[0] == '-') Usage(("unknown flag " + a).c_str());
-    else if (args.model.empty()) args.model = a;
-    else Usage(("unexpected argument " + a).c_str());
+    if (a == "--input")
+      args.inputs.push_back(value());
+    else if (a == "--expected")
+      args.expected.push_back(value());
+    else if (a == "--tolerance")
+      args.tolerance = std::atof(value().c_str());
+    else if (a == "--expected-tolerance")
+      args.expected_tolerance = std::atof(value().c_str());
+    else if (a == "--threads")
+      args.threads = std::atoi(value().c_str());
+    else if (a == "--pipeline")
+      args.pipeline = value();
+    else if (!a.empty() && a[0] == '-')
+      Usage(("unknown flag " + a).c_str());
+    else if (args.model.empty())
+      args.model = a;
+    else
+      Usage(("unexpected argument " + a).c_str());
   }
   if (args.model.empty()) Usage("no model given");
   return args;
@@ -172,12 +183,14 @@ int Main(int argc, char** argv) {
                     epass ? "true" : "false");
       vs_expected = buf;
     }
-    std::printf("{\"model\": \"%s\", \"output\": \"%s\", \"scale\": %.4g, \"max_abs_error\": %.3g, "
-                "\"relative_to_scale\": %.3g, \"tolerance\": %.3g%s, \"interpreter_ms\": %.0f, \"ok\": %s}\n",
-                JsonEscape(args.model).c_str(), JsonEscape(output_names[i]).c_str(), d.scale, d.max_abs,
-                d.scale > 0 ? d.max_abs / d.scale : INFINITY, args.tolerance, vs_expected.c_str(), interp_ms,
-                pass ? "true" : "false");
-    if (!d.shape_ok) std::fprintf(stderr, "kiln-model-check: output %zu: shape or dtype differs from the reference\n", i);
+    std::printf(
+        "{\"model\": \"%s\", \"output\": \"%s\", \"scale\": %.4g, \"max_abs_error\": %.3g, "
+        "\"relative_to_scale\": %.3g, \"tolerance\": %.3g%s, \"interpreter_ms\": %.0f, \"ok\": %s}\n",
+        JsonEscape(args.model).c_str(), JsonEscape(output_names[i]).c_str(), d.scale, d.max_abs,
+        d.scale > 0 ? d.max_abs / d.scale : INFINITY, args.tolerance, vs_expected.c_str(), interp_ms,
+        pass ? "true" : "false");
+    if (!d.shape_ok)
+      std::fprintf(stderr, "kiln-model-check: output %zu: shape or dtype differs from the reference\n", i);
     if (d.scale < 1e-3) std::fprintf(stderr, "kiln-model-check: output %zu is degenerate (scale %g)\n", i, d.scale);
     ok &= pass;
   }

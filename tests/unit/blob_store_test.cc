@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/unit/temp_dir.h"
 #include "kiln/cache/blob_store.h"
+#include "tests/unit/temp_dir.h"
 
 namespace kiln::cache {
 namespace {
@@ -33,8 +33,8 @@ TEST(BlobStoreTest, PutThenGetRoundTripsAndDeduplicates) {
   ASSERT_TRUE(digest.ok()) << digest.status();
   EXPECT_TRUE((*store)->Contains(*digest));
   // Fan-out path: sha256/ab/cdef...
-  EXPECT_EQ((*store)->PathOf(*digest), (*store)->root() + "/sha256/" + digest->sha256_hex.substr(0, 2) + "/" +
-                                           digest->sha256_hex.substr(2));
+  EXPECT_EQ((*store)->PathOf(*digest),
+            (*store)->root() + "/sha256/" + digest->sha256_hex.substr(0, 2) + "/" + digest->sha256_hex.substr(2));
   auto again = (*store)->Put("model bytes");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *digest);
@@ -84,7 +84,9 @@ TEST(BlobStoreTest, OpenClearsTemporaryFilesACrashLeft) {
   const std::string root = TempRoot();
   ASSERT_TRUE(BlobStore::Open(root).ok());
   const std::string leftover = root + "/tmp/12345.0.deadbeef";
-  { std::ofstream(leftover) << "half a blob"; }
+  {
+    std::ofstream(leftover) << "half a blob";
+  }
   ASSERT_EQ(access(leftover.c_str(), F_OK), 0);
   auto store = BlobStore::Open(root);
   ASSERT_TRUE(store.ok());

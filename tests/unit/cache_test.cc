@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/unit/temp_dir.h"
 #include "kiln/cache/cache.h"
+#include "tests/unit/temp_dir.h"
 
 namespace kiln::cache {
 namespace {

@@ -10,11 +10,11 @@
 #include "gtest/gtest.h"
 #include "kernel_ops.h"
 #include "kiln/compiler/codegen.h"
+#include "kiln/compiler/frontend.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 #include "kiln/compiler/tune.h"
-#include "kiln/compiler/frontend.h"
 #include "kiln/runtime.h"
 #include "onnx/onnx_pb.h"
 
@@ -33,18 +33,23 @@ std::unique_ptr<Graph> ConvNet() {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 3, 7, 9}));
   g->AddInput(x);
-  Node* conv = g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({5, 3, 3, 3}, 1)), g->AddConstant("b", Random({5}, 2))}, {"c"}, 13);
+  Node* conv =
+      g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({5, 3, 3, 3}, 1)), g->AddConstant("b", Random({5}, 2))},
+                 {"c"}, 13);
   conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
   auto positive = Random({5}, 3);
   for (int i = 0; i < 5; ++i) positive->data_as<float>()[i] = std::fabs(positive->data_as<float>()[i]) + 0.5f;
-  Node* bn = g->AddNode("BatchNormalization", "bn", {conv->output(0), g->AddConstant("s", Random({5}, 4)), g->AddConstant("t", Random({5}, 5)),
-                                                   g->AddConstant("m", Random({5}, 6)), g->AddConstant("v", positive)}, {"n"}, 13);
+  Node* bn = g->AddNode("BatchNormalization", "bn",
+                        {conv->output(0), g->AddConstant("s", Random({5}, 4)), g->AddConstant("t", Random({5}, 5)),
+                         g->AddConstant("m", Random({5}, 6)), g->AddConstant("v", positive)},
+                        {"n"}, 13);
   Node* relu = g->AddNode("Relu", "relu", {bn->output(0)}, {"r"}, 13);
   auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
   shape->data_as<int64_t>()[0] = 5;
   shape->data_as<int64_t>()[1] = 63;
   Node* reshape = g->AddNode("Reshape", "flat", {relu->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
-  Node* mm = g->AddNode("MatMul", "mm", {reshape->output(0), g->AddConstant("proj", Random({63, 11}, 7, 0.2f))}, {"p"}, 13);
+  Node* mm =
+      g->AddNode("MatMul", "mm", {reshape->output(0), g->AddConstant("proj", Random({63, 11}, 7, 0.2f))}, {"p"}, 13);
   Node* add = g->AddNode("Add", "bias", {mm->output(0), g->AddConstant("pb", Random({11}, 8))}, {"y"}, 13);
   g->AddOutput(add->output(0));
   EXPECT_TRUE(InferTypes(*g).ok());
@@ -102,8 +107,8 @@ TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
 
 // Compiles the graph, runs the artifact and returns max |compiled - reference| relative
 // to the reference's largest magnitude.
-double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Graph> compiled_graph, const std::string& pipeline,
-                           const std::string& target = "host") {
+double CompiledVsReference(std::unique_ptr<Graph> reference, std::unique_ptr<Graph> compiled_graph,
+                           const std::string& pipeline, const std::string& target = "host") {
   auto input = Random(reference->inputs()[0]->type().StaticDims(), 99);
   auto expected = RunGraph(*reference, {*input});
   EXPECT_TRUE(expected.ok()) << expected.status();
@@ -195,7 +200,10 @@ TEST(PassTest, FuseTurnsElementwiseChainIntoOneLoop) {
   PassContext ctx;
   ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
   std::string text = PrintGraph(*g);
-  EXPECT_NE(text.find("%e = kiln.Elementwise(%x, %scale_w, %bias_w, %q) {ops=[\"Mul\",\"Add\",\"Sigmoid\",\"Mul\",\"Sub\"]"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("%e = kiln.Elementwise(%x, %scale_w, %bias_w, %q) {ops=[\"Mul\",\"Add\",\"Sigmoid\",\"Mul\",\"Sub\"]"),
+      std::string::npos)
+      << text;
   EXPECT_EQ(g->num_nodes(), 3u) << text;  // fused chain, Reshape, Tanh
   EXPECT_TRUE(VerifyGraph(*g).ok());
 }
@@ -235,7 +243,8 @@ TEST(CodegenTest, UnoptimisedArtifactMatchesInterpreter) {
 // x[2,5,13,11] -> MaxPool or AveragePool with the given window: odd sizes, padding that
 // clips taps at every edge, strides that skip, ceil mode that adds a partial window.
 std::unique_ptr<Graph> PoolNet(const std::string& op, std::vector<int64_t> kernel, std::vector<int64_t> strides,
-                               std::vector<int64_t> pads, int64_t ceil_mode, std::vector<int64_t> shape = {2, 5, 13, 11}) {
+                               std::vector<int64_t> pads, int64_t ceil_mode,
+                               std::vector<int64_t> shape = {2, 5, 13, 11}) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, shape));
   g->AddInput(x);
@@ -254,14 +263,18 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
     std::vector<int64_t> kernel, strides, pads;
     int64_t ceil_mode;
   };
-  const Case cases[] = {{{3, 3}, {2, 2}, {0, 0, 0, 0}, 1}, {{3, 3}, {1, 1}, {1, 1, 1, 1}, 0}, {{2, 3}, {2, 1}, {1, 0, 0, 2}, 0},
-                        {{5, 4}, {3, 2}, {2, 1, 2, 1}, 1}, {{1, 1}, {2, 3}, {0, 0, 0, 0}, 0}};
+  const Case cases[] = {{{3, 3}, {2, 2}, {0, 0, 0, 0}, 1},
+                        {{3, 3}, {1, 1}, {1, 1, 1, 1}, 0},
+                        {{2, 3}, {2, 1}, {1, 0, 0, 2}, 0},
+                        {{5, 4}, {3, 2}, {2, 1, 2, 1}, 1},
+                        {{1, 1}, {2, 3}, {0, 0, 0, 0}, 0}};
   for (const char* op : {"MaxPool", "AveragePool"}) {
     for (const Case& c : cases) {
-      SCOPED_TRACE(::testing::Message() << op << " kernel " << c.kernel[0] << "x" << c.kernel[1] << " stride " << c.strides[0]
-                                        << "x" << c.strides[1] << " ceil " << c.ceil_mode);
+      SCOPED_TRACE(::testing::Message() << op << " kernel " << c.kernel[0] << "x" << c.kernel[1] << " stride "
+                                        << c.strides[0] << "x" << c.strides[1] << " ceil " << c.ceil_mode);
       EXPECT_LT(CompiledVsReference(PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode),
-                                    PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode), "fold-constants"), 1e-6);
+                                    PoolNet(op, c.kernel, c.strides, c.pads, c.ceil_mode), "fold-constants"),
+                1e-6);
     }
   }
   // 3x3 stride-2 max pooling: rows of 16 or more outputs by the row walk (ResNet's 112x112
@@ -272,41 +285,44 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
   for (const std::vector<int64_t>& shape : shapes) {
     for (int64_t ceil_mode : {0, 1}) {
       for (int64_t pad : {0, 1}) {
-        SCOPED_TRACE(::testing::Message() << "MaxPool 3x3/2 over " << shape[1] << "x" << shape[2] << "x" << shape[3] << " ceil "
-                                          << ceil_mode << " pads " << pad);
+        SCOPED_TRACE(::testing::Message() << "MaxPool 3x3/2 over " << shape[1] << "x" << shape[2] << "x" << shape[3]
+                                          << " ceil " << ceil_mode << " pads " << pad);
         const std::vector<int64_t> pads(4, pad);
         for (const std::string& target : TileTargets()) {  // 8 or 16 channels per vector
           SCOPED_TRACE(target);
-          EXPECT_LT(CompiledVsReference(PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape),
-                                        PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape), "fold-constants", target),
-                    1e-6);
+          EXPECT_LT(
+              CompiledVsReference(PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape),
+                                  PoolNet("MaxPool", {3, 3}, {2, 2}, pads, ceil_mode, shape), "fold-constants", target),
+              1e-6);
         }
       }
     }
   }
   // The row walk's other windows: 2x2 stride 2, and 4 rows x 3 columns at row stride 3 with
   // uneven pads and ceil mode (a last window past the image on both axes).
-  const Case row_cases[] = {{{2, 2}, {2, 2}, {0, 0, 0, 0}, 0}, {{2, 2}, {2, 2}, {0, 1, 1, 0}, 1}, {{4, 3}, {3, 2}, {1, 2, 0, 1}, 1}};
+  const Case row_cases[] = {
+      {{2, 2}, {2, 2}, {0, 0, 0, 0}, 0}, {{2, 2}, {2, 2}, {0, 1, 1, 0}, 1}, {{4, 3}, {3, 2}, {1, 2, 0, 1}, 1}};
   for (const Case& c : row_cases) {
     for (const std::string& target : TileTargets()) {
-      SCOPED_TRACE(::testing::Message() << "MaxPool " << c.kernel[0] << "x" << c.kernel[1] << " ceil " << c.ceil_mode << " "
-                                        << target);
+      SCOPED_TRACE(::testing::Message() << "MaxPool " << c.kernel[0] << "x" << c.kernel[1] << " ceil " << c.ceil_mode
+                                        << " " << target);
       EXPECT_LT(CompiledVsReference(PoolNet("MaxPool", c.kernel, c.strides, c.pads, c.ceil_mode, {1, 3, 20, 51}),
-                                    PoolNet("MaxPool", c.kernel, c.strides, c.pads, c.ceil_mode, {1, 3, 20, 51}), "fold-constants",
-                                    target),
+                                    PoolNet("MaxPool", c.kernel, c.strides, c.pads, c.ceil_mode, {1, 3, 20, 51}),
+                                    "fold-constants", target),
                 1e-6);
     }
   }
 }
 
 // x[2,c,h,w] -> depthwise Conv (group c, bias) -> Relu with pads {top, left, bottom, right}.
-std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, std::vector<int64_t> pads,
-                                    const std::string& activation = "Relu") {
+std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride,
+                                    std::vector<int64_t> pads, const std::string& activation = "Relu") {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, c, h, w}));
   g->AddInput(x);
-  Node* conv = g->AddNode("Conv", "dw", {x, g->AddConstant("w", Random({c, 1, k, k}, 21)), g->AddConstant("b", Random({c}, 22))},
-                          {"c"}, 13);
+  Node* conv =
+      g->AddNode("Conv", "dw", {x, g->AddConstant("w", Random({c, 1, k, k}, 21)), g->AddConstant("b", Random({c}, 22))},
+                 {"c"}, 13);
   conv->mutable_attrs()["group"] = c;
   conv->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
   conv->mutable_attrs()["pads"] = pads;
@@ -341,14 +357,14 @@ TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
         const std::vector<int64_t>& pads = choices[turn % 3];
         const std::string activation = turn % 4 == 3 ? "Sigmoid" : (turn % 2 == 1 ? "Clip" : "Relu");
         ++turn;
-        SCOPED_TRACE(::testing::Message() << shape.c << "x" << shape.h << "x" << shape.w << ", " << k << "x" << k << " stride "
-                                          << stride << " pads " << pads[0] << "," << pads[1] << "," << pads[2] << "," << pads[3]
-                                          << ", " << activation);
+        SCOPED_TRACE(::testing::Message() << shape.c << "x" << shape.h << "x" << shape.w << ", " << k << "x" << k
+                                          << " stride " << stride << " pads " << pads[0] << "," << pads[1] << ","
+                                          << pads[2] << "," << pads[3] << ", " << activation);
         for (const std::string& target : TileTargets()) {  // 8 or 16 channels per vector
           SCOPED_TRACE(target);
           EXPECT_LT(CompiledVsReference(DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads, activation),
-                                        DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads, activation), kDefaultPipeline,
-                                        target),
+                                        DepthwiseNet(shape.c, shape.h, shape.w, k, stride, pads, activation),
+                                        kDefaultPipeline, target),
                     1e-5);
         }
       }
@@ -407,18 +423,20 @@ TEST(CodegenTest, WinogradConvMatchesInterpreter) {
 // x[1,10,9,11] -> Conv (k x k, stride s, 13 output channels, bias) -> activation: the
 // implicit GEMM with pre-packed weights, partial row panels and column tiles, and the
 // epilogue in the micro-kernel (ReLU, Clip) or after it (LeakyRelu, none).
-std::unique_ptr<Graph> EpilogueNet(int64_t k, int64_t stride, const std::string& activation, int64_t c = 10, int64_t h = 9,
-                                   int64_t w = 11) {
+std::unique_ptr<Graph> EpilogueNet(int64_t k, int64_t stride, const std::string& activation, int64_t c = 10,
+                                   int64_t h = 9, int64_t w = 11) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, c, h, w}));
   g->AddInput(x);
-  Node* conv = g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({13, c, k, k}, 51)), g->AddConstant("b", Random({13}, 52))},
-                          {"c"}, 13);
+  Node* conv =
+      g->AddNode("Conv", "conv",
+                 {x, g->AddConstant("w", Random({13, c, k, k}, 51)), g->AddConstant("b", Random({13}, 52))}, {"c"}, 13);
   conv->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
   conv->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
   Value* y = conv->output(0);
   if (activation == "Clip") {
-    y = g->AddNode("Clip", "act", {y, ScalarConstant(*g, "lo", -0.25f), ScalarConstant(*g, "hi", 0.5f)}, {"y"}, 13)->output(0);
+    y = g->AddNode("Clip", "act", {y, ScalarConstant(*g, "lo", -0.25f), ScalarConstant(*g, "hi", 0.5f)}, {"y"}, 13)
+            ->output(0);
   } else if (!activation.empty()) {
     y = g->AddNode(activation, "act", {y}, {"y"}, 13)->output(0);
   }
@@ -439,24 +457,25 @@ TEST(CodegenTest, ConvEpiloguesMatchInterpreter) {
   // 3x3 stride 1 over 13x12 with 10 channels (not Winograd's): 156 positions, split into two
   // equal column chunks (80 + 76) when a pool runs it. 3x3 stride 2 over 9x37: output rows
   // of 19, packed eight at a time by the stride-2 vector copy up to the row's end.
-  const Case cases[] = {{1, 1, 10, 9, 11}, {3, 2, 10, 9, 11}, {1, 1, 300, 7, 7},
+  const Case cases[] = {{1, 1, 10, 9, 11}, {3, 2, 10, 9, 11},  {1, 1, 300, 7, 7},
                         {1, 1, 20, 3, 6},  {3, 1, 10, 13, 12}, {3, 2, 10, 9, 37}};
   for (const std::string activation : {"", "Relu", "Clip", "LeakyRelu"}) {
     for (const Case& cs : cases) {
       // The column cases: the activations applied in registers. Clip's output scale (0.5)
       // says little about sums of 300 products (~17 before the clip), so that one runs Relu.
       if (cs.c != 10 && activation != "Relu" && (activation != "Clip" || cs.c == 300)) continue;
-      SCOPED_TRACE(::testing::Message() << cs.k << "x" << cs.k << " stride " << cs.stride << " over " << cs.c << "x" << cs.h << "x"
-                                        << cs.w << " activation '" << activation << "'");
+      SCOPED_TRACE(::testing::Message() << cs.k << "x" << cs.k << " stride " << cs.stride << " over " << cs.c << "x"
+                                        << cs.h << "x" << cs.w << " activation '" << activation << "'");
       std::unique_ptr<Graph> g = EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w);
       auto call = LowerForArtifact(*FindOp("Conv"), *g->nodes()[0]);
       ASSERT_TRUE(call.ok()) << call.status();
       EXPECT_EQ(call->inputs[1].node_input, -1);  // the pre-packed weight
       for (const std::string& target : TileTargets()) {
         SCOPED_TRACE(target);
-        EXPECT_LT(CompiledVsReference(EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w),
-                                      EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w), kDefaultPipeline, target),
-                  1e-5);
+        EXPECT_LT(
+            CompiledVsReference(EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w),
+                                EpilogueNet(cs.k, cs.stride, activation, cs.c, cs.h, cs.w), kDefaultPipeline, target),
+            1e-5);
       }
     }
   }
@@ -472,8 +491,10 @@ std::unique_ptr<Graph> ResidualNet(int64_t k, int64_t c, int64_t oc, int64_t h, 
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, c, h, w}));
   g->AddInput(x);
-  Node* main = g->AddNode("Conv", "main", {x, g->AddConstant("w", Random({oc, depthwise ? 1 : c, k, k}, 81)),
-                                            g->AddConstant("b", Random({oc}, 82))}, {"c"}, 13);
+  Node* main = g->AddNode(
+      "Conv", "main",
+      {x, g->AddConstant("w", Random({oc, depthwise ? 1 : c, k, k}, 81)), g->AddConstant("b", Random({oc}, 82))}, {"c"},
+      13);
   main->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
   if (depthwise) main->mutable_attrs()["group"] = c;
   Value* r = x;
@@ -503,14 +524,15 @@ TEST(PassTest, FuseAddsResidualInConvEpilogue) {
     const char* fused_into;  // the Conv that takes the residual
   };
   const Case cases[] = {
-      {3, 16, 16, 13, 12, Residual::kInput, "Relu", false, "main"},         // Winograd
+      {3, 16, 16, 13, 12, Residual::kInput, "Relu", false, "main"},           // Winograd
       {1, 24, 20, 7, 7, Residual::kShortcutConv, "Relu", false, "shortcut"},  // 49 columns: 32 + 16 + 1
-      {3, 10, 13, 9, 37, Residual::kShortcutConv, "", true, "shortcut"},    // partial tiles
-      {1, 16, 16, 9, 11, Residual::kInput, "Sigmoid", true, "main"},        // activation after the product
+      {3, 10, 13, 9, 37, Residual::kShortcutConv, "", true, "shortcut"},      // partial tiles
+      {1, 16, 16, 9, 11, Residual::kInput, "Sigmoid", true, "main"},          // activation after the product
   };
   for (const Case& cs : cases) {
-    SCOPED_TRACE(::testing::Message() << cs.k << "x" << cs.k << " " << cs.c << "->" << cs.oc << " over " << cs.h << "x" << cs.w
-                                      << " activation '" << cs.activation << "'" << (cs.swap ? " swapped" : ""));
+    SCOPED_TRACE(::testing::Message() << cs.k << "x" << cs.k << " " << cs.c << "->" << cs.oc << " over " << cs.h << "x"
+                                      << cs.w << " activation '" << cs.activation << "'"
+                                      << (cs.swap ? " swapped" : ""));
     auto net = [&] { return ResidualNet(cs.k, cs.c, cs.oc, cs.h, cs.w, cs.residual, cs.activation, cs.swap); };
     std::unique_ptr<Graph> g = net();
     PassContext ctx;
@@ -524,9 +546,9 @@ TEST(PassTest, FuseAddsResidualInConvEpilogue) {
     EXPECT_EQ(fused->name(), cs.fused_into);
     ASSERT_EQ(fused->inputs().size(), 5u);
     EXPECT_EQ(fused->input(3), nullptr);  // no input scale
-    EXPECT_EQ(fused->GetInt("kiln.activation", -1), std::string(cs.activation) == "Relu" ? KILN_UNARY_RELU
-                                                     : std::string(cs.activation) == "Sigmoid" ? KILN_UNARY_SIGMOID
-                                                                                               : -1);
+    EXPECT_EQ(fused->GetInt("kiln.activation", -1), std::string(cs.activation) == "Relu"      ? KILN_UNARY_RELU
+                                                    : std::string(cs.activation) == "Sigmoid" ? KILN_UNARY_SIGMOID
+                                                                                              : -1);
     EXPECT_EQ(g->outputs()[0], fused->output(0));
     // The interpreter runs the fused Conv's reference loop (the same sums, then the
     // residual, as Conv then Add), the artifact its fast kernels.
@@ -564,23 +586,27 @@ TEST(PassTest, FuseAddsResidualInConvEpilogue) {
 std::unique_ptr<Graph> InvertedResidualNet(bool stem) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, stem ? std::vector<int64_t>{2, 3, 26, 21}
-                                                                           : std::vector<int64_t>{2, 24, 13, 11}));
+                                                                       : std::vector<int64_t>{2, 24, 13, 11}));
   g->AddInput(x);
   uint32_t seed = 300;
-  auto conv = [&](Value* in, int64_t c, int64_t oc, int64_t k, int64_t stride, std::vector<int64_t> pads, const std::string& act,
-                  const std::string& name) {
+  auto conv = [&](Value* in, int64_t c, int64_t oc, int64_t k, int64_t stride, std::vector<int64_t> pads,
+                  const std::string& act, const std::string& name) {
     const bool depthwise = k > 1 && c == oc && name != "stem";
     // Weights scaled so every layer's output keeps a magnitude near 1.
     const float scale = 1.0f / std::sqrt(static_cast<float>(depthwise ? k * k : c * k * k));
-    Node* n = g->AddNode("Conv", name, {in, g->AddConstant(name + ".w", Random({oc, depthwise ? 1 : c, k, k}, seed++, scale)),
-                                        g->AddConstant(name + ".b", Random({oc}, seed++, 0.3f))}, {name + ".y"}, 13);
+    Node* n = g->AddNode("Conv", name,
+                         {in, g->AddConstant(name + ".w", Random({oc, depthwise ? 1 : c, k, k}, seed++, scale)),
+                          g->AddConstant(name + ".b", Random({oc}, seed++, 0.3f))},
+                         {name + ".y"}, 13);
     if (depthwise) n->mutable_attrs()["group"] = c;
     n->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
     n->mutable_attrs()["pads"] = pads;
     Value* y = n->output(0);
     if (act == "Clip") {
-      y = g->AddNode("Clip", name + ".act", {y, ScalarConstant(*g, name + ".lo", 0.f), ScalarConstant(*g, name + ".hi", 6.f)},
-                     {name + ".a"}, 13)->output(0);
+      y = g->AddNode("Clip", name + ".act",
+                     {y, ScalarConstant(*g, name + ".lo", 0.f), ScalarConstant(*g, name + ".hi", 6.f)}, {name + ".a"},
+                     13)
+              ->output(0);
     } else if (!act.empty()) {
       y = g->AddNode(act, name + ".act", {y}, {name + ".a"}, 13)->output(0);
     }
@@ -625,7 +651,7 @@ void CheckBlockedChain(bool stem) {
   EXPECT_EQ(ops["kiln.ToBlocked"], stem ? 0 : 1) << PrintGraph(*g);
   EXPECT_EQ(ops["kiln.FromBlocked"], 1) << PrintGraph(*g);
   EXPECT_EQ(g->num_nodes(), 15u) << PrintGraph(*g);  // nothing else
-  EXPECT_EQ(ops["Add"], 0) << PrintGraph(*g);  // the residual is in a.project's epilogue
+  EXPECT_EQ(ops["Add"], 0) << PrintGraph(*g);        // the residual is in a.project's epilogue
 
   auto input = Random(g->inputs()[0]->type().StaticDims(), 301);
   auto blocked = RunGraph(*g, {*input});
@@ -641,7 +667,8 @@ void CheckBlockedChain(bool stem) {
   EXPECT_LT(error / scale, 1e-5);
   for (const std::string& target : TileTargets()) {
     SCOPED_TRACE(target);
-    EXPECT_LT(CompiledVsReference(InvertedResidualNet(stem), InvertedResidualNet(stem), kDefaultPipeline, target), 1e-5);
+    EXPECT_LT(CompiledVsReference(InvertedResidualNet(stem), InvertedResidualNet(stem), kDefaultPipeline, target),
+              1e-5);
   }
 }
 
@@ -724,8 +751,11 @@ std::unique_ptr<Graph> GemvNet(bool trans_b) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 37}));
   g->AddInput(x);
-  Node* gemm = g->AddNode("Gemm", "fc", {x, g->AddConstant("B", Random(trans_b ? std::vector<int64_t>{29, 37} : std::vector<int64_t>{37, 29}, 31)),
-                                         g->AddConstant("c", Random({29}, 32))}, {"y"}, 13);
+  Node* gemm = g->AddNode(
+      "Gemm", "fc",
+      {x, g->AddConstant("B", Random(trans_b ? std::vector<int64_t>{29, 37} : std::vector<int64_t>{37, 29}, 31)),
+       g->AddConstant("c", Random({29}, 32))},
+      {"y"}, 13);
   gemm->mutable_attrs()["transB"] = int64_t{trans_b ? 1 : 0};
   gemm->mutable_attrs()["alpha"] = 0.5;
   gemm->mutable_attrs()["beta"] = 2.0;
@@ -776,7 +806,8 @@ std::unique_ptr<Graph> SiluNet(bool depthwise, const std::string& combine = "Mul
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 16, 9, 9}));
   g->AddInput(x);
-  Node* conv = g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({16, depthwise ? 1 : 16, 3, 3}, 61))}, {"c"}, 13);
+  Node* conv =
+      g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({16, depthwise ? 1 : 16, 3, 3}, 61))}, {"c"}, 13);
   conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
   if (depthwise) conv->mutable_attrs()["group"] = int64_t{16};
   Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {conv->output(0)}, {"s"}, 13);
@@ -822,7 +853,8 @@ std::unique_ptr<Graph> SqueezeExciteNet(int64_t n, bool bias, int64_t stride, in
     shortcut->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
   }
   Node* pool = g->AddNode("GlobalAveragePool", "pool", {x}, {"p"}, 13);
-  Node* excite = g->AddNode("Conv", "excite", {pool->output(0), g->AddConstant("we", Random({16, 16, 1, 1}, 71))}, {"e"}, 13);
+  Node* excite =
+      g->AddNode("Conv", "excite", {pool->output(0), g->AddConstant("we", Random({16, 16, 1, 1}, 71))}, {"e"}, 13);
   Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {excite->output(0)}, {"s"}, 13);
   Node* mul = g->AddNode("Mul", "mul", {x, sigmoid->output(0)}, {"m"}, 13);
   std::vector<Value*> inputs = {mul->output(0), g->AddConstant("wp", Random({12, 16, 1, 1}, 72))};
@@ -892,33 +924,33 @@ TEST(PassTest, FuseFoldsLayerNormIntoOneKernel) {
 TEST(PassTest, FuseFoldsChannelScaleIntoConv) {
   for (int64_t n : {1, 2}) {
     for (bool bias : {true, false}) {
-     for (bool residual : {false, true}) {
-      const int64_t stride = bias ? 1 : 2;
-      SCOPED_TRACE(::testing::Message() << "batch " << n << (bias ? ", bias" : ", no bias") << ", stride " << stride
-                                        << (residual ? ", residual" : ""));
-      auto net = [&] { return SqueezeExciteNet(n, bias, stride, 6, 5, residual); };
-      std::unique_ptr<Graph> g = net();
-      PassContext ctx;
-      auto fuse = RunPipeline(*g, "fuse", {}, ctx);
-      ASSERT_TRUE(fuse.ok()) << fuse.status();
-      const Node* project = g->nodes().back();
-      ASSERT_EQ(project->op(), "Conv");
-      EXPECT_EQ(project->GetInt("kiln.input_scale", 0), 1);
-      EXPECT_EQ(project->GetInt("kiln.residual", 0), residual ? 1 : 0);
-      ASSERT_EQ(project->inputs().size(), residual ? 5u : 4u);
-      EXPECT_EQ(project->input(0), g->inputs()[0]);
-      for (const Node* node : g->nodes()) EXPECT_TRUE(node->op() != "Mul" && node->op() != "Add") << PrintGraph(*g);
-      auto input = Random({n, 16, 6, 5}, 74);
-      auto fused = RunGraph(*g, {*input});
-      auto plain = RunGraph(*net(), {*input});
-      ASSERT_TRUE(fused.ok()) << fused.status();
-      ASSERT_TRUE(plain.ok()) << plain.status();
-      const Tensor& a = (*fused)[0];
-      const Tensor& b = (*plain)[0];
-      ASSERT_EQ(a.num_elements(), b.num_elements());
-      for (int64_t i = 0; i < a.num_elements(); ++i) ASSERT_EQ(a.data_as<float>()[i], b.data_as<float>()[i]) << i;
-      EXPECT_LT(CompiledVsReference(net(), net(), kDefaultPipeline), 1e-5);
-     }
+      for (bool residual : {false, true}) {
+        const int64_t stride = bias ? 1 : 2;
+        SCOPED_TRACE(::testing::Message() << "batch " << n << (bias ? ", bias" : ", no bias") << ", stride " << stride
+                                          << (residual ? ", residual" : ""));
+        auto net = [&] { return SqueezeExciteNet(n, bias, stride, 6, 5, residual); };
+        std::unique_ptr<Graph> g = net();
+        PassContext ctx;
+        auto fuse = RunPipeline(*g, "fuse", {}, ctx);
+        ASSERT_TRUE(fuse.ok()) << fuse.status();
+        const Node* project = g->nodes().back();
+        ASSERT_EQ(project->op(), "Conv");
+        EXPECT_EQ(project->GetInt("kiln.input_scale", 0), 1);
+        EXPECT_EQ(project->GetInt("kiln.residual", 0), residual ? 1 : 0);
+        ASSERT_EQ(project->inputs().size(), residual ? 5u : 4u);
+        EXPECT_EQ(project->input(0), g->inputs()[0]);
+        for (const Node* node : g->nodes()) EXPECT_TRUE(node->op() != "Mul" && node->op() != "Add") << PrintGraph(*g);
+        auto input = Random({n, 16, 6, 5}, 74);
+        auto fused = RunGraph(*g, {*input});
+        auto plain = RunGraph(*net(), {*input});
+        ASSERT_TRUE(fused.ok()) << fused.status();
+        ASSERT_TRUE(plain.ok()) << plain.status();
+        const Tensor& a = (*fused)[0];
+        const Tensor& b = (*plain)[0];
+        ASSERT_EQ(a.num_elements(), b.num_elements());
+        for (int64_t i = 0; i < a.num_elements(); ++i) ASSERT_EQ(a.data_as<float>()[i], b.data_as<float>()[i]) << i;
+        EXPECT_LT(CompiledVsReference(net(), net(), kDefaultPipeline), 1e-5);
+      }
     }
   }
   // --tune times such a Conv alone, feeding both its computed inputs (X and the scale).
@@ -999,8 +1031,11 @@ TEST(CodegenTest, MatMulTilesMatchInterpreter) {
 // x86, asked nothing) the 6x16 one (the artifact's report says which; compiling needs no
 // such CPU).
 TEST(CodegenTest, GemmTileFollowsTarget) {
-  for (const auto& [spec, tile] : std::vector<std::pair<std::string, std::string>>{
-           {"x86-64-v3", "6x16"}, {"x86-64-v4", "12x32"}, {"skylake-avx512", "12x32"}, {"x86-64", "6x16"}, {"aarch64", "6x16"}}) {
+  for (const auto& [spec, tile] : std::vector<std::pair<std::string, std::string>>{{"x86-64-v3", "6x16"},
+                                                                                   {"x86-64-v4", "12x32"},
+                                                                                   {"skylake-avx512", "12x32"},
+                                                                                   {"x86-64", "6x16"},
+                                                                                   {"aarch64", "6x16"}}) {
     SCOPED_TRACE(spec);
     std::unique_ptr<Graph> g = MatMulNet(13, 300, 80);
     auto artifact = GenerateFor(*g, spec);

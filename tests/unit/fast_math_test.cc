@@ -1,6 +1,6 @@
 // The kernel library's fast approximations against libm, over their whole domain.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -55,7 +55,8 @@ TEST(FastMathTest, EightLaneExpMatchesLibm) {
   }
   std::printf("FastExp8: max relative error %.3g\n", worst);
   EXPECT_LT(worst, 2 * static_cast<double>(std::numeric_limits<float>::epsilon()));
-  const float edges[8] = {0.f, std::nanf(""), -std::numeric_limits<float>::infinity(), -1000.f, 1000.f, 88.75f, 88.72f, -87.5f};
+  const float edges[8] = {0.f,    std::nanf(""), -std::numeric_limits<float>::infinity(), -1000.f, 1000.f, 88.75f,
+                          88.72f, -87.5f};
   for (int shift = 0; shift < 8; ++shift) {
     kiln_kernels::v8f e;
     for (int l = 0; l < 8; ++l) e[l] = edges[(l + shift) % 8];
@@ -94,7 +95,8 @@ TEST(FastMathTest, ErfMatchesLibm) {
     const double want = std::erf(static_cast<double>(xf));
     const double got = kiln_kernels::FastErf(xf);
     worst_abs = std::max(worst_abs, std::fabs(got - want));
-    if (std::fabs(xf) <= 1.0f && want != 0) worst_rel_small = std::max(worst_rel_small, std::fabs(got - want) / std::fabs(want));
+    if (std::fabs(xf) <= 1.0f && want != 0)
+      worst_rel_small = std::max(worst_rel_small, std::fabs(got - want) / std::fabs(want));
   }
   std::printf("FastErf: max absolute error %.3g, max relative error on |x| <= 1 %.3g\n", worst_abs, worst_rel_small);
   EXPECT_LT(worst_abs, 1.5e-7);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/unit/temp_dir.h"
 #include "server/queue/job_queue.h"
+#include "tests/unit/temp_dir.h"
 
 namespace kiln::server {
 namespace {
@@ -176,8 +176,10 @@ TEST(JobQueueTest, RecoverLeasesRequeuesDeadLocalWorkersWithoutAnAttempt) {
 TEST(JobQueueTest, ListFiltersByStateAndLabelsAndPages) {
   auto queue = JobQueue::Open(TempDb(), {});
   for (int i = 0; i < 5; ++i) {
-    (*queue)->Submit(JobFor("key" + std::to_string(i), {{"team", i % 2 ? "odd" : "even"}}), RequestFor(), "host",
-                     std::nullopt).IgnoreError();
+    (*queue)
+        ->Submit(JobFor("key" + std::to_string(i), {{"team", i % 2 ? "odd" : "even"}}), RequestFor(), "host",
+                 std::nullopt)
+        .IgnoreError();
   }
   ListFilter filter;
   filter.labels["team"] = "even";

@@ -54,20 +54,22 @@ int64_t Requantize(int64_t sum, float multiplier, int64_t zero_point, DType dtyp
 
 // Runs the one-input graph through the interpreter and as artifacts (each of `targets`,
 // 1 and 2 threads) and expects every output element to equal `want`.
-void ExpectEverywhere(const std::function<std::unique_ptr<Graph>()>& build, const Tensor& input, const std::vector<double>& want,
-                      const std::vector<std::string>& targets = TileTargets()) {
+void ExpectEverywhere(const std::function<std::unique_ptr<Graph>()>& build, const Tensor& input,
+                      const std::vector<double>& want, const std::vector<std::string>& targets = TileTargets()) {
   auto graph = build();
   auto ref = RunGraph(*graph, {input});
   ASSERT_TRUE(ref.ok()) << ref.status();
   ASSERT_EQ((*ref)[0].num_elements(), static_cast<int64_t>(want.size()));
-  for (int64_t i = 0; i < (*ref)[0].num_elements(); ++i) ASSERT_EQ((*ref)[0].GetAsDouble(i), want[i]) << "interpreter, element " << i;
+  for (int64_t i = 0; i < (*ref)[0].num_elements(); ++i)
+    ASSERT_EQ((*ref)[0].GetAsDouble(i), want[i]) << "interpreter, element " << i;
   for (const std::string& target : targets) {
     auto g = build();
     const std::vector<Tensor> outs = RunArtifact(*g, kDefaultPipeline, input, {1, 2}, target);
     ASSERT_EQ(outs.size(), 2u);
     for (const Tensor& out : outs) {
       ASSERT_EQ(out.dtype(), (*ref)[0].dtype());
-      for (int64_t i = 0; i < out.num_elements(); ++i) ASSERT_EQ(out.GetAsDouble(i), want[i]) << target << ", element " << i;
+      for (int64_t i = 0; i < out.num_elements(); ++i)
+        ASSERT_EQ(out.GetAsDouble(i), want[i]) << target << ", element " << i;
     }
   }
 }
@@ -85,8 +87,9 @@ TEST(QuantTest, QuantizeLinearRoundsHalfToEvenAndSaturates) {
       auto zp = std::make_shared<Tensor>(type, std::vector<int64_t>{});
       if (type == DType::kUInt8) zp->data_as<uint8_t>()[0] = static_cast<uint8_t>(zero);
       if (type == DType::kInt8) zp->data_as<int8_t>()[0] = static_cast<int8_t>(zero);
-      Node* q = g->AddNode("QuantizeLinear", "q", {in, g->AddConstant("s", Filled<float>(DType::kFloat32, {}, {0.5f})), g->AddConstant("z", zp)},
-                           {"y"}, 13);
+      Node* q = g->AddNode(
+          "QuantizeLinear", "q",
+          {in, g->AddConstant("s", Filled<float>(DType::kFloat32, {}, {0.5f})), g->AddConstant("z", zp)}, {"y"}, 13);
       g->AddOutput(q->output(0));
       EXPECT_TRUE(InferTypes(*g).ok());
       return g;
@@ -108,7 +111,8 @@ TEST(QuantTest, DequantizeLinearPerAxis) {
     Value* in = g->AddValue("x", TensorType::Static(DType::kInt8, {2, 3, 5}));
     g->AddInput(in);
     Node* dq = g->AddNode("DequantizeLinear", "dq",
-                          {in, g->AddConstant("s", Filled<float>(DType::kFloat32, {3}, scales)), g->AddConstant("z", Filled<int8_t>(DType::kInt8, {3}, zeros))},
+                          {in, g->AddConstant("s", Filled<float>(DType::kFloat32, {3}, scales)),
+                           g->AddConstant("z", Filled<int8_t>(DType::kInt8, {3}, zeros))},
                           {"y"}, 13);
     dq->mutable_attrs()["axis"] = int64_t{1};
     g->AddOutput(dq->output(0));
@@ -183,8 +187,9 @@ TEST(QuantTest, IntegerMatMulsMatchPlainLoops) {
                          g->AddConstant("yz", Filled<int8_t>(DType::kInt8, {}, {static_cast<int8_t>(y_zero)}))},
                         {"y"}, 10);
       } else {
-        mm = g->AddNode("MatMulInteger", "mm", {in, g->AddConstant("b", b), g->AddConstant("az", a_zero), g->AddConstant("bz", b_zero)},
-                        {"y"}, 10);
+        mm = g->AddNode("MatMulInteger", "mm",
+                        {in, g->AddConstant("b", b), g->AddConstant("az", a_zero), g->AddConstant("bz", b_zero)}, {"y"},
+                        10);
       }
       g->AddOutput(mm->output(0));
       auto st = InferTypes(*g);
@@ -196,9 +201,10 @@ TEST(QuantTest, IntegerMatMulsMatchPlainLoops) {
       for (int64_t m = 0; m < M; ++m) {
         for (int64_t n = 0; n < N; ++n) {
           const int64_t s = sum(batch, m, n);
-          want.push_back(requantize ? Requantize(s, a_scale->data_as<float>()[m] * b_scale->data_as<float>()[n] / y_scale, y_zero,
-                                                 DType::kInt8)
-                                    : s);
+          want.push_back(requantize
+                             ? Requantize(s, a_scale->data_as<float>()[m] * b_scale->data_as<float>()[n] / y_scale,
+                                          y_zero, DType::kInt8)
+                             : s);
         }
       }
     }
@@ -215,7 +221,8 @@ std::vector<std::string> Int8Targets() {
   if (__builtin_cpu_supports("avx512vnni") && targets.size() > 1) {
     targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v4,features=+avx512vnni");
   }
-  if (__builtin_cpu_supports("avxvnni")) targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v3,features=+avxvnni");
+  if (__builtin_cpu_supports("avxvnni"))
+    targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v3,features=+avxvnni");
   return targets;
 }
 
@@ -286,14 +293,16 @@ TEST(QuantTest, IntegerGemmMatchesPlainLoops) {
         if (op == "MatMulInteger") {
           mm = g->AddNode(op, "mm", {in, g->AddConstant("b", b), az, g->AddConstant("bz", b_zero)}, {"y"}, 10);
         } else if (op == "QLinearMatMul") {
-          mm = g->AddNode(op, "mm",
-                          {in, as, az, g->AddConstant("b", b), g->AddConstant("bs", b_scale), g->AddConstant("bz", b_zero),
-                           g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})), g->AddConstant("yz", scalar(DType::kUInt8, y_zero))},
-                          {"y"}, 10);
+          mm = g->AddNode(
+              op, "mm",
+              {in, as, az, g->AddConstant("b", b), g->AddConstant("bs", b_scale), g->AddConstant("bz", b_zero),
+               g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})),
+               g->AddConstant("yz", scalar(DType::kUInt8, y_zero))},
+              {"y"}, 10);
         } else {
           mm = g->AddNode(op, "mm",
-                          {in, as, az, g->AddConstant("b", b), g->AddConstant("bs", b_scale), g->AddConstant("bz", b_zero),
-                           g->AddConstant("bias", bias)},
+                          {in, as, az, g->AddConstant("b", b), g->AddConstant("bs", b_scale),
+                           g->AddConstant("bz", b_zero), g->AddConstant("bias", bias)},
                           {"y"}, 13);
         }
         g->AddOutput(mm->output(0));
@@ -351,7 +360,8 @@ void CheckIntegerConv(const QConvCase& c) {
   };
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
-  for (const std::string variant : {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu"}) {
+  for (const std::string variant :
+       {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu"}) {
     SCOPED_TRACE(variant);
     const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
     const std::string op = relu ? variant.substr(0, variant.size() - 5) : variant;
@@ -363,20 +373,22 @@ void CheckIntegerConv(const QConvCase& c) {
       Value* xz = g->AddConstant("xz", scalar(c.x_type, x_zero));
       Node* conv;
       if (to_float) {
-        conv = g->AddNode(op, "conv",
-                          {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
-                           g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero), g->AddConstant("b", float_bias)},
-                          {"y"}, 13);
+        conv = g->AddNode(
+            op, "conv",
+            {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
+             g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero), g->AddConstant("b", float_bias)},
+            {"y"}, 13);
         if (relu) conv->mutable_attrs()["kiln.relu"] = int64_t{1};
       } else if (requantize) {
         conv = g->AddNode("QLinearConv", "conv",
-                          {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
-                           g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero),
-                           g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})), g->AddConstant("yz", scalar(c.y_type, y_zero)),
-                           g->AddConstant("b", bias)},
+                          {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz,
+                           g->AddConstant("w", w), g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero),
+                           g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})),
+                           g->AddConstant("yz", scalar(c.y_type, y_zero)), g->AddConstant("b", bias)},
                           {"y"}, 10);
       } else {
-        conv = g->AddNode("ConvInteger", "conv", {in, g->AddConstant("w", w), xz, g->AddConstant("wz", w_zero)}, {"y"}, 10);
+        conv = g->AddNode("ConvInteger", "conv", {in, g->AddConstant("w", w), xz, g->AddConstant("wz", w_zero)}, {"y"},
+                          10);
       }
       conv->mutable_attrs()["group"] = c.G;
       conv->mutable_attrs()["strides"] = std::vector<int64_t>{c.S, c.S};
@@ -397,7 +409,8 @@ void CheckIntegerConv(const QConvCase& c) {
                 const int64_t ih = oh * c.S - c.P + kh, iw = ow * c.S - c.P + kw;
                 if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
                 const int64_t ch = oc / (c.OC / c.G) * icg + ic;
-                s += (at(*x, (ch * c.H + ih) * c.W + iw) - x_zero) * (at(*w, ((oc * icg + ic) * c.K + kh) * c.K + kw) - at(*w_zero, oc));
+                s += (at(*x, (ch * c.H + ih) * c.W + iw) - x_zero) *
+                     (at(*w, ((oc * icg + ic) * c.K + kh) * c.K + kw) - at(*w_zero, oc));
               }
             }
           }
@@ -406,7 +419,8 @@ void CheckIntegerConv(const QConvCase& c) {
             const float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
             want.push_back(relu && v < 0.f ? 0.f : v);
           } else {
-            want.push_back(requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);
+            want.push_back(
+                requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);
           }
         }
       }
@@ -449,8 +463,10 @@ TEST(QuantTest, FoldedQdqConvMatchesTheFloatGraph) {
     Value* xq = g->AddValue("xq", TensorType::Static(DType::kUInt8, {1, C, H, W}));
     g->AddInput(xq);
     Value* xs = g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {0.05f}));
-    Node* x = g->AddNode("DequantizeLinear", "dq_x", {xq, xs, g->AddConstant("xz", Filled<uint8_t>(DType::kUInt8, {}, {100}))}, {"x"}, 13);
-    Node* wd = g->AddNode("DequantizeLinear", "dq_w", {g->AddConstant("wq", w), g->AddConstant("ws", w_scale)}, {"w"}, 13);
+    Node* x = g->AddNode("DequantizeLinear", "dq_x",
+                         {xq, xs, g->AddConstant("xz", Filled<uint8_t>(DType::kUInt8, {}, {100}))}, {"x"}, 13);
+    Node* wd =
+        g->AddNode("DequantizeLinear", "dq_w", {g->AddConstant("wq", w), g->AddConstant("ws", w_scale)}, {"w"}, 13);
     wd->mutable_attrs()["axis"] = int64_t{0};
     Node* conv = g->AddNode("Conv", "conv", {x->output(0), wd->output(0), g->AddConstant("b", bias)}, {"c"}, 13);
     conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
@@ -495,21 +511,26 @@ std::unique_ptr<Graph> SmallCnn() {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 3, 12, 12}));
   g->AddInput(x);
-  Node* c1 = g->AddNode("Conv", "conv1", {x, g->AddConstant("w1", Random({8, 3, 3, 3}, 31, 0.3f)), g->AddConstant("b1", Random({8}, 32, 0.1f))},
-                        {"c1"}, 13);
+  Node* c1 =
+      g->AddNode("Conv", "conv1",
+                 {x, g->AddConstant("w1", Random({8, 3, 3, 3}, 31, 0.3f)), g->AddConstant("b1", Random({8}, 32, 0.1f))},
+                 {"c1"}, 13);
   c1->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
   Node* r1 = g->AddNode("Relu", "relu1", {c1->output(0)}, {"r1"}, 13);
-  Node* c2 = g->AddNode("Conv", "conv2", {r1->output(0), g->AddConstant("w2", Random({16, 8, 3, 3}, 33, 0.2f))}, {"c2"}, 13);
+  Node* c2 =
+      g->AddNode("Conv", "conv2", {r1->output(0), g->AddConstant("w2", Random({16, 8, 3, 3}, 33, 0.2f))}, {"c2"}, 13);
   c2->mutable_attrs()["strides"] = std::vector<int64_t>{2, 2};
   c2->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
   Node* r2 = g->AddNode("Relu", "relu2", {c2->output(0)}, {"r2"}, 13);
   Node* twice = g->AddNode("Add", "twice", {r2->output(0), r2->output(0)}, {"a"}, 13);
-  Node* c3 = g->AddNode("Conv", "conv3", {twice->output(0), g->AddConstant("w3", Random({4, 16, 1, 1}, 34, 0.3f))}, {"c3"}, 13);
+  Node* c3 = g->AddNode("Conv", "conv3", {twice->output(0), g->AddConstant("w3", Random({4, 16, 1, 1}, 34, 0.3f))},
+                        {"c3"}, 13);
   auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
   shape->data_as<int64_t>()[0] = 1;
   shape->data_as<int64_t>()[1] = 144;
   Node* flat = g->AddNode("Reshape", "flat", {c3->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
-  Node* fc = g->AddNode("MatMul", "fc", {flat->output(0), g->AddConstant("wf", Random({144, 10}, 35, 0.2f))}, {"y"}, 13);
+  Node* fc =
+      g->AddNode("MatMul", "fc", {flat->output(0), g->AddConstant("wf", Random({144, 10}, 35, 0.2f))}, {"y"}, 13);
   g->AddOutput(fc->output(0));
   EXPECT_TRUE(InferTypes(*g).ok());
   return g;
@@ -535,7 +556,8 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
   auto input = Random({1, 3, 12, 12}, 7);
   auto reference = RunGraph(*SmallCnn(), {*input});
   ASSERT_TRUE(reference.ok());
-  for (CalibrationMethod method : {CalibrationMethod::kMinMax, CalibrationMethod::kPercentile, CalibrationMethod::kEntropy}) {
+  for (CalibrationMethod method :
+       {CalibrationMethod::kMinMax, CalibrationMethod::kPercentile, CalibrationMethod::kEntropy}) {
     SCOPED_TRACE(CalibrationMethodName(method));
     config.method = method;
     auto g = SmallCnn();
@@ -593,7 +615,8 @@ TEST(QuantTest, ScaleOfTheWrongLengthNamesTheNode) {
   Graph g;
   Value* in = g.AddValue("x", TensorType::Static(DType::kFloat32, {2, 3}));
   g.AddInput(in);
-  Node* q = g.AddNode("QuantizeLinear", "quant_7", {in, g.AddConstant("s", Filled<float>(DType::kFloat32, {4}, {1, 2, 3, 4}))}, {"y"}, 13);
+  Node* q = g.AddNode("QuantizeLinear", "quant_7",
+                      {in, g.AddConstant("s", Filled<float>(DType::kFloat32, {4}, {1, 2, 3, 4}))}, {"y"}, 13);
   g.AddOutput(q->output(0));
   const absl::Status st = InferTypes(g);
   ASSERT_FALSE(st.ok());

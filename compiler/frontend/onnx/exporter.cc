@@ -75,7 +75,8 @@ absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::strin
   }
   for (const Node* node : graph.nodes()) {
     if (node->op().rfind("kiln.", 0) == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(NodeLabel(*node), ": a Kiln op has no ONNX form; export before the passes that make it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(NodeLabel(*node), ": a Kiln op has no ONNX form; export before the passes that make it"));
     }
     onnx::NodeProto* n = g->add_node();
     n->set_op_type(node->op());
@@ -84,7 +85,8 @@ absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::strin
     for (const Value* out : node->outputs()) n->add_output(out->name());
     for (const auto& [key, value] : node->attrs()) {
       if (key.rfind("kiln.", 0) == 0) {
-        return absl::FailedPreconditionError(absl::StrCat(NodeLabel(*node), ": attribute '", key, "' has no ONNX form"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(NodeLabel(*node), ": attribute '", key, "' has no ONNX form"));
       }
       if (auto s = SetAttribute(n->add_attribute(), key, value); !s.ok()) return s;
     }

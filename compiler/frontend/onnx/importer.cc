@@ -68,7 +68,8 @@ absl::Status CheckWithOnnx(const onnx::ModelProto& model) {
   if (!message.empty()) return absl::InvalidArgumentError(absl::StrCat("rejected by the ONNX checker: ", message));
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "the ONNX checker crashed on this model (", WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status)) : absl::StrCat("exit ", WEXITSTATUS(status)),
+      "the ONNX checker crashed on this model (",
+      WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status)) : absl::StrCat("exit ", WEXITSTATUS(status)),
       "); the model is malformed"));
 }
 
@@ -114,9 +115,11 @@ absl::StatusOr<Tensor> Importer::LoadTensor(const onnx::TensorProto& proto) {
     }
     auto bytes = options_.external_data(location);
     if (!bytes.ok()) return Error(absl::StrCat("tensor '", proto.name(), "': ", bytes.status().message()));
-    if (offset < 0 || offset > static_cast<int64_t>(bytes->size())) return Error(absl::StrCat("tensor '", proto.name(), "': external data offset out of range"));
+    if (offset < 0 || offset > static_cast<int64_t>(bytes->size()))
+      return Error(absl::StrCat("tensor '", proto.name(), "': external data offset out of range"));
     if (length < 0) length = static_cast<int64_t>(bytes->size()) - offset;
-    if (offset + length > static_cast<int64_t>(bytes->size())) return Error(absl::StrCat("tensor '", proto.name(), "': external data shorter than declared"));
+    if (offset + length > static_cast<int64_t>(bytes->size()))
+      return Error(absl::StrCat("tensor '", proto.name(), "': external data shorter than declared"));
     onnx::TensorProto copy = proto;
     copy.clear_external_data();
     copy.set_data_location(onnx::TensorProto::DEFAULT);
@@ -130,12 +133,14 @@ absl::StatusOr<Tensor> Importer::LoadTensor(const onnx::TensorProto& proto) {
 
 absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProto& info) {
   if (!info.type().has_tensor_type()) {
-    return Error(absl::StrCat("value '", info.name(), "' is not a tensor (sequences, maps and optionals are not supported)"));
+    return Error(
+        absl::StrCat("value '", info.name(), "' is not a tensor (sequences, maps and optionals are not supported)"));
   }
   const auto& tt = info.type().tensor_type();
   TensorType type;
   type.dtype = static_cast<DType>(tt.elem_type());
-  if (type.dtype == DType::kString) return Error(absl::StrCat("value '", info.name(), "' has string elements, which are not supported"));
+  if (type.dtype == DType::kString)
+    return Error(absl::StrCat("value '", info.name(), "' has string elements, which are not supported"));
   if (tt.has_shape()) {
     type.has_shape = true;
     for (const auto& d : tt.shape().dim()) {
@@ -154,8 +159,8 @@ absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProt
     }
     for (size_t i = 0; type.has_shape && i < type.shape.size(); ++i) {
       if (type.shape[i].known() && type.shape[i].size != it->second[i]) {
-        return Error(absl::StrCat("--input-shape for '", info.name(), "' sets dimension ", i, " to ",
-                                  it->second[i], ", the model fixes it at ", type.shape[i].size));
+        return Error(absl::StrCat("--input-shape for '", info.name(), "' sets dimension ", i, " to ", it->second[i],
+                                  ", the model fixes it at ", type.shape[i].size));
       }
     }
     type = TensorType::Static(type.dtype, it->second);
@@ -173,14 +178,16 @@ absl::StatusOr<AttrValue> Importer::ConvertAttribute(const onnx::AttributeProto&
       std::vector<double> v(attr.floats().begin(), attr.floats().end());
       return AttrValue(v);
     }
-    case onnx::AttributeProto::STRINGS: return AttrValue(std::vector<std::string>(attr.strings().begin(), attr.strings().end()));
+    case onnx::AttributeProto::STRINGS:
+      return AttrValue(std::vector<std::string>(attr.strings().begin(), attr.strings().end()));
     case onnx::AttributeProto::TENSOR: {
       auto t = LoadTensor(attr.t());
       if (!t.ok()) return t.status();
       return AttrValue(std::make_shared<const Tensor>(std::move(*t)));
     }
     default:
-      return Error(absl::StrCat(where, ": attribute '", attr.name(), "' has a type Kiln does not support (graphs, sparse tensors and type protos)"));
+      return Error(absl::StrCat(where, ": attribute '", attr.name(),
+                                "' has a type Kiln does not support (graphs, sparse tensors and type protos)"));
   }
 }
 
@@ -195,7 +202,8 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
   const std::string name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
   const std::string where = absl::StrCat("node '", name, "' (", proto.op_type(), ", opset ", opset_, ")");
   if (!proto.domain().empty() && proto.domain() != "ai.onnx") {
-    return Error(absl::StrCat(where, ": domain '", proto.domain(), "' is not supported (only the default ONNX domain is)"));
+    return Error(
+        absl::StrCat(where, ": domain '", proto.domain(), "' is not supported (only the default ONNX domain is)"));
   }
   std::map<std::string, AttrValue> attrs;
   for (const auto& attr : proto.attribute()) {
@@ -229,29 +237,38 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
       if (key == "value") {
         tensor = std::get<std::shared_ptr<const Tensor>>(value);
       } else if (key == "value_float" || key == "value_int") {
-        auto t = std::make_shared<Tensor>(key == "value_float" ? DType::kFloat32 : DType::kInt64, std::vector<int64_t>{});
-        if (key == "value_float") t->data_as<float>()[0] = static_cast<float>(std::get<double>(value));
-        else t->data_as<int64_t>()[0] = std::get<int64_t>(value);
+        auto t =
+            std::make_shared<Tensor>(key == "value_float" ? DType::kFloat32 : DType::kInt64, std::vector<int64_t>{});
+        if (key == "value_float")
+          t->data_as<float>()[0] = static_cast<float>(std::get<double>(value));
+        else
+          t->data_as<int64_t>()[0] = std::get<int64_t>(value);
         tensor = t;
       } else if (key == "value_floats" || key == "value_ints") {
         const bool floats = key == "value_floats";
-        const size_t n = floats ? std::get<std::vector<double>>(value).size() : std::get<std::vector<int64_t>>(value).size();
-        auto t = std::make_shared<Tensor>(floats ? DType::kFloat32 : DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(n)});
+        const size_t n =
+            floats ? std::get<std::vector<double>>(value).size() : std::get<std::vector<int64_t>>(value).size();
+        auto t = std::make_shared<Tensor>(floats ? DType::kFloat32 : DType::kInt64,
+                                          std::vector<int64_t>{static_cast<int64_t>(n)});
         for (size_t i = 0; i < n; ++i) {
-          if (floats) t->data_as<float>()[i] = static_cast<float>(std::get<std::vector<double>>(value)[i]);
-          else t->data_as<int64_t>()[i] = std::get<std::vector<int64_t>>(value)[i];
+          if (floats)
+            t->data_as<float>()[i] = static_cast<float>(std::get<std::vector<double>>(value)[i]);
+          else
+            t->data_as<int64_t>()[i] = std::get<std::vector<int64_t>>(value)[i];
         }
         tensor = t;
       } else {
         return Error(absl::StrCat(where, ": Constant attribute '", key, "' is not supported"));
       }
     }
-    if (tensor == nullptr || outputs.size() != 1) return Error(absl::StrCat(where, ": Constant needs one value attribute and one output"));
+    if (tensor == nullptr || outputs.size() != 1)
+      return Error(absl::StrCat(where, ": Constant needs one value attribute and one output"));
     values_[outputs[0]] = graph_->AddConstant(outputs[0], tensor);
     return absl::OkStatus();
   }
   if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") {
-    if (inputs.empty() || outputs.size() != 1) return Error(absl::StrCat(where, ": needs at least one input and one output"));
+    if (inputs.empty() || outputs.size() != 1)
+      return Error(absl::StrCat(where, ": needs at least one input and one output"));
     const std::string binary = op == "Sum" || op == "Mean" ? "Add" : op;
     Value* acc = inputs[0];
     if (inputs.size() == 1 && op != "Mean") {
@@ -261,14 +278,18 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
     for (size_t i = 1; i < inputs.size(); ++i) {
       const bool last = i + 1 == inputs.size() && op != "Mean";
       std::string out = last ? outputs[0] : graph_->UniqueName(absl::StrCat(name, ".partial"));
-      acc = Emit(binary, absl::StrCat(name, inputs.size() > 2 ? absl::StrCat(".", i) : ""), {acc, inputs[i]}, {out})->output(0);
+      acc = Emit(binary, absl::StrCat(name, inputs.size() > 2 ? absl::StrCat(".", i) : ""), {acc, inputs[i]}, {out})
+                ->output(0);
     }
     if (op == "Mean") {
       const DType dtype = inputs[0]->type().dtype;
       auto count = std::make_shared<Tensor>(dtype, std::vector<int64_t>{});
-      if (dtype == DType::kFloat64) count->data_as<double>()[0] = static_cast<double>(inputs.size());
-      else if (dtype == DType::kFloat32) count->data_as<float>()[0] = static_cast<float>(inputs.size());
-      else return Error(absl::StrCat(where, ": Mean needs floating-point inputs"));
+      if (dtype == DType::kFloat64)
+        count->data_as<double>()[0] = static_cast<double>(inputs.size());
+      else if (dtype == DType::kFloat32)
+        count->data_as<float>()[0] = static_cast<float>(inputs.size());
+      else
+        return Error(absl::StrCat(where, ": Mean needs floating-point inputs"));
       Value* n = graph_->AddConstant(graph_->UniqueName(absl::StrCat(name, ".count")), count);
       Emit("Div", name, {acc, n}, outputs);
     }
@@ -282,7 +303,8 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
     }
     Emit("Identity", name, {inputs[0]}, {outputs[0]});
     if (outputs.size() > 1) {  // the mask: all true in inference mode
-      Value* shape = Emit("Shape", name + ".mask_shape", {inputs[0]}, {graph_->UniqueName(name + ".mask_shape")})->output(0);
+      Value* shape =
+          Emit("Shape", name + ".mask_shape", {inputs[0]}, {graph_->UniqueName(name + ".mask_shape")})->output(0);
       Node* fill = Emit("ConstantOfShape", name + ".mask", {shape}, {outputs[1]});
       auto one = std::make_shared<Tensor>(DType::kBool, std::vector<int64_t>{1});
       one->data_as<uint8_t>()[0] = 1;
@@ -291,7 +313,8 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
     return absl::OkStatus();
   }
   if (FindOp(op) == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(options_.model_label, ": ", where, ": op '", op, "' is not supported by Kiln"));
+    return absl::UnimplementedError(
+        absl::StrCat(options_.model_label, ": ", where, ": op '", op, "' is not supported by Kiln"));
   }
   Node* node = Emit(op, name, inputs, outputs);
   node->mutable_attrs() = std::move(attrs);
@@ -300,7 +323,8 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
 
 absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
   onnx::ModelProto model;
-  if (bytes.size() > static_cast<size_t>(INT32_MAX) || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+  if (bytes.size() > static_cast<size_t>(INT32_MAX) ||
+      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return Error("not a valid ONNX model (the protobuf could not be parsed)");
   }
   opset_ = 0;
@@ -309,13 +333,17 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
   }
   if (model.opset_import_size() == 0) opset_ = 1;  // IR version 1 models
   if (opset_ < kMinOpset || opset_ > kMaxOpset) {
-    return Error(absl::StrCat("opset ", opset_, " of the default domain is not supported (Kiln supports ",
-                              kMinOpset, " to ", kMaxOpset, ")"));
+    return Error(absl::StrCat("opset ", opset_, " of the default domain is not supported (Kiln supports ", kMinOpset,
+                              " to ", kMaxOpset, ")"));
   }
   for (const auto& input : model.graph().input()) {
     auto it = options_.input_shapes.find(input.name());
     if (it == options_.input_shapes.end() || !input.type().has_tensor_type()) continue;
-    auto* shape = model.mutable_graph()->mutable_input(&input - &model.graph().input(0))->mutable_type()->mutable_tensor_type()->mutable_shape();
+    auto* shape = model.mutable_graph()
+                      ->mutable_input(&input - &model.graph().input(0))
+                      ->mutable_type()
+                      ->mutable_tensor_type()
+                      ->mutable_shape();
     shape->clear_dim();
     for (int64_t d : it->second) shape->add_dim()->set_dim_value(d);
   }
@@ -362,8 +390,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes,
-                                                       const ImportOptions& options) {
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes, const ImportOptions& options) {
   Importer importer(options);
   return importer.Run(model_bytes);
 }
@@ -371,11 +398,13 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_by
 std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(std::string directory) {
   return [directory](const std::string& location) -> absl::StatusOr<std::string> {
     if (location.empty() || location[0] == '/') {
-      return absl::InvalidArgumentError(absl::StrCat("external data location '", location, "' must be a relative path"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("external data location '", location, "' must be a relative path"));
     }
     for (absl::string_view part : absl::StrSplit(location, '/')) {
       if (part == "..") {
-        return absl::InvalidArgumentError(absl::StrCat("external data location '", location, "' leaves the model's directory"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("external data location '", location, "' leaves the model's directory"));
       }
     }
     return ReadFile(directory + "/" + location);
@@ -390,7 +419,8 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
   if (name != nullptr) *name = proto.name();
   const DType dtype = static_cast<DType>(proto.data_type());
   if (DTypeSize(dtype) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor element type ", proto.data_type(), " (", DTypeName(dtype), ") is not supported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor element type ", proto.data_type(), " (", DTypeName(dtype), ") is not supported"));
   }
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     return absl::InvalidArgumentError("tensor uses external data");
@@ -403,15 +433,16 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
   const int64_t n = tensor.num_elements();
   if (proto.has_raw_data()) {
     if (static_cast<int64_t>(proto.raw_data().size()) != tensor.size_bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor raw_data has ", proto.raw_data().size(),
-                                                     " bytes, dims [", absl::StrJoin(dims, ","), "] need ", tensor.size_bytes()));
+      return absl::InvalidArgumentError(absl::StrCat("tensor raw_data has ", proto.raw_data().size(), " bytes, dims [",
+                                                     absl::StrJoin(dims, ","), "] need ", tensor.size_bytes()));
     }
     std::memcpy(tensor.data(), proto.raw_data().data(), proto.raw_data().size());
     return tensor;
   }
   auto check = [&](int64_t have) -> absl::Status {
     if (have != n) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor has ", have, " values, dims [", absl::StrJoin(dims, ","), "] need ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor has ", have, " values, dims [", absl::StrJoin(dims, ","), "] need ", n));
     }
     return absl::OkStatus();
   };
@@ -428,11 +459,14 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
       if (auto s = check(proto.int64_data_size()); !s.ok()) return s;
       for (int64_t i = 0; i < n; ++i) tensor.data_as<int64_t>()[i] = proto.int64_data(i);
       break;
-    case DType::kUInt32: case DType::kUInt64:
+    case DType::kUInt32:
+    case DType::kUInt64:
       if (auto s = check(proto.uint64_data_size()); !s.ok()) return s;
       for (int64_t i = 0; i < n; ++i) {
-        if (dtype == DType::kUInt32) tensor.data_as<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
-        else tensor.data_as<uint64_t>()[i] = proto.uint64_data(i);
+        if (dtype == DType::kUInt32)
+          tensor.data_as<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
+        else
+          tensor.data_as<uint64_t>()[i] = proto.uint64_data(i);
       }
       break;
     default: {  // int32_data carries int32, int16, int8, uint16, uint8, bool, f16, bf16

@@ -109,14 +109,16 @@ int32_t ReferenceBlockedConv(const kiln_kcall* call, const BlockedConvParams& q)
               for (int64_t c = 0; c < q.in_channels; ++c) {
                 const float* xc = x + (n * q.in_channels + c) * q.h * q.w;
                 const float* wc = wp + (ob * q.in_channels + c) * q.kh * q.kw * kBlock;
-                window(acc, i, j, [&](int64_t ih, int64_t iw) { return xc[ih * q.w + iw]; },
-                       [&](int64_t a, int64_t b) { return wc[(a * q.kw + b) * kBlock + l]; });
+                window(
+                    acc, i, j, [&](int64_t ih, int64_t iw) { return xc[ih * q.w + iw]; },
+                    [&](int64_t a, int64_t b) { return wc[(a * q.kw + b) * kBlock + l]; });
               }
             } else {
               const float* xc = x + (n * icb + ob) * in_plane;
               const float* wc = wp + ob * q.kh * q.kw * kBlock;
-              window(acc, i, j, [&](int64_t ih, int64_t iw) { return xc[(ih * q.w + iw) * kBlock + l]; },
-                     [&](int64_t a, int64_t b) { return wc[(a * q.kw + b) * kBlock + l]; });
+              window(
+                  acc, i, j, [&](int64_t ih, int64_t iw) { return xc[(ih * q.w + iw) * kBlock + l]; },
+                  [&](int64_t a, int64_t b) { return wc[(a * q.kw + b) * kBlock + l]; });
             }
             const int64_t at = (n * ocb + ob) * out_plane + (i * q.ow + j) * kBlock + l;
             if (r != nullptr) acc += r[at];
@@ -130,13 +132,13 @@ int32_t ReferenceBlockedConv(const kiln_kcall* call, const BlockedConvParams& q)
 }
 
 // One pointwise tile: P consecutive pixels x OB output blocks, the accumulators in
-// registers over every input channel (the padding of the last block skipped). x: the tile's first pixel in input block 0 (blocks
-// x_plane floats apart); w: output block 0's packed rows (blocks w_plane apart); y, r: the
-// tile's first pixel in output block 0 (blocks y_plane apart).
+// registers over every input channel (the padding of the last block skipped). x: the tile's first pixel in input block
+// 0 (blocks x_plane floats apart); w: output block 0's packed rows (blocks w_plane apart); y, r: the tile's first pixel
+// in output block 0 (blocks y_plane apart).
 template <int P, int OB>
-__attribute__((noinline)) void PointwiseTile(const float* x, int64_t x_plane, int64_t in_channels, const float* w, int64_t w_plane,
-                                             const float* bias, const float* r, float* y, int64_t y_plane, int64_t code,
-                                             float lo, float hi) {
+__attribute__((noinline)) void PointwiseTile(const float* x, int64_t x_plane, int64_t in_channels, const float* w,
+                                             int64_t w_plane, const float* bias, const float* r, float* y,
+                                             int64_t y_plane, int64_t code, float lo, float hi) {
 #ifdef __clang__
   // The library builds with -ffp-contract=off; as in the GEMM core (gemm_core.h), these
   // sums may fuse their multiply-adds into FMAs: half the instructions (MobileNetV2 on
@@ -252,12 +254,12 @@ int32_t FastPointwise(const kiln_kcall* call, const BlockedConvParams& q) {
       const int64_t g = job % groups, c = job / groups % chunks, n = job / (groups * chunks);
       const int64_t p0 = c * chunk, p1 = p0 + chunk < pixels ? p0 + chunk : pixels;
       const int64_t ob0 = g * group, obs = ocb - ob0 < group ? ocb - ob0 : group;
-      PointwiseGroup(q, x + n * x_image, wp, bias, r != nullptr ? r + n * y_image : nullptr, y + n * y_image, p0, p1, ob0,
-                     obs);
+      PointwiseGroup(q, x + n * x_image, wp, bias, r != nullptr ? r + n * y_image : nullptr, y + n * y_image, p0, p1,
+                     ob0, obs);
       if (!ClampsInRegisters(q.activation)) {
         for (int64_t ob = ob0; ob < ob0 + obs; ++ob) {
-          ApplyActivation(y + n * y_image + ob * pixels * kBlock + p0 * kBlock, (p1 - p0) * kBlock, q.activation, q.alpha,
-                          q.beta);
+          ApplyActivation(y + n * y_image + ob * pixels * kBlock + p0 * kBlock, (p1 - p0) * kBlock, q.activation,
+                          q.alpha, q.beta);
         }
       }
     }
@@ -405,14 +407,14 @@ __attribute__((noinline)) void DenseTile(const float* rows, int64_t row_len, con
 }
 
 template <int P, int OB>
-void DenseRun(const BlockedConvParams& q, const float* rows, int64_t row_len, const float* wp, const float* bias, float* y,
-              int64_t ob0) {
+void DenseRun(const BlockedConvParams& q, const float* rows, int64_t row_len, const float* wp, const float* bias,
+              float* y, int64_t ob0) {
   const int64_t w_plane = q.in_channels * q.kh * q.kw * kBlock, y_plane = q.oh * q.ow * kBlock;
   int64_t j = 0;
   auto tiles = [&](auto tile, int64_t width) {
     for (; j + width <= q.ow; j += width) {
-      tile(rows + j * q.sw, row_len, q, wp + ob0 * w_plane, w_plane, bias + ob0 * kBlock, y + ob0 * y_plane + j * kBlock,
-           y_plane);
+      tile(rows + j * q.sw, row_len, q, wp + ob0 * w_plane, w_plane, bias + ob0 * kBlock,
+           y + ob0 * y_plane + j * kBlock, y_plane);
     }
   };
   tiles(DenseTile<P, OB>, P);
@@ -512,9 +514,11 @@ void ReorderPlane(const T* src, T* dst, int64_t c0, int64_t channels, int64_t pi
       for (; p + 8 <= pixels; p += 8) {
         for (int64_t half = 0; half < kBlock; half += 8) {
           v8f rows[8];  // to_blocked: 8 channels' rows of 8 pixels; from_blocked: 8 pixels' channels
-          for (int64_t r = 0; r < 8; ++r) KILN_LOAD8(rows[r], src + (kToBlocked ? nchw(half + r, p) : blocked(half, p + r)));
+          for (int64_t r = 0; r < 8; ++r)
+            KILN_LOAD8(rows[r], src + (kToBlocked ? nchw(half + r, p) : blocked(half, p + r)));
           gemm::Transpose8x8(rows);
-          for (int64_t r = 0; r < 8; ++r) KILN_STORE8(dst + (kToBlocked ? blocked(half, p + r) : nchw(half + r, p)), rows[r]);
+          for (int64_t r = 0; r < 8; ++r)
+            KILN_STORE8(dst + (kToBlocked ? blocked(half, p + r) : nchw(half + r, p)), rows[r]);
         }
       }
     }

@@ -20,8 +20,7 @@ struct UnaryKernel {
       const bool negative = call->ints[1] != 0, positive = call->ints[2] != 0;
       for (int64_t i = 0; i < n; ++i) {
         double v = static_cast<double>(in[i]);
-        out[i] = op == KILN_UNARY_IS_NAN ? v != v
-                                         : ((positive && v == INFINITY) || (negative && v == -INFINITY));
+        out[i] = op == KILN_UNARY_IS_NAN ? v != v : ((positive && v == INFINITY) || (negative && v == -INFINITY));
       }
       return KILN_KERR_OK;
     }
@@ -95,8 +94,7 @@ inline bool ApplyCompareT(int op, T a, T b) {
 // Loops over the output, reading a and b with broadcast strides; `f(i, ia, ib)` does one
 // element. Equal shapes and scalar operands take a flat loop LLVM can vectorize.
 template <typename F>
-inline void BroadcastLoop2(const kiln_ktensor& a, const kiln_ktensor& b, const kiln_ktensor& out,
-                           F f) {
+inline void BroadcastLoop2(const kiln_ktensor& a, const kiln_ktensor& b, const kiln_ktensor& out, F f) {
   const int64_t n = Numel(out);
   const int64_t na = Numel(a), nb = Numel(b);
   if (na == n && nb == n) {
@@ -153,9 +151,8 @@ struct BinaryKernel {
     const T* pb = static_cast<const T*>(b.data);
     if (op >= KILN_BINARY_EQUAL && op <= KILN_BINARY_GREATER_EQUAL) {
       bool* po = static_cast<bool*>(out.data);
-      BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) {
-        po[i] = ApplyCompareT<T>(op, pa[ia], pb[ib]);
-      });
+      BroadcastLoop2(a, b, out,
+                     [&](int64_t i, int64_t ia, int64_t ib) { po[i] = ApplyCompareT<T>(op, pa[ia], pb[ib]); });
       return KILN_KERR_OK;
     }
     T* po = static_cast<T*>(out.data);
@@ -170,9 +167,8 @@ struct BinaryKernel {
         BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) { po[i] = static_cast<T>(pa[ia] * pb[ib]); });
         break;
       default:
-        BroadcastLoop2(a, b, out, [&](int64_t i, int64_t ia, int64_t ib) {
-          po[i] = ApplyArith<T>(op, pa[ia], pb[ib]);
-        });
+        BroadcastLoop2(a, b, out,
+                       [&](int64_t i, int64_t ia, int64_t ib) { po[i] = ApplyArith<T>(op, pa[ia], pb[ib]); });
     }
     return KILN_KERR_OK;
   }

@@ -42,13 +42,13 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v16f __attribute__((vector_size(64)));
 #define KILN_SPLAT16(x) (::kiln_kernels::v16f{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
 // dst = x in every lane, for dst of type V (a template parameter), v8f or v16f.
-#define KILN_SPLAT_V(V, dst, x)                              \
-  do {                                                       \
+#define KILN_SPLAT_V(V, dst, x)                                \
+  do {                                                         \
     if constexpr (sizeof(V) == sizeof(::kiln_kernels::v16f)) { \
-      (dst) = KILN_SPLAT16(x);                               \
-    } else {                                                 \
-      (dst) = KILN_SPLAT8(x);                                \
-    }                                                        \
+      (dst) = KILN_SPLAT16(x);                                 \
+    } else {                                                   \
+      (dst) = KILN_SPLAT8(x);                                  \
+    }                                                          \
   } while (0)
 
 // exp(x) given n = round(x / ln 2), the step every form below shares: x reduced to

@@ -37,12 +37,12 @@ inline float Dot(const float* __restrict a, const float* __restrict b, int64_t n
   return sum;
 }
 
-constexpr int kMr = 6;      // rows of C per narrow micro-kernel; rows per weight panel
-constexpr int kNr = 16;     // columns of C per narrow micro-kernel (two 8-lane vectors); per B panel
+constexpr int kMr = 6;            // rows of C per narrow micro-kernel; rows per weight panel
+constexpr int kNr = 16;           // columns of C per narrow micro-kernel (two 8-lane vectors); per B panel
 constexpr int kWideMr = 2 * kMr;  // the wide tile: two row halves of kMr
 constexpr int kWideNr = 2 * kNr;  // and two 16-lane column halves
-constexpr int64_t kKc = 256;  // K block: one packed B block is kKc x (job width) floats
-constexpr int64_t kNc = 64;   // columns of C per MatMul/Gemm job
+constexpr int64_t kKc = 256;      // K block: one packed B block is kKc x (job width) floats
+constexpr int64_t kNc = 64;       // columns of C per MatMul/Gemm job
 // Columns of C (output positions) per Conv job: with the narrow tile (AVX2) 128 measured
 // 10-25 % faster than 64 or 256 on ResNet-50's and MobileNetV2's convolutions; with the
 // wide tile (AVX-512) 256 measured 1-5 % faster than 128 on ResNet-50, MobileNetV2 and
@@ -51,7 +51,7 @@ constexpr int64_t kNc = 64;   // columns of C per MatMul/Gemm job
 constexpr int64_t kConvNc = 128;
 constexpr int64_t kWideConvNc = 256;
 constexpr int64_t kMaxNc = 256;
-constexpr int64_t kMc = 240;   // rows of A per L2-resident block
+constexpr int64_t kMc = 240;  // rows of A per L2-resident block
 
 using v8f = ::kiln_kernels::v8f;    // and KILN_LOAD8 / KILN_STORE8 / KILN_SPLAT8: fast_math.h
 using v16f = ::kiln_kernels::v16f;  // the wide tile's vector; KILN_SPLAT16 / KILN_SPLAT_V there too
@@ -182,19 +182,30 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
                                                int64_t a_k, const float* b0, const float* b1, int64_t ldb, float* c,
                                                int64_t ldc, bool accumulate, const Epilogue* ep = nullptr,
                                                int64_t row0 = 0) {
-#define KILN_MK_CASE(R)                                                                               \
-  case R:                                                                                             \
-    MicroKernel<V, R, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); \
-    break;
+#define KILN_MK_CASE(R) \
+  case R: MicroKernel<V, R, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break
   if constexpr (sizeof(V) == sizeof(v16f)) {
     switch (rows) {
-      KILN_MK_CASE(12) KILN_MK_CASE(11) KILN_MK_CASE(10) KILN_MK_CASE(9) KILN_MK_CASE(8) KILN_MK_CASE(7)
-      KILN_MK_CASE(6) KILN_MK_CASE(5) KILN_MK_CASE(4) KILN_MK_CASE(3) KILN_MK_CASE(2)
+      KILN_MK_CASE(12);
+      KILN_MK_CASE(11);
+      KILN_MK_CASE(10);
+      KILN_MK_CASE(9);
+      KILN_MK_CASE(8);
+      KILN_MK_CASE(7);
+      KILN_MK_CASE(6);
+      KILN_MK_CASE(5);
+      KILN_MK_CASE(4);
+      KILN_MK_CASE(3);
+      KILN_MK_CASE(2);
       default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break;
     }
   } else {
     switch (rows) {
-      KILN_MK_CASE(6) KILN_MK_CASE(5) KILN_MK_CASE(4) KILN_MK_CASE(3) KILN_MK_CASE(2)
+      KILN_MK_CASE(6);
+      KILN_MK_CASE(5);
+      KILN_MK_CASE(4);
+      KILN_MK_CASE(3);
+      KILN_MK_CASE(2);
       default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break;
     }
   }
@@ -354,76 +365,77 @@ inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K
     // every column tile goes past it; then column tiles outside, rows inside: one tile-wide
     // slice of B stays in L1 while the block's rows go past it.
     for (int64_t mb = m0; mb < m1; mb += kMc) {
-    const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
-    for (int64_t j = 0; j < nb; j += T::kCols) {
-      const int64_t cols = nb - j < T::kCols ? nb - j : T::kCols;
-      const bool direct_edge = b != packed && cols < T::kCols;
-      const float* bj = direct_edge ? edge : b + j;
-      const int64_t ldbj = direct_edge ? T::kCols : ldb;
-      for (int64_t i = mb; i < mb1; i += T::kRows) {
-        const int rows = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
-        const float* ai = a_panel > 0 ? a + i / kMr * a_panel + k0 * kMr : a + i * a_row + k0 * a_k;
-        const float* ai_hi = a_panel > 0 ? ai + a_panel : ai + kMr * a_row;  // rows kMr.. (wide tile)
-        float* cij = c + i * ldc + n0 + j;
-        if (kResidual && finish != nullptr) {
-          // The residual tile is read right after the product: fetch it during it (its
-          // rows lie far apart, which the hardware prefetcher does not follow).
-          for (int r = 0; r < rows; ++r) {
-            const float* ri = finish->residual + (i + r) * finish->residual_ld + n0 + j;
-            for (int64_t q = 0; q < cols; q += 16) __builtin_prefetch(ri + q);
-          }
-        }
-        if (cols == T::kCols) {
-          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, cij, ldc, accumulate, in_kernel,
-                                i);
-          if (kResidual && finish != nullptr) FinishTile<V>(rows, T::kCols, cij, ldc, *finish, i, n0 + j);
-          continue;
-        }
-        // The last columns: one vector's worth in place (7x7 planes, 49 positions, end in
-        // 16 + 1 on the wide tile: a two-vector tile there did 32 columns' work for 17),
-        // then the remaining few as panel columns, or a partial tile.
-        int64_t q0 = 0;
-        if (cols >= T::kHalf && (cols - T::kHalf <= kPanelColumns || cols == T::kHalf) &&
-            (a_panel > 0 || cols == T::kHalf)) {
-          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, cij, ldc, accumulate, in_kernel, i);
-          if (kResidual && finish != nullptr) FinishTile<V>(rows, T::kHalf, cij, ldc, *finish, i, n0 + j);
-          q0 = T::kHalf;
-        }
-        if (q0 == cols) continue;
-        if (a_panel > 0 && cols - q0 <= kPanelColumns) {
-          for (int64_t q = q0; q < cols; ++q) {
-            PanelColumn(rows < kMr ? rows : kMr, kb, ai, bj + q, ldbj, cij + q, ldc, accumulate, last, i, n0 + j + q);
-            if (rows > kMr) {
-              PanelColumn(rows - kMr, kb, ai_hi, bj + q, ldbj, cij + kMr * ldc + q, ldc, accumulate, last, i + kMr,
-                          n0 + j + q);
+      const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
+      for (int64_t j = 0; j < nb; j += T::kCols) {
+        const int64_t cols = nb - j < T::kCols ? nb - j : T::kCols;
+        const bool direct_edge = b != packed && cols < T::kCols;
+        const float* bj = direct_edge ? edge : b + j;
+        const int64_t ldbj = direct_edge ? T::kCols : ldb;
+        for (int64_t i = mb; i < mb1; i += T::kRows) {
+          const int rows = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
+          const float* ai = a_panel > 0 ? a + i / kMr * a_panel + k0 * kMr : a + i * a_row + k0 * a_k;
+          const float* ai_hi = a_panel > 0 ? ai + a_panel : ai + kMr * a_row;  // rows kMr.. (wide tile)
+          float* cij = c + i * ldc + n0 + j;
+          if (kResidual && finish != nullptr) {
+            // The residual tile is read right after the product: fetch it during it (its
+            // rows lie far apart, which the hardware prefetcher does not follow).
+            for (int r = 0; r < rows; ++r) {
+              const float* ri = finish->residual + (i + r) * finish->residual_ld + n0 + j;
+              for (int64_t q = 0; q < cols; q += 16) __builtin_prefetch(ri + q);
             }
           }
-          continue;
-        }
-        // A partial tile: work on a copy one or two vectors wide (the padded B columns
-        // are zero), then write back the valid columns (and finish them: a residual has
-        // only those).
-        const int64_t width = cols <= T::kHalf ? T::kHalf : T::kCols;
-        alignas(64) float tile[T::kRows * T::kCols];
-        for (int r = 0; r < rows; ++r) {
-          for (int64_t q = 0; q < width; ++q) tile[r * width + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
-        }
-        if (width == T::kHalf) {
-          MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, tile, width, accumulate, in_kernel, i);
-        } else {
-          MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, tile, width, accumulate,
-                                in_kernel, i);
-        }
-        for (int r = 0; r < rows; ++r) {
-          for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * width + q];
-        }
-        if (kResidual && finish != nullptr) {
+          if (cols == T::kCols) {
+            MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, cij, ldc, accumulate,
+                                  in_kernel, i);
+            if (kResidual && finish != nullptr) FinishTile<V>(rows, T::kCols, cij, ldc, *finish, i, n0 + j);
+            continue;
+          }
+          // The last columns: one vector's worth in place (7x7 planes, 49 positions, end in
+          // 16 + 1 on the wide tile: a two-vector tile there did 32 columns' work for 17),
+          // then the remaining few as panel columns, or a partial tile.
+          int64_t q0 = 0;
+          if (cols >= T::kHalf && (cols - T::kHalf <= kPanelColumns || cols == T::kHalf) &&
+              (a_panel > 0 || cols == T::kHalf)) {
+            MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, cij, ldc, accumulate, in_kernel, i);
+            if (kResidual && finish != nullptr) FinishTile<V>(rows, T::kHalf, cij, ldc, *finish, i, n0 + j);
+            q0 = T::kHalf;
+          }
+          if (q0 == cols) continue;
+          if (a_panel > 0 && cols - q0 <= kPanelColumns) {
+            for (int64_t q = q0; q < cols; ++q) {
+              PanelColumn(rows < kMr ? rows : kMr, kb, ai, bj + q, ldbj, cij + q, ldc, accumulate, last, i, n0 + j + q);
+              if (rows > kMr) {
+                PanelColumn(rows - kMr, kb, ai_hi, bj + q, ldbj, cij + kMr * ldc + q, ldc, accumulate, last, i + kMr,
+                            n0 + j + q);
+              }
+            }
+            continue;
+          }
+          // A partial tile: work on a copy one or two vectors wide (the padded B columns
+          // are zero), then write back the valid columns (and finish them: a residual has
+          // only those).
+          const int64_t width = cols <= T::kHalf ? T::kHalf : T::kCols;
+          alignas(64) float tile[T::kRows * T::kCols];
           for (int r = 0; r < rows; ++r) {
-            for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = finish->AfterBias(cij[r * ldc + q], i + r, n0 + j + q);
+            for (int64_t q = 0; q < width; ++q) tile[r * width + q] = accumulate && q < cols ? cij[r * ldc + q] : 0.f;
+          }
+          if (width == T::kHalf) {
+            MicroKernelRows<V, 1>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj, ldbj, tile, width, accumulate, in_kernel, i);
+          } else {
+            MicroKernelRows<V, 2>(rows, kb, ai, ai_hi, a_row, a_k, bj, bj + T::kHalf, ldbj, tile, width, accumulate,
+                                  in_kernel, i);
+          }
+          for (int r = 0; r < rows; ++r) {
+            for (int64_t q = 0; q < cols; ++q) cij[r * ldc + q] = tile[r * width + q];
+          }
+          if (kResidual && finish != nullptr) {
+            for (int r = 0; r < rows; ++r) {
+              for (int64_t q = 0; q < cols; ++q)
+                cij[r * ldc + q] = finish->AfterBias(cij[r * ldc + q], i + r, n0 + j + q);
+            }
           }
         }
       }
-    }
     }
   }
 }
@@ -441,8 +453,8 @@ inline void BlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K
 // then be a multiple of kMr. One sequential stream per row half instead of kMr.
 // ep (null: none) is applied once, after the last K block.
 template <typename Pack>
-inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row,
-                  int64_t a_k, float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0, const Epilogue* ep = nullptr) {
+inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t a_row, int64_t a_k,
+                  float* c, int64_t ldc, Pack& pack, int64_t a_panel = 0, const Epilogue* ep = nullptr) {
   if (WideVectors()) {
     if (ep != nullptr && ep->residual != nullptr) {
       BlockTiles<true, true>(m0, m1, n0, n1, K, a, a_row, a_k, c, ldc, pack, a_panel, ep);

@@ -47,9 +47,9 @@ typedef int32_t (*kiln_kernel_fn)(const kiln_kcall* call);
 
 enum {
   KILN_KERR_OK = 0,
-  KILN_KERR_DTYPE = 1,        /* element type not handled by this kernel */
-  KILN_KERR_INDEX = 2,        /* an index input was out of range */
-  KILN_KERR_UNSUPPORTED = 3,  /* parameter combination not implemented */
+  KILN_KERR_DTYPE = 1,       /* element type not handled by this kernel */
+  KILN_KERR_INDEX = 2,       /* an index input was out of range */
+  KILN_KERR_UNSUPPORTED = 3, /* parameter combination not implemented */
 };
 
 #ifdef __cplusplus

@@ -17,22 +17,22 @@
 // untyped kiln_k_<name> that dispatches on `dtype_expr` for the interpreter.
 #define KILN_TYPED_ENTRY(name, Impl, suffix, T) \
   extern "C" int32_t kiln_k_##name##_##suffix(const kiln_kcall* call) { return Impl::template Run<T>(call); }
-#define KILN_NUMERIC_KERNEL(name, Impl, dtype_expr)                                   \
-  KILN_TYPED_ENTRY(name, Impl, f32, float)                                            \
-  KILN_TYPED_ENTRY(name, Impl, f64, double)                                           \
-  KILN_TYPED_ENTRY(name, Impl, i8, int8_t)                                            \
-  KILN_TYPED_ENTRY(name, Impl, u8, uint8_t)                                           \
-  KILN_TYPED_ENTRY(name, Impl, i16, int16_t)                                          \
-  KILN_TYPED_ENTRY(name, Impl, u16, uint16_t)                                         \
-  KILN_TYPED_ENTRY(name, Impl, i32, int32_t)                                          \
-  KILN_TYPED_ENTRY(name, Impl, u32, uint32_t)                                         \
-  KILN_TYPED_ENTRY(name, Impl, i64, int64_t)                                          \
-  KILN_TYPED_ENTRY(name, Impl, u64, uint64_t)                                         \
-  KILN_TYPED_ENTRY(name, Impl, bool, bool)                                            \
+#define KILN_NUMERIC_KERNEL(name, Impl, dtype_expr) \
+  KILN_TYPED_ENTRY(name, Impl, f32, float)          \
+  KILN_TYPED_ENTRY(name, Impl, f64, double)         \
+  KILN_TYPED_ENTRY(name, Impl, i8, int8_t)          \
+  KILN_TYPED_ENTRY(name, Impl, u8, uint8_t)         \
+  KILN_TYPED_ENTRY(name, Impl, i16, int16_t)        \
+  KILN_TYPED_ENTRY(name, Impl, u16, uint16_t)       \
+  KILN_TYPED_ENTRY(name, Impl, i32, int32_t)        \
+  KILN_TYPED_ENTRY(name, Impl, u32, uint32_t)       \
+  KILN_TYPED_ENTRY(name, Impl, i64, int64_t)        \
+  KILN_TYPED_ENTRY(name, Impl, u64, uint64_t)       \
+  KILN_TYPED_ENTRY(name, Impl, bool, bool)          \
   KILN_KERNEL(name) { KILN_DISPATCH_NUMERIC(call->dtype_expr, Impl, call); }
-#define KILN_FLOAT_KERNEL(name, Impl, dtype_expr)                                     \
-  KILN_TYPED_ENTRY(name, Impl, f32, float)                                            \
-  KILN_TYPED_ENTRY(name, Impl, f64, double)                                           \
+#define KILN_FLOAT_KERNEL(name, Impl, dtype_expr) \
+  KILN_TYPED_ENTRY(name, Impl, f32, float)        \
+  KILN_TYPED_ENTRY(name, Impl, f64, double)       \
   KILN_KERNEL(name) { KILN_DISPATCH_FLOAT(call->dtype_expr, Impl, call); }
 
 namespace kiln_kernels {
@@ -71,8 +71,18 @@ inline int32_t Int8DotProduct() { return kiln_int8_dot; }
 #endif
 
 enum DTypeId : int32_t {
-  kF32 = 1, kU8 = 2, kI8 = 3, kU16 = 4, kI16 = 5, kI32 = 6, kI64 = 7,
-  kBool = 9, kF16 = 10, kF64 = 11, kU32 = 12, kU64 = 13,
+  kF32 = 1,
+  kU8 = 2,
+  kI8 = 3,
+  kU16 = 4,
+  kI16 = 5,
+  kI32 = 6,
+  kI64 = 7,
+  kBool = 9,
+  kF16 = 10,
+  kF64 = 11,
+  kU32 = 12,
+  kU64 = 13,
 };
 
 // Sum over i < n of f(x[i]) in f32 with 16 partial sums, so the loop vectorizes without
@@ -99,31 +109,37 @@ inline int64_t Numel(const kiln_ktensor& t) {
 
 inline int64_t ElementSize(int32_t dtype) {
   switch (dtype) {
-    case kF64: case kI64: case kU64: return 8;
-    case kF32: case kI32: case kU32: return 4;
-    case kF16: case kI16: case kU16: return 2;
+    case kF64:
+    case kI64:
+    case kU64: return 8;
+    case kF32:
+    case kI32:
+    case kU32: return 4;
+    case kF16:
+    case kI16:
+    case kU16: return 2;
     default: return 1;
   }
 }
 
 // Calls F::template Run<T>(args...) for the element type; all numeric types and bool.
-#define KILN_DISPATCH_NUMERIC(dtype, F, ...)                                   \
-  switch (dtype) {                                                            \
-    case kiln_kernels::kF32: return F::template Run<float>(__VA_ARGS__);      \
-    case kiln_kernels::kF64: return F::template Run<double>(__VA_ARGS__);     \
-    case kiln_kernels::kI8: return F::template Run<int8_t>(__VA_ARGS__);      \
-    case kiln_kernels::kU8: return F::template Run<uint8_t>(__VA_ARGS__);     \
-    case kiln_kernels::kI16: return F::template Run<int16_t>(__VA_ARGS__);    \
-    case kiln_kernels::kU16: return F::template Run<uint16_t>(__VA_ARGS__);   \
-    case kiln_kernels::kI32: return F::template Run<int32_t>(__VA_ARGS__);    \
-    case kiln_kernels::kU32: return F::template Run<uint32_t>(__VA_ARGS__);   \
-    case kiln_kernels::kI64: return F::template Run<int64_t>(__VA_ARGS__);    \
-    case kiln_kernels::kU64: return F::template Run<uint64_t>(__VA_ARGS__);   \
-    case kiln_kernels::kBool: return F::template Run<bool>(__VA_ARGS__);      \
-    default: return KILN_KERR_DTYPE;                                          \
+#define KILN_DISPATCH_NUMERIC(dtype, F, ...)                                \
+  switch (dtype) {                                                          \
+    case kiln_kernels::kF32: return F::template Run<float>(__VA_ARGS__);    \
+    case kiln_kernels::kF64: return F::template Run<double>(__VA_ARGS__);   \
+    case kiln_kernels::kI8: return F::template Run<int8_t>(__VA_ARGS__);    \
+    case kiln_kernels::kU8: return F::template Run<uint8_t>(__VA_ARGS__);   \
+    case kiln_kernels::kI16: return F::template Run<int16_t>(__VA_ARGS__);  \
+    case kiln_kernels::kU16: return F::template Run<uint16_t>(__VA_ARGS__); \
+    case kiln_kernels::kI32: return F::template Run<int32_t>(__VA_ARGS__);  \
+    case kiln_kernels::kU32: return F::template Run<uint32_t>(__VA_ARGS__); \
+    case kiln_kernels::kI64: return F::template Run<int64_t>(__VA_ARGS__);  \
+    case kiln_kernels::kU64: return F::template Run<uint64_t>(__VA_ARGS__); \
+    case kiln_kernels::kBool: return F::template Run<bool>(__VA_ARGS__);    \
+    default: return KILN_KERR_DTYPE;                                        \
   }
 
-#define KILN_DISPATCH_FLOAT(dtype, F, ...)                                 \
+#define KILN_DISPATCH_FLOAT(dtype, F, ...)                                \
   switch (dtype) {                                                        \
     case kiln_kernels::kF32: return F::template Run<float>(__VA_ARGS__);  \
     case kiln_kernels::kF64: return F::template Run<double>(__VA_ARGS__); \
@@ -173,8 +189,7 @@ inline void ContiguousStrides(const int64_t* dims, int32_t rank, int64_t* stride
 
 // Strides for reading `in` broadcast (numpy rules) to an output of rank `out_rank`:
 // 0 where the input dimension is 1 or missing.
-inline void BroadcastStrides(const kiln_ktensor& in, const int64_t* out_dims, int32_t out_rank,
-                             int64_t* strides) {
+inline void BroadcastStrides(const kiln_ktensor& in, const int64_t* out_dims, int32_t out_rank, int64_t* strides) {
   int64_t in_strides[kMaxRank];
   ContiguousStrides(in.dims, in.rank, in_strides);
   int32_t offset = out_rank - in.rank;

@@ -9,26 +9,39 @@ using namespace kiln_kernels;
 namespace {
 
 // Element carriers by size: movement kernels only need the bytes.
-template <int kSize> struct Carrier;
-template <> struct Carrier<1> { using T = uint8_t; };
-template <> struct Carrier<2> { using T = uint16_t; };
-template <> struct Carrier<4> { using T = uint32_t; };
-template <> struct Carrier<8> { using T = uint64_t; };
+template <int kSize>
+struct Carrier;
+template <>
+struct Carrier<1> {
+  using T = uint8_t;
+};
+template <>
+struct Carrier<2> {
+  using T = uint16_t;
+};
+template <>
+struct Carrier<4> {
+  using T = uint32_t;
+};
+template <>
+struct Carrier<8> {
+  using T = uint64_t;
+};
 
-#define KILN_BYTES_KERNEL(name, Impl, dtype_expr)                  \
-  KILN_TYPED_ENTRY(name, Impl, b1, Carrier<1>::T)                  \
-  KILN_TYPED_ENTRY(name, Impl, b2, Carrier<2>::T)                  \
-  KILN_TYPED_ENTRY(name, Impl, b4, Carrier<4>::T)                  \
-  KILN_TYPED_ENTRY(name, Impl, b8, Carrier<8>::T)                  \
+#define KILN_BYTES_KERNEL(name, Impl, dtype_expr) \
+  KILN_TYPED_ENTRY(name, Impl, b1, Carrier<1>::T) \
+  KILN_TYPED_ENTRY(name, Impl, b2, Carrier<2>::T) \
+  KILN_TYPED_ENTRY(name, Impl, b4, Carrier<4>::T) \
+  KILN_TYPED_ENTRY(name, Impl, b8, Carrier<8>::T) \
   KILN_KERNEL(name) { KILN_DISPATCH_BYTES(call->dtype_expr, Impl, call); }
 
-#define KILN_DISPATCH_BYTES(dtype, F, ...)                                  \
-  switch (ElementSize(dtype)) {                                            \
-    case 1: return F::template Run<Carrier<1>::T>(__VA_ARGS__);            \
-    case 2: return F::template Run<Carrier<2>::T>(__VA_ARGS__);            \
-    case 4: return F::template Run<Carrier<4>::T>(__VA_ARGS__);            \
-    case 8: return F::template Run<Carrier<8>::T>(__VA_ARGS__);            \
-    default: return KILN_KERR_DTYPE;                                       \
+#define KILN_DISPATCH_BYTES(dtype, F, ...)                      \
+  switch (ElementSize(dtype)) {                                 \
+    case 1: return F::template Run<Carrier<1>::T>(__VA_ARGS__); \
+    case 2: return F::template Run<Carrier<2>::T>(__VA_ARGS__); \
+    case 4: return F::template Run<Carrier<4>::T>(__VA_ARGS__); \
+    case 8: return F::template Run<Carrier<8>::T>(__VA_ARGS__); \
+    default: return KILN_KERR_DTYPE;                            \
   }
 
 inline int64_t IndexAt(const kiln_ktensor& t, int64_t i) { return LoadAsInt64(t.data, t.dtype, i); }
@@ -88,7 +101,8 @@ struct Concat {
         const kiln_ktensor& in = call->inputs[k];
         const int64_t row = in.dims[axis] * inner, per_row = (row + kPiece - 1) / kPiece;
         const T* pi = static_cast<const T*>(in.data);
-        for (int64_t piece = begin > first ? begin - first : 0; piece < outer * per_row && first + piece < end; ++piece) {
+        for (int64_t piece = begin > first ? begin - first : 0; piece < outer * per_row && first + piece < end;
+             ++piece) {
           const int64_t o = piece / per_row, j0 = piece % per_row * kPiece;
           const int64_t n = row - j0 < kPiece ? row - j0 : kPiece;
           memcpy(po + o * out_row + column + j0, pi + o * row + j0, sizeof(T) * n);

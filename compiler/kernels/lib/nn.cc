@@ -375,7 +375,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const float beta = kMaxPool ? 0.f : static_cast<float>(call->floats[1]);
   // ReLU and Clip (ReLU6) on each output vector as it is computed, as the GEMM core's
   // epilogue does them; other activations on each finished strip.
-  const int32_t in_registers = kMaxPool                          ? gemm::Epilogue::kNone
+  const int32_t in_registers = kMaxPool                        ? gemm::Epilogue::kNone
                                : activation == KILN_UNARY_RELU ? gemm::Epilogue::kRelu
                                : activation == KILN_UNARY_CLIP ? gemm::Epilogue::kClip
                                                                : gemm::Epilogue::kNone;
@@ -487,7 +487,8 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
         // other than ReLU and Clip first, on the strip while it is in L1 (lanes past the
         // block's channels hold finite values that are never stored).
         const int64_t q0 = oh0 * OW, count = (oh1 - oh0) * OW;
-        if (!kMaxPool && in_registers == gemm::Epilogue::kNone) ApplyActivation(out, count * L, activation, alpha, beta);
+        if (!kMaxPool && in_registers == gemm::Epilogue::kNone)
+          ApplyActivation(out, count * L, activation, alpha, beta);
         for (int h = 0; h * 8 < lanes; ++h) {
           const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
           float* yh = y + h * 8 * OH * OW;
@@ -563,19 +564,28 @@ struct ConvKernel {
         return ImplicitGemm(call, w, group, activation, packed, cols);
       }
       if (packed) return KILN_KERR_UNSUPPORTED;
-      const bool depthwise_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && group == in_channels && group == out_channels && w.dilation[1] == 1 &&
-                                w.dilation[2] == 1 && w.in[2] <= kDepthwiseMaxWidth;
+      const bool depthwise_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && group == in_channels &&
+                                group == out_channels && w.dilation[1] == 1 && w.dilation[2] == 1 &&
+                                w.in[2] <= kDepthwiseMaxWidth;
       const bool square = w.stride[1] == w.stride[2] && w.kernel[1] == w.kernel[2];
       if (depthwise_2d && square) {
-        if (w.kernel[1] == 3 && w.stride[1] == 1 && DepthwiseBlockedFits<3, 3, 1>(w)) return RunDepthwiseBlocked<3, 3, 1>(call, w, activation);
-        if (w.kernel[1] == 3 && w.stride[1] == 2 && DepthwiseBlockedFits<3, 3, 2>(w)) return RunDepthwiseBlocked<3, 3, 2>(call, w, activation);
-        if (w.kernel[1] == 5 && w.stride[1] == 1 && DepthwiseBlockedFits<5, 5, 1>(w)) return RunDepthwiseBlocked<5, 5, 1>(call, w, activation);
-        if (w.kernel[1] == 5 && w.stride[1] == 2 && DepthwiseBlockedFits<5, 5, 2>(w)) return RunDepthwiseBlocked<5, 5, 2>(call, w, activation);
+        if (w.kernel[1] == 3 && w.stride[1] == 1 && DepthwiseBlockedFits<3, 3, 1>(w))
+          return RunDepthwiseBlocked<3, 3, 1>(call, w, activation);
+        if (w.kernel[1] == 3 && w.stride[1] == 2 && DepthwiseBlockedFits<3, 3, 2>(w))
+          return RunDepthwiseBlocked<3, 3, 2>(call, w, activation);
+        if (w.kernel[1] == 5 && w.stride[1] == 1 && DepthwiseBlockedFits<5, 5, 1>(w))
+          return RunDepthwiseBlocked<5, 5, 1>(call, w, activation);
+        if (w.kernel[1] == 5 && w.stride[1] == 2 && DepthwiseBlockedFits<5, 5, 2>(w))
+          return RunDepthwiseBlocked<5, 5, 2>(call, w, activation);
       }
-      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1) return RunDepthwise2D<3, 3, 1>(call, w, activation);
-      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 2) return RunDepthwise2D<3, 3, 2>(call, w, activation);
-      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 1) return RunDepthwise2D<5, 5, 1>(call, w, activation);
-      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 2) return RunDepthwise2D<5, 5, 2>(call, w, activation);
+      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1)
+        return RunDepthwise2D<3, 3, 1>(call, w, activation);
+      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 2)
+        return RunDepthwise2D<3, 3, 2>(call, w, activation);
+      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 1)
+        return RunDepthwise2D<5, 5, 1>(call, w, activation);
+      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 2)
+        return RunDepthwise2D<5, 5, 2>(call, w, activation);
     }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
@@ -607,7 +617,8 @@ struct ConvKernel {
                     if (hi > w.out[2]) hi = w.out[2];
                     if (pscale != nullptr) {
                       // As Conv(Mul(X, scale)) computes it: the product rounded first.
-                      for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * T(xrow[ow * w.stride[2] + shift] * scale);
+                      for (int64_t ow = lo; ow < hi; ++ow)
+                        yrow[ow] += weight * T(xrow[ow * w.stride[2] + shift] * scale);
                     } else if (w.stride[2] == 1) {
                       for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * xrow[ow + shift];
                     } else {
@@ -1014,7 +1025,8 @@ static int32_t RunMaxPoolRowsLanes(const kiln_kcall* call, const Window& w) {
 
 // Padded input rows at most this wide take RunDepthwiseBlocked's max pool.
 constexpr int64_t kPoolBlockedMaxWidth = 128;
-static_assert(kDepthwiseStripFloats >= kPoolBlockedMaxWidth * 16 * 3 && kDepthwiseOutFloats >= kPoolBlockedMaxWidth / 2 * 16,
+static_assert(kDepthwiseStripFloats >= kPoolBlockedMaxWidth * 16 * 3 &&
+                  kDepthwiseOutFloats >= kPoolBlockedMaxWidth / 2 * 16,
               "a strip holds at least one pooled row");
 
 struct PoolKernel {
@@ -1031,15 +1043,15 @@ struct PoolKernel {
     if constexpr (std::is_same_v<T, float> && kFastKernels) {
       const bool plain_2d = X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1;
       // Max pooling at column stride 2 with rows of 16 outputs or more: the row walk.
-      if (plain_2d && op == KILN_POOL_MAX && w.stride[2] == 2 && (w.kernel[2] == 2 || w.kernel[2] == 3) && w.pad[1] >= 0 &&
-          w.pad[2] >= 0 && w.out[2] >= 16 && (w.out[2] - 1) * 2 + w.kernel[2] <= kPoolRowFloats &&
+      if (plain_2d && op == KILN_POOL_MAX && w.stride[2] == 2 && (w.kernel[2] == 2 || w.kernel[2] == 3) &&
+          w.pad[1] >= 0 && w.pad[2] >= 0 && w.out[2] >= 16 && (w.out[2] - 1) * 2 + w.kernel[2] <= kPoolRowFloats &&
           w.pad[2] + w.in[2] <= kPoolRowFloats) {
         return w.kernel[2] == 3 ? RunMaxPoolRowsLanes<3>(call, w) : RunMaxPoolRowsLanes<2>(call, w);
       }
       // Narrower 3x3 stride-2 max pooling: 8 or 16 channels per vector, as depthwise
       // convolutions go (256x27x27: 0.042 ms against 0.048 for the row walk).
-      if (plain_2d && op == KILN_POOL_MAX && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[1] == 2 && w.stride[2] == 2 &&
-          DepthwiseBlockedFits<3, 3, 2>(w, kPoolBlockedMaxWidth)) {
+      if (plain_2d && op == KILN_POOL_MAX && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[1] == 2 &&
+          w.stride[2] == 2 && DepthwiseBlockedFits<3, 3, 2>(w, kPoolBlockedMaxWidth)) {
         return RunDepthwiseBlocked<3, 3, 2, true>(call, w, 0);
       }
       if (plain_2d && (op == KILN_POOL_MAX || (op == KILN_POOL_AVERAGE && !count_include_pad))) {
@@ -1069,7 +1081,9 @@ struct PoolKernel {
                     const bool inside = id >= 0 && id < w.in[0] && ih >= 0 && ih < w.in[1] && iw >= 0 && iw < w.in[2];
                     if (!inside) {
                       // Padding counts for the average only inside the padded extent.
-                      if (count_include_pad && id < w.in[0] + w.pad[0] && ih < w.in[1] + w.pad[1] && iw < w.in[2] + w.pad[2]) ++count;
+                      if (count_include_pad && id < w.in[0] + w.pad[0] && ih < w.in[1] + w.pad[1] &&
+                          iw < w.in[2] + w.pad[2])
+                        ++count;
                       continue;
                     }
                     const int64_t at = (id * w.in[1] + ih) * w.in[2] + iw;

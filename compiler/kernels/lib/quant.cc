@@ -173,7 +173,8 @@ KILN_KERNEL(qmatmul) {
   const int64_t mode = b_strides[batch_rank];
   const bool requantize = mode == 1, to_float = mode == 2;
   if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != (to_float ? kF32 : kI32)) return KILN_KERR_DTYPE;
-  const float* float_bias = to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
+  const float* float_bias =
+      to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
   const kiln_ktensor& azp = call->inputs[2];
   const kiln_ktensor& bzp = call->inputs[3];
   int64_t batches = 1;
@@ -193,7 +194,8 @@ KILN_KERNEL(qmatmul) {
         const int32_t zb = bzp.data != nullptr ? LoadInt(bzp.data, bzp.dtype, PerChannel(bzp, n)) : 0;
         int32_t sum = 0;
         for (int64_t k = 0; k < K; ++k) {
-          sum += (LoadInt(A.data, A.dtype, a_off + m * K + k) - za) * (LoadInt(B.data, B.dtype, b_off + k * N + n) - zb);
+          sum +=
+              (LoadInt(A.data, A.dtype, a_off + m * K + k) - za) * (LoadInt(B.data, B.dtype, b_off + k * N + n) - zb);
         }
         const int64_t at = row * N + n;
         if (mode == 0) {
@@ -204,7 +206,8 @@ KILN_KERNEL(qmatmul) {
         const float* bs = static_cast<const float*>(call->inputs[5].data);
         if (to_float) {
           const float multiplier = as[PerChannel(call->inputs[4], m)] * bs[PerChannel(call->inputs[5], n)];
-          static_cast<float*>(Y.data)[at] = static_cast<float>(sum) * multiplier + (float_bias != nullptr ? float_bias[n] : 0.f);
+          static_cast<float*>(Y.data)[at] =
+              static_cast<float>(sum) * multiplier + (float_bias != nullptr ? float_bias[n] : 0.f);
           continue;
         }
         const float ys = *static_cast<const float*>(call->inputs[6].data);
@@ -240,16 +243,19 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 typedef uint8_t v16u8 __attribute__((vector_size(16)));
 typedef uint8_t v32u8 __attribute__((vector_size(32)));
 typedef uint8_t v64u8 __attribute__((vector_size(64)));
-#define KILN_IOTA32 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
-#define KILN_IOTA64 KILN_IOTA32, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, \
-                    56, 57, 58, 59, 60, 61, 62, 63
+#define KILN_IOTA32 \
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
+#define KILN_IOTA64                                                                                                    \
+  KILN_IOTA32, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, \
+      58, 59, 60, 61, 62, 63
 // Byte 4p + b of the result is byte p of row b (rows of 16 bytes, concatenated).
-#define KILN_QUAD_INTERLEAVE                                                                                              \
-  0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55, 8, \
-      24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63
+#define KILN_QUAD_INTERLEAVE                                                                                          \
+  0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, \
+      55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46,   \
+      62, 15, 31, 47, 63
 typedef uint32_t v16u __attribute__((vector_size(64)));
-constexpr int kQRows = 8;     // rows (output channels) per weight panel and tile
-constexpr int kQCols = 48;    // columns per tile: three vectors of sixteen
+constexpr int kQRows = 8;             // rows (output channels) per weight panel and tile
+constexpr int kQCols = 48;            // columns per tile: three vectors of sixteen
 constexpr int64_t kQMaxSteps = 1280;  // K / 4 at most (the packed columns live on the stack)
 
 typedef int32_t v4i __attribute__((vector_size(16)));
@@ -274,7 +280,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnni(v
   *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, (__m512i)*x, _mm512_set1_epi32(w4));
 }
 // The same on four lanes (the last few columns of a chunk: QConvTileNarrow).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void DotStep4Vnni(v4i* acc, const v4i* x, int32_t w4) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void DotStep4Vnni(v4i* acc, const v4i* x,
+                                                                                         int32_t w4) {
   *acc = (v4i)_mm_dpbusd_epi32((__m128i)*acc, (__m128i)*x, _mm_set1_epi32(w4));
 }
 __attribute__((target("avx2,avxvnni"))) inline void DotStep4AvxVnni(v4i* acc, const v4i* x, int32_t w4) {
@@ -302,7 +309,7 @@ struct QConvParams {
   void* y;
   int32_t y_dtype;
   bool requantize, to_float;
-  bool relu;  // f32 Y: max(y, 0) (requantized Y clamps through lo instead)
+  bool relu;                                              // f32 Y: max(y, 0) (requantized Y clamps through lo instead)
   int64_t batch, group, out_channels, ocg, quads, steps;  // steps: K / 4 = KH * KW * quads
   int64_t H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
   uint32_t x_zero_word;  // zx' in all four bytes
@@ -360,8 +367,8 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
 // Rows [panel * 8, +8) of one tile of NV column vectors: the i32 sums over every step,
 // then the epilogue into Y for the tile's `cols` columns starting at column j0.
 template <int32_t kDot, int NV>
-inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t panel, int64_t j0,
-                      int64_t cols) {
+inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t panel,
+                      int64_t j0, int64_t cols) {
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   const int8_t* w = q.weights + (grp * panels + panel) * q.steps * kQRows * 4;
   v16i acc[kQRows][NV] = {};
@@ -497,13 +504,15 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) void QConvChunkVnni(const QConvParams& q, int64_t n,
-                                                                                               int64_t grp, int64_t j0, int64_t cols,
-                                                                                               uint8_t* packed) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) void QConvChunkVnni(const QConvParams& q,
+                                                                                              int64_t n, int64_t grp,
+                                                                                              int64_t j0, int64_t cols,
+                                                                                              uint8_t* packed) {
   QConvChunk<kInt8DotAvx512Vnni>(q, n, grp, j0, cols, packed);
 }
-__attribute__((target("avx2,fma,avxvnni"), noinline)) void QConvChunkAvxVnni(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
-                                                                            int64_t cols, uint8_t* packed) {
+__attribute__((target("avx2,fma,avxvnni"), noinline)) void QConvChunkAvxVnni(const QConvParams& q, int64_t n,
+                                                                             int64_t grp, int64_t j0, int64_t cols,
+                                                                             uint8_t* packed) {
   QConvChunk<kInt8DotAvxVnni>(q, n, grp, j0, cols, packed);
 }
 #endif
@@ -513,10 +522,9 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 }
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
-// multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC]. outputs: Y, scratch (X's channel quads, and
-// 256 bytes a last pointwise chunk may read past them). ints after the window block:
-// [mode (as qconv's), 1 (this layout), zx', x is s8, y zero point, clamp lo, clamp hi,
-// relu (f32 Y)].
+// multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC]. outputs: Y, scratch (X's channel
+// quads, and 256 bytes a last pointwise chunk may read past them). ints after the window block: [mode (as qconv's), 1
+// (this layout), zx', x is s8, y zero point, clamp lo, clamp hi, relu (f32 Y)].
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
@@ -541,7 +549,8 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) 
   q.PH = w.pad[1], q.PW = w.pad[2], q.DH = w.dilation[1], q.DW = w.dilation[2];
   q.steps = q.KH * q.KW * q.quads;
   if (w.in[0] != 1 || w.kernel[0] != 1 || q.steps > kQMaxSteps) return KILN_KERR_UNSUPPORTED;
-  q.pointwise = q.KH == 1 && q.KW == 1 && q.SH == 1 && q.SW == 1 && q.PH == 0 && q.PW == 0 && q.OH == q.H && q.OW == q.W;
+  q.pointwise =
+      q.KH == 1 && q.KW == 1 && q.SH == 1 && q.SW == 1 && q.PH == 0 && q.PW == 0 && q.OH == q.H && q.OW == q.W;
   q.weights = static_cast<const int8_t*>(call->inputs[1].data);
   q.offsets = static_cast<const int32_t*>(call->inputs[2].data);
   q.multipliers = static_cast<const float*>(call->inputs[3].data);
@@ -644,7 +653,8 @@ inline v16i DotStepGenericBroadcastA(v16i acc, const v16i& w, uint32_t a4) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnniBroadcastA(v16i* acc, const v16i* w, uint32_t a4) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnniBroadcastA(v16i* acc, const v16i* w,
+                                                                                         uint32_t a4) {
   *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, _mm512_set1_epi32(static_cast<int32_t>(a4)), (__m512i)*w);
 }
 #endif
@@ -702,7 +712,8 @@ inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols
     if (q.mode == 2) {
       float* y = static_cast<float*>(q.y) + at;
       const float* bias = q.float_bias != nullptr ? q.float_bias + j0 : nullptr;
-      for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<float>(sums[j] + offsets[j]) * m[j] + (bias != nullptr ? bias[j] : 0.f);
+      for (int64_t j = 0; j < cols; ++j)
+        y[j] = static_cast<float>(sums[j] + offsets[j]) * m[j] + (bias != nullptr ? bias[j] : 0.f);
     } else if (q.mode == 0) {
       int32_t* y = static_cast<int32_t*>(q.y) + at;
       for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offsets[j];
@@ -736,15 +747,16 @@ inline void QGemmPanel(const QGemmParams& q, int64_t j0, int64_t tile_begin, int
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void QGemmPanelVnni(const QGemmParams& q, int64_t j0, int64_t t0,
-                                                                                      int64_t t1) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void QGemmPanelVnni(const QGemmParams& q, int64_t j0,
+                                                                                     int64_t t0, int64_t t1) {
   if (q.flip) {
     QGemmPanel<kInt8DotAvx512Vnni, true>(q, j0, t0, t1);
   } else {
     QGemmPanel<kInt8DotAvx512Vnni, false>(q, j0, t0, t1);
   }
 }
-__attribute__((target("avx2,fma,avxvnni"), noinline)) void QGemmPanelAvxVnni(const QGemmParams& q, int64_t j0, int64_t t0, int64_t t1) {
+__attribute__((target("avx2,fma,avxvnni"), noinline)) void QGemmPanelAvxVnni(const QGemmParams& q, int64_t j0,
+                                                                             int64_t t0, int64_t t1) {
   if (q.flip) {
     QGemmPanel<kInt8DotAvxVnni, true>(q, j0, t0, t1);
   } else {
@@ -840,8 +852,10 @@ KILN_KERNEL(qconv) {
   const kiln_ktensor& wzp = call->inputs[3];
   const int32_t zx = xzp.data != nullptr ? LoadInt(xzp.data, xzp.dtype, 0) : 0;
   const bool relu = call->num_ints > rest - call->ints + 2 && rest[2] != 0;  // clamp at Y's zero point
-  const int32_t* bias = requantize && call->num_inputs > 8 ? static_cast<const int32_t*>(call->inputs[8].data) : nullptr;
-  const float* float_bias = to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
+  const int32_t* bias =
+      requantize && call->num_inputs > 8 ? static_cast<const int32_t*>(call->inputs[8].data) : nullptr;
+  const float* float_bias =
+      to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {  // job = (n, oc)
       const int64_t n = job / out_channels, oc = job % out_channels, g = oc / ocg;
@@ -854,7 +868,9 @@ KILN_KERNEL(qconv) {
       }
       if (requantize) {
         multiplier = multiplier / *static_cast<const float*>(call->inputs[6].data);
-        z = call->inputs[7].data != nullptr ? static_cast<float>(LoadInt(call->inputs[7].data, call->inputs[7].dtype, 0)) : 0.f;
+        z = call->inputs[7].data != nullptr
+                ? static_cast<float>(LoadInt(call->inputs[7].data, call->inputs[7].dtype, 0))
+                : 0.f;
       }
       const float b = float_bias != nullptr ? float_bias[oc] : 0.f;
       for (int64_t od = 0; od < w.out[0]; ++od) {
@@ -874,7 +890,8 @@ KILN_KERNEL(qconv) {
                     const int64_t iw = ow * w.stride[2] + kw * w.dilation[2] - w.pad[2];
                     if (iw < 0 || iw >= w.in[2]) continue;
                     const int32_t xv = LoadInt(X.data, X.dtype, x_base + (id * w.in[1] + ih) * w.in[2] + iw) - zx;
-                    const int32_t wv = LoadInt(W.data, W.dtype, w_base + (kd * w.kernel[1] + kh) * w.kernel[2] + kw) - zw;
+                    const int32_t wv =
+                        LoadInt(W.data, W.dtype, w_base + (kd * w.kernel[1] + kh) * w.kernel[2] + kw) - zw;
                     sum += xv * wv;
                   }
                 }

@@ -1,7 +1,7 @@
 // Reductions (ReduceSum … ReduceLogSumExp), ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax.
+#include "fast_math.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
-#include "fast_math.h"
 
 using namespace kiln_kernels;
 
@@ -37,7 +37,8 @@ struct ReduceKernel {
       // Sum, mean or max over trailing axes (GlobalAveragePool, LayerNorm's ReduceMean):
       // contiguous rows, reduced with 16 float partials that vectorize, rows in parallel.
       const int64_t suffix = reduced > 0 ? (int64_t{1} << in.rank) - (int64_t{1} << (in.rank - reduced)) : 0;
-      if (mask == suffix && reduce_count > 0 && (op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN || op == KILN_REDUCE_MAX)) {
+      if (mask == suffix && reduce_count > 0 &&
+          (op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN || op == KILN_REDUCE_MAX)) {
         return ReduceRows(call, pi, po, out_n, reduce_count, op);
       }
     }
@@ -55,19 +56,27 @@ struct ReduceKernel {
         } else {
           max_value = INT64_MIN;
         }
-        Walk(pi + out_offset[0], red_dims, red_strides, reduced, reduce_count,
-             [&](T v) { if (static_cast<Acc>(v) > max_value) max_value = static_cast<Acc>(v); });
+        Walk(pi + out_offset[0], red_dims, red_strides, reduced, reduce_count, [&](T v) {
+          if (static_cast<Acc>(v) > max_value) max_value = static_cast<Acc>(v);
+        });
         if (reduce_count == 0 || max_value == -INFINITY) max_value = 0;
       }
       Walk(pi + out_offset[0], red_dims, red_strides, reduced, reduce_count, [&](T value) {
         const Acc v = static_cast<Acc>(value);
         switch (op) {
-          case KILN_REDUCE_SUM: case KILN_REDUCE_MEAN: case KILN_REDUCE_LOG_SUM: acc += v; break;
-          case KILN_REDUCE_MAX: if (v > acc) acc = v; break;
-          case KILN_REDUCE_MIN: if (v < acc) acc = v; break;
+          case KILN_REDUCE_SUM:
+          case KILN_REDUCE_MEAN:
+          case KILN_REDUCE_LOG_SUM: acc += v; break;
+          case KILN_REDUCE_MAX:
+            if (v > acc) acc = v;
+            break;
+          case KILN_REDUCE_MIN:
+            if (v < acc) acc = v;
+            break;
           case KILN_REDUCE_PROD: acc *= v; break;
           case KILN_REDUCE_L1: acc += v < 0 ? -v : v; break;
-          case KILN_REDUCE_L2: case KILN_REDUCE_SUM_SQUARE: acc += v * v; break;
+          case KILN_REDUCE_L2:
+          case KILN_REDUCE_SUM_SQUARE: acc += v * v; break;
           case KILN_REDUCE_LOG_SUM_EXP: acc += static_cast<Acc>(exp(static_cast<double>(v - max_value))); break;
         }
       });
@@ -110,9 +119,13 @@ struct ReduceKernel {
   }
 
   template <typename T, bool kFloat = kIsFloat<T>>
-  struct Select { using Acc = int64_t; };
+  struct Select {
+    using Acc = int64_t;
+  };
   template <typename T>
-  struct Select<T, true> { using Acc = double; };
+  struct Select<T, true> {
+    using Acc = double;
+  };
 
   template <typename Acc>
   static Acc Init(int op) {
@@ -130,8 +143,7 @@ struct ReduceKernel {
   }
 
   template <typename T, typename F>
-  static void Walk(const T* base, const int64_t* dims, const int64_t* strides, int32_t rank,
-                   int64_t count, F f) {
+  static void Walk(const T* base, const int64_t* dims, const int64_t* strides, int32_t rank, int64_t count, F f) {
     IndexWalker walker(dims, rank);
     int64_t offset[1] = {0};
     const int64_t* s[1] = {strides};
@@ -161,8 +173,8 @@ struct ArgReduce {
         T best_value = pi[o * len * inner + j];
         for (int64_t k = 1; k < len; ++k) {
           const T v = pi[(o * len + k) * inner + j];
-          const bool better = is_min ? (last ? v <= best_value : v < best_value)
-                                     : (last ? v >= best_value : v > best_value);
+          const bool better =
+              is_min ? (last ? v <= best_value : v < best_value) : (last ? v >= best_value : v > best_value);
           if (better) {
             best = k;
             best_value = v;
@@ -179,7 +191,8 @@ struct ArgReduce {
 // classifier heads): the max and the sum run on 8 independent partial results so the
 // loops vectorize without reassociation, and exp is FastExp8 / FastExp (<= 2 ulp) instead
 // of two double-precision libm calls per element. Not in the reference build (kFastKernels).
-static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len, bool log_softmax, const kiln_kcall* call) {
+static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len, bool log_softmax,
+                           const kiln_kcall* call) {
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const float* __restrict x = pi + row * len;
@@ -270,7 +283,8 @@ struct Softmax {
           const double log_sum = log(sum);
           for (int64_t k = 0; k < len; ++k) y[k * inner] = static_cast<T>(x[k * inner] - max_value - log_sum);
         } else {
-          for (int64_t k = 0; k < len; ++k) y[k * inner] = static_cast<T>(exp(static_cast<double>(x[k * inner] - max_value)) / sum);
+          for (int64_t k = 0; k < len; ++k)
+            y[k * inner] = static_cast<T>(exp(static_cast<double>(x[k * inner] - max_value)) / sum);
         }
       }
     };

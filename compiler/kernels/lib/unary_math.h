@@ -64,7 +64,8 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
       case KILN_UNARY_SHRINK:  // alpha = lambd, beta = bias
         return x < -a ? x + b : (x > a ? x - b : T(0));
       case KILN_UNARY_GELU:
-        if constexpr (std::is_same_v<T, float> && kFastKernels) return 0.5f * x * (1.0f + FastErf(x * 0.70710678118654752440f));
+        if constexpr (std::is_same_v<T, float> && kFastKernels)
+          return 0.5f * x * (1.0f + FastErf(x * 0.70710678118654752440f));
         return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
       case KILN_UNARY_CLIP: return x < a ? a : (x > b ? b : x);
       case KILN_UNARY_SILU:
@@ -84,7 +85,9 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
         double v = static_cast<double>(x);
         return static_cast<T>(v < -a ? v + b : (v > a ? v - b : 0.0));
       }
-      case KILN_UNARY_FLOOR: case KILN_UNARY_CEIL: case KILN_UNARY_ROUND: return x;
+      case KILN_UNARY_FLOOR:
+      case KILN_UNARY_CEIL:
+      case KILN_UNARY_ROUND: return x;
       default: return x;
     }
   }

@@ -99,7 +99,7 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
             memcpy(&d[r * 6 + q], lanes, sizeof(v8f));
           }
         }
-        for (int q = 0; q < 6; ++q) InputTransform6(d + q, 6, tmp + q, 6);      // columns: B^T d
+        for (int q = 0; q < 6; ++q) InputTransform6(d + q, 6, tmp + q, 6);          // columns: B^T d
         for (int r = 0; r < 6; ++r) InputTransform6(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
         for (int xi = 0; xi < 36; ++xi) KILN_STORE8(v + (xi * tc + t) * C + c0, d[xi]);
       }
@@ -123,7 +123,7 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
         const int64_t n = tile / per_image, th = tile % per_image / tiles_w, tw = tile % tiles_w;
         v8f s[36], tmp[24], out[16];
         for (int xi = 0; xi < 36; ++xi) KILN_LOAD8(s[xi], m + (xi * tc + t) * OC + o0);
-        for (int q = 0; q < 6; ++q) OutputTransform6(s + q, 6, tmp + q, 6);        // A^T M: 4 x 6
+        for (int q = 0; q < 6; ++q) OutputTransform6(s + q, 6, tmp + q, 6);            // A^T M: 4 x 6
         for (int r = 0; r < 4; ++r) OutputTransform6(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
         if (pbias != nullptr) {
           v8f b;

@@ -18,10 +18,10 @@ extern "C" {
 typedef enum kiln_status {
   KILN_OK = 0,
   KILN_ERROR_INVALID_ARGUMENT = 1,
-  KILN_ERROR_LOAD = 2,          /* dlopen failed or the file is not a Kiln artifact */
-  KILN_ERROR_ABI_MISMATCH = 3,  /* artifact built for another ABI version */
+  KILN_ERROR_LOAD = 2,         /* dlopen failed or the file is not a Kiln artifact */
+  KILN_ERROR_ABI_MISMATCH = 3, /* artifact built for another ABI version */
   KILN_ERROR_OUT_OF_MEMORY = 4,
-  KILN_ERROR_RUNTIME = 5,       /* a kernel reported an error (e.g. index out of range) */
+  KILN_ERROR_RUNTIME = 5, /* a kernel reported an error (e.g. index out of range) */
 } kiln_status;
 
 /* Element types use ONNX TensorProto.DataType numbers (1 = float32, 7 = int64, ...). */
@@ -59,8 +59,8 @@ typedef struct kiln_module_desc {
   const kiln_tensor_info* outputs;
   uint64_t workspace_bytes;
   kiln_entry_fn entry;
-  int32_t num_kernels;              /* nodes of the compiled graph, in execution order */
-  const char* const* kernel_names;  /* "node_name (Op)" per kernel, for profiles */
+  int32_t num_kernels;             /* nodes of the compiled graph, in execution order */
+  const char* const* kernel_names; /* "node_name (Op)" per kernel, for profiles */
 } kiln_module_desc;
 
 typedef struct kiln_module kiln_module;
@@ -81,12 +81,11 @@ kiln_status kiln_session_create(const kiln_module* module, const kiln_session_op
  * calling thread runs kernels too: give it at least 1 MiB of stack (the GEMM core keeps
  * its packed blocks, up to ~300 KiB, on the stack; the pool's own threads have the
  * system default, 8 MiB on Debian). */
-kiln_status kiln_session_run(kiln_session* session, const void* const* inputs,
-                             void* const* outputs);
+kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, void* const* outputs);
 /* Like kiln_session_run, and adds each kernel's wall time in milliseconds to
  * kernel_ms[i] (an array of desc->num_kernels doubles the caller zeroes). */
-kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* inputs,
-                                      void* const* outputs, double* kernel_ms);
+kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* inputs, void* const* outputs,
+                                      double* kernel_ms);
 int32_t kiln_session_num_threads(const kiln_session* session);
 void kiln_session_destroy(kiln_session* session);
 

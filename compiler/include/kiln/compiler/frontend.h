@@ -23,13 +23,11 @@ struct ImportOptions {
   std::function<absl::StatusOr<std::string>(const std::string& location)> external_data;
 };
 
-absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes,
-                                                       const ImportOptions& options);
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes, const ImportOptions& options);
 
 // An external-data resolver that reads files inside `directory` only: absolute paths and
 // paths that climb out with ".." are refused.
-std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(
-    std::string directory);
+std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(std::string directory);
 
 // Graph -> serialized ONNX ModelProto (standard ops only; a kiln.* op or attribute is an
 // error), checked by the ONNX checker: `kiln quantize` writes its QDQ model with it.

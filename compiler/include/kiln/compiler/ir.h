@@ -40,9 +40,8 @@ struct TensorType {
   }
 };
 
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>,
-                               std::vector<double>, std::vector<std::string>,
-                               std::shared_ptr<const Tensor>>;
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
+                               std::vector<std::string>, std::shared_ptr<const Tensor>>;
 
 class Node;
 
@@ -86,10 +85,8 @@ class Node {
   int64_t GetInt(const std::string& key, int64_t fallback) const;
   double GetFloat(const std::string& key, double fallback) const;
   std::string GetString(const std::string& key, const std::string& fallback) const;
-  std::vector<int64_t> GetInts(const std::string& key,
-                               const std::vector<int64_t>& fallback = {}) const;
-  std::vector<double> GetFloats(const std::string& key,
-                                const std::vector<double>& fallback = {}) const;
+  std::vector<int64_t> GetInts(const std::string& key, const std::vector<int64_t>& fallback = {}) const;
+  std::vector<double> GetFloats(const std::string& key, const std::vector<double>& fallback = {}) const;
   const Tensor* GetTensor(const std::string& key) const;
 
   // Opset of the default domain the node was imported under.
@@ -118,8 +115,7 @@ class Graph {
   Node* AddNode(std::string op, std::string name, std::vector<Value*> inputs,
                 const std::vector<std::string>& output_names, int opset);
   // Inserts a node immediately before `anchor` in topological order.
-  Node* InsertNodeBefore(Node* anchor, std::string op, std::string name,
-                         std::vector<Value*> inputs,
+  Node* InsertNodeBefore(Node* anchor, std::string op, std::string name, std::vector<Value*> inputs,
                          const std::vector<std::string>& output_names, int opset);
 
   // Makes `value` a constant holding `tensor`; its producer (if any) keeps running until DCE.

@@ -25,14 +25,12 @@ struct InferContext {
 
   const TensorType& type(size_t i) const { return *input_types[i]; }
   bool has_input(size_t i) const { return i < input_types.size() && input_types[i] != nullptr; }
-  const Tensor* constant(size_t i) const {
-    return i < input_constants.size() ? input_constants[i] : nullptr;
-  }
+  const Tensor* constant(size_t i) const { return i < input_constants.size() ? input_constants[i] : nullptr; }
 };
 
 // One operand of a kernel call: a node input, or a constant the lowering made.
 struct KernelOperand {
-  int node_input = -1;                   // index into node inputs, or -1
+  int node_input = -1;                     // index into node inputs, or -1
   std::shared_ptr<const Tensor> constant;  // when node_input == -1 (null: omitted input)
 };
 

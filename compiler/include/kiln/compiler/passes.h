@@ -20,7 +20,7 @@ namespace kiln {
 // Where each non-constant value lives at run time.
 struct MemoryPlan {
   struct Slot {
-    int64_t offset = 0;      // in the workspace arena
+    int64_t offset = 0;  // in the workspace arena
     int64_t size_bytes = 0;
   };
   std::map<const Value*, Slot> arena;          // intermediates
@@ -32,11 +32,11 @@ struct MemoryPlan {
     int64_t offset_bytes = 0;
   };
   std::map<const Value*, Part> parts;
-  std::map<const Node*, Slot> scratch;         // kernel workspace (KernelCall::scratch_bytes)
+  std::map<const Node*, Slot> scratch;  // kernel workspace (KernelCall::scratch_bytes)
   int64_t arena_bytes = 0;
-  int64_t naive_bytes = 0;  // sum of all intermediates, no reuse
-  int64_t in_place = 0;     // results written over a dying input
-  int64_t views = 0;        // results that share their input's buffer
+  int64_t naive_bytes = 0;       // sum of all intermediates, no reuse
+  int64_t in_place = 0;          // results written over a dying input
+  int64_t views = 0;             // results that share their input's buffer
   int64_t concats_in_place = 0;  // Concats whose inputs were written in place (no copy)
 };
 
@@ -77,8 +77,8 @@ const char* CalibrationMethodName(CalibrationMethod method);
 
 // Pruning (the prune pass): what to remove.
 struct PruningConfig {
-  double channel_ratio = 0;  // --prune-channels: share of each layer's output channels
-  double weight_ratio = 0;   // --prune-weights: share of each weight tensor set to 0
+  double channel_ratio = 0;    // --prune-channels: share of each layer's output channels
+  double weight_ratio = 0;     // --prune-weights: share of each weight tensor set to 0
   std::set<std::string> skip;  // node names left whole (--prune-skip)
   // Inputs (one tensor per graph input) for the per-layer error breakdown; none: no
   // breakdown. The service passes its validation inputs, the CLI its --calibration samples.
@@ -102,7 +102,7 @@ struct PruningSummary {
   GraphCost before, after;  // around the pass (BatchNorm already folded)
   int64_t pruned_layers = 0;
   int64_t channels_before = 0, channels_removed = 0, channels_after = 0;  // over prunable layers
-  std::vector<std::string> kept_whole;  // "node (why)"
+  std::vector<std::string> kept_whole;                                    // "node (why)"
   // Conv/Gemm/MatMul outputs that kept their shape, pruned graph against the unpruned one
   // on samples[0] in the interpreter, worst SNR first, at most 10.
   std::vector<QuantizationSummary::LayerError> layers_by_error;
@@ -112,9 +112,9 @@ struct PassContext {
   MemoryPlan memory_plan;
   bool has_memory_plan = false;
   const QuantizationConfig* quantization = nullptr;  // input to the quantize pass
-  QuantizationSummary quantization_summary;         // its output
-  const PruningConfig* pruning = nullptr;           // input to the prune pass
-  PruningSummary pruning_summary;                   // its output
+  QuantizationSummary quantization_summary;          // its output
+  const PruningConfig* pruning = nullptr;            // input to the prune pass
+  PruningSummary pruning_summary;                    // its output
 };
 
 class Pass {
@@ -134,9 +134,9 @@ struct PassInfo {
 bool RegisterPass(PassInfo info);
 std::vector<PassInfo> RegisteredPasses();
 
-#define KILN_REGISTER_PASS(CLASS, NAME, SUMMARY)                                          \
-  static const bool kiln_registered_##CLASS = ::kiln::RegisterPass(                        \
-      {NAME, SUMMARY, [] { return std::unique_ptr<::kiln::Pass>(new CLASS()); }});        \
+#define KILN_REGISTER_PASS(CLASS, NAME, SUMMARY)                                                        \
+  static const bool kiln_registered_##CLASS =                                                           \
+      ::kiln::RegisterPass({NAME, SUMMARY, [] { return std::unique_ptr<::kiln::Pass>(new CLASS()); }}); \
   void kiln_link_pass_##CLASS() { (void)kiln_registered_##CLASS; }
 
 constexpr const char kDefaultPipeline[] =
@@ -162,8 +162,7 @@ struct PipelineOptions {
 
 // Runs each named pass in order, verifying the graph after each one.
 absl::StatusOr<std::vector<PassStats>> RunPipeline(Graph& graph, const std::string& pipeline,
-                                                   const PipelineOptions& options,
-                                                   PassContext& context);
+                                                   const PipelineOptions& options, PassContext& context);
 
 // Plans buffers without reuse: every intermediate gets its own slot. Codegen uses it when
 // the pipeline has no plan-memory pass.

@@ -56,9 +56,13 @@ class Tensor {
   void* data() { return storage_.data(); }
   const void* data() const { return storage_.data(); }
   template <typename T>
-  T* data_as() { return reinterpret_cast<T*>(storage_.data()); }
+  T* data_as() {
+    return reinterpret_cast<T*>(storage_.data());
+  }
   template <typename T>
-  const T* data_as() const { return reinterpret_cast<const T*>(storage_.data()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(storage_.data());
+  }
 
   // Element i converted to double / int64 (for attribute-like small tensors: shapes, axes).
   double GetAsDouble(int64_t i) const;

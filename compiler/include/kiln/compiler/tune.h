@@ -27,8 +27,8 @@ struct TuneOptions {
 std::string DefaultTuneCachePath();
 
 struct TuneDecision {
-  std::string node;    // node name
-  std::string key;     // the cache key: op shape and target
+  std::string node;     // node name
+  std::string key;      // the cache key: op shape and target
   std::string choice;   // "winograd", or "gemm64" / "gemm128" / "gemm256": the implicit GEMM
                         // with jobs that many output positions wide
   std::string timings;  // median ms per candidate, measured or cached: "winograd=1.37;gemm64=3.48"
