@@ -13,6 +13,7 @@ build_packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler libabsl-dev zlib1g-dev libzstd-dev libedit-dev
   libxml2-dev libcurl4-openssl-dev
   libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libssl-dev prometheus-cpp-dev libgtest-dev
+  libspdlog-dev libfmt-dev libcli11-dev
 )
 
 packages=(
@@ -22,7 +23,9 @@ packages=(
   llvm-19-dev llvm-19-tools lld-19 liblld-19-dev clang-19 libclang-rt-14-dev clang-14
   libonnx-dev libprotobuf-dev protobuf-compiler libabsl-dev zlib1g-dev libzstd-dev libedit-dev
   libxml2-dev libcurl4-openssl-dev
-  # service (issue 3)
+  # the base layer (common/): logging, and the command-line library
+  libspdlog-dev libfmt-dev libcli11-dev
+  # service
   libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libssl-dev prometheus-cpp-dev
   # service tests: the Python client (grpcio) and a real Prometheus server
   python3-grpcio python3-protobuf python3-yaml prometheus curl

@@ -1,5 +1,6 @@
 // The job process: see job.h.
 #include "worker/job.h"
+#include "kiln/common/file.h"
 
 #include <unistd.h>
 

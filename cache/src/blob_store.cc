@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,13 +11,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/common/file.h"
+#include "kiln/common/sha256.h"
 
 namespace kiln::cache {
 namespace {
 
-absl::Status ErrnoError(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
+absl::Status ErrnoError(const std::string& what, const std::string& path) { return ErrnoStatus(errno, what, path); }
 
 absl::Status MakeDirectory(const std::string& path) {
   if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("cannot create directory", path);
@@ -44,52 +43,9 @@ absl::Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no blob at ", path));
-    return ErrnoError("cannot open", path);
-  }
-  std::string bytes;
-  char buffer[1 << 16];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      close(fd);
-      return ErrnoError("cannot read", path);
-    }
-    if (n == 0) break;
-    bytes.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  return bytes;
-}
-
-// Finishes a SHA-256 context and returns the hash as lowercase hex.
-std::string FinishHex(EVP_MD_CTX* hash) {
-  unsigned char raw[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(hash, raw, &length);
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i) {
-    hex += kHex[raw[i] >> 4];
-    hex += kHex[raw[i] & 15];
-  }
-  return hex;
-}
-
 }  // namespace
 
-Digest DigestOf(std::string_view bytes) {
-  EVP_MD_CTX* hash = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(hash, EVP_sha256(), nullptr);
-  EVP_DigestUpdate(hash, bytes.data(), bytes.size());
-  Digest digest{FinishHex(hash), static_cast<int64_t>(bytes.size())};
-  EVP_MD_CTX_free(hash);
-  return digest;
-}
+Digest DigestOf(std::string_view bytes) { return Digest{Sha256Hex(bytes), static_cast<int64_t>(bytes.size())}; }
 
 absl::Status ValidateDigest(const Digest& digest) {
   if (digest.sha256_hex.size() != 64) {
@@ -161,27 +117,26 @@ absl::StatusOr<Digest> BlobStore::Put(std::string_view bytes) {
   return digest;
 }
 
-BlobStore::Writer::Writer(BlobStore* store, std::string tmp_path, int fd, void* hash)
-    : store_(store), tmp_path_(std::move(tmp_path)), fd_(fd), hash_(hash) {}
+BlobStore::Writer::Writer(BlobStore* store, std::string tmp_path, int fd)
+    : store_(store), tmp_path_(std::move(tmp_path)), fd_(fd) {}
 
 BlobStore::Writer::~Writer() {
   if (fd_ >= 0) {
     close(fd_);
     unlink(tmp_path_.c_str());
   }
-  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(hash_));
 }
 
 absl::Status BlobStore::Writer::Append(std::string_view bytes) {
   if (fd_ < 0) return absl::FailedPreconditionError("the blob writer is already committed");
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(hash_), bytes.data(), bytes.size());
+  hash_.Update(bytes);
   written_ += static_cast<int64_t>(bytes.size());
   return WriteAll(fd_, bytes, tmp_path_);
 }
 
 absl::Status BlobStore::Writer::Commit(const Digest& expected) {
   if (fd_ < 0) return absl::FailedPreconditionError("the blob writer is already committed");
-  const Digest actual{FinishHex(static_cast<EVP_MD_CTX*>(hash_)), written_};
+  const Digest actual{hash_.FinishHex(), written_};
   if (!(actual == expected)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the bytes sent have digest ", actual.sha256_hex, "/", actual.size_bytes, " but the request names ",
@@ -206,9 +161,7 @@ absl::StatusOr<std::unique_ptr<BlobStore::Writer>> BlobStore::NewWriter() {
   const std::string tmp = TempPath(root_, "upload");
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);
-  EVP_MD_CTX* hash = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(hash, EVP_sha256(), nullptr);
-  return std::unique_ptr<Writer>(new Writer(this, tmp, fd, hash));
+  return std::unique_ptr<Writer>(new Writer(this, tmp, fd));
 }
 
 absl::Status BlobStore::Verify(const Digest& digest) {
@@ -219,8 +172,7 @@ absl::Status BlobStore::Verify(const Digest& digest) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("blob ", digest.sha256_hex, " is not in the cache"));
     return ErrnoError("cannot open", path);
   }
-  EVP_MD_CTX* hash = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(hash, EVP_sha256(), nullptr);
+  Sha256 hash;
   std::string buffer(1 << 16, '\0');
   int64_t total = 0;
   absl::Status s;
@@ -232,12 +184,11 @@ absl::Status BlobStore::Verify(const Digest& digest) {
       break;
     }
     if (n == 0) break;
-    EVP_DigestUpdate(hash, buffer.data(), static_cast<size_t>(n));
+    hash.Update(std::string_view(buffer.data(), static_cast<size_t>(n)));
     total += n;
   }
   close(fd);
-  const std::string hex = FinishHex(hash);
-  EVP_MD_CTX_free(hash);
+  const std::string hex = hash.FinishHex();
   if (!s.ok()) return s;
   if (hex != digest.sha256_hex || total != digest.size_bytes) {
     unlink(path.c_str());
@@ -283,7 +234,10 @@ absl::Status BlobStore::PutExpecting(const Digest& expected, std::string_view by
 
 absl::StatusOr<std::string> BlobStore::Get(const Digest& digest) {
   if (auto s = ValidateDigest(digest); !s.ok()) return s;
-  auto bytes = ReadAll(PathOf(digest));
+  auto bytes = ReadFile(PathOf(digest));
+  if (absl::IsNotFound(bytes.status())) {
+    return absl::NotFoundError(absl::StrCat("blob ", digest.sha256_hex, " is not in the cache"));
+  }
   if (!bytes.ok()) return bytes.status();
   if (!(DigestOf(*bytes) == digest)) {
     unlink(PathOf(digest).c_str());

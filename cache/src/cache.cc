@@ -4,18 +4,13 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include <chrono>
 #include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/common/time.h"
 
 namespace kiln::cache {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::StatusOr<std::unique_ptr<Cache>> Cache::Open(const Options& options) {
   std::unique_ptr<Cache> cache(new Cache());
@@ -78,7 +73,7 @@ absl::Status Cache::Reconcile() {
       if (auto s = db_->Prepare("DELETE FROM blobs WHERE sha256 = ?").Bind(1, hex).Run(); !s.ok()) return s;
     }
   }
-  const int64_t now = NowMs();
+  const int64_t now = UnixMillis();
   for (const std::string& hex : on_disk) {
     if (!indexed.count(hex)) {
       auto s = db_->Prepare("INSERT INTO blobs (sha256, size_bytes, last_access_ms) VALUES (?, ?, ?)")
@@ -107,14 +102,14 @@ absl::Status Cache::Record(const Digest& digest) {
     std::lock_guard<std::mutex> lock(db_->mutex());
     Statement insert =
         db_->Prepare("INSERT OR IGNORE INTO blobs (sha256, size_bytes, last_access_ms) VALUES (?, ?, ?)");
-    insert.Bind(1, digest.sha256_hex).Bind(2, digest.size_bytes).Bind(3, NowMs());
+    insert.Bind(1, digest.sha256_hex).Bind(2, digest.size_bytes).Bind(3, UnixMillis());
     if (auto s = insert.Run(); !s.ok()) return s;
     if (db_->Changes() == 1) {
       total_bytes_ += digest.size_bytes;
       blob_count_ += 1;
     } else {
       auto s = db_->Prepare("UPDATE blobs SET last_access_ms = ? WHERE sha256 = ?")
-                   .Bind(1, NowMs())
+                   .Bind(1, UnixMillis())
                    .Bind(2, digest.sha256_hex)
                    .Run();
       if (!s.ok()) return s;
@@ -133,7 +128,7 @@ absl::StatusOr<Digest> Cache::Put(std::string_view bytes) {
 void Cache::Touch(const Digest& digest) {
   std::lock_guard<std::mutex> lock(db_->mutex());
   db_->Prepare("UPDATE blobs SET last_access_ms = ? WHERE sha256 = ?")
-      .Bind(1, NowMs())
+      .Bind(1, UnixMillis())
       .Bind(2, digest.sha256_hex)
       .Run()
       .IgnoreError();
@@ -256,7 +251,7 @@ absl::Status Cache::PutAction(const std::string& action_key, const ActionResult&
       .Bind(6, result.manifest.sha256_hex)
       .Bind(7, result.manifest.size_bytes)
       .BindBlob(8, result.details)
-      .Bind(9, NowMs());
+      .Bind(9, UnixMillis());
   return insert.Run();
 }
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/args.h"
 #include "clients/cli/service_commands.h"
+#include "kiln/common/file.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/runtime.h"

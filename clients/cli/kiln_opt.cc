@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "kiln/common/file.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/ir.h"
 #include "kiln/compiler/ops.h"

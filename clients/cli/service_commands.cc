@@ -1,5 +1,6 @@
 // The kiln CLI's service subcommands: see service_commands.h.
 #include "clients/cli/service_commands.h"
+#include "kiln/common/file.h"
 
 #include <unistd.h>
 

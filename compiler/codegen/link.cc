@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/common/file.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/frontend.h"
 #include "lld/Common/Driver.h"

@@ -1,5 +1,6 @@
 // CompileModel: import -> passes -> codegen -> link, with the manifest and compile report.
 #include "kiln/compiler/compile.h"
+#include "kiln/common/file.h"
 
 #include <algorithm>
 #include <chrono>

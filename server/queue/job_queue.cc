@@ -6,18 +6,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/cache/cache.h"
+#include "kiln/common/time.h"
 
 namespace kiln::server {
 namespace {
 
-using cache::NowMs;
-using cache::Statement;
+using ::kiln::Statement;
 
 bool IsTerminal(int state) { return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED; }
 
 std::string NewJobId() {
   static std::mutex mutex;
-  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(NowMs()));
+  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(UnixMillis()));
   std::lock_guard<std::mutex> lock(mutex);
   static const char kHex[] = "0123456789abcdef";
   std::string id = "job-";
@@ -31,7 +31,7 @@ std::string NewJobId() {
 absl::StatusOr<std::unique_ptr<JobQueue>> JobQueue::Open(const std::string& path, const QueueOptions& options) {
   std::unique_ptr<JobQueue> queue(new JobQueue());
   queue->options_ = options;
-  auto db = cache::SqliteDb::Open(path);
+  auto db = SqliteDb::Open(path);
   if (!db.ok()) return db.status();
   queue->db_ = std::move(*db);
   auto s = queue->db_->Exec(
@@ -78,12 +78,12 @@ absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::SubmitRequ
                                                const std::string& target_label,
                                                const std::optional<v1::JobResult>& cached) {
   SubmitOutcome outcome;
-  const int64_t now = NowMs();
+  const int64_t now = UnixMillis();
   job.set_id(NewJobId());
   job.set_created_ms(now);
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    cache::Transaction txn(*db_);
+    Transaction txn(*db_);
     if (!txn.status().ok()) return txn.status();
     int task_state = -1;
     if (!cached) {
@@ -205,12 +205,12 @@ absl::StatusOr<v1::Job> JobQueue::Get(const std::string& id) {
 absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    cache::Transaction txn(*db_);
+    Transaction txn(*db_);
     if (!txn.status().ok()) return txn.status();
     auto job = LoadJob(id);
     if (!job.ok()) return job.status();
     if (IsTerminal(job->state())) return job;  // cancelling a finished job changes nothing
-    const int64_t now = NowMs();
+    const int64_t now = UnixMillis();
     auto s = db_->Prepare("UPDATE jobs SET state = ?, error = 'cancelled by request', finished_ms = ? WHERE id = ?")
                  .Bind(1, int64_t{v1::CANCELLED})
                  .Bind(2, now)
@@ -273,7 +273,7 @@ absl::StatusOr<std::pair<std::vector<v1::Job>, int64_t>> JobQueue::List(const Li
 // Caller holds the mutex and a transaction.
 absl::Status JobQueue::SetJobsOfTask(const std::string& action_key, v1::JobState state, const std::string& error,
                                      const v1::JobResult* result, int* count) {
-  const int64_t now = NowMs();
+  const int64_t now = UnixMillis();
   std::string result_bytes;
   if (result != nullptr) result->SerializeToString(&result_bytes);
   Statement update = db_->Prepare(
@@ -308,7 +308,7 @@ std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id, int64_t* q
   v1::Task task;
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    cache::Transaction txn(*db_);
+    Transaction txn(*db_);
     if (!txn.status().ok()) return std::nullopt;
     Statement q = db_->Prepare(
         "SELECT action_key, request, target, attempts, generation, queued_ms FROM tasks WHERE state = ? ORDER BY "
@@ -320,7 +320,7 @@ std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id, int64_t* q
     task.mutable_request()->ParseFromString(q.Text(1));
     task.set_canonical_target(q.Text(2));
     const int64_t generation = q.Int(4) + 1;
-    if (queue_wait_ms != nullptr) *queue_wait_ms = NowMs() - q.Int(5);
+    if (queue_wait_ms != nullptr) *queue_wait_ms = UnixMillis() - q.Int(5);
     task.set_attempt(static_cast<int32_t>(generation));
     task.set_lease_timeout_ms(options_.lease_timeout_ms);
     task.set_cpu_limit_seconds(options_.cpu_limit_seconds);
@@ -331,7 +331,7 @@ std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id, int64_t* q
                  .Bind(1, int64_t{v1::RUNNING})
                  .Bind(2, generation)
                  .Bind(3, worker_id)
-                 .Bind(4, NowMs() + options_.lease_timeout_ms)
+                 .Bind(4, UnixMillis() + options_.lease_timeout_ms)
                  .Bind(5, key)
                  .Run();
     if (!s.ok()) return std::nullopt;
@@ -361,7 +361,7 @@ v1::HeartbeatResponse JobQueue::Heartbeat(const v1::HeartbeatRequest& request) {
       return response;
     }
     auto s = db_->Prepare("UPDATE tasks SET lease_expires_ms = ?, phase = ?, progress = ? WHERE action_key = ?")
-                 .Bind(1, NowMs() + options_.lease_timeout_ms)
+                 .Bind(1, UnixMillis() + options_.lease_timeout_ms)
                  .Bind(2, request.phase())
                  .Bind(3, request.progress())
                  .Bind(4, request.action_key())
@@ -378,7 +378,7 @@ std::optional<TaskEnd> JobQueue::Complete(const std::string& action_key, int32_t
   end.action_key = action_key;
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    cache::Transaction txn(*db_);
+    Transaction txn(*db_);
     if (!txn.status().ok()) return std::nullopt;
     Statement q =
         db_->Prepare("SELECT state, generation, attempts, target_label, queued_ms FROM tasks WHERE action_key = ?");
@@ -417,7 +417,7 @@ int JobQueue::RecoverLeases(const std::string& owner_prefix) {
   int recovered = 0;
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    cache::Transaction txn(*db_);
+    Transaction txn(*db_);
     if (!txn.status().ok()) return 0;
     Statement q = db_->Prepare("SELECT action_key FROM tasks WHERE state = ? AND substr(lease_owner, 1, ?) = ?");
     q.Bind(1, int64_t{v1::RUNNING}).Bind(2, static_cast<int64_t>(owner_prefix.size())).Bind(3, owner_prefix);
@@ -443,11 +443,11 @@ std::vector<TaskEnd> JobQueue::ExpireLeases() {
   std::vector<TaskEnd> ended;
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
-    cache::Transaction txn(*db_);
+    Transaction txn(*db_);
     if (!txn.status().ok()) return ended;
     Statement q = db_->Prepare(
         "SELECT action_key, attempts, lease_owner, target_label FROM tasks WHERE state = ? AND lease_expires_ms < ?");
-    q.Bind(1, int64_t{v1::RUNNING}).Bind(2, NowMs());
+    q.Bind(1, int64_t{v1::RUNNING}).Bind(2, UnixMillis());
     std::vector<std::tuple<std::string, int64_t, std::string, std::string>> expired;
     while (q.Step()) expired.emplace_back(q.Text(0), q.Int(1), q.Text(2), q.Text(3));
     for (const auto& [key, attempts, owner, target] : expired) {

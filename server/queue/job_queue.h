@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kiln/cache/sqlite_db.h"
+#include "kiln/common/sqlite_db.h"
 #include "kiln/v1/kiln.pb.h"
 #include "kiln/v1/worker.pb.h"
 
@@ -102,7 +102,7 @@ class JobQueue {
   absl::Status SetJobsOfTask(const std::string& action_key, v1::JobState state, const std::string& error,
                              const v1::JobResult* result, int* count);
 
-  std::unique_ptr<cache::SqliteDb> db_;
+  std::unique_ptr<SqliteDb> db_;
   QueueOptions options_;
   std::mutex change_mutex_;
   std::condition_variable change_cv_;

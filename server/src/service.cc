@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kiln/common/time.h"
 #include "kiln/compiler/target.h"
 #include "onnx/onnx_pb.h"
 #include "proto/client/status_names.h"
@@ -17,7 +18,6 @@ namespace kiln::server {
 namespace {
 
 using cache::Digest;
-using cache::NowMs;
 
 constexpr int64_t kChunkBytes = 1 << 20;
 constexpr double kDefaultAtol = 1e-3, kDefaultRtol = 1e-3;
@@ -189,7 +189,7 @@ std::string ActionKey(const v1::SubmitRequest& request, const std::string& canon
 
 void ServerState::SawWorker(const std::string& id, bool busy) {
   std::lock_guard<std::mutex> lock(workers_mutex);
-  workers[id] = WorkerSeen{NowMs(), busy};
+  workers[id] = WorkerSeen{UnixMillis(), busy};
 }
 
 void ServerState::Housekeeping() {
@@ -200,7 +200,7 @@ void ServerState::Housekeeping() {
   metrics->SetQueue(static_cast<double>(counts.queued_tasks), static_cast<double>(counts.running_tasks));
   {
     std::lock_guard<std::mutex> lock(workers_mutex);
-    const int64_t now = NowMs();
+    const int64_t now = UnixMillis();
     double busy = 0, idle = 0;
     for (auto it = workers.begin(); it != workers.end();) {
       // A worker polls at least every few seconds; one silent for a lease period is gone.
@@ -365,7 +365,7 @@ grpc::Status KilnService::WatchJob(grpc::ServerContext* context, const v1::Watch
         event.set_phase(job->phase());
         event.set_progress(job->progress());
         event.set_message(job->error());
-        event.set_time_ms(NowMs());
+        event.set_time_ms(UnixMillis());
         *event.mutable_job() = *job;
         if (!writer->Write(event)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
         last = now;
@@ -553,7 +553,7 @@ grpc::Status WorkerService::Complete(grpc::ServerContext*, const v1::CompleteReq
       state_->metrics->JobFinished(end->target, v1::JobState_Name(end->state), end->jobs);
       if (request->compile_ms() > 0) state_->metrics->Phase("compile", request->compile_ms() / 1000.0);
       if (request->validate_ms() > 0) state_->metrics->Phase("validate", request->validate_ms() / 1000.0);
-      state_->metrics->Phase("total", static_cast<double>(NowMs() - end->queued_ms) / 1000.0);
+      state_->metrics->Phase("total", static_cast<double>(UnixMillis() - end->queued_ms) / 1000.0);
     }
     return grpc::Status::OK;
   };

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/common/file.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/interp.h"

@@ -1,5 +1,6 @@
 // Helpers for unit tests that compile graphs into artifacts and run them.
 #include "artifact_test_util.h"
+#include "kiln/common/file.h"
 
 #include <unistd.h>
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kiln/common/file.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/ops.h"
 #include "onnx/checker.h"
@@ -491,22 +492,6 @@ std::string SerializeTensorProto(const Tensor& tensor, const std::string& name) 
   for (int64_t d : tensor.dims()) proto.add_dims(d);
   proto.set_raw_data(std::string(static_cast<const char*>(tensor.data()), tensor.size_bytes()));
   return proto.SerializeAsString();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-absl::Status WriteFile(const std::string& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open for writing"));
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
-  return absl::OkStatus();
 }
 
 }  // namespace kiln

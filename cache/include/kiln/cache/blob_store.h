@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kiln/common/sha256.h"
 
 namespace kiln::cache {
 
@@ -44,11 +45,11 @@ class BlobStore {
 
    private:
     friend class BlobStore;
-    Writer(BlobStore* store, std::string tmp_path, int fd, void* hash);
+    Writer(BlobStore* store, std::string tmp_path, int fd);
     BlobStore* store_;
     std::string tmp_path_;
     int fd_;
-    void* hash_;  // EVP_MD_CTX
+    Sha256 hash_;
     int64_t written_ = 0;
   };
 

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "kiln/cache/blob_store.h"
-#include "kiln/cache/sqlite_db.h"
+#include "kiln/common/sqlite_db.h"
 
 namespace kiln::cache {
 
@@ -106,7 +106,5 @@ class Cache {
   std::mutex evict_mutex_;
   CacheCounters counters_;
 };
-
-int64_t NowMs();
 
 }  // namespace kiln::cache

@@ -37,7 +37,4 @@ absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::strin
 absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* name = nullptr);
 std::string SerializeTensorProto(const Tensor& tensor, const std::string& name);
 
-absl::StatusOr<std::string> ReadFile(const std::string& path);
-absl::Status WriteFile(const std::string& path, std::string_view bytes);
-
 }  // namespace kiln

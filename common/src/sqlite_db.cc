@@ -1,5 +1,5 @@
 // SqliteDb: see sqlite_db.h.
-#include "kiln/cache/sqlite_db.h"
+#include "kiln/common/sqlite_db.h"
 
 #include <sqlite3.h>
 
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace kiln::cache {
+namespace kiln {
 
 Statement::~Statement() {
   if (stmt_ != nullptr) sqlite3_finalize(stmt_);
@@ -107,4 +107,4 @@ absl::Status Transaction::Commit() {
   return db_.Exec("COMMIT");
 }
 
-}  // namespace kiln::cache
+}  // namespace kiln

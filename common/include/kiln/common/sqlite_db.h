@@ -1,4 +1,4 @@
-// A thin SQLite wrapper shared by the cache index and the job queue: one connection in
+// A thin SQLite wrapper shared by the cache index and the job store: one connection in
 // WAL mode with synchronous=FULL (a committed transaction survives kill -9 and power
 // loss), prepared statements with typed binds, and Status errors naming the SQL.
 #pragma once
@@ -15,7 +15,7 @@
 struct sqlite3;
 struct sqlite3_stmt;
 
-namespace kiln::cache {
+namespace kiln {
 
 class Statement {
  public:
@@ -76,4 +76,4 @@ class Transaction {
   bool done_ = false;
 };
 
-}  // namespace kiln::cache
+}  // namespace kiln
