@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -107,6 +108,20 @@ absl::Status MakeDirectories(const std::string& path) {
   std::filesystem::create_directories(path, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create directory ", path, ": ", error.message()));
   return absl::OkStatus();
+}
+
+absl::StatusOr<TempDirectory> TempDirectory::Create(std::string_view prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + std::string(prefix) + "-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) return ErrnoStatus(errno, "cannot create a temporary directory", pattern);
+  return TempDirectory(pattern);
+}
+
+TempDirectory::~TempDirectory() {
+  if (path_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 }  // namespace kiln

@@ -1,15 +1,21 @@
-// LLVM code generation: one module per model. Weights are aligned constant globals, each
-// node becomes a call into the kernel library (linked in from embedded bitcode and then
-// inlined and specialised for its constant shapes), intermediates live at fixed offsets
-// in the workspace arena from the memory plan, and kiln_module_v1() describes it all.
-#include <chrono>
+// LLVM code generation: one glue module per model. Each node becomes a call into the
+// target's compiled kernel library (kernel_library.h) or, for fused elementwise chains, a
+// generated loop; weights go to their own object (data_object.h); intermediates live at
+// fixed offsets in the workspace arena from the memory plan; kiln_module_v1() describes it all.
 #include <cstdlib>
 #include <map>
-#include <mutex>
+#include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "data_object.h"
+#include "kernel_bitcode.h"
 #include "kernel_ops.h"
+#include "kiln/common/file.h"
+#include "kiln/common/status.h"
+#include "kiln/common/time.h"
 #include "kiln/compiler/codegen.h"
+#include "kiln/compiler/kernel_library.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/runtime.h"
 #include "llvm/Bitcode/BitcodeReader.h"
@@ -27,12 +33,13 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
-
-extern "C" const char kiln_kernel_bitcode_begin[];
-extern "C" const char kiln_kernel_bitcode_end[];
+#include "llvm_target.h"
 
 namespace kiln {
 namespace {
+
+// The symbol at the start of the weights object; constants are addressed from it.
+constexpr char kWeightsSymbol[] = "kiln_weights";
 
 enum class Typing { kNumeric, kFloat, kBytes, kUntyped };
 enum class Source { kInput0, kOutput0 };
@@ -95,6 +102,9 @@ class ModuleBuilder {
   }
 
   absl::Status Build(const CodegenOptions& options);
+  // The kernels the module calls (kiln_k_* declarations).
+  std::vector<std::string> CalledKernels() const;
+  const codegen::DataObject& data() const { return data_; }
 
  private:
   llvm::GlobalVariable* ConstantBytes(const std::string& name, const void* data, int64_t size, unsigned align) {
@@ -117,14 +127,20 @@ class ModuleBuilder {
     return ConstantBytes("floats", values.data(), static_cast<int64_t>(values.size() * 8), 8);
   }
   llvm::Constant* CString(const std::string& text) { return builder_.CreateGlobalStringPtr(text, "str", 0, &module_); }
+  // Constant tensors live in the weights object (data_object.h), not in the IR: the
+  // address is kiln_weights + the tensor's offset there.
   llvm::Value* ConstantTensor(const Tensor* tensor) {
     auto it = weights_.find(tensor);
     if (it != weights_.end()) return it->second;
-    // 64-byte alignment: whole cache lines, and aligned vector loads for every ISA.
-    int64_t size = tensor->size_bytes();
-    llvm::GlobalVariable* gv =
-        size == 0 ? ConstantBytes("weight", "", 1, 64) : ConstantBytes("weight", tensor->data(), size, 64);
-    return weights_[tensor] = gv;
+    if (weights_symbol_ == nullptr) {
+      weights_symbol_ = new llvm::GlobalVariable(module_, llvm::ArrayType::get(i8_, 0), true,
+                                                 llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);
+      weights_symbol_->setVisibility(llvm::GlobalValue::HiddenVisibility);
+      weights_symbol_->setAlignment(llvm::Align(codegen::DataObject::kAlignment));
+    }
+    const int64_t offset = data_.Add(tensor->data(), tensor->size_bytes());
+    return weights_[tensor] =
+               llvm::ConstantExpr::getInBoundsGetElementPtr(i8_, weights_symbol_, builder_.getInt64(offset));
   }
   // The address of a value's buffer inside the entry function.
   absl::StatusOr<llvm::Value*> Address(const Value* value);
@@ -144,6 +160,8 @@ class ModuleBuilder {
   llvm::FunctionType* kernel_type_;
   std::map<std::string, llvm::Constant*> int_arrays_;
   std::map<const Tensor*, llvm::Value*> weights_;
+  codegen::DataObject data_;
+  llvm::GlobalVariable* weights_symbol_ = nullptr;
   std::map<const Value*, llvm::Value*> addresses_;
   std::vector<std::shared_ptr<const Tensor>> owned_constants_;
   llvm::Value* inputs_arg_ = nullptr;
@@ -678,155 +696,172 @@ absl::Status ModuleBuilder::Build(const CodegenOptions& options) {
   return absl::OkStatus();
 }
 
-std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const TargetSpec& target) {
-  std::string error;
-  const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
-  if (llvm_target == nullptr) return nullptr;
-  llvm::TargetOptions options;
-  return std::unique_ptr<llvm::TargetMachine>(
-      llvm_target->createTargetMachine(target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_,
-                                       std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+std::vector<std::string> ModuleBuilder::CalledKernels() const {
+  std::vector<std::string> kernels;
+  for (const llvm::Function& f : module_) {
+    if (f.isDeclaration() && f.getName().starts_with("kiln_k_")) kernels.push_back(f.getName().str());
+  }
+  return kernels;
+}
+
+// The fused loops call the kernel library's scalar ops (kiln_s_unary_f32, ...): those come
+// into the glue as bitcode and are inlined with their constant op codes, so the loops
+// vectorize; everything else the glue calls stays in the compiled library.
+absl::Status LinkScalarOps(llvm::Module& module) {
+  std::set<size_t> needed;
+  for (const llvm::Function& f : module) {
+    if (!f.isDeclaration() || !f.getName().starts_with("kiln_s_")) continue;
+    auto it = codegen::BitcodeSymbols().find(f.getName().str());
+    if (it == codegen::BitcodeSymbols().end()) {
+      return absl::InternalError(absl::StrCat("no kernel bitcode defines ", f.getName().str()));
+    }
+    needed.insert(it->second);
+  }
+  for (size_t index : needed) {
+    const codegen::EmbeddedBitcode& blob = codegen::KernelBitcode()[index];
+    auto lazy = llvm::getLazyBitcodeModule(llvm::MemoryBufferRef(blob.bytes, blob.stem), module.getContext());
+    if (!lazy) return absl::InternalError("the embedded kernel bitcode does not parse: " + toString(lazy.takeError()));
+    (*lazy)->setTargetTriple(module.getTargetTriple());
+    (*lazy)->setDataLayout(module.getDataLayout());
+    if (llvm::Linker::linkModules(module, std::move(*lazy), llvm::Linker::LinkOnlyNeeded)) {
+      return absl::InternalError(absl::StrCat("linking the scalar ops of ", blob.stem, " into the module failed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Every function gets the target's CPU and features (bitcode from the library was compiled
+// for a generic CPU, whose attributes would cap the vector width); everything but the
+// descriptor is internal; what came from the library is inlined where it is called.
+void RetargetGlue(llvm::Module& module, const TargetSpec& target) {
+  for (llvm::Function& f : module) {
+    if (f.isDeclaration()) continue;
+    f.removeFnAttr("target-cpu");
+    f.removeFnAttr("target-features");
+    f.removeFnAttr("tune-cpu");
+    f.addFnAttr("target-cpu", target.cpu);
+    if (!target.features.empty()) f.addFnAttr("target-features", target.features);
+    if (f.getName() != "kiln_module_v1") f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    const llvm::StringRef name = f.getName();
+    const bool generated = name == "kiln_entry" || name == "kiln_module_v1" || name.starts_with("kiln_loop_") ||
+                           name.starts_with("kiln_body_");
+    if (!generated && !f.hasFnAttribute(llvm::Attribute::NoInline)) {
+      f.removeFnAttr(llvm::Attribute::OptimizeNone);
+      f.addFnAttr(llvm::Attribute::AlwaysInline);
+    }
+  }
+  for (llvm::GlobalVariable& g : module.globals()) {
+    if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
+}
+
+void OptimizeGlue(llvm::Module& module, llvm::TargetMachine& machine) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  llvm::PassBuilder passes(&machine, tuning);
+  passes.registerModuleAnalyses(mam);
+  passes.registerCGSCCAnalyses(cgam);
+  passes.registerFunctionAnalyses(fam);
+  passes.registerLoopAnalyses(lam);
+  passes.crossRegisterProxies(lam, fam, cgam, mam);
+  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
+}
+
+absl::StatusOr<std::string> EmitObject(llvm::Module& module, llvm::TargetMachine& machine) {
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream stream(object);
+  llvm::legacy::PassManager codegen;
+  if (machine.addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+    return absl::InternalError("the target cannot emit object files");
+  }
+  codegen.run(module);
+  return std::string(object.data(), object.size());
+}
+
+// Times codegen's phases for the compile report.
+class PhaseClock {
+ public:
+  void End(const char* name) {
+    phases_.emplace_back(name, clock_.ElapsedMs());
+    clock_.Restart();
+  }
+  std::vector<std::pair<std::string, double>> Take() { return std::move(phases_); }
+
+ private:
+  Stopwatch clock_;
+  std::vector<std::pair<std::string, double>> phases_;
+};
+
+// What the called kernels ask of the target, for the compile report.
+void DescribeKernels(const KernelObjects& kernels, const codegen::TargetTraits& traits, ArtifactBytes& result) {
+  if (kernels.uses & KernelObjects::kUsesVectorTile) result.gemm_tile = traits.gemm_tile;
+  if (kernels.uses & KernelObjects::kUsesInt8Dot) result.int8_dot = traits.int8_dot_name;
+}
+
+// Developer aid: KILN_DUMP_LLVM_IR=FILE writes the optimised glue module as text.
+void MaybeDumpModule(const llvm::Module& module) {
+  const char* dump = std::getenv("KILN_DUMP_LLVM_IR");
+  if (dump == nullptr || *dump == '\0') return;
+  std::error_code error;
+  llvm::raw_fd_ostream file(dump, error);
+  if (!error) module.print(file, nullptr);
 }
 
 }  // namespace
 
 absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan,
                                                const CodegenOptions& options) {
-  auto phase_start = std::chrono::steady_clock::now();
-  std::vector<std::pair<std::string, double>> phases;
-  // Closes the current phase: its name and milliseconds go to the compile report.
-  auto end_phase = [&](const char* name) {
-    const auto now = std::chrono::steady_clock::now();
-    phases.emplace_back(name, std::chrono::duration<double, std::milli>(now - phase_start).count());
-    phase_start = now;
-  };
-  std::unique_ptr<llvm::TargetMachine> machine = MakeTargetMachine(options.target);
-  if (machine == nullptr)
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot create an LLVM target machine for ", CanonicalTarget(options.target)));
+  PhaseClock clock;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine,
+                        codegen::MakeTargetMachine(options.target, /*sections=*/false));
   llvm::LLVMContext ctx;
   auto module = std::make_unique<llvm::Module>(graph.name(), ctx);
   module->setTargetTriple(options.target.triple);
   module->setDataLayout(machine->createDataLayout());
   ModuleBuilder builder(ctx, *module, graph, plan);
-  if (absl::Status s = builder.Build(options); !s.ok()) return s;
-
-  // Link in the kernel library: only what the model calls.
-  llvm::StringRef bitcode(kiln_kernel_bitcode_begin,
-                          static_cast<size_t>(kiln_kernel_bitcode_end - kiln_kernel_bitcode_begin));
-  auto kernels = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "kiln_kernels.bc"), ctx);
-  if (!kernels)
-    return absl::InternalError("the embedded kernel bitcode does not parse: " + llvm::toString(kernels.takeError()));
-  (*kernels)->setTargetTriple(options.target.triple);
-  (*kernels)->setDataLayout(module->getDataLayout());
-  if (llvm::Linker::linkModules(*module, std::move(*kernels), llvm::Linker::LinkOnlyNeeded)) {
-    return absl::InternalError("linking the kernel library into the module failed");
-  }
-  // Retarget every function to the requested CPU: the bitcode was compiled for a generic
-  // one, and these attributes would otherwise cap the vector width.
-  for (llvm::Function& f : *module) {
-    if (f.isDeclaration()) continue;
-    f.removeFnAttr("target-cpu");
-    f.removeFnAttr("target-features");
-    f.removeFnAttr("tune-cpu");
-    f.addFnAttr("target-cpu", options.target.cpu);
-    if (!options.target.features.empty()) f.addFnAttr("target-features", options.target.features);
-    if (f.getName() != "kiln_module_v1") f.setLinkage(llvm::GlobalValue::InternalLinkage);
-    // Each kernel (and everything it calls) is inlined at its call so its constant
-    // shapes, strides and op codes fold: the generic loop nest becomes one specialised
-    // for this node.
-    // kiln_loop_N stays a function: the thread pool calls it through a pointer.
-    if (f.getName() != "kiln_entry" && f.getName() != "kiln_module_v1" && !f.getName().starts_with("kiln_loop_")) {
-      // Except what the library marks noinline on purpose (shared micro-kernels).
-      if (f.hasFnAttribute(llvm::Attribute::NoInline)) continue;
-      f.removeFnAttr(llvm::Attribute::OptimizeNone);
-      f.addFnAttr(llvm::Attribute::AlwaysInline);
-    }
-  }
-  // The kernels' one question about the target (kernel_common.h, WideVectors()): 16-lane
-  // vectors and 32 registers, i.e. AVX-512F. A constant here, so the other tile's code folds
-  // away.
-  std::string gemm_tile;
-  if (llvm::GlobalVariable* wide = module->getGlobalVariable("kiln_wide_vectors"); wide != nullptr) {
-    // (Asked of x86 targets only: LLVM complains on stderr about a feature name its target
-    // does not know.)
-    const bool avx512 = machine->getTargetTriple().isX86() && machine->getMCSubtargetInfo()->checkFeatures("+avx512f");
-    wide->setInitializer(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), avx512 ? 1 : 0));
-    wide->setConstant(true);
-    gemm_tile = avx512 ? "12x32" : "6x16";
-  }
-  // The int8 kernels' question (kernel_common.h, Int8DotProduct()): vpdpbusd on 512-bit
-  // vectors (AVX-512 VNNI), on 256-bit ones (AVX-VNNI), or none.
-  std::string int8_dot;
-  if (llvm::GlobalVariable* dot = module->getGlobalVariable("kiln_int8_dot"); dot != nullptr) {
-    const bool x86 = machine->getTargetTriple().isX86();
-    const llvm::MCSubtargetInfo* features = machine->getMCSubtargetInfo();
-    int kind = 0;
-    int8_dot = "plain";
-    if (x86 && features->checkFeatures("+avx512f,+avx512bw,+avx512vl,+avx512vnni")) {
-      kind = 1;
-      int8_dot = "avx512-vnni";
-    } else if (x86 && features->checkFeatures("+avx2,+fma,+avxvnni")) {
-      kind = 2;
-      int8_dot = "avx-vnni";
-    }
-    dot->setInitializer(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), kind));
-    dot->setConstant(true);
-  }
-  for (llvm::GlobalVariable& g : module->globals()) {
-    if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
-  }
+  KILN_RETURN_IF_ERROR(builder.Build(options));
+  KILN_RETURN_IF_ERROR(LinkScalarOps(*module));
+  RetargetGlue(*module, options.target);
   std::string verify_errors;
   llvm::raw_string_ostream verify_stream(verify_errors);
-  if (llvm::verifyModule(*module, &verify_stream))
+  if (llvm::verifyModule(*module, &verify_stream)) {
     return absl::InternalError("generated LLVM IR is invalid: " + verify_errors);
-
-  end_phase("emit-ir");
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PipelineTuningOptions tuning;
-    tuning.LoopVectorization = true;
-    tuning.SLPVectorization = true;
-    llvm::PassBuilder passes(machine.get(), tuning);
-    passes.registerModuleAnalyses(mam);
-    passes.registerCGSCCAnalyses(cgam);
-    passes.registerFunctionAnalyses(fam);
-    passes.registerLoopAnalyses(lam);
-    passes.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-    mpm.run(*module, mam);
   }
-  // Developer aid: KILN_DUMP_LLVM_IR=FILE writes the optimised module as text.
-  if (const char* dump = std::getenv("KILN_DUMP_LLVM_IR"); dump != nullptr && *dump != '\0') {
-    std::error_code error;
-    llvm::raw_fd_ostream file(dump, error);
-    if (!error) module->print(file, nullptr);
-  }
-
-  end_phase("llvm-optimize");
-  llvm::SmallVector<char, 0> object;
-  {
-    llvm::raw_svector_ostream stream(object);
-    llvm::legacy::PassManager codegen;
-    if (machine->addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile)) {
-      return absl::InternalError("the target cannot emit object files");
-    }
-    codegen.run(*module);
-  }
-  end_phase("llvm-object");
+  clock.End("emit-ir");
+  // The kernels' objects: found, or compiled now for this target and cached.
+  KILN_ASSIGN_OR_RETURN(KernelObjects kernels, GetKernelObjects(options.target, builder.CalledKernels()));
   ArtifactBytes result;
-  result.object_bytes = static_cast<int64_t>(object.size());
+  DescribeKernels(kernels, codegen::TraitsOf(*machine), result);
+  clock.End("kernel-library");
+
+  KILN_ASSIGN_OR_RETURN(TempDirectory dir, TempDirectory::Create("kiln-link"));
+  const std::string glue_path = dir.path() + "/glue.o", weights_path = dir.path() + "/weights.o";
+  // The weights object is written while LLVM works on the glue.
+  absl::Status weights_written;
+  std::thread weights_writer(
+      [&] { weights_written = builder.data().Write(weights_path, options.target.triple, kWeightsSymbol); });
+  OptimizeGlue(*module, *machine);
+  MaybeDumpModule(*module);
+  clock.End("llvm-optimize");
+  absl::StatusOr<std::string> glue = EmitObject(*module, *machine);
+  weights_writer.join();
+  KILN_RETURN_IF_ERROR(glue);
+  KILN_RETURN_IF_ERROR(weights_written);
+  KILN_RETURN_IF_ERROR(WriteFile(glue_path, *glue));
+  clock.End("llvm-object");
+
+  std::vector<std::string> objects = {glue_path, weights_path};
+  objects.insert(objects.end(), kernels.objects.begin(), kernels.objects.end());
+  KILN_ASSIGN_OR_RETURN(result.shared_object, LinkSharedObject(objects, options.target, dir.path() + "/model.so"));
+  clock.End("link");
+  result.object_bytes = static_cast<int64_t>(glue->size()) + builder.data().size_bytes();
   result.workspace_bytes = plan.arena_bytes;
-  auto shared = LinkSharedObject(std::string(object.data(), object.size()), options.target);
-  if (!shared.ok()) return shared.status();
-  result.shared_object = std::move(*shared);
-  end_phase("link");
-  result.phase_ms = std::move(phases);
-  result.gemm_tile = gemm_tile;
-  result.int8_dot = int8_dot;
+  result.phase_ms = clock.Take();
   return result;
 }
 

@@ -1,16 +1,11 @@
-// Links the emitted object into a shared object with LLD, in-process. For the host the
-// artifact records libm and libc as its only dependencies; for other targets undefined
-// libc/libm symbols are left for the loader there.
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
+// Links the model's objects (glue, weights, the target's kernel library) into a shared
+// object with LLD, in-process. For the host the artifact records libm and libc as its only
+// dependencies; for other targets undefined libc/libm symbols are left for the loader there.
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/common/file.h"
 #include "kiln/compiler/codegen.h"
-#include "kiln/compiler/frontend.h"
 #include "lld/Common/Driver.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
@@ -27,48 +22,17 @@ std::mutex& LinkMutex() {
   return mutex;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base && *base ? base : "/tmp", "/kiln-link-XXXXXX");
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 }  // namespace
 
-absl::StatusOr<std::string> LinkSharedObject(const std::string& object, const TargetSpec& target) {
-  TempDir dir;
-  if (dir.path().empty()) return absl::InternalError("cannot create a temporary directory for linking");
-  const std::string object_path = dir.path() + "/model.o";
-  const std::string output_path = dir.path() + "/model.so";
-  if (absl::Status s = WriteFile(object_path, object); !s.ok()) return s;
-
+absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& objects, const TargetSpec& target,
+                                             const std::string& output_path) {
   llvm::Triple triple(target.triple);
-  std::vector<std::string> args = {"ld.lld",
-                                   "-shared",
-                                   "--gc-sections",
-                                   "-O1",
-                                   "--hash-style=gnu",
-                                   "-z",
-                                   "noexecstack",
-                                   "-z",
-                                   "relro",
-                                   "-z",
-                                   "now",
-                                   "--no-undefined-version",
-                                   "-o",
-                                   output_path,
-                                   object_path};
+  // --gc-sections keeps only the kernels the model calls (the library is compiled with
+  // one section per function); -O1 merges identical strings.
+  std::vector<std::string> args = {
+      "ld.lld", "-shared", "--gc-sections",          "-O1", "--hash-style=gnu", "-z", "noexecstack", "-z", "relro",
+      "-z",     "now",     "--no-undefined-version", "-o",  output_path};
+  args.insert(args.end(), objects.begin(), objects.end());
   const bool native = triple.getArch() == llvm::Triple(llvm::sys::getProcessTriple()).getArch() && triple.isOSLinux();
   if (native && triple.getArch() == llvm::Triple::x86_64) {
     for (const char* dir_path : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"})

@@ -22,8 +22,10 @@ struct ArtifactBytes {
   std::string shared_object;
   int64_t workspace_bytes = 0;
   int64_t object_bytes = 0;
-  // Where codegen's time went, in order: emit-ir (lowering every node, linking the kernel
-  // library), llvm-optimize (O3 for the target), llvm-object (machine code), link (LLD).
+  // Where codegen's time went, in order: emit-ir (the model's glue: a call per node, fused
+  // loops, the descriptor), kernel-library (finding the called kernels' objects, or once
+  // per target compiling them), llvm-optimize (O3 on the glue), llvm-object (its machine
+  // code; the weights object is written meanwhile), link (LLD).
   std::vector<std::pair<std::string, double>> phase_ms;
   // The GEMM core's register tile for this target (rows x columns of C): "12x32" where the
   // target has AVX-512F, else "6x16" (gemm_core.h). Empty when no kernel uses the core.
@@ -33,12 +35,15 @@ struct ArtifactBytes {
   std::string int8_dot;
 };
 
-// Lowers the graph to one LLVM module (kernel library linked in), optimises it for the
-// target, emits an object file and links a self-contained shared object with LLD.
+// Lowers the graph to one LLVM module of glue (a kernel call per node, fused elementwise
+// loops, the descriptor), optimises it for the target, writes the weights as their own
+// object, and links both with the target's compiled kernel library (kernel_library.h)
+// into a self-contained shared object with LLD.
 absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan,
                                                const CodegenOptions& options);
 
-// Links one ELF object into a shared object (in-process LLD).
-absl::StatusOr<std::string> LinkSharedObject(const std::string& object, const TargetSpec& target);
+// Links ELF objects into a shared object at `output_path` (in-process LLD) and returns its bytes.
+absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& objects, const TargetSpec& target,
+                                             const std::string& output_path);
 
 }  // namespace kiln

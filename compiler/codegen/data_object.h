@@ -1,0 +1,39 @@
+// Model weights as an ELF relocatable object written directly, without passing hundreds
+// of megabytes through LLVM IR and the assembler: one read-only section holding every
+// constant at a 64-byte aligned offset, and one hidden symbol at its start that the
+// generated code addresses them from. Private to compiler/codegen.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace kiln::codegen {
+
+// Lays out blobs at aligned offsets, then writes them as an object file.
+class DataObject {
+ public:
+  static constexpr int64_t kAlignment = 64;  // whole cache lines; aligned vector loads everywhere
+
+  // Places `size` bytes at the next aligned offset and returns it. `data` must stay alive
+  // until Write().
+  int64_t Add(const void* data, int64_t size);
+  int64_t size_bytes() const { return size_; }
+
+  // Writes the object for `triple` (x86_64 or aarch64 Linux) with `symbol` naming the
+  // start of the data.
+  absl::Status Write(const std::string& path, const std::string& triple, const std::string& symbol) const;
+
+ private:
+  struct Blob {
+    const void* data;
+    int64_t size;
+    int64_t offset;
+  };
+  std::vector<Blob> blobs_;
+  int64_t size_ = 0;
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,63 @@
+// LLVM target machines and target traits: see llvm_target.h.
+#include "llvm_target.h"
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetOptions.h"
+
+namespace kiln::codegen {
+
+void InitializeLlvmTargets() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeTargetMachine(const TargetSpec& target, bool sections) {
+  InitializeLlvmTargets();
+  std::string error;
+  const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
+  if (llvm_target == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("LLVM has no target for '", target.triple, "': ", error));
+  }
+  llvm::TargetOptions options;
+  options.FunctionSections = sections;
+  options.DataSections = sections;
+  std::unique_ptr<llvm::TargetMachine> machine(
+      llvm_target->createTargetMachine(target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_,
+                                       std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  if (machine == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create an LLVM target machine for ", target.triple, "/",
+                                                   target.cpu, "/", target.features));
+  }
+  return machine;
+}
+
+TargetTraits TraitsOf(const llvm::TargetMachine& machine) {
+  // Asked of x86 targets only: LLVM complains on stderr about a feature name its target
+  // does not know.
+  const bool x86 = machine.getTargetTriple().isX86();
+  const llvm::MCSubtargetInfo* features = machine.getMCSubtargetInfo();
+  TargetTraits traits;
+  traits.wide_vectors = x86 && features->checkFeatures("+avx512f");
+  traits.gemm_tile = traits.wide_vectors ? "12x32" : "6x16";
+  traits.int8_dot_name = "plain";
+  if (x86 && features->checkFeatures("+avx512f,+avx512bw,+avx512vl,+avx512vnni")) {
+    traits.int8_dot = 1;
+    traits.int8_dot_name = "avx512-vnni";
+  } else if (x86 && features->checkFeatures("+avx2,+fma,+avxvnni")) {
+    traits.int8_dot = 2;
+    traits.int8_dot_name = "avx-vnni";
+  }
+  return traits;
+}
+
+}  // namespace kiln::codegen
