@@ -22,10 +22,10 @@ struct ArtifactBytes {
   std::string shared_object;
   int64_t workspace_bytes = 0;
   int64_t object_bytes = 0;
-  // Where codegen's time went, in order: emit-ir (the model's glue: a call per node, fused
-  // loops, the descriptor), kernel-library (finding the called kernels' objects, or once
-  // per target compiling them), llvm-optimize (O3 on the glue), llvm-object (its machine
-  // code; the weights object is written meanwhile), link (LLD).
+  // Where codegen's time went, in order: plan (each node's kernel call, the weights'
+  // layout), glue (building, optimising and emitting the glue modules in parallel while
+  // the weights object is written), kernel-library (finding the called kernels' objects,
+  // or once per target compiling them), link (LLD).
   std::vector<std::pair<std::string, double>> phase_ms;
   // The GEMM core's register tile for this target (rows x columns of C): "12x32" where the
   // target has AVX-512F, else "6x16" (gemm_core.h). Empty when no kernel uses the core.

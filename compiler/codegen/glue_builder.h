@@ -1,0 +1,78 @@
+// GlueBuilder: the LLVM IR of one glue module (glue.h). One node becomes a kernel call
+// (glue.cc) or a generated loop (fused_loop.cc); nodes are emitted inside part functions
+// kiln_part_N(inputs, outputs, workspace, exec) that return 0 or the failing node's code.
+// Private to compiler/codegen.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "glue.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+
+namespace kiln::codegen {
+
+class GlueBuilder {
+ public:
+  GlueBuilder(const GluePlan& plan, llvm::Module& module);
+
+  // Parts [first_part, last_part), and for the main module the entry and the descriptor.
+  absl::Status Build(size_t first_part, size_t last_part, bool main);
+
+ private:
+  // One function over nodes [PartBegin(part), PartEnd(part)).
+  absl::Status EmitPart(size_t part);
+  // kiln_entry: each part in order; then graph outputs no node wrote are copied.
+  absl::Status EmitEntry();
+  void EmitDescriptor(llvm::Function* entry);
+  absl::Status EmitNode(size_t index);
+  absl::Status EmitKernelCall(const Node& node, const KernelCall& call, size_t index);
+  absl::Status EmitFusedElementwise(const Node& node, size_t index);
+  // Branches to the part's fail block with (index + 1) << 8 | rc when rc != 0.
+  void EmitFailureCheck(llvm::Value* rc, size_t index, const std::string& name);
+  void EmitKernelDone(int32_t index);
+
+  // Starts a function with the glue's signature: (inputs, outputs, workspace, exec) -> i32.
+  llvm::Function* BeginFunction(const std::string& name, llvm::GlobalValue::LinkageTypes linkage);
+  // Returns 0 from the current block and closes the function.
+  void EndFunction();
+  // The address of a value's buffer in the current function.
+  absl::StatusOr<llvm::Value*> Address(const Value* value);
+  absl::StatusOr<llvm::Value*> ConstantTensor(const Tensor* tensor);
+  llvm::GlobalVariable* ConstantBytes(const std::string& name, const void* data, int64_t size, unsigned align);
+  llvm::Constant* Int64Array(const std::vector<int64_t>& values);
+  llvm::Constant* DoubleArray(const std::vector<double>& values);
+  llvm::Constant* CString(const std::string& text);
+  llvm::Constant* TensorInfos(const std::vector<Value*>& values);
+  llvm::Value* TensorArray(const std::vector<std::pair<llvm::Value*, const TensorType*>>& items, const char* name);
+
+  const GluePlan& plan_;
+  const Graph& graph_;
+  const MemoryPlan& memory_;
+  llvm::LLVMContext& ctx_;
+  llvm::Module& module_;
+  llvm::IRBuilder<> builder_;
+  llvm::PointerType* ptr_;
+  llvm::Type *i32_, *i64_, *f64_, *i8_;
+  llvm::StructType *ktensor_, *kcall_;
+  llvm::FunctionType* kernel_type_;
+  llvm::FunctionType* part_type_;
+  llvm::GlobalVariable* weights_symbol_ = nullptr;
+  std::map<std::string, llvm::Constant*> int_arrays_;
+  // Fused loops with the same program, shapes and constants share one function.
+  std::map<std::string, llvm::Function*> fused_loops_;
+  // Per function being emitted:
+  std::map<const Value*, llvm::Value*> addresses_;
+  llvm::Value* inputs_arg_ = nullptr;
+  llvm::Value* outputs_arg_ = nullptr;
+  llvm::Value* workspace_arg_ = nullptr;
+  llvm::Value* exec_arg_ = nullptr;
+  llvm::BasicBlock* body_block_ = nullptr;
+  llvm::BasicBlock* fail_block_ = nullptr;
+  llvm::PHINode* fail_code_ = nullptr;
+  std::unique_ptr<llvm::IRBuilder<>> alloca_builder_;
+};
+
+}  // namespace kiln::codegen
