@@ -106,28 +106,40 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
   plan->memory = &memory;
   plan->options = &options;
   for (const Node* node : graph.nodes()) plan->nodes.push_back(node);
+  // Only constants the code reads are placed: a weight that lowering replaced by its
+  // packed form is not.
+  auto place_input = [&](const Node* node, size_t i) {
+    const Value* in = node->input(i);
+    if (in != nullptr && in->is_constant()) PlaceWeight(*plan, in->constant().get());
+  };
   for (const Node* node : plan->nodes) {
     const OpSchema* schema = FindOp(node->op());
     KILN_RETURN_IF_ERROR(CheckNode(*node, schema));
-    for (const Value* in : node->inputs()) {
-      if (in != nullptr && in->is_constant()) PlaceWeight(*plan, in->constant().get());
-    }
     plan->fused.push_back(node->op() == kFusedElementwiseOp);
     if (plan->fused.back()) {
+      for (size_t i = 0; i < node->inputs().size(); ++i) {
+        // One-element constants become immediates in the loop.
+        if (!node->input(i)->is_constant() || node->input(i)->constant()->num_elements() > 1) place_input(node, i);
+      }
       plan->calls.emplace_back();
       continue;
     }
     KILN_ASSIGN_OR_RETURN(KernelCall call, LowerForArtifact(*schema, *node));
-    for (const KernelOperand& operand : call.inputs) {
-      if (operand.node_input >= 0 || operand.constant == nullptr) continue;
-      PlaceWeight(*plan, operand.constant.get());
-      plan->owned_constants.push_back(operand.constant);
-    }
     if (NeedsNoCode(*node, call, memory)) {
+      // Its output is a view of (or holds) its inputs, which may be constants.
+      for (size_t i = 0; i < node->inputs().size(); ++i) place_input(node, i);
       plan->calls.emplace_back();
-    } else {
-      plan->calls.emplace_back(std::move(call));
+      continue;
     }
+    for (const KernelOperand& operand : call.inputs) {
+      if (operand.node_input >= 0) {
+        place_input(node, static_cast<size_t>(operand.node_input));
+      } else if (operand.constant != nullptr) {
+        PlaceWeight(*plan, operand.constant.get());
+        plan->owned_constants.push_back(operand.constant);
+      }
+    }
+    plan->calls.emplace_back(std::move(call));
   }
   for (const Value* out : graph.outputs()) {
     if (out->is_constant()) PlaceWeight(*plan, out->constant().get());
