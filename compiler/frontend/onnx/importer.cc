@@ -42,7 +42,9 @@ absl::Status CheckWithOnnx(const onnx::ModelProto& model) {
     close(fds[0]);
     std::string message;
     try {
-      onnx::ModelProto copy = model;
+      // This process is a copy of the compiler (fork): its model may be changed in place,
+      // which saves copying hundreds of megabytes of weights.
+      onnx::ModelProto& copy = const_cast<onnx::ModelProto&>(model);
       onnx::checker::check_model(copy);
       onnx::ShapeInferenceOptions options{/*check_type=*/true, /*error_mode=*/1, /*enable_data_propagation=*/false};
       onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(), options);
