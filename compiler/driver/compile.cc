@@ -1,75 +1,310 @@
-// CompileModel: import -> passes -> codegen -> link, with the manifest and compile report.
+// CompileModel: import -> passes -> codegen -> link, with the manifest and compile report
+// as messages (printed to JSON by their readers, never built by hand here).
 #include "kiln/compiler/compile.h"
-#include "kiln/common/file.h"
 
 #include <algorithm>
-#include <chrono>
-#include <filesystem>
-#include <sstream>
+#include <climits>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kiln/common/json.h"
+#include "kiln/common/status.h"
+#include "kiln/common/time.h"
 #include "kiln/compiler/frontend.h"
 
 namespace kiln {
 namespace {
 
-double MsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+std::string Describe(const std::string& name, const Tensor& t) {
+  return absl::StrCat(name, ": ", DTypeName(t.dtype()), "[", absl::StrJoin(t.dims(), ","), "]");
 }
 
-std::string TensorInfoJson(const Value* v) {
-  std::vector<std::string> dims;
-  for (const Dim& d : v->type().shape) dims.push_back(std::to_string(d.size));
-  return absl::StrCat("{\"name\": \"", JsonEscape(v->name()), "\", \"dtype\": \"", DTypeName(v->type().dtype),
-                      "\", \"shape\": [", absl::StrJoin(dims, ", "), "]}");
+absl::StatusOr<v1::TensorInfo> TensorInfoOf(const Value* v) {
+  v1::TensorInfo info;
+  info.set_name(v->name());
+  info.set_dtype(DTypeName(v->type().dtype));
+  for (const Dim& d : v->type().shape) {
+    if (d.size > INT32_MAX)
+      return absl::InvalidArgumentError(absl::StrCat("'", v->name(), "' has a dimension of ", d.size, " (over 2^31)"));
+    info.add_shape(static_cast<int32_t>(d.size));
+  }
+  return info;
+}
+
+// The spec's quantization and pruning as the passes take them, with the samples decoded.
+struct PassConfigs {
+  QuantizationConfig quantization;
+  PruningConfig pruning;
+  bool int8 = false, pruned = false;
+};
+
+absl::StatusOr<PassConfigs> ConfigsFor(const v1::CompileSpec& spec, const CompileInputs& inputs, const Graph& graph) {
+  PassConfigs configs;
+  const auto& q = spec.quantization();
+  configs.int8 = q.precision() == "int8";
+  std::vector<std::vector<Tensor>> samples;
+  for (size_t k = 0; k < inputs.calibration.size(); ++k) {
+    auto sample = InputSetTensors(graph, inputs.calibration[k]);
+    if (!sample.ok()) return Annotate(sample.status(), absl::StrCat("calibration sample ", k));
+    samples.push_back(std::move(*sample));
+  }
+  if (configs.int8) {
+    if (samples.size() != static_cast<size_t>(q.calibration_size())) {
+      return absl::InvalidArgumentError(absl::StrCat("the spec names ", q.calibration_size(),
+                                                     " calibration samples but ", samples.size(), " were given"));
+    }
+    KILN_RETURN_IF_ERROR(CheckCalibrationSamples(graph, samples));
+    KILN_ASSIGN_OR_RETURN(configs.quantization.method, ParseCalibrationMethod(q.method()));
+    if (q.percentile() > 0) configs.quantization.percentile = q.percentile();
+    configs.quantization.keep_float.insert(q.keep_float().begin(), q.keep_float().end());
+  }
+  const auto& p = spec.pruning();
+  configs.pruned = p.channels() > 0 || p.weights() > 0;
+  configs.pruning.channel_ratio = p.channels();
+  configs.pruning.weight_ratio = p.weights();
+  configs.pruning.skip.insert(p.skip().begin(), p.skip().end());
+  if (configs.pruned) {
+    configs.pruning.samples = inputs.pruning_samples;
+    if (configs.pruning.samples.empty() && !samples.empty()) configs.pruning.samples.push_back(samples.front());
+    if (!configs.pruning.samples.empty()) KILN_RETURN_IF_ERROR(CheckCalibrationSamples(graph, configs.pruning.samples));
+  }
+  if (configs.int8) configs.quantization.calibration = std::move(samples);
+  return configs;
+}
+
+absl::StatusOr<v1::Manifest> ManifestFor(const v1::CompileSpec& spec, const std::string& key,
+                                         const std::string& pipeline, const Graph& graph, const MemoryPlan& plan) {
+  v1::Manifest manifest;
+  manifest.set_schema("kiln.manifest");
+  manifest.set_schema_version(2);
+  manifest.set_compiler_version(CompilerVersion());
+  manifest.set_action_key(key);
+  *manifest.mutable_spec() = spec;
+  manifest.set_pipeline(pipeline);
+  for (const Value* v : graph.inputs()) {
+    KILN_ASSIGN_OR_RETURN(*manifest.add_inputs(), TensorInfoOf(v));
+  }
+  for (const Value* v : graph.outputs()) {
+    KILN_ASSIGN_OR_RETURN(*manifest.add_outputs(), TensorInfoOf(v));
+  }
+  manifest.set_workspace_bytes(static_cast<double>(plan.arena_bytes));
+  return manifest;
+}
+
+void AddLayerErrors(const std::vector<QuantizationSummary::LayerError>& layers,
+                    google::protobuf::RepeatedPtrField<v1::CompileReport::LayerError>* out) {
+  for (const auto& l : layers) {
+    auto* e = out->Add();
+    e->set_node(l.node);
+    e->set_op(l.op);
+    e->set_snr_db(l.snr_db);
+    e->set_max_abs_error(l.max_abs_error);
+    e->set_reference_scale(l.reference_scale);
+  }
+}
+
+v1::CompileReport::Cost CostOf(const GraphCost& c) {
+  v1::CompileReport::Cost cost;
+  cost.set_parameters(static_cast<double>(c.parameters));
+  cost.set_nonzero_parameters(static_cast<double>(c.nonzero_parameters));
+  cost.set_flops(c.flops);
+  cost.set_weight_sparsity(c.weights ? static_cast<double>(c.zero_weights) / static_cast<double>(c.weights) : 0.0);
+  return cost;
+}
+
+void ReportQuantization(const QuantizationSummary& q, v1::CompileReport::Quantization* out) {
+  out->set_precision("int8");
+  out->set_method(q.method);
+  out->set_calibration_samples(static_cast<int32_t>(q.calibration_samples));
+  out->set_quantized_nodes(static_cast<int32_t>(q.quantized_nodes));
+  for (const std::string& k : q.kept_float) out->add_kept_float(k);
+  AddLayerErrors(q.layers_by_error, out->mutable_layers_by_error());
+}
+
+void ReportPruning(const PruningSummary& p, v1::CompileReport::Pruning* out) {
+  out->set_channel_ratio(p.channel_ratio);
+  out->set_weight_ratio(p.weight_ratio);
+  *out->mutable_before() = CostOf(p.before);
+  *out->mutable_after() = CostOf(p.after);
+  out->set_pruned_layers(static_cast<int32_t>(p.pruned_layers));
+  out->set_channels_before(static_cast<int32_t>(p.channels_before));
+  out->set_channels_removed(static_cast<int32_t>(p.channels_removed));
+  out->set_kernels("dense (zeroed weights are not skipped)");
+  for (const std::string& k : p.kept_whole) out->add_kept_whole(k);
+  AddLayerErrors(p.layers_by_error, out->mutable_layers_by_error());
+}
+
+void ReportTuning(const TuneResult& t, const std::string& cache, v1::CompileReport::Tuning* out) {
+  out->set_seconds(t.seconds);
+  out->set_measured(t.measured);
+  out->set_from_cache(t.from_cache);
+  out->set_over_budget(t.over_budget);
+  out->set_cache(cache);
+  for (const TuneDecision& d : t.decisions) {
+    auto* decision = out->add_decisions();
+    decision->set_node(d.node);
+    decision->set_choice(d.choice);
+    decision->set_timings_ms(d.timings);
+    decision->set_from_cache(d.from_cache);
+  }
+}
+
+v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& result, const ArtifactBytes& artifact,
+                            const std::string& pipeline, const std::string& tune_cache) {
+  v1::CompileReport report;
+  report.set_schema("kiln.compile-report");
+  report.set_schema_version(2);
+  report.set_compiler_version(CompilerVersion());
+  report.set_action_key(result.action_key);
+  *report.mutable_target() = spec.target();
+  report.set_pipeline(pipeline);
+  report.mutable_timings_ms()->set_import(result.import_ms);
+  report.mutable_timings_ms()->set_passes(result.passes_ms);
+  report.mutable_timings_ms()->set_codegen(result.codegen_ms);
+  for (const auto& [phase, ms] : artifact.phase_ms) (*report.mutable_codegen_phases_ms())[phase] = ms;
+  if (spec.tuning().enabled()) ReportTuning(result.tuning, tune_cache, report.mutable_tuning());
+  if (spec.quantization().precision() == "int8") ReportQuantization(result.quantization, report.mutable_quantization());
+  if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0)
+    ReportPruning(result.pruning, report.mutable_pruning());
+  for (const PassStats& p : result.passes) {
+    auto* pass = report.add_passes();
+    pass->set_name(p.name);
+    pass->set_changed(p.changed);
+    pass->set_time_ms(p.time_ms);
+    pass->set_nodes_before(static_cast<int32_t>(p.nodes_before));
+    pass->set_nodes_after(static_cast<int32_t>(p.nodes_after));
+  }
+  const MemoryPlan& plan = result.memory_plan;
+  auto* memory = report.mutable_memory_plan();
+  memory->set_arena_bytes(static_cast<double>(plan.arena_bytes));
+  memory->set_naive_bytes(static_cast<double>(plan.naive_bytes));
+  memory->set_in_place(static_cast<int32_t>(plan.in_place));
+  memory->set_views(static_cast<int32_t>(plan.views));
+  memory->set_concats_in_place(static_cast<int32_t>(plan.concats_in_place));
+  report.set_nodes(static_cast<int32_t>(result.graph->num_nodes()));
+  report.set_gemm_tile(artifact.gemm_tile);
+  report.set_int8_dot(artifact.int8_dot);
+  report.set_object_bytes(static_cast<double>(artifact.object_bytes));
+  report.set_artifact_bytes(static_cast<double>(artifact.shared_object.size()));
+  return report;
+}
+
+// Passes, then tuning (which may re-plan memory): fills result.passes, tuning, memory plan
+// and the passes' summaries.
+absl::Status Optimise(const v1::CompileSpec& spec, const CompileInputs& inputs, const std::string& pipeline,
+                      PassConfigs& configs, CompileResult& result) {
+  PassContext context;
+  if (configs.int8) context.quantization = &configs.quantization;
+  if (configs.pruned) context.pruning = &configs.pruning;
+  if (inputs.on_phase) inputs.on_phase("passes");
+  Stopwatch watch;
+  auto stats = RunPipeline(*result.graph, pipeline, inputs.print, context);
+  if (!stats.ok()) return Annotate(stats.status(), inputs.model_label);
+  result.passes = *stats;
+  result.passes_ms = watch.ElapsedMs();
+  if (spec.tuning().enabled()) {
+    if (!result.target.is_host) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tuning.enabled times candidates on this machine, so it needs a target that runs here (host); target '",
+          spec.target().preset(), "' (", CanonicalTarget(spec.target()), ") does not"));
+    }
+    if (inputs.on_phase) inputs.on_phase("tune");
+    TuneOptions tune;
+    tune.enabled = true;
+    tune.budget_seconds = spec.tuning().budget_seconds();
+    tune.cache_path = inputs.tune_cache_path;
+    auto tuning = TuneGraph(*result.graph, result.target, tune);
+    if (!tuning.ok()) return Annotate(tuning.status(), inputs.model_label);
+    result.tuning = std::move(*tuning);
+    // A node tuned from Winograd to the GEMM no longer needs scratch: plan again.
+    if (context.has_memory_plan) KILN_RETURN_IF_ERROR(RunPipeline(*result.graph, "plan-memory", {}, context));
+  }
+  result.memory_plan = context.has_memory_plan ? context.memory_plan : NaiveMemoryPlan(*result.graph);
+  result.quantization = context.quantization_summary;
+  result.pruning = context.pruning_summary;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-std::string JsonEscape(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
+absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const CompileInputs& inputs) {
+  v1::CompileSpec spec = given;
+  KILN_RETURN_IF_ERROR(Normalize(spec));
+  CompileResult result;
+  result.action_key = ActionKey(spec, CompilerVersion());
+  result.target = ToTargetSpec(spec.target());
+  KILN_ASSIGN_OR_RETURN(const std::string pipeline, PipelineFor(spec));
+
+  if (inputs.on_phase) inputs.on_phase("import");
+  Stopwatch watch;
+  ImportOptions import_options;
+  import_options.model_label = inputs.model_label;
+  for (const v1::InputShape& shape : spec.input_shapes())
+    import_options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
+  import_options.external_data = inputs.external_data;
+  KILN_ASSIGN_OR_RETURN(result.graph, ImportOnnxModel(inputs.model_bytes, import_options));
+  result.import_ms = watch.ElapsedMs();
+  if (inputs.print.print_stream && inputs.print.print_after_all) {
+    *inputs.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(*result.graph);
   }
-  return out;
+
+  KILN_ASSIGN_OR_RETURN(PassConfigs configs, ConfigsFor(spec, inputs, *result.graph));
+  KILN_RETURN_IF_ERROR(Optimise(spec, inputs, pipeline, configs, result));
+  KILN_ASSIGN_OR_RETURN(result.manifest,
+                        ManifestFor(spec, result.action_key, pipeline, *result.graph, result.memory_plan));
+
+  if (inputs.on_phase) inputs.on_phase("codegen");
+  watch.Restart();
+  CodegenOptions codegen;
+  codegen.target = result.target;
+  KILN_ASSIGN_OR_RETURN(codegen.manifest_json, ToJson(result.manifest));
+  codegen.compiler_version = CompilerVersion();
+  auto artifact = GenerateArtifact(*result.graph, result.memory_plan, codegen);
+  if (!artifact.ok()) return Annotate(artifact.status(), inputs.model_label);
+  result.codegen_ms = watch.ElapsedMs();
+  result.report = ReportFor(spec, result, *artifact, pipeline, inputs.tune_cache_path);
+  result.shared_object = std::move(artifact->shared_object);
+  return result;
 }
 
-absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes) {
-  size_t eq = text.rfind('=');
-  if (eq == std::string::npos || eq == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--input-shape '", text, "': expected NAME=DIMS, e.g. input=1x3x224x224"));
+absl::StatusOr<std::vector<Tensor>> InputSetTensors(const Graph& graph, std::string_view bytes) {
+  v1::InputSet set;
+  if (!set.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return absl::InvalidArgumentError("the input set blob is not a kiln.v1.InputSet");
+  if (set.inputs_size() != static_cast<int>(graph.inputs().size())) {
+    return absl::InvalidArgumentError(absl::StrCat("the input set has ", set.inputs_size(),
+                                                   " tensors but the model has ", graph.inputs().size(), " inputs"));
   }
-  std::vector<int64_t> dims;
-  std::string dims_text = text.substr(eq + 1);
-  if (!dims_text.empty()) {
-    for (absl::string_view part : absl::StrSplit(dims_text, absl::ByAnyChar("x,"))) {
-      int64_t d;
-      if (!absl::SimpleAtoi(part, &d) || d < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("--input-shape '", text, "': '", part, "' is not a dimension"));
-      }
-      dims.push_back(d);
+  std::vector<Tensor> inputs(graph.inputs().size());
+  std::vector<bool> filled(graph.inputs().size(), false);
+  for (int i = 0; i < set.inputs_size(); ++i) {
+    std::string proto_name;
+    auto tensor = ParseTensorProto(set.inputs(i).tensor_proto(), &proto_name);
+    if (!tensor.ok()) return Annotate(tensor.status(), absl::StrCat("input set tensor ", i));
+    const std::string name = !set.inputs(i).name().empty() ? set.inputs(i).name() : proto_name;
+    size_t slot = static_cast<size_t>(i);
+    for (size_t k = 0; !name.empty() && k < graph.inputs().size(); ++k) {
+      // Unknown names fall back to position (TensorProto files often carry no useful name).
+      if (graph.inputs()[k]->name() == name) slot = k;
     }
+    if (filled[slot])
+      return absl::InvalidArgumentError(
+          absl::StrCat("the input set gives input '", graph.inputs()[slot]->name(), "' twice"));
+    const TensorType& type = graph.inputs()[slot]->type();
+    bool shape_ok = tensor->dtype() == type.dtype && tensor->rank() == static_cast<int64_t>(type.shape.size());
+    for (size_t d = 0; shape_ok && d < type.shape.size(); ++d) {
+      shape_ok = !type.shape[d].known() || type.shape[d].size == tensor->dims()[d];
+    }
+    if (!shape_ok) {
+      return absl::InvalidArgumentError(absl::StrCat("input set tensor ", i, " (", Describe(name, *tensor),
+                                                     ") does not match model input '", graph.inputs()[slot]->name(),
+                                                     "' (", PrintType(type), ")"));
+    }
+    inputs[slot] = std::move(*tensor);
+    filled[slot] = true;
   }
-  shapes[text.substr(0, eq)] = dims;
-  return absl::OkStatus();
+  return inputs;
 }
 
 absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::vector<Tensor>>& samples) {
@@ -95,232 +330,12 @@ absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  if (!fs::is_directory(dir, error))
-    return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
-  std::vector<fs::path> subdirs, files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_directory()) subdirs.push_back(entry.path());
-    if (entry.is_regular_file() && entry.path().extension() == ".pb") files.push_back(entry.path());
-  }
-  std::sort(subdirs.begin(), subdirs.end());
-  std::sort(files.begin(), files.end());
-  std::vector<std::vector<Tensor>> samples;
-  auto read = [](const fs::path& path) -> absl::StatusOr<Tensor> {
-    auto bytes = ReadFile(path.string());
-    if (!bytes.ok()) return bytes.status();
-    auto tensor = ParseTensorProto(*bytes);
-    if (!tensor.ok()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", tensor.status().message()));
-    return tensor;
-  };
-  if (!subdirs.empty()) {
-    for (const fs::path& sub : subdirs) {
-      std::vector<Tensor> sample;
-      for (int i = 0; fs::exists(sub / absl::StrCat("input_", i, ".pb")); ++i) {
-        auto t = read(sub / absl::StrCat("input_", i, ".pb"));
-        if (!t.ok()) return t.status();
-        sample.push_back(std::move(*t));
-      }
-      if (sample.empty())
-        return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
-      samples.push_back(std::move(sample));
-    }
-  } else {
-    for (const fs::path& file : files) {
-      auto t = read(file);
-      if (!t.ok()) return t.status();
-      samples.push_back({std::move(*t)});
-    }
-  }
-  if (samples.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
-  }
-  return samples;
-}
-
-namespace {
-
-// The report's per-layer breakdown (quantization's and pruning's): a JSON array.
-std::string LayerErrorsJson(const std::vector<QuantizationSummary::LayerError>& layers) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const auto& l = layers[i];
-    out << (i ? ",\n      " : "\n      ") << "{\"node\": \"" << JsonEscape(l.node) << "\", \"op\": \"" << l.op
-        << "\", \"snr_db\": " << l.snr_db << ", \"max_abs_error\": " << l.max_abs_error
-        << ", \"reference_scale\": " << l.reference_scale << "}";
-  }
-  out << "]";
-  return out.str();
-}
-
-}  // namespace
-
-absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options) {
-  CompileResult result;
-  auto target = ResolveTarget(options.target);
-  if (!target.ok()) return target.status();
-  result.target = *target;
-
-  if (options.on_phase) options.on_phase("import");
-  auto start = std::chrono::steady_clock::now();
-  ImportOptions import_options;
-  import_options.model_label = options.model_label;
-  import_options.input_shapes = options.input_shapes;
-  import_options.external_data = options.external_data;
-  auto graph = ImportOnnxModel(model_bytes, import_options);
-  if (!graph.ok()) return graph.status();
-  result.import_ms = MsSince(start);
-  if (options.print.print_stream && options.print.print_after_all) {
-    *options.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(**graph);
-  }
-
-  std::string pipeline = options.pipeline;
-  PassContext context;
-  if (options.precision == "int8") {
-    if (pipeline == kDefaultPipeline) pipeline = kInt8Pipeline;
-    if (auto st = CheckCalibrationSamples(**graph, options.quantization.calibration); !st.ok()) return st;
-    context.quantization = &options.quantization;
-  } else if (options.precision != "fp32") {
-    return absl::InvalidArgumentError(absl::StrCat("precision '", options.precision, "' is not one of fp32, int8"));
-  }
-  const bool pruning = options.pruning.channel_ratio > 0 || options.pruning.weight_ratio > 0;
-  if (pruning) {
-    auto with_prune = PipelineWithPrune(pipeline);
-    if (!with_prune.ok()) return with_prune.status();
-    pipeline = *with_prune;
-    if (auto st = CheckCalibrationSamples(**graph, options.pruning.samples);
-        !options.pruning.samples.empty() && !st.ok())
-      return st;
-    context.pruning = &options.pruning;
-  }
-  if (options.on_phase) options.on_phase("passes");
-  start = std::chrono::steady_clock::now();
-  auto stats = RunPipeline(**graph, pipeline, options.print, context);
-  if (!stats.ok())
-    return absl::Status(stats.status().code(), absl::StrCat(options.model_label, ": ", stats.status().message()));
-  result.passes = *stats;
-  result.passes_ms = MsSince(start);
-  if (options.tune.enabled) {
-    if (CanonicalTarget(*target) != CanonicalTarget(*ResolveTarget("host"))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--tune times candidates on this machine, so it needs --target host (not '", options.target, "')"));
-    }
-    if (options.on_phase) options.on_phase("tune");
-    auto tuning = TuneGraph(**graph, *target, options.tune);
-    if (!tuning.ok())
-      return absl::Status(tuning.status().code(), absl::StrCat(options.model_label, ": ", tuning.status().message()));
-    result.tuning = std::move(*tuning);
-    // A node tuned from Winograd to the GEMM no longer needs scratch: plan again.
-    if (context.has_memory_plan) {
-      auto replanned = RunPipeline(**graph, "plan-memory", {}, context);
-      if (!replanned.ok()) return replanned.status();
-    }
-  }
-  result.memory_plan = context.has_memory_plan ? context.memory_plan : NaiveMemoryPlan(**graph);
-
-  std::ostringstream manifest;
-  manifest << "{\n  \"schema\": \"kiln.manifest/v1\",\n  \"compiler_version\": \"" << CompilerVersion() << "\",\n"
-           << "  \"target\": {\"name\": \"" << JsonEscape(target->name) << "\", \"triple\": \""
-           << JsonEscape(target->triple) << "\", \"cpu\": \"" << JsonEscape(target->cpu) << "\", \"canonical\": \""
-           << JsonEscape(CanonicalTarget(*target)) << "\"},\n"
-           << "  \"pipeline\": \"" << JsonEscape(pipeline) << "\",\n  \"precision\": \""
-           << JsonEscape(options.precision) << "\",\n  \"inputs\": [";
-  for (size_t i = 0; i < (*graph)->inputs().size(); ++i)
-    manifest << (i ? ", " : "") << TensorInfoJson((*graph)->inputs()[i]);
-  manifest << "],\n  \"outputs\": [";
-  for (size_t i = 0; i < (*graph)->outputs().size(); ++i)
-    manifest << (i ? ", " : "") << TensorInfoJson((*graph)->outputs()[i]);
-  manifest << "],\n  \"workspace_bytes\": " << result.memory_plan.arena_bytes << "\n}\n";
-  result.manifest_json = manifest.str();
-
-  if (options.on_phase) options.on_phase("codegen");
-  start = std::chrono::steady_clock::now();
-  CodegenOptions codegen;
-  codegen.target = *target;
-  codegen.manifest_json = result.manifest_json;
-  codegen.compiler_version = CompilerVersion();
-  auto artifact = GenerateArtifact(**graph, result.memory_plan, codegen);
-  if (!artifact.ok())
-    return absl::Status(artifact.status().code(), absl::StrCat(options.model_label, ": ", artifact.status().message()));
-  result.codegen_ms = MsSince(start);
-  result.shared_object = std::move(artifact->shared_object);
-
-  std::ostringstream report;
-  report << "{\n  \"schema\": \"kiln.compile-report/v1\",\n  \"compiler_version\": \"" << CompilerVersion() << "\",\n"
-         << "  \"target\": \"" << JsonEscape(CanonicalTarget(*target)) << "\",\n"
-         << "  \"timings_ms\": {\"import\": " << result.import_ms << ", \"passes\": " << result.passes_ms
-         << ", \"codegen\": " << result.codegen_ms << "},\n  \"codegen_phases_ms\": {";
-  for (size_t i = 0; i < artifact->phase_ms.size(); ++i) {
-    report << (i ? ", " : "") << "\"" << artifact->phase_ms[i].first << "\": " << artifact->phase_ms[i].second;
-  }
-  report << "},\n";
-  if (options.tune.enabled) {
-    const TuneResult& t = result.tuning;
-    report << "  \"tuning\": {\"seconds\": " << t.seconds << ", \"measured\": " << t.measured
-           << ", \"from_cache\": " << t.from_cache << ", \"over_budget\": " << t.over_budget << ", \"cache\": \""
-           << JsonEscape(options.tune.cache_path) << "\", \"decisions\": [";
-    for (size_t i = 0; i < t.decisions.size(); ++i) {
-      const TuneDecision& d = t.decisions[i];
-      report << (i ? ",\n    " : "\n    ") << "{\"node\": \"" << JsonEscape(d.node) << "\", \"choice\": \"" << d.choice
-             << "\", \"timings_ms\": \"" << d.timings << "\", \"from_cache\": " << (d.from_cache ? "true" : "false")
-             << "}";
-    }
-    report << "]},\n";
-  }
-  result.quantization = context.quantization_summary;
-  if (options.precision == "int8") {
-    const QuantizationSummary& q = result.quantization;
-    report << "  \"quantization\": {\"precision\": \"int8\", \"method\": \"" << q.method
-           << "\", \"calibration_samples\": " << q.calibration_samples << ", \"quantized_nodes\": " << q.quantized_nodes
-           << ", \"kept_float\": [";
-    for (size_t i = 0; i < q.kept_float.size(); ++i)
-      report << (i ? ", " : "") << "\"" << JsonEscape(q.kept_float[i]) << "\"";
-    report << "],\n    \"layers_by_error\": " << LayerErrorsJson(q.layers_by_error) << "},\n";
-  }
-  result.pruning = context.pruning_summary;
-  if (pruning) {
-    const PruningSummary& p = result.pruning;
-    auto cost = [](const GraphCost& c) {
-      return absl::StrCat(
-          "{\"parameters\": ", c.parameters, ", \"nonzero_parameters\": ", c.nonzero_parameters,
-          ", \"flops\": ", absl::SixDigits(c.flops), ", \"weight_sparsity\": ",
-          absl::SixDigits(c.weights ? static_cast<double>(c.zero_weights) / static_cast<double>(c.weights) : 0.0), "}");
-    };
-    report << "  \"pruning\": {\"channel_ratio\": " << p.channel_ratio << ", \"weight_ratio\": " << p.weight_ratio
-           << ", \"before\": " << cost(p.before) << ", \"after\": " << cost(p.after)
-           << ",\n    \"pruned_layers\": " << p.pruned_layers << ", \"channels_before\": " << p.channels_before
-           << ", \"channels_removed\": " << p.channels_removed
-           << ", \"kernels\": \"dense (zeroed weights are not skipped)\", \"kept_whole\": [";
-    for (size_t i = 0; i < p.kept_whole.size(); ++i)
-      report << (i ? ",\n      " : "\n      ") << "\"" << JsonEscape(p.kept_whole[i]) << "\"";
-    report << "],\n    \"layers_by_error\": " << LayerErrorsJson(p.layers_by_error) << "},\n";
-  }
-  report << "  \"passes\": [";
-  for (size_t i = 0; i < result.passes.size(); ++i) {
-    const PassStats& p = result.passes[i];
-    report << (i ? ",\n    " : "\n    ") << "{\"name\": \"" << p.name
-           << "\", \"changed\": " << (p.changed ? "true" : "false") << ", \"time_ms\": " << p.time_ms
-           << ", \"nodes_before\": " << p.nodes_before << ", \"nodes_after\": " << p.nodes_after << "}";
-  }
-  report << "\n  ],\n  \"memory_plan\": {\"arena_bytes\": " << result.memory_plan.arena_bytes
-         << ", \"naive_bytes\": " << result.memory_plan.naive_bytes << ", \"in_place\": " << result.memory_plan.in_place
-         << ", \"views\": " << result.memory_plan.views
-         << ", \"concats_in_place\": " << result.memory_plan.concats_in_place << "},\n"
-         << "  \"nodes\": " << (*graph)->num_nodes() << ",\n"
-         << "  \"gemm_tile\": \"" << artifact->gemm_tile << "\",\n"
-         << "  \"int8_dot\": \"" << artifact->int8_dot << "\",\n"
-         << "  \"object_bytes\": " << artifact->object_bytes << ",\n"
-         << "  \"artifact_bytes\": " << result.shared_object.size() << "\n}\n";
-  result.report_json = report.str();
-  result.graph = std::move(*graph);
-  return result;
-}
-
-absl::StatusOr<std::string> PipelineWithPrune(const std::string& pipeline) {
+absl::StatusOr<std::string> PipelineFor(const v1::CompileSpec& spec) {
+  const bool int8 = spec.quantization().precision() == "int8";
+  std::string pipeline = spec.pipeline().empty() ? kDefaultPipeline : spec.pipeline();
+  // The default pipeline asked for by name with int8 means int8's (as before the spec).
+  if (int8 && pipeline == kDefaultPipeline) pipeline = kInt8Pipeline;
+  if (spec.pruning().channels() == 0 && spec.pruning().weights() == 0) return pipeline;
   std::vector<std::string> passes = absl::StrSplit(pipeline, ',', absl::SkipEmpty());
   if (std::find(passes.begin(), passes.end(), "prune") != passes.end()) return pipeline;
   auto at = std::find(passes.begin(), passes.end(), "fold-batchnorm");

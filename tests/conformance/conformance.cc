@@ -3,7 +3,7 @@
 // the expected outputs (floats: |got - want| <= atol + rtol*|want|, rtol 1e-3, atol 1e-5;
 // integers and bools exact). Prints passed / failed / unsupported counts.
 //
-//   kiln-conformance --data DIR [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE]
+//   kiln-conformance [--data DIR] [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE] [--verbose]
 //
 // With --pass-list, a test on the list that does not pass is a regression: exit 1.
 #include <unistd.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/common/cli.h"
 #include "kiln/common/file.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
@@ -54,9 +55,12 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
     detail = std::string(bytes.status().message());
     return Outcome::kFail;
   }
-  kiln::CompileOptions options;
-  options.model_label = dir.filename().string();
-  auto result = kiln::CompileModel(*bytes, options);
+  kiln::v1::CompileSpec spec;
+  *spec.mutable_model() = kiln::DigestOf(*bytes);
+  kiln::CompileInputs inputs;
+  inputs.model_bytes = *bytes;
+  inputs.model_label = dir.filename().string();
+  auto result = kiln::CompileModel(spec, inputs);
   if (!result.ok()) {
     detail = std::string(result.status().message());
     // Refusals (unsupported op, dtype, dynamic shape) are "unsupported"; anything else
@@ -143,32 +147,16 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
 int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data/node", filter, pass_list, write_pass_list;
   bool verbose = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "kiln-conformance: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      out = argv[++i];
-    };
-    if (a == "--data")
-      value(data);
-    else if (a == "--filter")
-      value(filter);
-    else if (a == "--pass-list")
-      value(pass_list);
-    else if (a == "--write-pass-list")
-      value(write_pass_list);
-    else if (a == "--verbose")
-      verbose = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: kiln-conformance [--data DIR] [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE] "
-                   "[--verbose]\n");
-      return 2;
-    }
-  }
+  CLI::App app(
+      "kiln-conformance: compile every ONNX backend node test for the host, run it and compare with the "
+      "expected outputs (floats rtol 1e-3, atol 1e-5; integers exact)",
+      "kiln-conformance");
+  app.add_option("--data", data, "the node tests' directory (libonnx-testdata)")->capture_default_str();
+  app.add_option("--filter", filter, "only tests whose name contains this");
+  app.add_option("--pass-list", pass_list, "tests that must pass: one that does not is a regression (exit 1)");
+  app.add_option("--write-pass-list", write_pass_list, "write the tests that pass to FILE");
+  app.add_flag("--verbose", verbose, "a line for every test, not only failures");
+  if (auto exit = kiln::ParseCommandLine(app, argc, argv)) return *exit;
   std::vector<fs::path> tests;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(data, ec)) {

@@ -4,7 +4,7 @@
 //
 //   kiln-model-check MODEL.onnx --input FILE.pb [--input ...] [--expected FILE.pb ...]
 //                    [--tolerance 1e-4] [--expected-tolerance 1e-3] [--threads N] [--pipeline P]
-//
+//   (kiln-model-check --help describes each flag.)
 // Tolerances are relative to the output's scale (max |reference|): an output passes when
 // max |compiled - reference| <= tolerance * scale. One JSON line per output; exit status 1
 // when any output fails or any reference output is degenerate (scale < 1e-3).
@@ -19,7 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "google/protobuf/struct.pb.h"
+#include "kiln/common/cli.h"
 #include "kiln/common/file.h"
+#include "kiln/common/json.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/interp.h"
@@ -33,47 +36,8 @@ struct Args {
   std::vector<std::string> inputs, expected;
   double tolerance = 1e-4, expected_tolerance = 1e-3;
   int threads = 2;
-  std::string pipeline = kDefaultPipeline;
+  std::string pipeline;  // empty: the compiler's default
 };
-
-[[noreturn]] void Usage(const char* problem) {
-  std::fprintf(stderr,
-               "kiln-model-check: %s\nusage: kiln-model-check MODEL.onnx --input FILE.pb [--input ...] "
-               "[--expected FILE.pb ...] [--tolerance R] [--expected-tolerance R] [--threads N] [--pipeline P]\n",
-               problem);
-  std::exit(2);
-}
-
-Args ParseArgs(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Usage((a + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (a == "--input")
-      args.inputs.push_back(value());
-    else if (a == "--expected")
-      args.expected.push_back(value());
-    else if (a == "--tolerance")
-      args.tolerance = std::atof(value().c_str());
-    else if (a == "--expected-tolerance")
-      args.expected_tolerance = std::atof(value().c_str());
-    else if (a == "--threads")
-      args.threads = std::atoi(value().c_str());
-    else if (a == "--pipeline")
-      args.pipeline = value();
-    else if (!a.empty() && a[0] == '-')
-      Usage(("unknown flag " + a).c_str());
-    else if (args.model.empty())
-      args.model = a;
-    else
-      Usage(("unexpected argument " + a).c_str());
-  }
-  if (args.model.empty()) Usage("no model given");
-  return args;
-}
 
 struct Diff {
   double max_abs = 0, scale = 0;
@@ -115,7 +79,21 @@ std::vector<Tensor> ReadTensors(const std::vector<std::string>& paths) {
 }
 
 int Main(int argc, char** argv) {
-  Args args = ParseArgs(argc, argv);
+  CLI::App app(
+      "kiln-model-check: compile a real model, run the artifact and compare every output with the reference "
+      "interpreter and, when given, with the exporting framework's outputs. One JSON line per output; exit "
+      "status 1 when any output fails or is degenerate (scale < 1e-3).",
+      "kiln-model-check");
+  Args args;
+  app.add_option("model", args.model, "MODEL.onnx")->required();
+  app.add_option("--input", args.inputs, "an input TensorProto, in graph-input order (repeatable)");
+  app.add_option("--expected", args.expected, "the framework's output TensorProto, in output order (repeatable)");
+  app.add_option("--tolerance", args.tolerance, "max |compiled - reference| / output scale")->capture_default_str();
+  app.add_option("--expected-tolerance", args.expected_tolerance, "the same against the framework's outputs")
+      ->capture_default_str();
+  app.add_option("--threads", args.threads, "artifact threads")->capture_default_str();
+  app.add_option("--pipeline", args.pipeline, "pass pipeline (default: the compiler's)");
+  if (auto exit = ParseCommandLine(app, argc, argv)) return *exit;
   auto bytes = ReadFile(args.model);
   if (!bytes.ok()) Fail(std::string(bytes.status().message()));
 
@@ -136,10 +114,13 @@ int Main(int argc, char** argv) {
   if (!reference.ok()) Fail("reference interpreter: " + std::string(reference.status().message()));
   double interp_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
-  CompileOptions options;
-  options.model_label = args.model;
-  options.pipeline = args.pipeline;
-  auto compiled = CompileModel(*bytes, options);
+  v1::CompileSpec spec;
+  *spec.mutable_model() = DigestOf(*bytes);
+  spec.set_pipeline(args.pipeline);
+  CompileInputs compile_inputs;
+  compile_inputs.model_bytes = *bytes;
+  compile_inputs.model_label = args.model;
+  auto compiled = CompileModel(spec, compile_inputs);
   if (!compiled.ok()) Fail("compile: " + std::string(compiled.status().message()));
   char path[] = "/tmp/kiln-model-check-XXXXXX.so";
   int fd = mkstemps(path, 3);
@@ -174,22 +155,30 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < outputs.size() && i < reference->size(); ++i) {
     Diff d = Compare(outputs[i], (*reference)[i]);
     bool pass = d.shape_ok && d.scale >= 1e-3 && d.max_abs <= args.tolerance * d.scale;
-    std::string vs_expected;
+    // One JSON line (a Struct printed by protobuf) per output.
+    google::protobuf::Struct line;
+    auto& f = *line.mutable_fields();
+    // JSON has no infinity or NaN (a NaN error counts as infinite): the largest double.
+    auto number = [](double v) { return std::isfinite(v) ? v : 1e308; };
+    f["model"].set_string_value(args.model);
+    f["output"].set_string_value(output_names[i]);
+    f["scale"].set_number_value(number(d.scale));
+    f["max_abs_error"].set_number_value(number(d.max_abs));
+    f["relative_to_scale"].set_number_value(number(d.scale > 0 ? d.max_abs / d.scale : INFINITY));
+    f["tolerance"].set_number_value(args.tolerance);
     if (i < expected.size()) {
       Diff e = Compare(outputs[i], expected[i]);
       bool epass = e.shape_ok && e.max_abs <= args.expected_tolerance * e.scale;
       pass &= epass;
-      char buf[160];
-      std::snprintf(buf, sizeof(buf), ", \"vs_framework_max_abs\": %.3g, \"vs_framework_ok\": %s", e.max_abs,
-                    epass ? "true" : "false");
-      vs_expected = buf;
+      f["vs_framework_max_abs"].set_number_value(number(e.max_abs));
+      f["vs_framework_ok"].set_bool_value(epass);
     }
-    std::printf(
-        "{\"model\": \"%s\", \"output\": \"%s\", \"scale\": %.4g, \"max_abs_error\": %.3g, "
-        "\"relative_to_scale\": %.3g, \"tolerance\": %.3g%s, \"interpreter_ms\": %.0f, \"ok\": %s}\n",
-        JsonEscape(args.model).c_str(), JsonEscape(output_names[i]).c_str(), d.scale, d.max_abs,
-        d.scale > 0 ? d.max_abs / d.scale : INFINITY, args.tolerance, vs_expected.c_str(), interp_ms,
-        pass ? "true" : "false");
+    f["interpreter_ms"].set_number_value(interp_ms);
+    f["ok"].set_bool_value(pass);
+    JsonOptions compact;
+    compact.pretty = false;
+    auto json = ToJson(line, compact);
+    std::printf("%s\n", json.ok() ? json->c_str() : "{}");
     if (!d.shape_ok)
       std::fprintf(stderr, "kiln-model-check: output %zu: shape or dtype differs from the reference\n", i);
     if (d.scale < 1e-3) std::fprintf(stderr, "kiln-model-check: output %zu is degenerate (scale %g)\n", i, d.scale);

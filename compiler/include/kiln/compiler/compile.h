@@ -1,47 +1,50 @@
-// The compiler's front door: ONNX bytes in, artifact + manifest + compile report out.
-// Used by the `kiln` CLI and by the service's workers.
+// The compiler's front door: a CompileSpec (proto/kiln/v1/spec.proto) and the data it
+// names in, artifact + Manifest + CompileReport out. Used by the `kiln` CLI and by the
+// service's workers alike, so the same spec gives the same artifact, byte for byte.
 #pragma once
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <ostream>
-#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/ir.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/spec.h"
 #include "kiln/compiler/tune.h"
 #include "kiln/compiler/version.h"
+#include "kiln/v1/report.pb.h"
+#include "kiln/v1/spec.pb.h"
 
 namespace kiln {
 
-struct CompileOptions {
-  std::string target = "host";
-  std::map<std::string, std::vector<int64_t>> input_shapes;
-  std::string pipeline = kDefaultPipeline;
-  std::string model_label = "model";
+// What a compile needs besides its spec: the bytes the spec's digests name, and settings
+// of the caller's that never change what is produced.
+struct CompileInputs {
+  std::string_view model_bytes;       // the bytes spec.model names
+  std::string model_label = "model";  // in error messages: a path, or "model 1a2b3c..."
   std::function<absl::StatusOr<std::string>(const std::string&)> external_data;
+  // InputSet blobs, decoded against the imported graph (InputSetTensors). With precision
+  // int8: the ones spec.quantization.calibration names, in order. Otherwise, with pruning,
+  // the first one feeds pruning's per-layer breakdown (`kiln compile --calibration`).
+  std::vector<std::string> calibration;
+  // Inputs for pruning's per-layer breakdown (report only), before `calibration`'s first.
+  std::vector<std::vector<Tensor>> pruning_samples;
   PipelineOptions print;  // --print-after-all / --print-after
-  // Progress callback: phase name ("import", "passes", "tune", "codegen") as each starts.
+  // Progress: each phase's name ("import", "passes", "tune", "codegen") as it starts.
   std::function<void(const std::string& phase)> on_phase;
-  TuneOptions tune;  // --tune: time algorithm candidates on this machine (target host only)
-  // "fp32" (default) or "int8": post-training quantization calibrated on
-  // quantization.calibration (kInt8Pipeline when `pipeline` is the default).
-  std::string precision = "fp32";
-  QuantizationConfig quantization;
-  // --prune-channels / --prune-weights: the prune pass runs after fold-batchnorm (inserted
-  // there when the pipeline lacks it).
-  PruningConfig pruning;
+  std::string tune_cache_path;  // tuning's cache file ("" none): only what is measured, not what is chosen
 };
 
 struct CompileResult {
   std::string shared_object;
-  std::string manifest_json;
-  std::string report_json;  // compile statistics (passes, memory plan, sizes, timings)
+  std::string action_key;
+  v1::Manifest manifest;     // also embedded in the artifact (kiln inspect)
+  v1::CompileReport report;  // statistics: passes, memory plan, sizes, timings
   TargetSpec target;
   std::vector<PassStats> passes;
   MemoryPlan memory_plan;
@@ -52,12 +55,13 @@ struct CompileResult {
   PruningSummary pruning;            // when pruning was asked for
 };
 
-absl::StatusOr<CompileResult> CompileModel(std::string_view model_bytes, const CompileOptions& options);
+// Normalizes a copy of `spec` first (a normalised one is unchanged), so the action key in
+// the manifest and report is the one kilnd computes for the same spec.
+absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& spec, const CompileInputs& inputs);
 
-// Calibration samples from a directory: one subdirectory per sample (sorted by name) with
-// input_<i>.pb for each graph input i, as ONNX test data sets are laid out; or, for a model
-// with one input, one TensorProto file (*.pb) per sample.
-absl::StatusOr<std::vector<std::vector<Tensor>>> ReadCalibrationSamples(const std::string& dir);
+// A graph input set from an InputSet blob: tensors matched to graph inputs by name (the
+// entry's, else the TensorProto's), else by position; dtypes and static dims must agree.
+absl::StatusOr<std::vector<Tensor>> InputSetTensors(const Graph& graph, std::string_view input_set_bytes);
 
 // Calibration samples must hold one tensor per graph input, of its type and shape; the
 // error names the sample, the input and both types.
@@ -66,12 +70,8 @@ absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::
 // The passes `kiln quantize` runs before writing its QDQ model: kInt8Pipeline up to quantize.
 constexpr const char kQuantizeOnlyPipeline[] = "fold-constants,simplify,cse,dce,fold-batchnorm,quantize,dce";
 
-// The pipeline with "prune" after "fold-batchnorm" (unchanged when it has prune already).
-absl::StatusOr<std::string> PipelineWithPrune(const std::string& pipeline);
-
-// Parses "name=1x3x224x224" into the input_shapes map.
-absl::Status ParseInputShape(const std::string& text, std::map<std::string, std::vector<int64_t>>& shapes);
-
-std::string JsonEscape(const std::string& text);
+// The pipeline that runs for a spec: its own, else the default for its precision; with
+// pruning, "prune" after "fold-batchnorm" (unchanged when it has prune already).
+absl::StatusOr<std::string> PipelineFor(const v1::CompileSpec& spec);
 
 }  // namespace kiln
