@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,28 +21,17 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kiln/common/cli.h"
 #include "kiln/common/file.h"
-#include "kiln/compiler/compile.h"
-#include "kiln/compiler/frontend.h"
+#include "kiln/common/log.h"
+#include "kiln/common/time.h"
+#include "kiln/compiler/version.h"
 #include "kiln/v1/worker.grpc.pb.h"
 #include "proto/client/blob_transfer.h"
 #include "worker/job.h"
 
 namespace kiln::worker {
 namespace {
-
-constexpr char kUsage[] = R"(kiln-worker: runs Kiln compile jobs for a kilnd server.
-
-Usage: kiln-worker --server ADDR [--id NAME] [--work-dir DIR] [--once]
-
-  --server ADDR    kilnd's gRPC address (host:port)
-  --id NAME        worker name in leases and metrics (default: HOSTNAME-PID)
-  --work-dir DIR   scratch space for jobs (default: $TMPDIR or /tmp)
-  --once           exit after one job (for tests)
-  --help           this text
-
-Each job runs in a child process under the CPU-time and memory limits kilnd sets.
-)";
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
@@ -57,6 +45,14 @@ std::string SelfPath() {
   std::error_code ec;
   return std::filesystem::read_symlink("/proc/self/exe", ec).string();
 }
+
+// How the job process ended, as the supervising loop saw it.
+struct ChildEnd {
+  bool stopped = false;  // killed on a stop order (cancel, lost lease, shutdown)
+  std::string reason;
+  int status = 0;  // waitpid's
+  double wall_s = 0;
+};
 
 class Worker {
  public:
@@ -79,14 +75,12 @@ class Worker {
       grpc::Status status = worker_->Lease(&context, request, &response);
       if (!status.ok()) {
         if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-          std::fprintf(stderr, "kiln-worker %s: %s\n", flags_.id.c_str(), status.error_message().c_str());
+          log::Error(Fields(), "{}", status.error_message());
           return 1;
         }
         // kilnd restarting or not up yet: keep trying, quietly after the first report.
-        if (idle_errors++ == 0) {
-          std::fprintf(stderr, "kiln-worker %s: %s unreachable (%s); retrying\n", flags_.id.c_str(),
-                       flags_.server.c_str(), status.error_message().c_str());
-        }
+        if (idle_errors++ == 0)
+          log::Warning(Fields(), "{} unreachable ({}); retrying", flags_.server, status.error_message());
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         continue;
       }
@@ -99,6 +93,15 @@ class Worker {
   }
 
  private:
+  // Log fields: this worker, and the task's action key (a task serves every job that asked
+  // for the same action).
+  log::Fields Fields(const v1::Task* task = nullptr) const {
+    log::Fields fields;
+    fields.worker = flags_.id;
+    if (task != nullptr) fields.job_id = task->action_key().substr(0, 12);
+    return fields;
+  }
+
   bool Heartbeat(const v1::Task& task, const std::string& phase, double progress, std::string* reason) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -130,8 +133,7 @@ class Worker {
   }
 
   void Fail(const v1::Task& task, const std::string& error, bool retryable) {
-    std::fprintf(stderr, "kiln-worker %s: job %s failed: %s\n", flags_.id.c_str(),
-                 task.action_key().substr(0, 12).c_str(), error.c_str());
+    log::Error(Fields(&task), "job failed: {}", error);
     v1::CompleteRequest request;
     request.set_success(false);
     request.set_error(error);
@@ -155,37 +157,35 @@ class Worker {
     std::filesystem::remove_all(dir, ec);
   }
 
-  void RunTaskIn(const v1::Task& task, const std::string& dir) {
-    std::string reason;
-    Heartbeat(task, "fetching", 0.0, &reason);
-    const auto& request = task.request();
-    auto model = client::DownloadBlob(*kiln_, request.model());
-    if (!model.ok()) {
-      Fail(task, absl::StrCat("fetching the model: ", model.status().message()), true);
-      return;
+  // The blobs the spec names, and the task itself, into the job directory.
+  absl::Status FetchInputs(const v1::Task& task, const std::string& dir) {
+    const v1::CompileSpec& spec = task.spec();
+    std::vector<std::pair<std::string, const v1::Digest*>> blobs = {{"model.onnx", &spec.model()}};
+    if (spec.accuracy().has_input_set()) blobs.emplace_back("inputs.pb", &spec.accuracy().input_set());
+    for (int k = 0; k < spec.quantization().calibration_size(); ++k)
+      blobs.emplace_back(absl::StrCat("calibration_", k, ".pb"), &spec.quantization().calibration(k));
+    for (const auto& [file, digest] : blobs) {
+      auto bytes = client::DownloadBlob(*kiln_, *digest);
+      if (!bytes.ok())
+        return absl::Status(bytes.status().code(), absl::StrCat("fetching ", file, ": ", bytes.status().message()));
+      if (auto s = WriteFile(dir + "/" + file, *bytes); !s.ok()) return s;
     }
-    if (auto s = WriteFile(dir + "/model.onnx", *model); !s.ok()) return Fail(task, std::string(s.message()), true);
-    if (request.validation().has_input_set()) {
-      auto inputs = client::DownloadBlob(*kiln_, request.validation().input_set());
-      if (!inputs.ok()) return Fail(task, absl::StrCat("fetching the input set: ", inputs.status().message()), true);
-      if (auto s = WriteFile(dir + "/inputs.pb", *inputs); !s.ok()) return Fail(task, std::string(s.message()), true);
-    }
-    for (int k = 0; k < request.options().calibration_size(); ++k) {
-      auto sample = client::DownloadBlob(*kiln_, request.options().calibration(k));
-      if (!sample.ok())
-        return Fail(task, absl::StrCat("fetching calibration sample ", k, ": ", sample.status().message()), true);
-      if (auto s = WriteFile(absl::StrCat(dir, "/calibration_", k, ".pb"), *sample); !s.ok())
-        return Fail(task, std::string(s.message()), true);
-    }
-    if (auto s = WriteFile(dir + "/task.pb", task.SerializeAsString()); !s.ok())
-      return Fail(task, std::string(s.message()), true);
+    return WriteFile(dir + "/task.pb", task.SerializeAsString());
+  }
 
+  // Forks `kiln-worker --run-job DIR` under the task's limits; its stdout comes back on
+  // *progress_fd.
+  pid_t StartJobProcess(const v1::Task& task, const std::string& dir, int* progress_fd) {
     int pipe_fds[2];
-    if (pipe2(pipe_fds, O_CLOEXEC) != 0) return Fail(task, "pipe failed", true);
+    if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
     const std::string self = SelfPath();
     const pid_t parent = getpid();
     pid_t child = fork();
-    if (child < 0) return Fail(task, absl::StrCat("fork failed: ", std::strerror(errno)), true);
+    if (child < 0) {
+      close(pipe_fds[0]);
+      close(pipe_fds[1]);
+      return -1;
+    }
     if (child == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
@@ -202,15 +202,20 @@ class Worker {
       _exit(127);
     }
     close(pipe_fds[1]);
-    const int progress_fd = pipe_fds[0];
+    *progress_fd = pipe_fds[0];
+    return child;
+  }
 
+  // Relays the job process's "phase NAME PROGRESS" lines as heartbeats until it exits,
+  // killing it when kilnd says stop or the worker shuts down.
+  ChildEnd Supervise(const v1::Task& task, pid_t child, int progress_fd) {
+    ChildEnd end;
     std::string phase = "import", pending;
     double progress = 0;
-    const auto start = std::chrono::steady_clock::now();
+    Stopwatch wall;
     const int64_t beat_ms = std::clamp<int64_t>(task.lease_timeout_ms() / 4, 200, 2000);
     auto last_beat = std::chrono::steady_clock::now() - std::chrono::hours(1);
-    bool stopped = false, eof = false;
-    int status = 0;
+    bool eof = false;
     for (;;) {
       pollfd fd{progress_fd, POLLIN, 0};
       if (!eof && poll(&fd, 1, 100) > 0) {
@@ -236,52 +241,50 @@ class Worker {
       }
       if (std::chrono::steady_clock::now() - last_beat >= std::chrono::milliseconds(beat_ms)) {
         last_beat = std::chrono::steady_clock::now();
-        if (!Heartbeat(task, phase, progress, &reason)) {
+        if (!Heartbeat(task, phase, progress, &end.reason)) {
           kill(child, SIGKILL);
-          stopped = true;
+          end.stopped = true;
         }
       }
-      if (g_stop && !stopped) {
+      if (g_stop && !end.stopped) {
         kill(child, SIGKILL);
-        stopped = true;
-        reason = "the worker is shutting down";
+        end.stopped = true;
+        end.reason = "the worker is shutting down";
       }
-      pid_t done = waitpid(child, &status, WNOHANG);
-      if (done == child) break;
+      if (waitpid(child, &end.status, WNOHANG) == child) break;
     }
     close(progress_fd);
-    if (stopped) {
-      std::fprintf(stderr, "kiln-worker %s: stopped job %s: %s\n", flags_.id.c_str(),
-                   task.action_key().substr(0, 12).c_str(), reason.c_str());
-      if (g_stop) Fail(task, absl::StrCat("worker ", flags_.id, " shut down mid-job"), true);
-      return;
-    }
-    const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (WIFSIGNALED(status)) {
-      const int sig = WTERMSIG(status);
+    end.wall_s = wall.ElapsedMs() / 1000;
+    return end;
+  }
+
+  // Why the job process failed, for the job's error (empty: it succeeded); *retryable when
+  // the failure is this worker's rather than the model's.
+  std::string FailureOf(const v1::Task& task, const ChildEnd& end, const std::string& dir) {
+    if (WIFSIGNALED(end.status)) {
+      const int sig = WTERMSIG(end.status);
       if (task.cpu_limit_seconds() > 0 && (sig == SIGXCPU || sig == SIGKILL)) {
-        return Fail(task,
-                    absl::StrCat("the job exceeded its CPU-time limit of ", task.cpu_limit_seconds(),
-                                 " s and was killed (kilnd --job-cpu-seconds)"),
-                    false);
+        return absl::StrCat("the job exceeded its CPU-time limit of ", task.cpu_limit_seconds(),
+                            " s and was killed (kilnd --job-cpu-seconds)");
       }
-      return Fail(task,
-                  absl::StrCat("the compile process died with signal ", sig, " (", strsignal(sig), ") after ",
-                               static_cast<int>(wall_s), " s; this is a Kiln bug, please report it with the model"),
-                  false);
+      return absl::StrCat("the compile process died with signal ", sig, " (", strsignal(sig), ") after ",
+                          static_cast<int>(end.wall_s), " s; this is a Kiln bug, please report it with the model");
     }
-    const int code = WEXITSTATUS(status);
+    const int code = WEXITSTATUS(end.status);
     if (code == kJobOutOfMemory || (code == 127 && task.memory_limit_bytes() > 0)) {
-      return Fail(task,
-                  absl::StrCat("the job exceeded its memory limit of ", task.memory_limit_bytes() >> 20,
-                               " MiB and was stopped (kilnd --job-memory)"),
-                  false);
+      return absl::StrCat("the job exceeded its memory limit of ", task.memory_limit_bytes() >> 20,
+                          " MiB and was stopped (kilnd --job-memory)");
     }
     if (code != kJobOk) {
       auto error = ReadFile(dir + "/error.txt");
-      return Fail(task, error.ok() ? *error : absl::StrCat("the compile process exited with status ", code), false);
+      return error.ok() ? *error : absl::StrCat("the compile process exited with status ", code);
     }
+    return "";
+  }
 
+  // Uploads the job's outputs and completes the task with them.
+  void Store(const v1::Task& task, const std::string& dir, double wall_s) {
+    std::string reason;
     Heartbeat(task, "storing", 0.95, &reason);
     auto result_bytes = ReadFile(dir + "/result.pb");
     v1::CompleteRequest complete;
@@ -302,8 +305,24 @@ class Worker {
       *out.digest = *digest;
     }
     Complete(task, complete);
-    std::fprintf(stderr, "kiln-worker %s: job %s done in %.1f s\n", flags_.id.c_str(),
-                 task.action_key().substr(0, 12).c_str(), wall_s);
+    log::Info(Fields(&task), "job done in {:.1f} s", wall_s);
+  }
+
+  void RunTaskIn(const v1::Task& task, const std::string& dir) {
+    std::string reason;
+    Heartbeat(task, "fetching", 0.0, &reason);
+    if (auto s = FetchInputs(task, dir); !s.ok()) return Fail(task, std::string(s.message()), true);
+    int progress_fd = -1;
+    const pid_t child = StartJobProcess(task, dir, &progress_fd);
+    if (child < 0) return Fail(task, absl::StrCat("cannot start the job process: ", std::strerror(errno)), true);
+    const ChildEnd end = Supervise(task, child, progress_fd);
+    if (end.stopped) {
+      log::Info(Fields(&task), "stopped job {}: {}", task.action_key().substr(0, 12), end.reason);
+      if (g_stop) Fail(task, absl::StrCat("worker ", flags_.id, " shut down mid-job"), true);
+      return;
+    }
+    if (const std::string failure = FailureOf(task, end, dir); !failure.empty()) return Fail(task, failure, false);
+    Store(task, dir, end.wall_s);
   }
 
   Flags flags_;
@@ -314,36 +333,32 @@ class Worker {
 
 int Main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--run-job") == 0) return RunJob(argv[2]);
+  CLI::App app(
+      "kiln-worker: runs Kiln compile jobs for a kilnd server. Each job runs in a child process under the "
+      "CPU-time and memory limits kilnd sets.",
+      "kiln-worker");
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "kiln-worker: %s needs a value\n", arg.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (arg == "--server") {
-      flags.server = value();
-    } else if (arg == "--id") {
-      flags.id = value();
-    } else if (arg == "--work-dir") {
-      flags.work_dir = value();
-    } else if (arg == "--once") {
-      flags.once = true;
-    } else {
-      std::fprintf(stderr, "kiln-worker: unknown flag '%s'\nRun 'kiln-worker --help' for usage.\n", arg.c_str());
+  std::string log_format = "text", log_level = "info";
+  app.add_option("--server", flags.server, "kilnd's gRPC address (host:port)")->required();
+  app.add_option("--id", flags.id, "worker name in leases, logs and metrics (default: HOSTNAME-PID)");
+  app.add_option("--work-dir", flags.work_dir, "scratch space for jobs (default: $TMPDIR or /tmp)");
+  app.add_flag("--once", flags.once, "exit after one job (for tests)");
+  app.add_option("--log-format", log_format, "text or json (JSON lines for log collectors)")->capture_default_str();
+  app.add_option("--log-level", log_level, "debug, info, warning or error")->capture_default_str();
+  if (auto exit = ParseCommandLine(app, argc, argv)) return *exit;
+  log::Options log_options;
+  log_options.program = "kiln-worker";
+  auto format = log::ParseFormat(log_format);
+  auto level = log::ParseLevel(log_level);
+  for (const absl::Status& s : {format.status(), level.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "kiln-worker: %s\nRun 'kiln-worker --help' for usage.\n", std::string(s.message()).c_str());
       return 2;
     }
   }
-  if (flags.server.empty()) {
-    std::fprintf(stderr, "kiln-worker: --server ADDR is required\nRun 'kiln-worker --help' for usage.\n");
-    return 2;
-  }
+  log_options.format = *format;
+  log_options.level = *level;
+  log::Init(log_options);
   if (flags.id.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);

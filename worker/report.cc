@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <sstream>
 
-#include "kiln/compiler/compile.h"
+#include "absl/strings/str_cat.h"
+#include "kiln/compiler/spec.h"
+#include "kiln/compiler/version.h"
 
 namespace kiln::worker {
 namespace {
@@ -24,27 +25,18 @@ std::vector<int64_t> TopK(const Tensor& t, int64_t row, int64_t classes, int k) 
   return index;
 }
 
-std::string Number(double v) {
-  if (std::isnan(v)) return "null";
-  if (std::isinf(v)) return v > 0 ? "1e308" : "-1e308";
-  std::ostringstream out;
-  out.precision(6);
-  out << v;
-  return out.str();
-}
-
 }  // namespace
 
 v1::OutputAccuracy CompareOutput(const std::string& name, const Tensor& got, const Tensor& reference, double atol,
                                  double rtol, bool* shape_ok) {
   v1::OutputAccuracy out;
   out.set_name(name);
-  for (int64_t d : reference.dims()) out.add_shape(d);
+  for (int64_t d : reference.dims()) out.add_shape(static_cast<int32_t>(d));
   *shape_ok = got.dims() == reference.dims() && got.dtype() == reference.dtype();
   const int64_t n = reference.num_elements();
-  out.set_num_elements(n);
+  out.set_num_elements(static_cast<double>(n));
   if (!*shape_ok) {
-    out.set_count_outside_tolerance(n);
+    out.set_count_outside_tolerance(static_cast<double>(n));
     out.set_max_abs_error(INFINITY);
     return out;
   }
@@ -72,7 +64,7 @@ v1::OutputAccuracy CompareOutput(const std::string& name, const Tensor& got, con
   out.set_max_rel_error(max_rel);
   out.set_cosine_similarity(norm_ref == 0 && norm_got == 0 ? 1.0 : dot / std::sqrt(norm_ref * norm_got));
   out.set_snr_db(noise == 0 ? 200.0 : signal == 0 ? -200.0 : std::min(200.0, 10 * std::log10(signal / noise)));
-  out.set_count_outside_tolerance(outside);
+  out.set_count_outside_tolerance(static_cast<double>(outside));
   // Classifier-shaped: [C] or [N, C] with at least five classes.
   const auto& dims = reference.dims();
   const bool classifier = IsFloat(reference.dtype()) &&
@@ -94,58 +86,116 @@ v1::OutputAccuracy CompareOutput(const std::string& name, const Tensor& got, con
   return out;
 }
 
-std::string RenderReportJson(const v1::AccuracyReport& report, const ReportContext& context) {
-  std::ostringstream j;
-  j << "{\n  \"schema\": \"kiln.accuracy-report\",\n  \"schema_version\": " << report.schema_version() << ",\n"
-    << "  \"compiler_version\": \"" << JsonEscape(context.compiler_version) << "\",\n"
-    << "  \"action_key\": \"" << context.action_key << "\",\n"
-    << "  \"model\": {\"sha256\": \"" << context.model.sha256() << "\", \"size_bytes\": " << context.model.size_bytes()
-    << "},\n"
-    << "  \"target\": \"" << JsonEscape(context.target) << "\",\n"
-    << "  \"verdict\": {\"passed\": " << (report.passed() ? "true" : "false") << ", \"reason\": \""
-    << JsonEscape(report.verdict()) << "\", \"atol\": " << Number(report.atol())
-    << ", \"rtol\": " << Number(report.rtol());
-  const bool pruned = report.prune_channels() > 0 || report.prune_weights() > 0;
-  if (report.precision() == "int8" || pruned) {
-    j << ", \"top1_drop_points\": " << Number(report.top1_drop_points())
-      << ", \"max_top1_drop\": " << Number(report.max_top1_drop());
-  }
-  j << "},\n  \"precision\": \"" << (report.precision().empty() ? "fp32" : report.precision()) << "\",\n";
-  if (pruned) {
-    j << "  \"pruning\": {\"channels\": " << Number(report.prune_channels())
-      << ", \"weights\": " << Number(report.prune_weights()) << "},\n";
-  }
-  j << "  \"inputs\": {\"source\": \"" << JsonEscape(context.input_source) << "\", \"tensors\": [";
-  for (size_t i = 0; i < context.input_descriptions.size(); ++i) {
-    j << (i ? ", " : "") << "\"" << JsonEscape(context.input_descriptions[i]) << "\"";
-  }
-  j << "]},\n  \"outputs\": [";
+namespace {
+
+// The fp32 verdict: shapes as the reference's and every element within atol + rtol |ref|.
+std::string ToleranceFailure(const v1::AccuracyReport& report, const std::vector<bool>& shape_ok, size_t outputs,
+                             size_t references) {
+  if (outputs != references) return absl::StrCat("the artifact has ", outputs, " outputs, the reference ", references);
   for (int i = 0; i < report.outputs_size(); ++i) {
     const auto& o = report.outputs(i);
-    j << (i ? "," : "") << "\n    {\"name\": \"" << JsonEscape(o.name()) << "\", \"shape\": [";
-    for (int d = 0; d < o.shape_size(); ++d) j << (d ? ", " : "") << o.shape(d);
-    j << "], \"num_elements\": " << o.num_elements() << ", \"reference_scale\": " << Number(o.reference_scale())
-      << ", \"max_abs_error\": " << Number(o.max_abs_error()) << ", \"mean_abs_error\": " << Number(o.mean_abs_error())
-      << ", \"max_rel_error\": " << Number(o.max_rel_error())
-      << ", \"cosine_similarity\": " << Number(o.cosine_similarity()) << ", \"snr_db\": " << Number(o.snr_db())
-      << ", \"count_outside_tolerance\": " << o.count_outside_tolerance();
-    if (o.has_topk()) {
-      j << ", \"top1_agreement\": " << Number(o.top1_agreement())
-        << ", \"top5_agreement\": " << Number(o.top5_agreement());
+    if (!shape_ok[static_cast<size_t>(i)])
+      return absl::StrCat("output '", o.name(), "' differs in shape or dtype from the reference");
+    if (o.count_outside_tolerance() > 0) {
+      return absl::StrCat("output '", o.name(), "': ", static_cast<int64_t>(o.count_outside_tolerance()), " of ",
+                          static_cast<int64_t>(o.num_elements()), " elements outside atol ", report.atol(), " + rtol ",
+                          report.rtol(), " x |reference| (max abs error ", o.max_abs_error(), ")");
     }
-    j << "}";
   }
-  j << "\n  ],\n  \"artifact_size_bytes\": " << report.artifact_size_bytes() << ",\n  \"latency_ms\": ";
-  if (context.latency_iters > 0) {
-    j << "{\"median\": " << Number(context.latency_median_ms) << ", \"p90\": " << Number(context.latency_p90_ms)
-      << ", \"iters\": " << context.latency_iters << ", \"threads\": 1}";
-  } else {
-    j << "null";
+  return "";
+}
+
+// The int8 / pruned verdict: the worst top-1 change over classifier outputs against the bar.
+std::string TopOneFailure(const v1::CompileSpec& spec, v1::AccuracyReport& report, size_t outputs, size_t references) {
+  const bool int8 = spec.quantization().precision() == "int8";
+  const bool pruned = spec.pruning().channels() > 0 || spec.pruning().weights() > 0;
+  double drop = 0;
+  bool any_classifier = false;
+  for (const auto& o : report.outputs()) {
+    if (!o.has_topk()) continue;
+    any_classifier = true;
+    drop = std::max(drop, 100.0 * (1.0 - o.top1_agreement()));
   }
-  j << ",\n  \"timings_ms\": {\"compile\": " << Number(context.compile_ms)
-    << ", \"validate\": " << Number(context.validate_ms)
-    << "},\n  \"compile\": " << (context.compile_report_json.empty() ? "null" : context.compile_report_json) << "}\n";
-  return j.str();
+  report.set_top1_drop_points(drop);
+  report.set_max_top1_drop(spec.accuracy().max_top1_drop());
+  if (outputs != references) return absl::StrCat("the artifact has ", outputs, " outputs, the reference ", references);
+  if (!any_classifier) {
+    return "no classifier-shaped output ([C] or [N, C], C >= 5) to judge a lossy (int8 or pruned) build's top-1 "
+           "agreement by";
+  }
+  if (drop > spec.accuracy().max_top1_drop()) {
+    return absl::StrCat(int8 && pruned ? "int8, pruned"
+                        : int8         ? "int8"
+                                       : "pruned",
+                        ": top-1 changed on ", drop, " % of the validation rows against the fp32 model (max_top1_drop ",
+                        spec.accuracy().max_top1_drop(), ")");
+  }
+  return "";
+}
+
+}  // namespace
+
+v1::AccuracyReport Judge(const v1::CompileSpec& spec, const std::vector<std::string>& output_names,
+                         const std::vector<Tensor>& outputs, const std::vector<Tensor>& reference) {
+  v1::AccuracyReport report;
+  report.set_schema_version(2);
+  report.set_atol(spec.accuracy().atol());
+  report.set_rtol(spec.accuracy().rtol());
+  report.set_input_source(spec.accuracy().has_input_set() ? "uploaded"
+                                                          : absl::StrCat("random(seed=", spec.accuracy().seed(), ")"));
+  report.set_precision(spec.quantization().precision());
+  report.set_prune_channels(spec.pruning().channels());
+  report.set_prune_weights(spec.pruning().weights());
+  std::vector<bool> shapes_ok;
+  for (size_t i = 0; i < outputs.size() && i < reference.size(); ++i) {
+    bool shape_ok = true;
+    *report.add_outputs() =
+        CompareOutput(output_names[i], outputs[i], reference[i], report.atol(), report.rtol(), &shape_ok);
+    shapes_ok.push_back(shape_ok);
+  }
+  const std::string failure = IsLossy(spec) ? TopOneFailure(spec, report, outputs.size(), reference.size())
+                                            : ToleranceFailure(report, shapes_ok, outputs.size(), reference.size());
+  report.set_passed(failure.empty());
+  report.set_verdict(failure.empty() ? "pass" : failure);
+  return report;
+}
+
+v1::JobReport JobReportFor(const std::string& action_key, const v1::CompileSpec& spec, const v1::AccuracyReport& report,
+                           const v1::CompileReport& compile, const ReportContext& context) {
+  v1::JobReport out;
+  out.set_schema("kiln.accuracy-report");
+  out.set_schema_version(2);
+  out.set_compiler_version(CompilerVersion());
+  out.set_action_key(action_key);
+  *out.mutable_model() = spec.model();
+  *out.mutable_target() = spec.target();
+  auto* verdict = out.mutable_verdict();
+  verdict->set_passed(report.passed());
+  verdict->set_reason(report.verdict());
+  verdict->set_atol(report.atol());
+  verdict->set_rtol(report.rtol());
+  verdict->set_top1_drop_points(report.top1_drop_points());
+  verdict->set_max_top1_drop(report.max_top1_drop());
+  out.set_precision(report.precision());
+  if (report.prune_channels() > 0 || report.prune_weights() > 0) {
+    out.mutable_pruning()->set_channels(report.prune_channels());
+    out.mutable_pruning()->set_weights(report.prune_weights());
+  }
+  out.mutable_inputs()->set_source(report.input_source());
+  for (const std::string& d : context.input_descriptions) out.mutable_inputs()->add_tensors(d);
+  *out.mutable_outputs() = report.outputs();
+  out.set_artifact_size_bytes(report.artifact_size_bytes());
+  if (context.latency.iters > 0) {
+    auto* latency = out.mutable_latency_ms();
+    latency->set_median(context.latency.median_ms);
+    latency->set_p90(context.latency.p90_ms);
+    latency->set_iters(context.latency.iters);
+    latency->set_threads(1);
+  }
+  out.mutable_timings_ms()->set_compile(context.compile_ms);
+  out.mutable_timings_ms()->set_validate(context.validate_ms);
+  *out.mutable_compile() = compile;
+  return out;
 }
 
 }  // namespace kiln::worker
