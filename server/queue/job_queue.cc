@@ -74,7 +74,7 @@ uint64_t JobQueue::WaitForChange(uint64_t seen, int64_t timeout_ms) {
   return changes_;
 }
 
-absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::SubmitRequest& task_request,
+absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::CompileSpec& spec,
                                                const std::string& target_label,
                                                const std::optional<v1::JobResult>& cached) {
   SubmitOutcome outcome;
@@ -108,7 +108,7 @@ absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::SubmitRequ
       // New, or a finished task whose result is no longer cached: (re)start it.
       state = v1::QUEUED;
       std::string request_bytes;
-      task_request.SerializeToString(&request_bytes);
+      spec.SerializeToString(&request_bytes);
       auto s =
           db_->Prepare(
                  "INSERT INTO tasks (action_key, state, request, target, model_sha, input_sha, queued_ms, target_label)"
@@ -119,15 +119,15 @@ absl::StatusOr<SubmitOutcome> JobQueue::Submit(v1::Job job, const v1::SubmitRequ
               .Bind(2, int64_t{v1::QUEUED})
               .BindBlob(3, request_bytes)
               .Bind(4, job.target())
-              .Bind(5, task_request.model().sha256())
-              .Bind(6, task_request.validation().input_set().sha256())
+              .Bind(5, spec.model().sha256())
+              .Bind(6, spec.accuracy().input_set().sha256())
               .Bind(7, now)
               .Bind(8, target_label)
               .Run();
       if (!s.ok()) return s;
       if (auto d = db_->Prepare("DELETE FROM task_blobs WHERE action_key = ?").Bind(1, job.action_key()).Run(); !d.ok())
         return d;
-      for (const auto& sample : task_request.options().calibration()) {
+      for (const auto& sample : spec.quantization().calibration()) {
         auto b = db_->Prepare("INSERT INTO task_blobs (action_key, sha) VALUES (?, ?)")
                      .Bind(1, job.action_key())
                      .Bind(2, sample.sha256())
@@ -317,8 +317,7 @@ std::optional<v1::Task> JobQueue::Lease(const std::string& worker_id, int64_t* q
     if (!q.Step()) return std::nullopt;
     const std::string key = q.Text(0);
     task.set_action_key(key);
-    task.mutable_request()->ParseFromString(q.Text(1));
-    task.set_canonical_target(q.Text(2));
+    task.mutable_spec()->ParseFromString(q.Text(1));
     const int64_t generation = q.Int(4) + 1;
     if (queue_wait_ms != nullptr) *queue_wait_ms = UnixMillis() - q.Int(5);
     task.set_attempt(static_cast<int32_t>(generation));

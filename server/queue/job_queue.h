@@ -59,9 +59,10 @@ class JobQueue {
 
   // `job` carries model, target, action_key, labels, compiler_version; the queue fills id,
   // state and times. With `cached`, the job is born SUCCEEDED (cache_hit) without a task.
-  // `target_label` is the short target name for metrics ("host", a preset, "custom").
-  absl::StatusOr<SubmitOutcome> Submit(v1::Job job, const v1::SubmitRequest& task_request,
-                                       const std::string& target_label, const std::optional<v1::JobResult>& cached);
+  // `target_label` is the short target name for metrics ("host", a preset, "custom"); `spec`
+  // (normalised) is what the task's worker compiles (Task.spec).
+  absl::StatusOr<SubmitOutcome> Submit(v1::Job job, const v1::CompileSpec& spec, const std::string& target_label,
+                                       const std::optional<v1::JobResult>& cached);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   // Cancels the job; the task stops too when no other job waits on it.
   absl::StatusOr<v1::Job> Cancel(const std::string& id);

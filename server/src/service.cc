@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kiln/common/time.h"
+#include "kiln/compiler/spec.h"
 #include "kiln/compiler/target.h"
 #include "onnx/onnx_pb.h"
 #include "proto/client/status_names.h"
@@ -20,8 +21,6 @@ namespace {
 using cache::Digest;
 
 constexpr int64_t kChunkBytes = 1 << 20;
-constexpr double kDefaultAtol = 1e-3, kDefaultRtol = 1e-3;
-constexpr double kDefaultMaxTop1Drop = 1.0;  // int8 jobs: percentage points of rows
 
 Digest FromProto(const v1::Digest& d) { return Digest{d.sha256(), d.size_bytes()}; }
 v1::Digest ToProto(const Digest& d) {
@@ -72,120 +71,6 @@ grpc::Status CheckModel(cache::Cache& cache, const v1::Digest& digest) {
 }
 
 }  // namespace
-
-absl::Status NormalizeRequest(v1::SubmitRequest& request) {
-  if (request.target().empty()) request.set_target("host");
-  auto* validation = request.mutable_validation();
-  if (!std::isfinite(validation->atol()) || validation->atol() < 0 || !std::isfinite(validation->rtol()) ||
-      validation->rtol() < 0) {
-    return absl::InvalidArgumentError("validation atol and rtol must be finite and >= 0");
-  }
-  if (validation->atol() == 0 && validation->rtol() == 0) {
-    validation->set_atol(kDefaultAtol);
-    validation->set_rtol(kDefaultRtol);
-  }
-  auto* shapes = request.mutable_options()->mutable_input_shapes();
-  for (const auto& shape : *shapes) {
-    if (shape.name().empty()) return absl::InvalidArgumentError("an input shape has no input name");
-    if (shape.dims().empty())
-      return absl::InvalidArgumentError(absl::StrCat("input shape for '", shape.name(), "' has no dims"));
-    for (int64_t d : shape.dims()) {
-      if (d <= 0)
-        return absl::InvalidArgumentError(
-            absl::StrCat("input shape for '", shape.name(), "' has dim ", d, "; dims must be >= 1"));
-    }
-  }
-  std::sort(shapes->begin(), shapes->end(),
-            [](const v1::InputShape& a, const v1::InputShape& b) { return a.name() < b.name(); });
-  auto* options = request.mutable_options();
-  if (options->precision().empty()) options->set_precision("fp32");
-  if (options->precision() != "fp32" && options->precision() != "int8") {
-    return absl::InvalidArgumentError(absl::StrCat("precision '", options->precision(), "' is not one of fp32, int8"));
-  }
-  const bool int8 = options->precision() == "int8";
-  if (!int8 &&
-      (options->calibration_size() > 0 || !options->calibration_method().empty() || options->keep_float_size() > 0)) {
-    return absl::InvalidArgumentError("calibration, calibration_method and keep_float go with precision int8");
-  }
-  for (const auto& [name, ratio] : {std::pair<const char*, double>{"prune_channels", options->prune_channels()},
-                                    std::pair<const char*, double>{"prune_weights", options->prune_weights()}}) {
-    if (!(ratio >= 0 && ratio < 1))
-      return absl::InvalidArgumentError(absl::StrCat(name, " ", ratio, " is not a share in [0, 1)"));
-  }
-  const bool pruned = options->prune_channels() > 0 || options->prune_weights() > 0;
-  if (!pruned && options->prune_skip_size() > 0)
-    return absl::InvalidArgumentError("prune_skip goes with prune_channels or prune_weights");
-  std::sort(options->mutable_prune_skip()->begin(), options->mutable_prune_skip()->end());
-  if (!int8 && !pruned && validation->max_top1_drop() != 0) {
-    return absl::InvalidArgumentError(
-        "max_top1_drop goes with precision int8 or pruning (fp32 builds are judged by atol/rtol)");
-  }
-  if (pruned && !int8) {
-    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 ||
-        validation->max_top1_drop() > 100) {
-      return absl::InvalidArgumentError("max_top1_drop must be within [0, 100] percentage points");
-    }
-    if (validation->max_top1_drop() == 0) validation->set_max_top1_drop(kDefaultMaxTop1Drop);
-  }
-  if (int8) {
-    if (options->calibration_size() == 0) {
-      return absl::InvalidArgumentError(
-          "precision int8 needs calibration samples (InputSet blobs): activation ranges come from them");
-    }
-    if (options->calibration_method().empty()) options->set_calibration_method("minmax");
-    const std::string& method = options->calibration_method();
-    if (method != "minmax" && method != "percentile" && method != "entropy") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("calibration method '", method, "' is not one of minmax, percentile, entropy"));
-    }
-    std::sort(options->mutable_keep_float()->begin(), options->mutable_keep_float()->end());
-    if (!std::isfinite(validation->max_top1_drop()) || validation->max_top1_drop() < 0 ||
-        validation->max_top1_drop() > 100) {
-      return absl::InvalidArgumentError("max_top1_drop must be within [0, 100] percentage points");
-    }
-    if (validation->max_top1_drop() == 0) validation->set_max_top1_drop(kDefaultMaxTop1Drop);
-  }
-  return absl::OkStatus();
-}
-
-std::string ActionKey(const v1::SubmitRequest& request, const std::string& canonical_target,
-                      const std::string& compiler_version) {
-  std::string text = "kiln-action-v1\n";
-  absl::StrAppend(&text, "model=", request.model().sha256(), "/", request.model().size_bytes(), "\n");
-  absl::StrAppend(&text, "target=", canonical_target, "\n");
-  absl::StrAppend(&text, "pipeline=", request.options().pipeline().empty() ? "default" : request.options().pipeline(),
-                  "\n");
-  for (const auto& shape : request.options().input_shapes()) {
-    absl::StrAppend(&text, "input_shape=", shape.name(), ":", absl::StrJoin(shape.dims(), "x"), "\n");
-  }
-  const auto& v = request.validation();
-  if (v.has_input_set()) {
-    absl::StrAppend(&text, "inputs=", v.input_set().sha256(), "/", v.input_set().size_bytes(), "\n");
-  } else {
-    absl::StrAppend(&text, "inputs=random:", v.seed(), "\n");
-  }
-  char tolerance[96];
-  std::snprintf(tolerance, sizeof(tolerance), "atol=%.17g\nrtol=%.17g\n", v.atol(), v.rtol());
-  absl::StrAppend(&text, tolerance, "latency=", v.skip_latency() ? "no" : "yes", "\n");
-  const auto& o = request.options();
-  if (o.precision() != "fp32") {  // (fp32 keys stay as they were before precision existed)
-    absl::StrAppend(&text, "precision=", o.precision(), "\nmethod=", o.calibration_method(), "\n");
-    for (const auto& d : o.calibration()) absl::StrAppend(&text, "calibration=", d.sha256(), "/", d.size_bytes(), "\n");
-    for (const auto& name : o.keep_float()) absl::StrAppend(&text, "keep_float=", name, "\n");
-    char drop[64];
-    std::snprintf(drop, sizeof(drop), "max_top1_drop=%.17g\n", v.max_top1_drop());
-    absl::StrAppend(&text, drop);
-  }
-  if (o.prune_channels() > 0 || o.prune_weights() > 0) {  // (unpruned keys stay as they were)
-    char prune[160];
-    std::snprintf(prune, sizeof(prune), "prune_channels=%.17g\nprune_weights=%.17g\nprune_max_top1_drop=%.17g\n",
-                  o.prune_channels(), o.prune_weights(), v.max_top1_drop());
-    absl::StrAppend(&text, prune);
-    for (const auto& name : o.prune_skip()) absl::StrAppend(&text, "prune_skip=", name, "\n");
-  }
-  absl::StrAppend(&text, "compiler=", compiler_version, "\n");
-  return cache::DigestOf(text).sha256_hex;
-}
 
 void ServerState::SawWorker(const std::string& id, bool busy) {
   std::lock_guard<std::mutex> lock(workers_mutex);
@@ -274,32 +159,48 @@ grpc::Status KilnService::FindMissing(grpc::ServerContext*, const v1::FindMissin
   return Count("FindMissing", grpc::Status::OK);
 }
 
+namespace {
+
+// The request's spec normalised (target resolved here: "host" is this machine) and its
+// action key; the service does not tune (that measures on whichever worker leases it).
+grpc::Status NormalizeSpec(v1::CompileSpec& spec, const std::string& compiler_version, std::string* key) {
+  if (!spec.has_model()) return Invalid("Submit needs spec.model, the model's digest (upload the model first)");
+  if (auto s = CheckDigest(spec.model(), "model digest"); !s.ok()) return s;
+  if (spec.tuning().enabled()) {
+    return Invalid(
+        "tuning.enabled: the service does not tune (timings would come from whichever worker ran the "
+        "job); tune with `kiln compile --tune`");
+  }
+  if (auto s = Normalize(spec); !s.ok()) return ToGrpc(s);
+  *key = ActionKey(spec, compiler_version);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
 grpc::Status KilnService::Submit(grpc::ServerContext*, const v1::SubmitRequest* incoming, v1::Job* response) {
   auto run = [&]() -> grpc::Status {
-    v1::SubmitRequest request = *incoming;
-    if (!request.has_model()) return Invalid("Submit needs the model's digest (upload the model first)");
-    if (auto s = CheckDigest(request.model(), "model digest"); !s.ok()) return s;
-    if (auto s = NormalizeRequest(request); !s.ok()) return ToGrpc(s);
-    auto target = ResolveTarget(request.target());
-    if (!target.ok()) return Invalid(std::string(target.status().message()));
-    const std::string canonical_target = CanonicalTarget(*target);
+    v1::CompileSpec spec = incoming->spec();
+    std::string key;
+    if (auto s = NormalizeSpec(spec, state_->options.compiler_version, &key); !s.ok()) return s;
+    const std::string canonical_target = CanonicalTarget(spec.target());
     // Held until the task is queued (from then on the queue's needs protect it).
-    auto model_hold = state_->cache->HoldBlob(FromProto(request.model()));
-    if (!state_->cache->Contains(FromProto(request.model()))) {
+    auto model_hold = state_->cache->HoldBlob(FromProto(spec.model()));
+    if (!state_->cache->Contains(FromProto(spec.model()))) {
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrCat("model blob ", request.model().sha256(), " (", request.model().size_bytes(),
+          absl::StrCat("model blob ", spec.model().sha256(), " (", spec.model().size_bytes(),
                        " bytes) is not in the cache; Upload it first (FindMissing lists what to upload)"));
     }
-    if (request.validation().has_input_set()) {
-      if (auto s = CheckDigest(request.validation().input_set(), "input set digest"); !s.ok()) return s;
-      if (!state_->cache->Contains(FromProto(request.validation().input_set()))) {
+    if (spec.accuracy().has_input_set()) {
+      if (auto s = CheckDigest(spec.accuracy().input_set(), "input set digest"); !s.ok()) return s;
+      if (!state_->cache->Contains(FromProto(spec.accuracy().input_set()))) {
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            absl::StrCat("input set blob ", request.validation().input_set().sha256(),
+                            absl::StrCat("input set blob ", spec.accuracy().input_set().sha256(),
                                          " is not in the cache; Upload it first"));
       }
     }
-    for (const auto& sample : request.options().calibration()) {
+    for (const auto& sample : spec.quantization().calibration()) {
       if (auto s = CheckDigest(sample, "calibration digest"); !s.ok()) return s;
       if (!state_->cache->Contains(FromProto(sample))) {
         return grpc::Status(
@@ -307,14 +208,13 @@ grpc::Status KilnService::Submit(grpc::ServerContext*, const v1::SubmitRequest* 
             absl::StrCat("calibration blob ", sample.sha256(), " is not in the cache; Upload it first"));
       }
     }
-    const std::string key = ActionKey(request, canonical_target, state_->options.compiler_version);
     v1::Job job;
-    *job.mutable_model() = request.model();
+    *job.mutable_model() = spec.model();
     job.set_target(canonical_target);
-    job.set_target_name(target->name);
+    job.set_target_name(spec.target().preset());
     job.set_action_key(key);
     job.set_compiler_version(state_->options.compiler_version);
-    *job.mutable_labels() = request.labels();
+    *job.mutable_labels() = incoming->labels();
     std::optional<v1::JobResult> cached;
     if (auto hit = state_->cache->LookupAction(key)) {
       v1::JobResult result;
@@ -323,14 +223,12 @@ grpc::Status KilnService::Submit(grpc::ServerContext*, const v1::SubmitRequest* 
     }
     state_->metrics->CacheLookup(cached.has_value());
     if (!cached) {
-      if (auto s = CheckModel(*state_->cache, request.model()); !s.ok()) return s;
+      if (auto s = CheckModel(*state_->cache, spec.model()); !s.ok()) return s;
     }
-    v1::SubmitRequest task_request = request;
-    task_request.clear_labels();
-    // Metrics label targets by the name asked for (host, a preset, or custom), not by the
-    // canonical feature list, so dashboards stay readable.
-    const std::string target_label = target->name;
-    auto outcome = state_->queue->Submit(job, task_request, target_label, cached);
+    // Metrics label targets by preset (host, a preset, or custom), not by the canonical
+    // feature list, so dashboards stay readable.
+    const std::string target_label = spec.target().preset();
+    auto outcome = state_->queue->Submit(job, spec, target_label, cached);
     if (!outcome.ok()) return ToGrpc(outcome.status());
     state_->metrics->JobSubmitted(target_label, cached ? "cache_hit" : outcome->joined ? "joined" : "queued");
     if (cached) state_->metrics->JobFinished(target_label, "SUCCEEDED");
@@ -412,16 +310,9 @@ grpc::Status KilnService::ListJobs(grpc::ServerContext*, const v1::ListJobsReque
 grpc::Status KilnService::Lookup(grpc::ServerContext*, const v1::LookupRequest* incoming,
                                  v1::LookupResponse* response) {
   auto run = [&]() -> grpc::Status {
-    v1::SubmitRequest request;
-    *request.mutable_model() = incoming->model();
-    request.set_target(incoming->target());
-    *request.mutable_options() = incoming->options();
-    *request.mutable_validation() = incoming->validation();
-    if (auto s = CheckDigest(request.model(), "model digest"); !s.ok()) return s;
-    if (auto s = NormalizeRequest(request); !s.ok()) return ToGrpc(s);
-    auto target = ResolveTarget(request.target());
-    if (!target.ok()) return Invalid(std::string(target.status().message()));
-    const std::string key = ActionKey(request, CanonicalTarget(*target), state_->options.compiler_version);
+    v1::CompileSpec spec = incoming->spec();
+    std::string key;
+    if (auto s = NormalizeSpec(spec, state_->options.compiler_version, &key); !s.ok()) return s;
     response->set_action_key(key);
     auto hit = state_->cache->LookupAction(key);
     state_->metrics->CacheLookup(hit.has_value());

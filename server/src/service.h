@@ -80,12 +80,4 @@ class WorkerService final : public v1::Worker::Service {
   ServerState* state_;
 };
 
-// The action key: sha256 over the canonical text of model digest, canonical target,
-// options, validation spec and compiler version. `request` must be normalised first.
-std::string ActionKey(const v1::SubmitRequest& request, const std::string& canonical_target,
-                      const std::string& compiler_version);
-// Fills defaults (target "host", atol/rtol) and sorts input shapes, so equal requests
-// hash equally; InvalidArgument for values that cannot be right.
-absl::Status NormalizeRequest(v1::SubmitRequest& request);
-
 }  // namespace kiln::server

@@ -25,11 +25,11 @@ v1::Job JobFor(const std::string& key, std::map<std::string, std::string> labels
   return job;
 }
 
-v1::SubmitRequest RequestFor() {
-  v1::SubmitRequest request;
-  request.mutable_model()->set_sha256(std::string(64, 'a'));
-  request.mutable_model()->set_size_bytes(10);
-  return request;
+v1::CompileSpec RequestFor() {
+  v1::CompileSpec spec;
+  spec.mutable_model()->set_sha256(std::string(64, 'a'));
+  spec.mutable_model()->set_size_bytes(10);
+  return spec;
 }
 
 v1::JobResult ResultWith(const std::string& artifact) {
