@@ -1,57 +1,39 @@
-// The kiln CLI's service subcommands: see service_commands.h.
-#include "clients/cli/service_commands.h"
-#include "kiln/common/file.h"
-
+// The kiln CLI's service subcommands (submit, job, jobs, watch, cancel, fetch): clients of
+// a kilnd server over the kiln.v1 gRPC API. `kiln submit` builds its CompileSpec from the
+// same flags and with the same code as `kiln compile`.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
+#include <cstdlib>
+#include <map>
+#include <memory>
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "clients/cli/args.h"
-#include "kiln/compiler/frontend.h"
+#include "clients/cli/commands.h"
+#include "clients/cli/spec_flags.h"
+#include "kiln/common/file.h"
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "proto/client/blob_transfer.h"
 #include "proto/client/status_names.h"
 
 namespace kiln::cli {
-
-const char kServiceUsage[] = R"(Service commands (a kilnd server; --server defaults to $KILN_SERVER or 127.0.0.1:50051):
-  kiln submit MODEL.onnx --server ADDR [--target T] [--inputs DIR] [--atol A --rtol R] [--wait]
-              [--output DIR] [--fail-on-accuracy] [--label KEY=VALUE]... [--pipeline P]
-              [--precision int8 --calibration DIR [--calibration-method M] [--keep-float N,...]
-               [--max-top1-drop POINTS]] [--prune-channels R] [--prune-weights R] [--prune-skip N,...]
-              [--input-shape NAME=1x3x224x224]... [--seed N]
-      uploads what FindMissing reports missing (the model; the input set made from
-      DIR/*.pb, ONNX TensorProtos, one per model input, in file-name order), submits, and
-      without --wait prints the job id alone on its last line. With --wait (or --output) it
-      shows a live progress line, prints the accuracy report and the artifact digest, and
-      with --output writes artifact.so, report.json and manifest.json into DIR.
-      --precision int8 quantizes as `kiln compile --precision int8` does, with the samples
-      of --calibration DIR uploaded as blobs; the report then judges the build by top-1
-      agreement with the fp32 model on the validation inputs: it fails when more than
-      --max-top1-drop points (default 1) of the classifier rows change their top-1 class.
-      --prune-channels / --prune-weights / --prune-skip prune as `kiln compile` does; a
-      pruned build is judged by top-1 agreement the same way.
-      Exit status: 0 succeeded; 1 the job failed or was cancelled; 3 --fail-on-accuracy is
-      set and the report's verdict is a failure.
-  kiln job ID --server ADDR          the job's state (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
-  kiln jobs --server ADDR [--state S] [--label KEY=VALUE]... [--limit N]
-  kiln watch ID --server ADDR        follow a job to its end (exit status as for submit)
-  kiln cancel ID --server ADDR
-  kiln fetch DIGEST -o FILE --server ADDR   DIGEST is SHA256/SIZE as submit prints it
-)";
-
 namespace {
 
-std::string ServerOf(const Args& args) {
-  if (args.Has("--server")) return args.Get("--server");
+// --server, defaulting to $KILN_SERVER, then 127.0.0.1:50051.
+std::string DefaultServer() {
   const char* env = std::getenv("KILN_SERVER");
   return env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
+}
+
+void AddServerFlag(CLI::App& c, std::string& server) {
+  server = DefaultServer();
+  c.add_option("--server", server, "kilnd's address (default: $KILN_SERVER, else 127.0.0.1:50051)");
 }
 
 int RpcFail(const std::string& what, const grpc::Status& status) {
@@ -96,16 +78,15 @@ void PrintReport(const v1::Job& job) {
               job.cache_hit() ? " [cache hit]" : "");
   if (!r.passed()) std::printf("  verdict: %s\n", r.verdict().c_str());
   for (const auto& o : r.outputs()) {
-    std::printf("  output %s [%s]: max_abs %s, mean_abs %s, max_rel %s, cosine %.6f, snr %.1f dB, outside %lld/%lld",
+    std::printf("  output %s [%s]: max_abs %s, mean_abs %s, max_rel %s, cosine %.6f, snr %.1f dB, outside %.0f/%.0f",
                 o.name().c_str(), absl::StrJoin(o.shape(), ",").c_str(), FormatMetric(o.max_abs_error()).c_str(),
                 FormatMetric(o.mean_abs_error()).c_str(), FormatMetric(o.max_rel_error()).c_str(),
-                o.cosine_similarity(), o.snr_db(), static_cast<long long>(o.count_outside_tolerance()),
-                static_cast<long long>(o.num_elements()));
+                o.cosine_similarity(), o.snr_db(), o.count_outside_tolerance(), o.num_elements());
     if (o.has_topk()) std::printf(", top1 %.3f, top5 %.3f", o.top1_agreement(), o.top5_agreement());
     std::printf("\n");
   }
   if (r.latency_median_ms() > 0) std::printf("  latency (host, 1 thread): %.3f ms median\n", r.latency_median_ms());
-  std::printf("  artifact size: %lld bytes\n", static_cast<long long>(r.artifact_size_bytes()));
+  std::printf("  artifact size: %.0f bytes\n", r.artifact_size_bytes());
 }
 
 // Follows a job to its end, drawing a progress line on stderr; returns the final job.
@@ -122,11 +103,7 @@ bool Watch(v1::Kiln::Stub& stub, const std::string& id, v1::Job* final_job, std:
       const std::string line = absl::StrCat(id, " ", v1::JobState_Name(event.state()), " ", event.phase(), " ",
                                             static_cast<int>(std::lround(event.progress() * 100)), "%");
       if (line != last_line) {
-        if (tty) {
-          std::fprintf(stderr, "\r\033[K%s", line.c_str());
-        } else {
-          std::fprintf(stderr, "%s\n", line.c_str());
-        }
+        std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
         last_line = line;
       }
       *final_job = event.job();
@@ -148,7 +125,13 @@ bool Watch(v1::Kiln::Stub& stub, const std::string& id, v1::Job* final_job, std:
   return false;
 }
 
-int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const Args& args) {
+// How a finished job is shown: the report, the outputs written (--output), the exit status.
+struct FinishFlags {
+  std::string output;
+  bool fail_on_accuracy = false;
+};
+
+int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const FinishFlags& flags) {
   if (job.state() != v1::SUCCEEDED) {
     std::fprintf(stderr, "kiln: job %s %s: %s\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(),
                  job.error().c_str());
@@ -156,11 +139,8 @@ int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const Args& args) {
     return 1;
   }
   PrintReport(job);
-  if (args.Has("--output")) {
-    const std::string dir = args.Get("--output");
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return Fail(absl::StrCat(dir, ": ", ec.message()));
+  if (!flags.output.empty()) {
+    if (auto s = MakeDirectories(flags.output); !s.ok()) return Fail(std::string(s.message()));
     struct Item {
       const char* file;
       const v1::Digest* digest;
@@ -169,270 +149,132 @@ int Finish(v1::Kiln::Stub& stub, const v1::Job& job, const Args& args) {
                       Item{"manifest.json", &job.result().manifest()}}) {
       auto bytes = client::DownloadBlob(stub, *item.digest);
       if (!bytes.ok()) return Fail(absl::StrCat("downloading ", item.file, ": ", bytes.status().message()));
-      if (auto s = WriteFile(dir + "/" + item.file, *bytes); !s.ok()) return Fail(std::string(s.message()));
+      if (auto s = WriteFile(flags.output + "/" + item.file, *bytes); !s.ok()) return Fail(std::string(s.message()));
     }
-    std::printf("wrote %s/artifact.so, report.json, manifest.json\n", dir.c_str());
+    std::printf("wrote %s/artifact.so, report.json, manifest.json\n", flags.output.c_str());
   }
   std::printf("artifact: %s\n", DigestText(job.result().artifact()).c_str());
-  if (args.Has("--fail-on-accuracy") && !job.result().accuracy().passed()) {
+  if (flags.fail_on_accuracy && !job.result().accuracy().passed()) {
     std::fprintf(stderr, "kiln: the accuracy report fails: %s\n", job.result().accuracy().verdict().c_str());
     return 3;
   }
   return 0;
 }
 
-// Calibration samples as InputSet blobs: one subdirectory per sample holding input_0.pb,
-// input_1.pb, ... (the ONNX test-data layout; by position), or one *.pb per sample for a
-// one-input model. The same layout `kiln compile --calibration` reads.
-absl::StatusOr<std::vector<std::string>> CalibrationInputSets(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return absl::NotFoundError(absl::StrCat("calibration directory '", dir, "' does not exist"));
-  std::vector<fs::path> subdirs, files;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_directory()) subdirs.push_back(entry.path());
-    if (entry.is_regular_file() && entry.path().extension() == ".pb") files.push_back(entry.path());
+struct SubmitFlags {
+  std::string model, server;
+  std::vector<std::string> labels;
+  bool wait = false;
+  FinishFlags finish;
+  SpecFlags spec;
+};
+
+// Uploads what the server lacks of the spec's blobs (FindMissing first).
+int UploadMissing(v1::Kiln::Stub& stub, const SpecWithData& data) {
+  std::vector<std::pair<v1::Digest, const std::string*>> blobs = {{data.spec.model(), &data.model}};
+  std::map<std::string, const char*> what = {{data.spec.model().sha256(), "model"}};
+  if (!data.input_set.empty()) {
+    blobs.emplace_back(data.spec.accuracy().input_set(), &data.input_set);
+    what.emplace(data.spec.accuracy().input_set().sha256(), "input set");
   }
-  std::sort(subdirs.begin(), subdirs.end());
-  std::sort(files.begin(), files.end());
-  std::vector<std::vector<fs::path>> samples;
-  for (const fs::path& sub : subdirs) {
-    std::vector<fs::path> tensors;
-    for (int i = 0; fs::exists(sub / absl::StrCat("input_", i, ".pb")); ++i)
-      tensors.push_back(sub / absl::StrCat("input_", i, ".pb"));
-    if (tensors.empty())
-      return absl::InvalidArgumentError(absl::StrCat("calibration sample '", sub.string(), "' has no input_0.pb"));
-    samples.push_back(tensors);
+  for (int k = 0; k < data.spec.quantization().calibration_size(); ++k) {
+    blobs.emplace_back(data.spec.quantization().calibration(k), &data.calibration[static_cast<size_t>(k)]);
+    what.emplace(data.spec.quantization().calibration(k).sha256(), "calibration sample");
   }
-  if (subdirs.empty()) {
-    for (const fs::path& file : files) samples.push_back({file});
-  }
-  if (samples.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration directory '", dir, "' holds no samples (subdirectories with input_0.pb, or *.pb files)"));
-  }
-  std::vector<std::string> blobs;
-  for (const auto& tensors : samples) {
-    v1::InputSet set;
-    for (const fs::path& path : tensors) {
-      auto bytes = ReadFile(path.string());
-      if (!bytes.ok()) return bytes.status();
-      set.add_inputs()->set_tensor_proto(*bytes);
+  grpc::ClientContext context;
+  v1::FindMissingRequest find;
+  for (const auto& [digest, bytes] : blobs) *find.add_digests() = digest;
+  v1::FindMissingResponse missing;
+  if (auto s = stub.FindMissing(&context, find, &missing); !s.ok()) return RpcFail("FindMissing", s);
+  for (const v1::Digest& digest : missing.missing()) {
+    auto blob =
+        std::find_if(blobs.begin(), blobs.end(), [&](const auto& b) { return b.first.sha256() == digest.sha256(); });
+    if (blob == blobs.end()) continue;
+    std::fprintf(stderr, "kiln: uploading %s (%lld bytes)\n", what[digest.sha256()],
+                 static_cast<long long>(digest.size_bytes()));
+    auto uploaded = client::UploadBlob(stub, *blob->second, false);
+    if (!uploaded.ok()) {
+      return Fail(
+          absl::StrCat("Upload: ", client::StatusCodeName(static_cast<grpc::StatusCode>(uploaded.status().code())),
+                       ": ", uploaded.status().message()));
     }
-    blobs.push_back(set.SerializeAsString());
   }
-  return blobs;
+  if (missing.missing_size() == 0)
+    std::fprintf(stderr, "kiln: the server already has the model%s\n", data.input_set.empty() ? "" : " and inputs");
+  return 0;
 }
 
-int Submit(int argc, char** argv) {
-  Args args;
-  std::string error;
-  if (!ParseArgs(argc, argv, 2,
-                 {{"--server", true},
-                  {"--target", true},
-                  {"--inputs", true},
-                  {"--atol", true},
-                  {"--rtol", true},
-                  {"--wait", false},
-                  {"--output", true},
-                  {"--fail-on-accuracy", false},
-                  {"--label", true},
-                  {"--pipeline", true},
-                  {"--input-shape", true},
-                  {"--seed", true},
-                  {"--precision", true},
-                  {"--calibration", true},
-                  {"--calibration-method", true},
-                  {"--keep-float", true},
-                  {"--max-top1-drop", true},
-                  {"--prune-channels", true},
-                  {"--prune-weights", true},
-                  {"--prune-skip", true}},
-                 args, error)) {
-    return UsageError(error);
-  }
-  if (args.positional.size() != 1) return UsageError("submit takes one MODEL.onnx");
+int Submit(const SubmitFlags& flags) {
   v1::SubmitRequest request;
-  request.set_target(args.Get("--target", "host"));
-  request.mutable_options()->set_pipeline(args.Get("--pipeline"));
-  for (const std::string& spec : args.All("--input-shape")) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos)
-      return UsageError(absl::StrCat("--input-shape '", spec, "': expected NAME=1x3x224x224"));
-    auto* shape = request.mutable_options()->add_input_shapes();
-    shape->set_name(spec.substr(0, eq));
-    for (absl::string_view part : absl::StrSplit(spec.substr(eq + 1), absl::ByAnyChar("x,"))) {
-      int64_t d;
-      if (!absl::SimpleAtoi(part, &d) || d <= 0)
-        return UsageError(absl::StrCat("--input-shape '", spec, "': '", part, "' is not a dimension"));
-      shape->add_dims(d);
-    }
-  }
-  for (const char* flag : {"--atol", "--rtol"}) {
-    if (!args.Has(flag)) continue;
-    double v;
-    if (!absl::SimpleAtod(args.Get(flag), &v) || !(v >= 0) || !std::isfinite(v)) {
-      return UsageError(absl::StrCat(flag, " must be a number >= 0, got '", args.Get(flag), "'"));
-    }
-    if (std::string(flag) == "--atol")
-      request.mutable_validation()->set_atol(v);
-    else
-      request.mutable_validation()->set_rtol(v);
-  }
-  if (args.Has("--atol") != args.Has("--rtol")) return UsageError("--atol and --rtol go together");
-  if (args.Has("--seed")) {
-    uint64_t seed;
-    if (!absl::SimpleAtoi(args.Get("--seed"), &seed)) return UsageError("--seed must be a non-negative integer");
-    request.mutable_validation()->set_seed(seed);
-  }
-  for (const std::string& label : args.All("--label")) {
+  for (const std::string& label : flags.labels) {
     size_t eq = label.find('=');
     if (eq == std::string::npos || eq == 0)
-      return UsageError(absl::StrCat("--label '", label, "': expected KEY=VALUE"));
+      return UsageError("submit", absl::StrCat("--label '", label, "': expected KEY=VALUE"));
     (*request.mutable_labels())[label.substr(0, eq)] = label.substr(eq + 1);
   }
-
-  // int8: the calibration samples go up as InputSet blobs, one per sample.
-  const std::string precision = args.Get("--precision", "fp32");
-  if (precision != "fp32" && precision != "int8")
-    return UsageError("--precision '" + precision + "': expected fp32 or int8");
-  for (const char* flag : {"--calibration", "--calibration-method", "--keep-float"}) {
-    if (args.Has(flag) && precision != "int8") return UsageError(std::string(flag) + " goes with --precision int8");
+  auto data = BuildSpec(flags.model, flags.spec, SpecCommand::kSubmit);
+  if (!data.ok()) {
+    return absl::IsInvalidArgument(data.status()) ? UsageError("submit", std::string(data.status().message()))
+                                                  : Fail(std::string(data.status().message()));
   }
-  for (const char* flag : {"--prune-channels", "--prune-weights"}) {
-    if (!args.Has(flag)) continue;
-    double v;
-    if (!absl::SimpleAtod(args.Get(flag), &v) || !(v >= 0 && v < 1)) {
-      return UsageError(absl::StrCat(flag, " '", args.Get(flag),
-                                     "': expected a share (of each layer's channels or weights), a number in [0, 1)"));
-    }
-    if (std::string(flag) == "--prune-channels")
-      request.mutable_options()->set_prune_channels(v);
-    else
-      request.mutable_options()->set_prune_weights(v);
-  }
-  const bool pruned = request.options().prune_channels() > 0 || request.options().prune_weights() > 0;
-  if (args.Has("--prune-skip") && !pruned)
-    return UsageError("--prune-skip goes with --prune-channels or --prune-weights");
-  for (const std::string& list : args.All("--prune-skip")) {
-    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty()))
-      request.mutable_options()->add_prune_skip(std::string(name));
-  }
-  if (args.Has("--max-top1-drop")) {
-    if (precision != "int8" && !pruned) return UsageError("--max-top1-drop goes with --precision int8 or pruning");
-    double v;
-    if (!absl::SimpleAtod(args.Get("--max-top1-drop"), &v) || !(v >= 0 && v <= 100)) {
-      return UsageError("--max-top1-drop must be percentage points in [0, 100], got '" + args.Get("--max-top1-drop") +
-                        "'");
-    }
-    request.mutable_validation()->set_max_top1_drop(v);
-  }
-  std::vector<std::string> calibration;
-  if (precision == "int8") {
-    if (!args.Has("--calibration"))
-      return UsageError("--precision int8 needs --calibration DIR (the samples activation ranges come from)");
-    request.mutable_options()->set_precision("int8");
-    request.mutable_options()->set_calibration_method(args.Get("--calibration-method", "minmax"));
-    for (const std::string& list : args.All("--keep-float")) {
-      for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty()))
-        request.mutable_options()->add_keep_float(std::string(name));
-    }
-    auto samples = CalibrationInputSets(args.Get("--calibration"));
-    if (!samples.ok()) return Fail(std::string(samples.status().message()));
-    calibration = std::move(*samples);
-  }
-
-  auto model_bytes = ReadFile(args.positional[0]);
-  if (!model_bytes.ok()) return Fail(std::string(model_bytes.status().message()));
-  const std::string& model = *model_bytes;
-  std::string input_set;
-  if (args.Has("--inputs")) {
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(args.Get("--inputs"), ec)) {
-      if (entry.path().extension() == ".pb") files.push_back(entry.path().string());
-    }
-    if (ec) return Fail(absl::StrCat("--inputs ", args.Get("--inputs"), ": ", ec.message()));
-    if (files.empty())
-      return Fail(absl::StrCat("--inputs ", args.Get("--inputs"), ": no .pb files (ONNX TensorProtos) there"));
-    std::sort(files.begin(), files.end());
-    v1::InputSet set;
-    for (const std::string& file : files) {
-      auto bytes = ReadFile(file);
-      if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
-      set.add_inputs()->set_tensor_proto(*bytes);
-    }
-    set.SerializeToString(&input_set);
-  }
-
-  auto channel = client::Connect(ServerOf(args));
-  auto stub = v1::Kiln::NewStub(channel);
-  // Upload only what the server lacks.
-  {
-    grpc::ClientContext context;
-    v1::FindMissingRequest find;
-    *find.add_digests() = client::DigestOfBytes(model);
-    if (!input_set.empty()) *find.add_digests() = client::DigestOfBytes(input_set);
-    for (const std::string& sample : calibration)
-      *request.mutable_options()->add_calibration() = client::DigestOfBytes(sample);
-    for (const auto& d : request.options().calibration()) *find.add_digests() = d;
-    v1::FindMissingResponse missing;
-    if (auto s = stub->FindMissing(&context, find, &missing); !s.ok()) return RpcFail("FindMissing", s);
-    for (const auto& digest : missing.missing()) {
-      const bool is_model = digest.sha256() == find.digests(0).sha256();
-      const std::string* bytes = is_model ? &model : &input_set;
-      const char* what = is_model ? "model" : "input set";
-      for (size_t k = 0; k < calibration.size(); ++k) {
-        if (digest.sha256() == request.options().calibration(static_cast<int>(k)).sha256()) {
-          bytes = &calibration[k];
-          what = "calibration sample";
-        }
-      }
-      std::fprintf(stderr, "kiln: uploading %s (%lld bytes)\n", what, static_cast<long long>(digest.size_bytes()));
-      auto uploaded = client::UploadBlob(*stub, *bytes, false);
-      if (!uploaded.ok()) {
-        return Fail(
-            absl::StrCat("Upload: ", client::StatusCodeName(static_cast<grpc::StatusCode>(uploaded.status().code())),
-                         ": ", uploaded.status().message()));
-      }
-    }
-    if (missing.missing_size() == 0)
-      std::fprintf(stderr, "kiln: the server already has the model%s\n", input_set.empty() ? "" : " and inputs");
-    *request.mutable_model() = find.digests(0);
-    if (!input_set.empty()) *request.mutable_validation()->mutable_input_set() = find.digests(1);
-  }
+  *request.mutable_spec() = data->spec;
+  auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
+  if (int code = UploadMissing(*stub, *data); code != 0) return code;
   grpc::ClientContext context;
   v1::Job job;
   if (auto s = stub->Submit(&context, request, &job); !s.ok()) return RpcFail("Submit", s);
   std::fprintf(stderr, "kiln: job %s %s (target %s%s)\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(),
                ShortTarget(job.target()).c_str(), job.cache_hit() ? ", cache hit" : "");
-  if (!args.Has("--wait") && !args.Has("--output")) {
+  if (!flags.wait && flags.finish.output.empty()) {
     std::printf("%s\n", job.id().c_str());
     return 0;
   }
   v1::Job final_job = job;
+  std::string error;
   if (!IsTerminal(job.state()) && !Watch(*stub, job.id(), &final_job, &error)) return Fail(error);
-  return Finish(*stub, final_job, args);
+  return Finish(*stub, final_job, flags.finish);
 }
 
-int ShowJob(int argc, char** argv) {
-  Args args;
-  std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}}, args, error)) return UsageError(error);
-  if (args.positional.size() != 1) return UsageError("job takes one job ID");
-  auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
+void AddSubmit(CLI::App& app, std::vector<Command>& commands) {
+  auto flags = std::make_shared<SubmitFlags>();
+  CLI::App* c = app.add_subcommand("submit", "Compile and validate a model on a kilnd server");
+  c->footer(
+      "Uploads what FindMissing reports missing (the model, the "
+      "--inputs and --calibration InputSet blobs) and submits one CompileSpec made from the same flags as `kiln "
+      "compile` (a \"host\" target means kilnd's machine). Without --wait it prints the job id alone on its last "
+      "line; with --wait (or --output) it shows a live progress line, prints the accuracy report and the artifact "
+      "digest. int8 and pruned builds are judged by top-1 agreement with the fp32 model (--max-top1-drop). Exit "
+      "status: 0 succeeded; 1 the job failed or was cancelled; 3 --fail-on-accuracy and the verdict fails.");
+  c->add_option("model", flags->model, "MODEL.onnx")->required();
+  AddServerFlag(*c, flags->server);
+  c->add_flag("--wait", flags->wait, "follow the job to its end");
+  c->add_option("--output", flags->finish.output, "DIR: write artifact.so, report.json and manifest.json there");
+  c->add_flag("--fail-on-accuracy", flags->finish.fail_on_accuracy, "exit 3 when the accuracy verdict fails");
+  c->add_option("--label", flags->labels, "KEY=VALUE on the job (repeatable; `kiln jobs --label` filters by them)");
+  AddSpecFlags(*c, flags->spec, SpecCommand::kSubmit);
+  commands.push_back({c, [flags] { return Submit(*flags); }});
+}
+
+struct JobFlags {
+  std::string id, server;
+  FinishFlags finish;
+};
+
+int ShowJob(const JobFlags& flags) {
+  auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
   grpc::ClientContext context;
   v1::GetJobRequest request;
-  request.set_id(args.positional[0]);
+  request.set_id(flags.id);
   v1::Job job;
   if (auto s = stub->GetJob(&context, request, &job); !s.ok()) return RpcFail("GetJob", s);
   std::printf("%s\n", v1::JobState_Name(job.state()).c_str());
   std::printf(
-      "  id:        %s\n  phase:     %s (%d%%)\n  target:    %s\n  model:     %s\n  attempts:  %d\n  cache hit: %s\n",
+      "  id:        %s\n  phase:     %s (%d%%)\n  target:    %s (%s)\n  model:     %s\n  attempts:  %d\n"
+      "  cache hit: %s\n",
       job.id().c_str(), job.phase().c_str(), static_cast<int>(std::lround(job.progress() * 100)),
-      ShortTarget(job.target()).c_str(), DigestText(job.model()).c_str(), job.attempts(),
+      job.target_name().c_str(), ShortTarget(job.target()).c_str(), DigestText(job.model()).c_str(), job.attempts(),
       job.cache_hit() ? "yes" : "no");
+  std::printf("  action:    %s\n", job.action_key().c_str());
   if (!job.labels().empty()) {
     std::vector<std::string> labels;
     for (const auto& [k, v] : job.labels()) labels.push_back(absl::StrCat(k, "=", v));
@@ -449,33 +291,50 @@ int ShowJob(int argc, char** argv) {
   return 0;
 }
 
-int ListJobs(int argc, char** argv) {
-  Args args;
+int WatchJob(const JobFlags& flags) {
+  auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
+  v1::Job job;
   std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"--state", true}, {"--label", true}, {"--limit", true}}, args,
-                 error)) {
-    return UsageError(error);
-  }
+  if (!Watch(*stub, flags.id, &job, &error)) return Fail(error);
+  return Finish(*stub, job, flags.finish);
+}
+
+int Cancel(const JobFlags& flags) {
+  auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
+  grpc::ClientContext context;
+  v1::CancelJobRequest request;
+  request.set_id(flags.id);
+  v1::Job job;
+  if (auto s = stub->CancelJob(&context, request, &job); !s.ok()) return RpcFail("CancelJob", s);
+  std::printf("%s\n", v1::JobState_Name(job.state()).c_str());
+  return 0;
+}
+
+struct ListFlags {
+  std::string server, state;
+  std::vector<std::string> labels;
+  int limit = 100;
+};
+
+int ListJobs(const ListFlags& flags) {
   v1::ListJobsRequest request;
-  if (args.Has("--state")) {
+  if (!flags.state.empty()) {
     v1::JobState state;
-    if (!v1::JobState_Parse(args.Get("--state"), &state) || state == v1::JOB_STATE_UNSPECIFIED) {
+    if (!v1::JobState_Parse(flags.state, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
       return UsageError(
-          absl::StrCat("--state '", args.Get("--state"), "': one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED"));
+          "jobs", absl::StrCat("--state '", flags.state, "': one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED"));
     }
     request.set_state(state);
   }
-  for (const std::string& label : args.All("--label")) {
+  for (const std::string& label : flags.labels) {
     size_t eq = label.find('=');
-    if (eq == std::string::npos) return UsageError(absl::StrCat("--label '", label, "': expected KEY=VALUE"));
+    if (eq == std::string::npos) return UsageError("jobs", absl::StrCat("--label '", label, "': expected KEY=VALUE"));
     (*request.mutable_labels())[label.substr(0, eq)] = label.substr(eq + 1);
   }
-  int limit = 100;
-  if (args.Has("--limit") && !ParseInt(args.Get("--limit"), "--limit", 1, &limit, error)) return UsageError(error);
-  auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
+  auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
   int shown = 0;
   do {
-    request.set_page_size(std::min(limit - shown, 1000));
+    request.set_page_size(std::min(flags.limit - shown, 1000));
     grpc::ClientContext context;
     v1::ListJobsResponse response;
     if (auto s = stub->ListJobs(&context, request, &response); !s.ok()) return RpcFail("ListJobs", s);
@@ -486,76 +345,72 @@ int ListJobs(int argc, char** argv) {
       ++shown;
     }
     request.set_page_token(response.next_page_token());
-  } while (!request.page_token().empty() && shown < limit);
+  } while (!request.page_token().empty() && shown < flags.limit);
   return 0;
 }
 
-int WatchCommand(int argc, char** argv) {
-  Args args;
-  std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"--fail-on-accuracy", false}}, args, error))
-    return UsageError(error);
-  if (args.positional.size() != 1) return UsageError("watch takes one job ID");
-  auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
-  v1::Job job;
-  if (!Watch(*stub, args.positional[0], &job, &error)) return Fail(error);
-  return Finish(*stub, job, args);
-}
+struct FetchFlags {
+  std::string digest, out, server;
+};
 
-int Cancel(int argc, char** argv) {
-  Args args;
-  std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}}, args, error)) return UsageError(error);
-  if (args.positional.size() != 1) return UsageError("cancel takes one job ID");
-  auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
-  grpc::ClientContext context;
-  v1::CancelJobRequest request;
-  request.set_id(args.positional[0]);
-  v1::Job job;
-  if (auto s = stub->CancelJob(&context, request, &job); !s.ok()) return RpcFail("CancelJob", s);
-  std::printf("%s\n", v1::JobState_Name(job.state()).c_str());
-  return 0;
-}
-
-int Fetch(int argc, char** argv) {
-  Args args;
-  std::string error;
-  if (!ParseArgs(argc, argv, 2, {{"--server", true}, {"-o", true}, {"--output", true}}, args, error))
-    return UsageError(error);
-  if (args.positional.size() != 1) return UsageError("fetch takes one DIGEST (SHA256/SIZE)");
-  const std::string out = args.Get("-o", args.Get("--output"));
-  if (out.empty()) return UsageError("fetch needs -o FILE");
+int Fetch(const FetchFlags& flags) {
   v1::Digest digest;
-  if (!ParseDigest(args.positional[0], &digest)) {
-    return UsageError(
-        absl::StrCat("'", args.positional[0], "' is not a digest; expected SHA256/SIZE (64 hex digits, '/', bytes)"));
+  if (!ParseDigest(flags.digest, &digest)) {
+    return UsageError("fetch", absl::StrCat("'", flags.digest,
+                                            "' is not a digest; expected SHA256/SIZE (64 hex digits, '/', bytes)"));
   }
-  auto stub = v1::Kiln::NewStub(client::Connect(ServerOf(args)));
+  auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
   auto bytes = client::DownloadBlob(*stub, digest);
   if (!bytes.ok()) {
     return Fail(absl::StrCat("Download: ", client::StatusCodeName(static_cast<grpc::StatusCode>(bytes.status().code())),
                              ": ", bytes.status().message()));
   }
-  if (auto s = WriteFile(out, *bytes); !s.ok()) return Fail(std::string(s.message()));
-  std::fprintf(stderr, "kiln: wrote %s (%lld bytes, digest verified)\n", out.c_str(),
+  if (auto s = WriteFile(flags.out, *bytes); !s.ok()) return Fail(std::string(s.message()));
+  std::fprintf(stderr, "kiln: wrote %s (%lld bytes, digest verified)\n", flags.out.c_str(),
                static_cast<long long>(bytes->size()));
   return 0;
 }
 
-}  // namespace
-
-bool IsServiceCommand(const std::string& command) {
-  return command == "submit" || command == "job" || command == "jobs" || command == "watch" || command == "cancel" ||
-         command == "fetch";
+// job, watch and cancel: a job ID and the server.
+CLI::App* AddJobCommand(CLI::App& app, const char* name, const char* help, JobFlags& flags) {
+  CLI::App* c = app.add_subcommand(name, help);
+  c->add_option("id", flags.id, "the job ID (job-...)")->required();
+  AddServerFlag(*c, flags.server);
+  return c;
 }
 
-int RunServiceCommand(const std::string& command, int argc, char** argv) {
-  if (command == "submit") return Submit(argc, argv);
-  if (command == "job") return ShowJob(argc, argv);
-  if (command == "jobs") return ListJobs(argc, argv);
-  if (command == "watch") return WatchCommand(argc, argv);
-  if (command == "cancel") return Cancel(argc, argv);
-  return Fetch(argc, argv);
+}  // namespace
+
+void AddServiceCommands(CLI::App& app, std::vector<Command>& commands) {
+  AddSubmit(app, commands);
+  auto job = std::make_shared<JobFlags>();
+  commands.push_back({AddJobCommand(app, "job",
+                                    "Show a job: its state (QUEUED, RUNNING, SUCCEEDED, FAILED, "
+                                    "CANCELLED) on the first line, then its details",
+                                    *job),
+                      [job] { return ShowJob(*job); }});
+  auto watch = std::make_shared<JobFlags>();
+  CLI::App* c = AddJobCommand(app, "watch", "Follow a job to its end (exit status as for submit)", *watch);
+  c->add_flag("--fail-on-accuracy", watch->finish.fail_on_accuracy, "exit 3 when the accuracy verdict fails");
+  commands.push_back({c, [watch] { return WatchJob(*watch); }});
+  auto cancel = std::make_shared<JobFlags>();
+  commands.push_back(
+      {AddJobCommand(app, "cancel", "Cancel a job; prints its state", *cancel), [cancel] { return Cancel(*cancel); }});
+
+  auto list = std::make_shared<ListFlags>();
+  c = app.add_subcommand("jobs", "List jobs (filtered by state and labels)");
+  AddServerFlag(*c, list->server);
+  c->add_option("--state", list->state, "only jobs in this state (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)");
+  c->add_option("--label", list->labels, "only jobs with this KEY=VALUE label (repeatable: all must match)");
+  c->add_option("--limit", list->limit, "at most this many (default 100)")->check(CLI::PositiveNumber);
+  commands.push_back({c, [list] { return ListJobs(*list); }});
+
+  auto fetch = std::make_shared<FetchFlags>();
+  c = app.add_subcommand("fetch", "Download a blob by digest (as submit prints it) and verify it");
+  c->add_option("digest", fetch->digest, "SHA256/SIZE")->required();
+  c->add_option("-o,--output", fetch->out, "FILE to write")->required();
+  AddServerFlag(*c, fetch->server);
+  commands.push_back({c, [fetch] { return Fetch(*fetch); }});
 }
 
 }  // namespace kiln::cli

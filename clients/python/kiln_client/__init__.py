@@ -5,8 +5,16 @@
     job = client.submit("model.onnx", target="host", atol=1e-3, rtol=1e-3, labels={"ci": "1"})
     job = client.wait(job.id, on_event=lambda e: print(e.phase, e.progress))
     if job.state == client.SUCCEEDED:
-        report = client.report(job)          # the accuracy report, parsed JSON
+        report = client.report(job)          # the accuracy report (schema v2), parsed JSON
         client.download_to(job.result.artifact, "model.so")
+
+A job is described by one kiln.v1.CompileSpec (proto/kiln/v1/spec.proto); `submit` fills
+one from its arguments, or takes a `spec` to start from (int8, pruning, ...):
+
+    spec = spec_pb2.CompileSpec()
+    spec.quantization.precision = "int8"
+    spec.quantization.calibration.append(client.upload(input_set_bytes))
+    job = client.submit("model.onnx", spec=spec)
 
 The generated stubs (kiln/v1/*_pb2.py) come from the build (build/python, on
 PYTHONPATH) or from `clients/python/generate.sh`, which writes them beside this package.
@@ -24,14 +32,14 @@ for _candidate in (os.path.join(_here, "_generated"),):
     if os.path.isdir(_candidate) and _candidate not in sys.path:
         sys.path.insert(0, _candidate)
 try:
-    from kiln.v1 import kiln_pb2, kiln_pb2_grpc  # noqa: E402
+    from kiln.v1 import kiln_pb2, kiln_pb2_grpc, spec_pb2  # noqa: E402
 except ImportError as error:  # pragma: no cover - a setup problem, said plainly
     raise ImportError("kiln_client needs the generated kiln.v1 stubs: run clients/python/generate.sh "
                       "or put the build's python/ directory on PYTHONPATH") from error
 
 CHUNK_BYTES = 1 << 20
 
-__all__ = ["KilnClient", "KilnError", "kiln_pb2", "digest_of"]
+__all__ = ["KilnClient", "KilnError", "kiln_pb2", "spec_pb2", "digest_of", "target_message"]
 
 
 class KilnError(Exception):
@@ -44,7 +52,41 @@ class KilnError(Exception):
 
 
 def digest_of(data):
-    return kiln_pb2.Digest(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+    return spec_pb2.Digest(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+
+
+def target_message(text):
+    """A Target from the text form of `--target`: "host", a preset name, or
+    "triple=T[,cpu=C][,features=+a,-b]" (features last: they hold commas). kilnd resolves
+    and checks it."""
+    if "=" not in text:
+        return spec_pb2.Target(preset=text or "host")
+    target = spec_pb2.Target(preset="custom")
+    head, _, features = text.partition("features=")
+    target.features.extend(f for f in features.split(",") if f)
+    for part in filter(None, head.split(",")):
+        key, _, value = part.partition("=")
+        if key not in ("triple", "cpu"):
+            raise ValueError(f"target spec '{text}': unknown key '{key}' (use triple, cpu, features)")
+        setattr(target, key, value)
+    return target
+
+
+def _fill_spec(spec, target, atol, rtol, pipeline, input_shapes, seed):
+    """Puts the common arguments into a CompileSpec (left as they are when not given)."""
+    if target is not None:
+        spec.target.CopyFrom(target_message(target))
+    if pipeline:
+        spec.pipeline = pipeline
+    for name, dims in (input_shapes or {}).items():
+        spec.input_shapes.add(name=name, dims=list(dims))
+    if atol is not None:
+        spec.accuracy.atol = atol
+    if rtol is not None:
+        spec.accuracy.rtol = rtol
+    if seed:
+        spec.accuracy.seed = seed
+    return spec
 
 
 class KilnClient:
@@ -118,26 +160,23 @@ class KilnClient:
     @staticmethod
     def input_set_from_files(paths):
         """An InputSet blob from ONNX TensorProto files, one per model input, in order."""
-        entries = [kiln_pb2.InputSet.Entry(tensor_proto=open(p, "rb").read()) for p in paths]
-        return kiln_pb2.InputSet(inputs=entries).SerializeToString()
+        entries = [spec_pb2.InputSet.Entry(tensor_proto=open(p, "rb").read()) for p in paths]
+        return spec_pb2.InputSet(inputs=entries).SerializeToString()
 
     def submit(self, model, target="host", atol=None, rtol=None, inputs=None, labels=None, pipeline="",
-               input_shapes=None, seed=0):
+               input_shapes=None, seed=0, spec=None):
         """Uploads what is missing and submits. `model` is a path or bytes; `inputs` a list
-        of TensorProto file paths or InputSet bytes. Returns the Job."""
+        of TensorProto file paths or InputSet bytes; `spec` a CompileSpec to start from (the
+        other arguments are put into it; its blobs must be uploaded). Returns the Job."""
         data = open(model, "rb").read() if isinstance(model, str) else model
-        request = kiln_pb2.SubmitRequest(model=self.upload(data), target=target, labels=labels or {})
-        request.options.pipeline = pipeline
-        for name, dims in (input_shapes or {}).items():
-            request.options.input_shapes.add(name=name, dims=list(dims))
-        if atol is not None:
-            request.validation.atol = atol
-        if rtol is not None:
-            request.validation.rtol = rtol
-        request.validation.seed = seed
+        request = kiln_pb2.SubmitRequest(labels=labels or {})
+        if spec is not None:
+            request.spec.CopyFrom(spec)
+        request.spec.model.CopyFrom(self.upload(data))
+        _fill_spec(request.spec, target, atol, rtol, pipeline, input_shapes, seed)
         if inputs is not None:
             blob = inputs if isinstance(inputs, bytes) else self.input_set_from_files(inputs)
-            request.validation.input_set.CopyFrom(self.upload(blob))
+            request.spec.accuracy.input_set.CopyFrom(self.upload(blob))
         return self._call("Submit", request)
 
     def get_job(self, job_id):
@@ -157,12 +196,13 @@ class KilnClient:
             if not token:
                 return jobs
 
-    def lookup(self, model_digest, target="host", atol=None, rtol=None):
-        request = kiln_pb2.LookupRequest(model=model_digest, target=target)
-        if atol is not None:
-            request.validation.atol = atol
-        if rtol is not None:
-            request.validation.rtol = rtol
+    def lookup(self, model_digest, target="host", atol=None, rtol=None, spec=None):
+        """The cached result for this model and spec (NOT_FOUND when never compiled)."""
+        request = kiln_pb2.LookupRequest()
+        if spec is not None:
+            request.spec.CopyFrom(spec)
+        request.spec.model.CopyFrom(model_digest)
+        _fill_spec(request.spec, target, atol, rtol, "", None, 0)
         return self._call("Lookup", request)
 
     def wait(self, job_id, on_event=None, timeout_s=3600.0):
@@ -184,5 +224,5 @@ class KilnClient:
         raise TimeoutError(f"lost track of job {job_id}")
 
     def report(self, job):
-        """The job's accuracy report (JSON, schema kiln.accuracy-report v1) as a dict."""
+        """The job's accuracy report (JSON, schema kiln.accuracy-report, schema_version 2) as a dict."""
         return json.loads(self.download(job.result.report))

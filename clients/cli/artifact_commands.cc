@@ -1,0 +1,264 @@
+// The kiln CLI's artifact subcommands: run (ONNX TensorProto files in and out), bench
+// (timings, and per-kernel times with --profile) and inspect (the embedded manifest), all
+// through the runtime's C API, as a user's program would load an artifact.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "clients/cli/commands.h"
+#include "kiln/common/file.h"
+#include "kiln/common/time.h"
+#include "kiln/compiler/frontend.h"
+#include "kiln/compiler/tensor.h"
+#include "kiln/runtime.h"
+
+namespace kiln::cli {
+namespace {
+
+// A loaded artifact with a session; closes both on scope exit.
+struct Loaded {
+  kiln_module* module = nullptr;
+  kiln_session* session = nullptr;
+  const kiln_module_desc* desc = nullptr;
+  ~Loaded() {
+    kiln_session_destroy(session);
+    kiln_module_unload(module);
+  }
+};
+
+bool Load(const std::string& path, int threads, Loaded& loaded, std::string& error) {
+  if (kiln_module_load(path.c_str(), &loaded.module) != KILN_OK ||
+      kiln_module_describe(loaded.module, &loaded.desc) != KILN_OK) {
+    error = kiln_last_error();
+    return false;
+  }
+  kiln_session_options options{sizeof(kiln_session_options), threads};
+  if (kiln_session_create(loaded.module, &options, &loaded.session) != KILN_OK) {
+    error = kiln_last_error();
+    return false;
+  }
+  return true;
+}
+
+std::string ShapeText(const kiln_tensor_info& info) {
+  std::vector<int64_t> dims(info.dims, info.dims + info.rank);
+  return absl::StrCat(DTypeName(static_cast<DType>(info.dtype)), "[", absl::StrJoin(dims, ","), "]");
+}
+
+// Output tensors of the artifact's shapes, and the pointer arrays a run takes.
+struct Buffers {
+  std::vector<Tensor> inputs, outputs;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  void Bind(const kiln_module_desc* desc) {
+    for (int32_t i = 0; i < desc->num_outputs; ++i) {
+      const kiln_tensor_info& info = desc->outputs[i];
+      outputs.emplace_back(static_cast<DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+    }
+    for (auto& t : inputs) in_ptrs.push_back(t.data());
+    for (auto& t : outputs) out_ptrs.push_back(t.data());
+  }
+};
+
+struct RunFlags {
+  std::string artifact, output_dir;
+  std::vector<std::string> inputs;
+  int threads = 1;
+};
+
+// The artifact's inputs from the NAME=FILE.pb flags, in its input order.
+int ReadRunInputs(const RunFlags& flags, const kiln_module_desc* desc, std::vector<Tensor>& inputs) {
+  std::map<std::string, std::string> files;
+  for (const std::string& spec : flags.inputs) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos) return UsageError("run", absl::StrCat("--input '", spec, "': expected NAME=FILE.pb"));
+    files[spec.substr(0, eq)] = spec.substr(eq + 1);
+  }
+  for (int32_t i = 0; i < desc->num_inputs; ++i) {
+    const kiln_tensor_info& info = desc->inputs[i];
+    auto it = files.find(info.name);
+    if (it == files.end())
+      return UsageError("run", absl::StrCat("missing --input ", info.name, "=FILE.pb (", ShapeText(info), ")"));
+    auto bytes = ReadFile(it->second);
+    if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+    auto tensor = ParseTensorProto(*bytes);
+    if (!tensor.ok()) return Fail(absl::StrCat(it->second, ": ", tensor.status().message()));
+    std::vector<int64_t> want(info.dims, info.dims + info.rank);
+    if (static_cast<int32_t>(tensor->dtype()) != info.dtype || tensor->dims() != want) {
+      return Fail(absl::StrCat(it->second, ": input '", info.name, "' is ",
+                               PrintType(TensorType::Static(tensor->dtype(), tensor->dims())),
+                               ", the artifact expects ", ShapeText(info)));
+    }
+    inputs.push_back(std::move(*tensor));
+    files.erase(it);
+  }
+  if (!files.empty())
+    return UsageError("run", absl::StrCat("'", files.begin()->first, "' is not an input of this artifact"));
+  return 0;
+}
+
+int Run(const RunFlags& flags) {
+  Loaded loaded;
+  std::string error;
+  if (!Load(flags.artifact, flags.threads, loaded, error)) return Fail(error);
+  const kiln_module_desc* desc = loaded.desc;
+  Buffers buffers;
+  if (int code = ReadRunInputs(flags, desc, buffers.inputs); code != 0) return code;
+  buffers.Bind(desc);
+  if (kiln_session_run(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data()) != KILN_OK)
+    return Fail(kiln_last_error());
+  if (auto s = MakeDirectories(flags.output_dir); !s.ok()) return Fail(std::string(s.message()));
+  for (int32_t i = 0; i < desc->num_outputs; ++i) {
+    const std::string path = absl::StrCat(flags.output_dir, "/output_", i, ".pb");
+    if (auto s = WriteFile(path, SerializeTensorProto(buffers.outputs[i], desc->outputs[i].name)); !s.ok())
+      return Fail(std::string(s.message()));
+  }
+  return 0;
+}
+
+struct BenchFlags {
+  std::string artifact;
+  int threads = 1, iters = 50, warmup = 5;
+  bool profile = false;
+};
+
+// Random inputs: N(0, 1) floats; integers zero (often indices: keep them small and valid).
+void RandomInputs(const kiln_module_desc* desc, std::vector<Tensor>& inputs) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int32_t i = 0; i < desc->num_inputs; ++i) {
+    const kiln_tensor_info& info = desc->inputs[i];
+    Tensor t(static_cast<DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+    if (t.dtype() == DType::kFloat32) {
+      for (int64_t k = 0; k < t.num_elements(); ++k) t.data_as<float>()[k] = dist(rng);
+    } else {
+      std::memset(t.data(), 0, t.size_bytes());
+    }
+    inputs.push_back(std::move(t));
+  }
+}
+
+// Separate runs, so the hooks' own cost never touches the timings: time per kernel on stderr.
+int Profile(const BenchFlags& flags, Loaded& loaded, Buffers& buffers) {
+  const int32_t kernels = loaded.desc->num_kernels;
+  std::vector<double> kernel_ms(static_cast<size_t>(kernels), 0.0);
+  double profiled_total = 0;
+  for (int i = 0; i < flags.iters; ++i) {
+    Stopwatch run;
+    if (kiln_session_run_profiled(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data(), kernel_ms.data()) !=
+        KILN_OK) {
+      return Fail(kiln_last_error());
+    }
+    profiled_total += run.ElapsedMs();
+  }
+  std::vector<int32_t> order(static_cast<size_t>(kernels));
+  for (int32_t k = 0; k < kernels; ++k) order[static_cast<size_t>(k)] = k;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return kernel_ms[a] > kernel_ms[b]; });
+  double kernel_sum = 0;
+  for (double ms : kernel_ms) kernel_sum += ms;
+  std::fprintf(stderr, "profile: %d kernels, %d runs, %.4f ms per run (%.4f ms in kernels)\n", kernels, flags.iters,
+               profiled_total / flags.iters, kernel_sum / flags.iters);
+  std::fprintf(stderr, "%5s %12s %7s %7s  %s\n", "rank", "ms/run", "%", "cum %", "kernel");
+  double cumulative = 0;
+  for (size_t r = 0; r < order.size(); ++r) {
+    const double ms = kernel_ms[order[r]] / flags.iters;
+    if (ms <= 0 && r >= 10) break;
+    cumulative += ms;
+    std::fprintf(stderr, "%5zu %12.4f %6.1f%% %6.1f%%  #%d %s\n", r + 1, ms, 100.0 * ms * flags.iters / kernel_sum,
+                 100.0 * cumulative * flags.iters / kernel_sum, order[r], loaded.desc->kernel_names[order[r]]);
+  }
+  return 0;
+}
+
+int Bench(const BenchFlags& flags) {
+  Loaded loaded;
+  std::string error;
+  if (!Load(flags.artifact, flags.threads, loaded, error)) return Fail(error);
+  Buffers buffers;
+  RandomInputs(loaded.desc, buffers.inputs);
+  buffers.Bind(loaded.desc);
+  for (int i = 0; i < flags.warmup; ++i) {
+    if (kiln_session_run(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data()) != KILN_OK)
+      return Fail(kiln_last_error());
+  }
+  std::vector<double> times;
+  for (int i = 0; i < flags.iters; ++i) {
+    Stopwatch run;
+    if (kiln_session_run(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data()) != KILN_OK)
+      return Fail(kiln_last_error());
+    times.push_back(run.ElapsedMs());
+  }
+  if (flags.profile) {
+    if (int code = Profile(flags, loaded, buffers); code != 0) return code;
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double t : times) mean += t;
+  mean /= static_cast<double>(times.size());
+  auto percentile = [&](double p) {
+    return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * (sorted.size() - 1) + 0.5))];
+  };
+  // One JSON line of numbers (printf: six fixed fields, no message to print it from).
+  std::printf(
+      "{\"median_ms\": %.4f, \"p90_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"iters\": %d, \"threads\": %d}\n",
+      percentile(0.5), percentile(0.9), mean, sorted.front(), flags.iters, kiln_session_num_threads(loaded.session));
+  return 0;
+}
+
+int Inspect(const std::string& artifact) {
+  kiln_module* module = nullptr;
+  const kiln_module_desc* desc = nullptr;
+  if (kiln_module_load(artifact.c_str(), &module) != KILN_OK || kiln_module_describe(module, &desc) != KILN_OK) {
+    return Fail(kiln_last_error());
+  }
+  std::fputs(desc->manifest_json, stdout);
+  kiln_module_unload(module);
+  return 0;
+}
+
+}  // namespace
+
+void AddArtifactCommands(CLI::App& app, std::vector<Command>& commands) {
+  auto run = std::make_shared<RunFlags>();
+  CLI::App* c = app.add_subcommand("run", "Run an artifact on ONNX TensorProto inputs");
+  c->add_option("artifact", run->artifact, "OUT.so")->required();
+  c->add_option("--input", run->inputs, "NAME=FILE.pb: an ONNX TensorProto for the graph input NAME (repeatable)");
+  c->add_option("--output-dir", run->output_dir, "writes DIR/output_0.pb, output_1.pb, ... in the model's output order")
+      ->required();
+  c->add_option("--threads", run->threads, "worker threads (default 1; 0 = one per CPU)")
+      ->check(CLI::NonNegativeNumber);
+  commands.push_back({c, [run] { return Run(*run); }});
+
+  auto bench = std::make_shared<BenchFlags>();
+  c = app.add_subcommand("bench", "Time an artifact on random inputs");
+  c->footer("Prints one JSON line: median_ms, p90_ms, mean_ms, min_ms, iters, threads.");
+  c->add_option("artifact", bench->artifact, "OUT.so")->required();
+  c->add_option("--threads", bench->threads, "worker threads (default 1; 0 = one per CPU)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--iters", bench->iters, "timed runs (default 50)")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", bench->warmup, "untimed runs first (default 5)")->check(CLI::NonNegativeNumber);
+  c->add_flag("--profile", bench->profile,
+              "also run the iterations profiled and print, on stderr, the time per kernel (each node of the "
+              "compiled graph, fused ones as one), slowest first");
+  commands.push_back({c, [bench] { return Bench(*bench); }});
+
+  auto artifact = std::make_shared<std::string>();
+  c = app.add_subcommand("inspect", "Print the manifest embedded in an artifact");
+  c->footer(
+      "JSON, schema kiln.manifest version 2: the normalised CompileSpec (model digest, target preset and its "
+      "triple/cpu/features, options), the action key, the pipeline run, inputs, outputs, workspace bytes and the "
+      "compiler version.");
+  c->add_option("artifact", *artifact, "OUT.so")->required();
+  commands.push_back({c, [artifact] { return Inspect(*artifact); }});
+}
+
+}  // namespace kiln::cli
