@@ -171,7 +171,7 @@ def scenario_submit_download(work):
         check(sha256_file(os.path.join(out, "artifact.so")) == match.group(1), "artifact.so matches the printed digest")
         check(os.path.getsize(os.path.join(out, "artifact.so")) == int(match.group(2)), "artifact size")
         report = json.load(open(os.path.join(out, "report.json")))
-        check(report["schema"] == "kiln.accuracy-report" and report["schema_version"] == 1, "report schema")
+        check(report["schema"] == "kiln.accuracy-report" and report["schema_version"] == 2, "report schema")
         check(report["verdict"]["passed"], f"verdict: {report['verdict']}")
         check(report["inputs"]["source"] == "uploaded", "the uploaded input set was used")
         output = report["outputs"][0]
@@ -182,7 +182,12 @@ def scenario_submit_download(work):
         check(report["compile"]["passes"] and report["compile"]["memory_plan"]["arena_bytes"] >= 0, "compile stats")
         check(report["latency_ms"]["median"] > 0, "latency measured on the host")
         manifest = json.load(open(os.path.join(out, "manifest.json")))
-        check(manifest["schema"] == "kiln.manifest/v1", "manifest")
+        check((manifest["schema"], manifest["schema_version"]) == ("kiln.manifest", 2), "manifest")
+        # The spec survives whole: the target's preset beside its resolution, the options asked for.
+        spec = manifest["spec"]
+        check(spec["target"]["preset"] == "host" and spec["target"]["cpu"] and spec["target"]["features"], spec["target"])
+        check(spec["accuracy"]["atol"] == 1e-4 and spec["accuracy"]["input_set"]["sha256"], spec["accuracy"])
+        check(report["target"] == spec["target"] and report["action_key"] == manifest["action_key"], "report target")
         # The artifact runs outside the service.
         kiln("run", os.path.join(out, "artifact.so"), "--input", f"input={os.path.join(inputs, 'input.pb')}",
              "--output-dir", os.path.join(work, "run"))
@@ -472,7 +477,7 @@ def scenario_eviction(work):
 
 def scenario_bad_requests(work):
     """Wrong digest, oversize upload, garbage model, unknown target: right code, nothing disturbed."""
-    from kiln_client import KilnError, digest_of, kiln_pb2
+    from kiln_client import KilnError, digest_of, kiln_pb2, spec_pb2
     server = Kilnd(os.path.join(work, "data"), "--max-upload", "1M", workers=1)
     try:
         client = server.client
@@ -494,12 +499,16 @@ def scenario_bad_requests(work):
         garbage = os.urandom(4096)
         check(code_of(lambda: client.submit(garbage)) == "INVALID_ARGUMENT", "garbage model")
         check(code_of(lambda: client.submit(model, target="pdp-11")) == "INVALID_ARGUMENT", "unknown target")
-        missing = kiln_pb2.SubmitRequest(model=digest_of(b"never uploaded"))
+        missing = kiln_pb2.SubmitRequest(spec=spec_pb2.CompileSpec(model=digest_of(b"never uploaded")))
         check(code_of(lambda: client._call("Submit", missing)) == "FAILED_PRECONDITION", "model not uploaded")
         check(code_of(lambda: client.get_job("job-0000000000000000")) == "NOT_FOUND", "unknown job")
-        bad_digest = kiln_pb2.Digest(sha256="xyz", size_bytes=1)
+        bad_digest = digest_of(b"")
+        bad_digest.sha256 = "xyz"
         check(code_of(lambda: client.download(bad_digest)) == "INVALID_ARGUMENT", "malformed digest")
         check(code_of(lambda: client.submit(model, atol=-1.0, rtol=0.0)) == "INVALID_ARGUMENT", "negative tolerance")
+        tuned = spec_pb2.CompileSpec()
+        tuned.tuning.enabled = True
+        check(code_of(lambda: client.submit(model, spec=tuned)) == "INVALID_ARGUMENT", "the service does not tune")
         # A model the importer rejects fails its job with the importer's message.
         unsupported = make_model(work, "chain", "ok.onnx", layers=1, width=8)
         import onnx
@@ -739,16 +748,17 @@ def scenario_int8(work):
         wrong = kiln("submit", batched, "--server", server.address, "--calibration", os.path.join(work, "cal"), check_rc=False)
         check(wrong.returncode == 2 and "--calibration goes with --precision int8" in wrong.stderr, wrong.stderr)
         wrong = kiln("submit", batched, "--server", server.address, "--precision", "int8", check_rc=False)
-        check(wrong.returncode == 2 and "needs --calibration DIR" in wrong.stderr, wrong.stderr)
+        check(wrong.returncode == 2 and "--precision int8 needs --calibration" in wrong.stderr, wrong.stderr)
         # The API refuses int8 without calibration samples too.
         from kiln_client import KilnError, digest_of, kiln_pb2
-        request = kiln_pb2.SubmitRequest(model=digest_of(open(batched, "rb").read()))
-        request.options.precision = "int8"
+        request = kiln_pb2.SubmitRequest()
+        request.spec.model.CopyFrom(digest_of(open(batched, "rb").read()))
+        request.spec.quantization.precision = "int8"
         try:
             server.client._call("Submit", request)
             check(False, "Submit accepted int8 without calibration")
         except KilnError as error:
-            check(error.code.name == "INVALID_ARGUMENT" and "calibration" in str(error), str(error))
+            check(error.code.name == "INVALID_ARGUMENT" and "quantization.calibration" in str(error), str(error))
     finally:
         server.stop()
 
@@ -796,17 +806,80 @@ def scenario_prune(work):
         check(report["compile"]["quantization"]["quantized_nodes"] >= 2, report["compile"]["quantization"])
         # Usage and API errors.
         wrong = kiln("submit", batched, "--server", server.address, "--prune-channels", "1", check_rc=False)
-        check(wrong.returncode == 2 and "--prune-channels '1'" in wrong.stderr, wrong.stderr)
+        check(wrong.returncode == 2 and "--prune-channels 1 is not a share in [0, 1)" in wrong.stderr, wrong.stderr)
         wrong = kiln("submit", batched, "--server", server.address, "--max-top1-drop", "5", check_rc=False)
         check(wrong.returncode == 2 and "--max-top1-drop goes with" in wrong.stderr, wrong.stderr)
         from kiln_client import KilnError, digest_of, kiln_pb2
-        request = kiln_pb2.SubmitRequest(model=digest_of(open(batched, "rb").read()))
-        request.options.prune_channels = 1.5
+        request = kiln_pb2.SubmitRequest()
+        request.spec.model.CopyFrom(digest_of(open(batched, "rb").read()))
+        request.spec.pruning.channels = 1.5
         try:
             server.client._call("Submit", request)
             check(False, "Submit accepted prune_channels 1.5")
         except KilnError as error:
-            check(error.code.name == "INVALID_ARGUMENT" and "prune_channels" in str(error), str(error))
+            check(error.code.name == "INVALID_ARGUMENT" and "pruning.channels 1.5" in str(error), str(error))
+    finally:
+        server.stop()
+
+
+def compile_locally_and_remotely(server, work, name, model, flags):
+    """`kiln compile` and `kiln submit` of one model with the same flags: returns the local
+    action key, artifact path and manifest, and the job with the downloaded outputs' dir."""
+    local = os.path.join(work, f"{name}.so")
+    compiled = kiln("compile", model, "-o", local, "--report", os.path.join(work, f"{name}.report.json"), *flags)
+    key = re.search(r"^kiln: action key ([0-9a-f]{64})$", compiled.stderr, re.M)
+    check(key, f"kiln compile prints the action key: {compiled.stderr}")
+    manifest = json.loads(kiln("inspect", local).stdout)
+    out = os.path.join(work, f"{name}.out")
+    submitted = kiln("submit", model, "--server", server.address, "--wait", "--output", out, *flags)
+    job_id = re.search(r"^kiln: job (job-[0-9a-f]{16}) ", submitted.stderr, re.M).group(1)
+    job = server.client.get_job(job_id)
+    check(job.state == server.client.SUCCEEDED, f"{name}: {job.error}")
+    return key.group(1), local, manifest, job, out
+
+
+def scenario_compile_identity(work):
+    """The same model and options through `kiln compile` and through the service give the
+    same action key and byte-identical artifacts and manifests: fp32 on the host, a preset
+    (its name kept in the manifest and the job), and int8 with calibration samples and
+    validation inputs (both packed into InputSet blobs the same way)."""
+    import numpy as np
+    server = Kilnd(os.path.join(work, "data"), workers=1)
+    try:
+        model = sample_model(work)
+        rng = np.random.default_rng(5)
+        for k in range(3):
+            write_input(os.path.join(work, "cal", f"sample_{k}", "input_0.pb"), rng.standard_normal((1, 3, 32, 32)))
+        write_input(os.path.join(work, "inputs", "input.pb"), rng.standard_normal((1, 3, 32, 32)))
+        cases = {
+            "fp32": [],
+            "preset": ["--target", "x86-64-v3", "--seed", "3"],
+            "int8": ["--precision", "int8", "--calibration", os.path.join(work, "cal"), "--calibration-method",
+                     "entropy", "--keep-float", "conv2", "--inputs", os.path.join(work, "inputs"),
+                     "--atol", "1e-2", "--rtol", "1e-2", "--max-top1-drop", "100"],
+        }
+        keys = set()
+        for name, flags in cases.items():
+            key, local, manifest, job, out = compile_locally_and_remotely(server, work, name, model, flags)
+            log(f"{name}: action key {key[:16]}..., artifact {os.path.getsize(local)} bytes")
+            check(job.action_key == key, f"{name}: kiln compile's action key {key} is the service's {job.action_key}")
+            check(sha256_file(local) == sha256_file(os.path.join(out, "artifact.so")),
+                  f"{name}: the local artifact and the service's are byte-identical")
+            check(json.load(open(os.path.join(out, "manifest.json"))) == manifest, f"{name}: the same manifest")
+            check(manifest["action_key"] == key, f"{name}: the manifest names the action")
+            report = json.load(open(os.path.join(work, f"{name}.report.json")))
+            check(report["action_key"] == key, f"{name}: the compile report names the action")
+            preset = "x86-64-v3" if name == "preset" else "host"
+            check(manifest["spec"]["target"]["preset"] == preset and job.target_name == preset,
+                  f"{name}: the preset name survives: {manifest['spec']['target']['preset']}, job {job.target_name}")
+            keys.add(key)
+        check(len(keys) == len(cases), "different options, different actions")
+        int8 = json.load(open(os.path.join(work, "int8.out", "report.json")))
+        check(int8["compile"]["quantization"]["calibration_samples"] == 3 and int8["inputs"]["source"] == "uploaded",
+              f"int8 used the uploaded calibration and inputs: {int8['compile']['quantization']}")
+        # The same submit again is a cache hit on the same key.
+        again = kiln("submit", model, "--server", server.address, *cases["int8"], "--wait")
+        check("cache hit" in again.stderr, f"resubmit hits the cache: {again.stderr}")
     finally:
         server.stop()
 
