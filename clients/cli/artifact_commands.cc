@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "clients/cli/commands.h"
+#include "google/protobuf/struct.pb.h"
 #include "kiln/common/file.h"
+#include "kiln/common/json.h"
 #include "kiln/common/time.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/tensor.h"
@@ -207,10 +209,20 @@ int Bench(const BenchFlags& flags) {
   auto percentile = [&](double p) {
     return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * (sorted.size() - 1) + 0.5))];
   };
-  // One JSON line of numbers (printf: six fixed fields, no message to print it from).
-  std::printf(
-      "{\"median_ms\": %.4f, \"p90_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, \"iters\": %d, \"threads\": %d}\n",
-      percentile(0.5), percentile(0.9), mean, sorted.front(), flags.iters, kiln_session_num_threads(loaded.session));
+  // One JSON line (a Struct printed by protobuf, as every JSON Kiln writes).
+  google::protobuf::Struct line;
+  auto& f = *line.mutable_fields();
+  f["median_ms"].set_number_value(percentile(0.5));
+  f["p90_ms"].set_number_value(percentile(0.9));
+  f["mean_ms"].set_number_value(mean);
+  f["min_ms"].set_number_value(sorted.front());
+  f["iters"].set_number_value(flags.iters);
+  f["threads"].set_number_value(kiln_session_num_threads(loaded.session));
+  JsonOptions compact;
+  compact.pretty = false;
+  auto json = ToJson(line, compact);
+  if (!json.ok()) return Fail(std::string(json.status().message()));
+  std::printf("%s\n", json->c_str());
   return 0;
 }
 
