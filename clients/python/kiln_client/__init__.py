@@ -163,11 +163,12 @@ class KilnClient:
         entries = [spec_pb2.InputSet.Entry(tensor_proto=open(p, "rb").read()) for p in paths]
         return spec_pb2.InputSet(inputs=entries).SerializeToString()
 
-    def submit(self, model, target="host", atol=None, rtol=None, inputs=None, labels=None, pipeline="",
+    def submit(self, model, target=None, atol=None, rtol=None, inputs=None, labels=None, pipeline="",
                input_shapes=None, seed=0, spec=None):
         """Uploads what is missing and submits. `model` is a path or bytes; `inputs` a list
-        of TensorProto file paths or InputSet bytes; `spec` a CompileSpec to start from (the
-        other arguments are put into it; its blobs must be uploaded). Returns the Job."""
+        of TensorProto file paths or InputSet bytes; `target` the --target text (default: the
+        spec's, else "host", kilnd's machine); `spec` a CompileSpec to start from (the other
+        arguments are put into it; its blobs must be uploaded). Returns the Job."""
         data = open(model, "rb").read() if isinstance(model, str) else model
         request = kiln_pb2.SubmitRequest(labels=labels or {})
         if spec is not None:
@@ -196,7 +197,7 @@ class KilnClient:
             if not token:
                 return jobs
 
-    def lookup(self, model_digest, target="host", atol=None, rtol=None, spec=None):
+    def lookup(self, model_digest, target=None, atol=None, rtol=None, spec=None):
         """The cached result for this model and spec (NOT_FOUND when never compiled)."""
         request = kiln_pb2.LookupRequest()
         if spec is not None:
