@@ -192,8 +192,8 @@ v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& re
 
 // Passes, then tuning (which may re-plan memory): fills result.passes, tuning, memory plan
 // and the passes' summaries.
-absl::Status Optimise(const v1::CompileSpec& spec, const CompileInputs& inputs, const std::string& pipeline,
-                      PassConfigs& configs, CompileResult& result) {
+absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs, const std::string& pipeline,
+                       PassConfigs& configs, CompileResult& result) {
   PassContext context;
   if (configs.int8) context.quantization = &configs.quantization;
   if (configs.pruned) context.pruning = &configs.pruning;
@@ -250,7 +250,7 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   }
 
   KILN_ASSIGN_OR_RETURN(PassConfigs configs, ConfigsFor(spec, inputs, *result.graph));
-  KILN_RETURN_IF_ERROR(Optimise(spec, inputs, pipeline, configs, result));
+  KILN_RETURN_IF_ERROR(RunPasses(spec, inputs, pipeline, configs, result));
   KILN_ASSIGN_OR_RETURN(result.manifest,
                         ManifestFor(spec, result.action_key, pipeline, *result.graph, result.memory_plan));
 
