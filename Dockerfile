@@ -19,6 +19,10 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/kiln --create-home --shell /usr/sbin/nologin kiln
 COPY --from=build /out/bin/ /usr/local/bin/
+# The kernel library prebuilt for every target preset: compiles for a preset link these
+# and generate only the model's glue (other targets compile theirs on first use, cached
+# in the data volume).
+COPY --from=build /out/lib/kiln/ /usr/local/lib/kiln/
 USER 10001:10001
 WORKDIR /var/lib/kiln
 VOLUME ["/var/lib/kiln"]

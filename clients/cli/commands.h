@@ -16,10 +16,12 @@ struct Command {
   std::function<int()> run;
 };
 
-// compile, quantize (kiln.cc), then run, bench, inspect.
+// compile, quantize (kiln.cc), then run, bench, inspect, kernels.
 void AddLocalCommands(CLI::App& app, std::vector<Command>& commands);
 // run, bench, inspect: artifacts through the runtime (artifact_commands.cc).
 void AddArtifactCommands(CLI::App& app, std::vector<Command>& commands);
+// kernels: the kernel library built ahead of use (kernel_commands.cc).
+void AddKernelCommands(CLI::App& app, std::vector<Command>& commands);
 // submit, job, jobs, watch, cancel, fetch (service_commands.cc).
 void AddServiceCommands(CLI::App& app, std::vector<Command>& commands);
 

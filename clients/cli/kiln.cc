@@ -34,6 +34,7 @@ constexpr char kSynopsis[] = R"(Usage:
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
   kiln bench OUT.so [--threads N] [--iters N] [--warmup N] [--profile]
   kiln inspect OUT.so
+  kiln kernels [--target T]... [--presets] [--dir DIR] [--list]
   kiln submit MODEL.onnx --server ADDR [compile's spec flags] [--inputs DIR] [--atol A --rtol R] [--wait]
               [--output DIR] [--fail-on-accuracy] [--label KEY=VALUE]...
   kiln job ID | kiln jobs [--state S] [--label K=V] | kiln watch ID | kiln cancel ID     (--server ADDR)
@@ -267,6 +268,7 @@ void AddLocalCommands(CLI::App& app, std::vector<Command>& commands) {
   AddCompile(app, commands);
   AddQuantize(app, commands);
   AddArtifactCommands(app, commands);
+  AddKernelCommands(app, commands);
 }
 
 }  // namespace kiln::cli
