@@ -22,7 +22,6 @@
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Linker/Linker.h"
-#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
@@ -81,23 +80,6 @@ void RetargetGlue(llvm::Module& module, const TargetSpec& target) {
   for (llvm::GlobalVariable& g : module.globals()) {
     if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
   }
-}
-
-void OptimizeGlue(llvm::Module& module, llvm::TargetMachine& machine) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions tuning;
-  tuning.LoopVectorization = true;
-  tuning.SLPVectorization = true;
-  llvm::PassBuilder passes(&machine, tuning);
-  passes.registerModuleAnalyses(mam);
-  passes.registerCGSCCAnalyses(cgam);
-  passes.registerFunctionAnalyses(fam);
-  passes.registerLoopAnalyses(lam);
-  passes.crossRegisterProxies(lam, fam, cgam, mam);
-  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
 }
 
 absl::StatusOr<std::string> EmitObject(llvm::Module& module, llvm::TargetMachine& machine) {
@@ -165,7 +147,7 @@ GlueObject CompileGlueModule(const codegen::GluePlan& plan, size_t index, const 
     return {absl::InternalError("generated LLVM IR is invalid: " + verify_errors)};
   }
   result.kernels = codegen::CalledKernels(module);
-  OptimizeGlue(module, **machine);
+  codegen::OptimizeO3(module, **machine);
   if (index == 0) MaybeDumpModule(module);
   auto object = EmitObject(module, **machine);
   if (!object.ok()) return {object.status()};

@@ -25,10 +25,8 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
-#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/Transforms/IPO/GlobalDCE.h"
 #include "llvm_target.h"
 
 #define X(stem)                                    \
@@ -161,27 +159,6 @@ void Specialise(llvm::Module& module, const std::string& kernel, const TargetSpe
   }
 }
 
-void OptimizeModule(llvm::Module& module, llvm::TargetMachine& machine) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions tuning;
-  tuning.LoopVectorization = true;
-  tuning.SLPVectorization = true;
-  llvm::PassBuilder passes(&machine, tuning);
-  passes.registerModuleAnalyses(mam);
-  passes.registerCGSCCAnalyses(cgam);
-  passes.registerFunctionAnalyses(fam);
-  passes.registerLoopAnalyses(lam);
-  passes.crossRegisterProxies(lam, fam, cgam, mam);
-  // Drop the rest of the source first: only `kernel` and what it calls are compiled.
-  llvm::ModulePassManager pipeline;
-  pipeline.addPass(llvm::GlobalDCEPass());
-  pipeline.addPass(passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3));
-  pipeline.run(module, mam);
-}
-
 // One kernel for one target: its source's bitcode -> specialised, -O3, DIR/<kernel>.o
 // and DIR/<kernel>.uses, each written under a temporary name and renamed into place.
 absl::StatusOr<uint32_t> CompileKernel(const std::string& kernel, const TargetSpec& target,
@@ -203,7 +180,8 @@ absl::StatusOr<uint32_t> CompileKernel(const std::string& kernel, const TargetSp
   (*module)->setDataLayout(machine->createDataLayout());
   const uint32_t uses = KernelUses(*(*module)->getFunction(kernel));
   Specialise(**module, kernel, target, codegen::TraitsOf(*machine));
-  OptimizeModule(**module, *machine);
+  // Drop the rest of the source first: only `kernel` and what it calls are compiled.
+  codegen::OptimizeO3(**module, *machine, /*drop_unused=*/true);
   llvm::SmallVector<char, 0> object;
   llvm::raw_svector_ostream stream(object);
   llvm::legacy::PassManager emit;

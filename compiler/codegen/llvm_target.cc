@@ -6,8 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetOptions.h"
+#include "llvm/Transforms/IPO/GlobalDCE.h"
 
 namespace kiln::codegen {
 
@@ -58,6 +60,26 @@ TargetTraits TraitsOf(const llvm::TargetMachine& machine) {
     traits.int8_dot_name = "avx-vnni";
   }
   return traits;
+}
+
+void OptimizeO3(llvm::Module& module, llvm::TargetMachine& machine, bool drop_unused) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  llvm::PassBuilder passes(&machine, tuning);
+  passes.registerModuleAnalyses(mam);
+  passes.registerCGSCCAnalyses(cgam);
+  passes.registerFunctionAnalyses(fam);
+  passes.registerLoopAnalyses(lam);
+  passes.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager pipeline;
+  if (drop_unused) pipeline.addPass(llvm::GlobalDCEPass());
+  pipeline.addPass(passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3));
+  pipeline.run(module, mam);
 }
 
 }  // namespace kiln::codegen

@@ -19,6 +19,10 @@ void InitializeLlvmTargets();
 // (the kernel library, so the linker keeps only the kernels a model calls).
 absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeTargetMachine(const TargetSpec& target, bool sections);
 
+// LLVM's -O3 module pipeline for the target, loop and SLP vectorisation on; first a global
+// DCE when `drop_unused` (internal functions no entry point reaches).
+void OptimizeO3(llvm::Module& module, llvm::TargetMachine& machine, bool drop_unused = false);
+
 // The kernel library's questions about the target (kernel_common.h): 16-lane vectors and
 // 32 registers (AVX-512F: the GEMM core's 12x32 tile, else 6x16), and which int8 dot
 // product the int8 kernels take (vpdpbusd on AVX-512 VNNI, on AVX-VNNI, or plain i32).
