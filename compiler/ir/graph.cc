@@ -29,21 +29,23 @@ std::vector<int64_t> TensorType::StaticDims() const {
   return dims;
 }
 
-int64_t Node::GetInt(const std::string& key, int64_t fallback) const {
-  auto it = attrs_.find(key);
-  if (it == attrs_.end()) return fallback;
-  if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
-  if (auto* v = std::get_if<double>(&it->second)) return static_cast<int64_t>(*v);
+namespace {
+
+// A number attribute as T, whether it was written as an integer or a float.
+template <typename T>
+T NumberAttr(const std::map<std::string, AttrValue>& attrs, const std::string& key, T fallback) {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  if (auto* v = std::get_if<int64_t>(&it->second)) return static_cast<T>(*v);
+  if (auto* v = std::get_if<double>(&it->second)) return static_cast<T>(*v);
   return fallback;
 }
 
-double Node::GetFloat(const std::string& key, double fallback) const {
-  auto it = attrs_.find(key);
-  if (it == attrs_.end()) return fallback;
-  if (auto* v = std::get_if<double>(&it->second)) return *v;
-  if (auto* v = std::get_if<int64_t>(&it->second)) return static_cast<double>(*v);
-  return fallback;
-}
+}  // namespace
+
+int64_t Node::GetInt(const std::string& key, int64_t fallback) const { return NumberAttr(attrs_, key, fallback); }
+
+double Node::GetFloat(const std::string& key, double fallback) const { return NumberAttr(attrs_, key, fallback); }
 
 std::string Node::GetString(const std::string& key, const std::string& fallback) const {
   auto it = attrs_.find(key);

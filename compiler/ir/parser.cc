@@ -10,6 +10,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/ir.h"
 
 namespace kiln {
@@ -40,7 +41,7 @@ class Parser {
 
   absl::StatusOr<std::unique_ptr<Graph>> Parse() {
     graph_ = std::make_unique<Graph>();
-    if (auto s = ParseGraph(); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(ParseGraph());
     return std::move(graph_);
   }
 
@@ -140,9 +141,9 @@ class Parser {
     if (!dtype.ok()) return Error(std::string(dtype.status().message()));
     TensorType type;
     type.dtype = *dtype;
-    if (auto s = Expect('['); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect('['));
     if (Accept('*')) {
-      if (auto s = Expect(']'); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Expect(']'));
       return type;
     }
     type.has_shape = true;
@@ -153,16 +154,15 @@ class Parser {
         type.shape.push_back(Dim{});
       } else if (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
         bool is_float = false;
-        auto n = Number(&is_float);
-        if (!n.ok()) return n.status();
-        type.shape.push_back(Dim::Known(static_cast<int64_t>(*n)));
+        KILN_ASSIGN_OR_RETURN(auto n, Number(&is_float));
+        type.shape.push_back(Dim::Known(static_cast<int64_t>(n)));
       } else {
         std::string symbol = Word();
         if (symbol.empty()) return Error("expected a dimension");
         type.shape.push_back(Dim::Symbolic(symbol));
       }
     } while (Accept(','));
-    if (auto s = Expect(']'); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect(']'));
     return type;
   }
 
@@ -175,37 +175,34 @@ class Parser {
     if (Peek('#'))
       return Error("a constant printed as a digest has no values; write them, or splat(v) or random(seed)");
     if (AcceptWord("splat")) {
-      if (auto s = Expect('('); !s.ok()) return s;
-      auto v = Number(&is_float);
-      if (!v.ok()) return v.status();
-      for (int64_t i = 0; i < n; ++i) SetElement(*tensor, i, *v);
-      if (auto s = Expect(')'); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Expect('('));
+      KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
+      for (int64_t i = 0; i < n; ++i) SetElement(*tensor, i, v);
+      KILN_RETURN_IF_ERROR(Expect(')'));
       return tensor;
     }
     if (AcceptWord("random")) {
-      if (auto s = Expect('('); !s.ok()) return s;
-      auto seed = Number(&is_float);
-      if (!seed.ok()) return seed.status();
-      uint64_t state = static_cast<uint64_t>(*seed) * 6364136223846793005ull + 1442695040888963407ull;
+      KILN_RETURN_IF_ERROR(Expect('('));
+      KILN_ASSIGN_OR_RETURN(auto seed, Number(&is_float));
+      uint64_t state = static_cast<uint64_t>(seed) * 6364136223846793005ull + 1442695040888963407ull;
       for (int64_t i = 0; i < n; ++i) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
         const double unit = static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
         SetElement(*tensor, i,
                    IsFloat(type.dtype) ? unit * 2 - 1 : static_cast<double>(static_cast<int64_t>(unit * 10)));
       }
-      if (auto s = Expect(')'); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Expect(')'));
       return tensor;
     }
-    if (auto s = Expect('['); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect('['));
     int64_t count = 0;
     if (!Accept(']')) {
       do {
-        auto v = Number(&is_float);
-        if (!v.ok()) return v.status();
-        if (count < n) SetElement(*tensor, count, *v);
+        KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
+        if (count < n) SetElement(*tensor, count, v);
         ++count;
       } while (Accept(','));
-      if (auto s = Expect(']'); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Expect(']'));
     }
     if (count != n) return Error(absl::StrCat("the constant has ", n, " elements but ", count, " values are given"));
     return tensor;
@@ -214,49 +211,43 @@ class Parser {
   absl::StatusOr<AttrValue> Attr() {
     SkipSpace();
     if (Peek('"')) {
-      auto s = Quoted();
-      if (!s.ok()) return s.status();
-      return AttrValue(*s);
+      KILN_ASSIGN_OR_RETURN(auto s, Quoted());
+      return AttrValue(s);
     }
     if (Accept('[')) {
       if (Accept(']')) return AttrValue(std::vector<int64_t>{});
       if (Peek('"')) {
         std::vector<std::string> items;
         do {
-          auto s = Quoted();
-          if (!s.ok()) return s.status();
-          items.push_back(*s);
+          KILN_ASSIGN_OR_RETURN(auto s, Quoted());
+          items.push_back(s);
         } while (Accept(','));
-        if (auto s = Expect(']'); !s.ok()) return s;
+        KILN_RETURN_IF_ERROR(Expect(']'));
         return AttrValue(items);
       }
       std::vector<double> values;
       bool any_float = false;
       do {
         bool is_float = false;
-        auto v = Number(&is_float);
-        if (!v.ok()) return v.status();
-        values.push_back(*v);
+        KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
+        values.push_back(v);
         any_float |= is_float;
       } while (Accept(','));
-      if (auto s = Expect(']'); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Expect(']'));
       if (any_float) return AttrValue(values);
       return AttrValue(std::vector<int64_t>(values.begin(), values.end()));
     }
     SkipSpace();
     if (pos_ < text_.size() && std::isalpha(static_cast<unsigned char>(text_[pos_])) &&
         text_.substr(pos_, 3) != "inf" && text_.substr(pos_, 3) != "nan") {
-      auto type = Type();  // a tensor attribute: TYPE VALUES
-      if (!type.ok()) return type.status();
-      auto tensor = TensorValues(*type);
-      if (!tensor.ok()) return tensor.status();
-      return AttrValue(std::shared_ptr<const Tensor>(*tensor));
+      KILN_ASSIGN_OR_RETURN(auto type, Type());  // a tensor attribute: TYPE VALUES
+      KILN_ASSIGN_OR_RETURN(auto tensor, TensorValues(type));
+      return AttrValue(std::shared_ptr<const Tensor>(tensor));
     }
     bool is_float = false;
-    auto v = Number(&is_float);
-    if (!v.ok()) return v.status();
-    if (is_float) return AttrValue(*v);
-    return AttrValue(static_cast<int64_t>(*v));
+    KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
+    if (is_float) return AttrValue(v);
+    return AttrValue(static_cast<int64_t>(v));
   }
 
   absl::StatusOr<Value*> Lookup(const std::string& name) {
@@ -272,68 +263,60 @@ class Parser {
   absl::Status ParseGraph() {
     if (!AcceptWord("graph")) return Error("expected 'graph'");
     graph_->set_name(Word());
-    if (auto s = Expect('('); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect('('));
     if (!Accept(')')) {
       do {
-        auto name = ValueName();
-        if (!name.ok()) return name.status();
-        if (auto s = Expect(':'); !s.ok()) return s;
-        auto type = Type();
-        if (!type.ok()) return type.status();
-        Value* v = graph_->AddValue(*name, *type);
+        KILN_ASSIGN_OR_RETURN(auto name, ValueName());
+        KILN_RETURN_IF_ERROR(Expect(':'));
+        KILN_ASSIGN_OR_RETURN(auto type, Type());
+        Value* v = graph_->AddValue(name, type);
         graph_->AddInput(v);
-        if (auto s = Define(*name, v); !s.ok()) return s;
+        KILN_RETURN_IF_ERROR(Define(name, v));
       } while (Accept(','));
-      if (auto s = Expect(')'); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Expect(')'));
     }
     int opset = 17;
     if (AcceptWord("opset")) {
       bool is_float = false;
-      auto n = Number(&is_float);
-      if (!n.ok()) return n.status();
-      opset = static_cast<int>(*n);
+      KILN_ASSIGN_OR_RETURN(auto n, Number(&is_float));
+      opset = static_cast<int>(n);
     }
     graph_->set_opset(opset);
-    if (auto s = Expect('{'); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect('{'));
     for (;;) {
       if (AcceptWord("return")) {
         if (!Peek('}')) {
           do {
-            auto name = ValueName();
-            if (!name.ok()) return name.status();
-            auto v = Lookup(*name);
-            if (!v.ok()) return v.status();
-            graph_->AddOutput(*v);
+            KILN_ASSIGN_OR_RETURN(auto name, ValueName());
+            KILN_ASSIGN_OR_RETURN(auto v, Lookup(name));
+            graph_->AddOutput(v);
           } while (Accept(','));
         }
-        if (auto s = Expect('}'); !s.ok()) return s;
+        KILN_RETURN_IF_ERROR(Expect('}'));
         SkipSpace();
         if (pos_ != text_.size()) return Error("text after the end of the graph");
         return absl::OkStatus();
       }
-      if (auto s = Statement(opset); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Statement(opset));
     }
   }
 
   absl::Status Statement(int opset) {
     std::vector<std::string> outs;
     do {
-      auto name = ValueName();
-      if (!name.ok()) return name.status();
-      outs.push_back(*name);
+      KILN_ASSIGN_OR_RETURN(auto name, ValueName());
+      outs.push_back(name);
     } while (Accept(','));
-    if (auto s = Expect('='); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect('='));
     if (AcceptWord("constant")) {
       if (outs.size() != 1) return Error("a constant defines one value");
-      auto type = Type();
-      if (!type.ok()) return type.status();
-      auto tensor = TensorValues(*type);
-      if (!tensor.ok()) return tensor.status();
-      return Define(outs[0], graph_->AddConstant(outs[0], *tensor));
+      KILN_ASSIGN_OR_RETURN(auto type, Type());
+      KILN_ASSIGN_OR_RETURN(auto tensor, TensorValues(type));
+      return Define(outs[0], graph_->AddConstant(outs[0], tensor));
     }
     std::string op = Word();
     if (op.empty()) return Error("expected an op name or 'constant'");
-    if (auto s = Expect('('); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect('('));
     std::vector<Value*> inputs;
     if (!Accept(')')) {
       do {
@@ -341,13 +324,11 @@ class Parser {
           inputs.push_back(nullptr);
           continue;
         }
-        auto name = ValueName();
-        if (!name.ok()) return name.status();
-        auto v = Lookup(*name);
-        if (!v.ok()) return v.status();
-        inputs.push_back(*v);
+        KILN_ASSIGN_OR_RETURN(auto name, ValueName());
+        KILN_ASSIGN_OR_RETURN(auto v, Lookup(name));
+        inputs.push_back(v);
       } while (Accept(','));
-      if (auto s = Expect(')'); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Expect(')'));
     }
     std::map<std::string, AttrValue> attrs;
     if (Accept('{')) {
@@ -355,20 +336,18 @@ class Parser {
         do {
           std::string key = Word();
           if (key.empty()) return Error("expected an attribute name");
-          if (auto s = Expect('='); !s.ok()) return s;
-          auto value = Attr();
-          if (!value.ok()) return value.status();
-          attrs[key] = *value;
+          KILN_RETURN_IF_ERROR(Expect('='));
+          KILN_ASSIGN_OR_RETURN(auto value, Attr());
+          attrs[key] = value;
         } while (Accept(','));
-        if (auto s = Expect('}'); !s.ok()) return s;
+        KILN_RETURN_IF_ERROR(Expect('}'));
       }
     }
-    if (auto s = Expect(':'); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(Expect(':'));
     std::vector<TensorType> types;
     do {
-      auto type = Type();
-      if (!type.ok()) return type.status();
-      types.push_back(*type);
+      KILN_ASSIGN_OR_RETURN(auto type, Type());
+      types.push_back(type);
     } while (Accept(','));
     if (types.size() != outs.size()) {
       return Error(absl::StrCat(op, " defines ", outs.size(), " values but ", types.size(), " types are given"));
@@ -377,7 +356,7 @@ class Parser {
     node->mutable_attrs() = std::move(attrs);
     for (size_t i = 0; i < outs.size(); ++i) {
       node->output(i)->set_type(types[i]);
-      if (auto s = Define(outs[i], node->output(i)); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(Define(outs[i], node->output(i)));
     }
     return absl::OkStatus();
   }
@@ -393,9 +372,8 @@ class Parser {
 
 absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(std::string_view text) {
   Parser parser(text);
-  auto graph = parser.Parse();
-  if (!graph.ok()) return graph.status();
-  if (auto s = VerifyGraph(**graph); !s.ok()) return s;
+  KILN_ASSIGN_OR_RETURN(auto graph, parser.Parse());
+  KILN_RETURN_IF_ERROR(VerifyGraph(*graph));
   return graph;
 }
 

@@ -2,13 +2,7 @@
 # End to end through the kiln CLI: post-training int8 quantization of the sample model with
 # a calibration directory, the compile report's quantization section, the int8 artifact's
 # output against the fp32 one, and the errors a user gets for missing or bad calibration.
-set -euo pipefail
-kiln=$1
-root=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-/usr/bin/python3 "$root/clients/examples/make_sample_model.py" "$work/sample.onnx"
+source "$(dirname "$0")/cli_common.sh"
 # Calibration: 8 samples in the ONNX test-data layout (one directory each, input_0.pb).
 /usr/bin/python3 - "$work" <<'PY'
 import os, sys

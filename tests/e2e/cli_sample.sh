@@ -3,13 +3,7 @@
 # artifact (manifest and report JSON, the action key), run it on the sample input and check
 # the output is a probability vector, bench it, check every subcommand's --help, and that
 # bad input gets a clear error and a non-zero exit.
-set -euo pipefail
-kiln=$1
-root=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-/usr/bin/python3 "$root/clients/examples/make_sample_model.py" "$work/sample.onnx"
+source "$(dirname "$0")/cli_common.sh"
 "$kiln" compile "$work/sample.onnx" -o "$work/sample.so" --report "$work/report.json" 2> "$work/compile.txt"
 "$kiln" inspect "$work/sample.so" > "$work/manifest.json"
 grep -q '"name": "probabilities"' "$work/manifest.json"

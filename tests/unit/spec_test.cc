@@ -204,36 +204,34 @@ TEST(SpecTest, NormalizeFillsDefaultsOnce) {
 }
 
 TEST(SpecTest, ErrorsNameTheField) {
-  v1::CompileSpec spec = MinimalSpec();
-  spec.mutable_pruning()->set_channels(1.5);
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("pruning.channels 1.5 is not a share in [0, 1)"));
-  spec = MinimalSpec();
-  spec.mutable_quantization()->set_precision("int8");
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("quantization.precision int8 needs quantization.calibration"));
-  spec = MinimalSpec();
-  *spec.mutable_quantization()->add_calibration() = DigestOf("x");
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("quantization.calibration goes with quantization.precision int8"));
-  spec = MinimalSpec();
-  spec.mutable_quantization()->set_precision("int4");
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("quantization.precision 'int4' is not one of fp32, int8"));
-  spec = MinimalSpec();
-  spec.mutable_accuracy()->set_max_top1_drop(5);
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("accuracy.max_top1_drop goes with quantization.precision int8 or pruning"));
-  spec = MinimalSpec();
-  spec.mutable_accuracy()->set_atol(-1);
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("accuracy.atol and accuracy.rtol must be finite and >= 0"));
-  spec = MinimalSpec();
-  spec.add_input_shapes()->set_name("x");
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("input_shapes 'x' has no dims"));
-  spec = MinimalSpec();
-  spec.mutable_tuning()->set_budget_seconds(3);
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("tuning.budget_seconds goes with tuning.enabled"));
-  spec = MinimalSpec();
-  spec.mutable_model()->set_sha256("xyz");
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("model: sha256 'xyz' is not 64 lowercase hex"));
-  spec = MinimalSpec();
-  spec.mutable_target()->set_preset("pdp-11");
-  EXPECT_THAT(ErrorOf(spec), HasSubstr("unknown target preset 'pdp-11'"));
+  struct Case {
+    std::function<void(v1::CompileSpec&)> mutate;
+    const char* error;
+  };
+  const Case cases[] = {
+      {[](v1::CompileSpec& s) { s.mutable_pruning()->set_channels(1.5); },
+       "pruning.channels 1.5 is not a share in [0, 1)"},
+      {[](v1::CompileSpec& s) { s.mutable_quantization()->set_precision("int8"); },
+       "quantization.precision int8 needs quantization.calibration"},
+      {[](v1::CompileSpec& s) { *s.mutable_quantization()->add_calibration() = DigestOf("x"); },
+       "quantization.calibration goes with quantization.precision int8"},
+      {[](v1::CompileSpec& s) { s.mutable_quantization()->set_precision("int4"); },
+       "quantization.precision 'int4' is not one of fp32, int8"},
+      {[](v1::CompileSpec& s) { s.mutable_accuracy()->set_max_top1_drop(5); },
+       "accuracy.max_top1_drop goes with quantization.precision int8 or pruning"},
+      {[](v1::CompileSpec& s) { s.mutable_accuracy()->set_atol(-1); },
+       "accuracy.atol and accuracy.rtol must be finite and >= 0"},
+      {[](v1::CompileSpec& s) { s.add_input_shapes()->set_name("x"); }, "input_shapes 'x' has no dims"},
+      {[](v1::CompileSpec& s) { s.mutable_tuning()->set_budget_seconds(3); },
+       "tuning.budget_seconds goes with tuning.enabled"},
+      {[](v1::CompileSpec& s) { s.mutable_model()->set_sha256("xyz"); }, "model: sha256 'xyz' is not 64 lowercase hex"},
+      {[](v1::CompileSpec& s) { s.mutable_target()->set_preset("pdp-11"); }, "unknown target preset 'pdp-11'"},
+  };
+  for (const Case& c : cases) {
+    v1::CompileSpec spec = MinimalSpec();
+    c.mutate(spec);
+    EXPECT_THAT(ErrorOf(spec), HasSubstr(c.error));
+  }
 }
 
 // Every scalar leaf of a message, as a function that changes it (a different value, or an
