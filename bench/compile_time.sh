@@ -12,15 +12,8 @@ cd "$(dirname "$0")/.."
 models=sample,resnet50,bert_base
 chains="1000 2000 4000 8000"
 runs=3
-while [ $# -gt 0 ]; do
-  case $1 in
-    --models) models=$2; shift 2 ;;
-    --chains) chains=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench/compile_time.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+bench_args "$0" 9 "$@"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 ninja -C build kiln >&2
 kiln=build/clients/kiln
@@ -31,10 +24,7 @@ for m in ${models//,/ }; do
   case $m in
     sample) /usr/bin/python3 clients/examples/make_sample_model.py "$work/sample.onnx" > /dev/null
             paths+=("$work/sample.onnx") ;;
-    *) if [ ! -f "bench/models/$m.onnx" ]; then
-         mkdir -p bench/models
-         /usr/bin/python3 bench/make_models.py bench/models --only "$m" > "$work/export.log" 2>&1 || { cat "$work/export.log" >&2; exit 1; }
-       fi
+    *) bench_models "$m"
        paths+=("bench/models/$m.onnx") ;;
   esac
 done

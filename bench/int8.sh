@@ -23,27 +23,11 @@ threads="1 2"
 rounds=3
 iters=20
 trained=1
-while [ $# -gt 0 ]; do
-  case $1 in
-    --models) models=$2; shift 2 ;;
-    --samples) samples=$2; shift 2 ;;
-    --method) method=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --no-trained) trained=0; shift ;;
-    -h|--help) sed -n 2,16p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench/int8.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+bench_args "$0" 16 "$@"
 ninja -C build kiln >&2
 kiln=build/clients/kiln
-for m in ${models//,/ }; do
-  if [ ! -f "bench/models/$m.onnx" ]; then
-    /usr/bin/python3 bench/make_models.py bench/models --only "$m" > bench/models/export.log 2>&1 || { cat bench/models/export.log >&2; exit 1; }
-  fi
-done
-field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+bench_models "$models"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 accuracy_rows=()

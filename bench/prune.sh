@@ -14,27 +14,13 @@ ratios="0.25 0.5"
 threads="1"
 rounds=3
 iters=20
-while [ $# -gt 0 ]; do
-  case $1 in
-    --models) models=$2; shift 2 ;;
-    --ratios) ratios=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench/prune.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+bench_args "$0" 9 "$@"
 ninja -C build kiln >&2
 kiln=build/clients/kiln
-for m in ${models//,/ }; do
-  if [ ! -f "bench/models/$m.onnx" ]; then
-    /usr/bin/python3 bench/make_models.py bench/models --only "$m" > bench/models/export.log 2>&1 || { cat bench/models/export.log >&2; exit 1; }
-  fi
-done
+bench_models "$models"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ms() { "$kiln" bench "$1" --threads "$2" --iters "$iters" 2>/dev/null | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['median_ms'])"; }
 echo "| model | --prune-channels | layers pruned (kept whole) | parameters M | GFLOPs | threads | unpruned ms | pruned ms | speedup | per round |"
 echo "|---|---|---|---|---|---|---|---|---|---|"

@@ -23,19 +23,8 @@ iters_b8=5
 rounds=3
 rounds_b8=1
 install=1
-while [ $# -gt 0 ]; do
-  case $1 in
-    --models) models=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --iters-b8) iters_b8=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --rounds-b8) rounds_b8=$2; shift 2 ;;
-    --skip-install) install=0; shift ;;
-    -h|--help) sed -n 2,15p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+bench_args "$0" 15 "$@"
 [ $install = 1 ] && bash deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 ninja -C build kiln kiln-model-check >&2
@@ -43,18 +32,8 @@ if [ ! -f bench/node_modules/onnxruntime-node/package.json ]; then
   # The CPU library is bundled in the package; skip the optional CUDA download.
   (cd bench && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund >&2)
 fi
-mkdir -p bench/models
-missing=()
-for m in ${models//,/ }; do [ -f "bench/models/$m.onnx" ] || missing+=("$m"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  if ! /usr/bin/python3 bench/make_models.py bench/models --only "$(IFS=,; echo "${missing[*]}")" > bench/models/export.log 2>&1; then
-    cat bench/models/export.log >&2
-    echo "bench/run.sh: exporting the models failed" >&2
-    exit 1
-  fi
-fi
+bench_models "$models"
 kiln=build/clients/kiln
-field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 # Runs a command and prints its peak resident memory in MiB (its stdout goes to $1).
 peak_rss() {
   local out=$1; shift
