@@ -67,7 +67,7 @@ grep -q "missing --input input" "$work/err.txt"
 grep -q "kiln compile MODEL.onnx" "$work/help.txt"
 grep -q "^Targets: host, x86-64" "$work/help.txt"
 # Every subcommand has a true --help of its own (exit 0); usage errors exit 2.
-for command in compile quantize run bench inspect submit job jobs watch cancel fetch; do
+for command in compile quantize run bench inspect kernels submit job jobs watch cancel fetch; do
   "$kiln" "$command" --help > "$work/help.txt"
   grep -q "^Usage: kiln $command " "$work/help.txt"
 done
@@ -77,4 +77,9 @@ status=0; "$kiln" compile "$work/sample.onnx" -o "$work/x.so" --no-such-flag 2> 
 [ "$status" -eq 2 ] && grep -q "Run 'kiln compile --help' for usage" "$work/err.txt"
 status=0; "$kiln" frobnicate 2> "$work/err.txt" || status=$?
 [ "$status" -eq 2 ] && grep -q "unknown subcommand 'frobnicate'" "$work/err.txt"
+# kiln kernels: the cache is searched last; a target already built compiles nothing.
+KILN_KERNEL_DIR="$work/prebuilt" "$kiln" kernels --list > "$work/dirs.txt"
+[ "$(head -1 "$work/dirs.txt")" = "$work/prebuilt" ] && grep -q "(cache: missing kernels compiled here)" "$work/dirs.txt"
+status=0; "$kiln" kernels --target nonsense 2> "$work/err.txt" || status=$?
+[ "$status" -eq 2 ] && grep -q "unknown target 'nonsense'" "$work/err.txt"
 echo "e2e_cli_sample: ok"
