@@ -25,11 +25,7 @@ iters=20
 trained=1
 source bench/lib.sh
 bench_args "$0" 16 "$@"
-ninja -C build kiln >&2
-kiln=build/clients/kiln
-bench_models "$models"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_setup "$models"
 accuracy_rows=()
 echo "| model | threads | Kiln int8 ms | ORT int8 (QDQ) ms | Kiln fp32 ms | ORT fp32 ms | ORT fp32 / Kiln int8 | per round | ORT int8 / Kiln int8 |"
 echo "|---|---|---|---|---|---|---|---|---|"

@@ -50,6 +50,16 @@ bench_models() {
   fi
 }
 
+# bench_setup MODELS: builds kiln (build/) and sets $kiln, exports MODELS, and makes a
+# scratch directory $tmp removed on exit.
+bench_setup() {
+  ninja -C build kiln >&2
+  kiln=build/clients/kiln
+  bench_models "$1"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+}
+
 # The median of the numbers on stdin, one a line.
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 

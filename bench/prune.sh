@@ -16,11 +16,7 @@ rounds=3
 iters=20
 source bench/lib.sh
 bench_args "$0" 9 "$@"
-ninja -C build kiln >&2
-kiln=build/clients/kiln
-bench_models "$models"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bench_setup "$models"
 ms() { "$kiln" bench "$1" --threads "$2" --iters "$iters" 2>/dev/null | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['median_ms'])"; }
 echo "| model | --prune-channels | layers pruned (kept whole) | parameters M | GFLOPs | threads | unpruned ms | pruned ms | speedup | per round |"
 echo "|---|---|---|---|---|---|---|---|---|---|"

@@ -62,11 +62,7 @@ absl::Status LinkScalarOps(llvm::Module& module) {
 void RetargetGlue(llvm::Module& module, const TargetSpec& target) {
   for (llvm::Function& f : module) {
     if (f.isDeclaration()) continue;
-    f.removeFnAttr("target-cpu");
-    f.removeFnAttr("target-features");
-    f.removeFnAttr("tune-cpu");
-    f.addFnAttr("target-cpu", target.cpu);
-    if (!target.features.empty()) f.addFnAttr("target-features", target.features);
+    codegen::SetTargetAttributes(f, target);
     const llvm::StringRef name = f.getName();
     // Parts are called across modules; kiln_module_v1 is the artifact's one export.
     if (name != "kiln_module_v1" && !name.starts_with("kiln_part_")) f.setLinkage(llvm::GlobalValue::InternalLinkage);

@@ -139,11 +139,7 @@ void Specialise(llvm::Module& module, const std::string& kernel, const TargetSpe
   }
   for (llvm::Function& f : module) {
     if (f.isDeclaration()) continue;
-    f.removeFnAttr("target-cpu");
-    f.removeFnAttr("target-features");
-    f.removeFnAttr("tune-cpu");
-    f.addFnAttr("target-cpu", target.cpu);
-    if (!target.features.empty()) f.addFnAttr("target-features", target.features);
+    codegen::SetTargetAttributes(f, target);
     f.removeFnAttr(llvm::Attribute::OptimizeNone);
     if (f.getName() == kernel) {
       f.setLinkage(llvm::GlobalValue::ExternalLinkage);

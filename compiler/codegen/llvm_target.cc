@@ -62,6 +62,14 @@ TargetTraits TraitsOf(const llvm::TargetMachine& machine) {
   return traits;
 }
 
+void SetTargetAttributes(llvm::Function& function, const TargetSpec& target) {
+  function.removeFnAttr("target-cpu");
+  function.removeFnAttr("target-features");
+  function.removeFnAttr("tune-cpu");
+  function.addFnAttr("target-cpu", target.cpu);
+  if (!target.features.empty()) function.addFnAttr("target-features", target.features);
+}
+
 void OptimizeO3(llvm::Module& module, llvm::TargetMachine& machine, bool drop_unused) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;

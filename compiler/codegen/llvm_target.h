@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "kiln/compiler/target.h"
+#include "llvm/IR/Function.h"
 #include "llvm/Target/TargetMachine.h"
 
 namespace kiln::codegen {
@@ -18,6 +19,10 @@ void InitializeLlvmTargets();
 // A PIC TargetMachine at -O3 for the spec; function and data sections when `sections`
 // (the kernel library, so the linker keeps only the kernels a model calls).
 absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeTargetMachine(const TargetSpec& target, bool sections);
+
+// Replaces a function's CPU and feature attributes by the target's: bitcode compiled for a
+// generic CPU would otherwise cap the vector width.
+void SetTargetAttributes(llvm::Function& function, const TargetSpec& target);
 
 // LLVM's -O3 module pipeline for the target, loop and SLP vectorisation on; first a global
 // DCE when `drop_unused` (internal functions no entry point reaches).
