@@ -114,22 +114,35 @@ constexpr ModelRange kAmdCpus[] = {
     {0x1a, 0x00, 0xff, "znver5"},
 };
 // Intel family 6 by model (LLVM's getIntelProcessorTypeAndSubtype), the server and desktop
-// cores of the last decade. Model 0x55 is refined by features below.
-constexpr ModelRange kIntelCpus[] = {
-    {6, 0x2a, 0x2a, "sandybridge"},    {6, 0x2d, 0x2d, "sandybridge"},    {6, 0x3a, 0x3a, "ivybridge"},
-    {6, 0x3e, 0x3e, "ivybridge"},      {6, 0x3c, 0x3c, "haswell"},        {6, 0x3f, 0x3f, "haswell"},
-    {6, 0x45, 0x46, "haswell"},        {6, 0x3d, 0x3d, "broadwell"},      {6, 0x47, 0x47, "broadwell"},
-    {6, 0x4f, 0x4f, "broadwell"},      {6, 0x56, 0x56, "broadwell"},      {6, 0x4e, 0x4e, "skylake"},
-    {6, 0x5e, 0x5e, "skylake"},        {6, 0x8e, 0x8e, "skylake"},        {6, 0x9e, 0x9e, "skylake"},
-    {6, 0xa5, 0xa6, "skylake"},        {6, 0x55, 0x55, "skylake-avx512"}, {6, 0x66, 0x66, "cannonlake"},
-    {6, 0x7d, 0x7e, "icelake-client"}, {6, 0x6a, 0x6a, "icelake-server"}, {6, 0x6c, 0x6c, "icelake-server"},
-    {6, 0xa7, 0xa7, "rocketlake"},     {6, 0x8c, 0x8d, "tigerlake"},      {6, 0x97, 0x97, "alderlake"},
-    {6, 0x9a, 0x9a, "alderlake"},      {6, 0xb7, 0xb7, "raptorlake"},     {6, 0xba, 0xba, "raptorlake"},
-    {6, 0xbf, 0xbf, "raptorlake"},     {6, 0xaa, 0xaa, "meteorlake"},     {6, 0xac, 0xac, "meteorlake"},
-    {6, 0x8f, 0x8f, "sapphirerapids"}, {6, 0xcf, 0xcf, "emeraldrapids"},  {6, 0xad, 0xae, "graniterapids"},
-    {6, 0xaf, 0xaf, "sierraforest"},   {6, 0xb6, 0xb6, "grandridge"},     {6, 0x5c, 0x5c, "goldmont"},
-    {6, 0x5f, 0x5f, "goldmont"},       {6, 0x7a, 0x7a, "goldmont-plus"},  {6, 0x86, 0x86, "tremont"},
-    {6, 0x96, 0x96, "tremont"},        {6, 0x9c, 0x9c, "tremont"},
+// cores of the last decade, each CPU with its models (0 ends a list). Model 0x55 is refined
+// by features below.
+struct IntelCpu {
+  const char* cpu;
+  int models[7];
+};
+constexpr IntelCpu kIntelCpus[] = {
+    {"sandybridge", {0x2a, 0x2d}},
+    {"ivybridge", {0x3a, 0x3e}},
+    {"haswell", {0x3c, 0x3f, 0x45, 0x46}},
+    {"broadwell", {0x3d, 0x47, 0x4f, 0x56}},
+    {"skylake", {0x4e, 0x5e, 0x8e, 0x9e, 0xa5, 0xa6}},
+    {"skylake-avx512", {0x55}},
+    {"cannonlake", {0x66}},
+    {"icelake-client", {0x7d, 0x7e}},
+    {"icelake-server", {0x6a, 0x6c}},
+    {"rocketlake", {0xa7}},
+    {"tigerlake", {0x8c, 0x8d}},
+    {"alderlake", {0x97, 0x9a}},
+    {"raptorlake", {0xb7, 0xba, 0xbf}},
+    {"meteorlake", {0xaa, 0xac}},
+    {"sapphirerapids", {0x8f}},
+    {"emeraldrapids", {0xcf}},
+    {"graniterapids", {0xad, 0xae}},
+    {"sierraforest", {0xaf}},
+    {"grandridge", {0xb6}},
+    {"goldmont", {0x5c, 0x5f}},
+    {"goldmont-plus", {0x7a}},
+    {"tremont", {0x86, 0x96, 0x9c}},
 };
 // aarch64 by MIDR implementer and part (LLVM's getHostCPUNameForARM).
 struct Aarch64Part {
@@ -159,24 +172,25 @@ const char* X86Level(const std::vector<std::string>& on) {
   return "x86-64-v4";
 }
 
-std::string X86CpuName(const X86CpuId& id, const std::vector<std::string>& on) {
-  const ModelRange* table = nullptr;
-  size_t size = 0;
-  if (id.vendor == "AuthenticAMD") {
-    table = kAmdCpus;
-    size = std::size(kAmdCpus);
-  } else if (id.vendor == "GenuineIntel") {
-    table = kIntelCpus;
-    size = std::size(kIntelCpus);
-  }
-  for (size_t i = 0; i < size; ++i) {
-    const ModelRange& r = table[i];
-    if (r.family != id.family || id.model < r.first || id.model > r.last) continue;
-    if (std::string(r.cpu) == "skylake-avx512") {
+const char* IntelCpuName(int model, const std::vector<std::string>& on) {
+  for (const IntelCpu& c : kIntelCpus) {
+    if (std::find(std::begin(c.models), std::end(c.models), model) == std::end(c.models)) continue;
+    if (std::string(c.cpu) == "skylake-avx512") {
       if (Has(on, "avx512bf16")) return "cooperlake";
       if (Has(on, "avx512vnni")) return "cascadelake";
     }
-    return r.cpu;
+    return c.cpu;
+  }
+  return nullptr;
+}
+
+std::string X86CpuName(const X86CpuId& id, const std::vector<std::string>& on) {
+  if (id.vendor == "AuthenticAMD") {
+    for (const ModelRange& r : kAmdCpus) {
+      if (r.family == id.family && id.model >= r.first && id.model <= r.last) return r.cpu;
+    }
+  } else if (id.vendor == "GenuineIntel" && id.family == 6 && id.model != 0) {
+    if (const char* cpu = IntelCpuName(id.model, on)) return cpu;
   }
   return X86Level(on);
 }
