@@ -12,30 +12,19 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-#define CHAINS(T, SET, FMA)                                                                                            \
-  T a0 = SET(0.f), a1 = SET(1.f), a2 = SET(2.f), a3 = SET(3.f), a4 = SET(4.f), a5 = SET(5.f);                          \
-  T a6 = SET(6.f), a7 = SET(7.f), a8 = SET(8.f), a9 = SET(9.f), a10 = SET(10.f), a11 = SET(11.f);                      \
-  const T x = SET(1.0000001f), y = SET(0.9999999f);                                                                    \
-  double start = now_s();                                                                                              \
-  for (long i = 0; i < iters; ++i) {                                                                                   \
-    a0 = FMA(a0, x, y);                                                                                                \
-    a1 = FMA(a1, x, y);                                                                                                \
-    a2 = FMA(a2, x, y);                                                                                                \
-    a3 = FMA(a3, x, y);                                                                                                \
-    a4 = FMA(a4, x, y);                                                                                                \
-    a5 = FMA(a5, x, y);                                                                                                \
-    a6 = FMA(a6, x, y);                                                                                                \
-    a7 = FMA(a7, x, y);                                                                                                \
-    a8 = FMA(a8, x, y);                                                                                                \
-    a9 = FMA(a9, x, y);                                                                                                \
-    a10 = FMA(a10, x, y);                                                                                              \
-    a11 = FMA(a11, x, y);                                                                                              \
-  }                                                                                                                    \
-  double seconds = now_s() - start;                                                                                    \
-  volatile float sink = ((float*)&a0)[0] + ((float*)&a1)[0] + ((float*)&a2)[0] + ((float*)&a3)[0] + ((float*)&a4)[0] + \
-                        ((float*)&a5)[0] + ((float*)&a6)[0] + ((float*)&a7)[0] + ((float*)&a8)[0] + ((float*)&a9)[0] + \
-                        ((float*)&a10)[0] + ((float*)&a11)[0];                                                         \
-  (void)sink;                                                                                                          \
+#define CHAINS(T, SET, FMA)                                                               \
+  T a[12];                                                                                \
+  _Pragma("GCC unroll 12") for (int k = 0; k < 12; ++k) a[k] = SET((float)k);             \
+  const T x = SET(1.0000001f), y = SET(0.9999999f);                                       \
+  double start = now_s();                                                                 \
+  for (long i = 0; i < iters; ++i) {                                                      \
+    /* fully unrolled: 12 accumulators in registers, independent chains */                \
+    _Pragma("GCC unroll 12") for (int k = 0; k < 12; ++k) a[k] = FMA(a[k], x, y);         \
+  }                                                                                       \
+  double seconds = now_s() - start;                                                       \
+  volatile float sink = 0;                                                                \
+  _Pragma("GCC unroll 12") for (int k = 0; k < 12; ++k) sink = sink + ((float*)&a[k])[0]; \
+  (void)sink;                                                                             \
   return seconds;
 
 __attribute__((target("avx2,fma"))) static double run_avx2(long iters) {
