@@ -40,21 +40,17 @@ struct Fields {
 
 void Write(Level level, const Fields& fields, std::string_view message);
 
-template <typename... Args>
-void Debug(const Fields& fields, fmt::format_string<Args...> format, Args&&... args) {
-  Write(Level::kDebug, fields, fmt::format(format, std::forward<Args>(args)...));
-}
-template <typename... Args>
-void Info(const Fields& fields, fmt::format_string<Args...> format, Args&&... args) {
-  Write(Level::kInfo, fields, fmt::format(format, std::forward<Args>(args)...));
-}
-template <typename... Args>
-void Warning(const Fields& fields, fmt::format_string<Args...> format, Args&&... args) {
-  Write(Level::kWarning, fields, fmt::format(format, std::forward<Args>(args)...));
-}
-template <typename... Args>
-void Error(const Fields& fields, fmt::format_string<Args...> format, Args&&... args) {
-  Write(Level::kError, fields, fmt::format(format, std::forward<Args>(args)...));
-}
+// log::Debug, log::Info, log::Warning, log::Error: a line at that level, formatted by fmt.
+template <Level kLevel>
+struct Logger {
+  template <typename... Args>
+  void operator()(const Fields& fields, fmt::format_string<Args...> format, Args&&... args) const {
+    Write(kLevel, fields, fmt::format(format, std::forward<Args>(args)...));
+  }
+};
+inline constexpr Logger<Level::kDebug> Debug;
+inline constexpr Logger<Level::kInfo> Info;
+inline constexpr Logger<Level::kWarning> Warning;
+inline constexpr Logger<Level::kError> Error;
 
 }  // namespace kiln::log
