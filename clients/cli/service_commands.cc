@@ -260,13 +260,21 @@ struct JobFlags {
   FinishFlags finish;
 };
 
-int ShowJob(const JobFlags& flags) {
+// GetJob or CancelJob on flags.id: 0 and the job, else the failure printed and its exit status.
+template <typename Request>
+int CallOnJob(const JobFlags& flags, const char* name,
+              grpc::Status (v1::Kiln::Stub::*method)(grpc::ClientContext*, const Request&, v1::Job*), v1::Job& job) {
   auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
   grpc::ClientContext context;
-  v1::GetJobRequest request;
+  Request request;
   request.set_id(flags.id);
+  if (auto s = ((*stub).*method)(&context, request, &job); !s.ok()) return RpcFail(name, s);
+  return 0;
+}
+
+int ShowJob(const JobFlags& flags) {
   v1::Job job;
-  if (auto s = stub->GetJob(&context, request, &job); !s.ok()) return RpcFail("GetJob", s);
+  if (int exit = CallOnJob(flags, "GetJob", &v1::Kiln::Stub::GetJob, job)) return exit;
   std::printf("%s\n", v1::JobState_Name(job.state()).c_str());
   std::printf(
       "  id:        %s\n  phase:     %s (%d%%)\n  target:    %s (%s)\n  model:     %s\n  attempts:  %d\n"
@@ -300,12 +308,8 @@ int WatchJob(const JobFlags& flags) {
 }
 
 int Cancel(const JobFlags& flags) {
-  auto stub = v1::Kiln::NewStub(client::Connect(flags.server));
-  grpc::ClientContext context;
-  v1::CancelJobRequest request;
-  request.set_id(flags.id);
   v1::Job job;
-  if (auto s = stub->CancelJob(&context, request, &job); !s.ok()) return RpcFail("CancelJob", s);
+  if (int exit = CallOnJob(flags, "CancelJob", &v1::Kiln::Stub::CancelJob, job)) return exit;
   std::printf("%s\n", v1::JobState_Name(job.state()).c_str());
   return 0;
 }
