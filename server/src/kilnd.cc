@@ -26,7 +26,8 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kiln/compiler/version.h"
-#include "server/queue/job_queue.h"
+#include "server/queue/sqlite_job_store.h"
+#include "server/service/compile_service.h"
 #include "server/src/metrics.h"
 #include "server/src/service.h"
 
@@ -239,23 +240,30 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kilnd: %s\n", std::string(cache.status().message()).c_str());
     return 1;
   }
-  QueueOptions queue_options;
-  queue_options.lease_timeout_ms = flags.lease_timeout_ms;
-  queue_options.max_attempts = static_cast<int32_t>(flags.max_attempts);
-  queue_options.cpu_limit_seconds = flags.job_cpu_seconds;
-  queue_options.memory_limit_bytes = flags.job_memory;
-  auto queue = JobQueue::Open(flags.data_dir + "/jobs.db", queue_options);
-  if (!queue.ok()) {
-    std::fprintf(stderr, "kilnd: %s\n", std::string(queue.status().message()).c_str());
+  JobStoreOptions store_options;
+  store_options.lease_timeout_ms = flags.lease_timeout_ms;
+  store_options.max_attempts = static_cast<int32_t>(flags.max_attempts);
+  store_options.cpu_limit_seconds = flags.job_cpu_seconds;
+  store_options.memory_limit_bytes = flags.job_memory;
+  auto store = SqliteJobStore::Open(flags.data_dir + "/jobs.db", store_options);
+  if (!store.ok()) {
+    std::fprintf(stderr, "kilnd: %s\n", std::string(store.status().message()).c_str());
     return 1;
   }
-  JobQueue* queue_ptr = queue->get();
+  JobStore* store_ptr = store->get();
   // Local workers of a previous kilnd died with it (PDEATHSIG): requeue their tasks now
   // instead of waiting out the lease, and without charging the job an attempt.
-  if (int recovered = queue_ptr->RecoverLeases("local-"); recovered > 0) {
-    std::fprintf(stderr, "kilnd: requeued %d job(s) that the previous kilnd's local workers were running\n", recovered);
+  auto recovered = store_ptr->RecoverLeases("local-");
+  if (!recovered.ok()) {
+    std::fprintf(stderr, "kilnd: %s\n", std::string(recovered.status().message()).c_str());
+    return 1;
   }
-  (*cache)->SetNeededCallback([queue_ptr](const std::string& sha) { return queue_ptr->IsNeeded(sha); });
+  if (*recovered > 0) {
+    std::fprintf(stderr, "kilnd: requeued %d job(s) that the previous kilnd's local workers were running\n",
+                 *recovered);
+  }
+  // When the store cannot answer, keep the blob: eviction can wait, a lost input cannot.
+  (*cache)->SetNeededCallback([store_ptr](const std::string& sha) { return store_ptr->IsNeeded(sha).value_or(true); });
 
   Metrics metrics;
   if (flags.metrics_listen != "off") {
@@ -270,11 +278,11 @@ int Main(int argc, char** argv) {
     }
   }
 
+  CompileService service({CompilerVersion()}, cache->get(), store_ptr, &metrics);
   ServerState state;
-  state.options.max_upload_bytes = flags.max_upload;
-  state.options.compiler_version = CompilerVersion();
+  state.max_upload_bytes = flags.max_upload;
+  state.service = &service;
   state.cache = cache->get();
-  state.queue = queue_ptr;
   state.metrics = &metrics;
   KilnService kiln_service(&state);
   WorkerService worker_service(&state);
