@@ -4,8 +4,10 @@
 #include <mutex>
 #include <random>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/common/status.h"
 #include "kiln/common/time.h"
 
 namespace kiln::server {
@@ -113,24 +115,39 @@ absl::Status SqliteJobStore::Migrate() {
   return txn.Commit();
 }
 
-absl::StatusOr<SubmitOutcome> SqliteJobStore::Submit(const NewJob& request) {
-  SubmitOutcome outcome;
-  const int64_t now = UnixMillis();
-  v1::Job job = request.job;
-  job.set_id(NewJobId());
-  job.set_created_ms(now);
+// Runs `body(changed)` under the store's lock in one transaction, committed when it returns
+// OK. Watchers are woken only when the body says it changed something: long-polling leases
+// would otherwise wake each other in a loop.
+template <typename Body>
+auto SqliteJobStore::InTransaction(Body body) -> decltype(body(std::declval<bool&>())) {
+  bool changed = false;
   {
     std::lock_guard<std::mutex> lock(db_->mutex());
     Transaction txn(*db_);
     if (!txn.status().ok()) return txn.status();
-    std::string result_bytes;
-    int64_t started = 0, finished = 0;
+    auto result = body(changed);
+    if (!result.ok()) return result;
+    if (auto s = txn.Commit(); !s.ok()) return s;
+    if (!changed) return result;
+    changes_.Notify();
+    return result;
+  }
+}
+
+absl::StatusOr<SubmitOutcome> SqliteJobStore::Submit(const NewJob& request) {
+  const int64_t now = UnixMillis();
+  v1::Job job = request.job;
+  job.set_id(NewJobId());
+  job.set_created_ms(now);
+  auto joined = InTransaction([&](bool& changed) -> absl::StatusOr<bool> {
+    changed = true;
     std::optional<v1::JobState> task_state;
     if (!request.cached) {
-      auto state = TaskState(job.action_key());
-      if (!state.ok()) return state.status();
-      task_state = *state;
+      KILN_ASSIGN_OR_RETURN(task_state, TaskState(job.action_key()));
     }
+    std::string result_bytes;
+    int64_t started = 0, finished = 0;
+    bool joined = false;
     if (request.cached) {
       job.set_state(v1::SUCCEEDED);
       job.set_cache_hit(true);
@@ -138,21 +155,19 @@ absl::StatusOr<SubmitOutcome> SqliteJobStore::Submit(const NewJob& request) {
       started = finished = now;
     } else if (task_state == v1::QUEUED || task_state == v1::RUNNING) {
       job.set_state(*task_state);
-      outcome.joined = true;
+      joined = true;
       if (*task_state == v1::RUNNING) started = now;
     } else {
       // New, or a finished task whose result is no longer cached: (re)start it.
       job.set_state(v1::QUEUED);
-      if (auto s = QueueTask(request, now); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(QueueTask(request, now));
     }
-    if (auto s = InsertJob(job, result_bytes, started, finished); !s.ok()) return s;
-    if (auto s = txn.Commit(); !s.ok()) return s;
-  }
-  changes_.Notify();
-  auto loaded = Get(job.id());
-  if (!loaded.ok()) return loaded.status();
-  outcome.job = std::move(*loaded);
-  return outcome;
+    KILN_RETURN_IF_ERROR(InsertJob(job, result_bytes, started, finished));
+    return joined;
+  });
+  if (!joined.ok()) return joined.status();
+  KILN_ASSIGN_OR_RETURN(v1::Job stored, Get(job.id()));
+  return SubmitOutcome{std::move(stored), *joined};
 }
 
 absl::StatusOr<std::optional<v1::JobState>> SqliteJobStore::TaskState(const std::string& action_key) {
@@ -260,37 +275,30 @@ absl::StatusOr<v1::Job> SqliteJobStore::Get(const std::string& id) {
 }
 
 absl::StatusOr<v1::Job> SqliteJobStore::Cancel(const std::string& id) {
-  {
-    std::lock_guard<std::mutex> lock(db_->mutex());
-    Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
-    auto job = LoadJob(id);
-    if (!job.ok()) return job.status();
-    if (IsTerminal(job->state())) return job;  // cancelling a finished job changes nothing
-    auto s = db_->Prepare(
-                    "UPDATE jobs SET state = 'cancelled', error = 'cancelled by request', finished_ms = ?"
-                    " WHERE id = ?")
-                 .Bind(1, UnixMillis())
-                 .Bind(2, id)
-                 .Run();
-    if (!s.ok()) return s;
+  return InTransaction([&](bool& changed) -> absl::StatusOr<v1::Job> {
+    KILN_ASSIGN_OR_RETURN(v1::Job job, LoadJob(id));
+    if (IsTerminal(job.state())) return job;  // cancelling a finished job changes nothing
+    changed = true;
+    KILN_RETURN_IF_ERROR(
+        db_->Prepare(
+               "UPDATE jobs SET state = 'cancelled', error = 'cancelled by request', finished_ms = ? WHERE id = ?")
+            .Bind(1, UnixMillis())
+            .Bind(2, id)
+            .Run());
     Statement others =
         db_->Prepare("SELECT COUNT(*) FROM jobs WHERE action_key = ? AND state IN ('queued', 'running')");
-    others.Bind(1, job->action_key());
+    others.Bind(1, job.action_key());
     const int64_t waiting = others.Step() ? others.Int(0) : 0;
-    if (!others.status().ok()) return others.status();
+    KILN_RETURN_IF_ERROR(others.status());
     if (waiting == 0) {
-      s = db_->Prepare(
-                 "UPDATE tasks SET state = 'cancelled', last_error = 'cancelled', lease_owner = NULL"
-                 " WHERE action_key = ? AND state IN ('queued', 'running')")
-              .Bind(1, job->action_key())
-              .Run();
-      if (!s.ok()) return s;
+      KILN_RETURN_IF_ERROR(
+          db_->Prepare("UPDATE tasks SET state = 'cancelled', last_error = 'cancelled', lease_owner = NULL"
+                       " WHERE action_key = ? AND state IN ('queued', 'running')")
+              .Bind(1, job.action_key())
+              .Run());
     }
-    if (auto c = txn.Commit(); !c.ok()) return c;
-  }
-  changes_.Notify();
-  return Get(id);
+    return LoadJob(id);
+  });
 }
 
 absl::StatusOr<JobPage> SqliteJobStore::List(const ListFilter& filter) {
@@ -366,43 +374,38 @@ absl::Status SqliteJobStore::RequeueOrEndTask(const std::string& action_key, v1:
 }
 
 absl::StatusOr<std::optional<LeasedTask>> SqliteJobStore::Lease(const std::string& worker_id) {
-  LeasedTask leased;
-  v1::Task& task = leased.task;
-  {
-    std::lock_guard<std::mutex> lock(db_->mutex());
-    Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
+  return InTransaction([&](bool& changed) -> absl::StatusOr<std::optional<LeasedTask>> {
     Statement q = db_->Prepare(
         "SELECT action_key, request, generation, queued_ms FROM tasks WHERE state = 'queued'"
         " ORDER BY queued_ms LIMIT 1");
     if (!q.Step()) {
-      if (!q.status().ok()) return q.status();
+      KILN_RETURN_IF_ERROR(q.status());
       return std::nullopt;
     }
-    const std::string key = q.Text(0);
+    changed = true;
     const int64_t now = UnixMillis();
-    task.set_action_key(key);
+    LeasedTask leased;
+    v1::Task& task = leased.task;
+    task.set_action_key(q.Text(0));
     task.mutable_spec()->ParseFromString(q.Text(1));
+    // The generation is the lease's fencing token: heartbeats and completions must echo it.
     const int64_t generation = q.Int(2) + 1;
     leased.queue_wait_ms = now - q.Int(3);
     task.set_attempt(static_cast<int32_t>(generation));
     task.set_lease_timeout_ms(options_.lease_timeout_ms);
     task.set_cpu_limit_seconds(options_.cpu_limit_seconds);
     task.set_memory_limit_bytes(options_.memory_limit_bytes);
-    auto s = db_->Prepare(
-                    "UPDATE tasks SET state = 'running', attempts = attempts + 1, generation = ?, lease_owner = ?,"
-                    " lease_expires_ms = ?, phase = 'leased', progress = 0 WHERE action_key = ?")
-                 .Bind(1, generation)
-                 .Bind(2, worker_id)
-                 .Bind(3, now + options_.lease_timeout_ms)
-                 .Bind(4, key)
-                 .Run();
-    if (!s.ok()) return s;
-    if (s = SetJobsOfTask(key, v1::RUNNING, "", nullptr, nullptr); !s.ok()) return s;
-    if (s = txn.Commit(); !s.ok()) return s;
-  }
-  changes_.Notify();
-  return leased;
+    KILN_RETURN_IF_ERROR(db_->Prepare("UPDATE tasks SET state = 'running', attempts = attempts + 1, generation = ?,"
+                                      " lease_owner = ?, lease_expires_ms = ?, phase = 'leased', progress = 0"
+                                      " WHERE action_key = ?")
+                             .Bind(1, generation)
+                             .Bind(2, worker_id)
+                             .Bind(3, now + options_.lease_timeout_ms)
+                             .Bind(4, task.action_key())
+                             .Run());
+    KILN_RETURN_IF_ERROR(SetJobsOfTask(task.action_key(), v1::RUNNING, "", nullptr, nullptr));
+    return leased;
+  });
 }
 
 absl::StatusOr<HeartbeatVerdict> SqliteJobStore::Heartbeat(const TaskProgress& progress) {
@@ -440,23 +443,17 @@ absl::StatusOr<HeartbeatVerdict> SqliteJobStore::Heartbeat(const TaskProgress& p
 }
 
 absl::StatusOr<TaskEnd> SqliteJobStore::Complete(const TaskOutcome& outcome) {
-  TaskEnd end;
-  end.action_key = outcome.action_key;
-  {
-    std::lock_guard<std::mutex> lock(db_->mutex());
-    Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
+  return InTransaction([&](bool& changed) -> absl::StatusOr<TaskEnd> {
     Statement q =
         db_->Prepare("SELECT state, generation, attempts, target_label, queued_ms FROM tasks WHERE action_key = ?");
     q.Bind(1, outcome.action_key);
     const bool found = q.Step();
-    if (!q.status().ok()) return q.status();
+    KILN_RETURN_IF_ERROR(q.status());
     if (!found || q.Text(0) != JobStateName(v1::RUNNING) || q.Int(1) != outcome.attempt)
       return StaleLease(outcome.action_key, outcome.attempt);
-    end.target = q.Text(3);
-    end.queued_ms = q.Int(4);
+    changed = true;
+    TaskEnd end{outcome.action_key, outcome.success ? v1::SUCCEEDED : v1::FAILED, q.Text(3), 0, q.Int(4)};
     const int64_t attempts = q.Int(2);
-    end.state = outcome.success ? v1::SUCCEEDED : v1::FAILED;
     std::string reason = outcome.error;
     if (!outcome.success && outcome.retryable) {
       if (attempts < options_.max_attempts) {
@@ -465,74 +462,59 @@ absl::StatusOr<TaskEnd> SqliteJobStore::Complete(const TaskOutcome& outcome) {
         reason = absl::StrCat(outcome.error, " (gave up after ", attempts, " attempts)");
       }
     }
-    if (auto s = RequeueOrEndTask(outcome.action_key, end.state, reason); !s.ok()) return s;
+    KILN_RETURN_IF_ERROR(RequeueOrEndTask(outcome.action_key, end.state, reason));
     const std::string job_error = end.state == v1::SUCCEEDED ? "" : reason;
-    if (auto s = SetJobsOfTask(outcome.action_key, end.state, job_error, outcome.success ? &outcome.result : nullptr,
-                               &end.jobs);
-        !s.ok())
-      return s;
-    if (auto s = txn.Commit(); !s.ok()) return s;
-  }
-  changes_.Notify();
-  return end;
+    KILN_RETURN_IF_ERROR(SetJobsOfTask(outcome.action_key, end.state, job_error,
+                                       outcome.success ? &outcome.result : nullptr, &end.jobs));
+    return end;
+  });
 }
 
 absl::StatusOr<int> SqliteJobStore::RecoverLeases(const std::string& owner_prefix) {
-  int recovered = 0;
-  {
-    std::lock_guard<std::mutex> lock(db_->mutex());
-    Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
+  return InTransaction([&](bool& changed) -> absl::StatusOr<int> {
     Statement q =
         db_->Prepare("SELECT action_key FROM tasks WHERE state = 'running' AND substr(lease_owner, 1, ?) = ?");
     q.Bind(1, static_cast<int64_t>(owner_prefix.size())).Bind(2, owner_prefix);
     std::vector<std::string> keys;
     while (q.Step()) keys.push_back(q.Text(0));
-    if (!q.status().ok()) return q.status();
+    KILN_RETURN_IF_ERROR(q.status());
     for (const std::string& key : keys) {
       // The attempt is given back: the worker died with kilnd, not because of the model.
-      auto s = db_->Prepare(
-                      "UPDATE tasks SET state = 'queued', attempts = MAX(attempts - 1, 0), lease_owner = NULL,"
-                      " lease_expires_ms = NULL, phase = 'queued', progress = 0 WHERE action_key = ?")
-                   .Bind(1, key)
-                   .Run();
-      if (!s.ok()) return s;
-      if (s = SetJobsOfTask(key, v1::QUEUED, "", nullptr, nullptr); !s.ok()) return s;
-      ++recovered;
+      KILN_RETURN_IF_ERROR(db_->Prepare("UPDATE tasks SET state = 'queued', attempts = MAX(attempts - 1, 0),"
+                                        " lease_owner = NULL, lease_expires_ms = NULL, phase = 'queued', progress = 0"
+                                        " WHERE action_key = ?")
+                               .Bind(1, key)
+                               .Run());
+      KILN_RETURN_IF_ERROR(SetJobsOfTask(key, v1::QUEUED, "", nullptr, nullptr));
     }
-    if (auto s = txn.Commit(); !s.ok()) return s;
-  }
-  if (recovered > 0) changes_.Notify();
-  return recovered;
+    changed = !keys.empty();
+    return static_cast<int>(keys.size());
+  });
 }
 
 absl::StatusOr<std::vector<TaskEnd>> SqliteJobStore::ExpireLeases() {
-  std::vector<TaskEnd> ended;
-  {
-    std::lock_guard<std::mutex> lock(db_->mutex());
-    Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
+  return InTransaction([&](bool& changed) -> absl::StatusOr<std::vector<TaskEnd>> {
     Statement q = db_->Prepare(
         "SELECT action_key, attempts, lease_owner, target_label FROM tasks WHERE state = 'running'"
         " AND lease_expires_ms < ?");
     q.Bind(1, UnixMillis());
     std::vector<std::tuple<std::string, int64_t, std::string, std::string>> expired;
     while (q.Step()) expired.emplace_back(q.Text(0), q.Int(1), q.Text(2), q.Text(3));
-    if (!q.status().ok()) return q.status();
+    KILN_RETURN_IF_ERROR(q.status());
+    std::vector<TaskEnd> ended;
     for (const auto& [key, attempts, owner, target] : expired) {
       const bool give_up = attempts >= options_.max_attempts;
       const std::string reason =
           absl::StrCat("worker ", owner, " stopped heartbeating (lease of ", options_.lease_timeout_ms,
                        " ms expired) on attempt ", attempts, " of ", options_.max_attempts);
       TaskEnd end{key, give_up ? v1::FAILED : v1::QUEUED, target, 0, 0};
-      if (auto s = RequeueOrEndTask(key, end.state, reason); !s.ok()) return s;
-      if (auto s = SetJobsOfTask(key, end.state, give_up ? reason : "", nullptr, &end.jobs); !s.ok()) return s;
+      KILN_RETURN_IF_ERROR(RequeueOrEndTask(key, end.state, reason));
+      KILN_RETURN_IF_ERROR(SetJobsOfTask(key, end.state, give_up ? reason : "", nullptr, &end.jobs));
       ended.push_back(end);
     }
-    if (auto s = txn.Commit(); !s.ok()) return s;
-  }
-  if (!ended.empty()) changes_.Notify();
-  return ended;
+    changed = !ended.empty();
+    return ended;
+  });
 }
 
 absl::StatusOr<bool> SqliteJobStore::IsNeeded(const std::string& sha256_hex) {

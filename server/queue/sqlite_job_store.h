@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "kiln/common/sqlite_db.h"
 #include "server/queue/job_store.h"
@@ -43,6 +44,8 @@ class SqliteJobStore final : public JobStore {
  private:
   SqliteJobStore() = default;
   absl::Status Migrate();
+  template <typename Body>
+  auto InTransaction(Body body) -> decltype(body(std::declval<bool&>()));
   // Each of these runs inside the caller's lock and transaction.
   absl::StatusOr<v1::Job> LoadJob(const std::string& id);
   absl::StatusOr<std::optional<v1::JobState>> TaskState(const std::string& action_key);
