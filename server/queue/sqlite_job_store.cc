@@ -121,17 +121,14 @@ absl::Status SqliteJobStore::Migrate() {
 template <typename Body>
 auto SqliteJobStore::InTransaction(Body body) -> decltype(body(std::declval<bool&>())) {
   bool changed = false;
-  {
-    std::lock_guard<std::mutex> lock(db_->mutex());
-    Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
-    auto result = body(changed);
-    if (!result.ok()) return result;
-    if (auto s = txn.Commit(); !s.ok()) return s;
-    if (!changed) return result;
-    changes_.Notify();
-    return result;
-  }
+  std::lock_guard<std::mutex> lock(db_->mutex());
+  Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  auto result = body(changed);
+  if (!result.ok()) return result;
+  if (auto s = txn.Commit(); !s.ok()) return s;
+  if (changed) changes_.Notify();  // lock order: the store's mutex, then the signal's
+  return result;
 }
 
 absl::StatusOr<SubmitOutcome> SqliteJobStore::Submit(const NewJob& request) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/common/log.h"
 #include "kiln/common/time.h"
 #include "proto/client/status_names.h"
 
@@ -53,13 +54,18 @@ void ServerState::SawWorker(const std::string& id, bool busy) {
 
 void ServerState::Housekeeping() {
   JobStore& store = service->store();
+  // A store error here is retried on the next tick; the log says why leases stop expiring.
   if (auto ended = store.ExpireLeases(); ended.ok()) {
     for (const TaskEnd& end : *ended) {
       if (end.state == v1::FAILED) metrics->JobFinished(end.target, "FAILED", end.jobs);
     }
+  } else {
+    log::Warning({}, "expiring leases: {}", std::string(ended.status().message()));
   }
   if (auto counts = store.CountTasks(); counts.ok()) {
     metrics->SetQueue(static_cast<double>(counts->queued), static_cast<double>(counts->running));
+  } else {
+    log::Warning({}, "counting tasks: {}", std::string(counts.status().message()));
   }
   CountWorkers();
   cache->EvictToBudget().IgnoreError();

@@ -24,6 +24,13 @@ std::unique_ptr<SqliteJobStore> OpenStore(const std::string& path, const JobStor
   return store.ok() ? std::move(*store) : nullptr;
 }
 
+JobStoreOptions Options(int64_t lease_timeout_ms, int32_t max_attempts) {
+  JobStoreOptions options;
+  options.lease_timeout_ms = lease_timeout_ms;
+  options.max_attempts = max_attempts;
+  return options;
+}
+
 NewJob JobFor(const std::string& key, std::map<std::string, std::string> labels = {},
               std::optional<v1::JobResult> cached = std::nullopt) {
   NewJob request;
@@ -96,10 +103,7 @@ TEST(JobQueueTest, UnknownJobIsNotFoundNamingIt) {
 }
 
 TEST(JobQueueTest, ExpiredLeasesRetryThenFailWithTheReason) {
-  JobStoreOptions options;
-  options.lease_timeout_ms = 1;
-  options.max_attempts = 2;
-  auto store = OpenStore(TempDb(), options);
+  auto store = OpenStore(TempDb(), Options(/*lease_timeout_ms=*/1, /*max_attempts=*/2));
   auto job = store->Submit(JobFor("k"));
   auto first = LeaseTask(*store, "dead-worker");
   ASSERT_TRUE(first.has_value());
@@ -125,9 +129,7 @@ TEST(JobQueueTest, ExpiredLeasesRetryThenFailWithTheReason) {
 }
 
 TEST(JobQueueTest, RetryableFailuresRequeueUntilMaxAttempts) {
-  JobStoreOptions options;
-  options.max_attempts = 2;
-  auto store = OpenStore(TempDb(), options);
+  auto store = OpenStore(TempDb(), Options(/*lease_timeout_ms=*/30000, /*max_attempts=*/2));
   auto job = store->Submit(JobFor("k"));
   auto first = LeaseTask(*store, "w");
   auto end = store->Complete(TaskOutcome{"k", first->attempt(), false, "disk full", true, {}});
@@ -140,9 +142,7 @@ TEST(JobQueueTest, RetryableFailuresRequeueUntilMaxAttempts) {
 }
 
 TEST(JobQueueTest, HeartbeatsKeepTheLeaseAndCarryProgress) {
-  JobStoreOptions options;
-  options.lease_timeout_ms = 200;
-  auto store = OpenStore(TempDb(), options);
+  auto store = OpenStore(TempDb(), Options(/*lease_timeout_ms=*/200, /*max_attempts=*/3));
   auto job = store->Submit(JobFor("k"));
   auto task = LeaseTask(*store, "w");
   for (int i = 0; i < 4; ++i) {
