@@ -406,37 +406,29 @@ absl::StatusOr<std::optional<LeasedTask>> SqliteJobStore::Lease(const std::strin
 }
 
 absl::StatusOr<HeartbeatVerdict> SqliteJobStore::Heartbeat(const TaskProgress& progress) {
-  HeartbeatVerdict verdict;
-  {
-    std::lock_guard<std::mutex> lock(db_->mutex());
+  return InTransaction([&](bool& changed) -> absl::StatusOr<HeartbeatVerdict> {
     Statement q = db_->Prepare("SELECT state, generation FROM tasks WHERE action_key = ?");
     q.Bind(1, progress.action_key);
     if (!q.Step()) {
-      if (!q.status().ok()) return q.status();
-      verdict.reason = "unknown task";
-      return verdict;
+      KILN_RETURN_IF_ERROR(q.status());
+      return HeartbeatVerdict{false, "unknown task"};
     }
-    auto state = JobStateFromName(q.Text(0));
-    if (!state.ok()) return state.status();
-    if (q.Int(1) != progress.attempt) {
-      verdict.reason = "the lease expired and the task moved on";
-      return verdict;
+    KILN_ASSIGN_OR_RETURN(const v1::JobState state, JobStateFromName(q.Text(0)));
+    if (q.Int(1) != progress.attempt) return HeartbeatVerdict{false, "the lease expired and the task moved on"};
+    if (state != v1::RUNNING) {
+      return HeartbeatVerdict{false,
+                              state == v1::CANCELLED ? "the job was cancelled" : "the task is no longer running"};
     }
-    if (*state != v1::RUNNING) {
-      verdict.reason = *state == v1::CANCELLED ? "the job was cancelled" : "the task is no longer running";
-      return verdict;
-    }
-    auto s = db_->Prepare("UPDATE tasks SET lease_expires_ms = ?, phase = ?, progress = ? WHERE action_key = ?")
-                 .Bind(1, UnixMillis() + options_.lease_timeout_ms)
-                 .Bind(2, progress.phase)
-                 .Bind(3, progress.progress)
-                 .Bind(4, progress.action_key)
-                 .Run();
-    if (!s.ok()) return s;
-    verdict.keep_going = true;
-  }
-  changes_.Notify();
-  return verdict;
+    changed = true;
+    KILN_RETURN_IF_ERROR(
+        db_->Prepare("UPDATE tasks SET lease_expires_ms = ?, phase = ?, progress = ? WHERE action_key = ?")
+            .Bind(1, UnixMillis() + options_.lease_timeout_ms)
+            .Bind(2, progress.phase)
+            .Bind(3, progress.progress)
+            .Bind(4, progress.action_key)
+            .Run());
+    return HeartbeatVerdict{true, ""};
+  });
 }
 
 absl::StatusOr<TaskEnd> SqliteJobStore::Complete(const TaskOutcome& outcome) {
