@@ -170,6 +170,27 @@ TEST_F(CompileServiceTest, CacheHitAnswersWithTheArtifactWithoutACompile) {
   EXPECT_EQ(lookup->result.artifact().sha256(), report.outcome.result.artifact().sha256());
 }
 
+TEST_F(CompileServiceTest, LeaseFinishesATaskWhoseResultIsAlreadyCached) {
+  // As after a crash between the action-cache write and the store update: the task is
+  // still queued, but its result is in the action cache.
+  auto job = service_->Submit(UploadedSpec(), {});
+  ASSERT_TRUE(job.ok());
+  v1::Task task;
+  task.set_action_key(job->action_key());
+  const TaskReport report = Finished(task);
+  cache::ActionResult action;
+  action.artifact = DigestFromProto(report.outcome.result.artifact());
+  action.report = DigestFromProto(report.outcome.result.report());
+  action.manifest = DigestFromProto(report.outcome.result.manifest());
+  report.outcome.result.SerializeToString(&action.details);
+  ASSERT_TRUE(cache_->PutAction(job->action_key(), action).ok());
+
+  EXPECT_FALSE(service_->LeaseTask("worker-1")->has_value());  // nothing to compile
+  auto done = service_->GetJob(job->id());
+  EXPECT_EQ(done->state(), v1::SUCCEEDED);
+  EXPECT_EQ(done->result().artifact().sha256(), action.artifact.sha256_hex);
+}
+
 TEST_F(CompileServiceTest, CancelStopsAQueuedJob) {
   auto job = service_->Submit(UploadedSpec(), {});
   ASSERT_TRUE(job.ok());
