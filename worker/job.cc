@@ -183,17 +183,12 @@ Latency MeasureLatency(LoadedArtifact& loaded) {
   return latency;
 }
 
-// Compiles, validates and measures; writes artifact.so, report.json, manifest.json and
-// result.pb into dir.
-absl::Status Run(const v1::Task& task, const std::string& model, const std::string& dir) {
-  const v1::CompileSpec& spec = task.spec();
-  Stopwatch compile_watch;
-  KILN_ASSIGN_OR_RETURN(CompileResult compiled, CompileTask(task, model, dir));
-  ReportContext context;
-  context.compile_ms = compile_watch.ElapsedMs();
-  const std::string artifact_path = dir + "/artifact.so";
-  KILN_RETURN_IF_ERROR(WriteFile(artifact_path, compiled.shared_object));
-
+// Runs the artifact and the reference interpreter on the same inputs and judges the
+// outputs; measures latency when the artifact runs on this machine. Fills the context's
+// input descriptions, latency and validate_ms.
+absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const std::string& model,
+                                            const CompileResult& compiled, const std::string& artifact_path,
+                                            const std::string& dir, ReportContext& context) {
   Phase("validating", 0.7);
   Stopwatch validate_watch;
   KILN_ASSIGN_OR_RETURN(auto reference_graph, ImportReference(spec, model));
@@ -216,19 +211,38 @@ absl::Status Run(const v1::Task& task, const std::string& model, const std::stri
     report.set_latency_median_ms(context.latency.median_ms);
   }
   context.validate_ms = validate_watch.ElapsedMs();
+  return report;
+}
 
-  v1::CompleteRequest result;  // carries the result and timings back to the worker
+// report.json, manifest.json, and result.pb (the result and timings, for the worker).
+absl::Status WriteOutputs(const v1::Task& task, const CompileResult& compiled, const v1::AccuracyReport& report,
+                          const ReportContext& context, const std::string& dir) {
+  v1::CompleteRequest result;
   *result.mutable_result()->mutable_accuracy() = report;
   result.set_compile_ms(context.compile_ms);
   result.set_validate_ms(context.validate_ms);
   KILN_ASSIGN_OR_RETURN(const std::string report_json,
-                        ToJson(JobReportFor(task.action_key(), spec, report, compiled.report, context)));
+                        ToJson(JobReportFor(task.action_key(), task.spec(), report, compiled.report, context)));
   KILN_ASSIGN_OR_RETURN(const std::string manifest_json, ToJson(compiled.manifest));
   for (const auto& [file, bytes] : std::vector<std::pair<std::string, std::string>>{
            {"report.json", report_json}, {"manifest.json", manifest_json}, {"result.pb", result.SerializeAsString()}}) {
     KILN_RETURN_IF_ERROR(WriteFile(dir + "/" + file, bytes));
   }
   return absl::OkStatus();
+}
+
+// Compiles, validates and measures; writes artifact.so, report.json, manifest.json and
+// result.pb into dir.
+absl::Status Run(const v1::Task& task, const std::string& model, const std::string& dir) {
+  Stopwatch compile_watch;
+  KILN_ASSIGN_OR_RETURN(CompileResult compiled, CompileTask(task, model, dir));
+  ReportContext context;
+  context.compile_ms = compile_watch.ElapsedMs();
+  const std::string artifact_path = dir + "/artifact.so";
+  KILN_RETURN_IF_ERROR(WriteFile(artifact_path, compiled.shared_object));
+  KILN_ASSIGN_OR_RETURN(const v1::AccuracyReport report,
+                        Validate(task.spec(), model, compiled, artifact_path, dir, context));
+  return WriteOutputs(task, compiled, report, context, dir);
 }
 
 }  // namespace

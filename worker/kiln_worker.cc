@@ -54,6 +54,51 @@ struct ChildEnd {
   double wall_s = 0;
 };
 
+// Reads the job process's stdout: lines "phase NAME PROGRESS".
+class PhaseReader {
+ public:
+  explicit PhaseReader(int fd) : fd_(fd) {}
+
+  // Waits up to timeout_ms for output; true when a new phase line arrived.
+  bool Poll(int timeout_ms) {
+    if (eof_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return false;
+    }
+    pollfd fd{fd_, POLLIN, 0};
+    if (poll(&fd, 1, timeout_ms) <= 0) return false;
+    char buffer[512];
+    const ssize_t n = read(fd_, buffer, sizeof(buffer));
+    if (n <= 0) {
+      eof_ = true;
+      return false;
+    }
+    pending_.append(buffer, static_cast<size_t>(n));
+    bool changed = false;
+    size_t newline;
+    while ((newline = pending_.find('\n')) != std::string::npos) {
+      std::vector<std::string> parts = absl::StrSplit(pending_.substr(0, newline), ' ');
+      pending_.erase(0, newline + 1);
+      if (parts.size() == 3 && parts[0] == "phase") {
+        phase_ = parts[1];
+        absl::SimpleAtod(parts[2], &progress_);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  const std::string& phase() const { return phase_; }
+  double progress() const { return progress_; }
+
+ private:
+  int fd_;
+  bool eof_ = false;
+  std::string pending_;
+  std::string phase_ = "import";
+  double progress_ = 0;
+};
+
 class Worker {
  public:
   explicit Worker(const Flags& flags)
@@ -210,38 +255,16 @@ class Worker {
   // killing it when kilnd says stop or the worker shuts down.
   ChildEnd Supervise(const v1::Task& task, pid_t child, int progress_fd) {
     ChildEnd end;
-    std::string phase = "import", pending;
-    double progress = 0;
+    PhaseReader reader(progress_fd);
     Stopwatch wall;
     const int64_t beat_ms = std::clamp<int64_t>(task.lease_timeout_ms() / 4, 200, 2000);
     auto last_beat = std::chrono::steady_clock::now() - std::chrono::hours(1);
-    bool eof = false;
     for (;;) {
-      pollfd fd{progress_fd, POLLIN, 0};
-      if (!eof && poll(&fd, 1, 100) > 0) {
-        char buffer[512];
-        ssize_t n = read(progress_fd, buffer, sizeof(buffer));
-        if (n <= 0) {
-          eof = true;
-        } else {
-          pending.append(buffer, static_cast<size_t>(n));
-          size_t newline;
-          while ((newline = pending.find('\n')) != std::string::npos) {
-            std::vector<std::string> parts = absl::StrSplit(pending.substr(0, newline), ' ');
-            pending.erase(0, newline + 1);
-            if (parts.size() == 3 && parts[0] == "phase") {
-              phase = parts[1];
-              absl::SimpleAtod(parts[2], &progress);
-              last_beat = std::chrono::steady_clock::now() - std::chrono::hours(1);  // report at once
-            }
-          }
-        }
-      } else if (eof) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
+      // A new phase is reported at once; otherwise every beat_ms.
+      if (reader.Poll(100)) last_beat = std::chrono::steady_clock::now() - std::chrono::hours(1);
       if (std::chrono::steady_clock::now() - last_beat >= std::chrono::milliseconds(beat_ms)) {
         last_beat = std::chrono::steady_clock::now();
-        if (!Heartbeat(task, phase, progress, &end.reason)) {
+        if (!Heartbeat(task, reader.phase(), reader.progress(), &end.reason)) {
           kill(child, SIGKILL);
           end.stopped = true;
         }

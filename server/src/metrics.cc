@@ -22,55 +22,49 @@ const std::vector<std::string> kMetricNames = {
     "kiln_cache_corrupt_blobs_total",
 };
 
+// Families and unlabelled series, registered by name and help text.
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& registry, const char* name,
+                                                       const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Counter& Counter(prometheus::Registry& registry, const char* name, const char* help) {
+  return CounterFamily(registry, name, help).Add({});
+}
+
+prometheus::Family<prometheus::Gauge>& GaugeFamily(prometheus::Registry& registry, const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Gauge& Gauge(prometheus::Registry& registry, const char* name, const char* help) {
+  return GaugeFamily(registry, name, help).Add({});
+}
+
 }  // namespace
 
 const std::vector<std::string>& Metrics::Names() { return kMetricNames; }
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
-  using namespace prometheus;
-  submitted_ = &BuildCounter()
-                    .Name("kiln_jobs_submitted_total")
-                    .Help("Jobs accepted by Submit, by target and outcome (queued, joined, cache_hit)")
-                    .Register(*registry_);
-  finished_ = &BuildCounter()
-                   .Name("kiln_jobs_finished_total")
-                   .Help("Jobs that reached a final state, by state and target")
-                   .Register(*registry_);
-  phase_ = &BuildHistogram()
+  prometheus::Registry& r = *registry_;
+  submitted_ = &CounterFamily(r, "kiln_jobs_submitted_total",
+                              "Jobs accepted by Submit, by target and outcome (queued, joined, cache_hit)");
+  finished_ = &CounterFamily(r, "kiln_jobs_finished_total", "Jobs that reached a final state, by state and target");
+  phase_ = &prometheus::BuildHistogram()
                 .Name("kiln_phase_duration_seconds")
                 .Help("Duration of job phases: queue_wait, compile, validate, total")
-                .Register(*registry_);
-  rpcs_ =
-      &BuildCounter().Name("kiln_rpcs_total").Help("RPCs handled, by method and gRPC status code").Register(*registry_);
-  cache_lookups_ = &BuildCounter()
-                        .Name("kiln_action_cache_lookups_total")
-                        .Help("Action-cache lookups by Submit and Lookup, by result (hit, miss)")
-                        .Register(*registry_);
-  queue_depth_ =
-      &BuildGauge().Name("kiln_queue_depth").Help("Compile tasks waiting for a worker").Register(*registry_).Add({});
-  tasks_running_ =
-      &BuildGauge().Name("kiln_tasks_running").Help("Compile tasks leased to a worker").Register(*registry_).Add({});
-  workers_ = &BuildGauge()
-                  .Name("kiln_workers")
-                  .Help("Workers seen in the last lease period, by state (busy, idle)")
-                  .Register(*registry_);
-  cache_bytes_ =
-      &BuildGauge().Name("kiln_cache_bytes").Help("Bytes held by the blob cache").Register(*registry_).Add({});
-  cache_blobs_ = &BuildGauge().Name("kiln_cache_blobs").Help("Blobs held by the cache").Register(*registry_).Add({});
-  cache_budget_ = &BuildGauge()
-                       .Name("kiln_cache_budget_bytes")
-                       .Help("Cache size budget (0: unlimited)")
-                       .Register(*registry_)
-                       .Add({});
-  cache_evictions_ =
-      &BuildCounter().Name("kiln_cache_evictions_total").Help("Blobs evicted (LRU)").Register(*registry_).Add({});
-  cache_evicted_bytes_ =
-      &BuildCounter().Name("kiln_cache_evicted_bytes_total").Help("Bytes evicted (LRU)").Register(*registry_).Add({});
-  cache_corrupt_ = &BuildCounter()
-                        .Name("kiln_cache_corrupt_blobs_total")
-                        .Help("Blobs found corrupt on read and dropped")
-                        .Register(*registry_)
-                        .Add({});
+                .Register(r);
+  rpcs_ = &CounterFamily(r, "kiln_rpcs_total", "RPCs handled, by method and gRPC status code");
+  cache_lookups_ = &CounterFamily(r, "kiln_action_cache_lookups_total",
+                                  "Action-cache lookups by Submit and Lookup, by result (hit, miss)");
+  queue_depth_ = &Gauge(r, "kiln_queue_depth", "Compile tasks waiting for a worker");
+  tasks_running_ = &Gauge(r, "kiln_tasks_running", "Compile tasks leased to a worker");
+  workers_ = &GaugeFamily(r, "kiln_workers", "Workers seen in the last lease period, by state (busy, idle)");
+  cache_bytes_ = &Gauge(r, "kiln_cache_bytes", "Bytes held by the blob cache");
+  cache_blobs_ = &Gauge(r, "kiln_cache_blobs", "Blobs held by the cache");
+  cache_budget_ = &Gauge(r, "kiln_cache_budget_bytes", "Cache size budget (0: unlimited)");
+  cache_evictions_ = &Counter(r, "kiln_cache_evictions_total", "Blobs evicted (LRU)");
+  cache_evicted_bytes_ = &Counter(r, "kiln_cache_evicted_bytes_total", "Bytes evicted (LRU)");
+  cache_corrupt_ = &Counter(r, "kiln_cache_corrupt_blobs_total", "Blobs found corrupt on read and dropped");
   for (const char* state : {"busy", "idle"}) workers_->Add({{"state", state}});
   for (const char* result : {"hit", "miss"}) cache_lookups_->Add({{"result", result}});
 }
@@ -118,10 +112,10 @@ void Metrics::SetCache(double bytes, double blobs, double budget, double evictio
   cache_blobs_->Set(blobs);
   cache_budget_->Set(budget);
   // Counters mirror the cache's own monotonic counts.
-  if (evictions > cache_evictions_->Value()) cache_evictions_->Increment(evictions - cache_evictions_->Value());
-  if (evicted_bytes > cache_evicted_bytes_->Value())
-    cache_evicted_bytes_->Increment(evicted_bytes - cache_evicted_bytes_->Value());
-  if (corrupt > cache_corrupt_->Value()) cache_corrupt_->Increment(corrupt - cache_corrupt_->Value());
+  for (auto [counter, value] : {std::pair{cache_evictions_, evictions}, std::pair{cache_evicted_bytes_, evicted_bytes},
+                                std::pair{cache_corrupt_, corrupt}}) {
+    if (value > counter->Value()) counter->Increment(value - counter->Value());
+  }
 }
 
 }  // namespace kiln::server

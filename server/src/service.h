@@ -1,6 +1,8 @@
-// kilnd's gRPC services: the public kiln.v1.Kiln API and the worker protocol, over one
-// shared state (cache, queue, metrics). Every handler returns a status whose message
-// says what to fix, and counts itself in kiln_rpcs_total.
+// kilnd's gRPC services: the public kiln.v1.Kiln API and the worker protocol, thin
+// adapters over the service layer (server/service): they convert wire messages, call it,
+// and convert its absl::Status back. Byte streams (Upload, Download) and long polls
+// (WatchJob, Lease) live here, since they are about the transport. Every handler counts
+// itself in kiln_rpcs_total.
 #pragma once
 
 #include <map>
@@ -11,21 +13,16 @@
 #include "kiln/cache/cache.h"
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "kiln/v1/worker.grpc.pb.h"
-#include "server/queue/job_queue.h"
+#include "server/service/compile_service.h"
 #include "server/src/metrics.h"
 
 namespace kiln::server {
 
-struct ServiceOptions {
-  int64_t max_upload_bytes = int64_t{1} << 30;
-  std::string compiler_version;
-};
-
 // What the services share; owned by main.
 struct ServerState {
-  ServiceOptions options;
+  int64_t max_upload_bytes = int64_t{1} << 30;
+  CompileService* service = nullptr;
   cache::Cache* cache = nullptr;
-  JobQueue* queue = nullptr;
   Metrics* metrics = nullptr;
 
   // Workers by id: when last seen and whether they hold a lease.
@@ -39,6 +36,10 @@ struct ServerState {
 
   // Periodic upkeep: expire leases, refresh gauges, evict to budget.
   void Housekeeping();
+
+ private:
+  // Forgets workers silent for a lease period and sets the worker gauges.
+  void CountWorkers();
 };
 
 class KilnService final : public v1::Kiln::Service {
@@ -61,7 +62,6 @@ class KilnService final : public v1::Kiln::Service {
                         grpc::ServerWriter<v1::DownloadResponse>* writer) override;
 
  private:
-  grpc::Status Count(const char* method, grpc::Status status);
   ServerState* state_;
 };
 
@@ -76,7 +76,6 @@ class WorkerService final : public v1::Worker::Service {
                         v1::CompleteResponse* response) override;
 
  private:
-  grpc::Status Count(const char* method, grpc::Status status);
   ServerState* state_;
 };
 
