@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kiln/common/file.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/ops.h"
 #include "onnx/checker.h"
@@ -89,6 +90,20 @@ class Importer {
   absl::StatusOr<TensorType> TypeFromValueInfo(const onnx::ValueInfoProto& info);
   absl::StatusOr<Tensor> LoadTensor(const onnx::TensorProto& proto);
   absl::Status ImportNode(const onnx::NodeProto& proto, int index);
+  // A node as read, before it becomes IR: its name, "node 'n' (Op, opset k)" for errors,
+  // attributes, inputs (nullptr: an optional one left out) and output names.
+  struct NodeParts {
+    std::string op, name, where;
+    std::map<std::string, AttrValue> attrs;
+    std::vector<Value*> inputs;
+    std::vector<std::string> outputs;
+  };
+  absl::StatusOr<NodeParts> ReadNode(const onnx::NodeProto& proto, int index);
+  // Ops the importer rewrites into others: a Constant becomes a graph constant; Sum, Mean,
+  // Max and Min of N inputs become N-1 binary ops; Dropout an Identity.
+  absl::Status ImportConstant(const NodeParts& node);
+  absl::Status ImportVariadic(const NodeParts& node);
+  absl::Status ImportDropout(const NodeParts& node);
   absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& attr, const std::string& where);
   Value* Lookup(const std::string& name) const {
     auto it = values_.find(name);
@@ -201,126 +216,140 @@ Node* Importer::Emit(const std::string& op, const std::string& name, std::vector
   return node;
 }
 
-absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
-  const std::string name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
-  const std::string where = absl::StrCat("node '", name, "' (", proto.op_type(), ", opset ", opset_, ")");
+absl::StatusOr<Importer::NodeParts> Importer::ReadNode(const onnx::NodeProto& proto, int index) {
+  NodeParts node;
+  node.op = proto.op_type();
+  node.name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
+  node.where = absl::StrCat("node '", node.name, "' (", proto.op_type(), ", opset ", opset_, ")");
+  const std::string& where = node.where;
   if (!proto.domain().empty() && proto.domain() != "ai.onnx") {
     return Error(
         absl::StrCat(where, ": domain '", proto.domain(), "' is not supported (only the default ONNX domain is)"));
   }
-  std::map<std::string, AttrValue> attrs;
   for (const auto& attr : proto.attribute()) {
     if (!attr.ref_attr_name().empty()) return Error(absl::StrCat(where, ": attribute references are not supported"));
     auto value = ConvertAttribute(attr, where);
     if (!value.ok()) return value.status();
-    attrs[attr.name()] = std::move(*value);
+    node.attrs[attr.name()] = std::move(*value);
   }
-  std::vector<Value*> inputs;
   for (const std::string& in : proto.input()) {
     if (in.empty()) {
-      inputs.push_back(nullptr);
+      node.inputs.push_back(nullptr);
       continue;
     }
     Value* v = Lookup(in);
     if (v == nullptr) return Error(absl::StrCat(where, ": input '", in, "' is not defined before this node"));
-    inputs.push_back(v);
+    node.inputs.push_back(v);
   }
-  while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
+  while (!node.inputs.empty() && node.inputs.back() == nullptr) node.inputs.pop_back();
   // Optional outputs left unnamed are dropped from the end; interior ones get a name.
-  std::vector<std::string> outputs(proto.output().begin(), proto.output().end());
+  std::vector<std::string>& outputs = node.outputs;
+  outputs.assign(proto.output().begin(), proto.output().end());
   while (!outputs.empty() && outputs.back().empty()) outputs.pop_back();
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].empty()) outputs[i] = graph_->UniqueName(absl::StrCat(name, ".unused", i));
+    if (outputs[i].empty()) outputs[i] = graph_->UniqueName(absl::StrCat(node.name, ".unused", i));
   }
-  const std::string& op = proto.op_type();
+  return node;
+}
 
-  if (op == "Constant") {
-    std::shared_ptr<const Tensor> tensor;
-    for (const auto& [key, value] : attrs) {
-      if (key == "value") {
-        tensor = std::get<std::shared_ptr<const Tensor>>(value);
-      } else if (key == "value_float" || key == "value_int") {
-        auto t =
-            std::make_shared<Tensor>(key == "value_float" ? DType::kFloat32 : DType::kInt64, std::vector<int64_t>{});
-        if (key == "value_float")
-          t->data_as<float>()[0] = static_cast<float>(std::get<double>(value));
-        else
-          t->data_as<int64_t>()[0] = std::get<int64_t>(value);
-        tensor = t;
-      } else if (key == "value_floats" || key == "value_ints") {
-        const bool floats = key == "value_floats";
-        const size_t n =
-            floats ? std::get<std::vector<double>>(value).size() : std::get<std::vector<int64_t>>(value).size();
-        auto t = std::make_shared<Tensor>(floats ? DType::kFloat32 : DType::kInt64,
-                                          std::vector<int64_t>{static_cast<int64_t>(n)});
-        for (size_t i = 0; i < n; ++i) {
-          if (floats)
-            t->data_as<float>()[i] = static_cast<float>(std::get<std::vector<double>>(value)[i]);
-          else
-            t->data_as<int64_t>()[i] = std::get<std::vector<int64_t>>(value)[i];
-        }
-        tensor = t;
-      } else {
-        return Error(absl::StrCat(where, ": Constant attribute '", key, "' is not supported"));
-      }
-    }
-    if (tensor == nullptr || outputs.size() != 1)
-      return Error(absl::StrCat(where, ": Constant needs one value attribute and one output"));
-    values_[outputs[0]] = graph_->AddConstant(outputs[0], tensor);
-    return absl::OkStatus();
-  }
-  if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") {
-    if (inputs.empty() || outputs.size() != 1)
-      return Error(absl::StrCat(where, ": needs at least one input and one output"));
-    const std::string binary = op == "Sum" || op == "Mean" ? "Add" : op;
-    Value* acc = inputs[0];
-    if (inputs.size() == 1 && op != "Mean") {
-      Emit("Identity", name, {acc}, outputs);
-      return absl::OkStatus();
-    }
-    for (size_t i = 1; i < inputs.size(); ++i) {
-      const bool last = i + 1 == inputs.size() && op != "Mean";
-      std::string out = last ? outputs[0] : graph_->UniqueName(absl::StrCat(name, ".partial"));
-      acc = Emit(binary, absl::StrCat(name, inputs.size() > 2 ? absl::StrCat(".", i) : ""), {acc, inputs[i]}, {out})
-                ->output(0);
-    }
-    if (op == "Mean") {
-      const DType dtype = inputs[0]->type().dtype;
-      auto count = std::make_shared<Tensor>(dtype, std::vector<int64_t>{});
-      if (dtype == DType::kFloat64)
-        count->data_as<double>()[0] = static_cast<double>(inputs.size());
-      else if (dtype == DType::kFloat32)
-        count->data_as<float>()[0] = static_cast<float>(inputs.size());
+absl::Status Importer::ImportConstant(const NodeParts& node) {
+  const auto& [op, name, where, attrs, inputs, outputs] = node;
+  std::shared_ptr<const Tensor> tensor;
+  for (const auto& [key, value] : attrs) {
+    if (key == "value") {
+      tensor = std::get<std::shared_ptr<const Tensor>>(value);
+    } else if (key == "value_float" || key == "value_int") {
+      auto t = std::make_shared<Tensor>(key == "value_float" ? DType::kFloat32 : DType::kInt64, std::vector<int64_t>{});
+      if (key == "value_float")
+        t->data_as<float>()[0] = static_cast<float>(std::get<double>(value));
       else
-        return Error(absl::StrCat(where, ": Mean needs floating-point inputs"));
-      Value* n = graph_->AddConstant(graph_->UniqueName(absl::StrCat(name, ".count")), count);
-      Emit("Div", name, {acc, n}, outputs);
-    }
-    return absl::OkStatus();
-  }
-  if (op == "Dropout") {
-    if (inputs.size() > 2 && inputs[2] != nullptr) {
-      if (!inputs[2]->is_constant() || inputs[2]->constant()->GetAsInt64(0) != 0) {
-        return Error(absl::StrCat(where, ": training_mode must be a constant false for inference"));
+        t->data_as<int64_t>()[0] = std::get<int64_t>(value);
+      tensor = t;
+    } else if (key == "value_floats" || key == "value_ints") {
+      const bool floats = key == "value_floats";
+      const size_t n =
+          floats ? std::get<std::vector<double>>(value).size() : std::get<std::vector<int64_t>>(value).size();
+      auto t = std::make_shared<Tensor>(floats ? DType::kFloat32 : DType::kInt64,
+                                        std::vector<int64_t>{static_cast<int64_t>(n)});
+      for (size_t i = 0; i < n; ++i) {
+        if (floats)
+          t->data_as<float>()[i] = static_cast<float>(std::get<std::vector<double>>(value)[i]);
+        else
+          t->data_as<int64_t>()[i] = std::get<std::vector<int64_t>>(value)[i];
       }
+      tensor = t;
+    } else {
+      return Error(absl::StrCat(where, ": Constant attribute '", key, "' is not supported"));
     }
-    Emit("Identity", name, {inputs[0]}, {outputs[0]});
-    if (outputs.size() > 1) {  // the mask: all true in inference mode
-      Value* shape =
-          Emit("Shape", name + ".mask_shape", {inputs[0]}, {graph_->UniqueName(name + ".mask_shape")})->output(0);
-      Node* fill = Emit("ConstantOfShape", name + ".mask", {shape}, {outputs[1]});
-      auto one = std::make_shared<Tensor>(DType::kBool, std::vector<int64_t>{1});
-      one->data_as<uint8_t>()[0] = 1;
-      fill->mutable_attrs()["value"] = std::shared_ptr<const Tensor>(one);
-    }
+  }
+  if (tensor == nullptr || outputs.size() != 1)
+    return Error(absl::StrCat(where, ": Constant needs one value attribute and one output"));
+  values_[outputs[0]] = graph_->AddConstant(outputs[0], tensor);
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportVariadic(const NodeParts& node) {
+  const auto& [op, name, where, attrs, inputs, outputs] = node;
+  if (inputs.empty() || outputs.size() != 1)
+    return Error(absl::StrCat(where, ": needs at least one input and one output"));
+  const std::string binary = op == "Sum" || op == "Mean" ? "Add" : op;
+  Value* acc = inputs[0];
+  if (inputs.size() == 1 && op != "Mean") {
+    Emit("Identity", name, {acc}, outputs);
     return absl::OkStatus();
   }
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const bool last = i + 1 == inputs.size() && op != "Mean";
+    std::string out = last ? outputs[0] : graph_->UniqueName(absl::StrCat(name, ".partial"));
+    acc = Emit(binary, absl::StrCat(name, inputs.size() > 2 ? absl::StrCat(".", i) : ""), {acc, inputs[i]}, {out})
+              ->output(0);
+  }
+  if (op == "Mean") {
+    const DType dtype = inputs[0]->type().dtype;
+    auto count = std::make_shared<Tensor>(dtype, std::vector<int64_t>{});
+    if (dtype == DType::kFloat64)
+      count->data_as<double>()[0] = static_cast<double>(inputs.size());
+    else if (dtype == DType::kFloat32)
+      count->data_as<float>()[0] = static_cast<float>(inputs.size());
+    else
+      return Error(absl::StrCat(where, ": Mean needs floating-point inputs"));
+    Value* n = graph_->AddConstant(graph_->UniqueName(absl::StrCat(name, ".count")), count);
+    Emit("Div", name, {acc, n}, outputs);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportDropout(const NodeParts& node) {
+  const auto& [op, name, where, attrs, inputs, outputs] = node;
+  if (inputs.size() > 2 && inputs[2] != nullptr) {
+    if (!inputs[2]->is_constant() || inputs[2]->constant()->GetAsInt64(0) != 0) {
+      return Error(absl::StrCat(where, ": training_mode must be a constant false for inference"));
+    }
+  }
+  Emit("Identity", name, {inputs[0]}, {outputs[0]});
+  if (outputs.size() > 1) {  // the mask: all true in inference mode
+    Value* shape =
+        Emit("Shape", name + ".mask_shape", {inputs[0]}, {graph_->UniqueName(name + ".mask_shape")})->output(0);
+    Node* fill = Emit("ConstantOfShape", name + ".mask", {shape}, {outputs[1]});
+    auto one = std::make_shared<Tensor>(DType::kBool, std::vector<int64_t>{1});
+    one->data_as<uint8_t>()[0] = 1;
+    fill->mutable_attrs()["value"] = std::shared_ptr<const Tensor>(one);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
+  KILN_ASSIGN_OR_RETURN(NodeParts node, ReadNode(proto, index));
+  const std::string& op = node.op;
+  if (op == "Constant") return ImportConstant(node);
+  if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") return ImportVariadic(node);
+  if (op == "Dropout") return ImportDropout(node);
   if (FindOp(op) == nullptr) {
     return absl::UnimplementedError(
-        absl::StrCat(options_.model_label, ": ", where, ": op '", op, "' is not supported by Kiln"));
+        absl::StrCat(options_.model_label, ": ", node.where, ": op '", op, "' is not supported by Kiln"));
   }
-  Node* node = Emit(op, name, inputs, outputs);
-  node->mutable_attrs() = std::move(attrs);
+  Node* emitted = Emit(op, node.name, node.inputs, node.outputs);
+  emitted->mutable_attrs() = std::move(node.attrs);
   return absl::OkStatus();
 }
 
