@@ -217,11 +217,7 @@ class Parser {
     if (Accept('[')) {
       if (Accept(']')) return AttrValue(std::vector<int64_t>{});
       if (Peek('"')) {
-        std::vector<std::string> items;
-        do {
-          KILN_ASSIGN_OR_RETURN(auto s, Quoted());
-          items.push_back(s);
-        } while (Accept(','));
+        KILN_ASSIGN_OR_RETURN(auto items, List(&Parser::Quoted));
         KILN_RETURN_IF_ERROR(Expect(']'));
         return AttrValue(items);
       }
@@ -248,6 +244,16 @@ class Parser {
     KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
     if (is_float) return AttrValue(v);
     return AttrValue(static_cast<int64_t>(v));
+  }
+
+  // ITEM, ITEM, ...: one or more, each read by `item`.
+  absl::StatusOr<std::vector<std::string>> List(absl::StatusOr<std::string> (Parser::*item)()) {
+    std::vector<std::string> items;
+    do {
+      KILN_ASSIGN_OR_RETURN(auto text, (this->*item)());
+      items.push_back(std::move(text));
+    } while (Accept(','));
+    return items;
   }
 
   absl::StatusOr<Value*> Lookup(const std::string& name) {
@@ -302,11 +308,7 @@ class Parser {
   }
 
   absl::Status Statement(int opset) {
-    std::vector<std::string> outs;
-    do {
-      KILN_ASSIGN_OR_RETURN(auto name, ValueName());
-      outs.push_back(name);
-    } while (Accept(','));
+    KILN_ASSIGN_OR_RETURN(auto outs, List(&Parser::ValueName));
     KILN_RETURN_IF_ERROR(Expect('='));
     if (AcceptWord("constant")) {
       if (outs.size() != 1) return Error("a constant defines one value");
