@@ -77,6 +77,12 @@ class Kilnd:
         self.process.wait()
         self.client.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
     def stop(self):
         if self.process and self.process.poll() is None:
             self.process.terminate()
@@ -155,8 +161,7 @@ def sha256_file(path):
 
 def scenario_submit_download(work):
     """Upload + submit + wait + download with digest check, through the CLI and Python."""
-    server = Kilnd(os.path.join(work, "data"), workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
         model = sample_model(work)
         inputs = os.path.join(work, "inputs")
         os.makedirs(inputs)
@@ -217,22 +222,16 @@ def scenario_submit_download(work):
               "Lookup answers from the cache with the job's result")
         pages = client.list_jobs(page_size=1)
         check(len(pages) == 2, f"ListJobs pages through every job: {len(pages)}")
-    finally:
-        server.stop()
 
 
 def scenario_cache_hit(work):
     """A resubmit is answered from the action cache at once, with no worker running."""
     data = os.path.join(work, "data")
     model = sample_model(work)
-    server = Kilnd(data, workers=1)
-    try:
+    with Kilnd(data, workers=1) as server:
         first = server.client.wait(server.client.submit(model).id)
         check(first.state == server.client.SUCCEEDED, f"first compile: {first.error}")
-    finally:
-        server.stop()
-    server = Kilnd(data, workers=0)  # nobody could compile now
-    try:
+    with Kilnd(data, workers=0) as server:  # nobody could compile now
         start = time.time()
         job = server.client.submit(model)
         elapsed_ms = (time.time() - start) * 1000
@@ -249,14 +248,11 @@ def scenario_cache_hit(work):
         except Exception as error:  # KilnError
             check(getattr(error, "code", None) is not None and error.code.name == "NOT_FOUND", str(error))
         check(server.client.list_jobs(state=server.client.QUEUED) == [], "Lookup queued nothing")
-    finally:
-        server.stop()
 
 
 def scenario_coalesce(work):
     """Concurrent identical submits join one task: one compile, every caller sees it."""
-    server = Kilnd(os.path.join(work, "data"), workers=0)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=0) as server:
         model = open(sample_model(work), "rb").read()
         jobs, errors = [], []
 
@@ -287,14 +283,11 @@ def scenario_coalesce(work):
         check(all(j.state == server.client.SUCCEEDED for j in finished), "all succeeded")
         check(len({j.result.artifact.sha256 for j in finished}) == 1, "all see the same artifact")
         check(sum(j.attempts for j in finished) == 8 and all(j.attempts == 1 for j in finished), "one compile attempt")
-    finally:
-        server.stop()
 
 
 def scenario_cancel(work):
     """Cancelling a queued job, and a running one (its compile process is killed)."""
-    server = Kilnd(os.path.join(work, "data"), workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
         client = server.client
         job = client.submit(slow_model(work, seed=1))
         wait_until(lambda: client.get_job(job.id).phase in ("passes", "codegen"), 60, "the slow compile to run")
@@ -315,14 +308,11 @@ def scenario_cancel(work):
         check(watched.returncode == 1, "watching a cancelled job exits 1")
         check(client.wait(busy.id).state == client.SUCCEEDED, "the other job is undisturbed")
         check(client.get_job(queued).attempts == 0, "the cancelled queued job never ran")
-    finally:
-        server.stop()
 
 
 def scenario_worker_kill(work):
     """A worker killed mid-job loses its lease; the job is retried, then fails with the reason."""
-    server = Kilnd(os.path.join(work, "data"), "--lease-timeout-ms", "1500", "--max-attempts", "2", workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), "--lease-timeout-ms", "1500", "--max-attempts", "2", workers=1) as server:
         client = server.client
         job = client.submit(slow_model(work, seed=4))
         wait_until(lambda: client.get_job(job.id).phase in ("passes", "codegen"), 60, "the compile to run")
@@ -346,8 +336,6 @@ def scenario_worker_kill(work):
         done = client.wait(job.id)
         check(done.state == client.FAILED, f"fails after two lost leases: {client.state_name(done.state)}")
         check("stopped heartbeating" in done.error and "attempt 2 of 2" in done.error, f"the reason: {done.error}")
-    finally:
-        server.stop()
 
 
 def scenario_kilnd_kill(work):
@@ -363,8 +351,7 @@ def scenario_kilnd_kill(work):
     check("RUNNING" in states and "QUEUED" in states, f"running and queued jobs: {states}")
     server.kill9()
     wait_until(lambda: not job_processes(), 10, "workers and their job processes to die with kilnd")
-    server = Kilnd(data, "--lease-timeout-ms", "2000", workers=1)
-    try:
+    with Kilnd(data, "--lease-timeout-ms", "2000", workers=1) as server:
         check("requeued 1 job(s)" in server.log_text(), "the running job is requeued at once, not after its lease")
         second = subprocess.run([os.path.join(ARGS.build, "server", "kilnd"), "--data-dir", data, "--listen", "127.0.0.1:0",
                                  "--metrics-listen", "off", "--workers", "0"], capture_output=True, text=True, timeout=30)
@@ -377,8 +364,6 @@ def scenario_kilnd_kill(work):
         again = client.submit(models[0])
         check(again.cache_hit and again.result.artifact.sha256 == finished[0].result.artifact.sha256, "stable result")
         check(len(client.list_jobs()) == 4, "no job lost or duplicated")
-    finally:
-        server.stop()
 
 
 def scenario_kilnd_kill_stress(work):
@@ -422,8 +407,7 @@ def scenario_kilnd_kill_stress(work):
 def scenario_corrupt_blob(work):
     """A corrupt blob on disk is detected, dropped and never served; resubmit recompiles."""
     data = os.path.join(work, "data")
-    server = Kilnd(data, workers=1)
-    try:
+    with Kilnd(data, workers=1) as server:
         client = server.client
         model = sample_model(work)
         job = client.wait(client.submit(model).id)
@@ -448,16 +432,13 @@ def scenario_corrupt_blob(work):
         again = client.wait(client.submit(model).id)
         check(not again.cache_hit and again.state == client.SUCCEEDED, "resubmit compiles again")
         check(client.download(again.result.artifact), "and serves a good artifact")
-    finally:
-        server.stop()
 
 
 def scenario_eviction(work):
     """The cache stays within its size budget by LRU eviction; evicted results recompile."""
     # Each classifier's artifact is about 160 KB (the generic kernels it calls), so four
     # results do not fit in 500 KB.
-    server = Kilnd(os.path.join(work, "data"), "--cache-budget", "500K", workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), "--cache-budget", "500K", workers=1) as server:
         client = server.client
         models = [make_model(work, "classifier", f"e{i}.onnx", seed=200 + i) for i in range(4)]
         jobs = [client.wait(client.submit(m).id) for m in models]
@@ -471,15 +452,12 @@ def scenario_eviction(work):
         again = client.wait(client.submit(models[0]).id)
         check(again.state == client.SUCCEEDED and not again.cache_hit, "an evicted result compiles again")
         log(f"cache {used:.0f} bytes after {server.metric('kiln_cache_evictions_total'):.0f} evictions")
-    finally:
-        server.stop()
 
 
 def scenario_bad_requests(work):
     """Wrong digest, oversize upload, garbage model, unknown target: right code, nothing disturbed."""
     from kiln_client import KilnError, digest_of, kiln_pb2, spec_pb2
-    server = Kilnd(os.path.join(work, "data"), "--max-upload", "1M", workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), "--max-upload", "1M", workers=1) as server:
         client = server.client
         model = open(sample_model(work), "rb").read()
 
@@ -527,33 +505,24 @@ def scenario_bad_requests(work):
         check(good.state == client.SUCCEEDED, "a good job afterwards")
         codes = server.metrics()
         check('code="INVALID_ARGUMENT"' in codes and 'code="RESOURCE_EXHAUSTED"' in codes, "RPC codes counted")
-    finally:
-        server.stop()
 
 
 def scenario_limits(work):
     """A job over its CPU-time or memory limit is killed and fails with that reason."""
-    server = Kilnd(os.path.join(work, "data"), "--job-cpu-seconds", "1", workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), "--job-cpu-seconds", "1", workers=1) as server:
         job = server.client.wait(server.client.submit(slow_model(work, seed=20)).id)
         check(job.state == server.client.FAILED and "CPU-time limit of 1 s" in job.error, f"cpu limit: {job.error}")
-    finally:
-        server.stop()
-    server = Kilnd(os.path.join(work, "data2"), "--job-memory", "400M", workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data2"), "--job-memory", "400M", workers=1) as server:
         big = make_model(work, "chain", "big.onnx", layers=60, width=512, seed=21)
         job = server.client.wait(server.client.submit(big).id)
         check(job.state == server.client.FAILED and "memory limit of 400 MiB" in job.error, f"memory limit: {job.error}")
         small = server.client.wait(server.client.submit(sample_model(work)).id)
         check(small.state == server.client.SUCCEEDED, f"a small job fits the same limit: {small.error}")
-    finally:
-        server.stop()
 
 
 def scenario_concurrent_clients(work):
     """50 concurrent clients submitting and downloading: zero errors."""
-    server = Kilnd(os.path.join(work, "data"), workers=2)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=2) as server:
         models = [open(make_model(work, "classifier", f"m{i}.onnx", seed=100 + i), "rb").read() for i in range(5)]
         errors, artifacts = [], {}
         lock = threading.Lock()
@@ -589,15 +558,12 @@ def scenario_concurrent_clients(work):
         check(all(len(v) == 1 for v in artifacts.values()) and len(artifacts) == 5, "one artifact per model")
         compiles = server.metric("kiln_jobs_submitted_total", outcome="queued")
         check(compiles == 5, f"five compiles for five models, the rest joined or hit the cache: {compiles}")
-    finally:
-        server.stop()
 
 
 def scenario_health_reflection(work):
     """Standard gRPC health checking and server reflection answer."""
     import grpc
-    server = Kilnd(os.path.join(work, "data"), workers=0)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=0) as server:
         channel = grpc.insecure_channel(server.address)
         check_health = channel.unary_unary("/grpc.health.v1.Health/Check")
         # HealthCheckRequest{} serializes to b""; SERVING is status=1 (field 1, varint).
@@ -608,8 +574,6 @@ def scenario_health_reflection(work):
         for service in (b"kiln.v1.Kiln", b"kiln.v1.Worker", b"grpc.health.v1.Health"):
             check(service in replies, f"reflection lists {service!r}")
         channel.close()
-    finally:
-        server.stop()
 
 
 def scenario_dashboard(work):
@@ -617,8 +581,7 @@ def scenario_dashboard(work):
     dashboard_dir = os.path.join(ARGS.root, "deploy", "grafana", "dashboards")
     dashboards = [os.path.join(dashboard_dir, f) for f in os.listdir(dashboard_dir) if f.endswith(".json")]
     check(dashboards, "a provisioned dashboard")
-    server = Kilnd(os.path.join(work, "data"), workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
         job = server.client.wait(server.client.submit(sample_model(work)).id)
         check(job.state == server.client.SUCCEEDED, job.error)
         wait_until(lambda: "kiln_phase_duration_seconds_bucket" in server.metrics(), 5, "histograms")
@@ -636,8 +599,6 @@ def scenario_dashboard(work):
                     for name in names:
                         check(name in exported, f"panel '{panel['title']}' queries {name}, which kilnd does not export")
         log(f"{sum(len(json.load(open(p))['panels']) for p in dashboards)} panels checked")
-    finally:
-        server.stop()
 
 
 def scenario_prometheus(work):
@@ -709,8 +670,7 @@ def scenario_int8(work):
     top-1 agreement with the fp32 model against --max-top1-drop, a failing verdict for a
     calibration set that clips everything, and the cache keyed by the calibration."""
     import numpy as np
-    server = Kilnd(os.path.join(work, "data"), workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
         batched = batched_mlp(work)
         rng = np.random.default_rng(3)
         for k in range(4):
@@ -759,8 +719,6 @@ def scenario_int8(work):
             check(False, "Submit accepted int8 without calibration")
         except KilnError as error:
             check(error.code.name == "INVALID_ARGUMENT" and "quantization.calibration" in str(error), str(error))
-    finally:
-        server.stop()
 
 
 def scenario_prune(work):
@@ -769,8 +727,7 @@ def scenario_prune(work):
     agreement with the unpruned model against --max-top1-drop (pruning 90 % of the hidden
     units at a 0-point bar fails), int8 and pruning combine, and bad ratios are refused."""
     import numpy as np
-    server = Kilnd(os.path.join(work, "data"), workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
         batched = batched_mlp(work)
         rng = np.random.default_rng(4)
         for k in range(2):
@@ -818,8 +775,6 @@ def scenario_prune(work):
             check(False, "Submit accepted prune_channels 1.5")
         except KilnError as error:
             check(error.code.name == "INVALID_ARGUMENT" and "pruning.channels 1.5" in str(error), str(error))
-    finally:
-        server.stop()
 
 
 def compile_locally_and_remotely(server, work, name, model, flags):
@@ -844,8 +799,7 @@ def scenario_compile_identity(work):
     (its name kept in the manifest and the job), and int8 with calibration samples and
     validation inputs (both packed into InputSet blobs the same way)."""
     import numpy as np
-    server = Kilnd(os.path.join(work, "data"), workers=1)
-    try:
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
         model = sample_model(work)
         rng = np.random.default_rng(5)
         for k in range(3):
@@ -880,8 +834,6 @@ def scenario_compile_identity(work):
         # The same submit again is a cache hit on the same key.
         again = kiln("submit", model, "--server", server.address, *cases["int8"], "--wait")
         check("cache hit" in again.stderr, f"resubmit hits the cache: {again.stderr}")
-    finally:
-        server.stop()
 
 
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
