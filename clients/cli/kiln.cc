@@ -159,6 +159,14 @@ void AddCompile(CLI::App& app, std::vector<Command>& commands) {
   c->add_option("model", flags->model, "MODEL.onnx")->required();
   c->add_option("-o,--output", flags->out, "OUT.so, the artifact");
   c->add_flag("--print-after-all", flags->print_after_all, "print the IR after import and after every pass (stderr)");
+  // Runs while parsing, so it needs no MODEL; CLI::Success ends the parse with status 0.
+  c->add_flag_callback(
+      "--list-passes",
+      [] {
+        std::fputs(("Passes and their options (--pipeline 'a,b{option=value}'):\n" + DescribePasses()).c_str(), stdout);
+        throw CLI::Success();
+      },
+      "print each pass, its summary and its options, and exit");
   c->add_option("--print-after", flags->print_after, "print the IR after pass P (repeatable)");
   c->add_option("--report", flags->report,
                 "write the compile report (JSON, schema kiln.compile-report v2): per-pass time and node counts, "
@@ -219,9 +227,12 @@ int Quantize(const QuantizeFlags& flags) {
   }
   if (auto st = CheckCalibrationSamples(**graph, config.calibration); !st.ok()) return Fail(std::string(st.message()));
   config.quantize_outputs = true;  // the QDQ form other runtimes fuse: results quantized too
+  Pipeline pipeline = *ParsePipeline(kQuantizeOnlyPipeline);
+  if (auto st = SetQuantizationOptions(config, *FindInvocation(pipeline, "quantize")); !st.ok())
+    return UsageError("quantize", std::string(st.message()));
   PassContext context;
-  context.quantization = &config;
-  auto stats = RunPipeline(**graph, kQuantizeOnlyPipeline, {}, context);
+  context.calibration_samples = std::move(config.calibration);
+  auto stats = RunPipeline(**graph, pipeline, {}, context);
   if (!stats.ok()) return Fail(absl::StrCat(flags.model, ": ", stats.status().message()));
   auto onnx_bytes = ExportOnnxModel(**graph, "kiln_qdq");
   if (!onnx_bytes.ok()) return Fail(absl::StrCat(flags.model, ": ", onnx_bytes.status().message()));

@@ -216,8 +216,6 @@ class Layout : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Layout, "layout",
-                   "run chains of pointwise and depthwise convolutions in the channel-blocked layout NCHW16c, "
-                   "with layout changes only where a chain begins or is read by other ops")
+std::unique_ptr<Pass> CreateLayout(const PassInvocation&) { return std::make_unique<Layout>(); }
 
 }  // namespace kiln

@@ -317,10 +317,16 @@ bool IsWeightOp(const Node* node) {
 
 class Prune : public Pass {
  public:
+  explicit Prune(PruningConfig config) : config_(std::move(config)) {}
+
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
-    const PruningConfig* config = context.pruning;
-    if (config == nullptr)
-      return absl::InvalidArgumentError("prune needs ratios: --prune-channels R and/or --prune-weights R");
+    config_.samples = context.pruning_samples;
+    const PruningConfig* config = &config_;
+    if (config->channel_ratio == 0 && config->weight_ratio == 0) {
+      return absl::InvalidArgumentError(
+          "prune needs a ratio: prune{channels=R} and/or prune{weights=R} (kiln compile --prune-channels, "
+          "--prune-weights)");
+    }
     if (!(config->channel_ratio >= 0 && config->channel_ratio < 1) ||
         !(config->weight_ratio >= 0 && config->weight_ratio < 1)) {
       return absl::InvalidArgumentError("pruning ratios must lie in [0, 1)");
@@ -375,6 +381,8 @@ class Prune : public Pass {
   }
 
  private:
+  PruningConfig config_;  // from the pass options; samples from the context
+
   // The f32 outputs of every Conv, Gemm and MatMul on `sample`, by value name (pruning
   // keeps the values; node names need not be unique).
   static absl::StatusOr<std::map<std::string, Tensor>> LayerOutputs(const Graph& graph,
@@ -517,8 +525,22 @@ GraphCost MeasureGraphCost(const Graph& graph) {
   return cost;
 }
 
-KILN_REGISTER_PASS(
-    Prune, "prune",
-    "structured channel pruning by L1 norm and magnitude weight pruning (--prune-channels, --prune-weights)")
+PruningConfig PruningConfigFrom(const PassInvocation& options) {
+  PruningConfig config;
+  config.channel_ratio = options.Number("channels");
+  config.weight_ratio = options.Number("weights");
+  for (std::string& name : options.List("skip")) config.skip.insert(std::move(name));
+  return config;
+}
+
+absl::Status SetPruningOptions(const PruningConfig& config, PassInvocation& options) {
+  if (absl::Status s = options.SetNumber("channels", config.channel_ratio); !s.ok()) return s;
+  if (absl::Status s = options.SetNumber("weights", config.weight_ratio); !s.ok()) return s;
+  return options.SetList("skip", {config.skip.begin(), config.skip.end()});
+}
+
+std::unique_ptr<Pass> CreatePrune(const PassInvocation& options) {
+  return std::make_unique<Prune>(PruningConfigFrom(options));
+}
 
 }  // namespace kiln

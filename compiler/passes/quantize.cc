@@ -35,6 +35,24 @@ absl::StatusOr<CalibrationMethod> ParseCalibrationMethod(const std::string& text
       absl::StrCat("calibration method '", text, "' is not one of minmax, percentile, entropy"));
 }
 
+QuantizationConfig QuantizationConfigFrom(const PassInvocation& options) {
+  QuantizationConfig config;
+  // The option's choices are the method names, so the parse cannot fail.
+  config.method = ParseCalibrationMethod(options.Choice("method")).value_or(CalibrationMethod::kMinMax);
+  config.percentile = options.Number("percentile");
+  for (std::string& name : options.List("keep-float")) config.keep_float.insert(std::move(name));
+  config.quantize_outputs = options.Bool("quantize-outputs");
+  return config;
+}
+
+absl::Status SetQuantizationOptions(const QuantizationConfig& config, PassInvocation& options) {
+  if (absl::Status s = options.Set("method", CalibrationMethodName(config.method)); !s.ok()) return s;
+  if (absl::Status s = options.SetNumber("percentile", config.percentile); !s.ok()) return s;
+  if (absl::Status s = options.SetList("keep-float", {config.keep_float.begin(), config.keep_float.end()}); !s.ok())
+    return s;
+  return options.Set("quantize-outputs", config.quantize_outputs ? "true" : "false");
+}
+
 const char* CalibrationMethodName(CalibrationMethod method) {
   switch (method) {
     case CalibrationMethod::kPercentile: return "percentile";
@@ -153,9 +171,12 @@ std::pair<float, uint8_t> ActivationParams(double lo, double hi) {
 
 class Quantize : public Pass {
  public:
+  explicit Quantize(QuantizationConfig config) : config_(std::move(config)) {}
+
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
-    const QuantizationConfig* config = context.quantization;
-    if (config == nullptr || config->calibration.empty()) {
+    config_.calibration = context.calibration_samples;
+    const QuantizationConfig* config = &config_;
+    if (config->calibration.empty()) {
       return absl::InvalidArgumentError(
           "the quantize pass needs calibration samples (kiln compile --precision int8 --calibration DIR)");
     }
@@ -260,6 +281,8 @@ class Quantize : public Pass {
   }
 
  private:
+  QuantizationConfig config_;  // from the pass options; calibration from the context
+
   // A Gemm with a constant B and a bias of N values (or none) as the MatMul the rest of
   // quantization handles, plus an Add of the bias (fold-qdq then takes the Add into the
   // integer op):  Gemm(A, B, C) {alpha, beta, transB}  =>  Add(MatMul(A, alpha * B'), beta * C).
@@ -442,8 +465,8 @@ class Quantize : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Quantize, "quantize",
-                   "post-training int8 quantization: calibrate activation ranges on the calibration samples and "
-                   "put QuantizeLinear/DequantizeLinear around Conv and MatMul (needs --precision int8 --calibration)")
+std::unique_ptr<Pass> CreateQuantize(const PassInvocation& options) {
+  return std::make_unique<Quantize>(QuantizationConfigFrom(options));
+}
 
 }  // namespace kiln

@@ -153,6 +153,6 @@ class Simplify : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Simplify, "simplify", "algebraic simplification and strength reduction")
+std::unique_ptr<Pass> CreateSimplify(const PassInvocation&) { return std::make_unique<Simplify>(); }
 
 }  // namespace kiln

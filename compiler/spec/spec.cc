@@ -13,6 +13,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "kiln/common/sha256.h"
+#include "kiln/compiler/pipeline.h"
 #include "kiln/compiler/target.h"
 
 namespace kiln {
@@ -164,7 +165,11 @@ absl::Status Normalize(v1::CompileSpec& spec) {
   if (!target.ok()) return target.status();
   *spec.mutable_target() = *target;
   if (auto s = NormalizeInputShapes(spec); !s.ok()) return s;
-  spec.set_pipeline(std::string(absl::StripAsciiWhitespace(spec.pipeline())));
+  // Pipelines that mean the same ("cse, dce" and "cse,dce", "prune{channels=0.30}" and
+  // "prune{channels=0.3}") must give the same action key.
+  auto pipeline = CanonicalPipeline(spec.pipeline());
+  if (!pipeline.ok()) return Invalid(absl::StrCat("pipeline: ", pipeline.status().message()));
+  spec.set_pipeline(*pipeline);
   if (auto s = NormalizeQuantization(*spec.mutable_quantization()); !s.ok()) return s;
   if (auto s = NormalizePruning(*spec.mutable_pruning()); !s.ok()) return s;
   if (auto s = NormalizeTuning(*spec.mutable_tuning()); !s.ok()) return s;

@@ -203,6 +203,20 @@ TEST(SpecTest, NormalizeFillsDefaultsOnce) {
   EXPECT_EQ(tuned.tuning().budget_seconds(), kDefaultTuneBudgetSeconds);
 }
 
+// Pipelines that mean the same give the same spec, and so the same action key.
+TEST(SpecTest, NormalizeCanonicalisesThePipeline) {
+  v1::CompileSpec a = MinimalSpec(), b = MinimalSpec();
+  a.set_pipeline(" fold-constants, prune{weights=0.50,channels=0.3} ");
+  b.set_pipeline("fold-constants,prune{channels=0.3 weights=0.5}");
+  ASSERT_TRUE(Normalize(a).ok());
+  ASSERT_TRUE(Normalize(b).ok());
+  EXPECT_EQ(a.pipeline(), "fold-constants,prune{channels=0.3 weights=0.5}");
+  EXPECT_EQ(ActionKey(a, "v"), ActionKey(b, "v"));
+  v1::CompileSpec bad = MinimalSpec();
+  bad.set_pipeline("fold-constants,fuze");
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("pipeline: pipeline 'fold-constants,fuze' at character 16: unknown pass 'fuze'"));
+}
+
 TEST(SpecTest, ErrorsNameTheField) {
   v1::CompileSpec spec = MinimalSpec();
   spec.mutable_pruning()->set_channels(1.5);
