@@ -163,7 +163,7 @@ void AddCompile(CLI::App& app, std::vector<Command>& commands) {
   c->add_flag_callback(
       "--list-passes",
       [] {
-        std::fputs(("Passes and their options (--pipeline 'a,b{option=value}'):\n" + DescribePasses()).c_str(), stdout);
+        std::fputs(DescribePasses().c_str(), stdout);
         throw CLI::Success();
       },
       "print each pass, its summary and its options, and exit");

@@ -164,8 +164,7 @@ int main(int argc, char** argv) {
   app.add_flag_callback(
       "--list-passes",
       [] {
-        std::fputs(("Passes and their options (--pipeline 'a,b{option=value}'):\n" + kiln::DescribePasses()).c_str(),
-                   stdout);
+        std::fputs(kiln::DescribePasses().c_str(), stdout);
         throw CLI::Success();
       },
       "print each pass, its summary and its options, and exit");

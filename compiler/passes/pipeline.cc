@@ -365,7 +365,7 @@ PassInvocation* FindInvocation(Pipeline& pipeline, absl::string_view pass) {
 }
 
 std::string DescribePasses() {
-  std::string out;
+  std::string out = "Passes and their options (--pipeline 'a,b{option=value}'):\n";
   for (const PassInfo& pass : RegisteredPasses()) {
     const size_t width = absl::string_view(pass.name).size();
     absl::StrAppend(&out, "  ", pass.name, std::string(width < 16 ? 16 - width : 1, ' '), pass.summary, "\n");

@@ -174,12 +174,13 @@ class Quantize : public Pass {
   explicit Quantize(QuantizationConfig config) : config_(std::move(config)) {}
 
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
-    config_.calibration = context.calibration_samples;
-    const QuantizationConfig* config = &config_;
-    if (config->calibration.empty()) {
+    // Samples are data, not options: the driver decodes them into the context.
+    if (context.calibration_samples.empty()) {
       return absl::InvalidArgumentError(
           "the quantize pass needs calibration samples (kiln compile --precision int8 --calibration DIR)");
     }
+    config_.calibration = context.calibration_samples;
+    const QuantizationConfig* config = &config_;
     QuantizationSummary& summary = context.quantization_summary;
     summary.method = CalibrationMethodName(config->method);
     summary.calibration_samples = static_cast<int64_t>(config->calibration.size());

@@ -86,7 +86,8 @@ absl::StatusOr<std::string> CanonicalPipeline(absl::string_view text);
 // The first invocation of `pass` in the pipeline, or nullptr.
 PassInvocation* FindInvocation(Pipeline& pipeline, absl::string_view pass);
 
-// "  name  summary\n      option=default (type) help\n" for each pass: --list-passes.
+// --list-passes: a header line, then "  name  summary" for each pass with a line
+// "      option=default  (type) help" for each of its options.
 std::string DescribePasses();
 
 constexpr const char kDefaultPipeline[] =
