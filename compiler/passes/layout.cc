@@ -81,7 +81,7 @@ int EligibleKind(const Node* node) {
 
 class Layout : public Pass {
  public:
-  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     const std::vector<Node*> nodes = graph.nodes();
     std::map<const Node*, int> kind;
     std::map<const Node*, size_t> index;
@@ -93,6 +93,8 @@ class Layout : public Pass {
       }
     }
     if (kind.empty()) return false;
+    // Read-only until the runs are chosen: the cached use lists serve every query.
+    const UseListAnalysis::Result& uses = context.analyses.Get<UseListAnalysis>(graph);
     // Runs: members joined through the tensors one reads of another in the blocked layout.
     std::vector<size_t> parent(index.size());
     std::iota(parent.begin(), parent.end(), 0);
@@ -120,7 +122,7 @@ class Layout : public Pass {
       for (const Value* v : BlockedInputs(node, kind[node])) {
         if (index.count(v->producer()) == 0) entering[find(i)].insert(v);
       }
-      if (ReadOutside(graph, node->output(0), kind)) ++s.changes;
+      if (ReadOutside(graph, node->output(0), Readers(uses, node->output(0)), kind)) ++s.changes;
     }
     for (auto& [run, values] : entering) runs[run].changes += static_cast<int>(values.size());
     std::map<const Node*, int> convert;  // node -> kind
@@ -172,7 +174,8 @@ class Layout : public Pass {
         }
       }
       b->output(0)->set_type(TensorType::Static(DType::kFloat32, {yd[0], Blocks(yd[1]), yd[2], yd[3], kBlock}));
-      if (ReadOutside(graph, y, convert)) {
+      // (The graph has changed by now: its readers from the graph itself, not the analysis.)
+      if (ReadOutside(graph, y, graph.Users(y), convert)) {
         Node* back = graph.InsertNodeBefore(node, "kiln.FromBlocked", graph.UniqueName(y->name() + ".from_blocked"),
                                             {b->output(0)}, {graph.UniqueName(y->name() + ".nchw")}, node->opset());
         back->mutable_attrs()["channels"] = yd[1];
@@ -198,11 +201,18 @@ class Layout : public Pass {
     return v;
   }
 
+  static const std::vector<Node*>& Readers(const UseListAnalysis::Result& uses, const Value* v) {
+    static const std::vector<Node*> kNone;
+    auto it = uses.find(v);
+    return it == uses.end() ? kNone : it->second;
+  }
+
   // Whether `v` is a graph output or read other than in the blocked layout by a node of
   // `inside` (a map from node to kind).
-  static bool ReadOutside(const Graph& graph, const Value* v, const std::map<const Node*, int>& inside) {
+  static bool ReadOutside(const Graph& graph, const Value* v, const std::vector<Node*>& readers,
+                          const std::map<const Node*, int>& inside) {
     if (graph.IsGraphOutput(v)) return true;
-    for (const Node* user : graph.Users(v)) {
+    for (const Node* user : readers) {
       auto it = inside.find(user);
       if (it == inside.end()) return true;
       const std::vector<const Value*> blocked = BlockedInputs(user, it->second);
