@@ -105,7 +105,7 @@ struct PassContext {
   // What the passes report, for the compile report.
   QuantizationSummary quantization_summary;
   PruningSummary pruning_summary;
-  // Shapes of use, liveness and the memory plan, computed on demand; the pass manager drops
+  // Use lists and the memory plan, computed on demand and cached; the pass manager drops
   // them whenever a pass reports a change.
   AnalysisManager analyses;
 };
