@@ -184,6 +184,25 @@ TEST(PassTest, PipelineForPutsTheSpecIntoPassOptions) {
               HasSubstr("pruning needs a pipeline with fold-batchnorm"));
 }
 
+// Analyses stay cached while passes only read the graph and go when one changes it.
+TEST(PassTest, AnalysesAreCachedUntilAPassChangesTheGraph) {
+  auto g = ConvNet();
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "plan-memory", {}, ctx).ok());
+  const MemoryPlan* plan = ctx.analyses.GetIfCached<MemoryPlanAnalysis>();
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(&ctx.analyses.Get<MemoryPlanAnalysis>(*g), plan);  // not computed again
+  auto unchanged = RunPipeline(*g, "dce", {}, ctx);
+  ASSERT_TRUE(unchanged.ok());
+  ASSERT_FALSE((*unchanged)[0].changed);
+  EXPECT_EQ(ctx.analyses.GetIfCached<MemoryPlanAnalysis>(), plan);
+  auto folded = RunPipeline(*g, "fold-batchnorm", {}, ctx);
+  ASSERT_TRUE(folded.ok());
+  ASSERT_TRUE((*folded)[0].changed);
+  EXPECT_EQ(ctx.analyses.GetIfCached<MemoryPlanAnalysis>(), nullptr);
+  EXPECT_EQ(PlannedOrNaiveMemory(*g, ctx).in_place, 0);  // the naive plan reuses nothing
+}
+
 TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
   auto g = ConvNet();
   PassContext ctx;

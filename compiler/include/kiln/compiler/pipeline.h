@@ -1,4 +1,7 @@
-// Pass pipelines as text, MLIR style: "fold-constants,fuse,prune{channels=0.3},quantize{method=entropy}".
+// Pass pipelines as text, MLIR style:
+//   fold-constants,fuse,prune{channels=0.3 skip=conv1,conv2},quantize{method=entropy}
+// Options go in braces after the pass, separated by spaces or commas; a list's names by
+// commas; a name with spaces, commas, braces, '=' or quotes in double quotes.
 // The passes and their options come from one table (compiler/passes/passes.def). This
 // library knows only names and option values, not the passes' code, and needs neither
 // LLVM nor the IR, so the CompileSpec's Normalize (linked by kilnd) can canonicalise a
@@ -8,10 +11,10 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace kiln {
 
