@@ -83,6 +83,17 @@ class Layout : public Pass {
  public:
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     const std::vector<Node*> nodes = graph.nodes();
+    const std::map<const Node*, int> convert = ChooseRuns(graph, nodes, context.analyses);
+    if (convert.empty()) return false;
+    Convert(graph, nodes, convert);
+    return true;
+  }
+
+ private:
+  // The members of the runs worth converting (node -> kind). Only reads the graph, so the
+  // cached use lists answer who reads what.
+  static std::map<const Node*, int> ChooseRuns(const Graph& graph, const std::vector<Node*>& nodes,
+                                               AnalysisManager& analyses) {
     std::map<const Node*, int> kind;
     std::map<const Node*, size_t> index;
     for (Node* node : nodes) {
@@ -92,9 +103,8 @@ class Layout : public Pass {
         index[node] = index.size();
       }
     }
-    if (kind.empty()) return false;
-    // Read-only until the runs are chosen: the cached use lists serve every query.
-    const UseListAnalysis::Result& uses = context.analyses.Get<UseListAnalysis>(graph);
+    if (kind.empty()) return {};
+    const UseListAnalysis::Result& uses = analyses.Get<UseListAnalysis>(graph);
     // Runs: members joined through the tensors one reads of another in the blocked layout.
     std::vector<size_t> parent(index.size());
     std::iota(parent.begin(), parent.end(), 0);
@@ -130,8 +140,12 @@ class Layout : public Pass {
       const RunStats& s = runs[find(i)];
       if (s.depthwise > 0 && s.convs >= 4 * s.changes) convert[node] = kind[node];
     }
-    if (convert.empty()) return false;
+    return convert;
+  }
 
+  // Rewrites the chosen members in graph order, with layout changes where runs begin and
+  // where their tensors are read outside.
+  static void Convert(Graph& graph, const std::vector<Node*>& nodes, const std::map<const Node*, int>& convert) {
     std::map<const Value*, Value*> blocked;  // NCHW value -> its blocked form
     auto to_blocked = [&](Value* v, Node* before) -> Value* {
       auto it = blocked.find(v);
@@ -174,7 +188,7 @@ class Layout : public Pass {
         }
       }
       b->output(0)->set_type(TensorType::Static(DType::kFloat32, {yd[0], Blocks(yd[1]), yd[2], yd[3], kBlock}));
-      // (The graph has changed by now: its readers from the graph itself, not the analysis.)
+      // (The graph has changed by now: its readers come from the graph, not the analysis.)
       if (ReadOutside(graph, y, graph.Users(y), convert)) {
         Node* back = graph.InsertNodeBefore(node, "kiln.FromBlocked", graph.UniqueName(y->name() + ".from_blocked"),
                                             {b->output(0)}, {graph.UniqueName(y->name() + ".nchw")}, node->opset());
@@ -185,10 +199,8 @@ class Layout : public Pass {
       blocked[y] = b->output(0);
       graph.RemoveNode(node);
     }
-    return true;
   }
 
- private:
   // The tensors a member reads in the blocked layout: X (not a dense stem's), and a conv's
   // input scale and residual.
   static std::vector<const Value*> BlockedInputs(const Node* node, int kind) {
