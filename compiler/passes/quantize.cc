@@ -180,108 +180,129 @@ class Quantize : public Pass {
           "the quantize pass needs calibration samples (kiln compile --precision int8 --calibration DIR)");
     }
     config_.calibration = context.calibration_samples;
-    const QuantizationConfig* config = &config_;
     QuantizationSummary& summary = context.quantization_summary;
-    summary.method = CalibrationMethodName(config->method);
-    summary.calibration_samples = static_cast<int64_t>(config->calibration.size());
-    // The nodes to quantize, and the activations they read.
-    std::vector<Node*> targets;
+    summary.method = CalibrationMethodName(config_.method);
+    summary.calibration_samples = static_cast<int64_t>(config_.calibration.size());
+    GemmsToMatMuls(graph, summary);
+    graph.Compact();
+    Targets targets = SelectTargets(graph, summary);
+    if (absl::Status st = CheckKeepFloatNames(graph); !st.ok()) return st;
+    if (targets.nodes.empty()) return false;
+    // The f32 outputs of the nodes to quantize on the first sample (kept by calibration's
+    // first run), for the per-layer error breakdown once they are quantized.
+    std::map<const Value*, Tensor> reference;
+    for (Node* node : targets.nodes) reference[node->output(0)];
+    if (auto st = Calibrate(graph, config_, targets.observed, reference); !st.ok()) return st;
+    std::map<const Value*, Value*> dequantized;
+    for (Node* node : targets.nodes) {
+      // (An earlier target's result may be this one's input: its readers, this node among
+      // them, already read the dequantized value, which QuantizeValue finds by the
+      // original.)
+      QuantizeValue(graph, targets.input_of[node], targets.observed, dequantized);
+      QuantizeWeight(graph, node);
+      if (config_.quantize_outputs) QuantizeValue(graph, targets.result_of[node], targets.observed, dequantized);
+      ++summary.quantized_nodes;
+    }
+    if (auto st = BreakDownError(graph, config_, targets.nodes, reference, summary); !st.ok()) return st;
+    return true;
+  }
+
+ private:
+  // The nodes to quantize, and the activations they read (and, with quantize-outputs, the
+  // results to quantize), as they were before any rewriting.
+  struct Targets {
+    std::vector<Node*> nodes;
     std::map<const Value*, Observed> observed;
-    std::map<Node*, Value*> input_of, result_of;  // as they were before any rewriting
+    std::map<Node*, Value*> input_of, result_of;
+  };
+
+  void GemmsToMatMuls(Graph& graph, QuantizationSummary& summary) const {
     for (Node* node : graph.nodes()) {
       if (node->op() != "Gemm") continue;
-      if (config->keep_float.count(node->name())) {
+      if (config_.keep_float.count(node->name())) {
         summary.kept_float.push_back(node->name() + " (--keep-float)");
       } else if (!GemmToMatMul(graph, node)) {
         summary.kept_float.push_back(node->name() +
                                      " (Gemm with transA, a non-constant B or a C per row: not quantized)");
       }
     }
-    graph.Compact();
+  }
+
+  // Why `node` (a Conv or MatMul) stays in f32, or "" to quantize it.
+  std::string KeptFloatBecause(const Node* node) const {
+    if (config_.keep_float.count(node->name())) return "--keep-float";
+    if (!IsQuantizable(node)) return "not a 2-D/1-D Conv or MatMul with a constant f32 weight";
+    // The int8 convolution computes 8 output channels of one group per tile over quads
+    // of its input channels: a depthwise conv (1 channel per group) would use 1/32 of
+    // it and run several times slower than the f32 depthwise kernel.
+    if (node->op() == "Conv" && node->GetInt("group", 1) > 1 &&
+        node->input(1)->type().shape[0].size / node->GetInt("group", 1) < kMinInt8ChannelsPerGroup) {
+      return "grouped conv with fewer than 8 output channels per group: faster in f32";
+    }
+    return "";
+  }
+
+  Targets SelectTargets(Graph& graph, QuantizationSummary& summary) const {
+    Targets targets;
     for (Node* node : graph.nodes()) {
       if (node->op() != "Conv" && node->op() != "MatMul") continue;
-      if (config->keep_float.count(node->name())) {
-        summary.kept_float.push_back(node->name() + " (--keep-float)");
+      if (const std::string why = KeptFloatBecause(node); !why.empty()) {
+        summary.kept_float.push_back(node->name() + " (" + why + ")");
         continue;
       }
-      if (!IsQuantizable(node)) {
-        summary.kept_float.push_back(node->name() + " (not a 2-D/1-D Conv or MatMul with a constant f32 weight)");
-        continue;
-      }
-      // The int8 convolution computes 8 output channels of one group per tile over quads
-      // of its input channels: a depthwise conv (1 channel per group) would use 1/32 of
-      // it and run several times slower than the f32 depthwise kernel.
-      if (node->op() == "Conv" && node->GetInt("group", 1) > 1 &&
-          node->input(1)->type().shape[0].size / node->GetInt("group", 1) < kMinInt8ChannelsPerGroup) {
-        summary.kept_float.push_back(node->name() +
-                                     " (grouped conv with fewer than 8 output channels per group: faster in f32)");
-        continue;
-      }
-      targets.push_back(node);
-      input_of[node] = node->input(0);
-      observed[node->input(0)];
-      if (config->quantize_outputs) {
+      targets.nodes.push_back(node);
+      targets.input_of[node] = node->input(0);
+      targets.observed[node->input(0)];
+      if (config_.quantize_outputs) {
         Value* result = node->output(0);
         const std::vector<Node*> users = graph.Users(result);
         if (users.size() == 1 && users[0]->op() == "Relu" && !graph.IsGraphOutput(result)) result = users[0]->output(0);
-        result_of[node] = result;
-        observed[result];
+        targets.result_of[node] = result;
+        targets.observed[result];
       }
     }
-    for (const std::string& name : config->keep_float) {
+    return targets;
+  }
+
+  absl::Status CheckKeepFloatNames(const Graph& graph) const {
+    for (const std::string& name : config_.keep_float) {
       bool found = false;
       for (const Node* node : graph.nodes()) found |= node->name() == name;
       if (!found) return absl::InvalidArgumentError(absl::StrCat("--keep-float: the graph has no node '", name, "'"));
     }
-    if (targets.empty()) return false;
-    // The f32 outputs of the nodes to quantize on the first sample (kept by calibration's
-    // first run), for the per-layer error breakdown once they are quantized.
-    std::map<const Value*, Tensor> reference;
-    for (Node* node : targets) reference[node->output(0)];
-    if (auto st = Calibrate(graph, *config, observed, reference); !st.ok()) return st;
-
-    // One QuantizeLinear/DequantizeLinear pair per activation, after its producer.
-    std::map<const Value*, Value*> dequantized;
-    auto quantize_value = [&](Value* v) -> Value* {
-      auto it = dequantized.find(v);
-      if (it != dequantized.end()) return it->second;
-      const auto [lo, hi] = ChooseRange(observed[v], *config);
-      const auto [scale, zero] = ActivationParams(lo, hi);
-      auto s = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-      s->data_as<float>()[0] = scale;
-      auto z = std::make_shared<Tensor>(DType::kUInt8, std::vector<int64_t>{});
-      z->data_as<uint8_t>()[0] = zero;
-      Value* sv = graph.AddConstant(graph.UniqueName(v->name() + ".scale"), s);
-      Value* zv = graph.AddConstant(graph.UniqueName(v->name() + ".zero_point"), z);
-      const std::vector<Node*> readers = graph.Users(v);
-      Node* anchor = v->producer() != nullptr ? NextNode(graph, v->producer()) : FirstNode(graph);
-      Node* q = InsertBefore(graph, anchor, "QuantizeLinear", v->name() + ".quantize", {v, sv, zv}, v->name() + ".q");
-      q->output(0)->set_type(TensorType::Static(DType::kUInt8, v->type().StaticDims()));
-      Node* dq = InsertBefore(graph, anchor, "DequantizeLinear", v->name() + ".dequantize", {q->output(0), sv, zv},
-                              v->name() + ".dq");
-      dq->output(0)->set_type(v->type());
-      for (Node* reader : readers) {
-        for (size_t i = 0; i < reader->inputs().size(); ++i) {
-          if (reader->input(i) == v) reader->set_input(i, dq->output(0));
-        }
-      }
-      dequantized[v] = dq->output(0);
-      return dq->output(0);
-    };
-    for (Node* node : targets) {
-      // (An earlier target's result may be this one's input: its readers, this node among
-      // them, already read the dequantized value, which quantize_value finds by the
-      // original.)
-      quantize_value(input_of[node]);
-      QuantizeWeight(graph, node);
-      if (config->quantize_outputs) quantize_value(result_of[node]);
-      ++summary.quantized_nodes;
-    }
-    if (auto st = BreakDownError(graph, *config, targets, reference, summary); !st.ok()) return st;
-    return true;
+    return absl::OkStatus();
   }
 
- private:
+  // One QuantizeLinear/DequantizeLinear pair per activation, after its producer; every
+  // reader of `v` reads the dequantized value instead.
+  Value* QuantizeValue(Graph& graph, Value* v, std::map<const Value*, Observed>& observed,
+                       std::map<const Value*, Value*>& dequantized) const {
+    auto it = dequantized.find(v);
+    if (it != dequantized.end()) return it->second;
+    const auto [lo, hi] = ChooseRange(observed[v], config_);
+    const auto [scale, zero] = ActivationParams(lo, hi);
+    auto s = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+    s->data_as<float>()[0] = scale;
+    auto z = std::make_shared<Tensor>(DType::kUInt8, std::vector<int64_t>{});
+    z->data_as<uint8_t>()[0] = zero;
+    Value* sv = graph.AddConstant(graph.UniqueName(v->name() + ".scale"), s);
+    Value* zv = graph.AddConstant(graph.UniqueName(v->name() + ".zero_point"), z);
+    const std::vector<Node*> readers = graph.Users(v);
+    Node* anchor = v->producer() != nullptr ? NextNode(graph, v->producer()) : FirstNode(graph);
+    Node* q = InsertBefore(graph, anchor, "QuantizeLinear", v->name() + ".quantize", {v, sv, zv}, v->name() + ".q");
+    q->output(0)->set_type(TensorType::Static(DType::kUInt8, v->type().StaticDims()));
+    Node* dq = InsertBefore(graph, anchor, "DequantizeLinear", v->name() + ".dequantize", {q->output(0), sv, zv},
+                            v->name() + ".dq");
+    dq->output(0)->set_type(v->type());
+    for (Node* reader : readers) {
+      for (size_t i = 0; i < reader->inputs().size(); ++i) {
+        if (reader->input(i) == v) reader->set_input(i, dq->output(0));
+      }
+    }
+    dequantized[v] = dq->output(0);
+    return dq->output(0);
+  }
+
   QuantizationConfig config_;  // from the pass options; calibration from the context
 
   // A Gemm with a constant B and a bias of N values (or none) as the MatMul the rest of
