@@ -222,18 +222,18 @@ int Quantize(const QuantizeFlags& flags) {
   if (!graph.ok()) return Fail(std::string(graph.status().message()));
   auto sets = CalibrationInputSets(flags.calibration);
   if (!sets.ok()) return Fail(std::string(sets.status().message()));
+  PassContext context;  // the samples are data for the quantize pass, not options
   for (size_t k = 0; k < sets->size(); ++k) {
     auto sample = InputSetTensors(**graph, (*sets)[k]);
     if (!sample.ok()) return Fail(absl::StrCat("calibration sample ", k, ": ", sample.status().message()));
-    config.calibration.push_back(std::move(*sample));
+    context.calibration_samples.push_back(std::move(*sample));
   }
-  if (auto st = CheckCalibrationSamples(**graph, config.calibration); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = CheckCalibrationSamples(**graph, context.calibration_samples); !st.ok())
+    return Fail(std::string(st.message()));
   config.quantize_outputs = true;  // the QDQ form other runtimes fuse: results quantized too
   Pipeline pipeline = *ParsePipeline(kQuantizeOnlyPipeline);
   if (auto st = SetQuantizationOptions(config, *FindInvocation(pipeline, "quantize")); !st.ok())
     return UsageError("quantize", std::string(st.message()));
-  PassContext context;
-  context.calibration_samples = std::move(config.calibration);
   auto stats = RunPipeline(**graph, pipeline, {}, context);
   if (!stats.ok()) return Fail(absl::StrCat(flags.model, ": ", stats.status().message()));
   auto onnx_bytes = ExportOnnxModel(**graph, "kiln_qdq");

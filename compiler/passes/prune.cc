@@ -371,7 +371,6 @@ class Prune : public Pass {
   explicit Prune(PruningConfig config) : config_(std::move(config)) {}
 
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
-    config_.samples = context.pruning_samples;
     const PruningConfig* config = &config_;
     if (config->channel_ratio == 0 && config->weight_ratio == 0) {
       return absl::InvalidArgumentError(
@@ -389,8 +388,9 @@ class Prune : public Pass {
     summary.before = MeasureGraphCost(graph);
     // The unpruned layers' outputs on the first sample, by value name, for the breakdown.
     std::map<std::string, Tensor> reference;
-    if (!config->samples.empty()) {
-      auto outputs = LayerOutputs(graph, config->samples[0]);
+    const std::vector<std::vector<Tensor>>& samples = context.pruning_samples;
+    if (!samples.empty()) {
+      auto outputs = LayerOutputs(graph, samples[0]);
       if (!outputs.ok()) return outputs.status();
       reference = std::move(*outputs);
     }
@@ -403,7 +403,7 @@ class Prune : public Pass {
     if (config->weight_ratio > 0) changed |= PruneWeights(graph, *config, summary);
     summary.after = MeasureGraphCost(graph);
     if (!reference.empty()) {
-      auto outputs = LayerOutputs(graph, config->samples[0]);
+      auto outputs = LayerOutputs(graph, samples[0]);
       if (!outputs.ok()) return outputs.status();
       for (const auto& [value, got] : *outputs) {
         auto want = reference.find(value);

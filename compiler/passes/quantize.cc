@@ -179,10 +179,10 @@ class Quantize : public Pass {
       return absl::InvalidArgumentError(
           "the quantize pass needs calibration samples (kiln compile --precision int8 --calibration DIR)");
     }
-    config_.calibration = context.calibration_samples;
+    const std::vector<std::vector<Tensor>>& samples = context.calibration_samples;
     QuantizationSummary& summary = context.quantization_summary;
     summary.method = CalibrationMethodName(config_.method);
-    summary.calibration_samples = static_cast<int64_t>(config_.calibration.size());
+    summary.calibration_samples = static_cast<int64_t>(samples.size());
     GemmsToMatMuls(graph, summary);
     graph.Compact();
     Targets targets = SelectTargets(graph, summary);
@@ -192,7 +192,7 @@ class Quantize : public Pass {
     // first run), for the per-layer error breakdown once they are quantized.
     std::map<const Value*, Tensor> reference;
     for (Node* node : targets.nodes) reference[node->output(0)];
-    if (auto st = Calibrate(graph, config_, targets.observed, reference); !st.ok()) return st;
+    if (auto st = Calibrate(graph, config_, samples, targets.observed, reference); !st.ok()) return st;
     std::map<const Value*, Value*> dequantized;
     for (Node* node : targets.nodes) {
       // (An earlier target's result may be this one's input: its readers, this node among
@@ -203,7 +203,7 @@ class Quantize : public Pass {
       if (config_.quantize_outputs) QuantizeValue(graph, targets.result_of[node], targets.observed, dequantized);
       ++summary.quantized_nodes;
     }
-    if (auto st = BreakDownError(graph, config_, targets.nodes, reference, summary); !st.ok()) return st;
+    if (auto st = BreakDownError(graph, samples.front(), targets.nodes, reference, summary); !st.ok()) return st;
     return true;
   }
 
@@ -303,7 +303,7 @@ class Quantize : public Pass {
     return dq->output(0);
   }
 
-  QuantizationConfig config_;  // from the pass options; calibration from the context
+  QuantizationConfig config_;  // from the pass options
 
   // A Gemm with a constant B and a bias of N values (or none) as the MatMul the rest of
   // quantization handles, plus an Add of the bias (fold-qdq then takes the Add into the
@@ -359,11 +359,12 @@ class Quantize : public Pass {
   // Two passes over the samples: ranges, then (percentile, entropy) histograms over them.
   // The first run also fills `first_sample` (keyed by the values wanted) with its tensors.
   static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config,
+                                const std::vector<std::vector<Tensor>>& samples,
                                 std::map<const Value*, Observed>& observed,
                                 std::map<const Value*, Tensor>& first_sample) {
     for (int pass = 0; pass < (config.method == CalibrationMethod::kMinMax ? 1 : 2); ++pass) {
-      for (const std::vector<Tensor>& sample : config.calibration) {
-        const bool first = pass == 0 && &sample == &config.calibration.front();
+      for (const std::vector<Tensor>& sample : samples) {
+        const bool first = pass == 0 && &sample == &samples.front();
         auto observe = [&](const Value* v, const Tensor& t) {
           if (first) {
             auto kept = first_sample.find(v);
@@ -403,12 +404,12 @@ class Quantize : public Pass {
 
   // Runs the quantized (QDQ) graph on the first calibration sample and ranks the quantized
   // nodes' outputs by SNR against their f32 values: the first 10 go to the summary.
-  static absl::Status BreakDownError(const Graph& graph, const QuantizationConfig& config,
+  static absl::Status BreakDownError(const Graph& graph, const std::vector<Tensor>& first_sample,
                                      const std::vector<Node*>& targets, const std::map<const Value*, Tensor>& reference,
                                      QuantizationSummary& summary) {
     std::map<const Value*, QuantizationSummary::LayerError> errors;
     for (Node* node : targets) errors[node->output(0)] = {node->name(), node->op()};
-    auto run = RunGraph(graph, config.calibration[0], [&](const Value* v, const Tensor& t) {
+    auto run = RunGraph(graph, first_sample, [&](const Value* v, const Tensor& t) {
       auto it = errors.find(v);
       if (it == errors.end() || t.dtype() != DType::kFloat32) return;
       const Tensor& want = reference.at(v);

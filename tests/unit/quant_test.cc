@@ -559,7 +559,8 @@ Pipeline Int8PipelineWith(const QuantizationConfig& config) {
 // each calibration method.
 TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
   QuantizationConfig config;
-  for (uint32_t s = 0; s < 8; ++s) config.calibration.push_back({*Random({1, 3, 12, 12}, 100 + s)});
+  std::vector<std::vector<Tensor>> samples;
+  for (uint32_t s = 0; s < 8; ++s) samples.push_back({*Random({1, 3, 12, 12}, 100 + s)});
   auto input = Random({1, 3, 12, 12}, 7);
   auto reference = RunGraph(*SmallCnn(), {*input});
   ASSERT_TRUE(reference.ok());
@@ -569,7 +570,7 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
     config.method = method;
     auto g = SmallCnn();
     PassContext ctx;
-    ctx.calibration_samples = config.calibration;
+    ctx.calibration_samples = samples;
     auto stats = RunPipeline(*g, Int8PipelineWith(config), {}, ctx);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(ctx.quantization_summary.quantized_nodes, 4);
@@ -602,7 +603,7 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
   config.keep_float = {"conv2"};
   auto g = SmallCnn();
   PassContext ctx;
-  ctx.calibration_samples = config.calibration;
+  ctx.calibration_samples = samples;
   ASSERT_TRUE(RunPipeline(*g, Int8PipelineWith(config), {}, ctx).ok());
   std::map<std::string, int> ops;
   for (const Node* node : g->nodes()) ++ops[node->op()];

@@ -25,10 +25,7 @@ enum class CalibrationMethod { kMinMax, kPercentile, kEntropy };
 
 struct QuantizationConfig {
   CalibrationMethod method = CalibrationMethod::kMinMax;
-  double percentile = 99.99;  // kPercentile: the share of values the range keeps
-  // Calibration samples, each one tensor per graph input in graph-input order. Data, not
-  // an option: the pass takes them from PassContext::calibration_samples.
-  std::vector<std::vector<Tensor>> calibration;
+  double percentile = 99.99;         // kPercentile: the share of values the range keeps
   std::set<std::string> keep_float;  // node names the user keeps in f32
   // Also quantize each Conv/MatMul's result (after a Relu that alone reads it): the QDQ
   // form ONNX Runtime fuses into its integer ops (`kiln quantize --emit-qdq`). Kiln's own
@@ -61,9 +58,6 @@ struct PruningConfig {
   double channel_ratio = 0;    // --prune-channels: share of each layer's output channels
   double weight_ratio = 0;     // --prune-weights: share of each weight tensor set to 0
   std::set<std::string> skip;  // node names left whole (--prune-skip)
-  // Inputs (one tensor per graph input) for the per-layer error breakdown; none: no
-  // breakdown. Data, not an option: the pass takes them from PassContext::pruning_samples.
-  std::vector<std::vector<Tensor>> samples;
 };
 
 // The quantize and prune passes' options (passes.def) as their configs, and back: the
