@@ -22,8 +22,8 @@ using Type = PassOptionType;
 std::vector<PassInfo> BuildTable() {
   std::vector<PassInfo> table;
 #define KILN_PASS(CLASS, NAME, SUMMARY) table.push_back(PassInfo{NAME, SUMMARY, {}});
-#define KILN_PASS_OPTION(CLASS, NAME, TYPE, DEFAULT, CHOICES, HELP) \
-  table.back().options.push_back(PassOptionInfo{NAME, Type::TYPE, DEFAULT, CHOICES, HELP});
+#define KILN_PASS_OPTION(CLASS, NAME, TYPE, DEFAULT, VALUES, HELP) \
+  table.back().options.push_back(PassOptionInfo{NAME, Type::TYPE, DEFAULT, VALUES, HELP});
 #include "passes.def"
   return table;
 }
@@ -84,6 +84,18 @@ absl::StatusOr<std::vector<std::string>> SplitList(absl::string_view text) {
   return parts;
 }
 
+// Whether `value` lies in `interval`, written "[lo, hi)", "(lo, hi]" and so on; "" holds
+// every number. The table's intervals are checked by the pipeline tests.
+bool InInterval(double value, absl::string_view interval) {
+  if (interval.empty()) return true;
+  const std::vector<absl::string_view> ends = absl::StrSplit(interval.substr(1, interval.size() - 2), ',');
+  double lo = 0, hi = 0;
+  if (ends.size() != 2 || !absl::SimpleAtod(ends[0], &lo) || !absl::SimpleAtod(ends[1], &hi)) return false;
+  const bool above = interval.front() == '[' ? value >= lo : value > lo;
+  const bool below = interval.back() == ']' ? value <= hi : value < hi;
+  return above && below;
+}
+
 // The shortest text that reads back as the same double, so 0.30 and 0.3 print alike.
 std::string FormatNumber(double value) {
   char buffer[64];
@@ -97,16 +109,18 @@ absl::StatusOr<std::string> CanonicalValue(const PassOptionInfo& option, absl::s
       double value = 0;
       if (!absl::SimpleAtod(text, &value) || !std::isfinite(value))
         return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a number"));
+      if (!InInterval(value, option.values))
+        return absl::InvalidArgumentError(absl::StrCat(text, " is not in ", option.values));
       return FormatNumber(value == 0 ? 0.0 : value);  // -0 is 0
     }
     case Type::kBool:
       if (text == "true" || text == "false") return std::string(text);
       return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not true or false"));
     case Type::kChoice:
-      for (absl::string_view choice : absl::StrSplit(option.choices, '|')) {
+      for (absl::string_view choice : absl::StrSplit(option.values, '|')) {
         if (choice == text) return std::string(text);
       }
-      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not one of ", option.choices));
+      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not one of ", option.values));
     case Type::kList: {
       auto parts = SplitList(text);
       if (!parts.ok()) return absl::InvalidArgumentError(absl::StrCat("'", text, "': ", parts.status().message()));
@@ -119,11 +133,11 @@ absl::StatusOr<std::string> CanonicalValue(const PassOptionInfo& option, absl::s
   return absl::InternalError("unknown option type");
 }
 
-const char* TypeName(const PassOptionInfo& option) {
+std::string TypeName(const PassOptionInfo& option) {
   switch (option.type) {
-    case Type::kNumber: return "number";
+    case Type::kNumber: return *option.values ? absl::StrCat("number in ", option.values) : "number";
     case Type::kBool: return "true|false";
-    case Type::kChoice: return option.choices;
+    case Type::kChoice: return option.values;
     case Type::kList: return "names, comma-separated";
   }
   return "";

@@ -129,6 +129,8 @@ TEST(PassTest, PipelineErrorsNameThePassOptionAndPosition) {
   EXPECT_THAT(PipelineError("prune{channels=abc}"),
               HasSubstr("at character 16: option 'channels' of pass 'prune': 'abc' is not a number"));
   EXPECT_THAT(PipelineError("quantize{method=best}"), HasSubstr("'best' is not one of minmax|percentile|entropy"));
+  EXPECT_THAT(PipelineError("prune{weights=1}"), HasSubstr("option 'weights' of pass 'prune': 1 is not in [0, 1)"));
+  EXPECT_THAT(PipelineError("quantize{percentile=50}"), HasSubstr("50 is not in (50, 100]"));
   EXPECT_THAT(PipelineError("cse,"), HasSubstr("expected a pass name after ','"));
   EXPECT_THAT(PipelineError("prune{channels=0.3"), HasSubstr("the options of 'prune' are not closed by '}'"));
   EXPECT_THAT(PipelineError("cse dce"), HasSubstr("at character 5: expected ',' between passes"));

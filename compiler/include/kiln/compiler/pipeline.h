@@ -29,7 +29,7 @@ struct PassOptionInfo {
   const char* name;
   PassOptionType type;
   const char* default_value;
-  const char* choices;  // "a|b|c" for kChoice, else ""
+  const char* values;  // kChoice: the choices, "a|b|c"; kNumber: an interval, "[0, 1)"; else ""
   const char* help;
 };
 
