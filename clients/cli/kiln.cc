@@ -49,7 +49,9 @@ std::string Reference() {
   for (const auto& p : RegisteredPasses()) passes.push_back(p.name);
   return absl::StrCat("\nTargets: ", absl::StrJoin(TargetPresets(), ", "),
                       ", or triple=T[,cpu=C][,features=+a,-b]\nDefault pipeline: ", kDefaultPipeline,
-                      "\nint8 pipeline: ", kInt8Pipeline, "\nPasses: ", absl::StrJoin(passes, ", "), "\n");
+                      "\nint8 pipeline: ", kInt8Pipeline, "\nPasses: ", absl::StrJoin(passes, ", "),
+                      "\n(`kiln compile --list-passes` describes each pass and its options, as in "
+                      "--pipeline 'fold-constants,prune{channels=0.3}'.)\n");
 }
 
 struct CompileFlags {
@@ -160,6 +162,14 @@ void AddCompile(CLI::App& app, std::vector<Command>& commands) {
   c->add_option("model", flags->model, "MODEL.onnx")->required();
   c->add_option("-o,--output", flags->out, "OUT.so, the artifact");
   c->add_flag("--print-after-all", flags->print_after_all, "print the IR after import and after every pass (stderr)");
+  // Runs while parsing, so it needs no MODEL; CLI::Success ends the parse with status 0.
+  c->add_flag_callback(
+      "--list-passes",
+      [] {
+        std::fputs(DescribePasses().c_str(), stdout);
+        throw CLI::Success();
+      },
+      "print each pass, its summary and its options, and exit");
   c->add_option("--print-after", flags->print_after, "print the IR after pass P (repeatable)");
   c->add_option("--report", flags->report,
                 "write the compile report (JSON, schema kiln.compile-report v2): per-pass time and node counts, "
@@ -213,16 +223,19 @@ int Quantize(const QuantizeFlags& flags) {
   if (!graph.ok()) return Fail(std::string(graph.status().message()));
   auto sets = CalibrationInputSets(flags.calibration);
   if (!sets.ok()) return Fail(std::string(sets.status().message()));
+  PassContext context;  // the samples are data for the quantize pass, not options
   for (size_t k = 0; k < sets->size(); ++k) {
     auto sample = InputSetTensors(**graph, (*sets)[k]);
     if (!sample.ok()) return Fail(absl::StrCat("calibration sample ", k, ": ", sample.status().message()));
-    config.calibration.push_back(std::move(*sample));
+    context.calibration_samples.push_back(std::move(*sample));
   }
-  if (auto st = CheckCalibrationSamples(**graph, config.calibration); !st.ok()) return Fail(std::string(st.message()));
+  if (auto st = CheckCalibrationSamples(**graph, context.calibration_samples); !st.ok())
+    return Fail(std::string(st.message()));
   config.quantize_outputs = true;  // the QDQ form other runtimes fuse: results quantized too
-  PassContext context;
-  context.quantization = &config;
-  auto stats = RunPipeline(**graph, kQuantizeOnlyPipeline, {}, context);
+  Pipeline pipeline = *ParsePipeline(kQuantizeOnlyPipeline);
+  if (auto st = SetQuantizationOptions(config, *FindInvocation(pipeline, "quantize")); !st.ok())
+    return UsageError("quantize", std::string(st.message()));
+  auto stats = RunPipeline(**graph, pipeline, {}, context);
   if (!stats.ok()) return Fail(absl::StrCat(flags.model, ": ", stats.status().message()));
   auto onnx_bytes = ExportOnnxModel(**graph, "kiln_qdq");
   if (!onnx_bytes.ok()) return Fail(absl::StrCat(flags.model, ": ", onnx_bytes.status().message()));

@@ -32,45 +32,69 @@ absl::StatusOr<v1::TensorInfo> TensorInfoOf(const Value* v) {
   return info;
 }
 
-// The spec's quantization and pruning as the passes take them, with the samples decoded.
-struct PassConfigs {
-  QuantizationConfig quantization;
-  PruningConfig pruning;
-  bool int8 = false, pruned = false;
+// The samples the spec's passes read, decoded: the pass options come from the spec
+// through PipelineFor, these data through the PassContext.
+struct PassSamples {
+  std::vector<std::vector<Tensor>> calibration;  // quantize (int8)
+  std::vector<std::vector<Tensor>> pruning;      // prune's per-layer error breakdown
 };
 
-absl::StatusOr<PassConfigs> ConfigsFor(const v1::CompileSpec& spec, const CompileInputs& inputs, const Graph& graph) {
-  PassConfigs configs;
-  const auto& q = spec.quantization();
-  configs.int8 = q.precision() == "int8";
-  std::vector<std::vector<Tensor>> samples;
+absl::StatusOr<PassSamples> SamplesFor(const v1::CompileSpec& spec, const CompileInputs& inputs, const Graph& graph) {
+  PassSamples samples;
   for (size_t k = 0; k < inputs.calibration.size(); ++k) {
     auto sample = InputSetTensors(graph, inputs.calibration[k]);
     if (!sample.ok()) return Annotate(sample.status(), absl::StrCat("calibration sample ", k));
-    samples.push_back(std::move(*sample));
+    samples.calibration.push_back(std::move(*sample));
   }
-  if (configs.int8) {
-    if (samples.size() != static_cast<size_t>(q.calibration_size())) {
+  const auto& q = spec.quantization();
+  if (q.precision() == "int8") {
+    if (samples.calibration.size() != static_cast<size_t>(q.calibration_size())) {
       return absl::InvalidArgumentError(absl::StrCat("the spec names ", q.calibration_size(),
-                                                     " calibration samples but ", samples.size(), " were given"));
+                                                     " calibration samples but ", samples.calibration.size(),
+                                                     " were given"));
     }
-    KILN_RETURN_IF_ERROR(CheckCalibrationSamples(graph, samples));
-    KILN_ASSIGN_OR_RETURN(configs.quantization.method, ParseCalibrationMethod(q.method()));
-    if (q.percentile() > 0) configs.quantization.percentile = q.percentile();
-    configs.quantization.keep_float.insert(q.keep_float().begin(), q.keep_float().end());
+    KILN_RETURN_IF_ERROR(CheckCalibrationSamples(graph, samples.calibration));
   }
-  const auto& p = spec.pruning();
-  configs.pruned = p.channels() > 0 || p.weights() > 0;
-  configs.pruning.channel_ratio = p.channels();
-  configs.pruning.weight_ratio = p.weights();
-  configs.pruning.skip.insert(p.skip().begin(), p.skip().end());
-  if (configs.pruned) {
-    configs.pruning.samples = inputs.pruning_samples;
-    if (configs.pruning.samples.empty() && !samples.empty()) configs.pruning.samples.push_back(samples.front());
-    if (!configs.pruning.samples.empty()) KILN_RETURN_IF_ERROR(CheckCalibrationSamples(graph, configs.pruning.samples));
+  if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0) {
+    samples.pruning = inputs.pruning_samples;
+    if (samples.pruning.empty() && !samples.calibration.empty()) samples.pruning.push_back(samples.calibration.front());
+    if (!samples.pruning.empty()) KILN_RETURN_IF_ERROR(CheckCalibrationSamples(graph, samples.pruning));
   }
-  if (configs.int8) configs.quantization.calibration = std::move(samples);
-  return configs;
+  if (q.precision() != "int8") samples.calibration.clear();
+  return samples;
+}
+
+// The spec's quantization settings as options of each quantize pass; settings the spec
+// leaves unset keep what the pipeline text says.
+absl::Status SetQuantizeOptions(const v1::CompileSpec::Quantization& q, Pipeline& pipeline) {
+  for (PassInvocation& pass : pipeline) {
+    if (pass.name() != "quantize") continue;
+    if (!q.method().empty()) KILN_RETURN_IF_ERROR(pass.Set("method", q.method()));
+    if (q.percentile() > 0) KILN_RETURN_IF_ERROR(pass.SetNumber("percentile", q.percentile()));
+    if (q.keep_float_size() > 0)
+      KILN_RETURN_IF_ERROR(pass.SetList("keep-float", {q.keep_float().begin(), q.keep_float().end()}));
+  }
+  return absl::OkStatus();
+}
+
+// Pruning runs as prune{channels=.. weights=.. skip=..}: the pipeline's own prune, else one
+// inserted right after fold-batchnorm (pruning BatchNorm-folded weights).
+absl::Status SetPruneOptions(const v1::CompileSpec::Pruning& p, Pipeline& pipeline) {
+  PassInvocation* prune = FindInvocation(pipeline, "prune");
+  if (prune == nullptr) {
+    auto at = std::find_if(pipeline.begin(), pipeline.end(),
+                           [](const PassInvocation& pass) { return pass.name() == "fold-batchnorm"; });
+    if (at == pipeline.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pruning needs a pipeline with fold-batchnorm (prune runs after it) or with prune; got '",
+                       PrintPipeline(pipeline), "'"));
+    }
+    prune = &*pipeline.insert(at + 1, PassInvocation(*FindPass("prune")));
+  }
+  if (p.channels() > 0) KILN_RETURN_IF_ERROR(prune->SetNumber("channels", p.channels()));
+  if (p.weights() > 0) KILN_RETURN_IF_ERROR(prune->SetNumber("weights", p.weights()));
+  if (p.skip_size() > 0) KILN_RETURN_IF_ERROR(prune->SetList("skip", {p.skip().begin(), p.skip().end()}));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Manifest> ManifestFor(const v1::CompileSpec& spec, const std::string& key,
@@ -192,11 +216,11 @@ v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& re
 
 // Passes, then tuning (which may re-plan memory): fills result.passes, tuning, memory plan
 // and the passes' summaries.
-absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs, const std::string& pipeline,
-                       PassConfigs& configs, CompileResult& result) {
+absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs, const Pipeline& pipeline,
+                       PassSamples samples, CompileResult& result) {
   PassContext context;
-  if (configs.int8) context.quantization = &configs.quantization;
-  if (configs.pruned) context.pruning = &configs.pruning;
+  context.calibration_samples = std::move(samples.calibration);
+  context.pruning_samples = std::move(samples.pruning);
   if (inputs.on_phase) inputs.on_phase("passes");
   Stopwatch watch;
   auto stats = RunPipeline(*result.graph, pipeline, inputs.print, context);
@@ -218,9 +242,12 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
     if (!tuning.ok()) return Annotate(tuning.status(), inputs.model_label);
     result.tuning = std::move(*tuning);
     // A node tuned from Winograd to the GEMM no longer needs scratch: plan again.
-    if (context.has_memory_plan) KILN_RETURN_IF_ERROR(RunPipeline(*result.graph, "plan-memory", {}, context));
+    if (context.analyses.GetIfCached<MemoryPlanAnalysis>() != nullptr) {
+      context.analyses.Invalidate();
+      context.analyses.Get<MemoryPlanAnalysis>(*result.graph);
+    }
   }
-  result.memory_plan = context.has_memory_plan ? context.memory_plan : NaiveMemoryPlan(*result.graph);
+  result.memory_plan = PlannedOrNaiveMemory(*result.graph, context);
   result.quantization = context.quantization_summary;
   result.pruning = context.pruning_summary;
   return absl::OkStatus();
@@ -234,7 +261,8 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   CompileResult result;
   result.action_key = ActionKey(spec, CompilerVersion());
   result.target = ToTargetSpec(spec.target());
-  KILN_ASSIGN_OR_RETURN(const std::string pipeline, PipelineFor(spec));
+  KILN_ASSIGN_OR_RETURN(const Pipeline passes, PipelineFor(spec));
+  const std::string pipeline = PrintPipeline(passes);
 
   if (inputs.on_phase) inputs.on_phase("import");
   Stopwatch watch;
@@ -249,8 +277,8 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
     *inputs.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(*result.graph);
   }
 
-  KILN_ASSIGN_OR_RETURN(PassConfigs configs, ConfigsFor(spec, inputs, *result.graph));
-  KILN_RETURN_IF_ERROR(RunPasses(spec, inputs, pipeline, configs, result));
+  KILN_ASSIGN_OR_RETURN(PassSamples samples, SamplesFor(spec, inputs, *result.graph));
+  KILN_RETURN_IF_ERROR(RunPasses(spec, inputs, passes, std::move(samples), result));
   KILN_ASSIGN_OR_RETURN(result.manifest,
                         ManifestFor(spec, result.action_key, pipeline, *result.graph, result.memory_plan));
 
@@ -330,21 +358,17 @@ absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> PipelineFor(const v1::CompileSpec& spec) {
+absl::StatusOr<Pipeline> PipelineFor(const v1::CompileSpec& spec) {
   const bool int8 = spec.quantization().precision() == "int8";
-  std::string pipeline = spec.pipeline().empty() ? kDefaultPipeline : spec.pipeline();
+  KILN_ASSIGN_OR_RETURN(Pipeline pipeline, ParsePipeline(spec.pipeline().empty() ? kDefaultPipeline : spec.pipeline()));
   // The default pipeline asked for by name with int8 means int8's (as before the spec).
-  if (int8 && pipeline == kDefaultPipeline) pipeline = kInt8Pipeline;
-  if (spec.pruning().channels() == 0 && spec.pruning().weights() == 0) return pipeline;
-  std::vector<std::string> passes = absl::StrSplit(pipeline, ',', absl::SkipEmpty());
-  if (std::find(passes.begin(), passes.end(), "prune") != passes.end()) return pipeline;
-  auto at = std::find(passes.begin(), passes.end(), "fold-batchnorm");
-  if (at == passes.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pruning needs a pipeline with fold-batchnorm (prune runs after it) or with prune; got '", pipeline, "'"));
+  if (int8 && PrintPipeline(pipeline) == kDefaultPipeline) {
+    KILN_ASSIGN_OR_RETURN(pipeline, ParsePipeline(kInt8Pipeline));
   }
-  passes.insert(at + 1, "prune");
-  return absl::StrJoin(passes, ",");
+  if (int8) KILN_RETURN_IF_ERROR(SetQuantizeOptions(spec.quantization(), pipeline));
+  if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0)
+    KILN_RETURN_IF_ERROR(SetPruneOptions(spec.pruning(), pipeline));
+  return pipeline;
 }
 
 }  // namespace kiln

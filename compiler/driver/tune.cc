@@ -101,14 +101,12 @@ absl::StatusOr<double> TimeCandidate(const Node& node, const std::string& algori
   copy->mutable_attrs()[kAlgorithmAttr] = algorithm;
   copy->output(0)->set_type(node.output(0)->type());
   g.AddOutput(copy->output(0));
-  PassContext context;
-  auto stats = RunPipeline(g, "plan-memory", {}, context);
-  if (!stats.ok()) return stats.status();
+  const MemoryPlan plan = MemoryPlanAnalysis::Compute(g);
   CodegenOptions options;
   options.target = target;
   options.manifest_json = "{}";
   options.compiler_version = CompilerVersion();
-  auto artifact = GenerateArtifact(g, context.memory_plan, options);
+  auto artifact = GenerateArtifact(g, plan, options);
   if (!artifact.ok()) return artifact.status();
   char path[] = "/tmp/kiln-tune-XXXXXX.so";
   const int fd = mkstemps(path, 3);

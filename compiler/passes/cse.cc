@@ -78,6 +78,8 @@ class CommonSubexpressionElimination : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(CommonSubexpressionElimination, "cse", "merge identical nodes and equal constants")
+std::unique_ptr<Pass> CreateCommonSubexpressionElimination(const PassInvocation&) {
+  return std::make_unique<CommonSubexpressionElimination>();
+}
 
 }  // namespace kiln

@@ -33,6 +33,8 @@ class DeadCodeElimination : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(DeadCodeElimination, "dce", "remove nodes whose results are never used")
+std::unique_ptr<Pass> CreateDeadCodeElimination(const PassInvocation&) {
+  return std::make_unique<DeadCodeElimination>();
+}
 
 }  // namespace kiln

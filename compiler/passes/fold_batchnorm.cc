@@ -167,7 +167,6 @@ class FoldBatchNorm : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(FoldBatchNorm, "fold-batchnorm",
-                   "fold inference BatchNormalization into Conv/Gemm weights or a multiply-add")
+std::unique_ptr<Pass> CreateFoldBatchNorm(const PassInvocation&) { return std::make_unique<FoldBatchNorm>(); }
 
 }  // namespace kiln

@@ -62,6 +62,6 @@ class FoldConstants : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(FoldConstants, "fold-constants", "evaluate constant subgraphs with the reference interpreter")
+std::unique_ptr<Pass> CreateFoldConstants(const PassInvocation&) { return std::make_unique<FoldConstants>(); }
 
 }  // namespace kiln

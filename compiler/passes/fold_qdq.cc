@@ -270,9 +270,6 @@ class FoldQdq : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(FoldQdq, "fold-qdq",
-                   "turn Conv and MatMul between DequantizeLinear inputs and a QuantizeLinear output (and a Relu "
-                   "before it) into QLinearConv and QLinearMatMul, and such a Conv or MatMul with an f32 result into "
-                   "kiln.QLinearConvToFloat or kiln.QLinearMatMulToFloat")
+std::unique_ptr<Pass> CreateFoldQdq(const PassInvocation&) { return std::make_unique<FoldQdq>(); }
 
 }  // namespace kiln

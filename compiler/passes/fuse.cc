@@ -270,6 +270,18 @@ class Fuse : public Pass {
     return !dims.empty() && dims.back() == c && NumElements(dims) == c;
   }
 
+  // The one node reading `value` when it is `op` with a row vector of C values (LayerNorm's
+  // gamma or beta) as its other operand and a result of `dims`; the row vector goes to *row.
+  static Node* AffineUser(const Graph& graph, const Value* value, const char* op, int64_t c,
+                          const std::vector<int64_t>& dims, Value** row) {
+    Node* user = SoleUser(graph, value);
+    if (user == nullptr || user->op() != op || user->inputs().size() != 2) return nullptr;
+    Value* other = user->input(0) == value ? user->input(1) : user->input(0);
+    if (!IsRowVector(other, c) || user->output(0)->type().StaticDims() != dims) return nullptr;
+    *row = other;
+    return user;
+  }
+
   // Item 2 of the header, matched from its first ReduceMean.
   static bool FuseLayerNorm(Graph& graph, Node* mean) {
     if (!IsLastAxisMean(mean)) return false;
@@ -310,21 +322,9 @@ class Fuse : public Pass {
     std::vector<Node*> fused = {mean, sub, square, var, add_eps, sqrt, div};
     Value* gamma = nullptr;
     Value* beta = nullptr;
-    if (Node* mul = SoleUser(graph, div->output(0));
-        mul != nullptr && mul->op() == "Mul" && mul->inputs().size() == 2) {
-      Value* g = mul->input(0) == div->output(0) ? mul->input(1) : mul->input(0);
-      if (IsRowVector(g, c) && mul->output(0)->type().StaticDims() == dims) {
-        gamma = g;
-        fused.push_back(mul);
-        if (Node* add = SoleUser(graph, mul->output(0));
-            add != nullptr && add->op() == "Add" && add->inputs().size() == 2) {
-          Value* b = add->input(0) == mul->output(0) ? add->input(1) : add->input(0);
-          if (IsRowVector(b, c) && add->output(0)->type().StaticDims() == dims) {
-            beta = b;
-            fused.push_back(add);
-          }
-        }
-      }
+    if (Node* mul = AffineUser(graph, div->output(0), "Mul", c, dims, &gamma)) {
+      fused.push_back(mul);
+      if (Node* add = AffineUser(graph, mul->output(0), "Add", c, dims, &beta)) fused.push_back(add);
     }
     Node* last = fused.back();
     if (gamma == nullptr) {
@@ -435,9 +435,6 @@ class Fuse : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Fuse, "fuse",
-                   "fuse bias adds and activations into Conv/Gemm/MatMul epilogues, residual adds into Conv epilogues, "
-                   "per-channel input scales into 1x1 "
-                   "Convs, LayerNorm subgraphs into one LayerNormalization, and elementwise chains into one loop")
+std::unique_ptr<Pass> CreateFuse(const PassInvocation&) { return std::make_unique<Fuse>(); }
 
 }  // namespace kiln

@@ -81,8 +81,19 @@ int EligibleKind(const Node* node) {
 
 class Layout : public Pass {
  public:
-  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     const std::vector<Node*> nodes = graph.nodes();
+    const std::map<const Node*, int> convert = ChooseRuns(graph, nodes, context.analyses);
+    if (convert.empty()) return false;
+    Convert(graph, nodes, convert);
+    return true;
+  }
+
+ private:
+  // The members of the runs worth converting (node -> kind). Only reads the graph, so the
+  // cached use lists answer who reads what.
+  static std::map<const Node*, int> ChooseRuns(const Graph& graph, const std::vector<Node*>& nodes,
+                                               AnalysisManager& analyses) {
     std::map<const Node*, int> kind;
     std::map<const Node*, size_t> index;
     for (Node* node : nodes) {
@@ -92,7 +103,8 @@ class Layout : public Pass {
         index[node] = index.size();
       }
     }
-    if (kind.empty()) return false;
+    if (kind.empty()) return {};
+    const UseListAnalysis::Result& uses = analyses.Get<UseListAnalysis>(graph);
     // Runs: members joined through the tensors one reads of another in the blocked layout.
     std::vector<size_t> parent(index.size());
     std::iota(parent.begin(), parent.end(), 0);
@@ -120,7 +132,7 @@ class Layout : public Pass {
       for (const Value* v : BlockedInputs(node, kind[node])) {
         if (index.count(v->producer()) == 0) entering[find(i)].insert(v);
       }
-      if (ReadOutside(graph, node->output(0), kind)) ++s.changes;
+      if (ReadOutside(graph, node->output(0), Readers(uses, node->output(0)), kind)) ++s.changes;
     }
     for (auto& [run, values] : entering) runs[run].changes += static_cast<int>(values.size());
     std::map<const Node*, int> convert;  // node -> kind
@@ -128,8 +140,12 @@ class Layout : public Pass {
       const RunStats& s = runs[find(i)];
       if (s.depthwise > 0 && s.convs >= 4 * s.changes) convert[node] = kind[node];
     }
-    if (convert.empty()) return false;
+    return convert;
+  }
 
+  // Rewrites the chosen members in graph order, with layout changes where runs begin and
+  // where their tensors are read outside.
+  static void Convert(Graph& graph, const std::vector<Node*>& nodes, const std::map<const Node*, int>& convert) {
     std::map<const Value*, Value*> blocked;  // NCHW value -> its blocked form
     auto to_blocked = [&](Value* v, Node* before) -> Value* {
       auto it = blocked.find(v);
@@ -172,7 +188,8 @@ class Layout : public Pass {
         }
       }
       b->output(0)->set_type(TensorType::Static(DType::kFloat32, {yd[0], Blocks(yd[1]), yd[2], yd[3], kBlock}));
-      if (ReadOutside(graph, y, convert)) {
+      // (The graph has changed by now: its readers come from the graph, not the analysis.)
+      if (ReadOutside(graph, y, graph.Users(y), convert)) {
         Node* back = graph.InsertNodeBefore(node, "kiln.FromBlocked", graph.UniqueName(y->name() + ".from_blocked"),
                                             {b->output(0)}, {graph.UniqueName(y->name() + ".nchw")}, node->opset());
         back->mutable_attrs()["channels"] = yd[1];
@@ -182,10 +199,8 @@ class Layout : public Pass {
       blocked[y] = b->output(0);
       graph.RemoveNode(node);
     }
-    return true;
   }
 
- private:
   // The tensors a member reads in the blocked layout: X (not a dense stem's), and a conv's
   // input scale and residual.
   static std::vector<const Value*> BlockedInputs(const Node* node, int kind) {
@@ -198,11 +213,18 @@ class Layout : public Pass {
     return v;
   }
 
+  static const std::vector<Node*>& Readers(const UseListAnalysis::Result& uses, const Value* v) {
+    static const std::vector<Node*> kNone;
+    auto it = uses.find(v);
+    return it == uses.end() ? kNone : it->second;
+  }
+
   // Whether `v` is a graph output or read other than in the blocked layout by a node of
   // `inside` (a map from node to kind).
-  static bool ReadOutside(const Graph& graph, const Value* v, const std::map<const Node*, int>& inside) {
+  static bool ReadOutside(const Graph& graph, const Value* v, const std::vector<Node*>& readers,
+                          const std::map<const Node*, int>& inside) {
     if (graph.IsGraphOutput(v)) return true;
-    for (const Node* user : graph.Users(v)) {
+    for (const Node* user : readers) {
       auto it = inside.find(user);
       if (it == inside.end()) return true;
       const std::vector<const Value*> blocked = BlockedInputs(user, it->second);
@@ -216,8 +238,6 @@ class Layout : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Layout, "layout",
-                   "run chains of pointwise and depthwise convolutions in the channel-blocked layout NCHW16c, "
-                   "with layout changes only where a chain begins or is read by other ops")
+std::unique_ptr<Pass> CreateLayout(const PassInvocation&) { return std::make_unique<Layout>(); }
 
 }  // namespace kiln

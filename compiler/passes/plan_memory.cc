@@ -7,7 +7,7 @@
 //     => a@[0, 4096)  b@a (in place)  c@[4096, 8192)
 //   %p = Conv(%s) ; %q = Conv(%s) ; %c = Concat(%p, %q) axis 1, N = 1
 //     => c@[0, 8192)  p@c+0  q@c+4096
-// The graph is unchanged; the plan goes to codegen through the PassContext.
+// The graph is unchanged; the plan is the MemoryPlanAnalysis the PassContext caches.
 #include <algorithm>
 #include <map>
 #include <unordered_map>
@@ -82,147 +82,182 @@ class Arena {
   int64_t top_ = 0;
 };
 
-class PlanMemory : public Pass {
+// One planning run over a graph: the steps of MemoryPlanAnalysis::Compute.
+class MemoryPlanner {
  public:
-  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
-    MemoryPlan plan;
-    std::vector<Node*> nodes = graph.nodes();
-    // Owner of each buffer: views and in-place results point at the value whose buffer they
-    // use, possibly through a chain (a Reshape of an in-place Add of a MatMul result).
-    std::unordered_map<const Value*, const Value*> owner;
-    std::unordered_map<const Value*, size_t> last_use;
-    auto root = [&](const Value* v) {
-      for (auto it = owner.find(v); it != owner.end(); it = owner.find(v)) v = it->second;
-      return v;
-    };
-    std::vector<absl::StatusOr<KernelCall>> calls;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      const OpSchema* schema = FindOp(nodes[i]->op());
-      calls.push_back(schema ? LowerForArtifact(*schema, *nodes[i]) : absl::InternalError("no schema"));
+  explicit MemoryPlanner(const Graph& graph) : graph_(graph), nodes_(graph.nodes()) {
+    for (const Node* node : nodes_) {
+      const OpSchema* schema = FindOp(node->op());
+      calls_.push_back(schema ? LowerForArtifact(*schema, *node) : absl::InternalError("no schema"));
     }
-    // Views first: their outputs belong to the input's buffer.
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      Node* node = nodes[i];
-      if (!calls[i].ok() || !calls[i]->is_view) continue;
+  }
+
+  MemoryPlan Plan() {
+    PlanViews();
+    PlanConcats();
+    ComputeLastUse();
+    for (size_t i = 0; i < nodes_.size(); ++i) PlaceNode(i);
+    plan_.arena_bytes = arena_.top();
+    return std::move(plan_);
+  }
+
+ private:
+  const Value* Root(const Value* v) const {
+    for (auto it = owner_.find(v); it != owner_.end(); it = owner_.find(v)) v = it->second;
+    return v;
+  }
+
+  // Views first: their outputs belong to the input's buffer.
+  void PlanViews() {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const Node* node = nodes_[i];
+      if (!calls_[i].ok() || !calls_[i]->is_view) continue;
       const Value* in = node->input(0);
       const Value* out = node->output(0);
-      if (NeedsArena(graph, root(in)) && NeedsArena(graph, out)) {
-        owner[out] = in;
-        plan.alias[out] = in;
-        ++plan.views;
+      if (NeedsArena(graph_, Root(in)) && NeedsArena(graph_, out)) {
+        owner_[out] = in;
+        plan_.alias[out] = in;
+        ++plan_.views;
       }
     }
-    // Concats in place. Each input must be a fresh buffer (a node's own result, not a view,
-    // graph input, constant or graph output) that nothing but this Concat reads, once.
+  }
+
+  // Concats in place. Each input must be a fresh buffer (a node's own result, not a view,
+  // graph input, constant or graph output) that nothing but this Concat reads, once.
+  void PlanConcats() {
     std::unordered_map<const Value*, int> readers;
-    for (const Node* node : nodes) {
+    for (const Node* node : nodes_) {
       for (const Value* in : node->inputs()) {
         if (in != nullptr) ++readers[in];
       }
     }
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      Node* node = nodes[i];
-      if (!calls[i].ok() || calls[i]->kernel != "concat" || node->inputs().size() < 2) continue;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const Node* node = nodes_[i];
+      if (!calls_[i].ok() || calls_[i]->kernel != "concat" || node->inputs().size() < 2) continue;
       const Value* whole = node->output(0);
-      if (!NeedsArena(graph, whole) || owner.count(whole)) continue;
+      if (!NeedsArena(graph_, whole) || owner_.count(whole)) continue;
       const std::vector<int64_t> dims = whole->type().StaticDims();
-      const int64_t axis = calls[i]->ints.at(0);
+      const int64_t axis = calls_[i]->ints.at(0);
       int64_t outer = 1;
       for (int64_t k = 0; k < axis; ++k) outer *= dims[k];
       if (outer != 1) continue;  // slices interleave: the kernel must copy
       bool eligible = true;
       for (const Value* in : node->inputs()) {
-        eligible = eligible && in != nullptr && NeedsArena(graph, in) && owner.count(in) == 0 && readers[in] == 1 &&
+        eligible = eligible && in != nullptr && NeedsArena(graph_, in) && owner_.count(in) == 0 && readers[in] == 1 &&
                    in->type().dtype == whole->type().dtype;
       }
       if (!eligible) continue;
       int64_t offset = 0;
       for (const Value* in : node->inputs()) {
-        owner[in] = whole;
-        plan.parts[in] = MemoryPlan::Part{whole, offset};
+        owner_[in] = whole;
+        plan_.parts[in] = MemoryPlan::Part{whole, offset};
         offset += ValueBytes(in);
       }
-      ++plan.concats_in_place;
+      ++plan_.concats_in_place;
     }
-    // Last reader of each buffer, through every alias of it; recomputed when an in-place
-    // result joins a buffer (which then lives as long as the result and its views).
-    auto compute_last_use = [&]() {
-      std::unordered_map<const Value*, size_t> fresh;
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        for (const Value* in : nodes[i]->inputs()) {
-          if (in != nullptr) fresh[root(in)] = i;  // nodes are in order: the last write wins
-        }
-        for (const Value* out : nodes[i]->outputs()) fresh.emplace(out, i);  // never read: dies at birth
+  }
+
+  // Last reader of each buffer, through every alias of it; recomputed when an in-place
+  // result joins a buffer (which then lives as long as the result and its views).
+  void ComputeLastUse() {
+    std::unordered_map<const Value*, size_t> fresh;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      for (const Value* in : nodes_[i]->inputs()) {
+        if (in != nullptr) fresh[Root(in)] = i;  // nodes are in order: the last write wins
       }
-      for (const auto& [value, index] : last_use) {
-        if (index == SIZE_MAX) fresh[value] = SIZE_MAX;  // already released
-      }
-      last_use = std::move(fresh);
-    };
-    compute_last_use();
-    Arena arena;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      Node* node = nodes[i];
-      for (const Value* out : node->outputs()) {
-        if (NeedsArena(graph, out)) plan.naive_bytes += Align(ValueBytes(out));
-      }
-      // In place: an elementwise result may take the buffer of an input that dies here.
-      const Value* reuse = nullptr;
-      if (calls[i].ok() && IsElementwiseKernel(calls[i]->kernel) && node->outputs().size() == 1 &&
-          NeedsArena(graph, node->output(0)) && owner.count(node->output(0)) == 0) {
-        for (const Value* in : node->inputs()) {
-          if (in == nullptr) continue;
-          const Value* r = root(in);
-          if (plan.arena.count(r) && last_use[r] == i && ValueBytes(in) == ValueBytes(node->output(0)) &&
-              in->type().StaticDims() == node->output(0)->type().StaticDims()) {
-            reuse = r;
-            break;
-          }
-        }
-      }
-      for (const Value* out : node->outputs()) {
-        if (!NeedsArena(graph, out)) continue;
-        if (plan.parts.count(out)) {
-          // A Concat's slice: its whole buffer comes to life with the first slice written.
-          const Value* whole = root(out);
-          if (plan.arena.count(whole) == 0)
-            plan.arena[whole] = MemoryPlan::Slot{arena.Allocate(ValueBytes(whole)), ValueBytes(whole)};
-          continue;
-        }
-        if (owner.count(out) || plan.arena.count(out)) continue;
-        if (reuse != nullptr) {
-          owner[out] = reuse;
-          plan.alias[out] = reuse;
-          ++plan.in_place;
-          compute_last_use();  // the reused buffer now lives as long as the result
-          continue;
-        }
-        plan.arena[out] = MemoryPlan::Slot{arena.Allocate(ValueBytes(out)), ValueBytes(out)};
-      }
-      // Scratch lives while the node runs, beside its inputs and outputs.
-      if (calls[i].ok() && calls[i]->scratch_bytes > 0) {
-        const int64_t bytes = calls[i]->scratch_bytes;
-        plan.scratch[node] = MemoryPlan::Slot{arena.Allocate(bytes), bytes};
-        plan.naive_bytes += Align(bytes);
-        arena.Release(plan.scratch[node].offset, bytes);
-      }
-      // Release buffers whose last reader is this node.
-      for (const auto& [value, slot] : plan.arena) {
-        auto it = last_use.find(value);
-        if (it != last_use.end() && it->second == i) {
-          arena.Release(slot.offset, slot.size_bytes);
-          it->second = SIZE_MAX;  // released
-        }
+      for (const Value* out : nodes_[i]->outputs()) fresh.emplace(out, i);  // never read: dies at birth
+    }
+    for (const auto& [value, index] : last_use_) {
+      if (index == SIZE_MAX) fresh[value] = SIZE_MAX;  // already released
+    }
+    last_use_ = std::move(fresh);
+  }
+
+  // In place: an elementwise result may take the buffer of an input that dies at node i.
+  const Value* InPlaceInput(size_t i) {
+    const Node* node = nodes_[i];
+    if (!calls_[i].ok() || !IsElementwiseKernel(calls_[i]->kernel) || node->outputs().size() != 1 ||
+        !NeedsArena(graph_, node->output(0)) || owner_.count(node->output(0)) != 0) {
+      return nullptr;
+    }
+    for (const Value* in : node->inputs()) {
+      if (in == nullptr) continue;
+      const Value* r = Root(in);
+      if (plan_.arena.count(r) && last_use_[r] == i && ValueBytes(in) == ValueBytes(node->output(0)) &&
+          in->type().StaticDims() == node->output(0)->type().StaticDims()) {
+        return r;
       }
     }
-    plan.arena_bytes = arena.top();
-    context.memory_plan = std::move(plan);
-    context.has_memory_plan = true;
+    return nullptr;
+  }
+
+  void PlaceNode(size_t i) {
+    const Node* node = nodes_[i];
+    for (const Value* out : node->outputs()) {
+      if (NeedsArena(graph_, out)) plan_.naive_bytes += Align(ValueBytes(out));
+    }
+    const Value* reuse = InPlaceInput(i);
+    for (const Value* out : node->outputs()) PlaceOutput(out, reuse);
+    // Scratch lives while the node runs, beside its inputs and outputs.
+    if (calls_[i].ok() && calls_[i]->scratch_bytes > 0) {
+      const int64_t bytes = calls_[i]->scratch_bytes;
+      plan_.scratch[node] = MemoryPlan::Slot{arena_.Allocate(bytes), bytes};
+      plan_.naive_bytes += Align(bytes);
+      arena_.Release(plan_.scratch[node].offset, bytes);
+    }
+    // Release buffers whose last reader is this node.
+    for (const auto& [value, slot] : plan_.arena) {
+      auto it = last_use_.find(value);
+      if (it != last_use_.end() && it->second == i) {
+        arena_.Release(slot.offset, slot.size_bytes);
+        it->second = SIZE_MAX;  // released
+      }
+    }
+  }
+
+  void PlaceOutput(const Value* out, const Value* reuse) {
+    if (!NeedsArena(graph_, out)) return;
+    if (plan_.parts.count(out)) {
+      // A Concat's slice: its whole buffer comes to life with the first slice written.
+      const Value* whole = Root(out);
+      if (plan_.arena.count(whole) == 0)
+        plan_.arena[whole] = MemoryPlan::Slot{arena_.Allocate(ValueBytes(whole)), ValueBytes(whole)};
+      return;
+    }
+    if (owner_.count(out) || plan_.arena.count(out)) return;
+    if (reuse != nullptr) {
+      owner_[out] = reuse;
+      plan_.alias[out] = reuse;
+      ++plan_.in_place;
+      ComputeLastUse();  // the reused buffer now lives as long as the result
+      return;
+    }
+    plan_.arena[out] = MemoryPlan::Slot{arena_.Allocate(ValueBytes(out)), ValueBytes(out)};
+  }
+
+  const Graph& graph_;
+  std::vector<Node*> nodes_;
+  std::vector<absl::StatusOr<KernelCall>> calls_;
+  MemoryPlan plan_;
+  // Owner of each buffer: views and in-place results point at the value whose buffer they
+  // use, possibly through a chain (a Reshape of an in-place Add of a MatMul result).
+  std::unordered_map<const Value*, const Value*> owner_;
+  std::unordered_map<const Value*, size_t> last_use_;
+  Arena arena_;
+};
+
+// The pass only computes the plan into the analysis cache, where codegen's caller finds it.
+class PlanMemory : public Pass {
+ public:
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
+    context.analyses.Get<MemoryPlanAnalysis>(graph);
     return false;
   }
 };
 
 }  // namespace
+
+MemoryPlan MemoryPlanAnalysis::Compute(const Graph& graph) { return MemoryPlanner(graph).Plan(); }
 
 MemoryPlan NaiveMemoryPlan(const Graph& graph) {
   MemoryPlan plan;
@@ -245,7 +280,11 @@ MemoryPlan NaiveMemoryPlan(const Graph& graph) {
   return plan;
 }
 
-KILN_REGISTER_PASS(PlanMemory, "plan-memory",
-                   "place intermediates in one arena by liveness, with views and in-place reuse")
+MemoryPlan PlannedOrNaiveMemory(const Graph& graph, const PassContext& context) {
+  const MemoryPlan* planned = context.analyses.GetIfCached<MemoryPlanAnalysis>();
+  return planned != nullptr ? *planned : NaiveMemoryPlan(graph);
+}
+
+std::unique_ptr<Pass> CreatePlanMemory(const PassInvocation&) { return std::make_unique<PlanMemory>(); }
 
 }  // namespace kiln

@@ -85,141 +85,192 @@ int64_t ChannelCount(const Value* value, int axis) {
   return axis < static_cast<int>(shape.size()) ? shape[axis].size : -1;
 }
 
-// Follows `root_removal` on the root's output through the graph (nodes after the root, in
-// order). Fills `plan`; returns false with `why` when some reader cannot follow.
-bool Sweep(const Graph& graph, const std::vector<Node*>& nodes, size_t root_index, const Removal& root_removal,
-           Plan& plan, std::string& why) {
-  std::map<const Value*, Removal> pruned = {{nodes[root_index]->output(0), root_removal}};
-  for (size_t n = root_index + 1; n < nodes.size(); ++n) {
-    Node* node = nodes[n];
-    std::vector<size_t> hit;
-    for (size_t i = 0; i < node->inputs().size(); ++i) {
-      if (node->input(i) != nullptr && pruned.count(node->input(i))) hit.push_back(i);
-    }
-    if (hit.empty()) continue;
-    const Removal& in = pruned.at(node->input(hit[0]));
-    const std::string& op = node->op();
-    const std::string fail = absl::StrCat("read by ", Describe(node));
-    if (HasKilnAttrs(node)) return why = fail, false;
-    auto pass_through = [&](const Removal& removal) { pruned[node->output(0)] = removal; };
-    if (ChannelwiseUnaryOps().count(op)) {
-      if (hit != std::vector<size_t>{0}) return why = fail, false;
-      const bool pool = op.find("Pool") != std::string::npos;
-      if (pool && in.axis != 1) return why = absl::StrCat(fail, " on axis ", in.axis), false;
-      // Dropout's mask and MaxPool's indices would need slicing too: only when unread.
-      for (size_t o = 1; o < node->outputs().size(); ++o) {
-        if (!graph.Users(node->output(o)).empty() || graph.IsGraphOutput(node->output(o))) return why = fail, false;
-      }
-      pass_through(in);
-    } else if (BinaryOps().count(op)) {
-      const size_t rank = node->input(hit[0])->type().shape.size();
-      if (hit.size() == 2) {
-        if (!(pruned.at(node->input(1)) == in) || node->input(1)->type().shape.size() != rank) {
-          return why = absl::StrCat(fail, " with operands that lost different channels"), false;
-        }
-      } else {
-        const Value* other = node->input(1 - hit[0]);
-        if (!IsF32Constant(other)) return why = absl::StrCat(fail, " with an operand that keeps every channel"), false;
-        const int other_rank = static_cast<int>(other->type().shape.size());
-        if (other_rank > static_cast<int>(rank)) return why = fail, false;
-        const int axis = in.axis - (static_cast<int>(rank) - other_rank);
-        if (axis >= 0) {
-          const int64_t size = other->type().shape[axis].size;
-          if (size == static_cast<int64_t>(in.removed.size())) {
-            plan.slices.push_back({node, 1 - hit[0], axis, in.removed});
-          } else if (size != 1) {
-            return why = fail, false;
-          }
-        }
-      }
-      pass_through(in);
-    } else if (op == "Pad") {
-      // Padding that leaves the channel axis alone passes it through.
-      const Value* pads = node->input(1);
-      const int64_t rank = static_cast<int64_t>(node->input(0)->type().shape.size());
-      if (hit != std::vector<size_t>{0} || pads == nullptr || !pads->is_constant() || node->input(3) != nullptr ||
-          pads->constant()->num_elements() != 2 * rank || pads->constant()->GetAsInt64(in.axis) != 0 ||
-          pads->constant()->GetAsInt64(in.axis + rank) != 0) {
-        return why = fail, false;
-      }
-      pass_through(in);
-    } else if (op == "BatchNormalization") {
-      if (hit != std::vector<size_t>{0} || in.axis != 1 || node->outputs().size() != 1) return why = fail, false;
-      for (size_t i = 1; i < 5; ++i) {
-        if (!IsF32Constant(node->input(i))) return why = fail, false;
-        plan.slices.push_back({node, i, 0, in.removed});
-      }
-      pass_through(in);
-    } else if (op == "Conv") {
-      if (hit != std::vector<size_t>{0} || in.axis != 1 || !IsF32Constant(node->input(1))) return why = fail, false;
-      const int64_t channels = static_cast<int64_t>(in.removed.size());
-      const int64_t group = node->GetInt("group", 1);
-      const std::vector<int64_t> w_dims = node->input(1)->type().StaticDims();
-      if (group == 1) {
-        plan.slices.push_back({node, 1, 1, in.removed});
-      } else if (group == channels && w_dims[0] == channels) {
-        // Depthwise: each filter reads one channel and makes one.
-        plan.slices.push_back({node, 1, 0, in.removed});
-        if (node->input(2) != nullptr) {
-          if (!IsF32Constant(node->input(2))) return why = fail, false;
-          plan.slices.push_back({node, 2, 0, in.removed});
-        }
-        const int64_t kept = std::count(in.removed.begin(), in.removed.end(), false);
-        plan.groups.push_back({node, kept});
-        pass_through(in);
-      } else {
-        return why = absl::StrCat(fail, " (a grouped convolution)"), false;
-      }
-    } else if (op == "Concat") {
-      const int rank = static_cast<int>(node->output(0)->type().shape.size());
-      int axis = static_cast<int>(node->GetInt("axis", 0));
-      if (axis < 0) axis += rank;
-      Removal out{axis, {}};
+// Follows a removal of channels on one root's output through the graph (nodes after the
+// root, in order): each reader either carries the removal to its output, takes it into a
+// weight it slices, or cannot follow (then `why` says which node and the root stays whole).
+class RemovalSweep {
+ public:
+  RemovalSweep(const Graph& graph, Plan& plan, std::string& why) : graph_(graph), plan_(plan), why_(why) {}
+
+  bool Run(const std::vector<Node*>& nodes, size_t root_index, const Removal& root_removal) {
+    pruned_ = {{nodes[root_index]->output(0), root_removal}};
+    for (size_t n = root_index + 1; n < nodes.size(); ++n) {
+      Node* node = nodes[n];
+      std::vector<size_t> hit;
       for (size_t i = 0; i < node->inputs().size(); ++i) {
-        auto at = pruned.find(node->input(i));
-        if (at != pruned.end()) {
-          if (at->second.axis != axis) return why = absl::StrCat(fail, " on another axis"), false;
-          out.removed.insert(out.removed.end(), at->second.removed.begin(), at->second.removed.end());
-        } else {
-          const int64_t size = ChannelCount(node->input(i), axis);
-          if (size < 0) return why = fail, false;
-          out.removed.insert(out.removed.end(), size, false);
-        }
+        if (node->input(i) != nullptr && pruned_.count(node->input(i))) hit.push_back(i);
       }
-      pass_through(out);
-    } else if (op == "Flatten") {
-      const Value* x = node->input(0);
-      if (node->GetInt("axis", 1) != 1 || in.axis != 1 || !x->type().IsStatic()) return why = fail, false;
-      const std::vector<int64_t> dims = x->type().StaticDims();
-      int64_t spatial = 1;
-      for (size_t d = 2; d < dims.size(); ++d) spatial *= dims[d];
-      Removal out{1, {}};
-      for (bool r : in.removed) out.removed.insert(out.removed.end(), spatial, r);
-      pass_through(out);
-    } else if (op == "Gemm") {
-      if (hit != std::vector<size_t>{0} || in.axis != 1 || node->GetInt("transA", 0) != 0 ||
-          !IsF32Constant(node->input(1))) {
-        return why = fail, false;
+      if (hit.empty()) continue;
+      if (!Step(node, hit)) return false;
+      for (Value* out : node->outputs()) {
+        if (pruned_.count(out) && graph_.IsGraphOutput(out))
+          return Fail(absl::StrCat("reaches the graph output '", out->name(), "'"));
       }
-      plan.slices.push_back({node, 1, node->GetInt("transB", 0) != 0 ? 1 : 0, in.removed});
-    } else if (op == "MatMul") {
-      const int rank = static_cast<int>(node->input(0)->type().shape.size());
-      if (hit != std::vector<size_t>{0} || in.axis != rank - 1 || !IsF32Constant(node->input(1)) ||
-          node->input(1)->type().shape.size() != 2) {
-        return why = fail, false;
-      }
-      plan.slices.push_back({node, 1, 0, in.removed});
-    } else {
-      return why = fail, false;
     }
-    for (Value* out : node->outputs()) {
-      if (pruned.count(out) && graph.IsGraphOutput(out))
-        return why = absl::StrCat("reaches the graph output '", out->name(), "'"), false;
-    }
+    if (graph_.IsGraphOutput(nodes[root_index]->output(0))) return Fail("is a graph output");
+    return true;
   }
-  if (graph.IsGraphOutput(nodes[root_index]->output(0))) return why = "is a graph output", false;
-  return true;
-}
+
+ private:
+  bool Fail(std::string why) {
+    why_ = std::move(why);
+    return false;
+  }
+  bool FailAt(const Node* node, absl::string_view detail = "") {
+    return Fail(absl::StrCat("read by ", Describe(node), detail));
+  }
+  bool PassThrough(const Node* node, Removal removal) {
+    pruned_[node->output(0)] = std::move(removal);
+    return true;
+  }
+
+  // `node` reads pruned values at inputs `hit`.
+  bool Step(Node* node, const std::vector<size_t>& hit) {
+    const Removal& in = pruned_.at(node->input(hit[0]));
+    const std::string& op = node->op();
+    if (HasKilnAttrs(node)) return FailAt(node);
+    if (ChannelwiseUnaryOps().count(op)) return Unary(node, hit, in);
+    if (BinaryOps().count(op)) return Binary(node, hit, in);
+    if (op == "Pad") return Pad(node, hit, in);
+    if (op == "BatchNormalization") return BatchNorm(node, hit, in);
+    if (op == "Conv") return Conv(node, hit, in);
+    if (op == "Concat") return Concat(node);
+    if (op == "Flatten") return Flatten(node, in);
+    if (op == "Gemm") return Gemm(node, hit, in);
+    if (op == "MatMul") return MatMul(node, hit, in);
+    return FailAt(node);
+  }
+
+  bool Unary(Node* node, const std::vector<size_t>& hit, const Removal& in) {
+    if (hit != std::vector<size_t>{0}) return FailAt(node);
+    const bool pool = node->op().find("Pool") != std::string::npos;
+    if (pool && in.axis != 1) return FailAt(node, absl::StrCat(" on axis ", in.axis));
+    // Dropout's mask and MaxPool's indices would need slicing too: only when unread.
+    for (size_t o = 1; o < node->outputs().size(); ++o) {
+      if (!graph_.Users(node->output(o)).empty() || graph_.IsGraphOutput(node->output(o))) return FailAt(node);
+    }
+    return PassThrough(node, in);
+  }
+
+  bool Binary(Node* node, const std::vector<size_t>& hit, const Removal& in) {
+    const size_t rank = node->input(hit[0])->type().shape.size();
+    if (hit.size() == 2) {
+      if (!(pruned_.at(node->input(1)) == in) || node->input(1)->type().shape.size() != rank)
+        return FailAt(node, " with operands that lost different channels");
+      return PassThrough(node, in);
+    }
+    const Value* other = node->input(1 - hit[0]);
+    if (!IsF32Constant(other)) return FailAt(node, " with an operand that keeps every channel");
+    const int other_rank = static_cast<int>(other->type().shape.size());
+    if (other_rank > static_cast<int>(rank)) return FailAt(node);
+    const int axis = in.axis - (static_cast<int>(rank) - other_rank);
+    if (axis >= 0) {
+      const int64_t size = other->type().shape[axis].size;
+      if (size == static_cast<int64_t>(in.removed.size())) {
+        plan_.slices.push_back({node, 1 - hit[0], axis, in.removed});
+      } else if (size != 1) {
+        return FailAt(node);
+      }
+    }
+    return PassThrough(node, in);
+  }
+
+  // Padding that leaves the channel axis alone passes it through.
+  bool Pad(Node* node, const std::vector<size_t>& hit, const Removal& in) {
+    const Value* pads = node->input(1);
+    const int64_t rank = static_cast<int64_t>(node->input(0)->type().shape.size());
+    if (hit != std::vector<size_t>{0} || pads == nullptr || !pads->is_constant() || node->input(3) != nullptr ||
+        pads->constant()->num_elements() != 2 * rank || pads->constant()->GetAsInt64(in.axis) != 0 ||
+        pads->constant()->GetAsInt64(in.axis + rank) != 0) {
+      return FailAt(node);
+    }
+    return PassThrough(node, in);
+  }
+
+  bool BatchNorm(Node* node, const std::vector<size_t>& hit, const Removal& in) {
+    if (hit != std::vector<size_t>{0} || in.axis != 1 || node->outputs().size() != 1) return FailAt(node);
+    for (size_t i = 1; i < 5; ++i) {
+      if (!IsF32Constant(node->input(i))) return FailAt(node);
+      plan_.slices.push_back({node, i, 0, in.removed});
+    }
+    return PassThrough(node, in);
+  }
+
+  bool Conv(Node* node, const std::vector<size_t>& hit, const Removal& in) {
+    if (hit != std::vector<size_t>{0} || in.axis != 1 || !IsF32Constant(node->input(1))) return FailAt(node);
+    const int64_t channels = static_cast<int64_t>(in.removed.size());
+    const int64_t group = node->GetInt("group", 1);
+    const std::vector<int64_t> w_dims = node->input(1)->type().StaticDims();
+    if (group == 1) {
+      plan_.slices.push_back({node, 1, 1, in.removed});
+      return true;
+    }
+    if (group != channels || w_dims[0] != channels) return FailAt(node, " (a grouped convolution)");
+    // Depthwise: each filter reads one channel and makes one.
+    plan_.slices.push_back({node, 1, 0, in.removed});
+    if (node->input(2) != nullptr) {
+      if (!IsF32Constant(node->input(2))) return FailAt(node);
+      plan_.slices.push_back({node, 2, 0, in.removed});
+    }
+    const int64_t kept = std::count(in.removed.begin(), in.removed.end(), false);
+    plan_.groups.push_back({node, kept});
+    return PassThrough(node, in);
+  }
+
+  bool Concat(Node* node) {
+    const int rank = static_cast<int>(node->output(0)->type().shape.size());
+    int axis = static_cast<int>(node->GetInt("axis", 0));
+    if (axis < 0) axis += rank;
+    Removal out{axis, {}};
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      auto at = pruned_.find(node->input(i));
+      if (at != pruned_.end()) {
+        if (at->second.axis != axis) return FailAt(node, " on another axis");
+        out.removed.insert(out.removed.end(), at->second.removed.begin(), at->second.removed.end());
+      } else {
+        const int64_t size = ChannelCount(node->input(i), axis);
+        if (size < 0) return FailAt(node);
+        out.removed.insert(out.removed.end(), size, false);
+      }
+    }
+    return PassThrough(node, std::move(out));
+  }
+
+  bool Flatten(Node* node, const Removal& in) {
+    const Value* x = node->input(0);
+    if (node->GetInt("axis", 1) != 1 || in.axis != 1 || !x->type().IsStatic()) return FailAt(node);
+    const std::vector<int64_t> dims = x->type().StaticDims();
+    int64_t spatial = 1;
+    for (size_t d = 2; d < dims.size(); ++d) spatial *= dims[d];
+    Removal out{1, {}};
+    for (bool r : in.removed) out.removed.insert(out.removed.end(), spatial, r);
+    return PassThrough(node, std::move(out));
+  }
+
+  bool Gemm(Node* node, const std::vector<size_t>& hit, const Removal& in) {
+    if (hit != std::vector<size_t>{0} || in.axis != 1 || node->GetInt("transA", 0) != 0 ||
+        !IsF32Constant(node->input(1))) {
+      return FailAt(node);
+    }
+    plan_.slices.push_back({node, 1, node->GetInt("transB", 0) != 0 ? 1 : 0, in.removed});
+    return true;
+  }
+
+  bool MatMul(Node* node, const std::vector<size_t>& hit, const Removal& in) {
+    const int rank = static_cast<int>(node->input(0)->type().shape.size());
+    if (hit != std::vector<size_t>{0} || in.axis != rank - 1 || !IsF32Constant(node->input(1)) ||
+        node->input(1)->type().shape.size() != 2) {
+      return FailAt(node);
+    }
+    plan_.slices.push_back({node, 1, 0, in.removed});
+    return true;
+  }
+
+  const Graph& graph_;
+  Plan& plan_;
+  std::string& why_;
+  std::map<const Value*, Removal> pruned_;
+};
 
 std::shared_ptr<Tensor> SliceAxis(const Tensor& t, int axis, const std::vector<bool>& removed) {
   std::vector<int64_t> dims = t.dims();
@@ -317,10 +368,15 @@ bool IsWeightOp(const Node* node) {
 
 class Prune : public Pass {
  public:
+  explicit Prune(PruningConfig config) : config_(std::move(config)) {}
+
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
-    const PruningConfig* config = context.pruning;
-    if (config == nullptr)
-      return absl::InvalidArgumentError("prune needs ratios: --prune-channels R and/or --prune-weights R");
+    const PruningConfig* config = &config_;
+    if (config->channel_ratio == 0 && config->weight_ratio == 0) {
+      return absl::InvalidArgumentError(
+          "prune needs a ratio: prune{channels=R} and/or prune{weights=R} (kiln compile --prune-channels, "
+          "--prune-weights)");
+    }
     if (!(config->channel_ratio >= 0 && config->channel_ratio < 1) ||
         !(config->weight_ratio >= 0 && config->weight_ratio < 1)) {
       return absl::InvalidArgumentError("pruning ratios must lie in [0, 1)");
@@ -332,8 +388,9 @@ class Prune : public Pass {
     summary.before = MeasureGraphCost(graph);
     // The unpruned layers' outputs on the first sample, by value name, for the breakdown.
     std::map<std::string, Tensor> reference;
-    if (!config->samples.empty()) {
-      auto outputs = LayerOutputs(graph, config->samples[0]);
+    const std::vector<std::vector<Tensor>>& samples = context.pruning_samples;
+    if (!samples.empty()) {
+      auto outputs = LayerOutputs(graph, samples[0]);
       if (!outputs.ok()) return outputs.status();
       reference = std::move(*outputs);
     }
@@ -346,7 +403,7 @@ class Prune : public Pass {
     if (config->weight_ratio > 0) changed |= PruneWeights(graph, *config, summary);
     summary.after = MeasureGraphCost(graph);
     if (!reference.empty()) {
-      auto outputs = LayerOutputs(graph, config->samples[0]);
+      auto outputs = LayerOutputs(graph, samples[0]);
       if (!outputs.ok()) return outputs.status();
       for (const auto& [value, got] : *outputs) {
         auto want = reference.find(value);
@@ -375,6 +432,8 @@ class Prune : public Pass {
   }
 
  private:
+  PruningConfig config_;  // from the pass options; samples from the context
+
   // The f32 outputs of every Conv, Gemm and MatMul on `sample`, by value name (pruning
   // keeps the values; node names need not be unique).
   static absl::StatusOr<std::map<std::string, Tensor>> LayerOutputs(const Graph& graph,
@@ -429,7 +488,7 @@ class Prune : public Pass {
       for (int64_t i = 0; i < channels - kept; ++i) removal.removed[order[i]] = true;
       Plan plan;
       std::string why;
-      if (!Sweep(graph, nodes, index, removal, plan, why)) {
+      if (!RemovalSweep(graph, plan, why).Run(nodes, index, removal)) {
         summary.kept_whole.push_back(absl::StrCat(name, " (", why, ")"));
         continue;
       }
@@ -517,8 +576,22 @@ GraphCost MeasureGraphCost(const Graph& graph) {
   return cost;
 }
 
-KILN_REGISTER_PASS(
-    Prune, "prune",
-    "structured channel pruning by L1 norm and magnitude weight pruning (--prune-channels, --prune-weights)")
+PruningConfig PruningConfigFrom(const PassInvocation& options) {
+  PruningConfig config;
+  config.channel_ratio = options.Number("channels");
+  config.weight_ratio = options.Number("weights");
+  for (std::string& name : options.List("skip")) config.skip.insert(std::move(name));
+  return config;
+}
+
+absl::Status SetPruningOptions(const PruningConfig& config, PassInvocation& options) {
+  if (absl::Status s = options.SetNumber("channels", config.channel_ratio); !s.ok()) return s;
+  if (absl::Status s = options.SetNumber("weights", config.weight_ratio); !s.ok()) return s;
+  return options.SetList("skip", {config.skip.begin(), config.skip.end()});
+}
+
+std::unique_ptr<Pass> CreatePrune(const PassInvocation& options) {
+  return std::make_unique<Prune>(PruningConfigFrom(options));
+}
 
 }  // namespace kiln

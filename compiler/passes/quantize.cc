@@ -35,6 +35,24 @@ absl::StatusOr<CalibrationMethod> ParseCalibrationMethod(const std::string& text
       absl::StrCat("calibration method '", text, "' is not one of minmax, percentile, entropy"));
 }
 
+QuantizationConfig QuantizationConfigFrom(const PassInvocation& options) {
+  QuantizationConfig config;
+  // The option's choices are the method names, so the parse cannot fail.
+  config.method = ParseCalibrationMethod(options.Choice("method")).value_or(CalibrationMethod::kMinMax);
+  config.percentile = options.Number("percentile");
+  for (std::string& name : options.List("keep-float")) config.keep_float.insert(std::move(name));
+  config.quantize_outputs = options.Bool("quantize-outputs");
+  return config;
+}
+
+absl::Status SetQuantizationOptions(const QuantizationConfig& config, PassInvocation& options) {
+  if (absl::Status s = options.Set("method", CalibrationMethodName(config.method)); !s.ok()) return s;
+  if (absl::Status s = options.SetNumber("percentile", config.percentile); !s.ok()) return s;
+  if (absl::Status s = options.SetList("keep-float", {config.keep_float.begin(), config.keep_float.end()}); !s.ok())
+    return s;
+  return options.Set("quantize-outputs", config.quantize_outputs ? "true" : "false");
+}
+
 const char* CalibrationMethodName(CalibrationMethod method) {
   switch (method) {
     case CalibrationMethod::kPercentile: return "percentile";
@@ -153,113 +171,140 @@ std::pair<float, uint8_t> ActivationParams(double lo, double hi) {
 
 class Quantize : public Pass {
  public:
+  explicit Quantize(QuantizationConfig config) : config_(std::move(config)) {}
+
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
-    const QuantizationConfig* config = context.quantization;
-    if (config == nullptr || config->calibration.empty()) {
+    // Samples are data, not options: the driver decodes them into the context.
+    if (context.calibration_samples.empty()) {
       return absl::InvalidArgumentError(
           "the quantize pass needs calibration samples (kiln compile --precision int8 --calibration DIR)");
     }
+    const std::vector<std::vector<Tensor>>& samples = context.calibration_samples;
     QuantizationSummary& summary = context.quantization_summary;
-    summary.method = CalibrationMethodName(config->method);
-    summary.calibration_samples = static_cast<int64_t>(config->calibration.size());
-    // The nodes to quantize, and the activations they read.
-    std::vector<Node*> targets;
+    summary.method = CalibrationMethodName(config_.method);
+    summary.calibration_samples = static_cast<int64_t>(samples.size());
+    GemmsToMatMuls(graph, summary);
+    graph.Compact();
+    Targets targets = SelectTargets(graph, summary);
+    if (absl::Status st = CheckKeepFloatNames(graph); !st.ok()) return st;
+    if (targets.nodes.empty()) return false;
+    // The f32 outputs of the nodes to quantize on the first sample (kept by calibration's
+    // first run), for the per-layer error breakdown once they are quantized.
+    std::map<const Value*, Tensor> reference;
+    for (Node* node : targets.nodes) reference[node->output(0)];
+    if (auto st = Calibrate(graph, config_, samples, targets.observed, reference); !st.ok()) return st;
+    std::map<const Value*, Value*> dequantized;
+    for (Node* node : targets.nodes) {
+      // (An earlier target's result may be this one's input: its readers, this node among
+      // them, already read the dequantized value, which QuantizeValue finds by the
+      // original.)
+      QuantizeValue(graph, targets.input_of[node], targets.observed, dequantized);
+      QuantizeWeight(graph, node);
+      if (config_.quantize_outputs) QuantizeValue(graph, targets.result_of[node], targets.observed, dequantized);
+      ++summary.quantized_nodes;
+    }
+    if (auto st = BreakDownError(graph, samples.front(), targets.nodes, reference, summary); !st.ok()) return st;
+    return true;
+  }
+
+ private:
+  // The nodes to quantize, and the activations they read (and, with quantize-outputs, the
+  // results to quantize), as they were before any rewriting.
+  struct Targets {
+    std::vector<Node*> nodes;
     std::map<const Value*, Observed> observed;
-    std::map<Node*, Value*> input_of, result_of;  // as they were before any rewriting
+    std::map<Node*, Value*> input_of, result_of;
+  };
+
+  void GemmsToMatMuls(Graph& graph, QuantizationSummary& summary) const {
     for (Node* node : graph.nodes()) {
       if (node->op() != "Gemm") continue;
-      if (config->keep_float.count(node->name())) {
+      if (config_.keep_float.count(node->name())) {
         summary.kept_float.push_back(node->name() + " (--keep-float)");
       } else if (!GemmToMatMul(graph, node)) {
         summary.kept_float.push_back(node->name() +
                                      " (Gemm with transA, a non-constant B or a C per row: not quantized)");
       }
     }
-    graph.Compact();
+  }
+
+  // Why `node` (a Conv or MatMul) stays in f32, or "" to quantize it.
+  std::string KeptFloatBecause(const Node* node) const {
+    if (config_.keep_float.count(node->name())) return "--keep-float";
+    if (!IsQuantizable(node)) return "not a 2-D/1-D Conv or MatMul with a constant f32 weight";
+    // The int8 convolution computes 8 output channels of one group per tile over quads
+    // of its input channels: a depthwise conv (1 channel per group) would use 1/32 of
+    // it and run several times slower than the f32 depthwise kernel.
+    if (node->op() == "Conv" && node->GetInt("group", 1) > 1 &&
+        node->input(1)->type().shape[0].size / node->GetInt("group", 1) < kMinInt8ChannelsPerGroup) {
+      return "grouped conv with fewer than 8 output channels per group: faster in f32";
+    }
+    return "";
+  }
+
+  Targets SelectTargets(Graph& graph, QuantizationSummary& summary) const {
+    Targets targets;
     for (Node* node : graph.nodes()) {
       if (node->op() != "Conv" && node->op() != "MatMul") continue;
-      if (config->keep_float.count(node->name())) {
-        summary.kept_float.push_back(node->name() + " (--keep-float)");
+      if (const std::string why = KeptFloatBecause(node); !why.empty()) {
+        summary.kept_float.push_back(node->name() + " (" + why + ")");
         continue;
       }
-      if (!IsQuantizable(node)) {
-        summary.kept_float.push_back(node->name() + " (not a 2-D/1-D Conv or MatMul with a constant f32 weight)");
-        continue;
-      }
-      // The int8 convolution computes 8 output channels of one group per tile over quads
-      // of its input channels: a depthwise conv (1 channel per group) would use 1/32 of
-      // it and run several times slower than the f32 depthwise kernel.
-      if (node->op() == "Conv" && node->GetInt("group", 1) > 1 &&
-          node->input(1)->type().shape[0].size / node->GetInt("group", 1) < kMinInt8ChannelsPerGroup) {
-        summary.kept_float.push_back(node->name() +
-                                     " (grouped conv with fewer than 8 output channels per group: faster in f32)");
-        continue;
-      }
-      targets.push_back(node);
-      input_of[node] = node->input(0);
-      observed[node->input(0)];
-      if (config->quantize_outputs) {
+      targets.nodes.push_back(node);
+      targets.input_of[node] = node->input(0);
+      targets.observed[node->input(0)];
+      if (config_.quantize_outputs) {
         Value* result = node->output(0);
         const std::vector<Node*> users = graph.Users(result);
         if (users.size() == 1 && users[0]->op() == "Relu" && !graph.IsGraphOutput(result)) result = users[0]->output(0);
-        result_of[node] = result;
-        observed[result];
+        targets.result_of[node] = result;
+        targets.observed[result];
       }
     }
-    for (const std::string& name : config->keep_float) {
+    return targets;
+  }
+
+  absl::Status CheckKeepFloatNames(const Graph& graph) const {
+    for (const std::string& name : config_.keep_float) {
       bool found = false;
       for (const Node* node : graph.nodes()) found |= node->name() == name;
       if (!found) return absl::InvalidArgumentError(absl::StrCat("--keep-float: the graph has no node '", name, "'"));
     }
-    if (targets.empty()) return false;
-    // The f32 outputs of the nodes to quantize on the first sample (kept by calibration's
-    // first run), for the per-layer error breakdown once they are quantized.
-    std::map<const Value*, Tensor> reference;
-    for (Node* node : targets) reference[node->output(0)];
-    if (auto st = Calibrate(graph, *config, observed, reference); !st.ok()) return st;
-
-    // One QuantizeLinear/DequantizeLinear pair per activation, after its producer.
-    std::map<const Value*, Value*> dequantized;
-    auto quantize_value = [&](Value* v) -> Value* {
-      auto it = dequantized.find(v);
-      if (it != dequantized.end()) return it->second;
-      const auto [lo, hi] = ChooseRange(observed[v], *config);
-      const auto [scale, zero] = ActivationParams(lo, hi);
-      auto s = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
-      s->data_as<float>()[0] = scale;
-      auto z = std::make_shared<Tensor>(DType::kUInt8, std::vector<int64_t>{});
-      z->data_as<uint8_t>()[0] = zero;
-      Value* sv = graph.AddConstant(graph.UniqueName(v->name() + ".scale"), s);
-      Value* zv = graph.AddConstant(graph.UniqueName(v->name() + ".zero_point"), z);
-      const std::vector<Node*> readers = graph.Users(v);
-      Node* anchor = v->producer() != nullptr ? NextNode(graph, v->producer()) : FirstNode(graph);
-      Node* q = InsertBefore(graph, anchor, "QuantizeLinear", v->name() + ".quantize", {v, sv, zv}, v->name() + ".q");
-      q->output(0)->set_type(TensorType::Static(DType::kUInt8, v->type().StaticDims()));
-      Node* dq = InsertBefore(graph, anchor, "DequantizeLinear", v->name() + ".dequantize", {q->output(0), sv, zv},
-                              v->name() + ".dq");
-      dq->output(0)->set_type(v->type());
-      for (Node* reader : readers) {
-        for (size_t i = 0; i < reader->inputs().size(); ++i) {
-          if (reader->input(i) == v) reader->set_input(i, dq->output(0));
-        }
-      }
-      dequantized[v] = dq->output(0);
-      return dq->output(0);
-    };
-    for (Node* node : targets) {
-      // (An earlier target's result may be this one's input: its readers, this node among
-      // them, already read the dequantized value, which quantize_value finds by the
-      // original.)
-      quantize_value(input_of[node]);
-      QuantizeWeight(graph, node);
-      if (config->quantize_outputs) quantize_value(result_of[node]);
-      ++summary.quantized_nodes;
-    }
-    if (auto st = BreakDownError(graph, *config, targets, reference, summary); !st.ok()) return st;
-    return true;
+    return absl::OkStatus();
   }
 
- private:
+  // One QuantizeLinear/DequantizeLinear pair per activation, after its producer; every
+  // reader of `v` reads the dequantized value instead.
+  Value* QuantizeValue(Graph& graph, Value* v, std::map<const Value*, Observed>& observed,
+                       std::map<const Value*, Value*>& dequantized) const {
+    auto it = dequantized.find(v);
+    if (it != dequantized.end()) return it->second;
+    const auto [lo, hi] = ChooseRange(observed[v], config_);
+    const auto [scale, zero] = ActivationParams(lo, hi);
+    auto s = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+    s->data_as<float>()[0] = scale;
+    auto z = std::make_shared<Tensor>(DType::kUInt8, std::vector<int64_t>{});
+    z->data_as<uint8_t>()[0] = zero;
+    Value* sv = graph.AddConstant(graph.UniqueName(v->name() + ".scale"), s);
+    Value* zv = graph.AddConstant(graph.UniqueName(v->name() + ".zero_point"), z);
+    const std::vector<Node*> readers = graph.Users(v);
+    Node* anchor = v->producer() != nullptr ? NextNode(graph, v->producer()) : FirstNode(graph);
+    Node* q = InsertBefore(graph, anchor, "QuantizeLinear", v->name() + ".quantize", {v, sv, zv}, v->name() + ".q");
+    q->output(0)->set_type(TensorType::Static(DType::kUInt8, v->type().StaticDims()));
+    Node* dq = InsertBefore(graph, anchor, "DequantizeLinear", v->name() + ".dequantize", {q->output(0), sv, zv},
+                            v->name() + ".dq");
+    dq->output(0)->set_type(v->type());
+    for (Node* reader : readers) {
+      for (size_t i = 0; i < reader->inputs().size(); ++i) {
+        if (reader->input(i) == v) reader->set_input(i, dq->output(0));
+      }
+    }
+    dequantized[v] = dq->output(0);
+    return dq->output(0);
+  }
+
+  QuantizationConfig config_;  // from the pass options
+
   // A Gemm with a constant B and a bias of N values (or none) as the MatMul the rest of
   // quantization handles, plus an Add of the bias (fold-qdq then takes the Add into the
   // integer op):  Gemm(A, B, C) {alpha, beta, transB}  =>  Add(MatMul(A, alpha * B'), beta * C).
@@ -314,11 +359,12 @@ class Quantize : public Pass {
   // Two passes over the samples: ranges, then (percentile, entropy) histograms over them.
   // The first run also fills `first_sample` (keyed by the values wanted) with its tensors.
   static absl::Status Calibrate(const Graph& graph, const QuantizationConfig& config,
+                                const std::vector<std::vector<Tensor>>& samples,
                                 std::map<const Value*, Observed>& observed,
                                 std::map<const Value*, Tensor>& first_sample) {
     for (int pass = 0; pass < (config.method == CalibrationMethod::kMinMax ? 1 : 2); ++pass) {
-      for (const std::vector<Tensor>& sample : config.calibration) {
-        const bool first = pass == 0 && &sample == &config.calibration.front();
+      for (const std::vector<Tensor>& sample : samples) {
+        const bool first = pass == 0 && &sample == &samples.front();
         auto observe = [&](const Value* v, const Tensor& t) {
           if (first) {
             auto kept = first_sample.find(v);
@@ -358,12 +404,12 @@ class Quantize : public Pass {
 
   // Runs the quantized (QDQ) graph on the first calibration sample and ranks the quantized
   // nodes' outputs by SNR against their f32 values: the first 10 go to the summary.
-  static absl::Status BreakDownError(const Graph& graph, const QuantizationConfig& config,
+  static absl::Status BreakDownError(const Graph& graph, const std::vector<Tensor>& first_sample,
                                      const std::vector<Node*>& targets, const std::map<const Value*, Tensor>& reference,
                                      QuantizationSummary& summary) {
     std::map<const Value*, QuantizationSummary::LayerError> errors;
     for (Node* node : targets) errors[node->output(0)] = {node->name(), node->op()};
-    auto run = RunGraph(graph, config.calibration[0], [&](const Value* v, const Tensor& t) {
+    auto run = RunGraph(graph, first_sample, [&](const Value* v, const Tensor& t) {
       auto it = errors.find(v);
       if (it == errors.end() || t.dtype() != DType::kFloat32) return;
       const Tensor& want = reference.at(v);
@@ -442,8 +488,8 @@ class Quantize : public Pass {
 
 }  // namespace
 
-KILN_REGISTER_PASS(Quantize, "quantize",
-                   "post-training int8 quantization: calibrate activation ranges on the calibration samples and "
-                   "put QuantizeLinear/DequantizeLinear around Conv and MatMul (needs --precision int8 --calibration)")
+std::unique_ptr<Pass> CreateQuantize(const PassInvocation& options) {
+  return std::make_unique<Quantize>(QuantizationConfigFrom(options));
+}
 
 }  // namespace kiln

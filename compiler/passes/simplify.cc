@@ -7,6 +7,8 @@
 //   Transpose(Transpose(x, p), q)  =>  Transpose(x, p∘q), or x when that is the identity
 // Rewrites that would rename a graph output leave the node in place.
 #include <cmath>
+#include <deque>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/compiler/passes.h"
@@ -32,16 +34,29 @@ bool IsSplat(const Value* v, double x) {
 class Simplify : public Pass {
  public:
   absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
-    // Sweeps until nothing changes: a rewrite can expose another (two transposes merge
-    // into an identity one, which then goes). Bounded, in case two rewrites undo each other.
+    // A worklist: every node once, in order, then only what a rewrite touched (the new
+    // node and the readers of the rewritten value), since a rewrite can expose another:
+    // two transposes merge into an identity one, which then goes.
+    users_ = UseListAnalysis::Compute(graph);
+    const std::vector<Node*> nodes = graph.nodes();
+    std::deque<Node*> work(nodes.begin(), nodes.end());
+    std::unordered_set<Node*> queued(nodes.begin(), nodes.end());
+    // Bounded, in case two rewrites undo each other (as the 16 sweeps it replaces were).
+    size_t budget = 16 * (nodes.size() + 1);
     bool changed = false;
-    for (int sweep = 0; sweep < 16; ++sweep) {
-      bool swept = false;
-      for (Node* node : graph.nodes()) swept |= Visit(graph, node);
-      graph.Compact();
-      changed |= swept;
-      if (!swept) break;
+    while (!work.empty() && budget-- > 0) {
+      Node* node = work.front();
+      work.pop_front();
+      queued.erase(node);
+      if (removed_.count(node)) continue;
+      touched_.clear();
+      if (!Visit(graph, node)) continue;
+      changed = true;
+      for (Node* next : touched_) {
+        if (!removed_.count(next) && queued.insert(next).second) work.push_back(next);
+      }
     }
+    graph.Compact();
     return changed;
   }
 
@@ -52,8 +67,21 @@ class Simplify : public Pass {
     Value* out = node->output(0);
     if (graph.IsGraphOutput(out) || !(out->type() == with->type())) return false;
     graph.ReplaceAllUses(out, with);
+    MoveReaders(out, with);
     graph.RemoveNode(node);
+    removed_.insert(node);
     return true;
+  }
+
+  // The readers of `from` now read `to`: they go on the worklist.
+  void MoveReaders(const Value* from, const Value* to) {
+    auto it = users_.find(from);
+    if (it == users_.end()) return;
+    const std::vector<Node*> readers = std::move(it->second);
+    users_.erase(it);
+    std::vector<Node*>& list = users_[to];
+    list.insert(list.end(), readers.begin(), readers.end());
+    touched_.insert(touched_.end(), readers.begin(), readers.end());
   }
 
   Value* Constant(Graph& graph, const std::string& hint, DType dtype, double value) {
@@ -146,13 +174,23 @@ class Simplify : public Pass {
   // Makes `replacement` (already inserted before `node`) take over node's output.
   bool Replace(Graph& graph, Node* node, Node* replacement) {
     graph.TakeOver(node->output(0), replacement->output(0));
+    MoveReaders(node->output(0), replacement->output(0));
+    for (const Value* in : replacement->inputs()) {
+      if (in != nullptr) users_[in].push_back(replacement);
+    }
+    touched_.push_back(replacement);
     graph.RemoveNode(node);
+    removed_.insert(node);
     return true;
   }
+
+  UseListAnalysis::Result users_;  // kept up to date through Forward and Replace
+  std::unordered_set<const Node*> removed_;
+  std::vector<Node*> touched_;  // by the last rewrite
 };
 
 }  // namespace
 
-KILN_REGISTER_PASS(Simplify, "simplify", "algebraic simplification and strength reduction")
+std::unique_ptr<Pass> CreateSimplify(const PassInvocation&) { return std::make_unique<Simplify>(); }
 
 }  // namespace kiln

@@ -13,6 +13,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "kiln/common/sha256.h"
+#include "kiln/compiler/pipeline.h"
 #include "kiln/compiler/target.h"
 
 namespace kiln {
@@ -150,6 +151,29 @@ absl::Status NormalizeAccuracy(v1::CompileSpec::Accuracy& a, bool lossy) {
   return absl::OkStatus();
 }
 
+// Pipelines that mean the same ("cse, dce" and "cse,dce", "prune{channels=0.30}" and
+// "prune{channels=0.3}") must give the same action key. Pruning and quantization are the
+// spec's to switch on: the report and the accuracy check read those fields, so a
+// pipeline's prune or quantize options apply only where the spec enables them.
+absl::Status NormalizePipeline(v1::CompileSpec& spec) {
+  auto pipeline = ParsePipeline(spec.pipeline());
+  if (!pipeline.ok()) return Invalid(absl::StrCat("pipeline: ", pipeline.status().message()));
+  const bool pruned = spec.pruning().channels() > 0 || spec.pruning().weights() > 0;
+  const bool int8 = spec.quantization().precision() == "int8";
+  for (const PassInvocation& pass : *pipeline) {
+    if (pass.options().empty()) continue;
+    if (pass.name() == "prune" && !pruned) {
+      return Invalid(absl::StrCat("pipeline: ", pass.Print(),
+                                  " without pruning.channels or pruning.weights (--prune-channels, --prune-weights), "
+                                  "which the report and the accuracy check read"));
+    }
+    if (pass.name() == "quantize" && !int8)
+      return Invalid(absl::StrCat("pipeline: ", pass.Print(), " goes with quantization.precision int8"));
+  }
+  spec.set_pipeline(PrintPipeline(*pipeline));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsLossy(const v1::CompileSpec& spec) {
@@ -164,7 +188,7 @@ absl::Status Normalize(v1::CompileSpec& spec) {
   if (!target.ok()) return target.status();
   *spec.mutable_target() = *target;
   if (auto s = NormalizeInputShapes(spec); !s.ok()) return s;
-  spec.set_pipeline(std::string(absl::StripAsciiWhitespace(spec.pipeline())));
+  if (auto s = NormalizePipeline(spec); !s.ok()) return s;
   if (auto s = NormalizeQuantization(*spec.mutable_quantization()); !s.ok()) return s;
   if (auto s = NormalizePruning(*spec.mutable_pruning()); !s.ok()) return s;
   if (auto s = NormalizeTuning(*spec.mutable_tuning()); !s.ok()) return s;

@@ -3,7 +3,7 @@
 #   run_golden.sh KILN_OPT FILECHECK FILE.kir
 # FILE.kir holds the input graph and, in comment lines, what to do and what to expect:
 #   // PIPELINE: simplify,dce      passes to run (kiln-opt --pipeline)
-#   // OPT-ARGS: --prune-channels 0.5   more kiln-opt flags (word-split)
+#   // OPT-ARGS: --synthetic-calibration 4   more kiln-opt flags (word-split)
 #   // EXPECT-ERROR                kiln-opt must fail; its error message is checked instead
 #   // CHECK: ..., CHECK-NEXT: ..., CHECK-NOT: ...   FileCheck directives on the output
 set -euo pipefail

@@ -50,7 +50,7 @@ std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const
   auto target = ResolveTarget(target_spec);
   EXPECT_TRUE(target.ok());
   CodegenOptions options{*target, "{}", "test"};
-  auto artifact = GenerateArtifact(graph, ctx.has_memory_plan ? ctx.memory_plan : NaiveMemoryPlan(graph), options);
+  auto artifact = GenerateArtifact(graph, PlannedOrNaiveMemory(graph, ctx), options);
   EXPECT_TRUE(artifact.ok()) << artifact.status();
   if (!artifact.ok()) return outputs;
   std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";

@@ -7,9 +7,11 @@
 #include <random>
 
 #include "artifact_test_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernel_ops.h"
 #include "kiln/compiler/codegen.h"
+#include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
@@ -20,6 +22,8 @@
 
 namespace kiln {
 namespace {
+
+using ::testing::HasSubstr;
 
 // A constant f32 scalar (shape []) named `name` in g.
 Value* ScalarConstant(Graph& g, const std::string& name, float v) {
@@ -90,6 +94,117 @@ TEST(PassTest, PipelineRejectsUnknownPass) {
   EXPECT_NE(std::string(stats.status().message()).find("unknown pass 'no-such-pass'"), std::string::npos);
 }
 
+std::string PipelineError(absl::string_view text) {
+  auto pipeline = ParsePipeline(text);
+  return pipeline.ok() ? "(parsed)" : std::string(pipeline.status().message());
+}
+
+TEST(PassTest, PipelineTextParsesOptionsAndPrintsCanonically) {
+  auto pipeline =
+      ParsePipeline(" fold-constants , fuse,prune{channels=0.30},quantize{method=entropy keep-float=b,a,a}");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  EXPECT_EQ(PrintPipeline(*pipeline),
+            "fold-constants,fuse,prune{channels=0.3},quantize{method=entropy keep-float=a,b}");
+  EXPECT_EQ((*pipeline)[2].Number("channels"), 0.3);
+  EXPECT_EQ((*pipeline)[2].Number("weights"), 0.0);  // the default
+  EXPECT_EQ((*pipeline)[3].Choice("method"), "entropy");
+  EXPECT_EQ((*pipeline)[3].List("keep-float"), (std::vector<std::string>{"a", "b"}));
+  // Options separated by commas or spaces, in any order; defaults are not printed.
+  EXPECT_EQ(*CanonicalPipeline("prune{weights=0.5,channels=0.25}"), "prune{channels=0.25 weights=0.5}");
+  EXPECT_EQ(*CanonicalPipeline("quantize{method=minmax},cse{}"), "quantize,cse");
+  EXPECT_EQ(*CanonicalPipeline(""), "");
+  // Names with the grammar's characters are quoted and read back whole.
+  PassInvocation quantize(*FindPass("quantize"));
+  ASSERT_TRUE(quantize.SetList("keep-float", {"c d", "a,b"}).ok());
+  EXPECT_EQ(quantize.Print(), "quantize{keep-float=\"a,b\",\"c d\"}");
+  auto again = ParsePipeline(quantize.Print());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[0].List("keep-float"), (std::vector<std::string>{"a,b", "c d"}));
+}
+
+TEST(PassTest, PipelineErrorsNameThePassOptionAndPosition) {
+  EXPECT_THAT(PipelineError("cse,fuze"), HasSubstr("at character 5: unknown pass 'fuze'; passes: cse, dce"));
+  EXPECT_THAT(PipelineError("prune{chanels=0.3}"),
+              HasSubstr("at character 7: pass 'prune' has no option 'chanels'; options: channels, weights, skip"));
+  EXPECT_THAT(PipelineError("prune{channels=abc}"),
+              HasSubstr("at character 16: option 'channels' of pass 'prune': 'abc' is not a number"));
+  EXPECT_THAT(PipelineError("quantize{method=best}"), HasSubstr("'best' is not one of minmax|percentile|entropy"));
+  EXPECT_THAT(PipelineError("prune{weights=1}"), HasSubstr("option 'weights' of pass 'prune': 1 is not in [0, 1)"));
+  EXPECT_THAT(PipelineError("quantize{percentile=50}"), HasSubstr("50 is not in (50, 100]"));
+  EXPECT_THAT(PipelineError("cse,"), HasSubstr("expected a pass name after ','"));
+  EXPECT_THAT(PipelineError("prune{channels=0.3"), HasSubstr("the options of 'prune' are not closed by '}'"));
+  EXPECT_THAT(PipelineError("cse dce"), HasSubstr("at character 5: expected ',' between passes"));
+}
+
+// Canonical text is a fixed point: printing what it parses to gives it back, and any
+// text either parses or fails with a message (never crashes).
+TEST(PassTest, PipelineTextRoundTripsAndSurvivesGarbage) {
+  std::mt19937 random(7);
+  const std::string alphabet = "abcdefghijklmnopqrstuvwxyz-_,{}=\" \\.0123456789";
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    const int length = static_cast<int>(random() % 40);
+    for (int i = 0; i < length; ++i) text += alphabet[random() % alphabet.size()];
+    if (trial % 2 == 0) text = "prune{skip=" + text + "}";  // reach the value parser too
+    auto pipeline = ParsePipeline(text);
+    if (!pipeline.ok()) {
+      EXPECT_FALSE(pipeline.status().message().empty());
+      continue;
+    }
+    const std::string printed = PrintPipeline(*pipeline);
+    auto again = ParsePipeline(printed);
+    ASSERT_TRUE(again.ok()) << text << " -> " << printed << ": " << again.status();
+    EXPECT_EQ(PrintPipeline(*again), printed) << text;
+  }
+}
+
+// The table's defaults must be canonical values of their type, or printing would differ.
+TEST(PassTest, PassTableDefaultsAreCanonical) {
+  for (const PassInfo& pass : RegisteredPasses()) {
+    for (const PassOptionInfo& option : pass.options) {
+      PassInvocation invocation(pass);
+      ASSERT_TRUE(invocation.Set(option.name, option.default_value).ok()) << pass.name << " " << option.name;
+      EXPECT_TRUE(invocation.options().empty()) << pass.name << " " << option.name;
+    }
+  }
+}
+
+// Pruning's options come from the spec into prune{...} right after fold-batchnorm.
+TEST(PassTest, PipelineForPutsTheSpecIntoPassOptions) {
+  v1::CompileSpec spec;
+  spec.mutable_pruning()->set_channels(0.5);
+  spec.mutable_pruning()->add_skip("conv1");
+  spec.mutable_quantization()->set_precision("int8");
+  spec.mutable_quantization()->set_method("entropy");
+  auto pipeline = PipelineFor(spec);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  EXPECT_EQ(PrintPipeline(*pipeline),
+            "fold-constants,simplify,cse,dce,fold-batchnorm,prune{channels=0.5 skip=conv1},quantize{method=entropy},"
+            "fold-qdq,fold-constants,dce,fuse,dce,layout,plan-memory");
+  spec.set_pipeline("cse,dce");
+  EXPECT_THAT(std::string(PipelineFor(spec).status().message()),
+              HasSubstr("pruning needs a pipeline with fold-batchnorm"));
+}
+
+// Analyses stay cached while passes only read the graph and go when one changes it.
+TEST(PassTest, AnalysesAreCachedUntilAPassChangesTheGraph) {
+  auto g = ConvNet();
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "plan-memory", {}, ctx).ok());
+  const MemoryPlan* plan = ctx.analyses.GetIfCached<MemoryPlanAnalysis>();
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(&ctx.analyses.Get<MemoryPlanAnalysis>(*g), plan);  // not computed again
+  auto unchanged = RunPipeline(*g, "dce", {}, ctx);
+  ASSERT_TRUE(unchanged.ok());
+  ASSERT_FALSE((*unchanged)[0].changed);
+  EXPECT_EQ(ctx.analyses.GetIfCached<MemoryPlanAnalysis>(), plan);
+  auto folded = RunPipeline(*g, "fold-batchnorm", {}, ctx);
+  ASSERT_TRUE(folded.ok());
+  ASSERT_TRUE((*folded)[0].changed);
+  EXPECT_EQ(ctx.analyses.GetIfCached<MemoryPlanAnalysis>(), nullptr);
+  EXPECT_EQ(PlannedOrNaiveMemory(*g, ctx).in_place, 0);  // the naive plan reuses nothing
+}
+
 TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
   auto g = ConvNet();
   PassContext ctx;
@@ -100,9 +215,10 @@ TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
   EXPECT_EQ(text.find("Relu("), std::string::npos) << text;
   EXPECT_NE(text.find("kiln.activation"), std::string::npos) << text;
   EXPECT_EQ(g->num_nodes(), 3u) << text;  // Conv(+BN+Relu), Reshape, MatMul(+bias)
-  EXPECT_TRUE(ctx.has_memory_plan);
-  EXPECT_LE(ctx.memory_plan.arena_bytes, ctx.memory_plan.naive_bytes);
-  EXPECT_EQ(ctx.memory_plan.views, 1);
+  const MemoryPlan* plan = ctx.analyses.GetIfCached<MemoryPlanAnalysis>();
+  ASSERT_NE(plan, nullptr);
+  EXPECT_LE(plan->arena_bytes, plan->naive_bytes);
+  EXPECT_EQ(plan->views, 1);
 }
 
 // Compiles the graph, runs the artifact and returns max |compiled - reference| relative

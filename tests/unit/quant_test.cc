@@ -546,13 +546,21 @@ double SnrDb(const Tensor& reference, const Tensor& got) {
   return 10 * std::log10(signal / std::max(noise, 1e-30));
 }
 
+// kInt8Pipeline with the config as quantize's options (its samples go in the PassContext).
+Pipeline Int8PipelineWith(const QuantizationConfig& config) {
+  Pipeline pipeline = *ParsePipeline(kInt8Pipeline);
+  EXPECT_TRUE(SetQuantizationOptions(config, *FindInvocation(pipeline, "quantize")).ok());
+  return pipeline;
+}
+
 // Post-training quantization (the quantize pass in kInt8Pipeline) on SmallCnn, calibrated on
 // 8 random samples, run on another: every Conv and the MatMul become integer ops (or
 // stay f32 when kept), and the output keeps its signal (SNR against the f32 graph) with
 // each calibration method.
 TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
   QuantizationConfig config;
-  for (uint32_t s = 0; s < 8; ++s) config.calibration.push_back({*Random({1, 3, 12, 12}, 100 + s)});
+  std::vector<std::vector<Tensor>> samples;
+  for (uint32_t s = 0; s < 8; ++s) samples.push_back({*Random({1, 3, 12, 12}, 100 + s)});
   auto input = Random({1, 3, 12, 12}, 7);
   auto reference = RunGraph(*SmallCnn(), {*input});
   ASSERT_TRUE(reference.ok());
@@ -562,8 +570,8 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
     config.method = method;
     auto g = SmallCnn();
     PassContext ctx;
-    ctx.quantization = &config;
-    auto stats = RunPipeline(*g, kInt8Pipeline, {}, ctx);
+    ctx.calibration_samples = samples;
+    auto stats = RunPipeline(*g, Int8PipelineWith(config), {}, ctx);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(ctx.quantization_summary.quantized_nodes, 4);
     // The per-layer breakdown: every quantized node, worst SNR first, each with a real error.
@@ -595,17 +603,15 @@ TEST(QuantTest, PostTrainingQuantizationKeepsTheSignal) {
   config.keep_float = {"conv2"};
   auto g = SmallCnn();
   PassContext ctx;
-  ctx.quantization = &config;
-  ASSERT_TRUE(RunPipeline(*g, kInt8Pipeline, {}, ctx).ok());
+  ctx.calibration_samples = samples;
+  ASSERT_TRUE(RunPipeline(*g, Int8PipelineWith(config), {}, ctx).ok());
   std::map<std::string, int> ops;
   for (const Node* node : g->nodes()) ++ops[node->op()];
   EXPECT_EQ(ops["Conv"], 1);
   EXPECT_EQ(ops["kiln.QLinearConvToFloat"], 2);  // conv1 (conv2 reads f32 now) and conv3
   EXPECT_EQ(ctx.quantization_summary.kept_float.size(), 1u);
   // No calibration: a clear error.
-  QuantizationConfig empty;
   PassContext no_data;
-  no_data.quantization = &empty;
   auto failed = RunPipeline(*SmallCnn(), "quantize", {}, no_data);
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.status().message().find("--calibration"), std::string::npos) << failed.status();

@@ -70,8 +70,9 @@ absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::
 // The passes `kiln quantize` runs before writing its QDQ model: kInt8Pipeline up to quantize.
 constexpr const char kQuantizeOnlyPipeline[] = "fold-constants,simplify,cse,dce,fold-batchnorm,quantize,dce";
 
-// The pipeline that runs for a spec: its own, else the default for its precision; with
-// pruning, "prune" after "fold-batchnorm" (unchanged when it has prune already).
-absl::StatusOr<std::string> PipelineFor(const v1::CompileSpec& spec);
+// The pipeline that runs for a spec: its own, else the default for its precision, with the
+// spec's quantization and pruning as quantize's and prune's options; with pruning and no
+// prune in the pipeline, prune{...} after fold-batchnorm.
+absl::StatusOr<Pipeline> PipelineFor(const v1::CompileSpec& spec);
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Graph passes and the pass manager. Each pass lives in its own file under
-// compiler/passes/, registers itself by name, and reports whether it changed the graph.
-// Pipelines are text: "fold-constants,cse,dce,simplify,fold-batchnorm,fuse,plan-memory".
+// compiler/passes/, is listed with its options in compiler/passes/passes.def, and reports
+// whether it changed the graph. Pipelines are text (see pipeline.h):
+// "fold-constants,cse,dce,simplify,fold-batchnorm,prune{channels=0.3},fuse,plan-memory".
 #pragma once
 
 #include <cstdint>
@@ -13,41 +14,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kiln/compiler/analyses.h"
 #include "kiln/compiler/ir.h"
+#include "kiln/compiler/pipeline.h"
 
 namespace kiln {
-
-// Where each non-constant value lives at run time.
-struct MemoryPlan {
-  struct Slot {
-    int64_t offset = 0;  // in the workspace arena
-    int64_t size_bytes = 0;
-  };
-  std::map<const Value*, Slot> arena;          // intermediates
-  std::map<const Value*, const Value*> alias;  // views and in-place results: value -> owner
-  // Concat inputs written straight into their slice of the Concat's result, which then
-  // copies nothing: value -> (the Concat's result, byte offset in it).
-  struct Part {
-    const Value* whole = nullptr;
-    int64_t offset_bytes = 0;
-  };
-  std::map<const Value*, Part> parts;
-  std::map<const Node*, Slot> scratch;  // kernel workspace (KernelCall::scratch_bytes)
-  int64_t arena_bytes = 0;
-  int64_t naive_bytes = 0;       // sum of all intermediates, no reuse
-  int64_t in_place = 0;          // results written over a dying input
-  int64_t views = 0;             // results that share their input's buffer
-  int64_t concats_in_place = 0;  // Concats whose inputs were written in place (no copy)
-};
 
 // Post-training quantization (the quantize pass): how activation ranges are calibrated.
 enum class CalibrationMethod { kMinMax, kPercentile, kEntropy };
 
 struct QuantizationConfig {
   CalibrationMethod method = CalibrationMethod::kMinMax;
-  double percentile = 99.99;  // kPercentile: the share of values the range keeps
-  // Calibration samples, each one tensor per graph input in graph-input order.
-  std::vector<std::vector<Tensor>> calibration;
+  double percentile = 99.99;         // kPercentile: the share of values the range keeps
   std::set<std::string> keep_float;  // node names the user keeps in f32
   // Also quantize each Conv/MatMul's result (after a Relu that alone reads it): the QDQ
   // form ONNX Runtime fuses into its integer ops (`kiln quantize --emit-qdq`). Kiln's own
@@ -80,10 +58,14 @@ struct PruningConfig {
   double channel_ratio = 0;    // --prune-channels: share of each layer's output channels
   double weight_ratio = 0;     // --prune-weights: share of each weight tensor set to 0
   std::set<std::string> skip;  // node names left whole (--prune-skip)
-  // Inputs (one tensor per graph input) for the per-layer error breakdown; none: no
-  // breakdown. The service passes its validation inputs, the CLI its --calibration samples.
-  std::vector<std::vector<Tensor>> samples;
 };
+
+// The quantize and prune passes' options (passes.def) as their configs, and back: the
+// driver and `kiln quantize` set a pipeline's options from a CompileSpec or flags.
+QuantizationConfig QuantizationConfigFrom(const PassInvocation& options);
+absl::Status SetQuantizationOptions(const QuantizationConfig& config, PassInvocation& options);
+PruningConfig PruningConfigFrom(const PassInvocation& options);
+absl::Status SetPruningOptions(const PruningConfig& config, PassInvocation& options);
 
 // Parameters (elements of the f32 constants the graph reads) and multiply-add flops (2 per
 // MAC) of Conv, Gemm and MatMul, from the static shapes.
@@ -108,13 +90,18 @@ struct PruningSummary {
   std::vector<QuantizationSummary::LayerError> layers_by_error;
 };
 
+// What a pipeline run shares between its passes. Options are not here: each pass gets its
+// own from its PassInvocation.
 struct PassContext {
-  MemoryPlan memory_plan;
-  bool has_memory_plan = false;
-  const QuantizationConfig* quantization = nullptr;  // input to the quantize pass
-  QuantizationSummary quantization_summary;          // its output
-  const PruningConfig* pruning = nullptr;            // input to the prune pass
-  PruningSummary pruning_summary;                    // its output
+  // Data from the driver, one tensor per graph input per sample.
+  std::vector<std::vector<Tensor>> calibration_samples;  // quantize: activation ranges
+  std::vector<std::vector<Tensor>> pruning_samples;      // prune: the per-layer error breakdown
+  // What the passes report, for the compile report.
+  QuantizationSummary quantization_summary;
+  PruningSummary pruning_summary;
+  // Use lists and the memory plan, computed on demand and cached; the pass manager drops
+  // them whenever a pass reports a change.
+  AnalysisManager analyses;
 };
 
 class Pass {
@@ -124,27 +111,8 @@ class Pass {
   virtual absl::StatusOr<bool> Run(Graph& graph, PassContext& context) = 0;
 };
 
-struct PassInfo {
-  std::string name;
-  std::string summary;
-  std::function<std::unique_ptr<Pass>()> create;
-};
-
-// Called by each pass file through KILN_REGISTER_PASS.
-bool RegisterPass(PassInfo info);
-std::vector<PassInfo> RegisteredPasses();
-
-#define KILN_REGISTER_PASS(CLASS, NAME, SUMMARY)                                                        \
-  static const bool kiln_registered_##CLASS =                                                           \
-      ::kiln::RegisterPass({NAME, SUMMARY, [] { return std::unique_ptr<::kiln::Pass>(new CLASS()); }}); \
-  void kiln_link_pass_##CLASS() { (void)kiln_registered_##CLASS; }
-
-constexpr const char kDefaultPipeline[] =
-    "fold-qdq,fold-constants,simplify,cse,dce,fold-batchnorm,fuse,dce,layout,plan-memory";
-// --precision int8: quantize (calibrated QDQ) after BatchNorm folding, then fold-qdq turns
-// the QDQ pairs into integer ops.
-constexpr const char kInt8Pipeline[] =
-    "fold-constants,simplify,cse,dce,fold-batchnorm,quantize,fold-qdq,fold-constants,dce,fuse,dce,layout,plan-memory";
+// A new instance of the pass `options` names, configured by them.
+std::unique_ptr<Pass> CreatePass(const PassInvocation& options);
 
 struct PassStats {
   std::string name;
@@ -160,12 +128,14 @@ struct PipelineOptions {
   std::ostream* print_stream = nullptr;
 };
 
-// Runs each named pass in order, verifying the graph after each one.
-absl::StatusOr<std::vector<PassStats>> RunPipeline(Graph& graph, const std::string& pipeline,
+// Runs each pass in order, verifying the graph after each one.
+absl::StatusOr<std::vector<PassStats>> RunPipeline(Graph& graph, const Pipeline& pipeline,
+                                                   const PipelineOptions& options, PassContext& context);
+// The same for pipeline text (parse errors name the pass, option and position).
+absl::StatusOr<std::vector<PassStats>> RunPipeline(Graph& graph, absl::string_view pipeline,
                                                    const PipelineOptions& options, PassContext& context);
 
-// Plans buffers without reuse: every intermediate gets its own slot. Codegen uses it when
-// the pipeline has no plan-memory pass.
-MemoryPlan NaiveMemoryPlan(const Graph& graph);
+// The memory plan codegen should use: the pipeline's (plan-memory), else one without reuse.
+MemoryPlan PlannedOrNaiveMemory(const Graph& graph, const PassContext& context);
 
 }  // namespace kiln

@@ -1,0 +1,88 @@
+// Analyses of a graph that passes and the driver read: computed on demand, cached, and
+// dropped when a pass reports that it changed the graph (the pass manager calls
+// Invalidate). A pass that only reads the graph keeps them; one that rewrites it must
+// report the change, or later passes would read stale results.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/compiler/ir.h"
+
+namespace kiln {
+
+// Where each non-constant value lives at run time.
+struct MemoryPlan {
+  struct Slot {
+    int64_t offset = 0;  // in the workspace arena
+    int64_t size_bytes = 0;
+  };
+  std::map<const Value*, Slot> arena;          // intermediates
+  std::map<const Value*, const Value*> alias;  // views and in-place results: value -> owner
+  // Concat inputs written straight into their slice of the Concat's result, which then
+  // copies nothing: value -> (the Concat's result, byte offset in it).
+  struct Part {
+    const Value* whole = nullptr;
+    int64_t offset_bytes = 0;
+  };
+  std::map<const Value*, Part> parts;
+  std::map<const Node*, Slot> scratch;  // kernel workspace (KernelCall::scratch_bytes)
+  int64_t arena_bytes = 0;
+  int64_t naive_bytes = 0;       // sum of all intermediates, no reuse
+  int64_t in_place = 0;          // results written over a dying input
+  int64_t views = 0;             // results that share their input's buffer
+  int64_t concats_in_place = 0;  // Concats whose inputs were written in place (no copy)
+};
+
+// Plans buffers without reuse: every intermediate gets its own slot. Codegen uses it when
+// the pipeline has no plan-memory pass.
+MemoryPlan NaiveMemoryPlan(const Graph& graph);
+
+// Each analysis is a struct with a Result type and `static Result Compute(const Graph&)`.
+
+// The nodes that read each value, in graph order, each once: Graph::Users for every value
+// in one walk.
+struct UseListAnalysis {
+  using Result = std::unordered_map<const Value*, std::vector<Node*>>;
+  static Result Compute(const Graph& graph);
+};
+
+// The arena plan of plan-memory (compiler/passes/plan_memory.cc).
+struct MemoryPlanAnalysis {
+  using Result = MemoryPlan;
+  static Result Compute(const Graph& graph);
+};
+
+class AnalysisManager {
+ public:
+  // The analysis of `graph`, computed now unless cached since the last change.
+  template <class Analysis>
+  const typename Analysis::Result& Get(const Graph& graph) {
+    std::shared_ptr<void>& slot = cache_[Key<Analysis>()];
+    if (!slot) slot = std::make_shared<typename Analysis::Result>(Analysis::Compute(graph));
+    return *static_cast<const typename Analysis::Result*>(slot.get());
+  }
+  // The cached result, or nullptr when it was not computed since the last change.
+  template <class Analysis>
+  const typename Analysis::Result* GetIfCached() const {
+    auto it = cache_.find(Key<Analysis>());
+    return it == cache_.end() ? nullptr : static_cast<const typename Analysis::Result*>(it->second.get());
+  }
+  // The graph changed: every result is stale.
+  void Invalidate() { cache_.clear(); }
+
+ private:
+  // One address per analysis type names its cache slot.
+  template <class Analysis>
+  static const void* Key() {
+    static const char key = 0;
+    return &key;
+  }
+
+  std::map<const void*, std::shared_ptr<void>> cache_;
+};
+
+}  // namespace kiln
