@@ -76,6 +76,30 @@ const Tensor* Node::GetTensor(const std::string& key) const {
   return nullptr;
 }
 
+void Value::RemoveUse(Node* user) {
+  auto it = std::find(uses_.begin(), uses_.end(), user);
+  if (it != uses_.end()) uses_.erase(it);
+}
+
+void Node::set_input(size_t i, Value* value) {
+  if (inputs_[i] == value) return;
+  if (inputs_[i] != nullptr && !dead_) inputs_[i]->RemoveUse(this);
+  inputs_[i] = value;
+  if (value != nullptr && !dead_) value->AddUse(this);
+}
+
+void Node::set_inputs(std::vector<Value*> values) {
+  if (!dead_) {
+    for (Value* in : inputs_) {
+      if (in != nullptr) in->RemoveUse(this);
+    }
+    for (Value* in : values) {
+      if (in != nullptr) in->AddUse(this);
+    }
+  }
+  inputs_ = std::move(values);
+}
+
 std::string Graph::UniqueName(const std::string& hint) {
   std::string base = hint.empty() ? "v" : hint;
   int& count = name_counts_[base];
@@ -109,7 +133,8 @@ Node* Graph::AddNode(std::string op, std::string name, std::vector<Value*> input
   node->op_ = std::move(op);
   node->name_ = std::move(name);
   node->opset_ = opset;
-  node->inputs_ = std::move(inputs);
+  node->order_ = next_order_++;
+  node->set_inputs(std::move(inputs));
   for (size_t i = 0; i < output_names.size(); ++i) {
     Value* out = AddValue(output_names[i], TensorType{});
     out->producer_ = node.get();
@@ -127,7 +152,14 @@ Node* Graph::InsertNodeBefore(Node* anchor, std::string op, std::string name, st
   nodes_.pop_back();
   auto it = std::find_if(nodes_.begin(), nodes_.end(),
                          [anchor](const std::unique_ptr<Node>& n) { return n.get() == anchor; });
-  nodes_.insert(it, std::move(owned));
+  it = nodes_.insert(it, std::move(owned));
+  // Between its neighbours; when halving has no room left, renumber the whole order.
+  const double before = it == nodes_.begin() ? anchor->order_ - 1 : (*(it - 1))->order_;
+  node->order_ = before + (anchor->order_ - before) / 2;
+  if (!(node->order_ > before && node->order_ < anchor->order_)) {
+    next_order_ = 0;
+    for (auto& n : nodes_) n->order_ = next_order_++;
+  }
   return node;
 }
 
@@ -138,9 +170,11 @@ void Graph::SetConstant(Value* value, std::shared_ptr<const Tensor> tensor) {
 }
 
 void Graph::ReplaceAllUses(Value* from, Value* to) {
-  for (auto& node : nodes_) {
-    for (Value*& in : node->inputs_) {
-      if (in == from) in = to;
+  if (from == to) return;
+  const std::vector<Node*> users = from->uses_;  // (set_input edits the list)
+  for (Node* node : users) {
+    for (size_t i = 0; i < node->inputs_.size(); ++i) {
+      if (node->inputs_[i] == from) node->set_input(i, to);
     }
   }
   for (Value*& out : outputs_) {
@@ -156,7 +190,13 @@ void Graph::TakeOver(Value* from, Value* to) {
   ReplaceAllUses(from, to);
 }
 
-void Graph::RemoveNode(Node* node) { node->dead_ = true; }
+void Graph::RemoveNode(Node* node) {
+  if (node->dead_) return;
+  for (Value* in : node->inputs_) {
+    if (in != nullptr) in->RemoveUse(node);
+  }
+  node->dead_ = true;
+}
 
 void Graph::Compact() {
   nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const std::unique_ptr<Node>& n) { return n->dead_; }),
@@ -194,16 +234,9 @@ std::vector<Value*> Graph::values() const {
 }
 
 std::vector<Node*> Graph::Users(const Value* value) const {
-  std::vector<Node*> users;
-  for (auto& node : nodes_) {
-    if (node->dead_) continue;
-    for (Value* in : node->inputs_) {
-      if (in == value) {
-        users.push_back(node.get());
-        break;
-      }
-    }
-  }
+  std::vector<Node*> users = value->uses_;
+  std::sort(users.begin(), users.end(), [](const Node* a, const Node* b) { return a->order_ < b->order_; });
+  users.erase(std::unique(users.begin(), users.end()), users.end());
   return users;
 }
 

@@ -59,11 +59,17 @@ class Value {
 
  private:
   friend class Graph;
+  friend class Node;
+  void AddUse(Node* user) { uses_.push_back(user); }
+  void RemoveUse(Node* user);
   std::string name_;
   TensorType type_;
   Node* producer_ = nullptr;
   int producer_output_ = 0;
   std::shared_ptr<const Tensor> constant_;
+  // One entry per (live node, input slot) reading this value, kept up to date by every
+  // change of a node's inputs, so finding a value's users never scans the graph.
+  std::vector<Node*> uses_;
 };
 
 class Node {
@@ -76,8 +82,8 @@ class Node {
   const std::vector<Value*>& outputs() const { return outputs_; }
   Value* input(size_t i) const { return i < inputs_.size() ? inputs_[i] : nullptr; }
   Value* output(size_t i) const { return outputs_[i]; }
-  void set_input(size_t i, Value* value) { inputs_[i] = value; }
-  void set_inputs(std::vector<Value*> values) { inputs_ = std::move(values); }
+  void set_input(size_t i, Value* value);
+  void set_inputs(std::vector<Value*> values);
 
   const std::map<std::string, AttrValue>& attrs() const { return attrs_; }
   std::map<std::string, AttrValue>& mutable_attrs() { return attrs_; }
@@ -101,6 +107,7 @@ class Node {
   std::vector<Value*> outputs_;
   std::map<std::string, AttrValue> attrs_;
   bool dead_ = false;
+  double order_ = 0;  // increases along the graph's topological order
 };
 
 class Graph {
@@ -139,7 +146,8 @@ class Graph {
   void set_output(size_t i, Value* value) { outputs_[i] = value; }
   std::vector<Value*> values() const;
 
-  // Nodes that read `value`, in order (recomputed on each call).
+  // Nodes that read `value`, in graph order, each once (from the value's use list: the
+  // cost is in its users, not the graph).
   std::vector<Node*> Users(const Value* value) const;
   bool IsGraphOutput(const Value* value) const;
   bool IsGraphInput(const Value* value) const;
@@ -160,6 +168,7 @@ class Graph {
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::map<std::string, int> name_counts_;
+  double next_order_ = 0;
 };
 
 // Checks SSA form, topological order, arity and that every type is set; the message names
