@@ -101,6 +101,7 @@ absl::StatusOr<std::vector<Tensor>> ValidationInputs(const Graph& graph, const v
 absl::StatusOr<CompileResult> CompileTask(const v1::Task& task, const std::string& model, const std::string& dir) {
   const v1::CompileSpec& spec = task.spec();
   CompileInputs inputs;
+  inputs.output_path = dir + "/artifact.so";
   inputs.model_bytes = model;
   inputs.model_label = absl::StrCat("model ", spec.model().sha256().substr(0, 12));
   for (int k = 0; k < spec.quantization().calibration_size(); ++k) {
@@ -202,7 +203,7 @@ absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const s
   std::vector<std::string> output_names;
   for (int i = 0; i < loaded.desc->num_outputs; ++i) output_names.push_back(loaded.desc->outputs[i].name);
   v1::AccuracyReport report = Judge(spec, output_names, outputs, *reference);
-  report.set_artifact_size_bytes(static_cast<double>(compiled.shared_object.size()));
+  report.set_artifact_size_bytes(static_cast<double>(compiled.artifact_bytes));
   for (size_t i = 0; i < inputs->size(); ++i)
     context.input_descriptions.push_back(Describe(reference_graph->inputs()[i]->name(), (*inputs)[i]));
   if (compiled.target.is_host && !spec.accuracy().skip_latency()) {
@@ -231,15 +232,14 @@ absl::Status WriteOutputs(const v1::Task& task, const CompileResult& compiled, c
   return absl::OkStatus();
 }
 
-// Compiles, validates and measures; writes artifact.so, report.json, manifest.json and
+// Compiles (the linker writes artifact.so), validates and measures; writes artifact.so, report.json, manifest.json and
 // result.pb into dir.
 absl::Status Run(const v1::Task& task, const std::string& model, const std::string& dir) {
   Stopwatch compile_watch;
   KILN_ASSIGN_OR_RETURN(CompileResult compiled, CompileTask(task, model, dir));
   ReportContext context;
   context.compile_ms = compile_watch.ElapsedMs();
-  const std::string artifact_path = dir + "/artifact.so";
-  KILN_RETURN_IF_ERROR(WriteFile(artifact_path, compiled.shared_object));
+  const std::string artifact_path = dir + "/artifact.so";  // written there by the compile
   KILN_ASSIGN_OR_RETURN(const v1::AccuracyReport report,
                         Validate(task.spec(), model, compiled, artifact_path, dir, context));
   return WriteOutputs(task, compiled, report, context, dir);

@@ -109,7 +109,7 @@ void PrintTuning(const TuneResult& t, const std::string& cache) {
 void PrintCompileSummary(const CompileFlags& flags, const CompileResult& result, const std::string& tune_cache) {
   std::fprintf(
       stderr, "kiln: compiled %s -> %s (%zu bytes, target %s, %zu nodes, arena %lld bytes vs %lld naive) in %.0f ms\n",
-      flags.model.c_str(), flags.out.c_str(), result.shared_object.size(),
+      flags.model.c_str(), flags.out.c_str(), static_cast<size_t>(result.artifact_bytes),
       (result.target.triple + "/" + result.target.cpu).c_str(), result.graph->num_nodes(),
       static_cast<long long>(result.memory_plan.arena_bytes), static_cast<long long>(result.memory_plan.naive_bytes),
       result.import_ms + result.passes_ms + result.codegen_ms);
@@ -139,9 +139,9 @@ int Compile(const CompileFlags& flags) {
   inputs.print.print_after.insert(flags.print_after.begin(), flags.print_after.end());
   if (flags.print_after_all || !flags.print_after.empty()) inputs.print.print_stream = &std::cerr;
   inputs.tune_cache_path = flags.spec.Given("--tune-cache") ? flags.tune_cache : DefaultTuneCachePath();
+  inputs.output_path = flags.out;
   auto result = CompileModel(built->spec, inputs);
   if (!result.ok()) return Fail(InFlagTerms(result.status().message()));
-  if (auto s = WriteFile(flags.out, result->shared_object); !s.ok()) return Fail(std::string(s.message()));
   if (!flags.report.empty()) {
     auto json = ToJson(result->report);
     if (!json.ok()) return Fail(std::string(json.status().message()));

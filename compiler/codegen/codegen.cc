@@ -4,8 +4,11 @@
 // own object (data_object.h), and link everything into a self-contained shared object.
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <thread>
+
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "data_object.h"
@@ -169,6 +172,28 @@ std::vector<GlueObject> CompileGlue(const codegen::GluePlan& plan, const TargetS
 
 }  // namespace
 
+// LLD writes the artifact: into the scratch directory and read back, or straight to the
+// caller's path (a temporary name beside it, renamed when complete).
+absl::Status Link(const std::vector<std::string>& objects, const CodegenOptions& options, const std::string& scratch,
+                  ArtifactBytes& result) {
+  if (options.output_path.empty()) {
+    KILN_ASSIGN_OR_RETURN(result.shared_object, LinkSharedObject(objects, options.target, scratch + "/model.so"));
+    result.artifact_bytes = static_cast<int64_t>(result.shared_object.size());
+    return absl::OkStatus();
+  }
+  const std::string temporary = absl::StrCat(options.output_path, ".kiln-tmp-", getpid());
+  absl::Status linked = LinkSharedObjectTo(objects, options.target, temporary);
+  std::error_code error;
+  if (linked.ok()) std::filesystem::rename(temporary, options.output_path, error);
+  if (!linked.ok() || error) {
+    std::filesystem::remove(temporary, error);
+    return linked.ok() ? absl::InternalError(absl::StrCat("cannot write ", options.output_path, ": ", error.message()))
+                       : linked;
+  }
+  result.artifact_bytes = static_cast<int64_t>(std::filesystem::file_size(options.output_path, error));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan,
                                                const CodegenOptions& options) {
   PhaseClock clock;
@@ -203,7 +228,7 @@ absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryP
   DescribeKernels(kernel_objects, codegen::TraitsOf(*machine), result);
   objects.insert(objects.end(), kernel_objects.objects.begin(), kernel_objects.objects.end());
   clock.End("kernel-library");
-  KILN_ASSIGN_OR_RETURN(result.shared_object, LinkSharedObject(objects, options.target, dir.path() + "/model.so"));
+  KILN_RETURN_IF_ERROR(Link(objects, options, dir.path(), result));
   clock.End("link");
   result.object_bytes += glue->weights.size_bytes();
   result.workspace_bytes = plan.arena_bytes;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/common/file.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/codegen.h"
 #include "lld/Common/Driver.h"
 #include "llvm/Support/raw_ostream.h"
@@ -24,8 +25,8 @@ std::mutex& LinkMutex() {
 
 }  // namespace
 
-absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& objects, const TargetSpec& target,
-                                             const std::string& output_path) {
+absl::Status LinkSharedObjectTo(const std::vector<std::string>& objects, const TargetSpec& target,
+                                const std::string& output_path) {
   llvm::Triple triple(target.triple);
   // --gc-sections keeps only the kernels the model calls (the library is compiled with
   // one section per function); -O1 merges identical strings.
@@ -52,6 +53,12 @@ absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& obj
       return absl::InternalError(absl::StrCat("linking the artifact with LLD failed: ", err_stream.str()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& objects, const TargetSpec& target,
+                                             const std::string& output_path) {
+  KILN_RETURN_IF_ERROR(LinkSharedObjectTo(objects, target, output_path));
   return ReadFile(output_path);
 }
 

@@ -210,7 +210,7 @@ v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& re
   report.set_gemm_tile(artifact.gemm_tile);
   report.set_int8_dot(artifact.int8_dot);
   report.set_object_bytes(static_cast<double>(artifact.object_bytes));
-  report.set_artifact_bytes(static_cast<double>(artifact.shared_object.size()));
+  report.set_artifact_bytes(static_cast<double>(artifact.artifact_bytes));
   return report;
 }
 
@@ -288,11 +288,13 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   codegen.target = result.target;
   KILN_ASSIGN_OR_RETURN(codegen.manifest_json, ToJson(result.manifest));
   codegen.compiler_version = CompilerVersion();
+  codegen.output_path = inputs.output_path;
   auto artifact = GenerateArtifact(*result.graph, result.memory_plan, codegen);
   if (!artifact.ok()) return Annotate(artifact.status(), inputs.model_label);
   result.codegen_ms = watch.ElapsedMs();
   result.report = ReportFor(spec, result, *artifact, pipeline, inputs.tune_cache_path);
   result.shared_object = std::move(artifact->shared_object);
+  result.artifact_bytes = artifact->artifact_bytes;
   return result;
 }
 

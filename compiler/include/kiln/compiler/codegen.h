@@ -16,10 +16,14 @@ struct CodegenOptions {
   TargetSpec target;
   std::string manifest_json;
   std::string compiler_version;
+  // Where the linker writes the artifact (under a temporary name, then renamed): a large
+  // model's bytes are then written once and not read back. Empty: returned as bytes.
+  std::string output_path;
 };
 
 struct ArtifactBytes {
-  std::string shared_object;
+  std::string shared_object;  // empty when written to CodegenOptions::output_path
+  int64_t artifact_bytes = 0;
   int64_t workspace_bytes = 0;
   int64_t object_bytes = 0;
   // Where codegen's time went, in order: plan (each node's kernel call, the weights'
@@ -42,7 +46,10 @@ struct ArtifactBytes {
 absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan,
                                                const CodegenOptions& options);
 
-// Links ELF objects into a shared object at `output_path` (in-process LLD) and returns its bytes.
+// Links ELF objects into a shared object at `output_path` (in-process LLD).
+absl::Status LinkSharedObjectTo(const std::vector<std::string>& objects, const TargetSpec& target,
+                                const std::string& output_path);
+// The same, returning its bytes.
 absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& objects, const TargetSpec& target,
                                              const std::string& output_path);
 

@@ -37,11 +37,14 @@ struct CompileInputs {
   PipelineOptions print;  // --print-after-all / --print-after
   // Progress: each phase's name ("import", "passes", "tune", "codegen") as it starts.
   std::function<void(const std::string& phase)> on_phase;
-  std::string tune_cache_path;  // tuning's cache file ("" none): only what is measured, not what is chosen
+  std::string tune_cache_path;
+  // Where to write the artifact; empty: CompileResult::shared_object holds its bytes.
+  std::string output_path;  // tuning's cache file ("" none): only what is measured, not what is chosen
 };
 
 struct CompileResult {
-  std::string shared_object;
+  std::string shared_object;  // empty when written to CompileInputs::output_path
+  int64_t artifact_bytes = 0;
   std::string action_key;
   v1::Manifest manifest;     // also embedded in the artifact (kiln inspect)
   v1::CompileReport report;  // statistics: passes, memory plan, sizes, timings
