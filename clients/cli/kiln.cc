@@ -153,13 +153,13 @@ int Compile(const CompileFlags& flags) {
 
 void AddCompile(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<CompileFlags>();
-  CLI::App* c = app.add_subcommand("compile", "Compile an ONNX model to a native shared object");
-  c->footer(
+  CLI::App* c = AddModelSubcommand(
+      app, "compile", "Compile an ONNX model to a native shared object",
       "The flags become one CompileSpec, as `kiln submit`'s do, so the same model and flags give the same action "
       "key and artifact locally and on a kilnd server; the key is printed and written into the --report. The "
       "validation flags (--atol, --rtol, --inputs, --seed, --max-top1-drop, --skip-latency) are part of the spec "
-      "for that reason; `kiln compile` itself does not validate.");
-  c->add_option("model", flags->model, "MODEL.onnx")->required();
+      "for that reason; `kiln compile` itself does not validate.",
+      flags->model);
   c->add_option("-o,--output", flags->out, "OUT.so, the artifact");
   c->add_flag("--print-after-all", flags->print_after_all, "print the IR after import and after every pass (stderr)");
   // Runs while parsing, so it needs no MODEL; CLI::Success ends the parse with status 0.
@@ -249,12 +249,12 @@ int Quantize(const QuantizeFlags& flags) {
 
 void AddQuantize(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<QuantizeFlags>();
-  CLI::App* c = app.add_subcommand("quantize", "Write --precision int8's quantization as a QDQ ONNX model");
-  c->footer(
+  CLI::App* c = AddModelSubcommand(
+      app, "quantize", "Write --precision int8's quantization as a QDQ ONNX model",
       "QuantizeLinear/DequantizeLinear around each Conv and MatMul's input, weight and result, BatchNorm folded: the "
-      "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is.");
+      "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is.",
+      flags->model);
   flags->command = c;
-  c->add_option("model", flags->model, "MODEL.onnx")->required();
   c->add_option("--emit-qdq", flags->emit_qdq, "OUT.onnx, the QDQ model written");
   c->add_option("--calibration", flags->calibration, "the calibration samples, laid out as for `kiln compile`");
   c->add_option("--calibration-method", flags->method, "minmax (default), percentile or entropy");
@@ -265,6 +265,14 @@ void AddQuantize(CLI::App& app, std::vector<Command>& commands) {
 }
 
 }  // namespace
+
+CLI::App* AddModelSubcommand(CLI::App& app, const char* name, const char* description, const char* footer,
+                             std::string& model) {
+  CLI::App* c = app.add_subcommand(name, description);
+  c->footer(footer);
+  c->add_option("model", model, "MODEL.onnx")->required();
+  return c;
+}
 
 int UsageError(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "kiln: %s\nRun 'kiln %s%s--help' for usage.\n", message.c_str(), command.c_str(),

@@ -83,8 +83,9 @@ void AddSpecFlags(CLI::App& c, SpecFlags& f, SpecCommand which) {
                             absl::StrJoin(TargetPresets(), ", ")));
   c.add_option("--input-shape", f.input_shapes, "fix a graph input's shape, e.g. input=1x3x224x224 (repeatable)");
   c.add_option("--pipeline", f.pipeline,
-               "comma-separated passes, as given (default: the compiler's pipeline for the precision; "
-               "`kiln help` lists both and the passes)");
+               "comma-separated passes with options in braces, e.g. 'fold-constants,fuse,prune{channels=0.3}' "
+               "(default: the compiler's pipeline for the precision; `kiln help` lists both, `kiln compile "
+               "--list-passes` each pass and its options)");
   c.add_option("--precision", f.precision,
                "fp32 (default) or int8: post-training static quantization of every Conv and MatMul with a constant "
                "weight (weights s8 per output channel, activations u8 per tensor), run as int8 kernels");
