@@ -4,11 +4,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "gtest/gtest.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/frontend.h"
+#include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 #include "kiln/compiler/target.h"
 #include "kiln/runtime.h"
@@ -21,6 +23,19 @@ std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float s
   std::normal_distribution<float> dist(0.f, scale);
   for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
   return t;
+}
+
+std::unique_ptr<Graph> WithOutput(std::unique_ptr<Graph> graph, Value* output) {
+  graph->AddOutput(output);
+  EXPECT_TRUE(InferTypes(*graph).ok());
+  return graph;
+}
+
+Node* AddReshape(Graph& graph, const std::string& name, Value* input, const std::vector<int64_t>& shape) {
+  auto tensor = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(shape.size())});
+  std::copy(shape.begin(), shape.end(), tensor->data_as<int64_t>());
+  return graph.AddNode("Reshape", name, {input, graph.AddConstant(graph.UniqueName(name + ".shape"), tensor)},
+                       {graph.UniqueName(name)}, 13);
 }
 
 std::vector<std::string> TileTargets() {

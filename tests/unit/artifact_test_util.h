@@ -16,6 +16,12 @@ namespace kiln {
 // A f32 tensor of normal samples (mean 0, standard deviation `scale`), seeded.
 std::shared_ptr<Tensor> Random(std::vector<int64_t> dims, uint32_t seed, float scale = 1.0f);
 
+// Makes `output` the graph's output and infers its types (the test fails if that fails).
+std::unique_ptr<Graph> WithOutput(std::unique_ptr<Graph> graph, Value* output);
+
+// Reshape(input, shape) appended to the graph, the shape a 1-D int64 constant.
+Node* AddReshape(Graph& graph, const std::string& name, Value* input, const std::vector<int64_t>& shape);
+
 // The GEMM core's two register tiles (gemm_core.h) by the targets that select them: 6x16
 // for AVX2 (x86-64-v3) and 12x32 for AVX-512F (x86-64-v4), the wide one only where this
 // CPU can run it. Tests of GEMM-shaped kernels run on each.

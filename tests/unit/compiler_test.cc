@@ -48,16 +48,11 @@ std::unique_ptr<Graph> ConvNet() {
                          g->AddConstant("m", Random({5}, 6)), g->AddConstant("v", positive)},
                         {"n"}, 13);
   Node* relu = g->AddNode("Relu", "relu", {bn->output(0)}, {"r"}, 13);
-  auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
-  shape->data_as<int64_t>()[0] = 5;
-  shape->data_as<int64_t>()[1] = 63;
-  Node* reshape = g->AddNode("Reshape", "flat", {relu->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
+  Node* reshape = AddReshape(*g, "flat", relu->output(0), {5, 63});
   Node* mm =
       g->AddNode("MatMul", "mm", {reshape->output(0), g->AddConstant("proj", Random({63, 11}, 7, 0.2f))}, {"p"}, 13);
   Node* add = g->AddNode("Add", "bias", {mm->output(0), g->AddConstant("pb", Random({11}, 8))}, {"y"}, 13);
-  g->AddOutput(add->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), add->output(0));
 }
 
 TEST(IrTest, PrinterIsStable) {
@@ -301,14 +296,9 @@ std::unique_ptr<Graph> ChainNet() {
   Node* sig = g->AddNode("Sigmoid", "sig", {bias->output(0)}, {"c"}, 13);
   Node* gate = g->AddNode("Mul", "gate", {x, sig->output(0)}, {"d"}, 13);
   Node* shift = g->AddNode("Sub", "shift", {gate->output(0), ScalarConstant(*g, "q", 0.25f)}, {"e"}, 13);
-  auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
-  shape->data_as<int64_t>()[0] = 256;
-  shape->data_as<int64_t>()[1] = 130;
-  Node* flat = g->AddNode("Reshape", "flat", {shift->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
+  Node* flat = AddReshape(*g, "flat", shift->output(0), {256, 130});
   Node* tanh = g->AddNode("Tanh", "tanh", {flat->output(0)}, {"y"}, 13);
-  g->AddOutput(tanh->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), tanh->output(0));
 }
 
 TEST(PassTest, FuseTurnsElementwiseChainIntoOneLoop) {
@@ -335,9 +325,7 @@ std::unique_ptr<Graph> ResidualReluNet() {
   Node* shift = g->AddNode("Sub", "shift", {scale->output(0), ScalarConstant(*g, "one", 1.f)}, {"b"}, 13);
   Node* relu = g->AddNode("Relu", "relu", {shift->output(0)}, {"c"}, 13);
   Node* add = g->AddNode("Add", "residual", {relu->output(0), x}, {"y"}, 13);
-  g->AddOutput(add->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), add->output(0));
 }
 
 TEST(CodegenTest, LongFusedLoopSplitIntoRowsMatchesInterpreter) {
@@ -369,9 +357,7 @@ std::unique_ptr<Graph> PoolNet(const std::string& op, std::vector<int64_t> kerne
   pool->mutable_attrs()["strides"] = strides;
   pool->mutable_attrs()["pads"] = pads;
   pool->mutable_attrs()["ceil_mode"] = ceil_mode;
-  g->AddOutput(pool->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), pool->output(0));
 }
 
 TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
@@ -448,9 +434,7 @@ std::unique_ptr<Graph> DepthwiseNet(int64_t c, int64_t h, int64_t w, int64_t k, 
     operands.push_back(ScalarConstant(*g, "hi", 1.f));
   }
   Node* act = g->AddNode(activation, "act", operands, {"y"}, 13);
-  g->AddOutput(act->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), act->output(0));
 }
 
 // Both artifact paths: 8 (AVX2) or 16 (AVX-512) channels per vector for padded rows up to
@@ -509,9 +493,7 @@ std::unique_ptr<Graph> WinogradNet(const WinogradCase& t) {
   Node* conv = g->AddNode("Conv", "conv", inputs, {"c"}, 13);
   conv->mutable_attrs()["pads"] = t.pads;
   Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"y"}, 13);
-  g->AddOutput(relu->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), relu->output(0));
 }
 
 TEST(CodegenTest, WinogradConvMatchesInterpreter) {
@@ -556,9 +538,7 @@ std::unique_ptr<Graph> EpilogueNet(int64_t k, int64_t stride, const std::string&
   } else if (!activation.empty()) {
     y = g->AddNode(activation, "act", {y}, {"y"}, 13)->output(0);
   }
-  g->AddOutput(y);
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), y);
 }
 
 TEST(CodegenTest, ConvEpiloguesMatchInterpreter) {
@@ -623,9 +603,7 @@ std::unique_ptr<Graph> ResidualNet(int64_t k, int64_t c, int64_t oc, int64_t h, 
   if (swap) std::swap(operands[0], operands[1]);
   Value* y = g->AddNode("Add", "add", operands, {"a"}, 13)->output(0);
   if (!activation.empty()) y = g->AddNode(activation, "act", {y}, {"y"}, 13)->output(0);
-  g->AddOutput(y);
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), y);
 }
 
 // fuse adds a residual in the Conv's epilogue (then the activation fuses too), in every
@@ -745,9 +723,7 @@ std::unique_ptr<Graph> InvertedResidualNet(bool stem) {
   Value* c = conv(b, 20, 36, 1, 1, none, "Sigmoid", "c.expand");
   c = conv(c, 36, 36, 3, 1, {1, 0, 0, 1}, "HardSwish", "c.dw");
   c = conv(c, 36, 20, 1, 1, none, "", "c.project");
-  g->AddOutput(c);
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), c);
 }
 
 // layout runs the whole chain blocked, with one layout change at each end (none at the
@@ -875,9 +851,7 @@ std::unique_ptr<Graph> GemvNet(bool trans_b) {
   gemm->mutable_attrs()["transB"] = int64_t{trans_b ? 1 : 0};
   gemm->mutable_attrs()["alpha"] = 0.5;
   gemm->mutable_attrs()["beta"] = 2.0;
-  g->AddOutput(gemm->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), gemm->output(0));
 }
 
 TEST(CodegenTest, OneRowGemmMatchesInterpreter) {
@@ -901,9 +875,7 @@ std::unique_ptr<Graph> ReduceNet(const std::string& op, int64_t len) {
   Node* shift = g->AddNode("Add", "shift", {x, ScalarConstant(*g, "three", 3.f)}, {"s"}, 13);
   Node* reduce = g->AddNode(op, "reduce", {shift->output(0)}, {"y"}, 13);
   if (!pool) reduce->mutable_attrs()["axes"] = std::vector<int64_t>{-1};
-  g->AddOutput(reduce->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), reduce->output(0));
 }
 
 TEST(CodegenTest, TrailingReductionsMatchInterpreter) {
@@ -928,9 +900,7 @@ std::unique_ptr<Graph> SiluNet(bool depthwise, const std::string& combine = "Mul
   if (depthwise) conv->mutable_attrs()["group"] = int64_t{16};
   Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {conv->output(0)}, {"s"}, 13);
   Node* mul = g->AddNode(combine, "mul", {sigmoid->output(0), conv->output(0)}, {"y"}, 13);
-  g->AddOutput(mul->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), mul->output(0));
 }
 
 TEST(PassTest, FuseFoldsSiluIntoConv) {
@@ -979,9 +949,7 @@ std::unique_ptr<Graph> SqueezeExciteNet(int64_t n, bool bias, int64_t stride, in
   project->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
   Value* y = project->output(0);
   if (residual) y = g->AddNode("Add", "add", {y, shortcut->output(0)}, {"y"}, 13)->output(0);
-  g->AddOutput(y);
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), y);
 }
 
 // x[2,5,48] -> LayerNorm over the last axis as PyTorch exports it before opset 17:
@@ -1005,9 +973,7 @@ std::unique_ptr<Graph> LayerNormNet(bool affine, bool pow, int64_t axis = -1) {
     y = g->AddNode("Mul", "gamma", {y->output(0), g->AddConstant("g", Random({48}, 61))}, {"gy"}, 13);
     y = g->AddNode("Add", "beta", {g->AddConstant("b", Random({48}, 62)), y->output(0)}, {"y"}, 13);
   }
-  g->AddOutput(y->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), y->output(0));
 }
 
 TEST(PassTest, FuseFoldsLayerNormIntoOneKernel) {
@@ -1093,9 +1059,7 @@ std::unique_ptr<Graph> SoftmaxNet(const std::string& op, int64_t len) {
   Node* scale = g->AddNode("Mul", "scale", {x, ScalarConstant(*g, "eight", 8.f)}, {"s"}, 13);
   Node* softmax = g->AddNode(op, "softmax", {scale->output(0)}, {"y"}, 13);
   softmax->mutable_attrs()["axis"] = int64_t{-1};
-  g->AddOutput(softmax->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), softmax->output(0));
 }
 
 TEST(CodegenTest, SoftmaxMatchesInterpreter) {
@@ -1115,9 +1079,7 @@ std::unique_ptr<Graph> MatMulNet(int64_t m, int64_t k, int64_t n) {
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {m, k}));
   g->AddInput(x);
   Node* mm = g->AddNode("MatMul", "mm", {x, g->AddConstant("w", Random({k, n}, 41, 0.3f))}, {"y"}, 13);
-  g->AddOutput(mm->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), mm->output(0));
 }
 
 TEST(CodegenTest, MatMulTilesMatchInterpreter) {

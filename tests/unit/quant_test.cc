@@ -525,15 +525,10 @@ std::unique_ptr<Graph> SmallCnn() {
   Node* twice = g->AddNode("Add", "twice", {r2->output(0), r2->output(0)}, {"a"}, 13);
   Node* c3 = g->AddNode("Conv", "conv3", {twice->output(0), g->AddConstant("w3", Random({4, 16, 1, 1}, 34, 0.3f))},
                         {"c3"}, 13);
-  auto shape = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{2});
-  shape->data_as<int64_t>()[0] = 1;
-  shape->data_as<int64_t>()[1] = 144;
-  Node* flat = g->AddNode("Reshape", "flat", {c3->output(0), g->AddConstant("shape", shape)}, {"f"}, 13);
+  Node* flat = AddReshape(*g, "flat", c3->output(0), {1, 144});
   Node* fc =
       g->AddNode("MatMul", "fc", {flat->output(0), g->AddConstant("wf", Random({144, 10}, 35, 0.2f))}, {"y"}, 13);
-  g->AddOutput(fc->output(0));
-  EXPECT_TRUE(InferTypes(*g).ok());
-  return g;
+  return WithOutput(std::move(g), fc->output(0));
 }
 
 double SnrDb(const Tensor& reference, const Tensor& got) {
