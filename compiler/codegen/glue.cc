@@ -177,7 +177,8 @@ GlueBuilder::GlueBuilder(const GluePlan& plan, llvm::Module& module)
   i8_ = llvm::Type::getInt8Ty(ctx_);
   // Mirrors kiln_ktensor and kiln_kcall in kernel_abi.h.
   ktensor_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i32_, i32_}, "kiln_ktensor");
-  kcall_ = llvm::StructType::create(ctx_, {ptr_, ptr_, ptr_, ptr_, ptr_, i32_, i32_, i32_, i32_}, "kiln_kcall");
+  kcall_ =
+      llvm::StructType::create(ctx_, {ptr_, ptr_, ptr_, ptr_, ptr_, i32_, i32_, i32_, i32_, ptr_, i64_}, "kiln_kcall");
   kernel_type_ = llvm::FunctionType::get(i32_, {ptr_}, false);
   part_type_ = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false);
 }
@@ -203,6 +204,14 @@ llvm::Constant* GlueBuilder::Int64Array(const std::vector<int64_t>& values) {
 llvm::Constant* GlueBuilder::DoubleArray(const std::vector<double>& values) {
   if (values.empty()) return llvm::ConstantPointerNull::get(ptr_);
   return ConstantBytes("floats", values.data(), static_cast<int64_t>(values.size() * 8), 8);
+}
+
+// The parameter struct as a constant with the struct's bytes and alignment: the bytes are
+// the C struct the lowering filled (kiln/kernels/*.h, 8-byte fields only, so every target
+// lays it out alike), and a constant lets LLVM fold each field into the inlined kernel.
+llvm::Constant* GlueBuilder::Params(const KernelParams& params) {
+  if (params.empty()) return llvm::ConstantPointerNull::get(ptr_);
+  return ConstantBytes("params", params.data(), params.size_bytes(), 8);
 }
 
 llvm::Constant* GlueBuilder::CString(const std::string& text) {
@@ -385,6 +394,9 @@ absl::Status GlueBuilder::EmitKernelCall(const Node& node, const KernelCall& cal
                        builder_.CreateStructGEP(kcall_, kcall, 7));
   builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call.floats.size())),
                        builder_.CreateStructGEP(kcall_, kcall, 8));
+  builder_.CreateStore(Params(call.params), builder_.CreateStructGEP(kcall_, kcall, 9));
+  builder_.CreateStore(builder_.getInt64(static_cast<uint64_t>(call.params.size_bytes())),
+                       builder_.CreateStructGEP(kcall_, kcall, 10));
   auto symbol =
       KernelSymbol(call.kernel, ins.empty() ? nullptr : ins[0].second, outs.empty() ? nullptr : outs[0].second);
   if (!symbol.ok()) return Annotate(symbol.status(), NodeLabel(node));

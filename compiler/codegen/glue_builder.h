@@ -44,6 +44,7 @@ class GlueBuilder {
   llvm::GlobalVariable* ConstantBytes(const std::string& name, const void* data, int64_t size, unsigned align);
   llvm::Constant* Int64Array(const std::vector<int64_t>& values);
   llvm::Constant* DoubleArray(const std::vector<double>& values);
+  llvm::Constant* Params(const KernelParams& params);
   llvm::Constant* CString(const std::string& text);
   llvm::Constant* TensorInfos(const std::vector<Value*>& values);
   llvm::Value* TensorArray(const std::vector<std::pair<llvm::Value*, const TensorType*>>& items, const char* name);

@@ -38,6 +38,7 @@ std::string KernelError(int32_t code) {
     case KILN_KERR_DTYPE: return "element type not supported by the kernel";
     case KILN_KERR_INDEX: return "an index is out of range";
     case KILN_KERR_UNSUPPORTED: return "parameter combination not supported by the kernel";
+    case KILN_KERR_PARAMS: return "internal error: the lowering passed another parameter struct than the kernel reads";
     default: return absl::StrCat("kernel error ", code);
   }
 }
@@ -81,6 +82,8 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   kcall.num_outputs = static_cast<int32_t>(out_views.size());
   kcall.num_ints = static_cast<int32_t>(call->ints.size());
   kcall.num_floats = static_cast<int32_t>(call->floats.size());
+  kcall.params = call->params.data();
+  kcall.params_size = call->params.size_bytes();
   int32_t rc = kernel->second(&kcall);
   if (rc != KILN_KERR_OK) {
     return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", KernelError(rc)));

@@ -2,10 +2,14 @@
 // logic, Where, Cast/CastLike and Clip.
 #include <limits>
 
+#include "kiln/kernels/elementwise.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
 namespace {
+
+static_assert(kFusedMaxInputs == KILN_FUSED_MAX_INPUTS && kFusedMaxOps == KILN_FUSED_MAX_OPS,
+              "the fuse pass's limits (ops.h) must be the kernel's");
 
 struct UnaryDef {
   const char* name;
@@ -171,11 +175,20 @@ void RegisterElementwiseOps(Registry& registry) {
     schema.max_inputs = KILN_FUSED_MAX_INPUTS;
     schema.infer = InferFusedElementwise;
     schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"fused_elementwise", PassAllInputs(node), {}, node.GetFloats("params")};
       const std::vector<int64_t> program = node.GetInts("program");
-      call.ints.push_back(static_cast<int64_t>(program.size() / 4));
-      call.ints.insert(call.ints.end(), program.begin(), program.end());
-      return call;
+      const std::vector<double> op_params = node.GetFloats("params");
+      const size_t num_ops = program.size() / 4;
+      if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
+        return NodeError(node,
+                         absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
+      }
+      kiln_fused_elementwise_params params{};
+      params.num_ops = static_cast<int64_t>(num_ops);
+      for (size_t op = 0; op < num_ops; ++op) {
+        for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
+        for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
+      }
+      return CallWithParams("fused_elementwise", PassAllInputs(node), params);
     };
     registry.Add(std::move(schema));
   }
@@ -192,10 +205,11 @@ void RegisterElementwiseOps(Registry& registry) {
       return SameAsInput0(ctx);
     };
     schema.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"unary", PassInputs(node, 1), {def.code}, {}};
-      call.floats.push_back(def.alpha_attr ? node.GetFloat(def.alpha_attr, def.alpha_default) : 0.0);
-      call.floats.push_back(def.beta_attr ? node.GetFloat(def.beta_attr, def.beta_default) : 0.0);
-      return call;
+      kiln_elementwise_params params{};
+      params.op = def.code;
+      params.alpha = def.alpha_attr ? node.GetFloat(def.alpha_attr, def.alpha_default) : 0.0;
+      params.beta = def.beta_attr ? node.GetFloat(def.beta_attr, def.beta_default) : 0.0;
+      return CallWithParams("unary", PassInputs(node, 1), params);
     };
     registry.Add(std::move(schema));
   }
@@ -211,11 +225,11 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     const bool is_nan = std::string(name) == "IsNaN";
     schema.lower = [is_nan](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"unary",
-                        PassInputs(node, 1),
-                        {is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF, node.GetInt("detect_negative", 1),
-                         node.GetInt("detect_positive", 1)},
-                        {}};
+      kiln_elementwise_params params{};
+      params.op = is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF;
+      params.detect_negative = node.GetInt("detect_negative", 1);
+      params.detect_positive = node.GetInt("detect_positive", 1);
+      return CallWithParams("unary", PassInputs(node, 1), params);
     };
     registry.Add(std::move(schema));
   }
@@ -242,7 +256,9 @@ void RegisterElementwiseOps(Registry& registry) {
       if (code == KILN_BINARY_SHIFT_LEFT && node.GetString("direction", "") == "RIGHT") {
         code = KILN_BINARY_SHIFT_RIGHT;
       }
-      return KernelCall{"binary", PassInputs(node, 2), {code}, {}};
+      kiln_elementwise_params params{};
+      params.op = code;
+      return CallWithParams("binary", PassInputs(node, 2), params);
     };
     registry.Add(std::move(schema));
   }
@@ -294,16 +310,16 @@ void RegisterElementwiseOps(Registry& registry) {
       return SameAsInput0(ctx);
     };
     schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"clip", PassAllInputs(node), {}, {}};
+      kiln_elementwise_params params{};
       if (node.opset() < 11) {
-        call.ints = {1, 1};
-        call.floats = {node.GetFloat("min", -std::numeric_limits<float>::max()),
-                       node.GetFloat("max", std::numeric_limits<float>::max())};
+        params.has_min = params.has_max = 1;
+        params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
+        params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
       } else {
-        call.ints = {node.input(1) != nullptr, node.input(2) != nullptr};
-        call.floats = {0, 0};
+        params.has_min = node.input(1) != nullptr;
+        params.has_max = node.input(2) != nullptr;
       }
-      return call;
+      return CallWithParams("clip", PassAllInputs(node), params);
     };
     registry.Add(std::move(schema));
   }

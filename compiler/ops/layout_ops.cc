@@ -15,6 +15,7 @@
 //        (blocked.cc reads each output row's input rows into a buffer of 8192 floats).
 #include <algorithm>
 
+#include "kiln/kernels/conv.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -231,11 +232,24 @@ void RegisterLayoutOps(Registry& registry) {
         const float* from = node.input(2)->constant()->data_as<float>();
         std::copy(from, from + oc, b);
       }
-      KernelCall call{"blocked_conv",
-                      {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}},
-                      {shape->kind, ic, oc, shape->kh, shape->kw, shape->sh, shape->sw, shape->pads[0], shape->pads[1],
-                       node.GetInt("kiln.activation", -1)},
-                      {node.GetFloat("kiln.activation_alpha", 0.0), node.GetFloat("kiln.activation_beta", 0.0)}};
+      kiln_conv_params params{};
+      params.blocked_kind = shape->kind;
+      params.in_channels = ic;
+      params.out_channels = oc;
+      params.window.rank = 2;
+      params.window.kernel[0] = shape->kh;
+      params.window.kernel[1] = shape->kw;
+      params.window.strides[0] = shape->sh;
+      params.window.strides[1] = shape->sw;
+      params.window.pads_begin[0] = shape->pads[0];
+      params.window.pads_begin[1] = shape->pads[1];
+      params.window.pads_end[0] = shape->pads[2];
+      params.window.pads_end[1] = shape->pads[3];
+      params.window.dilations[0] = params.window.dilations[1] = 1;
+      KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+      KernelCall call{
+          "blocked_conv", {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}}, {}, {}};
+      call.params.Set(params);
       if (node.input(3) != nullptr) call.inputs.push_back(KernelOperand{3, nullptr});
       return call;
     };

@@ -2,6 +2,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/norm.h"
+#include "kiln/kernels/pool.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -45,6 +48,62 @@ absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<i
   return w;
 }
 
+absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w) {
+  const size_t rank = w.kernel.size();
+  if (rank > KILN_MAX_SPATIAL) {
+    return NodeError(node, absl::StrCat(rank, " spatial dims; the kernels take at most ", KILN_MAX_SPATIAL));
+  }
+  kiln_window window{};
+  window.rank = static_cast<int64_t>(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    window.kernel[i] = w.kernel[i];
+    window.strides[i] = w.strides[i];
+    window.pads_begin[i] = w.pads_begin[i];
+    window.pads_end[i] = w.pads_end[i];
+    window.dilations[i] = w.dilations[i];
+  }
+  return window;
+}
+
+namespace {
+
+// The activations the fuse pass names in `kiln.activation`, and their kernel codes.
+struct NamedActivation {
+  const char* name;
+  int64_t code;
+};
+constexpr NamedActivation kNamedActivations[] = {
+    {"relu", KILN_UNARY_RELU},
+    {"leaky_relu", KILN_UNARY_LEAKY_RELU},
+    {"sigmoid", KILN_UNARY_SIGMOID},
+    {"tanh", KILN_UNARY_TANH},
+    {"hard_sigmoid", KILN_UNARY_HARD_SIGMOID},
+    {"hard_swish", KILN_UNARY_HARD_SWISH},
+    {"elu", KILN_UNARY_ELU},
+    {"gelu", KILN_UNARY_GELU},
+    {"clip", KILN_UNARY_CLIP},
+    {"silu", KILN_UNARY_SILU},
+};
+
+}  // namespace
+
+absl::StatusOr<kiln_activation> FusedActivation(const Node& node) {
+  kiln_activation activation{-1, 0.0, 0.0};
+  if (!node.has_attr("kiln.activation")) return activation;
+  const std::string name = node.GetString("kiln.activation", "");
+  std::vector<std::string> known;
+  for (const NamedActivation& named : kNamedActivations) {
+    if (name == named.name) {
+      activation.code = named.code;
+      activation.alpha = node.GetFloat("kiln.activation_alpha", 0.0);
+      activation.beta = node.GetFloat("kiln.activation_beta", 0.0);
+      return activation;
+    }
+    known.push_back(named.name);
+  }
+  return NodeError(node, absl::StrCat("kiln.activation '", name, "' is not one of ", absl::StrJoin(known, ", ")));
+}
+
 void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w) {
   ints.push_back(static_cast<int64_t>(w.kernel.size()));
   for (const auto* v : {&w.kernel, &w.strides, &w.pads_begin, &w.pads_end, &w.dilations}) {
@@ -70,37 +129,51 @@ absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector
   return out;
 }
 
-std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b) {
+absl::StatusOr<kiln_matmul_shape> MatMulShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b) {
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
-  const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
   const size_t batch_rank = std::max(a.size(), b.size()) - 2;
-  std::vector<int64_t> batch(batch_rank), sa(batch_rank, 0), sb(batch_rank, 0);
-  auto fill = [&](const std::vector<int64_t>& d, std::vector<int64_t>& strides, int64_t matrix) {
+  if (batch_rank > KILN_MAX_RANK) {
+    return NodeError(node, absl::StrCat(batch_rank, " batch dims; the kernels take at most ", KILN_MAX_RANK));
+  }
+  kiln_matmul_shape shape{};
+  shape.M = a[a.size() - 2];
+  shape.K = a.back();
+  shape.N = b.back();
+  shape.batch_rank = static_cast<int64_t>(batch_rank);
+  // Strides in elements, right-aligned as numpy broadcasts; 0 along a broadcast dim.
+  auto fill = [&](const std::vector<int64_t>& d, int64_t* strides, int64_t matrix) {
     const size_t own = d.size() - 2;
     int64_t s = matrix;
     for (size_t i = own; i-- > 0;) {
       const size_t at = batch_rank - own + i;
       strides[at] = d[i] == 1 ? 0 : s;
-      batch[at] = std::max(batch[at], d[i]);
+      shape.batch_dims[at] = std::max(shape.batch_dims[at], d[i]);
       s *= d[i];
     }
   };
-  fill(a, sa, M * K);
-  fill(b, sb, K * N);
-  std::vector<int64_t> ints = {M, K, N, static_cast<int64_t>(batch_rank)};
-  for (const auto* v : {&batch, &sa, &sb}) ints.insert(ints.end(), v->begin(), v->end());
+  fill(a, shape.a_batch_strides, shape.M * shape.K);
+  fill(b, shape.b_batch_strides, shape.K * shape.N);
+  return shape;
+}
+
+std::vector<int64_t> MatMulShapeInts(const kiln_matmul_shape& shape) {
+  std::vector<int64_t> ints = {shape.M, shape.K, shape.N, shape.batch_rank};
+  for (const int64_t* v : {shape.batch_dims, shape.a_batch_strides, shape.b_batch_strides}) {
+    ints.insert(ints.end(), v, v + shape.batch_rank);
+  }
   return ints;
 }
 
 namespace {
 
-// A fused activation epilogue set by the fuse pass: the unary op code (-1: none) goes in
-// ints, its two parameters in floats.
-void AppendActivation(const Node& node, KernelCall& call) {
-  call.ints.push_back(node.GetInt("kiln.activation", -1));
-  call.floats.push_back(node.GetFloat("kiln.activation_alpha", 0.0));
-  call.floats.push_back(node.GetFloat("kiln.activation_beta", 0.0));
+// Conv's parameters from its window and fused activation (the fast lowerings add theirs).
+absl::StatusOr<kiln_conv_params> ConvParams(const Node& node, const WindowParams& win) {
+  kiln_conv_params params{};
+  params.group = node.GetInt("group", 1);
+  KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, win));
+  KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+  return params;
 }
 
 absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
@@ -160,20 +233,22 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   const int64_t per_tile = 36 * (C + OC) * static_cast<int64_t>(sizeof(float));
   int64_t chunk = std::max<int64_t>(6, kWinogradScratchBudget / per_tile / 6 * 6);
   if (chunk > tiles) chunk = tiles;
-  KernelCall call{"conv_winograd", {}, {chunk, win->pads_begin[0], win->pads_begin[1]}, {}};
+  KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+  params.tiles_per_chunk = chunk;
+  KernelCall call{"conv_winograd", {}, {}, {}};
+  call.params.Set(params);
   call.inputs.push_back(KernelOperand{0, nullptr});
   call.inputs.push_back(KernelOperand{-1, std::move(u)});
   call.inputs.push_back(KernelOperand{node.inputs().size() > 2 && node.input(2) != nullptr ? 2 : -1, nullptr});
   if (node.inputs().size() > 4) call.inputs.push_back(KernelOperand{4, nullptr});  // the residual
-  AppendActivation(node, call);
   call.scratch_bytes = chunk * per_tile;
   return call;
 }
 
 // Any other f32 Conv the kernel runs as an implicit GEMM (at least 4 output channels per
 // group) with a constant weight: the weight pre-packed into panels of 6 rows (gemm::kMr),
-// [group][ceil(OC/group / 6)][K][6], zero past the last row, flagged by an int after the
-// activation. The micro-kernel then reads one sequential stream of weights.
+// [group][ceil(OC/group / 6)][K][6], zero past the last row (packed_weights). The micro-kernel then reads one
+// sequential stream of weights.
 constexpr int64_t kConvPanelRows = 6;
 
 absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
@@ -198,15 +273,14 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   }
   auto win = ConvWindow(node);
   if (!win.ok()) return win.status();
-  KernelCall call{"conv", PassAllInputs(node), {group}, {}};
-  call.inputs[1] = KernelOperand{-1, std::move(packed)};
-  AppendWindow(call.ints, *win);
-  AppendActivation(node, call);
-  call.ints.push_back(1);  // weights pre-packed
+  KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+  params.packed_weights = 1;
   // The job width in output positions: --tune's "gemmN" (kiln.algorithm), else the kernel's default.
   const std::string algorithm = node.GetString("kiln.algorithm", "");
-  if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0)
-    call.ints.push_back(std::atoll(algorithm.c_str() + 4));
+  if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0) params.job_cols = std::atoll(algorithm.c_str() + 4);
+  KernelCall call{"conv", PassAllInputs(node), {}, {}};
+  call.inputs[1] = KernelOperand{-1, std::move(packed)};
+  call.params.Set(params);
   return call;
 }
 
@@ -219,6 +293,12 @@ absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node)
     if (!winograd.ok() || winograd->has_value()) return winograd;
   }
   return LowerPackedConv(node);
+}
+
+kiln_norm_params NormEpsilon(const Node& node) {
+  kiln_norm_params params{};
+  params.epsilon = node.GetFloat("epsilon", 1e-5);
+  return params;
 }
 
 absl::StatusOr<WindowParams> PoolWindow(const Node& node) {
@@ -285,13 +365,15 @@ void RegisterNnOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{
-          "matmul", PassAllInputs(node), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
-      AppendActivation(node, call);
+      kiln_matmul_params params{};
+      KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+      KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+      KernelCall call{"matmul", PassAllInputs(node), {}, {}};
+      call.params.Set(params);
       return call;
     };
     // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
-    // 16-column panels [N/16][K][16] at compile time, flagged by a last int.
+    // 16-column panels [N/16][K][16] at compile time (b_panels).
     s.lower_fast = [lower = s.lower](const Node& node) -> absl::StatusOr<std::optional<KernelCall>> {
       const Value* b = node.input(1);
       if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
@@ -309,7 +391,9 @@ void RegisterNnOps(Registry& registry) {
         for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * N + n];
       }
       call->inputs[1] = KernelOperand{-1, std::move(panels)};
-      call->ints.push_back(1);  // B in panels
+      kiln_matmul_params params = call->params.Get<kiln_matmul_params>();
+      params.b_panels = 1;
+      call->params.Set(params);
       return std::optional<KernelCall>(std::move(*call));
     };
     registry.Add(std::move(s));
@@ -333,11 +417,14 @@ void RegisterNnOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"gemm",
-                      PassAllInputs(node),
-                      {node.GetInt("transA", 0), node.GetInt("transB", 0)},
-                      {node.GetFloat("alpha", 1.0), node.GetFloat("beta", 1.0)}};
-      AppendActivation(node, call);
+      kiln_gemm_params params{};
+      params.trans_a = node.GetInt("transA", 0);
+      params.trans_b = node.GetInt("transB", 0);
+      params.alpha = node.GetFloat("alpha", 1.0);
+      params.beta = node.GetFloat("beta", 1.0);
+      KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+      KernelCall call{"gemm", PassAllInputs(node), {}, {}};
+      call.params.Set(params);
       return call;
     };
     registry.Add(std::move(s));
@@ -410,9 +497,9 @@ void RegisterNnOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       auto win = ConvWindow(node);
       if (!win.ok()) return win.status();
-      KernelCall call{"conv", PassAllInputs(node), {node.GetInt("group", 1)}, {}};
-      AppendWindow(call.ints, *win);
-      AppendActivation(node, call);
+      KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+      KernelCall call{"conv", PassAllInputs(node), {}, {}};
+      call.params.Set(params);
       return call;
     };
     s.lower_fast = LowerConvForArtifact;
@@ -439,8 +526,11 @@ void RegisterNnOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       auto win = ConvTransposeWindow(node);
       if (!win.ok()) return win.status();
-      KernelCall call{"conv_transpose", PassAllInputs(node), {node.GetInt("group", 1)}, {}};
-      AppendWindow(call.ints, *win);
+      kiln_conv_params params{};
+      params.group = node.GetInt("group", 1);
+      KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+      KernelCall call{"conv_transpose", PassAllInputs(node), {}, {}};
+      call.params.Set(params);
       return call;
     };
     registry.Add(std::move(s));
@@ -473,9 +563,13 @@ void RegisterNnOps(Registry& registry) {
     s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       auto win = PoolWindow(node);
       if (!win.ok()) return win.status();
-      KernelCall call{"pool", PassInputs(node, 1), {def.code}, {static_cast<double>(node.GetInt("p", 2))}};
-      AppendWindow(call.ints, *win);
-      call.ints.push_back(node.GetInt("count_include_pad", 0));
+      kiln_pool_params params{};
+      params.op = def.code;
+      KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+      params.count_include_pad = node.GetInt("count_include_pad", 0);
+      params.p = static_cast<double>(node.GetInt("p", 2));
+      KernelCall call{"pool", PassInputs(node, 1), {}, {}};
+      call.params.Set(params);
       return call;
     };
     registry.Add(std::move(s));
@@ -492,7 +586,7 @@ void RegisterNnOps(Registry& registry) {
       return SameAsInput0(ctx);
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"batch_norm", PassInputs(node, 5), {}, {node.GetFloat("epsilon", 1e-5)}};
+      return CallWithParams("batch_norm", PassInputs(node, 5), NormEpsilon(node));
     };
     registry.Add(std::move(s));
   }
@@ -505,7 +599,7 @@ void RegisterNnOps(Registry& registry) {
       return SameAsInput0(ctx);
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"instance_norm", PassInputs(node, 3), {}, {node.GetFloat("epsilon", 1e-5)}};
+      return CallWithParams("instance_norm", PassInputs(node, 3), NormEpsilon(node));
     };
     registry.Add(std::move(s));
   }
@@ -529,7 +623,9 @@ void RegisterNnOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       int64_t axis = node.GetInt("axis", -1);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"layer_norm", PassAllInputs(node), {axis}, {node.GetFloat("epsilon", 1e-5)}};
+      kiln_norm_params params = NormEpsilon(node);
+      params.axis = axis;
+      return CallWithParams("layer_norm", PassAllInputs(node), params);
     };
     registry.Add(std::move(s));
   }
@@ -541,10 +637,12 @@ void RegisterNnOps(Registry& registry) {
       return SameAsInput0(ctx);
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"lrn",
-                        PassInputs(node, 1),
-                        {node.GetInt("size", 1)},
-                        {node.GetFloat("alpha", 1e-4), node.GetFloat("beta", 0.75), node.GetFloat("bias", 1.0)}};
+      kiln_norm_params params{};
+      params.size = node.GetInt("size", 1);
+      params.alpha = node.GetFloat("alpha", 1e-4);
+      params.beta = node.GetFloat("beta", 0.75);
+      params.bias = node.GetFloat("bias", 1.0);
+      return CallWithParams("lrn", PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }

@@ -9,7 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernel_ops.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/ops.h"
+#include "kiln/kernels/gemm.h"
+#include "kiln/kernels/params.h"
 
 namespace kiln::ops {
 
@@ -38,6 +41,14 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::ve
 
 // Reads a constant integer tensor (axes, shape, pads) into a vector.
 std::vector<int64_t> ToInts(const Tensor& tensor);
+
+// A call of `kernel` with its parameter struct (kiln/kernels/<family>.h).
+template <typename P>
+KernelCall CallWithParams(const char* kernel, std::vector<KernelOperand> inputs, const P& params) {
+  KernelCall call{kernel, std::move(inputs), {}, {}};
+  call.params.Set(params);
+  return call;
+}
 
 // Kernel operands that pass node inputs [0, n) through unchanged.
 std::vector<KernelOperand> PassInputs(const Node& node, size_t n);
@@ -73,15 +84,24 @@ struct WindowParams {
 };
 absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<int64_t>& in_spatial,
                                            const std::vector<int64_t>& kernel, bool ceil_mode);
-// Appends the kernels' window block: rank, kernel, strides, pads begin, pads end, dilations.
+// The kernels' window struct; error (naming the node) past KILN_MAX_SPATIAL dims.
+absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w);
+// Appends the positional window block (rank, kernel, strides, pads begin, pads end,
+// dilations) of the kernels not yet on a parameter struct (quant.cc).
 void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w);
+// The epilogue activation the fuse pass named in `kiln.activation` (none: code -1); an
+// unknown name is an error naming the node.
+absl::StatusOr<kiln_activation> FusedActivation(const Node& node);
 // The spatial dims of an N, C, spatial... shape.
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims);
 // numpy.matmul's result shape for static operand dims (1-D operands promoted and their
 // unit dim dropped again); the error names the node.
 absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b);
-// A matrix product's shape block for the kernels: [M, K, N, batch_rank, out batch dims,
-// A's batch strides, B's batch strides] (numpy matmul broadcasting; 1-D operands promoted).
-std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b);
+// A matrix product's shape for the kernels (numpy matmul broadcasting; 1-D operands
+// promoted); error past KILN_MAX_RANK batch dims.
+absl::StatusOr<kiln_matmul_shape> MatMulShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b);
+// The same as the positional block [M, K, N, batch_rank, batch dims, A's batch strides,
+// B's batch strides] of the kernels not yet on a parameter struct (quant.cc).
+std::vector<int64_t> MatMulShapeInts(const kiln_matmul_shape& shape);
 
 }  // namespace kiln::ops

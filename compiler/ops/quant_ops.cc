@@ -189,9 +189,11 @@ absl::Status InferQuantizedMatMulOperands(InferContext& ctx, DType out) {
 // The reference qmatmul call of those two ops: A, B, their zero points and scales, then
 // `tail` (Y's scale and zero point, or two empty slots and the f32 bias).
 absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<KernelOperand> tail, ConvMode mode) {
+  KILN_ASSIGN_OR_RETURN(kiln_matmul_shape shape,
+                        MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(3))));
   KernelCall call{"qmatmul",
                   {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4)},
-                  MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))),
+                  MatMulShapeInts(shape),
                   {}};
   call.inputs.insert(call.inputs.end(), tail.begin(), tail.end());
   call.ints.push_back(mode);
@@ -419,8 +421,9 @@ void RegisterQuantOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{
-          "qmatmul", PassInputs(node, 4), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
+      KILN_ASSIGN_OR_RETURN(kiln_matmul_shape shape,
+                            MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+      KernelCall call{"qmatmul", PassInputs(node, 4), MatMulShapeInts(shape), {}};
       call.ints.push_back(kSumInt32);
       return call;
     };

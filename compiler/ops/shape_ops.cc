@@ -5,19 +5,36 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/kernels/movement.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
 namespace {
 
 // A strided view copy: the lowering of Transpose, Slice, Expand and the depth/space ops.
-KernelCall StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, int64_t offset) {
-  KernelCall call{"strided_copy", {KernelOperand{0, nullptr}}, {}, {}};
-  call.ints.push_back(static_cast<int64_t>(dims.size()));
-  call.ints.push_back(offset);
-  call.ints.insert(call.ints.end(), dims.begin(), dims.end());
-  call.ints.insert(call.ints.end(), strides.begin(), strides.end());
-  return call;
+absl::StatusOr<KernelCall> StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+                                       int64_t offset) {
+  if (dims.size() > KILN_MAX_RANK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a strided copy of rank ", dims.size(), "; at most ", KILN_MAX_RANK));
+  }
+  kiln_strided_copy_params params{};
+  params.rank = static_cast<int64_t>(dims.size());
+  params.offset = offset;
+  std::copy(dims.begin(), dims.end(), params.dims);
+  std::copy(strides.begin(), strides.end(), params.strides);
+  return CallWithParams("strided_copy", {KernelOperand{0, nullptr}}, params);
+}
+
+// A call of a movement kernel that reads kiln_movement_params.
+KernelCall MovementCall(const char* kernel, std::vector<KernelOperand> inputs, const kiln_movement_params& params) {
+  return CallWithParams(kernel, std::move(inputs), params);
+}
+
+kiln_movement_params Axis(int64_t axis) {
+  kiln_movement_params params{};
+  params.axis = axis;
+  return params;
 }
 
 KernelCall ViewCopy() {
@@ -361,7 +378,7 @@ void RegisterShapeOps(Registry& registry) {
       const int64_t rank = static_cast<int64_t>(StaticDims(node.output(0)).size());
       int64_t axis = node.GetInt("axis", 0);
       if (axis < 0) axis += rank;
-      return KernelCall{"concat", PassAllInputs(node), {axis}, {}};
+      return MovementCall("concat", PassAllInputs(node), Axis(axis));
     };
     registry.Add(std::move(s));
   }
@@ -398,7 +415,7 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       int64_t axis = node.GetInt("axis", 0);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"split", PassInputs(node, 1), {axis}, {}};
+      return MovementCall("split", PassInputs(node, 1), Axis(axis));
     };
     registry.Add(std::move(s));
   }
@@ -418,7 +435,7 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       int64_t axis = node.GetInt("axis", 0);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"gather", PassInputs(node, 2), {axis}, {}};
+      return MovementCall("gather", PassInputs(node, 2), Axis(axis));
     };
     registry.Add(std::move(s));
   }
@@ -431,7 +448,7 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       int64_t axis = node.GetInt("axis", 0);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"gather_elements", PassInputs(node, 2), {axis}, {}};
+      return MovementCall("gather_elements", PassInputs(node, 2), Axis(axis));
     };
     registry.Add(std::move(s));
   }
@@ -451,7 +468,9 @@ void RegisterShapeOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"gather_nd", PassInputs(node, 2), {node.GetInt("batch_dims", 0)}, {}};
+      kiln_movement_params params{};
+      params.batch_dims = node.GetInt("batch_dims", 0);
+      return MovementCall("gather_nd", PassInputs(node, 2), params);
     };
     registry.Add(std::move(s));
   }
@@ -472,7 +491,9 @@ void RegisterShapeOps(Registry& registry) {
       if (!code.ok()) return code.status();
       int64_t axis = node.GetInt("axis", 0);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"scatter_elements", PassInputs(node, 3), {axis, *code}, {}};
+      kiln_movement_params params = Axis(axis);
+      params.reduction = *code;
+      return MovementCall("scatter_elements", PassInputs(node, 3), params);
     };
     registry.Add(std::move(s));
   }
@@ -482,7 +503,9 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [reduction_code](const Node& node) -> absl::StatusOr<KernelCall> {
       auto code = reduction_code(node);
       if (!code.ok()) return code.status();
-      return KernelCall{"scatter_nd", PassInputs(node, 3), {*code}, {}};
+      kiln_movement_params params{};
+      params.reduction = *code;
+      return MovementCall("scatter_nd", PassInputs(node, 3), params);
     };
     registry.Add(std::move(s));
   }
@@ -548,8 +571,11 @@ void RegisterShapeOps(Registry& registry) {
       int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
       if (mode != "constant" && mode != "reflect" && mode != "edge")
         return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
-      KernelCall call{"pad", PassInputs(node, 1), {code}, {}};
-      call.ints.insert(call.ints.end(), pads->begin(), pads->begin() + rank);
+      if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
+      kiln_pad_params params{};
+      params.mode = code;
+      std::copy(pads->begin(), pads->begin() + rank, params.pads_begin);
+      KernelCall call = CallWithParams("pad", PassInputs(node, 1), params);
       call.inputs.push_back(KernelOperand{});
       if (node.opset() < 11) {
         auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
@@ -613,7 +639,10 @@ void RegisterShapeOps(Registry& registry) {
         if (!node.input(1)->is_constant()) return NodeError(node, "k must be a compile-time constant");
         k = node.input(1)->constant()->GetAsInt64(0);
       }
-      return KernelCall{"trilu", PassInputs(node, 1), {node.GetInt("upper", 1), k}, {}};
+      kiln_movement_params params{};
+      params.upper = node.GetInt("upper", 1);
+      params.k = k;
+      return MovementCall("trilu", PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -664,7 +693,9 @@ void RegisterShapeOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"eye_like", {}, {node.GetInt("k", 0)}, {}};
+      kiln_movement_params params{};
+      params.k = node.GetInt("k", 0);
+      return MovementCall("eye_like", {}, params);
     };
     registry.Add(std::move(s));
   }
@@ -684,7 +715,7 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       int64_t axis = node.GetInt("axis", -1);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.output(0)).size());
-      return KernelCall{"one_hot", PassInputs(node, 3), {axis}, {}};
+      return MovementCall("one_hot", PassInputs(node, 3), Axis(axis));
     };
     registry.Add(std::move(s));
   }
@@ -698,8 +729,10 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
       int64_t axis = node.input(1)->constant()->GetAsInt64(0);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{
-          "cumsum", PassInputs(node, 1), {axis, node.GetInt("exclusive", 0), node.GetInt("reverse", 0)}, {}};
+      kiln_movement_params params = Axis(axis);
+      params.exclusive = node.GetInt("exclusive", 0);
+      params.reverse = node.GetInt("reverse", 0);
+      return MovementCall("cumsum", PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }

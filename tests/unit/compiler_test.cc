@@ -8,13 +8,13 @@
 
 #include "artifact_test_util.h"
 #include "gtest/gtest.h"
-#include "kernel_ops.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 #include "kiln/compiler/tune.h"
+#include "kiln/kernels/conv.h"
 #include "kiln/runtime.h"
 #include "onnx/onnx_pb.h"
 
@@ -546,9 +546,9 @@ TEST(PassTest, FuseAddsResidualInConvEpilogue) {
     EXPECT_EQ(fused->name(), cs.fused_into);
     ASSERT_EQ(fused->inputs().size(), 5u);
     EXPECT_EQ(fused->input(3), nullptr);  // no input scale
-    EXPECT_EQ(fused->GetInt("kiln.activation", -1), std::string(cs.activation) == "Relu"      ? KILN_UNARY_RELU
-                                                    : std::string(cs.activation) == "Sigmoid" ? KILN_UNARY_SIGMOID
-                                                                                              : -1);
+    EXPECT_EQ(fused->GetString("kiln.activation", ""), std::string(cs.activation) == "Relu"      ? "relu"
+                                                       : std::string(cs.activation) == "Sigmoid" ? "sigmoid"
+                                                                                                 : "");
     EXPECT_EQ(g->outputs()[0], fused->output(0));
     // The interpreter runs the fused Conv's reference loop (the same sums, then the
     // residual, as Conv then Add), the artifact its fast kernels.
@@ -741,7 +741,7 @@ TEST(TuneTest, MeasuresOnceThenReadsTheCache) {
     auto call = LowerForArtifact(*FindOp("Conv"), *g->nodes()[0]);
     ASSERT_TRUE(call.ok());
     EXPECT_EQ(call->kernel, "conv");
-    EXPECT_EQ(call->ints.back(), std::stoi(choice.substr(4)));
+    EXPECT_EQ(call->params.Get<kiln_conv_params>().job_cols, std::stoi(choice.substr(4)));
     EXPECT_LT(CompiledVsReference(WinogradNet(shape), std::move(g), kDefaultPipeline), 1e-5);
   }
 }
@@ -825,7 +825,7 @@ TEST(PassTest, FuseFoldsSiluIntoConv) {
     ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
     ASSERT_EQ(g->num_nodes(), 1u);
     EXPECT_EQ(g->nodes()[0]->op(), "Conv");
-    EXPECT_EQ(g->nodes()[0]->GetInt("kiln.activation", -1), KILN_UNARY_SILU);
+    EXPECT_EQ(g->nodes()[0]->GetString("kiln.activation", ""), "silu");
     EXPECT_EQ(g->outputs()[0], g->nodes()[0]->output(0));
     EXPECT_LT(CompiledVsReference(SiluNet(depthwise), SiluNet(depthwise), kDefaultPipeline), 1e-5);
   }

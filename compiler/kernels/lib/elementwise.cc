@@ -1,4 +1,5 @@
 // Elementwise kernels: unary math, broadcasting binary ops, Where, Cast, Clip.
+#include "kiln/kernels/elementwise.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
 #include "unary_math.h"
@@ -10,14 +11,14 @@ namespace {
 struct UnaryKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int op = static_cast<int>(call->ints[0]);
-    const double alpha = call->num_floats > 0 ? call->floats[0] : 0.0;
-    const double beta = call->num_floats > 1 ? call->floats[1] : 0.0;
+    KILN_PARAMS(kiln_elementwise_params, params, call);
+    const int op = static_cast<int>(params.op);
+    const double alpha = params.alpha, beta = params.beta;
     const T* in = static_cast<const T*>(call->inputs[0].data);
     const int64_t n = Numel(call->outputs[0]);
     if (op == KILN_UNARY_IS_NAN || op == KILN_UNARY_IS_INF) {
       bool* out = static_cast<bool*>(call->outputs[0].data);
-      const bool negative = call->ints[1] != 0, positive = call->ints[2] != 0;
+      const bool negative = params.detect_negative != 0, positive = params.detect_positive != 0;
       for (int64_t i = 0; i < n; ++i) {
         double v = static_cast<double>(in[i]);
         out[i] = op == KILN_UNARY_IS_NAN ? v != v : ((positive && v == INFINITY) || (negative && v == -INFINITY));
@@ -128,7 +129,8 @@ inline void BroadcastLoop2(const kiln_ktensor& a, const kiln_ktensor& b, const k
 struct BinaryKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int op = static_cast<int>(call->ints[0]);
+    KILN_PARAMS(kiln_elementwise_params, params, call);
+    const int op = static_cast<int>(params.op);
     const kiln_ktensor& a = call->inputs[0];
     const kiln_ktensor& b = call->inputs[1];
     const kiln_ktensor& out = call->outputs[0];
@@ -184,13 +186,12 @@ inline T ScalarBinary(int op, T a, T b) {
 
 // kiln.Elementwise in the reference interpreter: a fused chain evaluated element by
 // element, op by op, exactly as the unfused kernels would. (Codegen does not call this: it
-// generates the loop itself.) ints: [num_ops, then per op: binary, code, a, b];
-// floats: [alpha, beta] per op.
+// generates the loop itself.) Parameters: kiln_fused_elementwise_params.
 struct FusedElementwiseKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int64_t num_ops = call->ints[0];
-    const int64_t* program = call->ints + 1;
+    KILN_PARAMS(kiln_fused_elementwise_params, params, call);
+    const int64_t num_ops = params.num_ops;
     const int32_t n_in = call->num_inputs;
     if (n_in > KILN_FUSED_MAX_INPUTS || num_ops > KILN_FUSED_MAX_OPS || num_ops < 1) return KILN_KERR_UNSUPPORTED;
     const kiln_ktensor& out = call->outputs[0];
@@ -209,10 +210,10 @@ struct FusedElementwiseKernel {
     for (int64_t i = 0; i < n; ++i) {
       for (int32_t k = 0; k < n_in; ++k) values[k] = static_cast<const T*>(call->inputs[k].data)[offsets[k]];
       for (int64_t op = 0; op < num_ops; ++op) {
-        const int64_t* ins = program + op * 4;
+        const int64_t* ins = params.program[op];
         values[n_in + op] = ins[0] ? ScalarBinary<T>(static_cast<int>(ins[1]), values[ins[2]], values[ins[3]])
-                                   : ApplyUnary<T>(static_cast<int>(ins[1]), values[ins[2]], call->floats[op * 2],
-                                                   call->floats[op * 2 + 1]);
+                                   : ApplyUnary<T>(static_cast<int>(ins[1]), values[ins[2]], params.op_params[op][0],
+                                                   params.op_params[op][1]);
       }
       po[i] = values[n_in + num_ops - 1];
       walker.Next(offsets, stride_ptrs);
@@ -330,17 +331,18 @@ struct ClipKernel {
   static int32_t Run(const kiln_kcall* call) {
     const T* in = static_cast<const T*>(call->inputs[0].data);
     T* out = static_cast<T*>(call->outputs[0].data);
-    // ints[0]/ints[1]: whether a min/max bound is present; the bounds come as inputs 1/2
-    // (opset 11+) or as floats (opset 6).
+    // Whether a min/max bound is present; the bounds come as inputs 1/2 (opset 11+) or as
+    // alpha/beta (opset 6).
+    KILN_PARAMS(kiln_elementwise_params, params, call);
     T lo = 0, hi = 0;
-    const bool has_lo = call->ints[0] != 0, has_hi = call->ints[1] != 0;
+    const bool has_lo = params.has_min != 0, has_hi = params.has_max != 0;
     if (has_lo) {
       lo = call->num_inputs > 1 && call->inputs[1].data ? static_cast<const T*>(call->inputs[1].data)[0]
-                                                        : static_cast<T>(call->floats[0]);
+                                                        : static_cast<T>(params.alpha);
     }
     if (has_hi) {
       hi = call->num_inputs > 2 && call->inputs[2].data ? static_cast<const T*>(call->inputs[2].data)[0]
-                                                        : static_cast<T>(call->floats[1]);
+                                                        : static_cast<T>(params.beta);
     }
     const int64_t n = Numel(call->outputs[0]);
     for (int64_t i = 0; i < n; ++i) {

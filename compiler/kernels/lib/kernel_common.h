@@ -10,6 +10,15 @@
 
 #include "kernel_abi.h"
 
+// Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
+// KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a
+// constant and the check folds away.
+#define KILN_PARAMS(P, name, call)                                     \
+  if ((call)->params == nullptr || (call)->params_size != sizeof(P)) { \
+    return KILN_KERR_PARAMS;                                           \
+  }                                                                    \
+  const P& name = *static_cast<const P*>((call)->params)
+
 #define KILN_KERNEL(name) extern "C" int32_t kiln_k_##name(const kiln_kcall* call)
 
 // Typed kernels: one exported function per element type (kiln_k_<name>_f32, ...), which

@@ -73,9 +73,6 @@ enum kiln_binary_op {
   KILN_BINARY_COUNT
 };
 
-/* kiln.Elementwise (a fused chain): at most this many external inputs and ops. */
-enum { KILN_FUSED_MAX_INPUTS = 8, KILN_FUSED_MAX_OPS = 32 };
-
 enum kiln_reduce_op {
   KILN_REDUCE_SUM,
   KILN_REDUCE_MEAN,

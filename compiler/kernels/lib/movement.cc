@@ -1,6 +1,7 @@
 // Data-movement kernels: copies, strided views (Transpose/Slice/Expand/DepthToSpace),
 // Concat, Gather/Scatter families, Tile, Pad, Trilu, and generators (Range, fill, EyeLike,
 // OneHot, CumSum).
+#include "kiln/kernels/movement.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
 
@@ -47,13 +48,13 @@ struct Carrier<8> {
 inline int64_t IndexAt(const kiln_ktensor& t, int64_t i) { return LoadAsInt64(t.data, t.dtype, i); }
 
 struct StridedCopy {
-  // ints: [rank, offset, dims[rank], strides[rank]]: output element (i_0 .. i_{r-1}) of a
-  // row-major view with these dims reads input[offset + sum(i_k * stride_k)].
+  // Parameters: kiln_strided_copy_params (kiln/kernels/movement.h).
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int32_t r = static_cast<int32_t>(call->ints[0]);
-    const int64_t* dims = call->ints + 2;
-    const int64_t* strides = dims + r;
+    KILN_PARAMS(kiln_strided_copy_params, params, call);
+    const int32_t r = static_cast<int32_t>(params.rank);
+    const int64_t* dims = params.dims;
+    const int64_t* strides = params.strides;
     const T* in = static_cast<const T*>(call->inputs[0].data);
     T* po = static_cast<T*>(call->outputs[0].data);
     int64_t n = 1;
@@ -61,7 +62,7 @@ struct StridedCopy {
     if (n == 0) return KILN_KERR_OK;
     const int64_t inner = r > 0 ? dims[r - 1] : 1;
     const int64_t inner_stride = r > 0 ? strides[r - 1] : 0;
-    int64_t offsets[1] = {call->ints[1]};
+    int64_t offsets[1] = {params.offset};
     const int64_t* walk_strides[1] = {strides};
     IndexWalker walker(dims, r > 0 ? r - 1 : 0);
     for (int64_t base = 0; base < n; base += inner) {
@@ -81,7 +82,8 @@ struct Concat {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& out = call->outputs[0];
-    const int64_t axis = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
     for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
@@ -120,7 +122,8 @@ struct Split {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const int64_t axis = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
     for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
@@ -145,7 +148,8 @@ struct Gather {
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t axis = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= data.dims[i];
     for (int32_t i = static_cast<int32_t>(axis) + 1; i < data.rank; ++i) inner *= data.dims[i];
@@ -172,7 +176,8 @@ struct GatherElements {
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t axis = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
     int64_t data_strides[kMaxRank];
     ContiguousStrides(data.dims, data.rank, data_strides);
     const T* pd = static_cast<const T*>(data.data);
@@ -199,7 +204,8 @@ struct GatherND {
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t batch_dims = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t batch_dims = params.batch_dims;
     const int64_t index_depth = indices.dims[indices.rank - 1];
     int64_t data_strides[kMaxRank];
     ContiguousStrides(data.dims, data.rank, data_strides);
@@ -239,13 +245,14 @@ inline T Reduce(int64_t reduction, T old, T update) {
 }
 
 struct ScatterElements {
-  // ints: [axis, reduction (0 none, 1 add, 2 mul, 3 max, 4 min)]
+  // Parameters: kiln_movement_params' axis and reduction.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
     const kiln_ktensor& updates = call->inputs[2];
-    const int64_t axis = call->ints[0], reduction = call->ints[1];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis, reduction = params.reduction;
     T* po = static_cast<T*>(call->outputs[0].data);
     const T* pu = static_cast<const T*>(updates.data);
     const int64_t total = Numel(data);
@@ -274,7 +281,8 @@ struct ScatterND {
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t reduction = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t reduction = params.reduction;
     const int64_t depth = indices.dims[indices.rank - 1];
     int64_t data_strides[kMaxRank];
     ContiguousStrides(data.dims, data.rank, data_strides);
@@ -323,13 +331,14 @@ struct Tile {
 };
 
 struct Pad {
-  // ints: [mode, begin_0.., end_0..]; the constant value is input 2 when given, else 0.
+  // Parameters: kiln_pad_params; the constant value is input 2 when given, else 0.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
     const kiln_ktensor& out = call->outputs[0];
-    const int64_t mode = call->ints[0];
-    const int64_t* begin = call->ints + 1;
+    KILN_PARAMS(kiln_pad_params, params, call);
+    const int64_t mode = params.mode;
+    const int64_t* begin = params.pads_begin;
     T value = 0;
     if (call->num_inputs > 2 && call->inputs[2].data != nullptr) value = static_cast<const T*>(call->inputs[2].data)[0];
     int64_t in_strides[kMaxRank];
@@ -371,12 +380,13 @@ struct Pad {
 };
 
 struct Trilu {
-  // ints: [upper, k]
+  // Parameters: kiln_movement_params' upper and k.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const bool upper = call->ints[0] != 0;
-    const int64_t k = call->ints[1];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const bool upper = params.upper != 0;
+    const int64_t k = params.k;
     const int64_t rows = in.dims[in.rank - 2], cols = in.dims[in.rank - 1];
     const int64_t batches = rows * cols == 0 ? 0 : Numel(in) / (rows * cols);
     const T* pi = static_cast<const T*>(in.data);
@@ -421,7 +431,8 @@ struct EyeLike {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& out = call->outputs[0];
-    const int64_t k = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t k = params.k;
     T* po = static_cast<T*>(out.data);
     const int64_t rows = out.dims[0], cols = out.dims[1];
     for (int64_t i = 0; i < rows; ++i) {
@@ -432,13 +443,14 @@ struct EyeLike {
 };
 
 struct OneHot {
-  // inputs: indices, depth, values[off, on]; ints: [axis (normalised)]
+  // inputs: indices, depth, values[off, on]; parameters: kiln_movement_params' axis
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& indices = call->inputs[0];
     const kiln_ktensor& out = call->outputs[0];
     const T* values = static_cast<const T*>(call->inputs[2].data);
-    const int64_t axis = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
     const int64_t depth = out.dims[axis];
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
@@ -458,12 +470,13 @@ struct OneHot {
 };
 
 struct CumSum {
-  // ints: [axis, exclusive, reverse]
+  // Parameters: kiln_movement_params' axis, exclusive and reverse.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const int64_t axis = call->ints[0];
-    const bool exclusive = call->ints[1] != 0, reverse = call->ints[2] != 0;
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
+    const bool exclusive = params.exclusive != 0, reverse = params.reverse != 0;
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
     for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];

@@ -5,6 +5,10 @@
 #include "kernel_common.h"
 #include "kernel_ops.h"
 #include "kernel_window.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/gemm.h"
+#include "kiln/kernels/norm.h"
+#include "kiln/kernels/pool.h"
 #include "unary_math.h"
 
 using namespace kiln_kernels;
@@ -12,15 +16,12 @@ using namespace kiln_kernels;
 namespace {
 
 struct MatMulKernel {
-  // ints: [M, K, N, batch_rank, out_batch_dims[batch_rank], a_batch_strides[batch_rank],
-  //        b_batch_strides[batch_rank], activation] (strides in elements, 0 where
-  //        broadcast); floats: [activation alpha, beta]. Optional input 2: a bias [N].
-  //        In artifacts a further int 1 says B is a constant [K, N] pre-packed in
-  //        16-column panels ([N/16][K][16], N a multiple of 16; see gemm::PanelBlock).
+  // Parameters: kiln_matmul_params (kiln/kernels/gemm.h). Optional input 2: a bias [N].
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
-      if (call->ints[1] > 0) return RunShared(call);
+      KILN_PARAMS(kiln_matmul_params, params, call);
+      if (params.shape.K > 0) return RunShared(call);
     }
     return Body<T, false>(call);
   }
@@ -29,15 +30,16 @@ struct MatMulKernel {
 
   template <typename T, bool kBlocked>
   static int32_t Body(const kiln_kcall* call) {
-    const int64_t M = call->ints[0], K = call->ints[1], N = call->ints[2];
-    const int32_t batch_rank = static_cast<int32_t>(call->ints[3]);
-    const int64_t* batch_dims = call->ints + 4;
-    const int64_t* a_strides = batch_dims + batch_rank;
-    const int64_t* b_strides = a_strides + batch_rank;
-    const int64_t activation = b_strides[batch_rank];
-    const bool b_panels = call->num_ints > 4 + 3 * batch_rank + 1 && b_strides[batch_rank + 1] != 0;
+    KILN_PARAMS(kiln_matmul_params, params, call);
+    const int64_t M = params.shape.M, K = params.shape.K, N = params.shape.N;
+    const int32_t batch_rank = static_cast<int32_t>(params.shape.batch_rank);
+    const int64_t* batch_dims = params.shape.batch_dims;
+    const int64_t* a_strides = params.shape.a_batch_strides;
+    const int64_t* b_strides = params.shape.b_batch_strides;
+    const int64_t activation = params.activation.code;
+    const bool b_panels = params.b_panels != 0;
     if (b_panels && (!kBlocked || N % gemm::kNr != 0)) return KILN_KERR_UNSUPPORTED;
-    const double act_alpha = call->floats[0], act_beta = call->floats[1];
+    const double act_alpha = params.activation.alpha, act_beta = params.activation.beta;
     const T* bias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
     int64_t batches = 1;
     for (int32_t i = 0; i < batch_rank; ++i) batches *= batch_dims[i];
@@ -124,13 +126,13 @@ struct MatMulKernel {
 };
 
 struct GemmKernel {
-  // ints: [trans_a, trans_b, activation]; floats: [alpha, beta, activation alpha, beta].
-  // C (input 2) broadcasts to [M, N].
+  // Parameters: kiln_gemm_params (kiln/kernels/gemm.h). C (input 2) broadcasts to [M, N].
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
+      KILN_PARAMS(kiln_gemm_params, params, call);
       const kiln_ktensor& A = call->inputs[0];
-      if ((call->ints[0] != 0 ? A.dims[0] : A.dims[1]) > 0) return RunShared(call);
+      if ((params.trans_a != 0 ? A.dims[0] : A.dims[1]) > 0) return RunShared(call);
     }
     return Body<T, false>(call);
   }
@@ -140,8 +142,10 @@ struct GemmKernel {
   static int32_t Body(const kiln_kcall* call) {
     const kiln_ktensor& A = call->inputs[0];
     const kiln_ktensor& B = call->inputs[1];
-    const bool ta = call->ints[0] != 0, tb = call->ints[1] != 0;
-    const T alpha = static_cast<T>(call->floats[0]), beta = static_cast<T>(call->floats[1]);
+    KILN_PARAMS(kiln_gemm_params, params, call);
+    const kiln_activation& act = params.activation;
+    const bool ta = params.trans_a != 0, tb = params.trans_b != 0;
+    const T alpha = static_cast<T>(params.alpha), beta = static_cast<T>(params.beta);
     const int64_t M = ta ? A.dims[1] : A.dims[0], K = ta ? A.dims[0] : A.dims[1];
     const int64_t N = tb ? B.dims[0] : B.dims[1];
     const T* pa = static_cast<const T*>(A.data);
@@ -176,7 +180,7 @@ struct GemmKernel {
               if (has_c) v += beta * pbias[j * c_strides[1]];
               pc[j] = v;
             }
-            ApplyActivation(pc + n0, n1 - n0, call->ints[2], call->floats[2], call->floats[3]);
+            ApplyActivation(pc + n0, n1 - n0, act.code, act.alpha, act.beta);
           }
         };
         ParallelFor(call, (N + kChunk - 1) / kChunk, 1, jobs);
@@ -210,7 +214,7 @@ struct GemmKernel {
                 if (has_c) v += beta * pbias[i * c_strides[0] + j * c_strides[1]];
                 c[j] = v;
               }
-              ApplyActivation(c + n0, n1 - n0, call->ints[2], call->floats[2], call->floats[3]);
+              ApplyActivation(c + n0, n1 - n0, act.code, act.alpha, act.beta);
             }
           }
         };
@@ -236,7 +240,7 @@ struct GemmKernel {
           if (has_c) v += beta * pbias[i * c_strides[0] + j * c_strides[1]];
           c[j] = v;
         }
-        ApplyActivation(c, N, call->ints[2], call->floats[2], call->floats[3]);
+        ApplyActivation(c, N, act.code, act.alpha, act.beta);
       }
     };
     ParallelFor(call, M, 4, body);
@@ -256,7 +260,9 @@ struct GemmKernel {
 constexpr int64_t kDepthwiseMaxWidth = 1024;  // widest input row the zero row covers
 
 template <int KH, int KW, int SW>
-__attribute__((noinline)) static int32_t RunDepthwise2D(const kiln_kcall* call, const Window& w, int64_t activation) {
+__attribute__((noinline)) static int32_t RunDepthwise2D(const kiln_kcall* call, const Window& w,
+                                                        const kiln_activation& act) {
+  const int64_t activation = act.code;
   const float* px = static_cast<const float*>(call->inputs[0].data);
   const float* pw = static_cast<const float*>(call->inputs[1].data);
   const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
@@ -266,7 +272,7 @@ __attribute__((noinline)) static int32_t RunDepthwise2D(const kiln_kcall* call, 
   // Interior columns: 0 <= ow * SW - PW and ow * SW - PW + KW - 1 < W.
   const int64_t ow_lo = (PW + SW - 1) / SW;
   const int64_t ow_hi = W - KW + PW < 0 ? 0 : ((W - KW + PW) / SW + 1 < OW ? (W - KW + PW) / SW + 1 : OW);
-  const float alpha = static_cast<float>(call->floats[0]), beta = static_cast<float>(call->floats[1]);
+  const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float zero_row[kDepthwiseMaxWidth] = {};
     for (int64_t job = begin; job < end; ++job) {
@@ -352,10 +358,11 @@ static bool DepthwiseBlockedFits(const Window& w, int64_t max_width = 0) {
 // channels per block: the transposes stay 8x8, each filling one half of the lanes).
 template <int KH, int KW, int S, bool kMaxPool, typename V>
 __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kcall* call, const Window& w,
-                                                                  int64_t activation) {
+                                                                  const kiln_activation& act) {
 #ifdef __clang__
 #pragma clang fp contract(fast)  // a Conv's sums are reassociated anyway (see MicroKernel)
 #endif
+  const int64_t activation = act.code;
   using gemm::v8f;
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
   const float* px = static_cast<const float*>(call->inputs[0].data);
@@ -371,8 +378,8 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const int64_t strip = by_in < by_out ? by_in : by_out;
   // Input columns that land in a padded row: iw = column - PW for columns < padded_w.
   const int64_t iw_end = W < padded_w - PW ? W : padded_w - PW;
-  const float alpha = kMaxPool ? 0.f : static_cast<float>(call->floats[0]);
-  const float beta = kMaxPool ? 0.f : static_cast<float>(call->floats[1]);
+  const float alpha = kMaxPool ? 0.f : static_cast<float>(act.alpha);
+  const float beta = kMaxPool ? 0.f : static_cast<float>(act.beta);
   // ReLU and Clip (ReLU6) on each output vector as it is computed, as the GEMM core's
   // epilogue does them; other activations on each finished strip.
   const int32_t in_registers = kMaxPool                        ? gemm::Epilogue::kNone
@@ -515,38 +522,39 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
 }
 
 template <int KH, int KW, int S, bool kMaxPool = false>
-static int32_t RunDepthwiseBlocked(const kiln_kcall* call, const Window& w, int64_t activation) {
-  if (WideVectors()) return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v16f>(call, w, activation);
-  return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v8f>(call, w, activation);
+static int32_t RunDepthwiseBlocked(const kiln_kcall* call, const Window& w, const kiln_activation& act) {
+  if (WideVectors()) return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v16f>(call, w, act);
+  return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v8f>(call, w, act);
 }
 
 struct ConvKernel {
   // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional, then as the fuse
   // pass writes them: an input scale (below; may be omitted) and a residual R shaped as Y,
   // added after the bias and before the activation (Relu(Add(Conv(X), R)), ResNet's skip).
-  // ints: [group, window block..., activation]; floats: [activation alpha, beta]
+  // Parameters: kiln_conv_params (kiln/kernels/conv.h).
   // f32 with at least 4 output channels per group runs as an implicit GEMM; the direct
   // loop nest below serves depthwise convolutions and f64. In artifacts a constant weight
-  // may come pre-packed (an int after the activation says so): per group, rows in panels
-  // of gemm::kMr, [ceil(OC/group / kMr)][K][kMr], zero past the last row; the int after
-  // that, when present, is the job width in output positions (--tune's choice).
+  // may come pre-packed (packed_weights): per group, rows in panels of gemm::kMr,
+  // [ceil(OC/group / kMr)][K][kMr], zero past the last row; job_cols, when not 0, is the
+  // job width in output positions (--tune's choice).
   // Not inlined: one copy per artifact serves every such Conv (the shapes are runtime
   // values there; the time goes into the shared micro-kernel either way).
   __attribute__((noinline)) static int32_t ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group,
-                                                        int64_t activation, bool packed, int64_t cols);
+                                                        const kiln_activation& act, bool packed, int64_t cols);
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
     const kiln_ktensor& W = call->inputs[1];
     const kiln_ktensor& Y = call->outputs[0];
-    const int64_t group = call->ints[0];
+    KILN_PARAMS(kiln_conv_params, params, call);
+    const int64_t group = params.group;
     Window w;
-    const int64_t* after_window = w.Load(call->ints + 1, X, Y);
-    const int64_t activation = *after_window;
-    const int64_t extra = call->ints + call->num_ints - after_window - 1;  // ints after the activation
-    const bool packed = extra >= 1 && after_window[1] != 0;
+    w.Load(params.window, X, Y);
+    const kiln_activation& act = params.activation;
+    const int64_t activation = act.code;
+    const bool packed = params.packed_weights != 0;
     const int64_t default_cols = WideVectors() ? gemm::kWideConvNc : gemm::kConvNc;
-    int64_t cols = extra >= 2 ? after_window[2] : default_cols;
+    int64_t cols = params.job_cols != 0 ? params.job_cols : default_cols;
     if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = default_cols;
     const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
     const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
@@ -561,7 +569,7 @@ struct ConvKernel {
     const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
-        return ImplicitGemm(call, w, group, activation, packed, cols);
+        return ImplicitGemm(call, w, group, act, packed, cols);
       }
       if (packed) return KILN_KERR_UNSUPPORTED;
       const bool depthwise_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && group == in_channels &&
@@ -570,22 +578,22 @@ struct ConvKernel {
       const bool square = w.stride[1] == w.stride[2] && w.kernel[1] == w.kernel[2];
       if (depthwise_2d && square) {
         if (w.kernel[1] == 3 && w.stride[1] == 1 && DepthwiseBlockedFits<3, 3, 1>(w))
-          return RunDepthwiseBlocked<3, 3, 1>(call, w, activation);
+          return RunDepthwiseBlocked<3, 3, 1>(call, w, act);
         if (w.kernel[1] == 3 && w.stride[1] == 2 && DepthwiseBlockedFits<3, 3, 2>(w))
-          return RunDepthwiseBlocked<3, 3, 2>(call, w, activation);
+          return RunDepthwiseBlocked<3, 3, 2>(call, w, act);
         if (w.kernel[1] == 5 && w.stride[1] == 1 && DepthwiseBlockedFits<5, 5, 1>(w))
-          return RunDepthwiseBlocked<5, 5, 1>(call, w, activation);
+          return RunDepthwiseBlocked<5, 5, 1>(call, w, act);
         if (w.kernel[1] == 5 && w.stride[1] == 2 && DepthwiseBlockedFits<5, 5, 2>(w))
-          return RunDepthwiseBlocked<5, 5, 2>(call, w, activation);
+          return RunDepthwiseBlocked<5, 5, 2>(call, w, act);
       }
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1)
-        return RunDepthwise2D<3, 3, 1>(call, w, activation);
+        return RunDepthwise2D<3, 3, 1>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 2)
-        return RunDepthwise2D<3, 3, 2>(call, w, activation);
+        return RunDepthwise2D<3, 3, 2>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 1)
-        return RunDepthwise2D<5, 5, 1>(call, w, activation);
+        return RunDepthwise2D<5, 5, 1>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 2)
-        return RunDepthwise2D<5, 5, 2>(call, w, activation);
+        return RunDepthwise2D<5, 5, 2>(call, w, act);
     }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
@@ -634,7 +642,7 @@ struct ConvKernel {
           const T* r = pres + job * out_size;
           for (int64_t i = 0; i < out_size; ++i) y[i] += r[i];
         }
-        ApplyActivation(y, out_size, activation, call->floats[0], call->floats[1]);
+        ApplyActivation(y, out_size, activation, act.alpha, act.beta);
       }
     };
     ParallelFor(call, batch * out_channels, 1, body);
@@ -646,8 +654,9 @@ struct ConvKernel {
 // where X' (im2col) is never materialised: each packed block of it is gathered from X
 // when the core asks for it. Jobs are (image, group, column chunk, row group), row group
 // fastest.
-int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, int64_t activation,
+int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, const kiln_activation& act,
                                  bool packed, int64_t cols) {
+  const int64_t activation = act.code;
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
@@ -798,8 +807,8 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       if (activation == KILN_UNARY_RELU) ep.kind = gemm::Epilogue::kRelu;
       if (activation == KILN_UNARY_CLIP) {
         ep.kind = gemm::Epilogue::kClip;
-        ep.lo = static_cast<float>(call->floats[0]);
-        ep.hi = static_cast<float>(call->floats[1]);
+        ep.lo = static_cast<float>(act.alpha);
+        ep.hi = static_cast<float>(act.beta);
       }
       if (packed) {
         const int64_t panels = (ocg + gemm::kMr - 1) / gemm::kMr;
@@ -809,7 +818,7 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       }
       if (ep.kind == gemm::Epilogue::kNone) {
         for (int64_t oc = m0; oc < m1; ++oc) {
-          ApplyActivation(c + oc * out_size + n0, n1 - n0, activation, call->floats[0], call->floats[1]);
+          ApplyActivation(c + oc * out_size + n0, n1 - n0, activation, act.alpha, act.beta);
         }
       }
     }
@@ -819,16 +828,17 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
 }
 
 struct ConvTransposeKernel {
-  // inputs: X [N, C, *in], W [C, OC/group, *kernel], B optional. ints: [group, window...]
-  // where pads are the begin pads applied to the full (uncropped) output.
+  // inputs: X [N, C, *in], W [C, OC/group, *kernel], B optional. Parameters:
+  // kiln_conv_params' group and window, whose pads apply to the full (uncropped) output.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
     const kiln_ktensor& W = call->inputs[1];
     const kiln_ktensor& Y = call->outputs[0];
-    const int64_t group = call->ints[0];
+    KILN_PARAMS(kiln_conv_params, params, call);
+    const int64_t group = params.group;
     Window w;
-    w.Load(call->ints + 1, X, Y);
+    w.Load(params.window, X, Y);
     const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
     const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
     const T* px = static_cast<const T*>(X.data);
@@ -1030,16 +1040,17 @@ static_assert(kDepthwiseStripFloats >= kPoolBlockedMaxWidth * 16 * 3 &&
               "a strip holds at least one pooled row");
 
 struct PoolKernel {
-  // ints: [op, window block..., count_include_pad]; floats: [p] for LpPool.
+  // Parameters: kiln_pool_params (kiln/kernels/pool.h).
   // Output 1 (MaxPool Indices) is filled when present, row-major over N, C and space.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
     const kiln_ktensor& Y = call->outputs[0];
-    const int op = static_cast<int>(call->ints[0]);
+    KILN_PARAMS(kiln_pool_params, params, call);
+    const int op = static_cast<int>(params.op);
     Window w;
-    const int64_t* rest = w.Load(call->ints + 1, X, Y);
-    const bool count_include_pad = rest[0] != 0;
+    w.Load(params.window, X, Y);
+    const bool count_include_pad = params.count_include_pad != 0;
     if constexpr (std::is_same_v<T, float> && kFastKernels) {
       const bool plain_2d = X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1;
       // Max pooling at column stride 2 with rows of 16 outputs or more: the row walk.
@@ -1052,13 +1063,13 @@ struct PoolKernel {
       // convolutions go (256x27x27: 0.042 ms against 0.048 for the row walk).
       if (plain_2d && op == KILN_POOL_MAX && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[1] == 2 &&
           w.stride[2] == 2 && DepthwiseBlockedFits<3, 3, 2>(w, kPoolBlockedMaxWidth)) {
-        return RunDepthwiseBlocked<3, 3, 2, true>(call, w, 0);
+        return RunDepthwiseBlocked<3, 3, 2, true>(call, w, kiln_activation{-1, 0, 0});
       }
       if (plain_2d && (op == KILN_POOL_MAX || (op == KILN_POOL_AVERAGE && !count_include_pad))) {
         return RunPool2D(call, w, op == KILN_POOL_MAX);
       }
     }
-    const double p = call->num_floats > 0 ? call->floats[0] : 2.0;
+    const double p = params.p;
     const T* px = static_cast<const T*>(X.data);
     T* py = static_cast<T*>(Y.data);
     int64_t* indices = call->num_outputs > 1 ? static_cast<int64_t*>(call->outputs[1].data) : nullptr;
@@ -1116,7 +1127,7 @@ struct PoolKernel {
 };
 
 struct BatchNormKernel {
-  // inputs: X, scale, bias, mean, var; floats: [epsilon]
+  // inputs: X, scale, bias, mean, var; parameters: kiln_norm_params' epsilon
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
@@ -1124,7 +1135,8 @@ struct BatchNormKernel {
     const T* bias = static_cast<const T*>(call->inputs[2].data);
     const T* mean = static_cast<const T*>(call->inputs[3].data);
     const T* var = static_cast<const T*>(call->inputs[4].data);
-    const double eps = call->floats[0];
+    KILN_PARAMS(kiln_norm_params, params, call);
+    const double eps = params.epsilon;
     const int64_t batch = X.dims[0], channels = X.rank > 1 ? X.dims[1] : 1;
     int64_t spatial = 1;
     for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
@@ -1150,7 +1162,8 @@ struct InstanceNormKernel {
     const kiln_ktensor& X = call->inputs[0];
     const T* scale = static_cast<const T*>(call->inputs[1].data);
     const T* bias = static_cast<const T*>(call->inputs[2].data);
-    const double eps = call->floats[0];
+    KILN_PARAMS(kiln_norm_params, params, call);
+    const double eps = params.epsilon;
     const int64_t channels = X.dims[1];
     int64_t spatial = 1;
     for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
@@ -1173,13 +1186,14 @@ struct InstanceNormKernel {
 };
 
 struct LayerNormKernel {
-  // inputs: X, Scale, B (optional); ints: [axis]; floats: [epsilon].
+  // inputs: X, Scale, B (optional); parameters: kiln_norm_params' axis and epsilon.
   // Outputs: Y, Mean and InvStdDev (optional, shape [outer..., 1...]).
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
-    const int64_t axis = call->ints[0];
-    const double eps = call->floats[0];
+    KILN_PARAMS(kiln_norm_params, params, call);
+    const int64_t axis = params.axis;
+    const double eps = params.epsilon;
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= X.dims[i];
     for (int32_t i = static_cast<int32_t>(axis); i < X.rank; ++i) inner *= X.dims[i];
@@ -1242,12 +1256,13 @@ struct LayerNormKernel {
 };
 
 struct LrnKernel {
-  // ints: [size]; floats: [alpha, beta, bias]
+  // Parameters: kiln_norm_params' size, alpha, beta and bias.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& X = call->inputs[0];
-    const int64_t size = call->ints[0];
-    const double alpha = call->floats[0], beta = call->floats[1], bias = call->floats[2];
+    KILN_PARAMS(kiln_norm_params, params, call);
+    const int64_t size = params.size;
+    const double alpha = params.alpha, beta = params.beta, bias = params.bias;
     const int64_t channels = X.dims[1];
     int64_t spatial = 1;
     for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];

@@ -3,11 +3,13 @@
 // folding and codegen all go through this one table.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,7 +36,37 @@ struct KernelOperand {
   std::shared_ptr<const Tensor> constant;  // when node_input == -1 (null: omitted input)
 };
 
-// A call into the kernel library: kiln_k_<kernel>(inputs, outputs = node outputs, ints, floats).
+// A kernel's parameter struct (one per op family: compiler/kernels/include/kiln/kernels/),
+// held as its bytes. The interpreter passes their address; codegen emits them as one
+// constant of the struct's size and alignment. The struct is filled and read by field
+// name on both sides, so a changed parameter is a compile error, not a shifted index.
+class KernelParams {
+ public:
+  template <typename P>
+  void Set(const P& params) {
+    static_assert(std::is_trivially_copyable_v<P>, "kernel parameters are plain C structs");
+    static_assert(alignof(P) <= alignof(uint64_t) && sizeof(P) % sizeof(uint64_t) == 0,
+                  "kernel parameter structs are made of 8-byte fields");
+    words_.assign(sizeof(P) / sizeof(uint64_t), 0);
+    std::memcpy(words_.data(), &params, sizeof(P));
+  }
+  // The struct set last; the caller names its type (plan-memory reads Concat's axis).
+  template <typename P>
+  P Get() const {
+    P params{};
+    if (words_.size() * sizeof(uint64_t) == sizeof(P)) std::memcpy(&params, words_.data(), sizeof(P));
+    return params;
+  }
+  bool empty() const { return words_.empty(); }
+  const void* data() const { return words_.empty() ? nullptr : words_.data(); }
+  int64_t size_bytes() const { return static_cast<int64_t>(words_.size() * sizeof(uint64_t)); }
+
+ private:
+  std::vector<uint64_t> words_;  // 8-byte words keep the struct's alignment
+};
+
+// A call into the kernel library: kiln_k_<kernel>(inputs, outputs = node outputs, params).
+// `ints` and `floats` are the positional parameters of kernels not yet given a struct.
 struct KernelCall {
   std::string kernel;
   std::vector<KernelOperand> inputs;
@@ -46,6 +78,7 @@ struct KernelCall {
   // u8 tensor of this many bytes after the node's outputs, placed in the arena by
   // plan-memory for the node's duration.
   int64_t scratch_bytes = 0;
+  KernelParams params;
 };
 
 struct OpSchema {
@@ -92,6 +125,10 @@ std::optional<ScalarOp> AsScalarOp(const Node& node);
 //             result of op k - #inputs; the last op's result is the output
 //   params  = [alpha, beta] per op
 inline constexpr char kFusedElementwiseOp[] = "kiln.Elementwise";
+// Its limits: external inputs and ops of one chain (the kernel's KILN_FUSED_MAX_*, checked
+// in elementwise_ops.cc, so that passes need no kernel header).
+inline constexpr size_t kFusedMaxInputs = 8;
+inline constexpr size_t kFusedMaxOps = 32;
 
 // Infers the types of every node output in order. Inputs listed as constant_inputs that
 // are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated
