@@ -43,7 +43,6 @@ class GlueBuilder {
   absl::StatusOr<llvm::Value*> ConstantTensor(const Tensor* tensor);
   llvm::GlobalVariable* ConstantBytes(const std::string& name, const void* data, int64_t size, unsigned align);
   llvm::Constant* Int64Array(const std::vector<int64_t>& values);
-  llvm::Constant* DoubleArray(const std::vector<double>& values);
   llvm::Constant* Params(const KernelParams& params);
   llvm::Constant* CString(const std::string& text);
   llvm::Constant* TensorInfos(const std::vector<Value*>& values);

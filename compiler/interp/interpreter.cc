@@ -76,12 +76,8 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   kiln_kcall kcall{};
   kcall.inputs = in_views.data();
   kcall.outputs = out_views.data();
-  kcall.ints = call->ints.data();
-  kcall.floats = call->floats.data();
   kcall.num_inputs = static_cast<int32_t>(in_views.size());
   kcall.num_outputs = static_cast<int32_t>(out_views.size());
-  kcall.num_ints = static_cast<int32_t>(call->ints.size());
-  kcall.num_floats = static_cast<int32_t>(call->floats.size());
   kcall.params = call->params.data();
   kcall.params_size = call->params.size_bytes();
   int32_t rc = kernel->second(&kcall);

@@ -274,7 +274,7 @@ void RegisterElementwiseOps(Registry& registry) {
       return InferBroadcast(ctx, ctx.type(1).dtype);
     };
     schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"where", PassInputs(node, 3), {}, {}};
+      return KernelCall{"where", PassInputs(node, 3)};
     };
     registry.Add(std::move(schema));
   }
@@ -296,7 +296,7 @@ void RegisterElementwiseOps(Registry& registry) {
       return absl::OkStatus();
     };
     schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"cast", PassInputs(node, 1), {}, {}};
+      return KernelCall{"cast", PassInputs(node, 1)};
     };
     registry.Add(std::move(schema));
   }

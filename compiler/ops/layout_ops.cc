@@ -93,7 +93,7 @@ void RegisterLayoutOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"blocked_mean", PassAllInputs(node), {}, {}};
+      return KernelCall{"blocked_mean", PassAllInputs(node)};
     };
     registry.Add(std::move(s));
   }
@@ -115,7 +115,7 @@ void RegisterLayoutOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"blocked_scale", PassAllInputs(node), {}, {}};
+      return KernelCall{"blocked_scale", PassAllInputs(node)};
     };
     registry.Add(std::move(s));
   }
@@ -131,7 +131,7 @@ void RegisterLayoutOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"to_blocked", PassAllInputs(node), {}, {}};
+      return KernelCall{"to_blocked", PassAllInputs(node)};
     };
     registry.Add(std::move(s));
   }
@@ -151,7 +151,7 @@ void RegisterLayoutOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"from_blocked", PassAllInputs(node), {}, {}};
+      return KernelCall{"from_blocked", PassAllInputs(node)};
     };
     registry.Add(std::move(s));
   }
@@ -247,9 +247,8 @@ void RegisterLayoutOps(Registry& registry) {
       params.window.pads_end[1] = shape->pads[3];
       params.window.dilations[0] = params.window.dilations[1] = 1;
       KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-      KernelCall call{
-          "blocked_conv", {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}}, {}, {}};
-      call.params.Set(params);
+      KernelCall call = CallWithParams(
+          "blocked_conv", {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}}, params);
       if (node.input(3) != nullptr) call.inputs.push_back(KernelOperand{3, nullptr});
       return call;
     };

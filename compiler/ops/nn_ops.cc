@@ -104,13 +104,6 @@ absl::StatusOr<kiln_activation> FusedActivation(const Node& node) {
   return NodeError(node, absl::StrCat("kiln.activation '", name, "' is not one of ", absl::StrJoin(known, ", ")));
 }
 
-void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w) {
-  ints.push_back(static_cast<int64_t>(w.kernel.size()));
-  for (const auto* v : {&w.kernel, &w.strides, &w.pads_begin, &w.pads_end, &w.dilations}) {
-    ints.insert(ints.end(), v->begin(), v->end());
-  }
-}
-
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
 
 absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b) {
@@ -155,14 +148,6 @@ absl::StatusOr<kiln_matmul_shape> MatMulShape(const Node& node, std::vector<int6
   fill(a, shape.a_batch_strides, shape.M * shape.K);
   fill(b, shape.b_batch_strides, shape.K * shape.N);
   return shape;
-}
-
-std::vector<int64_t> MatMulShapeInts(const kiln_matmul_shape& shape) {
-  std::vector<int64_t> ints = {shape.M, shape.K, shape.N, shape.batch_rank};
-  for (const int64_t* v : {shape.batch_dims, shape.a_batch_strides, shape.b_batch_strides}) {
-    ints.insert(ints.end(), v, v + shape.batch_rank);
-  }
-  return ints;
 }
 
 namespace {
@@ -235,8 +220,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   if (chunk > tiles) chunk = tiles;
   KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
   params.tiles_per_chunk = chunk;
-  KernelCall call{"conv_winograd", {}, {}, {}};
-  call.params.Set(params);
+  KernelCall call = CallWithParams("conv_winograd", {}, params);
   call.inputs.push_back(KernelOperand{0, nullptr});
   call.inputs.push_back(KernelOperand{-1, std::move(u)});
   call.inputs.push_back(KernelOperand{node.inputs().size() > 2 && node.input(2) != nullptr ? 2 : -1, nullptr});
@@ -278,9 +262,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   // The job width in output positions: --tune's "gemmN" (kiln.algorithm), else the kernel's default.
   const std::string algorithm = node.GetString("kiln.algorithm", "");
   if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0) params.job_cols = std::atoll(algorithm.c_str() + 4);
-  KernelCall call{"conv", PassAllInputs(node), {}, {}};
+  KernelCall call = CallWithParams("conv", PassAllInputs(node), params);
   call.inputs[1] = KernelOperand{-1, std::move(packed)};
-  call.params.Set(params);
   return call;
 }
 
@@ -368,9 +351,7 @@ void RegisterNnOps(Registry& registry) {
       kiln_matmul_params params{};
       KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
       KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-      KernelCall call{"matmul", PassAllInputs(node), {}, {}};
-      call.params.Set(params);
-      return call;
+      return CallWithParams("matmul", PassAllInputs(node), params);
     };
     // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
     // 16-column panels [N/16][K][16] at compile time (b_panels).
@@ -423,9 +404,7 @@ void RegisterNnOps(Registry& registry) {
       params.alpha = node.GetFloat("alpha", 1.0);
       params.beta = node.GetFloat("beta", 1.0);
       KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-      KernelCall call{"gemm", PassAllInputs(node), {}, {}};
-      call.params.Set(params);
-      return call;
+      return CallWithParams("gemm", PassAllInputs(node), params);
     };
     registry.Add(std::move(s));
   }
@@ -498,9 +477,7 @@ void RegisterNnOps(Registry& registry) {
       auto win = ConvWindow(node);
       if (!win.ok()) return win.status();
       KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
-      KernelCall call{"conv", PassAllInputs(node), {}, {}};
-      call.params.Set(params);
-      return call;
+      return CallWithParams("conv", PassAllInputs(node), params);
     };
     s.lower_fast = LowerConvForArtifact;
     registry.Add(std::move(s));
@@ -529,9 +506,7 @@ void RegisterNnOps(Registry& registry) {
       kiln_conv_params params{};
       params.group = node.GetInt("group", 1);
       KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
-      KernelCall call{"conv_transpose", PassAllInputs(node), {}, {}};
-      call.params.Set(params);
-      return call;
+      return CallWithParams("conv_transpose", PassAllInputs(node), params);
     };
     registry.Add(std::move(s));
   }
@@ -568,9 +543,7 @@ void RegisterNnOps(Registry& registry) {
       KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
       params.count_include_pad = node.GetInt("count_include_pad", 0);
       params.p = static_cast<double>(node.GetInt("p", 2));
-      KernelCall call{"pool", PassInputs(node, 1), {}, {}};
-      call.params.Set(params);
-      return call;
+      return CallWithParams("pool", PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }

@@ -45,7 +45,7 @@ std::vector<int64_t> ToInts(const Tensor& tensor);
 // A call of `kernel` with its parameter struct (kiln/kernels/<family>.h).
 template <typename P>
 KernelCall CallWithParams(const char* kernel, std::vector<KernelOperand> inputs, const P& params) {
-  KernelCall call{kernel, std::move(inputs), {}, {}};
+  KernelCall call{kernel, std::move(inputs)};
   call.params.Set(params);
   return call;
 }
@@ -86,9 +86,6 @@ absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<i
                                            const std::vector<int64_t>& kernel, bool ceil_mode);
 // The kernels' window struct; error (naming the node) past KILN_MAX_SPATIAL dims.
 absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w);
-// Appends the positional window block (rank, kernel, strides, pads begin, pads end,
-// dilations) of the kernels not yet on a parameter struct (quant.cc).
-void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w);
 // The epilogue activation the fuse pass named in `kiln.activation` (none: code -1); an
 // unknown name is an error naming the node.
 absl::StatusOr<kiln_activation> FusedActivation(const Node& node);
@@ -100,8 +97,5 @@ absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector
 // A matrix product's shape for the kernels (numpy matmul broadcasting; 1-D operands
 // promoted); error past KILN_MAX_RANK batch dims.
 absl::StatusOr<kiln_matmul_shape> MatMulShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b);
-// The same as the positional block [M, K, N, batch_rank, batch dims, A's batch strides,
-// B's batch strides] of the kernels not yet on a parameter struct (quant.cc).
-std::vector<int64_t> MatMulShapeInts(const kiln_matmul_shape& shape);
 
 }  // namespace kiln::ops

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 
+#include "kiln/kernels/quant.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -17,7 +18,11 @@ bool IsQuantized(DType d) { return d == DType::kUInt8 || d == DType::kInt8; }
 // (ConvInteger), the requantized u8/s8 (QLinearConv), or the f32 value (sum * x_scale *
 // w_scale + an f32 bias: kiln.QLinearConvToFloat, fold-qdq's form for a Conv whose result
 // stays f32).
-enum ConvMode : int64_t { kSumInt32 = 0, kRequantize = 1, kToFloat = 2 };
+enum ConvMode : int64_t {
+  kSumInt32 = KILN_QUANT_SUM_INT32,
+  kRequantize = KILN_QUANT_REQUANTIZE,
+  kToFloat = KILN_QUANT_TO_FLOAT
+};
 
 int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   return std::accumulate(dims.begin() + begin, dims.begin() + end, int64_t{1}, std::multiplies<int64_t>());
@@ -163,12 +168,12 @@ absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<Kernel
   auto win =
       ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(StaticDims(node.input(w_input)))), false);
   if (!win.ok()) return win.status();
-  KernelCall call{"qconv", std::move(inputs), {node.GetInt("group", 1)}, {}};
-  AppendWindow(call.ints, *win);
-  // The mode, the plain layout (not QConvFast's), and fold-qdq's Relu (a clamp at Y's
-  // zero point).
-  call.ints.insert(call.ints.end(), {mode, 0, node.GetInt("kiln.relu", 0)});
-  return call;
+  kiln_quant_params params{};
+  params.group = node.GetInt("group", 1);
+  KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+  params.mode = mode;
+  params.relu = node.GetInt("kiln.relu", 0);  // fold-qdq's Relu: a clamp at Y's zero point
+  return CallWithParams("qconv", std::move(inputs), params);
 }
 
 KernelOperand Input(const Node& node, size_t i) {
@@ -189,15 +194,13 @@ absl::Status InferQuantizedMatMulOperands(InferContext& ctx, DType out) {
 // The reference qmatmul call of those two ops: A, B, their zero points and scales, then
 // `tail` (Y's scale and zero point, or two empty slots and the f32 bias).
 absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<KernelOperand> tail, ConvMode mode) {
-  KILN_ASSIGN_OR_RETURN(kiln_matmul_shape shape,
-                        MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(3))));
-  KernelCall call{"qmatmul",
-                  {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4)},
-                  MatMulShapeInts(shape),
-                  {}};
-  call.inputs.insert(call.inputs.end(), tail.begin(), tail.end());
-  call.ints.push_back(mode);
-  return call;
+  kiln_quant_params params{};
+  KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(3))));
+  params.mode = mode;
+  std::vector<KernelOperand> inputs = {Input(node, 0), Input(node, 3), Input(node, 2),
+                                       Input(node, 5), Input(node, 1), Input(node, 4)};
+  inputs.insert(inputs.end(), tail.begin(), tail.end());
+  return CallWithParams("qmatmul", std::move(inputs), params);
 }
 
 // The int8 convolution for artifacts (kernels/lib/quant.cc, QConvFast): constant weights,
@@ -270,19 +273,23 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   }
   auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(wd)), false);
   if (!win.ok()) return win.status();
-  KernelCall call{
-      "qconv",
-      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
-      {group},
-      {}};
-  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
-  AppendWindow(call.ints, *win);
+  kiln_quant_params params{};
+  params.group = group;
+  KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+  params.mode = mode;
+  params.relu = node.GetInt("kiln.relu", 0);
+  params.packed_weights = 1;
+  params.x_zero_point = zx;
+  params.x_signed = x_signed ? 1 : 0;
   const DType y_type = node.output(0)->type().dtype;
-  const int64_t y_zero = requantize ? IntAt(node.input(7), 0) : 0;
-  int64_t lo = y_type == DType::kUInt8 ? 0 : -128;
-  const int64_t hi = y_type == DType::kUInt8 ? 255 : 127;
-  if (node.GetInt("kiln.relu", 0) == 1) lo = std::max(lo, y_zero);
-  call.ints.insert(call.ints.end(), {mode, 1, zx, x_signed ? 1 : 0, y_zero, lo, hi, node.GetInt("kiln.relu", 0)});
+  params.y_zero_point = requantize ? IntAt(node.input(7), 0) : 0;
+  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
+  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
+  if (params.relu == 1) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
+  KernelCall call = CallWithParams(
+      "qconv", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
+      params);
+  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;
@@ -344,22 +351,20 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& nod
     }
     multipliers->data_as<float>()[n] = multiplier;
   }
-  KernelCall call{
-      "qgemm",
-      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
-      {},
-      {}};
-  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
+  kiln_quant_params params{};
+  params.mode = mode;
+  params.rows = rows;
+  params.K = K;
+  params.N = N;
+  params.x_signed = a_signed ? 1 : 0;
   const DType y_type = node.output(0)->type().dtype;
-  const int64_t y_zero = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
-  call.ints = {mode,
-               rows,
-               K,
-               N,
-               a_signed ? 1 : 0,
-               y_zero,
-               y_type == DType::kUInt8 ? 0 : -128,
-               y_type == DType::kUInt8 ? 255 : 127};
+  params.y_zero_point = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
+  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
+  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
+  KernelCall call = CallWithParams(
+      "qgemm", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
+      params);
+  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
   return call;
 }
 
@@ -376,7 +381,11 @@ void RegisterQuantOps(Registry& registry) {
       auto block = AxisBlock(node, StaticDims(node.input(0)),
                              Product(StaticDims(node.input(1)), 0, node.input(1)->type().shape.size()));
       if (!block.ok()) return block.status();
-      return KernelCall{quantize ? "quantize_linear" : "dequantize_linear", PassInputs(node, 3), *block, {}};
+      kiln_quant_params params{};
+      params.outer = (*block)[0];
+      params.channels = (*block)[1];
+      params.inner = (*block)[2];
+      return CallWithParams(quantize ? "quantize_linear" : "dequantize_linear", PassInputs(node, 3), params);
     };
     registry.Add(std::move(s));
   }
@@ -395,7 +404,7 @@ void RegisterQuantOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"dynamic_quantize_linear", PassInputs(node, 1), {}, {}};
+      return KernelCall{"dynamic_quantize_linear", PassInputs(node, 1)};
     };
     registry.Add(std::move(s));
   }
@@ -421,11 +430,10 @@ void RegisterQuantOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KILN_ASSIGN_OR_RETURN(kiln_matmul_shape shape,
-                            MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
-      KernelCall call{"qmatmul", PassInputs(node, 4), MatMulShapeInts(shape), {}};
-      call.ints.push_back(kSumInt32);
-      return call;
+      kiln_quant_params params{};
+      KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+      params.mode = kSumInt32;
+      return CallWithParams("qmatmul", PassInputs(node, 4), params);
     };
     s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
     registry.Add(std::move(s));

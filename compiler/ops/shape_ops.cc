@@ -38,7 +38,7 @@ kiln_movement_params Axis(int64_t axis) {
 }
 
 KernelCall ViewCopy() {
-  KernelCall call{"copy", {KernelOperand{0, nullptr}}, {}, {}};
+  KernelCall call{"copy", {KernelOperand{0, nullptr}}};
   call.is_view = true;
   return call;
 }
@@ -521,9 +521,7 @@ void RegisterShapeOps(Registry& registry) {
       ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
       return absl::OkStatus();
     };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"tile", PassInputs(node, 1), {}, {}};
-    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return KernelCall{"tile", PassInputs(node, 1)}; };
     registry.Add(std::move(s));
   }
   {
@@ -660,7 +658,7 @@ void RegisterShapeOps(Registry& registry) {
       if (const Tensor* given = node.GetTensor("value")) {
         std::memcpy(value->data(), given->data(), DTypeSize(given->dtype()));
       }
-      return KernelCall{"fill", {KernelOperand{-1, value}}, {}, {}};
+      return KernelCall{"fill", {KernelOperand{-1, value}}};
     };
     registry.Add(std::move(s));
   }
@@ -678,9 +676,7 @@ void RegisterShapeOps(Registry& registry) {
       ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {n});
       return absl::OkStatus();
     };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"range", PassInputs(node, 3), {}, {}};
-    };
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return KernelCall{"range", PassInputs(node, 3)}; };
     registry.Add(std::move(s));
   }
   {

@@ -33,17 +33,13 @@ typedef struct kiln_kexec {
 typedef struct kiln_kcall {
   const kiln_ktensor* inputs;
   const kiln_ktensor* outputs;
-  const int64_t* ints; /* positional parameters of the kernels that have no struct yet */
-  const double* floats;
-  const kiln_kexec* exec; /* may be NULL: run serially */
-  int32_t num_inputs;
-  int32_t num_outputs;
-  int32_t num_ints;
-  int32_t num_floats;
   /* The op family's parameter struct (kiln/kernels/<family>.h), NULL for kernels without
    * parameters; params_size is its size, checked by the kernel (KILN_PARAMS). */
   const void* params;
   int64_t params_size;
+  const kiln_kexec* exec; /* may be NULL: run serially */
+  int32_t num_inputs;
+  int32_t num_outputs;
 } kiln_kcall;
 
 /* Every kernel: returns 0 on success, a KILN_KERR_* code otherwise. */

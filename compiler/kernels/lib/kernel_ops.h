@@ -1,4 +1,4 @@
-/* Operation codes passed in kiln_kcall.ints[0] to the kernels that serve a family of ops.
+/* Operation codes in the parameter structs (`op`) of the kernels that serve a family of ops.
  * Shared by the compiler (which picks the code) and the kernel library (which switches on
  * it; after inlining, the switch folds away). */
 #ifndef KILN_KERNEL_OPS_H_

@@ -22,20 +22,6 @@ struct Window {
     for (int64_t i = 0; i < r; ++i) in[shift + i] = x.dims[2 + i];
     for (int64_t i = 0; i < r; ++i) out[shift + i] = y.dims[2 + i];
   }
-  // The positional form (rank, kernel[r], strides[r], pads_begin[r], pads_end[r],
-  // dilations[r]) of the kernels not yet on a struct; returns the position after it.
-  const int64_t* Load(const int64_t* p, const kiln_ktensor& x, const kiln_ktensor& y) {
-    kiln_window window{};
-    window.rank = *p++;
-    for (int64_t i = 0; i < window.rank; ++i) {
-      window.kernel[i] = p[i];
-      window.strides[i] = p[window.rank + i];
-      window.pads_begin[i] = p[2 * window.rank + i];
-      window.dilations[i] = p[4 * window.rank + i];
-    }
-    Load(window, x, y);
-    return p + 5 * window.rank;
-  }
   int64_t in_size() const { return in[0] * in[1] * in[2]; }
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
   int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }

@@ -66,19 +66,16 @@ class KernelParams {
 };
 
 // A call into the kernel library: kiln_k_<kernel>(inputs, outputs = node outputs, params).
-// `ints` and `floats` are the positional parameters of kernels not yet given a struct.
 struct KernelCall {
   std::string kernel;
   std::vector<KernelOperand> inputs;
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
+  KernelParams params;
   // Outputs that alias input 0 (Reshape and friends): codegen may skip the copy.
   bool is_view = false;
   // Workspace the kernel needs during the call. Codegen passes it as one more output, a
   // u8 tensor of this many bytes after the node's outputs, placed in the arena by
   // plan-memory for the node's duration.
   int64_t scratch_bytes = 0;
-  KernelParams params;
 };
 
 struct OpSchema {
