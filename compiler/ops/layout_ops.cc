@@ -1,4 +1,4 @@
-// Ops of the channel-blocked layout (kernels/lib/blocked.cc), written only by the layout
+// Ops of the channel-blocked layout (kernels/layout/blocked.cc), written only by the layout
 // pass (passes/layout.cc):
 //   %b = kiln.ToBlocked(%x)                    [N, C, H, W] -> [N, ceil(C / 16), H, W, 16]
 //   %x = kiln.FromBlocked(%b) {channels = C}   the inverse

@@ -166,7 +166,7 @@ absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
   return ComputeWindow(node, Spatial(x), node.GetInts("kernel_shape", Spatial(w)), false);
 }
 
-// Winograd F(4x4, 3x3) for artifacts (kernels/lib/winograd.cc): a 2-D f32 Conv with a
+// Winograd F(4x4, 3x3) for artifacts (kernels/conv/winograd.cc): a 2-D f32 Conv with a
 // constant 3x3 weight, stride 1, dilation 1, one group, input channels a multiple of 8 and
 // output channels a multiple of 16. The weight becomes U = G g G^T, 36 matrices of
 // [C x OC] stored as 16-column panels [36][OC/16][C][16], computed here in double.

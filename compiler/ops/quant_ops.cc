@@ -1,5 +1,5 @@
 // Quantized ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
-// QLinearMatMul, ConvInteger and QLinearConv (kernels in kernels/lib/quant.cc, where the
+// QLinearMatMul, ConvInteger and QLinearConv (kernels in kernels/quant/quant.cc, where the
 // requantization rule is stated).
 #include <algorithm>
 #include <climits>
@@ -203,7 +203,7 @@ absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<Ke
   return CallWithParams("qmatmul", std::move(inputs), params);
 }
 
-// The int8 convolution for artifacts (kernels/lib/quant.cc, QConvFast): constant weights,
+// The int8 convolution for artifacts (kernels/quant/quant.cc, QConvFast): constant weights,
 // zero points and scales; weights packed as s8 w - zw (they must fit) in panels of 8 rows,
 // [G][ceil(OC/G / 8)][KH * KW * ceil(C/G / 4)][8][4]; per output channel an i32 offset
 // (bias - zx' * sum(w - zw)) and an f32 multiplier (x_scale * w_scale / y_scale, as the
@@ -297,7 +297,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   return call;
 }
 
-// The int8 GEMM for artifacts (kernels/lib/quant.cc, qgemm): a constant 2-D B packed as
+// The int8 GEMM for artifacts (kernels/quant/quant.cc, qgemm): a constant 2-D B packed as
 // s8 b - zb (it must fit) in 16-column panels, [ceil(N/16)][ceil(K/4)][16][4]; per column
 // an i32 offset (-za' * sum(b - zb)) and an f32 multiplier (a_scale * b_scale, / y_scale
 // when requantizing), as the reference kernel computes them. A per tensor. Operand

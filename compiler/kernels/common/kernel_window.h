@@ -1,4 +1,4 @@
-// The spatial window of a convolution or pooling kernel call, shared by nn.cc and quant.cc.
+// The spatial window of a convolution or pooling kernel call, shared by conv, pool and quant.
 #pragma once
 
 #include "kernel_common.h"
