@@ -167,7 +167,9 @@ std::optional<ScalarOp> ScalarOpOf(const Node& node) {
   return std::nullopt;
 }
 
-void RegisterElementwiseOps(Registry& registry) {
+namespace {
+
+void RegisterFusedElementwise(Registry& registry) {
   {
     OpSchema schema;
     schema.name = kFusedElementwiseOp;
@@ -192,7 +194,9 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterUnaryOps(Registry& registry) {
   for (const UnaryDef& def : kUnaryOps) {
     OpSchema schema;
     schema.name = def.name;
@@ -213,7 +217,9 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterIsNaNAndIsInf(Registry& registry) {
   for (const char* name : {"IsNaN", "IsInf"}) {
     OpSchema schema;
     schema.name = name;
@@ -233,7 +239,9 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterBinaryOps(Registry& registry) {
   for (const BinaryDef& def : kBinaryOps) {
     OpSchema schema;
     schema.name = def.name;
@@ -262,7 +270,9 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterWhere(Registry& registry) {
   {
     OpSchema schema;
     schema.name = "Where";
@@ -278,7 +288,9 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterCastAndCastLike(Registry& registry) {
   for (const char* name : {"Cast", "CastLike"}) {
     OpSchema schema;
     schema.name = name;
@@ -300,7 +312,9 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterClip(Registry& registry) {
   {
     OpSchema schema;
     schema.name = "Clip";
@@ -323,6 +337,18 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     registry.Add(std::move(schema));
   }
+}
+
+}  // namespace
+
+void RegisterElementwiseOps(Registry& registry) {
+  RegisterFusedElementwise(registry);
+  RegisterUnaryOps(registry);
+  RegisterIsNaNAndIsInf(registry);
+  RegisterBinaryOps(registry);
+  RegisterWhere(registry);
+  RegisterCastAndCastLike(registry);
+  RegisterClip(registry);
 }
 
 }  // namespace kiln::ops

@@ -82,7 +82,9 @@ absl::Status RequireBlocked(const InferContext& ctx, size_t i) {
 
 }  // namespace
 
-void RegisterLayoutOps(Registry& registry) {
+namespace {
+
+void RegisterBlockedMean(Registry& registry) {
   {
     OpSchema s;
     s.name = "kiln.BlockedMean";
@@ -97,6 +99,9 @@ void RegisterLayoutOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterBlockedScale(Registry& registry) {
   {
     OpSchema s;
     s.name = "kiln.BlockedScale";
@@ -119,6 +124,9 @@ void RegisterLayoutOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterToBlocked(Registry& registry) {
   {
     OpSchema s;
     s.name = "kiln.ToBlocked";
@@ -135,6 +143,9 @@ void RegisterLayoutOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterFromBlocked(Registry& registry) {
   {
     OpSchema s;
     s.name = "kiln.FromBlocked";
@@ -155,6 +166,9 @@ void RegisterLayoutOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterBlockedConv(Registry& registry) {
   {
     OpSchema s;
     s.name = "kiln.BlockedConv";
@@ -254,6 +268,16 @@ void RegisterLayoutOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+}  // namespace
+
+void RegisterLayoutOps(Registry& registry) {
+  RegisterBlockedMean(registry);
+  RegisterBlockedScale(registry);
+  RegisterToBlocked(registry);
+  RegisterFromBlocked(registry);
+  RegisterBlockedConv(registry);
 }
 
 }  // namespace kiln::ops

@@ -331,7 +331,9 @@ absl::StatusOr<WindowParams> ConvTransposeWindow(const Node& node) {
 
 }  // namespace
 
-void RegisterNnOps(Registry& registry) {
+namespace {
+
+void RegisterMatMul(Registry& registry) {
   {
     OpSchema s;
     s.name = "MatMul";
@@ -379,6 +381,9 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterGemm(Registry& registry) {
   {
     OpSchema s;
     s.name = "Gemm";
@@ -408,6 +413,9 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterConv(Registry& registry) {
   {
     OpSchema s;
     s.name = "Conv";
@@ -482,6 +490,9 @@ void RegisterNnOps(Registry& registry) {
     s.lower_fast = LowerConvForArtifact;
     registry.Add(std::move(s));
   }
+}
+
+void RegisterConvTranspose(Registry& registry) {
   {
     OpSchema s;
     s.name = "ConvTranspose";
@@ -510,6 +521,9 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterPools(Registry& registry) {
   struct PoolDef {
     const char* name;
     int code;
@@ -547,6 +561,9 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterBatchNormalization(Registry& registry) {
   {
     OpSchema s;
     s.name = "BatchNormalization";
@@ -563,6 +580,9 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterInstanceNormalization(Registry& registry) {
   {
     OpSchema s;
     s.name = "InstanceNormalization";
@@ -576,6 +596,9 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterLayerNormalization(Registry& registry) {
   {
     OpSchema s;
     s.name = "LayerNormalization";
@@ -602,6 +625,9 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterLRN(Registry& registry) {
   {
     OpSchema s;
     s.name = "LRN";
@@ -619,6 +645,20 @@ void RegisterNnOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+}  // namespace
+
+void RegisterNnOps(Registry& registry) {
+  RegisterMatMul(registry);
+  RegisterGemm(registry);
+  RegisterConv(registry);
+  RegisterConvTranspose(registry);
+  RegisterPools(registry);
+  RegisterBatchNormalization(registry);
+  RegisterInstanceNormalization(registry);
+  RegisterLayerNormalization(registry);
+  RegisterLRN(registry);
 }
 
 }  // namespace kiln::ops

@@ -370,7 +370,9 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& nod
 
 }  // namespace
 
-void RegisterQuantOps(Registry& registry) {
+namespace {
+
+void RegisterQuantizeAndDequantize(Registry& registry) {
   for (const bool quantize : {true, false}) {
     OpSchema s;
     s.name = quantize ? "QuantizeLinear" : "DequantizeLinear";
@@ -389,7 +391,9 @@ void RegisterQuantOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
 
+void RegisterDynamicQuantizeLinear(Registry& registry) {
   {
     OpSchema s;
     s.name = "DynamicQuantizeLinear";
@@ -408,7 +412,9 @@ void RegisterQuantOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
 
+void RegisterMatMulInteger(Registry& registry) {
   {
     OpSchema s;
     s.name = "MatMulInteger";
@@ -438,7 +444,9 @@ void RegisterQuantOps(Registry& registry) {
     s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
     registry.Add(std::move(s));
   }
+}
 
+void RegisterQLinearMatMul(Registry& registry) {
   {
     OpSchema s;
     s.name = "QLinearMatMul";
@@ -456,7 +464,9 @@ void RegisterQuantOps(Registry& registry) {
     s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
     registry.Add(std::move(s));
   }
+}
 
+void RegisterQLinearMatMulToFloat(Registry& registry) {
   {
     // fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
     // GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
@@ -481,7 +491,9 @@ void RegisterQuantOps(Registry& registry) {
     s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
     registry.Add(std::move(s));
   }
+}
 
+void RegisterConvInteger(Registry& registry) {
   {
     OpSchema s;
     s.name = "ConvInteger";
@@ -507,7 +519,9 @@ void RegisterQuantOps(Registry& registry) {
     s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kSumInt32); };
     registry.Add(std::move(s));
   }
+}
 
+void RegisterQLinearConv(Registry& registry) {
   {
     OpSchema s;
     s.name = "QLinearConv";
@@ -537,7 +551,9 @@ void RegisterQuantOps(Registry& registry) {
     s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
     registry.Add(std::move(s));
   }
+}
 
+void RegisterQLinearConvToFloat(Registry& registry) {
   {
     // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
     // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
@@ -565,6 +581,19 @@ void RegisterQuantOps(Registry& registry) {
     s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };
     registry.Add(std::move(s));
   }
+}
+
+}  // namespace
+
+void RegisterQuantOps(Registry& registry) {
+  RegisterQuantizeAndDequantize(registry);
+  RegisterDynamicQuantizeLinear(registry);
+  RegisterMatMulInteger(registry);
+  RegisterQLinearMatMul(registry);
+  RegisterQLinearMatMulToFloat(registry);
+  RegisterConvInteger(registry);
+  RegisterQLinearConv(registry);
+  RegisterQLinearConvToFloat(registry);
 }
 
 }  // namespace kiln::ops

@@ -31,6 +31,17 @@ KernelCall MovementCall(const char* kernel, std::vector<KernelOperand> inputs, c
   return CallWithParams(kernel, std::move(inputs), params);
 }
 
+// ScatterElements' and ScatterND's `reduction` as kiln_movement_params.reduction.
+absl::StatusOr<int64_t> ScatterReduction(const Node& node) {
+  std::string r = node.GetString("reduction", "none");
+  if (r == "none") return 0;
+  if (r == "add") return 1;
+  if (r == "mul") return 2;
+  if (r == "max") return 3;
+  if (r == "min") return 4;
+  return NodeError(node, absl::StrCat("unknown reduction '", r, "'"));
+}
+
 kiln_movement_params Axis(int64_t axis) {
   kiln_movement_params params{};
   params.axis = axis;
@@ -146,7 +157,9 @@ absl::StatusOr<std::vector<int64_t>> SqueezeAxes(const InferContext& ctx) {
 
 }  // namespace
 
-void RegisterShapeOps(Registry& registry) {
+namespace {
+
+void RegisterShape(Registry& registry) {
   {
     OpSchema s = Schema("Shape", 1, 1);
     auto range = [](const Node& node, int64_t rank) {
@@ -175,6 +188,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterSize(Registry& registry) {
   {
     OpSchema s = Schema("Size", 1, 1);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -192,6 +208,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterReshape(Registry& registry) {
   {
     OpSchema s = Schema("Reshape", 1, 2, 0b10);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -212,6 +231,9 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node&) -> absl::StatusOr<KernelCall> { return ViewCopy(); };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterIdentityFlattenSqueeze(Registry& registry) {
   for (const char* name : {"Identity", "Flatten", "Squeeze", "Unsqueeze"}) {
     OpSchema s = Schema(name, 1, std::string(name) == "Squeeze" || std::string(name) == "Unsqueeze" ? 2 : 1, 0b10);
     std::string op = name;
@@ -269,6 +291,9 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node&) -> absl::StatusOr<KernelCall> { return ViewCopy(); };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterTranspose(Registry& registry) {
   {
     OpSchema s = Schema("Transpose", 1, 1);
     auto perm_of = [](const Node& node, int64_t rank) {
@@ -307,6 +332,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterSlice(Registry& registry) {
   {
     OpSchema s = Schema("Slice", 1, 5, 0b11110);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -330,6 +358,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterExpand(Registry& registry) {
   {
     OpSchema s = Schema("Expand", 2, 2, 0b10);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -350,6 +381,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterConcat(Registry& registry) {
   {
     OpSchema s = Schema("Concat", 1, 1 << 20);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -382,6 +416,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterSplit(Registry& registry) {
   {
     OpSchema s = Schema("Split", 1, 2, 0b10);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -419,6 +456,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterGather(Registry& registry) {
   {
     OpSchema s = Schema("Gather", 2, 2);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -439,6 +479,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterGatherElements(Registry& registry) {
   {
     OpSchema s = Schema("GatherElements", 2, 2);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -452,6 +495,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterGatherND(Registry& registry) {
   {
     OpSchema s = Schema("GatherND", 2, 2);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -474,20 +520,14 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
-  auto reduction_code = [](const Node& node) -> absl::StatusOr<int64_t> {
-    std::string r = node.GetString("reduction", "none");
-    if (r == "none") return 0;
-    if (r == "add") return 1;
-    if (r == "mul") return 2;
-    if (r == "max") return 3;
-    if (r == "min") return 4;
-    return NodeError(node, absl::StrCat("unknown reduction '", r, "'"));
-  };
+}
+
+void RegisterScatterElements(Registry& registry) {
   for (const char* name : {"ScatterElements", "Scatter"}) {
     OpSchema s = Schema(name, 3, 3);
     s.infer = SameAsInput0;
-    s.lower = [reduction_code](const Node& node) -> absl::StatusOr<KernelCall> {
-      auto code = reduction_code(node);
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto code = ScatterReduction(node);
       if (!code.ok()) return code.status();
       int64_t axis = node.GetInt("axis", 0);
       if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
@@ -497,11 +537,14 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterScatterND(Registry& registry) {
   {
     OpSchema s = Schema("ScatterND", 3, 3);
     s.infer = SameAsInput0;
-    s.lower = [reduction_code](const Node& node) -> absl::StatusOr<KernelCall> {
-      auto code = reduction_code(node);
+    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+      auto code = ScatterReduction(node);
       if (!code.ok()) return code.status();
       kiln_movement_params params{};
       params.reduction = *code;
@@ -509,6 +552,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterTile(Registry& registry) {
   {
     OpSchema s = Schema("Tile", 2, 2, 0b10);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -524,6 +570,9 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return KernelCall{"tile", PassInputs(node, 1)}; };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterPad(Registry& registry) {
   {
     OpSchema s = Schema("Pad", 1, 4, 0b1010);
     auto pads_of = [](const Node& node, const std::vector<const Tensor*>& constants,
@@ -590,6 +639,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterDepthToSpaceAndBack(Registry& registry) {
   for (const char* name : {"DepthToSpace", "SpaceToDepth"}) {
     OpSchema s = Schema(name, 1, 1);
     const bool to_space = std::string(name) == "DepthToSpace";
@@ -628,6 +680,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterTrilu(Registry& registry) {
   {
     OpSchema s = Schema("Trilu", 1, 2, 0b10);
     s.infer = SameAsInput0;
@@ -644,6 +699,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterConstantOfShape(Registry& registry) {
   {
     OpSchema s = Schema("ConstantOfShape", 1, 1, 0b1);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -662,6 +720,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterRange(Registry& registry) {
   {
     OpSchema s = Schema("Range", 3, 3, 0b111);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -679,6 +740,9 @@ void RegisterShapeOps(Registry& registry) {
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return KernelCall{"range", PassInputs(node, 3)}; };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterEyeLike(Registry& registry) {
   {
     OpSchema s = Schema("EyeLike", 1, 1);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -695,6 +759,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterOneHot(Registry& registry) {
   {
     OpSchema s = Schema("OneHot", 3, 3, 0b10);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -715,6 +782,9 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+void RegisterCumSum(Registry& registry) {
   {
     OpSchema s = Schema("CumSum", 2, 2, 0b10);
     s.infer = [](InferContext& ctx) -> absl::Status {
@@ -732,6 +802,34 @@ void RegisterShapeOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+}
+
+}  // namespace
+
+void RegisterShapeOps(Registry& registry) {
+  RegisterShape(registry);
+  RegisterSize(registry);
+  RegisterReshape(registry);
+  RegisterIdentityFlattenSqueeze(registry);
+  RegisterTranspose(registry);
+  RegisterSlice(registry);
+  RegisterExpand(registry);
+  RegisterConcat(registry);
+  RegisterSplit(registry);
+  RegisterGather(registry);
+  RegisterGatherElements(registry);
+  RegisterGatherND(registry);
+  RegisterScatterElements(registry);
+  RegisterScatterND(registry);
+  RegisterTile(registry);
+  RegisterPad(registry);
+  RegisterDepthToSpaceAndBack(registry);
+  RegisterTrilu(registry);
+  RegisterConstantOfShape(registry);
+  RegisterRange(registry);
+  RegisterEyeLike(registry);
+  RegisterOneHot(registry);
+  RegisterCumSum(registry);
 }
 
 }  // namespace kiln::ops
