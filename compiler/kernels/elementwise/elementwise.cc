@@ -2,6 +2,7 @@
 #include "kiln/kernels/elementwise.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
+#include "kiln/kernels/fp16.h"
 #include "unary_math.h"
 
 using namespace kiln_kernels;
@@ -277,55 +278,6 @@ struct CastFrom {
   }
 };
 
-uint16_t FloatToHalfBits(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (abs < 0x38800000u) {
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
-    uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
-    int shift = 126 - static_cast<int>(abs >> 23);
-    uint32_t half = mantissa >> (shift + 1);
-    uint32_t rest = mantissa & ((1u << (shift + 1)) - 1);
-    uint32_t halfway = 1u << shift;
-    if (rest > halfway || (rest == halfway && (half & 1))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = (abs >> 13) - ((127 - 15) << 10);
-  uint32_t rest = abs & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
-  return static_cast<uint16_t>(sign | half);
-}
-
-float HalfBitsToFloat(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
 struct ClipKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
@@ -377,7 +329,7 @@ KILN_KERNEL(cast) {
       return KILN_KERR_OK;
     }
     for (int64_t i = 0; i < n; ++i) {
-      float f = HalfBitsToFloat(src[i]);
+      float f = kiln_half_to_float(src[i]);
       switch (out.dtype) {
         case kF32: static_cast<float*>(out.data)[i] = f; break;
         case kF64: static_cast<double*>(out.data)[i] = f; break;
@@ -398,7 +350,7 @@ KILN_KERNEL(cast) {
   }
   if (out.dtype == kF16) {
     uint16_t* dst = static_cast<uint16_t*>(out.data);
-    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalfBits(static_cast<float>(LoadAsDouble(in.data, in.dtype, i)));
+    for (int64_t i = 0; i < n; ++i) dst[i] = kiln_float_to_half(static_cast<float>(LoadAsDouble(in.data, in.dtype, i)));
     return KILN_KERR_OK;
   }
   KILN_DISPATCH_NUMERIC(in.dtype, CastFrom, call);

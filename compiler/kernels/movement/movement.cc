@@ -143,6 +143,46 @@ struct Split {
   }
 };
 
+// An index along a dim of `extent`, negative ones counting from the end; -1 when out of
+// range. Every Gather and Scatter kernel decodes its indices so.
+inline int64_t ResolveIndex(int64_t idx, int64_t extent) {
+  if (idx < 0) idx += extent;
+  return idx < 0 || idx >= extent ? -1 : idx;
+}
+
+// GatherElements' and ScatterElements' walk: for element i of `indices`, f(i, offset)
+// with the offset in data (row-major) of the element it names along `axis`.
+template <typename F>
+int32_t ForEachElementIndex(const kiln_ktensor& data, const kiln_ktensor& indices, int64_t axis, F f) {
+  int64_t data_strides[kMaxRank], fixed[kMaxRank];
+  ContiguousStrides(data.dims, data.rank, data_strides);
+  for (int32_t d = 0; d < indices.rank; ++d) fixed[d] = d == axis ? 0 : data_strides[d];
+  IndexWalker walker(indices.dims, indices.rank);
+  int64_t offsets[1] = {0};
+  const int64_t* strides[1] = {fixed};
+  const int64_t n = Numel(indices);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t idx = ResolveIndex(IndexAt(indices, i), data.dims[axis]);
+    if (idx < 0) return KILN_KERR_INDEX;
+    f(i, offsets[0] + idx * data_strides[axis]);
+    walker.Next(offsets, strides);
+  }
+  return KILN_KERR_OK;
+}
+
+// GatherND's and ScatterND's tuples: the offset in data of index tuple t (`depth` entries
+// over dims first_dim, first_dim + 1, ...), or -1 when an entry is out of range.
+inline int64_t TupleOffset(const kiln_ktensor& data, const int64_t* data_strides, const kiln_ktensor& indices,
+                           int64_t t, int64_t depth, int64_t first_dim) {
+  int64_t offset = 0;
+  for (int64_t k = 0; k < depth; ++k) {
+    const int64_t idx = ResolveIndex(IndexAt(indices, t * depth + k), data.dims[first_dim + k]);
+    if (idx < 0) return -1;
+    offset += idx * data_strides[first_dim + k];
+  }
+  return offset;
+}
+
 struct Gather {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
@@ -159,9 +199,8 @@ struct Gather {
     T* po = static_cast<T*>(call->outputs[0].data);
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t k = 0; k < num_indices; ++k) {
-        int64_t idx = IndexAt(indices, k);
-        if (idx < 0) idx += axis_len;
-        if (idx < 0 || idx >= axis_len) return KILN_KERR_INDEX;
+        const int64_t idx = ResolveIndex(IndexAt(indices, k), axis_len);
+        if (idx < 0) return KILN_KERR_INDEX;
         const T* src = pd + (o * axis_len + idx) * inner;
         T* dst = po + (o * num_indices + k) * inner;
         for (int64_t j = 0; j < inner; ++j) dst[j] = src[j];
@@ -177,25 +216,9 @@ struct GatherElements {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
     KILN_PARAMS(kiln_movement_params, params, call);
-    const int64_t axis = params.axis;
-    int64_t data_strides[kMaxRank];
-    ContiguousStrides(data.dims, data.rank, data_strides);
     const T* pd = static_cast<const T*>(data.data);
     T* po = static_cast<T*>(call->outputs[0].data);
-    IndexWalker walker(indices.dims, indices.rank);
-    int64_t offsets[1] = {0};
-    int64_t fixed_strides[kMaxRank];
-    for (int32_t d = 0; d < indices.rank; ++d) fixed_strides[d] = d == axis ? 0 : data_strides[d];
-    const int64_t* strides[1] = {fixed_strides};
-    const int64_t n = Numel(indices);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t idx = IndexAt(indices, i);
-      if (idx < 0) idx += data.dims[axis];
-      if (idx < 0 || idx >= data.dims[axis]) return KILN_KERR_INDEX;
-      po[i] = pd[offsets[0] + idx * data_strides[axis]];
-      walker.Next(offsets, strides);
-    }
-    return KILN_KERR_OK;
+    return ForEachElementIndex(data, indices, params.axis, [&](int64_t i, int64_t offset) { po[i] = pd[offset]; });
   }
 };
 
@@ -219,15 +242,10 @@ struct GatherND {
     const T* pd = static_cast<const T*>(data.data);
     T* po = static_cast<T*>(call->outputs[0].data);
     for (int64_t t = 0; t < num_tuples; ++t) {
-      int64_t offset = (t / tuples_per_batch) * batch_stride;
-      for (int64_t k = 0; k < index_depth; ++k) {
-        int64_t dim = data.dims[batch_dims + k];
-        int64_t idx = IndexAt(indices, t * index_depth + k);
-        if (idx < 0) idx += dim;
-        if (idx < 0 || idx >= dim) return KILN_KERR_INDEX;
-        offset += idx * data_strides[batch_dims + k];
-      }
-      for (int64_t j = 0; j < slice; ++j) po[t * slice + j] = pd[offset + j];
+      const int64_t offset = TupleOffset(data, data_strides, indices, t, index_depth, batch_dims);
+      if (offset < 0) return KILN_KERR_INDEX;
+      const T* src = pd + (t / tuples_per_batch) * batch_stride + offset;
+      for (int64_t j = 0; j < slice; ++j) po[t * slice + j] = src[j];
     }
     return KILN_KERR_OK;
   }
@@ -252,27 +270,13 @@ struct ScatterElements {
     const kiln_ktensor& indices = call->inputs[1];
     const kiln_ktensor& updates = call->inputs[2];
     KILN_PARAMS(kiln_movement_params, params, call);
-    const int64_t axis = params.axis, reduction = params.reduction;
+    const int64_t reduction = params.reduction;
     T* po = static_cast<T*>(call->outputs[0].data);
     const T* pu = static_cast<const T*>(updates.data);
-    const int64_t total = Numel(data);
-    memcpy(po, data.data, total * sizeof(T));
-    int64_t data_strides[kMaxRank], fixed[kMaxRank];
-    ContiguousStrides(data.dims, data.rank, data_strides);
-    for (int32_t d = 0; d < indices.rank; ++d) fixed[d] = d == axis ? 0 : data_strides[d];
-    IndexWalker walker(indices.dims, indices.rank);
-    int64_t offsets[1] = {0};
-    const int64_t* strides[1] = {fixed};
-    const int64_t n = Numel(indices);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t idx = IndexAt(indices, i);
-      if (idx < 0) idx += data.dims[axis];
-      if (idx < 0 || idx >= data.dims[axis]) return KILN_KERR_INDEX;
-      T* dst = po + offsets[0] + idx * data_strides[axis];
-      *dst = Reduce<T>(reduction, *dst, pu[i]);
-      walker.Next(offsets, strides);
-    }
-    return KILN_KERR_OK;
+    memcpy(po, data.data, Numel(data) * sizeof(T));
+    return ForEachElementIndex(data, indices, params.axis, [&](int64_t i, int64_t offset) {
+      po[offset] = Reduce<T>(reduction, po[offset], pu[i]);
+    });
   }
 };
 
@@ -293,40 +297,44 @@ struct ScatterND {
     memcpy(po, data.data, Numel(data) * sizeof(T));
     const int64_t tuples = Numel(indices) / depth;
     for (int64_t t = 0; t < tuples; ++t) {
-      int64_t offset = 0;
-      for (int64_t k = 0; k < depth; ++k) {
-        int64_t idx = IndexAt(indices, t * depth + k);
-        if (idx < 0) idx += data.dims[k];
-        if (idx < 0 || idx >= data.dims[k]) return KILN_KERR_INDEX;
-        offset += idx * data_strides[k];
-      }
+      const int64_t offset = TupleOffset(data, data_strides, indices, t, depth, 0);
+      if (offset < 0) return KILN_KERR_INDEX;
       for (int64_t j = 0; j < slice; ++j) po[offset + j] = Reduce<T>(reduction, po[offset + j], pu[t * slice + j]);
     }
     return KILN_KERR_OK;
   }
 };
 
+// Tile's and Pad's walk over out's multi-index (the last dim fastest): output element i
+// reads input element src when source(index, in_strides, &src) is true, else takes `fill`.
+template <typename T, typename Source>
+int32_t MapOutputIndex(const kiln_ktensor& in, const kiln_ktensor& out, T fill, Source source) {
+  int64_t in_strides[kMaxRank];
+  ContiguousStrides(in.dims, in.rank, in_strides);
+  const T* pi = static_cast<const T*>(in.data);
+  T* po = static_cast<T*>(out.data);
+  int64_t index[kMaxRank] = {0};
+  const int64_t n = Numel(out);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t src = 0;
+    po[i] = source(index, in_strides, &src) ? pi[src] : fill;
+    for (int32_t d = out.rank - 1; d >= 0; --d) {
+      if (++index[d] < out.dims[d]) break;
+      index[d] = 0;
+    }
+  }
+  return KILN_KERR_OK;
+}
+
 struct Tile {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
     const kiln_ktensor& out = call->outputs[0];
-    int64_t in_strides[kMaxRank];
-    ContiguousStrides(in.dims, in.rank, in_strides);
-    const T* pi = static_cast<const T*>(in.data);
-    T* po = static_cast<T*>(out.data);
-    int64_t index[kMaxRank] = {0};
-    const int64_t n = Numel(out);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t src = 0;
-      for (int32_t d = 0; d < out.rank; ++d) src += (index[d] % in.dims[d]) * in_strides[d];
-      po[i] = pi[src];
-      for (int32_t d = out.rank - 1; d >= 0; --d) {
-        if (++index[d] < out.dims[d]) break;
-        index[d] = 0;
-      }
-    }
-    return KILN_KERR_OK;
+    return MapOutputIndex<T>(in, out, T(0), [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
+      for (int32_t d = 0; d < out.rank; ++d) *src += (index[d] % in.dims[d]) * in_strides[d];
+      return true;
+    });
   }
 };
 
@@ -341,23 +349,12 @@ struct Pad {
     const int64_t* begin = params.pads_begin;
     T value = 0;
     if (call->num_inputs > 2 && call->inputs[2].data != nullptr) value = static_cast<const T*>(call->inputs[2].data)[0];
-    int64_t in_strides[kMaxRank];
-    ContiguousStrides(in.dims, in.rank, in_strides);
-    const T* pi = static_cast<const T*>(in.data);
-    T* po = static_cast<T*>(out.data);
-    int64_t index[kMaxRank] = {0};
-    const int64_t n = Numel(out);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t src = 0;
-      bool inside = true;
+    return MapOutputIndex<T>(in, out, value, [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
       for (int32_t d = 0; d < out.rank; ++d) {
         int64_t j = index[d] - begin[d];
         const int64_t len = in.dims[d];
         if (j < 0 || j >= len) {
-          if (mode == KILN_PAD_CONSTANT || len == 0) {
-            inside = false;
-            break;
-          }
+          if (mode == KILN_PAD_CONSTANT || len == 0) return false;
           if (mode == KILN_PAD_EDGE) {
             j = j < 0 ? 0 : len - 1;
           } else {  // reflect, without repeating the edge
@@ -367,15 +364,10 @@ struct Pad {
             if (j >= len) j = period - j;
           }
         }
-        src += j * in_strides[d];
+        *src += j * in_strides[d];
       }
-      po[i] = inside ? pi[src] : value;
-      for (int32_t d = out.rank - 1; d >= 0; --d) {
-        if (++index[d] < out.dims[d]) break;
-        index[d] = 0;
-      }
-    }
-    return KILN_KERR_OK;
+      return true;
+    });
   }
 };
 
