@@ -170,30 +170,28 @@ std::optional<ScalarOp> ScalarOpOf(const Node& node) {
 namespace {
 
 void RegisterFusedElementwise(Registry& registry) {
-  {
-    OpSchema schema;
-    schema.name = kFusedElementwiseOp;
-    schema.min_inputs = 1;
-    schema.max_inputs = KILN_FUSED_MAX_INPUTS;
-    schema.infer = InferFusedElementwise;
-    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      const std::vector<int64_t> program = node.GetInts("program");
-      const std::vector<double> op_params = node.GetFloats("params");
-      const size_t num_ops = program.size() / 4;
-      if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
-        return NodeError(node,
-                         absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
-      }
-      kiln_fused_elementwise_params params{};
-      params.num_ops = static_cast<int64_t>(num_ops);
-      for (size_t op = 0; op < num_ops; ++op) {
-        for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
-        for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
-      }
-      return CallWithParams("fused_elementwise", PassAllInputs(node), params);
-    };
-    registry.Add(std::move(schema));
-  }
+  OpSchema schema;
+  schema.name = kFusedElementwiseOp;
+  schema.min_inputs = 1;
+  schema.max_inputs = KILN_FUSED_MAX_INPUTS;
+  schema.infer = InferFusedElementwise;
+  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    const std::vector<int64_t> program = node.GetInts("program");
+    const std::vector<double> op_params = node.GetFloats("params");
+    const size_t num_ops = program.size() / 4;
+    if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
+      return NodeError(node,
+                       absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
+    }
+    kiln_fused_elementwise_params params{};
+    params.num_ops = static_cast<int64_t>(num_ops);
+    for (size_t op = 0; op < num_ops; ++op) {
+      for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
+      for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
+    }
+    return CallWithParams("fused_elementwise", PassAllInputs(node), params);
+  };
+  registry.Add(std::move(schema));
 }
 
 void RegisterUnaryOps(Registry& registry) {
@@ -273,21 +271,19 @@ void RegisterBinaryOps(Registry& registry) {
 }
 
 void RegisterWhere(Registry& registry) {
-  {
-    OpSchema schema;
-    schema.name = "Where";
-    schema.min_inputs = schema.max_inputs = 3;
-    schema.infer = [](InferContext& ctx) -> absl::Status {
-      if (ctx.type(1).dtype != ctx.type(2).dtype) {
-        return NodeError(ctx.node, "X and Y have different element types");
-      }
-      return InferBroadcast(ctx, ctx.type(1).dtype);
-    };
-    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"where", PassInputs(node, 3)};
-    };
-    registry.Add(std::move(schema));
-  }
+  OpSchema schema;
+  schema.name = "Where";
+  schema.min_inputs = schema.max_inputs = 3;
+  schema.infer = [](InferContext& ctx) -> absl::Status {
+    if (ctx.type(1).dtype != ctx.type(2).dtype) {
+      return NodeError(ctx.node, "X and Y have different element types");
+    }
+    return InferBroadcast(ctx, ctx.type(1).dtype);
+  };
+  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    return KernelCall{"where", PassInputs(node, 3)};
+  };
+  registry.Add(std::move(schema));
 }
 
 void RegisterCastAndCastLike(Registry& registry) {
@@ -315,28 +311,26 @@ void RegisterCastAndCastLike(Registry& registry) {
 }
 
 void RegisterClip(Registry& registry) {
-  {
-    OpSchema schema;
-    schema.name = "Clip";
-    schema.max_inputs = 3;
-    schema.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
-      return SameAsInput0(ctx);
-    };
-    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      kiln_elementwise_params params{};
-      if (node.opset() < 11) {
-        params.has_min = params.has_max = 1;
-        params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
-        params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
-      } else {
-        params.has_min = node.input(1) != nullptr;
-        params.has_max = node.input(2) != nullptr;
-      }
-      return CallWithParams("clip", PassAllInputs(node), params);
-    };
-    registry.Add(std::move(schema));
-  }
+  OpSchema schema;
+  schema.name = "Clip";
+  schema.max_inputs = 3;
+  schema.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
+    return SameAsInput0(ctx);
+  };
+  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    kiln_elementwise_params params{};
+    if (node.opset() < 11) {
+      params.has_min = params.has_max = 1;
+      params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
+      params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
+    } else {
+      params.has_min = node.input(1) != nullptr;
+      params.has_max = node.input(2) != nullptr;
+    }
+    return CallWithParams("clip", PassAllInputs(node), params);
+  };
+  registry.Add(std::move(schema));
 }
 
 }  // namespace

@@ -55,6 +55,13 @@ std::vector<KernelOperand> PassInputs(const Node& node, size_t n);
 std::vector<KernelOperand> PassAllInputs(const Node& node);
 
 std::vector<int64_t> StaticDims(const Value* value);
+// The node's `axis` attribute (`fallback` when absent), a negative one counted from the end
+// of `value`'s static rank: the lowerings' form, after type inference checked the range.
+inline int64_t AxisAttr(const Node& node, int64_t fallback, const Value* value) {
+  int64_t axis = node.GetInt("axis", fallback);
+  if (axis < 0) axis += static_cast<int64_t>(StaticDims(value).size());
+  return axis;
+}
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims);
 
 // Requires a constant input; error says which input must be constant.

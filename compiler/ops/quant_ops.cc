@@ -394,193 +394,179 @@ void RegisterQuantizeAndDequantize(Registry& registry) {
 }
 
 void RegisterDynamicQuantizeLinear(Registry& registry) {
-  {
-    OpSchema s;
-    s.name = "DynamicQuantizeLinear";
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-      if (ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be float");
-      ctx.output_types.resize(3);
-      ctx.output_types[0] = ctx.type(0);
-      ctx.output_types[0].dtype = DType::kUInt8;
-      ctx.output_types[1] = TensorType::Static(DType::kFloat32, {});
-      ctx.output_types[2] = TensorType::Static(DType::kUInt8, {});
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"dynamic_quantize_linear", PassInputs(node, 1)};
-    };
-    registry.Add(std::move(s));
-  }
+  OpSchema s;
+  s.name = "DynamicQuantizeLinear";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+    if (ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be float");
+    ctx.output_types.resize(3);
+    ctx.output_types[0] = ctx.type(0);
+    ctx.output_types[0].dtype = DType::kUInt8;
+    ctx.output_types[1] = TensorType::Static(DType::kFloat32, {});
+    ctx.output_types[2] = TensorType::Static(DType::kUInt8, {});
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    return KernelCall{"dynamic_quantize_linear", PassInputs(node, 1)};
+  };
+  registry.Add(std::move(s));
 }
 
 void RegisterMatMulInteger(Registry& registry) {
-  {
-    OpSchema s;
-    s.name = "MatMulInteger";
-    s.min_inputs = 2;
-    s.max_inputs = 4;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferIntegerMatMul(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
-      const auto [M, N] = RowsAndColumns(ctx, 0, 1);
-      for (size_t i : {2, 3}) {
-        if (!ctx.has_input(i)) continue;
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-        const int64_t per = i == 2 ? M : N;
-        if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
-            (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
-          return NodeError(ctx.node, absl::StrCat(i == 2 ? "a" : "b", "_zero_point must be a scalar or have ", per,
-                                                  " elements, of the operand's type"));
-        }
+  OpSchema s;
+  s.name = "MatMulInteger";
+  s.min_inputs = 2;
+  s.max_inputs = 4;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferIntegerMatMul(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+    const auto [M, N] = RowsAndColumns(ctx, 0, 1);
+    for (size_t i : {2, 3}) {
+      if (!ctx.has_input(i)) continue;
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      const int64_t per = i == 2 ? M : N;
+      if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
+          (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
+        return NodeError(ctx.node, absl::StrCat(i == 2 ? "a" : "b", "_zero_point must be a scalar or have ", per,
+                                                " elements, of the operand's type"));
       }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      kiln_quant_params params{};
-      KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
-      params.mode = kSumInt32;
-      return CallWithParams("qmatmul", PassInputs(node, 4), params);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
-    registry.Add(std::move(s));
-  }
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    kiln_quant_params params{};
+    KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+    params.mode = kSumInt32;
+    return CallWithParams("qmatmul", PassInputs(node, 4), params);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
+  registry.Add(std::move(s));
 }
 
 void RegisterQLinearMatMul(Registry& registry) {
-  {
-    OpSchema s;
-    s.name = "QLinearMatMul";
-    s.min_inputs = s.max_inputs = 8;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
-      if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-      if (auto st = InferQuantizedMatMulOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
-      return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
-      return LowerQuantizedMatMul(node, {Input(node, 6), Input(node, 7)}, kRequantize);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
-    registry.Add(std::move(s));
-  }
+  OpSchema s;
+  s.name = "QLinearMatMul";
+  s.min_inputs = s.max_inputs = 8;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
+    if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
+    if (auto st = InferQuantizedMatMulOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
+    return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
+    return LowerQuantizedMatMul(node, {Input(node, 6), Input(node, 7)}, kRequantize);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
+  registry.Add(std::move(s));
 }
 
 void RegisterQLinearMatMulToFloat(Registry& registry) {
-  {
-    // fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
-    // GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
-    // then an optional f32 bias [N]; y = sum * a_scale * b_scale + bias.
-    OpSchema s;
-    s.name = "kiln.QLinearMatMulToFloat";
-    s.min_inputs = 6;
-    s.max_inputs = 7;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferQuantizedMatMulOperands(ctx, DType::kFloat32); !st.ok()) return st;
-      const int64_t N = RowsAndColumns(ctx, 0, 3).second;
-      if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
-                               ctx.type(6).StaticDims() != std::vector<int64_t>{N})) {
-        return NodeError(ctx.node, absl::StrCat("bias must be float [", N, "]"));
-      }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
-      return LowerQuantizedMatMul(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}, kToFloat);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
-    registry.Add(std::move(s));
-  }
+  // fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
+  // GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
+  // then an optional f32 bias [N]; y = sum * a_scale * b_scale + bias.
+  OpSchema s;
+  s.name = "kiln.QLinearMatMulToFloat";
+  s.min_inputs = 6;
+  s.max_inputs = 7;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferQuantizedMatMulOperands(ctx, DType::kFloat32); !st.ok()) return st;
+    const int64_t N = RowsAndColumns(ctx, 0, 3).second;
+    if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
+                             ctx.type(6).StaticDims() != std::vector<int64_t>{N})) {
+      return NodeError(ctx.node, absl::StrCat("bias must be float [", N, "]"));
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
+    return LowerQuantizedMatMul(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}, kToFloat);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
+  registry.Add(std::move(s));
 }
 
 void RegisterConvInteger(Registry& registry) {
-  {
-    OpSchema s;
-    s.name = "ConvInteger";
-    s.min_inputs = 2;
-    s.max_inputs = 4;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferIntegerConv(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
-      const int64_t out_channels = ctx.type(1).StaticDims()[0];
-      for (size_t i : {2, 3}) {
-        if (!ctx.has_input(i)) continue;
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-        const int64_t per = i == 2 ? 1 : out_channels;
-        if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
-            (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
-          return NodeError(ctx.node, absl::StrCat(i == 2 ? "x" : "w", "_zero_point must be a scalar",
-                                                  i == 2 ? "" : absl::StrCat(" or have ", per, " elements"),
-                                                  ", of the operand's type"));
-        }
+  OpSchema s;
+  s.name = "ConvInteger";
+  s.min_inputs = 2;
+  s.max_inputs = 4;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferIntegerConv(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+    const int64_t out_channels = ctx.type(1).StaticDims()[0];
+    for (size_t i : {2, 3}) {
+      if (!ctx.has_input(i)) continue;
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      const int64_t per = i == 2 ? 1 : out_channels;
+      if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
+          (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
+        return NodeError(ctx.node, absl::StrCat(i == 2 ? "x" : "w", "_zero_point must be a scalar",
+                                                i == 2 ? "" : absl::StrCat(" or have ", per, " elements"),
+                                                ", of the operand's type"));
       }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), kSumInt32); };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kSumInt32); };
-    registry.Add(std::move(s));
-  }
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), kSumInt32); };
+  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kSumInt32); };
+  registry.Add(std::move(s));
 }
 
 void RegisterQLinearConv(Registry& registry) {
-  {
-    OpSchema s;
-    s.name = "QLinearConv";
-    s.min_inputs = 8;
-    s.max_inputs = 9;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
-      if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-      if (auto st = InferQuantizedConvOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
-      const int64_t out_channels = ctx.type(3).StaticDims()[0];
-      if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
-      if (ctx.has_input(8)) {
-        if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
-        if (ctx.type(8).dtype != DType::kInt32 || ctx.type(8).StaticDims() != std::vector<int64_t>{out_channels}) {
-          return NodeError(ctx.node, absl::StrCat("B must be int32 [", out_channels, "]"));
-        }
+  OpSchema s;
+  s.name = "QLinearConv";
+  s.min_inputs = 8;
+  s.max_inputs = 9;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
+    if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
+    if (auto st = InferQuantizedConvOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
+    const int64_t out_channels = ctx.type(3).StaticDims()[0];
+    if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+    if (ctx.has_input(8)) {
+      if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
+      if (ctx.type(8).dtype != DType::kInt32 || ctx.type(8).StaticDims() != std::vector<int64_t>{out_channels}) {
+        return NodeError(ctx.node, absl::StrCat("B must be int32 [", out_channels, "]"));
       }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
-      return LowerIntegerConv(node,
-                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
-                               Input(node, 4), Input(node, 6), Input(node, 7), Input(node, 8)},
-                              kRequantize);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
-    registry.Add(std::move(s));
-  }
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
+    return LowerIntegerConv(node,
+                            {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
+                             Input(node, 4), Input(node, 6), Input(node, 7), Input(node, 8)},
+                            kRequantize);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
+  registry.Add(std::move(s));
 }
 
 void RegisterQLinearConvToFloat(Registry& registry) {
-  {
-    // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
-    // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
-    // QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
-    OpSchema s;
-    s.name = "kiln.QLinearConvToFloat";
-    s.min_inputs = 6;
-    s.max_inputs = 7;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
-      const int64_t out_channels = ctx.type(3).StaticDims()[0];
-      if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
-                               ctx.type(6).StaticDims() != std::vector<int64_t>{out_channels})) {
-        return NodeError(ctx.node, absl::StrCat("B must be float [", out_channels, "]"));
-      }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
-      return LowerIntegerConv(node,
-                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
-                               Input(node, 4), KernelOperand{}, KernelOperand{}, Input(node, 6)},
-                              kToFloat);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };
-    registry.Add(std::move(s));
-  }
+  // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
+  // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
+  // QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
+  OpSchema s;
+  s.name = "kiln.QLinearConvToFloat";
+  s.min_inputs = 6;
+  s.max_inputs = 7;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
+    const int64_t out_channels = ctx.type(3).StaticDims()[0];
+    if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
+                             ctx.type(6).StaticDims() != std::vector<int64_t>{out_channels})) {
+      return NodeError(ctx.node, absl::StrCat("B must be float [", out_channels, "]"));
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
+    return LowerIntegerConv(node,
+                            {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
+                             Input(node, 4), KernelOperand{}, KernelOperand{}, Input(node, 6)},
+                            kToFloat);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };
+  registry.Add(std::move(s));
 }
 
 }  // namespace

@@ -124,8 +124,7 @@ void RegisterReduceOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [is_min](const Node& node) -> absl::StatusOr<KernelCall> {
-      int64_t axis = node.GetInt("axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      const int64_t axis = AxisAttr(node, 0, node.input(0));
       kiln_reduce_params params{};
       params.op = is_min;
       params.axis = axis;
@@ -153,8 +152,7 @@ void RegisterReduceOps(Registry& registry) {
     };
     s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       const bool coerce = node.opset() < 13;
-      int64_t axis = node.GetInt("axis", coerce ? 1 : -1);
-      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+      const int64_t axis = AxisAttr(node, coerce ? 1 : -1, node.input(0));
       kiln_reduce_params params{};
       params.op = def.code;
       params.axis = axis;

@@ -135,6 +135,17 @@ int32_t ReferenceBlockedConv(const kiln_kcall* call, const BlockedConvParams& q)
 // registers over every input channel (the padding of the last block skipped). x: the tile's first pixel in input block
 // 0 (blocks x_plane floats apart); w: output block 0's packed rows (blocks w_plane apart); y, r: the tile's first pixel
 // in output block 0 (blocks y_plane apart).
+// Starts a tile's P x OB accumulators at the bias of each output block. Always inlined:
+// the accumulators must stay in registers.
+template <int P, int OB>
+__attribute__((always_inline)) inline void LoadBias(v16f (&acc)[P][OB], const float* bias) {
+  for (int o = 0; o < OB; ++o) {
+    v16f b;
+    KILN_LOAD16(b, bias + o * kBlock);
+    for (int p = 0; p < P; ++p) acc[p][o] = b;
+  }
+}
+
 template <int P, int OB>
 __attribute__((noinline)) void PointwiseTile(const float* x, int64_t x_plane, int64_t in_channels, const float* w,
                                              int64_t w_plane, const float* bias, const float* r, float* y,
@@ -146,11 +157,7 @@ __attribute__((noinline)) void PointwiseTile(const float* x, int64_t x_plane, in
 #pragma clang fp contract(fast)
 #endif
   v16f acc[P][OB];
-  for (int o = 0; o < OB; ++o) {
-    v16f b;
-    KILN_LOAD16(b, bias + o * kBlock);
-    for (int p = 0; p < P; ++p) acc[p][o] = b;
-  }
+  LoadBias<P, OB>(acc, bias);
   // One input channel: OB weight vectors, P broadcasts, P x OB multiply-adds.
   auto step = [&](const float* xb, const float* wb, int i) {
     v16f wv[OB];
@@ -381,11 +388,7 @@ __attribute__((noinline)) void DenseTile(const float* rows, int64_t row_len, con
 #pragma clang fp contract(fast)  // FMAs, as in PointwiseTile
 #endif
   v16f acc[P][OB];
-  for (int o = 0; o < OB; ++o) {
-    v16f b;
-    KILN_LOAD16(b, bias + o * kBlock);
-    for (int p = 0; p < P; ++p) acc[p][o] = b;
-  }
+  LoadBias<P, OB>(acc, bias);
   int64_t tap = 0;
   for (int64_t r = 0; r < q.in_channels * q.kh; ++r) {
     const float* row = rows + r * row_len;

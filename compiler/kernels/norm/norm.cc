@@ -7,6 +7,15 @@ using namespace kiln_kernels;
 
 namespace {
 
+// X [N, C, spatial...] as N * C planes of `spatial` elements: what BatchNormalization,
+// InstanceNormalization and LRN walk.
+struct Planes {
+  int64_t batch, channels, spatial = 1;
+  explicit Planes(const kiln_ktensor& x) : batch(x.dims[0]), channels(x.rank > 1 ? x.dims[1] : 1) {
+    for (int32_t i = 2; i < x.rank; ++i) spatial *= x.dims[i];
+  }
+};
+
 struct BatchNormKernel {
   // inputs: X, scale, bias, mean, var; parameters: kiln_norm_params' epsilon
   template <typename T>
@@ -18,9 +27,8 @@ struct BatchNormKernel {
     const T* var = static_cast<const T*>(call->inputs[4].data);
     KILN_PARAMS(kiln_norm_params, params, call);
     const double eps = params.epsilon;
-    const int64_t batch = X.dims[0], channels = X.rank > 1 ? X.dims[1] : 1;
-    int64_t spatial = 1;
-    for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
+    const Planes planes(X);
+    const int64_t batch = planes.batch, channels = planes.channels, spatial = planes.spatial;
     const T* px = static_cast<const T*>(X.data);
     T* py = static_cast<T*>(call->outputs[0].data);
     for (int64_t n = 0; n < batch; ++n) {
@@ -45,12 +53,11 @@ struct InstanceNormKernel {
     const T* bias = static_cast<const T*>(call->inputs[2].data);
     KILN_PARAMS(kiln_norm_params, params, call);
     const double eps = params.epsilon;
-    const int64_t channels = X.dims[1];
-    int64_t spatial = 1;
-    for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
+    const Planes planes(X);
+    const int64_t channels = planes.channels, spatial = planes.spatial;
     const T* px = static_cast<const T*>(X.data);
     T* py = static_cast<T*>(call->outputs[0].data);
-    for (int64_t plane = 0; plane < X.dims[0] * channels; ++plane) {
+    for (int64_t plane = 0; plane < planes.batch * channels; ++plane) {
       const T* x = px + plane * spatial;
       T* y = py + plane * spatial;
       double mean = 0, var = 0;
@@ -144,13 +151,12 @@ struct LrnKernel {
     KILN_PARAMS(kiln_norm_params, params, call);
     const int64_t size = params.size;
     const double alpha = params.alpha, beta = params.beta, bias = params.bias;
-    const int64_t channels = X.dims[1];
-    int64_t spatial = 1;
-    for (int32_t i = 2; i < X.rank; ++i) spatial *= X.dims[i];
+    const Planes planes(X);
+    const int64_t channels = planes.channels, spatial = planes.spatial;
     const T* px = static_cast<const T*>(X.data);
     T* py = static_cast<T*>(call->outputs[0].data);
     const int64_t before = (size - 1) / 2, after = size - 1 - before;
-    for (int64_t n = 0; n < X.dims[0]; ++n)
+    for (int64_t n = 0; n < planes.batch; ++n)
       for (int64_t c = 0; c < channels; ++c)
         for (int64_t s = 0; s < spatial; ++s) {
           double square_sum = 0;
