@@ -110,6 +110,15 @@ inline float SumRow16(const float* x, int64_t n, F f) {
   return sum;
 }
 
+// The products of t's dims before `axis` (outer) and after it (inner): t seen as
+// [outer, dims[axis], inner], as the axis kernels (Concat, Gather, ArgMax, ...) walk it.
+inline void SplitAtAxis(const kiln_ktensor& t, int64_t axis, int64_t* outer, int64_t* inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int64_t i = 0; i < axis; ++i) *outer *= t.dims[i];
+  for (int32_t i = static_cast<int32_t>(axis) + 1; i < t.rank; ++i) *inner *= t.dims[i];
+}
+
 inline int64_t Numel(const kiln_ktensor& t) {
   int64_t n = 1;
   for (int32_t i = 0; i < t.rank; ++i) n *= t.dims[i];

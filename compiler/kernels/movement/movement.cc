@@ -84,9 +84,8 @@ struct Concat {
     const kiln_ktensor& out = call->outputs[0];
     KILN_PARAMS(kiln_movement_params, params, call);
     const int64_t axis = params.axis;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
+    int64_t outer, inner;
+    SplitAtAxis(out, axis, &outer, &inner);
     const int64_t out_row = out.dims[axis] * inner;
     T* po = static_cast<T*>(out.data);
     // Jobs: pieces of at most kPiece elements of each input's rows, copied over the pool
@@ -124,9 +123,8 @@ struct Split {
     const kiln_ktensor& in = call->inputs[0];
     KILN_PARAMS(kiln_movement_params, params, call);
     const int64_t axis = params.axis;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    int64_t outer, inner;
+    SplitAtAxis(in, axis, &outer, &inner);
     const int64_t in_row = in.dims[axis] * inner;
     const T* pi = static_cast<const T*>(in.data);
     int64_t column = 0;
@@ -190,9 +188,8 @@ struct Gather {
     const kiln_ktensor& indices = call->inputs[1];
     KILN_PARAMS(kiln_movement_params, params, call);
     const int64_t axis = params.axis;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= data.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < data.rank; ++i) inner *= data.dims[i];
+    int64_t outer, inner;
+    SplitAtAxis(data, axis, &outer, &inner);
     const int64_t axis_len = data.dims[axis];
     const int64_t num_indices = Numel(indices);
     const T* pd = static_cast<const T*>(data.data);
@@ -444,9 +441,8 @@ struct OneHot {
     KILN_PARAMS(kiln_movement_params, params, call);
     const int64_t axis = params.axis;
     const int64_t depth = out.dims[axis];
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
+    int64_t outer, inner;
+    SplitAtAxis(out, axis, &outer, &inner);
     T* po = static_cast<T*>(out.data);
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t d = 0; d < depth; ++d) {
@@ -469,9 +465,8 @@ struct CumSum {
     KILN_PARAMS(kiln_movement_params, params, call);
     const int64_t axis = params.axis;
     const bool exclusive = params.exclusive != 0, reverse = params.reverse != 0;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    int64_t outer, inner;
+    SplitAtAxis(in, axis, &outer, &inner);
     const int64_t len = in.dims[axis];
     const T* pi = static_cast<const T*>(in.data);
     T* po = static_cast<T*>(call->outputs[0].data);

@@ -163,9 +163,8 @@ struct ArgReduce {
     KILN_PARAMS(kiln_reduce_params, params, call);
     const bool is_min = params.op != 0, last = params.select_last_index != 0;
     const int64_t axis = params.axis;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    int64_t outer, inner;
+    SplitAtAxis(in, axis, &outer, &inner);
     const int64_t len = in.dims[axis];
     const T* pi = static_cast<const T*>(in.data);
     int64_t* po = static_cast<int64_t*>(call->outputs[0].data);
