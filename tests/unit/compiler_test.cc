@@ -692,6 +692,35 @@ TEST(PassTest, LayoutLeavesShortOrPointwiseRunsAlone) {
 // --tune: the first tuning of a shape measures every candidate and writes the cache, the
 // second reads it back without measuring, a zero budget leaves the node untuned, and each
 // GEMM job width a tuner may pick computes the same result.
+// The kernel contract: the fuse pass names the activation, the Conv lowering maps the
+// name into kiln_conv_params, and a name it does not know is an error naming the node.
+TEST(KernelContractTest, ActivationNameReachesTheParameterStruct) {
+  std::unique_ptr<Graph> g = EpilogueNet(3, 1, "Relu");
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+  Node* conv = g->nodes()[0];
+  ASSERT_EQ(conv->GetString("kiln.activation", ""), "relu");
+  absl::StatusOr<KernelCall> call = FindOp("Conv")->lower(*conv);
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_EQ(call->params.size_bytes(), static_cast<int64_t>(sizeof(kiln_conv_params)));
+  const kiln_conv_params params = call->params.Get<kiln_conv_params>();
+  EXPECT_GE(params.activation.code, 0);
+  EXPECT_EQ(params.window.rank, 2);
+  EXPECT_EQ(params.window.kernel[0], 3);
+  EXPECT_EQ(params.group, 1);
+
+  conv->mutable_attrs().erase("kiln.activation");
+  call = FindOp("Conv")->lower(*conv);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->params.Get<kiln_conv_params>().activation.code, -1);
+
+  conv->mutable_attrs()["kiln.activation"] = std::string("swishy");
+  call = FindOp("Conv")->lower(*conv);
+  ASSERT_FALSE(call.ok());
+  EXPECT_NE(call.status().message().find("'swishy'"), std::string::npos) << call.status();
+  EXPECT_NE(call.status().message().find("conv"), std::string::npos) << call.status();
+}
+
 TEST(TuneTest, MeasuresOnceThenReadsTheCache) {
   const WinogradCase shape{1, 16, 32, 20, 20, {1, 1, 1, 1}, true, 1e-5};
   const std::string cache = "/tmp/kiln-unit-tune-" + std::to_string(getpid()) + ".tsv";
