@@ -116,6 +116,90 @@ static bool DepthwiseBlockedFits(const Window& w, int64_t max_width = 0) {
   return w.pad[1] >= 0 && w.pad[2] >= 0 && padded_w <= max_width;
 }
 
+// RunDepthwiseBlockedLanes' way in: the image rows ih0 .. ih0 + rows_in of `lanes`
+// channel planes (x, H x W) into the strip `in` (rows padded_w pixels of L lanes, the image
+// from column PW), eight flattened pixels of eight channels per transpose (lanes h * 8..:
+// channels h * 8..). Rows outside the image are left as they are (padding).
+template <int L>
+__attribute__((always_inline)) inline void TransposeRowsIn(const float* x, int64_t lanes, int64_t H, int64_t W,
+                                                           int64_t ih0, int64_t rows_in, int64_t padded_w, int64_t PW,
+                                                           int64_t iw_end, float* in) {
+  using gemm::v8f;
+  const v8f zero8 = {};
+  const int64_t ih_lo = ih0 < 0 ? 0 : ih0, ih_hi = ih0 + rows_in < H ? ih0 + rows_in : H;
+  const int64_t p_end = ih_hi * W;
+  for (int h = 0; h * 8 < lanes; ++h) {
+    const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
+    const float* xh = x + h * 8 * H * W;
+    int64_t p = ih_lo * W, ih = ih_lo, iw = 0;
+    auto place = [&](const float* lanes8) {
+      if (iw < iw_end) memcpy(in + ((ih - ih0) * padded_w + PW + iw) * L + h * 8, lanes8, sizeof(v8f));
+      if (++iw == W) {
+        iw = 0;
+        ++ih;
+      }
+    };
+    for (; p + 8 <= p_end; p += 8) {
+      v8f block[8];
+      if (sub == 8) {  // (tested once per block, not per lane)
+        for (int l = 0; l < 8; ++l) KILN_LOAD8(block[l], xh + l * H * W + p);
+      } else {
+        for (int l = 0; l < 8; ++l) {
+          if (l < sub) {
+            KILN_LOAD8(block[l], xh + l * H * W + p);
+          } else {
+            block[l] = zero8;
+          }
+        }
+      }
+      gemm::Transpose8x8(block);
+      if (iw + 8 <= iw_end) {
+        // All eight in one row of the strip: consecutive pixels, no bookkeeping each.
+        float* dst = in + ((ih - ih0) * padded_w + PW + iw) * L + h * 8;
+        for (int j = 0; j < 8; ++j) memcpy(dst + j * L, &block[j], sizeof(v8f));
+        iw += 8;
+        if (iw == W) {
+          iw = 0;
+          ++ih;
+        }
+      } else {
+        for (int j = 0; j < 8; ++j) place(reinterpret_cast<const float*>(&block[j]));
+      }
+    }
+    for (; p < p_end; ++p) {
+      alignas(32) float pixel[8] = {};
+      for (int64_t l = 0; l < sub; ++l) pixel[l] = xh[l * H * W + p];
+      place(pixel);
+    }
+  }
+}
+
+// And the way out: `count` strip outputs of L lanes (out) back to `lanes` channel planes
+// of `plane` elements, from y on (the strip's outputs are contiguous in each plane).
+template <int L>
+__attribute__((always_inline)) inline void TransposeStripOut(const float* out, int64_t lanes, int64_t count,
+                                                             int64_t plane, float* y) {
+  using gemm::v8f;
+  for (int h = 0; h * 8 < lanes; ++h) {
+    const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
+    float* yh = y + h * 8 * plane;
+    int64_t q = 0;
+    for (; q + 8 <= count; q += 8) {
+      v8f block[8];
+      for (int j = 0; j < 8; ++j) KILN_LOAD8(block[j], out + (q + j) * L + h * 8);
+      gemm::Transpose8x8(block);
+      if (sub == 8) {
+        for (int l = 0; l < 8; ++l) KILN_STORE8(yh + l * plane + q, block[l]);
+      } else {
+        for (int64_t l = 0; l < sub; ++l) KILN_STORE8(yh + l * plane + q, block[l]);
+      }
+    }
+    for (; q < count; ++q) {
+      for (int64_t l = 0; l < sub; ++l) yh[l * plane + q] = out[q * L + h * 8 + l];
+    }
+  }
+}
+
 // kMaxPool: the same walk computes a max pool (MaxPool's rule: a NaN never wins): the
 // padding is -inf instead of zero, each pixel the max of its taps; no weight, bias or
 // activation. V: the vector of channels, v8f, or v16f on targets with AVX-512F (sixteen
@@ -160,7 +244,6 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
     KILN_SPLAT_V(V, pad, kMaxPool ? -INFINITY : 0.f);
     KILN_SPLAT_V(V, lo, alpha);
     KILN_SPLAT_V(V, hi, beta);
-    const v8f zero8 = {};
     for (int64_t job = begin; job < end; ++job) {
       const int64_t n = job / blocks, c0 = job % blocks * L;
       const int64_t lanes = channels - c0 < L ? channels - c0 : L;
@@ -185,54 +268,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
           for (int64_t col = 0; col < (outside ? padded_w : PW); ++col) memcpy(dst + col * L, &pad, sizeof(V));
           for (int64_t col = PW + iw_end; !outside && col < padded_w; ++col) memcpy(dst + col * L, &pad, sizeof(V));
         }
-        // The image rows the strip reads, eight flattened pixels of eight channels per
-        // transpose (lanes h * 8.. of the block: channels c0 + h * 8..).
-        const int64_t ih_lo = ih0 < 0 ? 0 : ih0, ih_hi = ih0 + rows_in < H ? ih0 + rows_in : H;
-        const int64_t p_end = ih_hi * W;
-        for (int h = 0; h * 8 < lanes; ++h) {
-          const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
-          const float* xh = x + h * 8 * H * W;
-          int64_t p = ih_lo * W, ih = ih_lo, iw = 0;
-          auto place = [&](const float* lanes8) {
-            if (iw < iw_end) memcpy(in + ((ih - ih0) * padded_w + PW + iw) * L + h * 8, lanes8, sizeof(v8f));
-            if (++iw == W) {
-              iw = 0;
-              ++ih;
-            }
-          };
-          for (; p + 8 <= p_end; p += 8) {
-            v8f block[8];
-            if (sub == 8) {  // (tested once per block, not per lane)
-              for (int l = 0; l < 8; ++l) KILN_LOAD8(block[l], xh + l * H * W + p);
-            } else {
-              for (int l = 0; l < 8; ++l) {
-                if (l < sub) {
-                  KILN_LOAD8(block[l], xh + l * H * W + p);
-                } else {
-                  block[l] = zero8;
-                }
-              }
-            }
-            gemm::Transpose8x8(block);
-            if (iw + 8 <= iw_end) {
-              // All eight in one row of the strip: consecutive pixels, no bookkeeping each.
-              float* dst = in + ((ih - ih0) * padded_w + PW + iw) * L + h * 8;
-              for (int j = 0; j < 8; ++j) memcpy(dst + j * L, &block[j], sizeof(v8f));
-              iw += 8;
-              if (iw == W) {
-                iw = 0;
-                ++ih;
-              }
-            } else {
-              for (int j = 0; j < 8; ++j) place(reinterpret_cast<const float*>(&block[j]));
-            }
-          }
-          for (; p < p_end; ++p) {
-            alignas(32) float pixel[8] = {};
-            for (int64_t l = 0; l < sub; ++l) pixel[l] = xh[l * H * W + p];
-            place(pixel);
-          }
-        }
+        TransposeRowsIn<L>(x, lanes, H, W, ih0, rows_in, padded_w, PW, iw_end, in);
         for (int64_t oh = oh0; oh < oh1; ++oh) {
           const float* rows[KH];
           for (int kh = 0; kh < KH; ++kh) rows[kh] = in + ((oh - oh0) * S + kh) * row_floats;
@@ -260,24 +296,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
         const int64_t q0 = oh0 * OW, count = (oh1 - oh0) * OW;
         if (!kMaxPool && in_registers == gemm::Epilogue::kNone)
           ApplyActivation(out, count * L, activation, alpha, beta);
-        for (int h = 0; h * 8 < lanes; ++h) {
-          const int64_t sub = lanes - h * 8 < 8 ? lanes - h * 8 : 8;
-          float* yh = y + h * 8 * OH * OW;
-          int64_t q = 0;
-          for (; q + 8 <= count; q += 8) {
-            v8f block[8];
-            for (int j = 0; j < 8; ++j) KILN_LOAD8(block[j], out + (q + j) * L + h * 8);
-            gemm::Transpose8x8(block);
-            if (sub == 8) {
-              for (int l = 0; l < 8; ++l) KILN_STORE8(yh + l * OH * OW + q0 + q, block[l]);
-            } else {
-              for (int64_t l = 0; l < sub; ++l) KILN_STORE8(yh + l * OH * OW + q0 + q, block[l]);
-            }
-          }
-          for (; q < count; ++q) {
-            for (int64_t l = 0; l < sub; ++l) yh[l * OH * OW + q0 + q] = out[q * L + h * 8 + l];
-          }
-        }
+        TransposeStripOut<L>(out, lanes, count, OH * OW, y + q0);
       }
     }
   };
