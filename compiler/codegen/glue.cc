@@ -204,15 +204,19 @@ llvm::Constant* GlueBuilder::Int64Array(const std::vector<int64_t>& values) {
   auto it = int_arrays_.find(key);
   if (it != int_arrays_.end()) return it->second;
   if (values.empty()) return int_arrays_[key] = llvm::ConstantPointerNull::get(ptr_);
-  return int_arrays_[key] = ConstantBytes("ints", values.data(), static_cast<int64_t>(values.size() * 8), 8);
+  return int_arrays_[key] = ConstantBytes("dims", values.data(), static_cast<int64_t>(values.size() * 8), 8);
 }
 
 // The parameter struct as a constant with the struct's bytes and alignment: the bytes are
 // the C struct the lowering filled (kiln/kernels/*.h, 8-byte fields only, so every target
 // lays it out alike), and a constant lets LLVM fold each field into the inlined kernel.
+// Calls with the same parameters (the same Concat axis, the same Relu) share one constant.
 llvm::Constant* GlueBuilder::Params(const KernelParams& params) {
   if (params.empty()) return llvm::ConstantPointerNull::get(ptr_);
-  return ConstantBytes("params", params.data(), params.size_bytes(), 8);
+  std::string key(static_cast<const char*>(params.data()), static_cast<size_t>(params.size_bytes()));
+  auto it = params_.find(key);
+  if (it != params_.end()) return it->second;
+  return params_[key] = ConstantBytes("params", params.data(), params.size_bytes(), 8);
 }
 
 llvm::Constant* GlueBuilder::CString(const std::string& text) {

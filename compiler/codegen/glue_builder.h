@@ -61,6 +61,7 @@ class GlueBuilder {
   llvm::FunctionType* part_type_;
   llvm::GlobalVariable* weights_symbol_ = nullptr;
   std::map<std::string, llvm::Constant*> int_arrays_;
+  std::map<std::string, llvm::Constant*> params_;  // kernel parameter structs by their bytes
   // Fused loops with the same program, shapes and constants share one function.
   std::map<std::string, llvm::Function*> fused_loops_;
   // Per function being emitted:
