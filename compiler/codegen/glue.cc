@@ -29,7 +29,7 @@ const std::map<std::string, KernelTyping>& KernelTypings() {
 #define UNTYPED Typing::kUntyped
 #define INPUT0 Source::kInput0
 #define OUTPUT0 Source::kOutput0
-#define X(name, typing, source) {#name, {typing, source}},
+#define X(name, typing, source, params) {#name, {typing, source}},
 #include "kernel_list.inc"
 #undef X
 #undef NUMERIC

@@ -11,7 +11,7 @@
 #include "kernel_abi.h"
 #include "kiln/compiler/ops.h"
 
-#define X(name, typing, source) extern "C" int32_t kiln_k_##name(const kiln_kcall* call);
+#define X(name, typing, source, params) extern "C" int32_t kiln_k_##name(const kiln_kcall* call);
 #include "kernel_list.inc"
 #undef X
 
@@ -20,7 +20,7 @@ namespace {
 
 const std::map<std::string, kiln_kernel_fn>& KernelTable() {
   static const auto* table = new std::map<std::string, kiln_kernel_fn>{
-#define X(name, typing, source) {#name, &kiln_k_##name},
+#define X(name, typing, source, params) {#name, &kiln_k_##name},
 #include "kernel_list.inc"
 #undef X
   };

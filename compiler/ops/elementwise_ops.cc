@@ -189,7 +189,7 @@ void RegisterFusedElementwise(Registry& registry) {
       for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
       for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
     }
-    return CallWithParams("fused_elementwise", PassAllInputs(node), params);
+    return CallWithParams<kernel::fused_elementwise>(PassAllInputs(node), params);
   };
   registry.Add(std::move(schema));
 }
@@ -211,7 +211,7 @@ void RegisterUnaryOps(Registry& registry) {
       params.op = def.code;
       params.alpha = def.alpha_attr ? node.GetFloat(def.alpha_attr, def.alpha_default) : 0.0;
       params.beta = def.beta_attr ? node.GetFloat(def.beta_attr, def.beta_default) : 0.0;
-      return CallWithParams("unary", PassInputs(node, 1), params);
+      return CallWithParams<kernel::unary>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(schema));
   }
@@ -233,7 +233,7 @@ void RegisterIsNaNAndIsInf(Registry& registry) {
       params.op = is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF;
       params.detect_negative = node.GetInt("detect_negative", 1);
       params.detect_positive = node.GetInt("detect_positive", 1);
-      return CallWithParams("unary", PassInputs(node, 1), params);
+      return CallWithParams<kernel::unary>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(schema));
   }
@@ -264,7 +264,7 @@ void RegisterBinaryOps(Registry& registry) {
       }
       kiln_elementwise_params params{};
       params.op = code;
-      return CallWithParams("binary", PassInputs(node, 2), params);
+      return CallWithParams<kernel::binary>(PassInputs(node, 2), params);
     };
     registry.Add(std::move(schema));
   }
@@ -281,7 +281,7 @@ void RegisterWhere(Registry& registry) {
     return InferBroadcast(ctx, ctx.type(1).dtype);
   };
   schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return KernelCall{"where", PassInputs(node, 3)};
+    return Call<kernel::where>(PassInputs(node, 3));
   };
   registry.Add(std::move(schema));
 }
@@ -304,7 +304,7 @@ void RegisterCastAndCastLike(Registry& registry) {
       return absl::OkStatus();
     };
     schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"cast", PassInputs(node, 1)};
+      return Call<kernel::cast>(PassInputs(node, 1));
     };
     registry.Add(std::move(schema));
   }
@@ -328,7 +328,7 @@ void RegisterClip(Registry& registry) {
       params.has_min = node.input(1) != nullptr;
       params.has_max = node.input(2) != nullptr;
     }
-    return CallWithParams("clip", PassAllInputs(node), params);
+    return CallWithParams<kernel::clip>(PassAllInputs(node), params);
   };
   registry.Add(std::move(schema));
 }

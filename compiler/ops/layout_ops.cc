@@ -94,7 +94,7 @@ void RegisterBlockedMean(Registry& registry) {
     return absl::OkStatus();
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return KernelCall{"blocked_mean", PassAllInputs(node)};
+    return Call<kernel::blocked_mean>(PassAllInputs(node));
   };
   registry.Add(std::move(s));
 }
@@ -117,7 +117,7 @@ void RegisterBlockedScale(Registry& registry) {
     return absl::OkStatus();
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return KernelCall{"blocked_scale", PassAllInputs(node)};
+    return Call<kernel::blocked_scale>(PassAllInputs(node));
   };
   registry.Add(std::move(s));
 }
@@ -134,7 +134,7 @@ void RegisterToBlocked(Registry& registry) {
     return absl::OkStatus();
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return KernelCall{"to_blocked", PassAllInputs(node)};
+    return Call<kernel::to_blocked>(PassAllInputs(node));
   };
   registry.Add(std::move(s));
 }
@@ -155,7 +155,7 @@ void RegisterFromBlocked(Registry& registry) {
     return absl::OkStatus();
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return KernelCall{"from_blocked", PassAllInputs(node)};
+    return Call<kernel::from_blocked>(PassAllInputs(node));
   };
   registry.Add(std::move(s));
 }
@@ -251,8 +251,8 @@ void RegisterBlockedConv(Registry& registry) {
     params.window.pads_end[1] = shape->pads[3];
     params.window.dilations[0] = params.window.dilations[1] = 1;
     KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-    KernelCall call = CallWithParams(
-        "blocked_conv", {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}}, params);
+    KernelCall call = CallWithParams<kernel::blocked_conv>(
+        {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}}, params);
     if (node.input(3) != nullptr) call.inputs.push_back(KernelOperand{3, nullptr});
     return call;
   };

@@ -220,7 +220,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   if (chunk > tiles) chunk = tiles;
   KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
   params.tiles_per_chunk = chunk;
-  KernelCall call = CallWithParams("conv_winograd", {}, params);
+  KernelCall call = CallWithParams<kernel::conv_winograd>({}, params);
   call.inputs.push_back(KernelOperand{0, nullptr});
   call.inputs.push_back(KernelOperand{-1, std::move(u)});
   call.inputs.push_back(KernelOperand{node.inputs().size() > 2 && node.input(2) != nullptr ? 2 : -1, nullptr});
@@ -262,7 +262,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   // The job width in output positions: --tune's "gemmN" (kiln.algorithm), else the kernel's default.
   const std::string algorithm = node.GetString("kiln.algorithm", "");
   if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0) params.job_cols = std::atoll(algorithm.c_str() + 4);
-  KernelCall call = CallWithParams("conv", PassAllInputs(node), params);
+  KernelCall call = CallWithParams<kernel::conv>(PassAllInputs(node), params);
   call.inputs[1] = KernelOperand{-1, std::move(packed)};
   return call;
 }
@@ -352,7 +352,7 @@ void RegisterMatMul(Registry& registry) {
     kiln_matmul_params params{};
     KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
     KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-    return CallWithParams("matmul", PassAllInputs(node), params);
+    return CallWithParams<kernel::matmul>(PassAllInputs(node), params);
   };
   // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
   // 16-column panels [N/16][K][16] at compile time (b_panels).
@@ -406,7 +406,7 @@ void RegisterGemm(Registry& registry) {
     params.alpha = node.GetFloat("alpha", 1.0);
     params.beta = node.GetFloat("beta", 1.0);
     KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-    return CallWithParams("gemm", PassAllInputs(node), params);
+    return CallWithParams<kernel::gemm>(PassAllInputs(node), params);
   };
   registry.Add(std::move(s));
 }
@@ -479,7 +479,7 @@ void RegisterConv(Registry& registry) {
     auto win = ConvWindow(node);
     if (!win.ok()) return win.status();
     KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
-    return CallWithParams("conv", PassAllInputs(node), params);
+    return CallWithParams<kernel::conv>(PassAllInputs(node), params);
   };
   s.lower_fast = LowerConvForArtifact;
   registry.Add(std::move(s));
@@ -509,7 +509,7 @@ void RegisterConvTranspose(Registry& registry) {
     kiln_conv_params params{};
     params.group = node.GetInt("group", 1);
     KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
-    return CallWithParams("conv_transpose", PassAllInputs(node), params);
+    return CallWithParams<kernel::conv_transpose>(PassAllInputs(node), params);
   };
   registry.Add(std::move(s));
 }
@@ -548,7 +548,7 @@ void RegisterPools(Registry& registry) {
       KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
       params.count_include_pad = node.GetInt("count_include_pad", 0);
       params.p = static_cast<double>(node.GetInt("p", 2));
-      return CallWithParams("pool", PassInputs(node, 1), params);
+      return CallWithParams<kernel::pool>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -566,7 +566,7 @@ void RegisterBatchNormalization(Registry& registry) {
     return SameAsInput0(ctx);
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return CallWithParams("batch_norm", PassInputs(node, 5), NormEpsilon(node));
+    return CallWithParams<kernel::batch_norm>(PassInputs(node, 5), NormEpsilon(node));
   };
   registry.Add(std::move(s));
 }
@@ -580,7 +580,7 @@ void RegisterInstanceNormalization(Registry& registry) {
     return SameAsInput0(ctx);
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return CallWithParams("instance_norm", PassInputs(node, 3), NormEpsilon(node));
+    return CallWithParams<kernel::instance_norm>(PassInputs(node, 3), NormEpsilon(node));
   };
   registry.Add(std::move(s));
 }
@@ -606,7 +606,7 @@ void RegisterLayerNormalization(Registry& registry) {
     const int64_t axis = AxisAttr(node, -1, node.input(0));
     kiln_norm_params params = NormEpsilon(node);
     params.axis = axis;
-    return CallWithParams("layer_norm", PassAllInputs(node), params);
+    return CallWithParams<kernel::layer_norm>(PassAllInputs(node), params);
   };
   registry.Add(std::move(s));
 }
@@ -624,7 +624,7 @@ void RegisterLRN(Registry& registry) {
     params.alpha = node.GetFloat("alpha", 1e-4);
     params.beta = node.GetFloat("beta", 0.75);
     params.bias = node.GetFloat("bias", 1.0);
-    return CallWithParams("lrn", PassInputs(node, 1), params);
+    return CallWithParams<kernel::lrn>(PassInputs(node, 1), params);
   };
   registry.Add(std::move(s));
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -11,8 +12,15 @@
 #include "kernel_ops.h"
 #include "kiln/common/status.h"
 #include "kiln/compiler/ops.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/elementwise.h"
 #include "kiln/kernels/gemm.h"
+#include "kiln/kernels/movement.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/params.h"
+#include "kiln/kernels/pool.h"
+#include "kiln/kernels/quant.h"
+#include "kiln/kernels/reduce.h"
 
 namespace kiln::ops {
 
@@ -42,12 +50,32 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::ve
 // Reads a constant integer tensor (axes, shape, pads) into a vector.
 std::vector<int64_t> ToInts(const Tensor& tensor);
 
-// A call of `kernel` with its parameter struct (kiln/kernels/<family>.h).
-template <typename P>
-KernelCall CallWithParams(const char* kernel, std::vector<KernelOperand> inputs, const P& params) {
-  KernelCall call{kernel, std::move(inputs)};
+// One tag per kernel of kernel_list.inc: kernel::conv::kName is "conv", kernel::conv::Params
+// the struct it reads (void for none).
+namespace kernel {
+#define NONE void
+#define X(name, typing, source, params)    \
+  struct name {                            \
+    static constexpr char kName[] = #name; \
+    using Params = params;                 \
+  };
+#include "kernel_list.inc"
+#undef X
+#undef NONE
+}  // namespace kernel
+
+// A call of kernel K with the parameter struct K reads: passing another struct, or none to
+// a kernel that reads one, does not compile.
+template <typename K>
+KernelCall CallWithParams(std::vector<KernelOperand> inputs, const typename K::Params& params) {
+  KernelCall call{K::kName, std::move(inputs)};
   call.params.Set(params);
   return call;
+}
+template <typename K>
+KernelCall Call(std::vector<KernelOperand> inputs) {
+  static_assert(std::is_void_v<typename K::Params>, "this kernel reads a parameter struct: use CallWithParams");
+  return KernelCall{K::kName, std::move(inputs)};
 }
 
 // Kernel operands that pass node inputs [0, n) through unchanged.

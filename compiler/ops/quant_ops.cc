@@ -173,7 +173,7 @@ absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<Kernel
   KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
   params.mode = mode;
   params.relu = node.GetInt("kiln.relu", 0);  // fold-qdq's Relu: a clamp at Y's zero point
-  return CallWithParams("qconv", std::move(inputs), params);
+  return CallWithParams<kernel::qconv>(std::move(inputs), params);
 }
 
 KernelOperand Input(const Node& node, size_t i) {
@@ -200,7 +200,7 @@ absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<Ke
   std::vector<KernelOperand> inputs = {Input(node, 0), Input(node, 3), Input(node, 2),
                                        Input(node, 5), Input(node, 1), Input(node, 4)};
   inputs.insert(inputs.end(), tail.begin(), tail.end());
-  return CallWithParams("qmatmul", std::move(inputs), params);
+  return CallWithParams<kernel::qmatmul>(std::move(inputs), params);
 }
 
 // The int8 convolution for artifacts (kernels/quant/quant.cc, QConvFast): constant weights,
@@ -286,9 +286,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
   params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
   if (params.relu == 1) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
-  KernelCall call = CallWithParams(
-      "qconv", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
-      params);
+  KernelCall call = CallWithParams<kernel::qconv>(
+      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
   if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
@@ -361,9 +360,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& nod
   params.y_zero_point = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
   params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
   params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
-  KernelCall call = CallWithParams(
-      "qgemm", {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
-      params);
+  KernelCall call = CallWithParams<kernel::qgemm>(
+      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
   if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
   return call;
 }
@@ -387,7 +385,8 @@ void RegisterQuantizeAndDequantize(Registry& registry) {
       params.outer = (*block)[0];
       params.channels = (*block)[1];
       params.inner = (*block)[2];
-      return CallWithParams(quantize ? "quantize_linear" : "dequantize_linear", PassInputs(node, 3), params);
+      return quantize ? CallWithParams<kernel::quantize_linear>(PassInputs(node, 3), params)
+                      : CallWithParams<kernel::dequantize_linear>(PassInputs(node, 3), params);
     };
     registry.Add(std::move(s));
   }
@@ -407,7 +406,7 @@ void RegisterDynamicQuantizeLinear(Registry& registry) {
     return absl::OkStatus();
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return KernelCall{"dynamic_quantize_linear", PassInputs(node, 1)};
+    return Call<kernel::dynamic_quantize_linear>(PassInputs(node, 1));
   };
   registry.Add(std::move(s));
 }
@@ -436,7 +435,7 @@ void RegisterMatMulInteger(Registry& registry) {
     kiln_quant_params params{};
     KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
     params.mode = kSumInt32;
-    return CallWithParams("qmatmul", PassInputs(node, 4), params);
+    return CallWithParams<kernel::qmatmul>(PassInputs(node, 4), params);
   };
   s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
   registry.Add(std::move(s));

@@ -83,7 +83,7 @@ void RegisterReduceOps(Registry& registry) {
       kiln_reduce_params params{};
       params.op = def.code;
       params.axes_mask = *mask;
-      return CallWithParams("reduce", PassInputs(node, 1), params);
+      return CallWithParams<kernel::reduce>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -105,7 +105,7 @@ void RegisterReduceOps(Registry& registry) {
       kiln_reduce_params params{};
       params.op = code;
       params.axes_mask = ((int64_t{1} << rank) - 1) & ~int64_t{3};  // the spatial axes
-      return CallWithParams("reduce", PassInputs(node, 1), params);
+      return CallWithParams<kernel::reduce>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -129,7 +129,7 @@ void RegisterReduceOps(Registry& registry) {
       params.op = is_min;
       params.axis = axis;
       params.select_last_index = node.GetInt("select_last_index", 0);
-      return CallWithParams("arg_reduce", PassInputs(node, 1), params);
+      return CallWithParams<kernel::arg_reduce>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -157,7 +157,7 @@ void RegisterReduceOps(Registry& registry) {
       params.op = def.code;
       params.axis = axis;
       params.coerce_2d = coerce;
-      return CallWithParams("softmax", PassInputs(node, 1), params);
+      return CallWithParams<kernel::softmax>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }

@@ -23,12 +23,7 @@ absl::StatusOr<KernelCall> StridedCopy(const std::vector<int64_t>& dims, const s
   params.offset = offset;
   std::copy(dims.begin(), dims.end(), params.dims);
   std::copy(strides.begin(), strides.end(), params.strides);
-  return CallWithParams("strided_copy", {KernelOperand{0, nullptr}}, params);
-}
-
-// A call of a movement kernel that reads kiln_movement_params.
-KernelCall MovementCall(const char* kernel, std::vector<KernelOperand> inputs, const kiln_movement_params& params) {
-  return CallWithParams(kernel, std::move(inputs), params);
+  return CallWithParams<kernel::strided_copy>({KernelOperand{0, nullptr}}, params);
 }
 
 // ScatterElements' and ScatterND's `reduction` as kiln_movement_params.reduction.
@@ -49,7 +44,7 @@ kiln_movement_params Axis(int64_t axis) {
 }
 
 KernelCall ViewCopy() {
-  KernelCall call{"copy", {KernelOperand{0, nullptr}}};
+  KernelCall call = Call<kernel::copy>({KernelOperand{0, nullptr}});
   call.is_view = true;
   return call;
 }
@@ -396,7 +391,7 @@ void RegisterConcat(Registry& registry) {
     return absl::OkStatus();
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return MovementCall("concat", PassAllInputs(node), Axis(AxisAttr(node, 0, node.output(0))));
+    return CallWithParams<kernel::concat>(PassAllInputs(node), Axis(AxisAttr(node, 0, node.output(0))));
   };
   registry.Add(std::move(s));
 }
@@ -433,7 +428,7 @@ void RegisterSplit(Registry& registry) {
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     const int64_t axis = AxisAttr(node, 0, node.input(0));
-    return MovementCall("split", PassInputs(node, 1), Axis(axis));
+    return CallWithParams<kernel::split>(PassInputs(node, 1), Axis(axis));
   };
   registry.Add(std::move(s));
 }
@@ -453,7 +448,7 @@ void RegisterGather(Registry& registry) {
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     const int64_t axis = AxisAttr(node, 0, node.input(0));
-    return MovementCall("gather", PassInputs(node, 2), Axis(axis));
+    return CallWithParams<kernel::gather>(PassInputs(node, 2), Axis(axis));
   };
   registry.Add(std::move(s));
 }
@@ -466,7 +461,7 @@ void RegisterGatherElements(Registry& registry) {
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     const int64_t axis = AxisAttr(node, 0, node.input(0));
-    return MovementCall("gather_elements", PassInputs(node, 2), Axis(axis));
+    return CallWithParams<kernel::gather_elements>(PassInputs(node, 2), Axis(axis));
   };
   registry.Add(std::move(s));
 }
@@ -489,7 +484,7 @@ void RegisterGatherND(Registry& registry) {
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     kiln_movement_params params{};
     params.batch_dims = node.GetInt("batch_dims", 0);
-    return MovementCall("gather_nd", PassInputs(node, 2), params);
+    return CallWithParams<kernel::gather_nd>(PassInputs(node, 2), params);
   };
   registry.Add(std::move(s));
 }
@@ -504,7 +499,7 @@ void RegisterScatterElements(Registry& registry) {
       const int64_t axis = AxisAttr(node, 0, node.input(0));
       kiln_movement_params params = Axis(axis);
       params.reduction = *code;
-      return MovementCall("scatter_elements", PassInputs(node, 3), params);
+      return CallWithParams<kernel::scatter_elements>(PassInputs(node, 3), params);
     };
     registry.Add(std::move(s));
   }
@@ -518,7 +513,7 @@ void RegisterScatterND(Registry& registry) {
     if (!code.ok()) return code.status();
     kiln_movement_params params{};
     params.reduction = *code;
-    return MovementCall("scatter_nd", PassInputs(node, 3), params);
+    return CallWithParams<kernel::scatter_nd>(PassInputs(node, 3), params);
   };
   registry.Add(std::move(s));
 }
@@ -535,7 +530,7 @@ void RegisterTile(Registry& registry) {
     ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
     return absl::OkStatus();
   };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return KernelCall{"tile", PassInputs(node, 1)}; };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return Call<kernel::tile>(PassInputs(node, 1)); };
   registry.Add(std::move(s));
 }
 
@@ -588,7 +583,7 @@ void RegisterPad(Registry& registry) {
     kiln_pad_params params{};
     params.mode = code;
     std::copy(pads->begin(), pads->begin() + rank, params.pads_begin);
-    KernelCall call = CallWithParams("pad", PassInputs(node, 1), params);
+    KernelCall call = CallWithParams<kernel::pad>(PassInputs(node, 1), params);
     call.inputs.push_back(KernelOperand{});
     if (node.opset() < 11) {
       auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
@@ -659,7 +654,7 @@ void RegisterTrilu(Registry& registry) {
     kiln_movement_params params{};
     params.upper = node.GetInt("upper", 1);
     params.k = k;
-    return MovementCall("trilu", PassInputs(node, 1), params);
+    return CallWithParams<kernel::trilu>(PassInputs(node, 1), params);
   };
   registry.Add(std::move(s));
 }
@@ -678,7 +673,7 @@ void RegisterConstantOfShape(Registry& registry) {
     if (const Tensor* given = node.GetTensor("value")) {
       std::memcpy(value->data(), given->data(), DTypeSize(given->dtype()));
     }
-    return KernelCall{"fill", {KernelOperand{-1, value}}};
+    return Call<kernel::fill>({KernelOperand{-1, value}});
   };
   registry.Add(std::move(s));
 }
@@ -697,7 +692,7 @@ void RegisterRange(Registry& registry) {
     ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {n});
     return absl::OkStatus();
   };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return KernelCall{"range", PassInputs(node, 3)}; };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return Call<kernel::range>(PassInputs(node, 3)); };
   registry.Add(std::move(s));
 }
 
@@ -713,7 +708,7 @@ void RegisterEyeLike(Registry& registry) {
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     kiln_movement_params params{};
     params.k = node.GetInt("k", 0);
-    return MovementCall("eye_like", {}, params);
+    return CallWithParams<kernel::eye_like>({}, params);
   };
   registry.Add(std::move(s));
 }
@@ -733,7 +728,7 @@ void RegisterOneHot(Registry& registry) {
   };
   s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     const int64_t axis = AxisAttr(node, -1, node.output(0));
-    return MovementCall("one_hot", PassInputs(node, 3), Axis(axis));
+    return CallWithParams<kernel::one_hot>(PassInputs(node, 3), Axis(axis));
   };
   registry.Add(std::move(s));
 }
@@ -751,7 +746,7 @@ void RegisterCumSum(Registry& registry) {
     kiln_movement_params params = Axis(axis);
     params.exclusive = node.GetInt("exclusive", 0);
     params.reverse = node.GetInt("reverse", 0);
-    return MovementCall("cumsum", PassInputs(node, 1), params);
+    return CallWithParams<kernel::cumsum>(PassInputs(node, 1), params);
   };
   registry.Add(std::move(s));
 }
