@@ -2,10 +2,10 @@
 // 1. Epilogues: bias adds and activations fold into the Conv/Gemm/MatMul that feeds them,
 //    so they run while the result is still in cache.
 //      %m = MatMul(%x, W) ; %y = Add(%m, b)     =>  %y = MatMul(%x, W, b)        (b: [N])
-//      %c = Conv(...)     ; %y = Relu(%c)       =>  %y = Conv(...) {kiln.activation=Relu}
+//      %c = Conv(...)     ; %y = Relu(%c)       =>  %y = Conv(...) {kiln.activation="relu"}
 //    also Gemm, and the activations LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Elu,
 //    Gelu, Clip with constant bounds, and SiLU written as x * Sigmoid(x):
-//      %c = Conv(...) ; %s = Sigmoid(%c) ; %y = Mul(%c, %s)  =>  %y = Conv(...) {kiln.activation=SiLU}
+//      %c = Conv(...) ; %s = Sigmoid(%c) ; %y = Mul(%c, %s)  =>  %y = Conv(...) {kiln.activation="silu"}
 //    A per-channel scale of a 1x1 Conv's input (squeeze-and-excitation) folds into the Conv,
 //    which scales each input channel as it packs it, so the scaled tensor is never written:
 //      %m = Mul(%x, %s) ; %y = Conv(%m, W, B)  =>  %y = Conv(%x, W, B, %s) {kiln.input_scale=1}

@@ -50,7 +50,8 @@ class KernelParams {
     words_.assign(sizeof(P) / sizeof(uint64_t), 0);
     std::memcpy(words_.data(), &params, sizeof(P));
   }
-  // The struct set last; the caller names its type (plan-memory reads Concat's axis).
+  // The struct set last, as type P (a default P when the sizes differ): for the fast
+  // lowerings that amend a call and for tests.
   template <typename P>
   P Get() const {
     P params{};
