@@ -2,9 +2,11 @@
 #include "glue.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "absl/strings/str_cat.h"
 #include "glue_builder.h"
+#include "kernel_abi.h"
 #include "kiln/common/status.h"
 #include "kiln/runtime.h"
 #include "llvm/IR/Constants.h"
@@ -27,7 +29,7 @@ const std::map<std::string, KernelTyping>& KernelTypings() {
 #define UNTYPED Typing::kUntyped
 #define INPUT0 Source::kInput0
 #define OUTPUT0 Source::kOutput0
-#define X(name, typing, source) {#name, {typing, source}},
+#define X(name, typing, source, params) {#name, {typing, source}},
 #include "kernel_list.inc"
 #undef X
 #undef NUMERIC
@@ -175,9 +177,14 @@ GlueBuilder::GlueBuilder(const GluePlan& plan, llvm::Module& module)
   i64_ = llvm::Type::getInt64Ty(ctx_);
   f64_ = llvm::Type::getDoubleTy(ctx_);
   i8_ = llvm::Type::getInt8Ty(ctx_);
-  // Mirrors kiln_ktensor and kiln_kcall in kernel_abi.h.
+  // Mirrors kiln_ktensor and kiln_kcall in kernel_abi.h (pinned by the asserts below).
+  static_assert(offsetof(kiln_ktensor, rank) == 16 && offsetof(kiln_ktensor, dtype) == 20 &&
+                sizeof(kiln_ktensor) == 24);
+  static_assert(offsetof(kiln_kcall, params) == 16 && offsetof(kiln_kcall, params_size) == 24 &&
+                offsetof(kiln_kcall, exec) == 32 && offsetof(kiln_kcall, num_inputs) == 40 &&
+                offsetof(kiln_kcall, num_outputs) == 44 && sizeof(kiln_kcall) == 48);
   ktensor_ = llvm::StructType::create(ctx_, {ptr_, ptr_, i32_, i32_}, "kiln_ktensor");
-  kcall_ = llvm::StructType::create(ctx_, {ptr_, ptr_, ptr_, ptr_, ptr_, i32_, i32_, i32_, i32_}, "kiln_kcall");
+  kcall_ = llvm::StructType::create(ctx_, {ptr_, ptr_, ptr_, i64_, ptr_, i32_, i32_}, "kiln_kcall");
   kernel_type_ = llvm::FunctionType::get(i32_, {ptr_}, false);
   part_type_ = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false);
 }
@@ -197,12 +204,19 @@ llvm::Constant* GlueBuilder::Int64Array(const std::vector<int64_t>& values) {
   auto it = int_arrays_.find(key);
   if (it != int_arrays_.end()) return it->second;
   if (values.empty()) return int_arrays_[key] = llvm::ConstantPointerNull::get(ptr_);
-  return int_arrays_[key] = ConstantBytes("ints", values.data(), static_cast<int64_t>(values.size() * 8), 8);
+  return int_arrays_[key] = ConstantBytes("dims", values.data(), static_cast<int64_t>(values.size() * 8), 8);
 }
 
-llvm::Constant* GlueBuilder::DoubleArray(const std::vector<double>& values) {
-  if (values.empty()) return llvm::ConstantPointerNull::get(ptr_);
-  return ConstantBytes("floats", values.data(), static_cast<int64_t>(values.size() * 8), 8);
+// The parameter struct as a constant with the struct's bytes and alignment: the bytes are
+// the C struct the lowering filled (kiln/kernels/*.h, 8-byte fields only, so every target
+// lays it out alike), and a constant lets LLVM fold each field into the inlined kernel.
+// Calls with the same parameters (the same Concat axis, the same Relu) share one constant.
+llvm::Constant* GlueBuilder::Params(const KernelParams& params) {
+  if (params.empty()) return llvm::ConstantPointerNull::get(ptr_);
+  std::string key(static_cast<const char*>(params.data()), static_cast<size_t>(params.size_bytes()));
+  auto it = params_.find(key);
+  if (it != params_.end()) return it->second;
+  return params_[key] = ConstantBytes("params", params.data(), params.size_bytes(), 8);
 }
 
 llvm::Constant* GlueBuilder::CString(const std::string& text) {
@@ -374,17 +388,14 @@ absl::Status GlueBuilder::EmitKernelCall(const Node& node, const KernelCall& cal
   llvm::Value* kcall = alloca_builder_->CreateAlloca(kcall_, nullptr, "call");
   builder_.CreateStore(in_array, builder_.CreateStructGEP(kcall_, kcall, 0));
   builder_.CreateStore(out_array, builder_.CreateStructGEP(kcall_, kcall, 1));
-  builder_.CreateStore(Int64Array(call.ints), builder_.CreateStructGEP(kcall_, kcall, 2));
-  builder_.CreateStore(DoubleArray(call.floats), builder_.CreateStructGEP(kcall_, kcall, 3));
+  builder_.CreateStore(Params(call.params), builder_.CreateStructGEP(kcall_, kcall, 2));
+  builder_.CreateStore(builder_.getInt64(static_cast<uint64_t>(call.params.size_bytes())),
+                       builder_.CreateStructGEP(kcall_, kcall, 3));
   builder_.CreateStore(exec_arg_, builder_.CreateStructGEP(kcall_, kcall, 4));
   builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(ins.size())),
                        builder_.CreateStructGEP(kcall_, kcall, 5));
   builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(outs.size())),
                        builder_.CreateStructGEP(kcall_, kcall, 6));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call.ints.size())),
-                       builder_.CreateStructGEP(kcall_, kcall, 7));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(call.floats.size())),
-                       builder_.CreateStructGEP(kcall_, kcall, 8));
   auto symbol =
       KernelSymbol(call.kernel, ins.empty() ? nullptr : ins[0].second, outs.empty() ? nullptr : outs[0].second);
   if (!symbol.ok()) return Annotate(symbol.status(), NodeLabel(node));

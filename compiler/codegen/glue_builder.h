@@ -43,7 +43,7 @@ class GlueBuilder {
   absl::StatusOr<llvm::Value*> ConstantTensor(const Tensor* tensor);
   llvm::GlobalVariable* ConstantBytes(const std::string& name, const void* data, int64_t size, unsigned align);
   llvm::Constant* Int64Array(const std::vector<int64_t>& values);
-  llvm::Constant* DoubleArray(const std::vector<double>& values);
+  llvm::Constant* Params(const KernelParams& params);
   llvm::Constant* CString(const std::string& text);
   llvm::Constant* TensorInfos(const std::vector<Value*>& values);
   llvm::Value* TensorArray(const std::vector<std::pair<llvm::Value*, const TensorType*>>& items, const char* name);
@@ -61,6 +61,7 @@ class GlueBuilder {
   llvm::FunctionType* part_type_;
   llvm::GlobalVariable* weights_symbol_ = nullptr;
   std::map<std::string, llvm::Constant*> int_arrays_;
+  std::map<std::string, llvm::Constant*> params_;  // kernel parameter structs by their bytes
   // Fused loops with the same program, shapes and constants share one function.
   std::map<std::string, llvm::Function*> fused_loops_;
   // Per function being emitted:

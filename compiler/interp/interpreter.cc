@@ -11,7 +11,7 @@
 #include "kernel_abi.h"
 #include "kiln/compiler/ops.h"
 
-#define X(name, typing, source) extern "C" int32_t kiln_k_##name(const kiln_kcall* call);
+#define X(name, typing, source, params) extern "C" int32_t kiln_k_##name(const kiln_kcall* call);
 #include "kernel_list.inc"
 #undef X
 
@@ -20,7 +20,7 @@ namespace {
 
 const std::map<std::string, kiln_kernel_fn>& KernelTable() {
   static const auto* table = new std::map<std::string, kiln_kernel_fn>{
-#define X(name, typing, source) {#name, &kiln_k_##name},
+#define X(name, typing, source, params) {#name, &kiln_k_##name},
 #include "kernel_list.inc"
 #undef X
   };
@@ -38,6 +38,7 @@ std::string KernelError(int32_t code) {
     case KILN_KERR_DTYPE: return "element type not supported by the kernel";
     case KILN_KERR_INDEX: return "an index is out of range";
     case KILN_KERR_UNSUPPORTED: return "parameter combination not supported by the kernel";
+    case KILN_KERR_PARAMS: return "internal error: the lowering passed another parameter struct than the kernel reads";
     default: return absl::StrCat("kernel error ", code);
   }
 }
@@ -75,12 +76,10 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   kiln_kcall kcall{};
   kcall.inputs = in_views.data();
   kcall.outputs = out_views.data();
-  kcall.ints = call->ints.data();
-  kcall.floats = call->floats.data();
   kcall.num_inputs = static_cast<int32_t>(in_views.size());
   kcall.num_outputs = static_cast<int32_t>(out_views.size());
-  kcall.num_ints = static_cast<int32_t>(call->ints.size());
-  kcall.num_floats = static_cast<int32_t>(call->floats.size());
+  kcall.params = call->params.data();
+  kcall.params_size = call->params.size_bytes();
   int32_t rc = kernel->second(&kcall);
   if (rc != KILN_KERR_OK) {
     return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", KernelError(rc)));

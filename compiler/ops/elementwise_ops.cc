@@ -2,10 +2,14 @@
 // logic, Where, Cast/CastLike and Clip.
 #include <limits>
 
+#include "kiln/kernels/elementwise.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
 namespace {
+
+static_assert(kFusedMaxInputs == KILN_FUSED_MAX_INPUTS && kFusedMaxOps == KILN_FUSED_MAX_OPS,
+              "the fuse pass's limits (ops.h) must be the kernel's");
 
 struct UnaryDef {
   const char* name;
@@ -163,23 +167,34 @@ std::optional<ScalarOp> ScalarOpOf(const Node& node) {
   return std::nullopt;
 }
 
-void RegisterElementwiseOps(Registry& registry) {
-  {
-    OpSchema schema;
-    schema.name = kFusedElementwiseOp;
-    schema.min_inputs = 1;
-    schema.max_inputs = KILN_FUSED_MAX_INPUTS;
-    schema.infer = InferFusedElementwise;
-    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"fused_elementwise", PassAllInputs(node), {}, node.GetFloats("params")};
-      const std::vector<int64_t> program = node.GetInts("program");
-      call.ints.push_back(static_cast<int64_t>(program.size() / 4));
-      call.ints.insert(call.ints.end(), program.begin(), program.end());
-      return call;
-    };
-    registry.Add(std::move(schema));
-  }
+namespace {
 
+void RegisterFusedElementwise(Registry& registry) {
+  OpSchema schema;
+  schema.name = kFusedElementwiseOp;
+  schema.min_inputs = 1;
+  schema.max_inputs = KILN_FUSED_MAX_INPUTS;
+  schema.infer = InferFusedElementwise;
+  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    const std::vector<int64_t> program = node.GetInts("program");
+    const std::vector<double> op_params = node.GetFloats("params");
+    const size_t num_ops = program.size() / 4;
+    if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
+      return NodeError(node,
+                       absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
+    }
+    kiln_fused_elementwise_params params{};
+    params.num_ops = static_cast<int64_t>(num_ops);
+    for (size_t op = 0; op < num_ops; ++op) {
+      for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
+      for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
+    }
+    return CallWithParams<kernel::fused_elementwise>(PassAllInputs(node), params);
+  };
+  registry.Add(std::move(schema));
+}
+
+void RegisterUnaryOps(Registry& registry) {
   for (const UnaryDef& def : kUnaryOps) {
     OpSchema schema;
     schema.name = def.name;
@@ -192,14 +207,17 @@ void RegisterElementwiseOps(Registry& registry) {
       return SameAsInput0(ctx);
     };
     schema.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"unary", PassInputs(node, 1), {def.code}, {}};
-      call.floats.push_back(def.alpha_attr ? node.GetFloat(def.alpha_attr, def.alpha_default) : 0.0);
-      call.floats.push_back(def.beta_attr ? node.GetFloat(def.beta_attr, def.beta_default) : 0.0);
-      return call;
+      kiln_elementwise_params params{};
+      params.op = def.code;
+      params.alpha = def.alpha_attr ? node.GetFloat(def.alpha_attr, def.alpha_default) : 0.0;
+      params.beta = def.beta_attr ? node.GetFloat(def.beta_attr, def.beta_default) : 0.0;
+      return CallWithParams<kernel::unary>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterIsNaNAndIsInf(Registry& registry) {
   for (const char* name : {"IsNaN", "IsInf"}) {
     OpSchema schema;
     schema.name = name;
@@ -211,15 +229,17 @@ void RegisterElementwiseOps(Registry& registry) {
     };
     const bool is_nan = std::string(name) == "IsNaN";
     schema.lower = [is_nan](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"unary",
-                        PassInputs(node, 1),
-                        {is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF, node.GetInt("detect_negative", 1),
-                         node.GetInt("detect_positive", 1)},
-                        {}};
+      kiln_elementwise_params params{};
+      params.op = is_nan ? KILN_UNARY_IS_NAN : KILN_UNARY_IS_INF;
+      params.detect_negative = node.GetInt("detect_negative", 1);
+      params.detect_positive = node.GetInt("detect_positive", 1);
+      return CallWithParams<kernel::unary>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(schema));
   }
+}
 
+void RegisterBinaryOps(Registry& registry) {
   for (const BinaryDef& def : kBinaryOps) {
     OpSchema schema;
     schema.name = def.name;
@@ -242,27 +262,31 @@ void RegisterElementwiseOps(Registry& registry) {
       if (code == KILN_BINARY_SHIFT_LEFT && node.GetString("direction", "") == "RIGHT") {
         code = KILN_BINARY_SHIFT_RIGHT;
       }
-      return KernelCall{"binary", PassInputs(node, 2), {code}, {}};
+      kiln_elementwise_params params{};
+      params.op = code;
+      return CallWithParams<kernel::binary>(PassInputs(node, 2), params);
     };
     registry.Add(std::move(schema));
   }
+}
 
-  {
-    OpSchema schema;
-    schema.name = "Where";
-    schema.min_inputs = schema.max_inputs = 3;
-    schema.infer = [](InferContext& ctx) -> absl::Status {
-      if (ctx.type(1).dtype != ctx.type(2).dtype) {
-        return NodeError(ctx.node, "X and Y have different element types");
-      }
-      return InferBroadcast(ctx, ctx.type(1).dtype);
-    };
-    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"where", PassInputs(node, 3), {}, {}};
-    };
-    registry.Add(std::move(schema));
-  }
+void RegisterWhere(Registry& registry) {
+  OpSchema schema;
+  schema.name = "Where";
+  schema.min_inputs = schema.max_inputs = 3;
+  schema.infer = [](InferContext& ctx) -> absl::Status {
+    if (ctx.type(1).dtype != ctx.type(2).dtype) {
+      return NodeError(ctx.node, "X and Y have different element types");
+    }
+    return InferBroadcast(ctx, ctx.type(1).dtype);
+  };
+  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    return Call<kernel::where>(PassInputs(node, 3));
+  };
+  registry.Add(std::move(schema));
+}
 
+void RegisterCastAndCastLike(Registry& registry) {
   for (const char* name : {"Cast", "CastLike"}) {
     OpSchema schema;
     schema.name = name;
@@ -280,33 +304,45 @@ void RegisterElementwiseOps(Registry& registry) {
       return absl::OkStatus();
     };
     schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"cast", PassInputs(node, 1), {}, {}};
+      return Call<kernel::cast>(PassInputs(node, 1));
     };
     registry.Add(std::move(schema));
   }
+}
 
-  {
-    OpSchema schema;
-    schema.name = "Clip";
-    schema.max_inputs = 3;
-    schema.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
-      return SameAsInput0(ctx);
-    };
-    schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"clip", PassAllInputs(node), {}, {}};
-      if (node.opset() < 11) {
-        call.ints = {1, 1};
-        call.floats = {node.GetFloat("min", -std::numeric_limits<float>::max()),
-                       node.GetFloat("max", std::numeric_limits<float>::max())};
-      } else {
-        call.ints = {node.input(1) != nullptr, node.input(2) != nullptr};
-        call.floats = {0, 0};
-      }
-      return call;
-    };
-    registry.Add(std::move(schema));
-  }
+void RegisterClip(Registry& registry) {
+  OpSchema schema;
+  schema.name = "Clip";
+  schema.max_inputs = 3;
+  schema.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
+    return SameAsInput0(ctx);
+  };
+  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    kiln_elementwise_params params{};
+    if (node.opset() < 11) {
+      params.has_min = params.has_max = 1;
+      params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
+      params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
+    } else {
+      params.has_min = node.input(1) != nullptr;
+      params.has_max = node.input(2) != nullptr;
+    }
+    return CallWithParams<kernel::clip>(PassAllInputs(node), params);
+  };
+  registry.Add(std::move(schema));
+}
+
+}  // namespace
+
+void RegisterElementwiseOps(Registry& registry) {
+  RegisterFusedElementwise(registry);
+  RegisterUnaryOps(registry);
+  RegisterIsNaNAndIsInf(registry);
+  RegisterBinaryOps(registry);
+  RegisterWhere(registry);
+  RegisterCastAndCastLike(registry);
+  RegisterClip(registry);
 }
 
 }  // namespace kiln::ops

@@ -2,6 +2,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/norm.h"
+#include "kiln/kernels/pool.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -45,11 +48,60 @@ absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<i
   return w;
 }
 
-void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w) {
-  ints.push_back(static_cast<int64_t>(w.kernel.size()));
-  for (const auto* v : {&w.kernel, &w.strides, &w.pads_begin, &w.pads_end, &w.dilations}) {
-    ints.insert(ints.end(), v->begin(), v->end());
+absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w) {
+  const size_t rank = w.kernel.size();
+  if (rank > KILN_MAX_SPATIAL) {
+    return NodeError(node, absl::StrCat(rank, " spatial dims; the kernels take at most ", KILN_MAX_SPATIAL));
   }
+  kiln_window window{};
+  window.rank = static_cast<int64_t>(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    window.kernel[i] = w.kernel[i];
+    window.strides[i] = w.strides[i];
+    window.pads_begin[i] = w.pads_begin[i];
+    window.pads_end[i] = w.pads_end[i];
+    window.dilations[i] = w.dilations[i];
+  }
+  return window;
+}
+
+namespace {
+
+// The activations the fuse pass names in `kiln.activation`, and their kernel codes.
+struct NamedActivation {
+  const char* name;
+  int64_t code;
+};
+constexpr NamedActivation kNamedActivations[] = {
+    {"relu", KILN_UNARY_RELU},
+    {"leaky_relu", KILN_UNARY_LEAKY_RELU},
+    {"sigmoid", KILN_UNARY_SIGMOID},
+    {"tanh", KILN_UNARY_TANH},
+    {"hard_sigmoid", KILN_UNARY_HARD_SIGMOID},
+    {"hard_swish", KILN_UNARY_HARD_SWISH},
+    {"elu", KILN_UNARY_ELU},
+    {"gelu", KILN_UNARY_GELU},
+    {"clip", KILN_UNARY_CLIP},
+    {"silu", KILN_UNARY_SILU},
+};
+
+}  // namespace
+
+absl::StatusOr<kiln_activation> FusedActivation(const Node& node) {
+  kiln_activation activation{-1, 0.0, 0.0};
+  if (!node.has_attr("kiln.activation")) return activation;
+  const std::string name = node.GetString("kiln.activation", "");
+  std::vector<std::string> known;
+  for (const NamedActivation& named : kNamedActivations) {
+    if (name == named.name) {
+      activation.code = named.code;
+      activation.alpha = node.GetFloat("kiln.activation_alpha", 0.0);
+      activation.beta = node.GetFloat("kiln.activation_beta", 0.0);
+      return activation;
+    }
+    known.push_back(named.name);
+  }
+  return NodeError(node, absl::StrCat("kiln.activation '", name, "' is not one of ", absl::StrJoin(known, ", ")));
 }
 
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
@@ -70,37 +122,43 @@ absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector
   return out;
 }
 
-std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b) {
+absl::StatusOr<kiln_matmul_shape> MatMulShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b) {
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
-  const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
   const size_t batch_rank = std::max(a.size(), b.size()) - 2;
-  std::vector<int64_t> batch(batch_rank), sa(batch_rank, 0), sb(batch_rank, 0);
-  auto fill = [&](const std::vector<int64_t>& d, std::vector<int64_t>& strides, int64_t matrix) {
+  if (batch_rank > KILN_MAX_RANK) {
+    return NodeError(node, absl::StrCat(batch_rank, " batch dims; the kernels take at most ", KILN_MAX_RANK));
+  }
+  kiln_matmul_shape shape{};
+  shape.M = a[a.size() - 2];
+  shape.K = a.back();
+  shape.N = b.back();
+  shape.batch_rank = static_cast<int64_t>(batch_rank);
+  // Strides in elements, right-aligned as numpy broadcasts; 0 along a broadcast dim.
+  auto fill = [&](const std::vector<int64_t>& d, int64_t* strides, int64_t matrix) {
     const size_t own = d.size() - 2;
     int64_t s = matrix;
     for (size_t i = own; i-- > 0;) {
       const size_t at = batch_rank - own + i;
       strides[at] = d[i] == 1 ? 0 : s;
-      batch[at] = std::max(batch[at], d[i]);
+      shape.batch_dims[at] = std::max(shape.batch_dims[at], d[i]);
       s *= d[i];
     }
   };
-  fill(a, sa, M * K);
-  fill(b, sb, K * N);
-  std::vector<int64_t> ints = {M, K, N, static_cast<int64_t>(batch_rank)};
-  for (const auto* v : {&batch, &sa, &sb}) ints.insert(ints.end(), v->begin(), v->end());
-  return ints;
+  fill(a, shape.a_batch_strides, shape.M * shape.K);
+  fill(b, shape.b_batch_strides, shape.K * shape.N);
+  return shape;
 }
 
 namespace {
 
-// A fused activation epilogue set by the fuse pass: the unary op code (-1: none) goes in
-// ints, its two parameters in floats.
-void AppendActivation(const Node& node, KernelCall& call) {
-  call.ints.push_back(node.GetInt("kiln.activation", -1));
-  call.floats.push_back(node.GetFloat("kiln.activation_alpha", 0.0));
-  call.floats.push_back(node.GetFloat("kiln.activation_beta", 0.0));
+// Conv's parameters from its window and fused activation (the fast lowerings add theirs).
+absl::StatusOr<kiln_conv_params> ConvParams(const Node& node, const WindowParams& win) {
+  kiln_conv_params params{};
+  params.group = node.GetInt("group", 1);
+  KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, win));
+  KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+  return params;
 }
 
 absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
@@ -108,7 +166,7 @@ absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
   return ComputeWindow(node, Spatial(x), node.GetInts("kernel_shape", Spatial(w)), false);
 }
 
-// Winograd F(4x4, 3x3) for artifacts (kernels/lib/winograd.cc): a 2-D f32 Conv with a
+// Winograd F(4x4, 3x3) for artifacts (kernels/conv/winograd.cc): a 2-D f32 Conv with a
 // constant 3x3 weight, stride 1, dilation 1, one group, input channels a multiple of 8 and
 // output channels a multiple of 16. The weight becomes U = G g G^T, 36 matrices of
 // [C x OC] stored as 16-column panels [36][OC/16][C][16], computed here in double.
@@ -160,20 +218,21 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   const int64_t per_tile = 36 * (C + OC) * static_cast<int64_t>(sizeof(float));
   int64_t chunk = std::max<int64_t>(6, kWinogradScratchBudget / per_tile / 6 * 6);
   if (chunk > tiles) chunk = tiles;
-  KernelCall call{"conv_winograd", {}, {chunk, win->pads_begin[0], win->pads_begin[1]}, {}};
+  KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+  params.tiles_per_chunk = chunk;
+  KernelCall call = CallWithParams<kernel::conv_winograd>({}, params);
   call.inputs.push_back(KernelOperand{0, nullptr});
   call.inputs.push_back(KernelOperand{-1, std::move(u)});
   call.inputs.push_back(KernelOperand{node.inputs().size() > 2 && node.input(2) != nullptr ? 2 : -1, nullptr});
   if (node.inputs().size() > 4) call.inputs.push_back(KernelOperand{4, nullptr});  // the residual
-  AppendActivation(node, call);
   call.scratch_bytes = chunk * per_tile;
   return call;
 }
 
 // Any other f32 Conv the kernel runs as an implicit GEMM (at least 4 output channels per
 // group) with a constant weight: the weight pre-packed into panels of 6 rows (gemm::kMr),
-// [group][ceil(OC/group / 6)][K][6], zero past the last row, flagged by an int after the
-// activation. The micro-kernel then reads one sequential stream of weights.
+// [group][ceil(OC/group / 6)][K][6], zero past the last row (packed_weights). The micro-kernel then reads one
+// sequential stream of weights.
 constexpr int64_t kConvPanelRows = 6;
 
 absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
@@ -198,15 +257,13 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   }
   auto win = ConvWindow(node);
   if (!win.ok()) return win.status();
-  KernelCall call{"conv", PassAllInputs(node), {group}, {}};
-  call.inputs[1] = KernelOperand{-1, std::move(packed)};
-  AppendWindow(call.ints, *win);
-  AppendActivation(node, call);
-  call.ints.push_back(1);  // weights pre-packed
+  KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+  params.packed_weights = 1;
   // The job width in output positions: --tune's "gemmN" (kiln.algorithm), else the kernel's default.
   const std::string algorithm = node.GetString("kiln.algorithm", "");
-  if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0)
-    call.ints.push_back(std::atoll(algorithm.c_str() + 4));
+  if (algorithm.size() > 4 && algorithm.compare(0, 4, "gemm") == 0) params.job_cols = std::atoll(algorithm.c_str() + 4);
+  KernelCall call = CallWithParams<kernel::conv>(PassAllInputs(node), params);
+  call.inputs[1] = KernelOperand{-1, std::move(packed)};
   return call;
 }
 
@@ -219,6 +276,12 @@ absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node)
     if (!winograd.ok() || winograd->has_value()) return winograd;
   }
   return LowerPackedConv(node);
+}
+
+kiln_norm_params NormEpsilon(const Node& node) {
+  kiln_norm_params params{};
+  params.epsilon = node.GetFloat("epsilon", 1e-5);
+  return params;
 }
 
 absl::StatusOr<WindowParams> PoolWindow(const Node& node) {
@@ -268,183 +331,190 @@ absl::StatusOr<WindowParams> ConvTransposeWindow(const Node& node) {
 
 }  // namespace
 
-void RegisterNnOps(Registry& registry) {
-  {
-    OpSchema s;
-    s.name = "MatMul";
-    s.min_inputs = 2;
-    s.max_inputs = 3;  // input 2: a bias [N] folded in by the fuse pass
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      for (size_t i = 0; i < 2; ++i) {
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-      }
-      if (ctx.type(0).dtype != ctx.type(1).dtype) return NodeError(ctx.node, "operands have different element types");
-      auto out = MatMulOutputShape(ctx.node, ctx.type(0).StaticDims(), ctx.type(1).StaticDims());
-      if (!out.ok()) return out.status();
-      ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{
-          "matmul", PassAllInputs(node), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
-      AppendActivation(node, call);
-      return call;
-    };
-    // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
-    // 16-column panels [N/16][K][16] at compile time, flagged by a last int.
-    s.lower_fast = [lower = s.lower](const Node& node) -> absl::StatusOr<std::optional<KernelCall>> {
-      const Value* b = node.input(1);
-      if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
-        return std::nullopt;
-      }
-      const std::vector<int64_t> bd = StaticDims(b);
-      if (bd.size() != 2 || bd[0] == 0 || bd[1] % 16 != 0 || bd[1] == 0) return std::nullopt;
-      absl::StatusOr<KernelCall> call = lower(node);
-      if (!call.ok()) return call.status();
-      const int64_t K = bd[0], N = bd[1];
-      auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N / 16, K, 16});
-      const float* src = b->constant()->data_as<float>();
-      float* dst = panels->data_as<float>();
-      for (int64_t k = 0; k < K; ++k) {
-        for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * N + n];
-      }
-      call->inputs[1] = KernelOperand{-1, std::move(panels)};
-      call->ints.push_back(1);  // B in panels
-      return std::optional<KernelCall>(std::move(*call));
-    };
-    registry.Add(std::move(s));
-  }
-  {
-    OpSchema s;
-    s.name = "Gemm";
-    s.min_inputs = 2;
-    s.max_inputs = 3;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      for (size_t i = 0; i < 2; ++i) {
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-      }
-      std::vector<int64_t> a = ctx.type(0).StaticDims(), b = ctx.type(1).StaticDims();
-      if (a.size() != 2 || b.size() != 2) return NodeError(ctx.node, "A and B must be 2-D");
-      const bool ta = ctx.node.GetInt("transA", 0) != 0, tb = ctx.node.GetInt("transB", 0) != 0;
-      const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
-      const int64_t KB = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
-      if (K != KB) return NodeError(ctx.node, absl::StrCat("inner dimensions differ: A gives ", K, ", B gives ", KB));
-      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {M, N});
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{"gemm",
-                      PassAllInputs(node),
-                      {node.GetInt("transA", 0), node.GetInt("transB", 0)},
-                      {node.GetFloat("alpha", 1.0), node.GetFloat("beta", 1.0)}};
-      AppendActivation(node, call);
-      return call;
-    };
-    registry.Add(std::move(s));
-  }
-  {
-    OpSchema s;
-    s.name = "Conv";
-    s.min_inputs = 2;
-    // Two more inputs only as the fuse pass writes them. Input 3, with kiln.input_scale = 1
-    // (B then present): a per-(image, input channel) scale [N or 1, C, 1, ...] the Conv
-    // applies to X first, i.e. the Conv of Mul(X, scale) (EfficientNet's
-    // squeeze-and-excitation). Input 4, with kiln.residual = 1 (input 3 then may be
-    // omitted): a tensor shaped as Y added after the bias, before the activation, i.e.
-    // Add(Conv(...), R) (ResNet's skip connection).
-    s.max_inputs = 5;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireFloat(ctx); !st.ok()) return st;
-      for (size_t i = 0; i < 2; ++i) {
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-      }
-      std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
-      const size_t n_inputs = ctx.node.inputs().size();
-      const bool has_scale = n_inputs > 3 && ctx.node.input(3) != nullptr;
-      if (n_inputs == 5 && (ctx.node.GetInt("kiln.residual", 0) != 1 || ctx.node.input(4) == nullptr)) {
-        return NodeError(
-            ctx.node,
-            "Conv takes at most 3 inputs (X, W, B); a fifth, the fuse pass's residual, needs kiln.residual = 1");
-      }
-      if (n_inputs > 3 && !has_scale && n_inputs != 5)
+namespace {
+
+void RegisterMatMul(Registry& registry) {
+  OpSchema s;
+  s.name = "MatMul";
+  s.min_inputs = 2;
+  s.max_inputs = 3;  // input 2: a bias [N] folded in by the fuse pass
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    for (size_t i = 0; i < 2; ++i) {
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+    }
+    if (ctx.type(0).dtype != ctx.type(1).dtype) return NodeError(ctx.node, "operands have different element types");
+    auto out = MatMulOutputShape(ctx.node, ctx.type(0).StaticDims(), ctx.type(1).StaticDims());
+    if (!out.ok()) return out.status();
+    ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    kiln_matmul_params params{};
+    KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+    KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+    return CallWithParams<kernel::matmul>(PassAllInputs(node), params);
+  };
+  // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
+  // 16-column panels [N/16][K][16] at compile time (b_panels).
+  s.lower_fast = [lower = s.lower](const Node& node) -> absl::StatusOr<std::optional<KernelCall>> {
+    const Value* b = node.input(1);
+    if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
+      return std::nullopt;
+    }
+    const std::vector<int64_t> bd = StaticDims(b);
+    if (bd.size() != 2 || bd[0] == 0 || bd[1] % 16 != 0 || bd[1] == 0) return std::nullopt;
+    absl::StatusOr<KernelCall> call = lower(node);
+    if (!call.ok()) return call.status();
+    const int64_t K = bd[0], N = bd[1];
+    auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N / 16, K, 16});
+    const float* src = b->constant()->data_as<float>();
+    float* dst = panels->data_as<float>();
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * N + n];
+    }
+    call->inputs[1] = KernelOperand{-1, std::move(panels)};
+    kiln_matmul_params params = call->params.Get<kiln_matmul_params>();
+    params.b_panels = 1;
+    call->params.Set(params);
+    return std::optional<KernelCall>(std::move(*call));
+  };
+  registry.Add(std::move(s));
+}
+
+void RegisterGemm(Registry& registry) {
+  OpSchema s;
+  s.name = "Gemm";
+  s.min_inputs = 2;
+  s.max_inputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    for (size_t i = 0; i < 2; ++i) {
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+    }
+    std::vector<int64_t> a = ctx.type(0).StaticDims(), b = ctx.type(1).StaticDims();
+    if (a.size() != 2 || b.size() != 2) return NodeError(ctx.node, "A and B must be 2-D");
+    const bool ta = ctx.node.GetInt("transA", 0) != 0, tb = ctx.node.GetInt("transB", 0) != 0;
+    const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
+    const int64_t KB = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+    if (K != KB) return NodeError(ctx.node, absl::StrCat("inner dimensions differ: A gives ", K, ", B gives ", KB));
+    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {M, N});
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    kiln_gemm_params params{};
+    params.trans_a = node.GetInt("transA", 0);
+    params.trans_b = node.GetInt("transB", 0);
+    params.alpha = node.GetFloat("alpha", 1.0);
+    params.beta = node.GetFloat("beta", 1.0);
+    KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+    return CallWithParams<kernel::gemm>(PassAllInputs(node), params);
+  };
+  registry.Add(std::move(s));
+}
+
+void RegisterConv(Registry& registry) {
+  OpSchema s;
+  s.name = "Conv";
+  s.min_inputs = 2;
+  // Two more inputs only as the fuse pass writes them. Input 3, with kiln.input_scale = 1
+  // (B then present): a per-(image, input channel) scale [N or 1, C, 1, ...] the Conv
+  // applies to X first, i.e. the Conv of Mul(X, scale) (EfficientNet's
+  // squeeze-and-excitation). Input 4, with kiln.residual = 1 (input 3 then may be
+  // omitted): a tensor shaped as Y added after the bias, before the activation, i.e.
+  // Add(Conv(...), R) (ResNet's skip connection).
+  s.max_inputs = 5;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireFloat(ctx); !st.ok()) return st;
+    for (size_t i = 0; i < 2; ++i) {
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+    }
+    std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
+    const size_t n_inputs = ctx.node.inputs().size();
+    const bool has_scale = n_inputs > 3 && ctx.node.input(3) != nullptr;
+    if (n_inputs == 5 && (ctx.node.GetInt("kiln.residual", 0) != 1 || ctx.node.input(4) == nullptr)) {
+      return NodeError(
+          ctx.node,
+          "Conv takes at most 3 inputs (X, W, B); a fifth, the fuse pass's residual, needs kiln.residual = 1");
+    }
+    if (n_inputs > 3 && !has_scale && n_inputs != 5)
+      return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
+    if (has_scale) {
+      if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr) {
         return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
-      if (has_scale) {
-        if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr) {
-          return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
-        }
-        if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
-        std::vector<int64_t> scale = ctx.type(3).StaticDims();
-        bool ok = scale.size() == x.size() && (scale[0] == 1 || scale[0] == x[0]) && scale[1] == x[1];
-        for (size_t i = 2; ok && i < scale.size(); ++i) ok = scale[i] == 1;
-        if (!ok || ctx.type(3).dtype != ctx.type(0).dtype) {
-          return NodeError(ctx.node, absl::StrCat("input scale [", absl::StrJoin(scale, ","), "] must be [N or 1, ",
-                                                  x[1], ", 1...] of X's type"));
-        }
       }
-      if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
-        return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
-      const int64_t group = ctx.node.GetInt("group", 1);
-      if (group <= 0 || x[1] % group != 0 || w[0] % group != 0 || x[1] / group != w[1]) {
-        return NodeError(ctx.node, absl::StrCat("input channels ", x[1], " with group ", group,
-                                                " do not match weight dims [", absl::StrJoin(w, ","), "]"));
+      if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
+      std::vector<int64_t> scale = ctx.type(3).StaticDims();
+      bool ok = scale.size() == x.size() && (scale[0] == 1 || scale[0] == x[0]) && scale[1] == x[1];
+      for (size_t i = 2; ok && i < scale.size(); ++i) ok = scale[i] == 1;
+      if (!ok || ctx.type(3).dtype != ctx.type(0).dtype) {
+        return NodeError(ctx.node, absl::StrCat("input scale [", absl::StrJoin(scale, ","), "] must be [N or 1, ", x[1],
+                                                ", 1...] of X's type"));
       }
-      std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(w));
-      if (kernel != Spatial(w))
-        return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","),
-                                                "] does not match weight dims [", absl::StrJoin(w, ","), "]"));
-      auto win = ComputeWindow(ctx.node, Spatial(x), kernel, false);
-      if (!win.ok()) return win.status();
-      std::vector<int64_t> out = {x[0], w[0]};
-      out.insert(out.end(), win->out.begin(), win->out.end());
-      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
-      if (n_inputs == 5) {
-        if (auto st = RequireStatic(ctx, 4); !st.ok()) return st;
-        if (ctx.type(4).StaticDims() != out || ctx.type(4).dtype != ctx.type(0).dtype) {
-          return NodeError(ctx.node,
-                           absl::StrCat("residual [", absl::StrJoin(ctx.type(4).StaticDims(), ","),
-                                        "] must have Y's shape [", absl::StrJoin(out, ","), "] and X's type"));
-        }
+    }
+    if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+      return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
+    const int64_t group = ctx.node.GetInt("group", 1);
+    if (group <= 0 || x[1] % group != 0 || w[0] % group != 0 || x[1] / group != w[1]) {
+      return NodeError(ctx.node, absl::StrCat("input channels ", x[1], " with group ", group,
+                                              " do not match weight dims [", absl::StrJoin(w, ","), "]"));
+    }
+    std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(w));
+    if (kernel != Spatial(w))
+      return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","),
+                                              "] does not match weight dims [", absl::StrJoin(w, ","), "]"));
+    auto win = ComputeWindow(ctx.node, Spatial(x), kernel, false);
+    if (!win.ok()) return win.status();
+    std::vector<int64_t> out = {x[0], w[0]};
+    out.insert(out.end(), win->out.begin(), win->out.end());
+    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+    if (n_inputs == 5) {
+      if (auto st = RequireStatic(ctx, 4); !st.ok()) return st;
+      if (ctx.type(4).StaticDims() != out || ctx.type(4).dtype != ctx.type(0).dtype) {
+        return NodeError(ctx.node, absl::StrCat("residual [", absl::StrJoin(ctx.type(4).StaticDims(), ","),
+                                                "] must have Y's shape [", absl::StrJoin(out, ","), "] and X's type"));
       }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      auto win = ConvWindow(node);
-      if (!win.ok()) return win.status();
-      KernelCall call{"conv", PassAllInputs(node), {node.GetInt("group", 1)}, {}};
-      AppendWindow(call.ints, *win);
-      AppendActivation(node, call);
-      return call;
-    };
-    s.lower_fast = LowerConvForArtifact;
-    registry.Add(std::move(s));
-  }
-  {
-    OpSchema s;
-    s.name = "ConvTranspose";
-    s.min_inputs = 2;
-    s.max_inputs = 3;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireFloat(ctx); !st.ok()) return st;
-      for (size_t i = 0; i < 2; ++i) {
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-      }
-      auto win = ConvTransposeWindow(ctx.node);
-      if (!win.ok()) return win.status();
-      std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
-      std::vector<int64_t> out = {x[0], w[1] * ctx.node.GetInt("group", 1)};
-      out.insert(out.end(), win->out.begin(), win->out.end());
-      ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      auto win = ConvTransposeWindow(node);
-      if (!win.ok()) return win.status();
-      KernelCall call{"conv_transpose", PassAllInputs(node), {node.GetInt("group", 1)}, {}};
-      AppendWindow(call.ints, *win);
-      return call;
-    };
-    registry.Add(std::move(s));
-  }
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    auto win = ConvWindow(node);
+    if (!win.ok()) return win.status();
+    KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+    return CallWithParams<kernel::conv>(PassAllInputs(node), params);
+  };
+  s.lower_fast = LowerConvForArtifact;
+  registry.Add(std::move(s));
+}
+
+void RegisterConvTranspose(Registry& registry) {
+  OpSchema s;
+  s.name = "ConvTranspose";
+  s.min_inputs = 2;
+  s.max_inputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireFloat(ctx); !st.ok()) return st;
+    for (size_t i = 0; i < 2; ++i) {
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+    }
+    auto win = ConvTransposeWindow(ctx.node);
+    if (!win.ok()) return win.status();
+    std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
+    std::vector<int64_t> out = {x[0], w[1] * ctx.node.GetInt("group", 1)};
+    out.insert(out.end(), win->out.begin(), win->out.end());
+    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    auto win = ConvTransposeWindow(node);
+    if (!win.ok()) return win.status();
+    kiln_conv_params params{};
+    params.group = node.GetInt("group", 1);
+    KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+    return CallWithParams<kernel::conv_transpose>(PassAllInputs(node), params);
+  };
+  registry.Add(std::move(s));
+}
+
+void RegisterPools(Registry& registry) {
   struct PoolDef {
     const char* name;
     int code;
@@ -473,81 +543,104 @@ void RegisterNnOps(Registry& registry) {
     s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       auto win = PoolWindow(node);
       if (!win.ok()) return win.status();
-      KernelCall call{"pool", PassInputs(node, 1), {def.code}, {static_cast<double>(node.GetInt("p", 2))}};
-      AppendWindow(call.ints, *win);
-      call.ints.push_back(node.GetInt("count_include_pad", 0));
-      return call;
+      kiln_pool_params params{};
+      params.op = def.code;
+      KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+      params.count_include_pad = node.GetInt("count_include_pad", 0);
+      params.p = static_cast<double>(node.GetInt("p", 2));
+      return CallWithParams<kernel::pool>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
-  {
-    OpSchema s;
-    s.name = "BatchNormalization";
-    s.min_inputs = s.max_inputs = 5;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireFloat(ctx); !st.ok()) return st;
-      if (ctx.node.GetInt("training_mode", 0) != 0 || ctx.output_types.size() > 1) {
-        return NodeError(ctx.node, "training mode (running statistics outputs) is not supported");
-      }
-      return SameAsInput0(ctx);
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"batch_norm", PassInputs(node, 5), {}, {node.GetFloat("epsilon", 1e-5)}};
-    };
-    registry.Add(std::move(s));
-  }
-  {
-    OpSchema s;
-    s.name = "InstanceNormalization";
-    s.min_inputs = s.max_inputs = 3;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireFloat(ctx); !st.ok()) return st;
-      return SameAsInput0(ctx);
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"instance_norm", PassInputs(node, 3), {}, {node.GetFloat("epsilon", 1e-5)}};
-    };
-    registry.Add(std::move(s));
-  }
-  {
-    OpSchema s;
-    s.name = "LayerNormalization";
-    s.min_inputs = 2;
-    s.max_inputs = 3;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireFloat(ctx); !st.ok()) return st;
-      if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
-      const auto& in = ctx.type(0).shape;
-      auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(in.size()));
-      if (!axis.ok()) return axis.status();
-      ctx.output_types[0] = ctx.type(0);
-      std::vector<Dim> stat(in.begin(), in.begin() + *axis);
-      while (stat.size() < in.size()) stat.push_back(Dim::Known(1));
-      for (size_t i = 1; i < ctx.output_types.size(); ++i) ctx.output_types[i] = WithShape(ctx.type(0).dtype, stat);
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      int64_t axis = node.GetInt("axis", -1);
-      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"layer_norm", PassAllInputs(node), {axis}, {node.GetFloat("epsilon", 1e-5)}};
-    };
-    registry.Add(std::move(s));
-  }
-  {
-    OpSchema s;
-    s.name = "LRN";
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireFloat(ctx); !st.ok()) return st;
-      return SameAsInput0(ctx);
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"lrn",
-                        PassInputs(node, 1),
-                        {node.GetInt("size", 1)},
-                        {node.GetFloat("alpha", 1e-4), node.GetFloat("beta", 0.75), node.GetFloat("bias", 1.0)}};
-    };
-    registry.Add(std::move(s));
-  }
+}
+
+void RegisterBatchNormalization(Registry& registry) {
+  OpSchema s;
+  s.name = "BatchNormalization";
+  s.min_inputs = s.max_inputs = 5;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireFloat(ctx); !st.ok()) return st;
+    if (ctx.node.GetInt("training_mode", 0) != 0 || ctx.output_types.size() > 1) {
+      return NodeError(ctx.node, "training mode (running statistics outputs) is not supported");
+    }
+    return SameAsInput0(ctx);
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    return CallWithParams<kernel::batch_norm>(PassInputs(node, 5), NormEpsilon(node));
+  };
+  registry.Add(std::move(s));
+}
+
+void RegisterInstanceNormalization(Registry& registry) {
+  OpSchema s;
+  s.name = "InstanceNormalization";
+  s.min_inputs = s.max_inputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireFloat(ctx); !st.ok()) return st;
+    return SameAsInput0(ctx);
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    return CallWithParams<kernel::instance_norm>(PassInputs(node, 3), NormEpsilon(node));
+  };
+  registry.Add(std::move(s));
+}
+
+void RegisterLayerNormalization(Registry& registry) {
+  OpSchema s;
+  s.name = "LayerNormalization";
+  s.min_inputs = 2;
+  s.max_inputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireFloat(ctx); !st.ok()) return st;
+    if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+    const auto& in = ctx.type(0).shape;
+    auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(in.size()));
+    if (!axis.ok()) return axis.status();
+    ctx.output_types[0] = ctx.type(0);
+    std::vector<Dim> stat(in.begin(), in.begin() + *axis);
+    while (stat.size() < in.size()) stat.push_back(Dim::Known(1));
+    for (size_t i = 1; i < ctx.output_types.size(); ++i) ctx.output_types[i] = WithShape(ctx.type(0).dtype, stat);
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    const int64_t axis = AxisAttr(node, -1, node.input(0));
+    kiln_norm_params params = NormEpsilon(node);
+    params.axis = axis;
+    return CallWithParams<kernel::layer_norm>(PassAllInputs(node), params);
+  };
+  registry.Add(std::move(s));
+}
+
+void RegisterLRN(Registry& registry) {
+  OpSchema s;
+  s.name = "LRN";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireFloat(ctx); !st.ok()) return st;
+    return SameAsInput0(ctx);
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    kiln_norm_params params{};
+    params.size = node.GetInt("size", 1);
+    params.alpha = node.GetFloat("alpha", 1e-4);
+    params.beta = node.GetFloat("beta", 0.75);
+    params.bias = node.GetFloat("bias", 1.0);
+    return CallWithParams<kernel::lrn>(PassInputs(node, 1), params);
+  };
+  registry.Add(std::move(s));
+}
+
+}  // namespace
+
+void RegisterNnOps(Registry& registry) {
+  RegisterMatMul(registry);
+  RegisterGemm(registry);
+  RegisterConv(registry);
+  RegisterConvTranspose(registry);
+  RegisterPools(registry);
+  RegisterBatchNormalization(registry);
+  RegisterInstanceNormalization(registry);
+  RegisterLayerNormalization(registry);
+  RegisterLRN(registry);
 }
 
 }  // namespace kiln::ops

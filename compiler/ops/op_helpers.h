@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -9,7 +10,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernel_ops.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/ops.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/elementwise.h"
+#include "kiln/kernels/gemm.h"
+#include "kiln/kernels/movement.h"
+#include "kiln/kernels/norm.h"
+#include "kiln/kernels/params.h"
+#include "kiln/kernels/pool.h"
+#include "kiln/kernels/quant.h"
+#include "kiln/kernels/reduce.h"
 
 namespace kiln::ops {
 
@@ -39,11 +50,46 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::ve
 // Reads a constant integer tensor (axes, shape, pads) into a vector.
 std::vector<int64_t> ToInts(const Tensor& tensor);
 
+// One tag per kernel of kernel_list.inc: kernel::conv::kName is "conv", kernel::conv::Params
+// the struct it reads (void for none).
+namespace kernel {
+#define NONE void
+#define X(name, typing, source, params)    \
+  struct name {                            \
+    static constexpr char kName[] = #name; \
+    using Params = params;                 \
+  };
+#include "kernel_list.inc"
+#undef X
+#undef NONE
+}  // namespace kernel
+
+// A call of kernel K with the parameter struct K reads: passing another struct, or none to
+// a kernel that reads one, does not compile.
+template <typename K>
+KernelCall CallWithParams(std::vector<KernelOperand> inputs, const typename K::Params& params) {
+  KernelCall call{K::kName, std::move(inputs)};
+  call.params.Set(params);
+  return call;
+}
+template <typename K>
+KernelCall Call(std::vector<KernelOperand> inputs) {
+  static_assert(std::is_void_v<typename K::Params>, "this kernel reads a parameter struct: use CallWithParams");
+  return KernelCall{K::kName, std::move(inputs)};
+}
+
 // Kernel operands that pass node inputs [0, n) through unchanged.
 std::vector<KernelOperand> PassInputs(const Node& node, size_t n);
 std::vector<KernelOperand> PassAllInputs(const Node& node);
 
 std::vector<int64_t> StaticDims(const Value* value);
+// The node's `axis` attribute (`fallback` when absent), a negative one counted from the end
+// of `value`'s static rank: the lowerings' form, after type inference checked the range.
+inline int64_t AxisAttr(const Node& node, int64_t fallback, const Value* value) {
+  int64_t axis = node.GetInt("axis", fallback);
+  if (axis < 0) axis += static_cast<int64_t>(StaticDims(value).size());
+  return axis;
+}
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims);
 
 // Requires a constant input; error says which input must be constant.
@@ -73,15 +119,18 @@ struct WindowParams {
 };
 absl::StatusOr<WindowParams> ComputeWindow(const Node& node, const std::vector<int64_t>& in_spatial,
                                            const std::vector<int64_t>& kernel, bool ceil_mode);
-// Appends the kernels' window block: rank, kernel, strides, pads begin, pads end, dilations.
-void AppendWindow(std::vector<int64_t>& ints, const WindowParams& w);
+// The kernels' window struct; error (naming the node) past KILN_MAX_SPATIAL dims.
+absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w);
+// The epilogue activation the fuse pass named in `kiln.activation` (none: code -1); an
+// unknown name is an error naming the node.
+absl::StatusOr<kiln_activation> FusedActivation(const Node& node);
 // The spatial dims of an N, C, spatial... shape.
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims);
 // numpy.matmul's result shape for static operand dims (1-D operands promoted and their
 // unit dim dropped again); the error names the node.
 absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b);
-// A matrix product's shape block for the kernels: [M, K, N, batch_rank, out batch dims,
-// A's batch strides, B's batch strides] (numpy matmul broadcasting; 1-D operands promoted).
-std::vector<int64_t> MatMulShapeInts(std::vector<int64_t> a, std::vector<int64_t> b);
+// A matrix product's shape for the kernels (numpy matmul broadcasting; 1-D operands
+// promoted); error past KILN_MAX_RANK batch dims.
+absl::StatusOr<kiln_matmul_shape> MatMulShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b);
 
 }  // namespace kiln::ops

@@ -1,11 +1,12 @@
 // Quantized ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
-// QLinearMatMul, ConvInteger and QLinearConv (kernels in kernels/lib/quant.cc, where the
+// QLinearMatMul, ConvInteger and QLinearConv (kernels in kernels/quant/quant.cc, where the
 // requantization rule is stated).
 #include <algorithm>
 #include <climits>
 #include <numeric>
 #include <optional>
 
+#include "kiln/kernels/quant.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -17,7 +18,11 @@ bool IsQuantized(DType d) { return d == DType::kUInt8 || d == DType::kInt8; }
 // (ConvInteger), the requantized u8/s8 (QLinearConv), or the f32 value (sum * x_scale *
 // w_scale + an f32 bias: kiln.QLinearConvToFloat, fold-qdq's form for a Conv whose result
 // stays f32).
-enum ConvMode : int64_t { kSumInt32 = 0, kRequantize = 1, kToFloat = 2 };
+enum ConvMode : int64_t {
+  kSumInt32 = KILN_QUANT_SUM_INT32,
+  kRequantize = KILN_QUANT_REQUANTIZE,
+  kToFloat = KILN_QUANT_TO_FLOAT
+};
 
 int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   return std::accumulate(dims.begin() + begin, dims.begin() + end, int64_t{1}, std::multiplies<int64_t>());
@@ -163,12 +168,12 @@ absl::StatusOr<KernelCall> LowerIntegerConv(const Node& node, std::vector<Kernel
   auto win =
       ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(StaticDims(node.input(w_input)))), false);
   if (!win.ok()) return win.status();
-  KernelCall call{"qconv", std::move(inputs), {node.GetInt("group", 1)}, {}};
-  AppendWindow(call.ints, *win);
-  // The mode, the plain layout (not QConvFast's), and fold-qdq's Relu (a clamp at Y's
-  // zero point).
-  call.ints.insert(call.ints.end(), {mode, 0, node.GetInt("kiln.relu", 0)});
-  return call;
+  kiln_quant_params params{};
+  params.group = node.GetInt("group", 1);
+  KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+  params.mode = mode;
+  params.relu = node.GetInt("kiln.relu", 0);  // fold-qdq's Relu: a clamp at Y's zero point
+  return CallWithParams<kernel::qconv>(std::move(inputs), params);
 }
 
 KernelOperand Input(const Node& node, size_t i) {
@@ -189,16 +194,16 @@ absl::Status InferQuantizedMatMulOperands(InferContext& ctx, DType out) {
 // The reference qmatmul call of those two ops: A, B, their zero points and scales, then
 // `tail` (Y's scale and zero point, or two empty slots and the f32 bias).
 absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<KernelOperand> tail, ConvMode mode) {
-  KernelCall call{"qmatmul",
-                  {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1), Input(node, 4)},
-                  MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(3))),
-                  {}};
-  call.inputs.insert(call.inputs.end(), tail.begin(), tail.end());
-  call.ints.push_back(mode);
-  return call;
+  kiln_quant_params params{};
+  KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(3))));
+  params.mode = mode;
+  std::vector<KernelOperand> inputs = {Input(node, 0), Input(node, 3), Input(node, 2),
+                                       Input(node, 5), Input(node, 1), Input(node, 4)};
+  inputs.insert(inputs.end(), tail.begin(), tail.end());
+  return CallWithParams<kernel::qmatmul>(std::move(inputs), params);
 }
 
-// The int8 convolution for artifacts (kernels/lib/quant.cc, QConvFast): constant weights,
+// The int8 convolution for artifacts (kernels/quant/quant.cc, QConvFast): constant weights,
 // zero points and scales; weights packed as s8 w - zw (they must fit) in panels of 8 rows,
 // [G][ceil(OC/G / 8)][KH * KW * ceil(C/G / 4)][8][4]; per output channel an i32 offset
 // (bias - zx' * sum(w - zw)) and an f32 multiplier (x_scale * w_scale / y_scale, as the
@@ -268,19 +273,22 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   }
   auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(wd)), false);
   if (!win.ok()) return win.status();
-  KernelCall call{
-      "qconv",
-      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
-      {group},
-      {}};
-  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
-  AppendWindow(call.ints, *win);
+  kiln_quant_params params{};
+  params.group = group;
+  KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+  params.mode = mode;
+  params.relu = node.GetInt("kiln.relu", 0);
+  params.packed_weights = 1;
+  params.x_zero_point = zx;
+  params.x_signed = x_signed ? 1 : 0;
   const DType y_type = node.output(0)->type().dtype;
-  const int64_t y_zero = requantize ? IntAt(node.input(7), 0) : 0;
-  int64_t lo = y_type == DType::kUInt8 ? 0 : -128;
-  const int64_t hi = y_type == DType::kUInt8 ? 255 : 127;
-  if (node.GetInt("kiln.relu", 0) == 1) lo = std::max(lo, y_zero);
-  call.ints.insert(call.ints.end(), {mode, 1, zx, x_signed ? 1 : 0, y_zero, lo, hi, node.GetInt("kiln.relu", 0)});
+  params.y_zero_point = requantize ? IntAt(node.input(7), 0) : 0;
+  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
+  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
+  if (params.relu == 1) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
+  KernelCall call = CallWithParams<kernel::qconv>(
+      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
+  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;
@@ -288,7 +296,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   return call;
 }
 
-// The int8 GEMM for artifacts (kernels/lib/quant.cc, qgemm): a constant 2-D B packed as
+// The int8 GEMM for artifacts (kernels/quant/quant.cc, qgemm): a constant 2-D B packed as
 // s8 b - zb (it must fit) in 16-column panels, [ceil(N/16)][ceil(K/4)][16][4]; per column
 // an i32 offset (-za' * sum(b - zb)) and an f32 multiplier (a_scale * b_scale, / y_scale
 // when requantizing), as the reference kernel computes them. A per tensor. Operand
@@ -342,28 +350,27 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& nod
     }
     multipliers->data_as<float>()[n] = multiplier;
   }
-  KernelCall call{
-      "qgemm",
-      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}},
-      {},
-      {}};
-  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
+  kiln_quant_params params{};
+  params.mode = mode;
+  params.rows = rows;
+  params.K = K;
+  params.N = N;
+  params.x_signed = a_signed ? 1 : 0;
   const DType y_type = node.output(0)->type().dtype;
-  const int64_t y_zero = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
-  call.ints = {mode,
-               rows,
-               K,
-               N,
-               a_signed ? 1 : 0,
-               y_zero,
-               y_type == DType::kUInt8 ? 0 : -128,
-               y_type == DType::kUInt8 ? 255 : 127};
+  params.y_zero_point = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
+  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
+  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
+  KernelCall call = CallWithParams<kernel::qgemm>(
+      {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
+  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
   return call;
 }
 
 }  // namespace
 
-void RegisterQuantOps(Registry& registry) {
+namespace {
+
+void RegisterQuantizeAndDequantize(Registry& registry) {
   for (const bool quantize : {true, false}) {
     OpSchema s;
     s.name = quantize ? "QuantizeLinear" : "DequantizeLinear";
@@ -374,186 +381,204 @@ void RegisterQuantOps(Registry& registry) {
       auto block = AxisBlock(node, StaticDims(node.input(0)),
                              Product(StaticDims(node.input(1)), 0, node.input(1)->type().shape.size()));
       if (!block.ok()) return block.status();
-      return KernelCall{quantize ? "quantize_linear" : "dequantize_linear", PassInputs(node, 3), *block, {}};
+      kiln_quant_params params{};
+      params.outer = (*block)[0];
+      params.channels = (*block)[1];
+      params.inner = (*block)[2];
+      return quantize ? CallWithParams<kernel::quantize_linear>(PassInputs(node, 3), params)
+                      : CallWithParams<kernel::dequantize_linear>(PassInputs(node, 3), params);
     };
     registry.Add(std::move(s));
   }
+}
 
-  {
-    OpSchema s;
-    s.name = "DynamicQuantizeLinear";
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-      if (ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be float");
-      ctx.output_types.resize(3);
-      ctx.output_types[0] = ctx.type(0);
-      ctx.output_types[0].dtype = DType::kUInt8;
-      ctx.output_types[1] = TensorType::Static(DType::kFloat32, {});
-      ctx.output_types[2] = TensorType::Static(DType::kUInt8, {});
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      return KernelCall{"dynamic_quantize_linear", PassInputs(node, 1), {}, {}};
-    };
-    registry.Add(std::move(s));
-  }
+void RegisterDynamicQuantizeLinear(Registry& registry) {
+  OpSchema s;
+  s.name = "DynamicQuantizeLinear";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+    if (ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be float");
+    ctx.output_types.resize(3);
+    ctx.output_types[0] = ctx.type(0);
+    ctx.output_types[0].dtype = DType::kUInt8;
+    ctx.output_types[1] = TensorType::Static(DType::kFloat32, {});
+    ctx.output_types[2] = TensorType::Static(DType::kUInt8, {});
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    return Call<kernel::dynamic_quantize_linear>(PassInputs(node, 1));
+  };
+  registry.Add(std::move(s));
+}
 
-  {
-    OpSchema s;
-    s.name = "MatMulInteger";
-    s.min_inputs = 2;
-    s.max_inputs = 4;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferIntegerMatMul(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
-      const auto [M, N] = RowsAndColumns(ctx, 0, 1);
-      for (size_t i : {2, 3}) {
-        if (!ctx.has_input(i)) continue;
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-        const int64_t per = i == 2 ? M : N;
-        if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
-            (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
-          return NodeError(ctx.node, absl::StrCat(i == 2 ? "a" : "b", "_zero_point must be a scalar or have ", per,
-                                                  " elements, of the operand's type"));
-        }
+void RegisterMatMulInteger(Registry& registry) {
+  OpSchema s;
+  s.name = "MatMulInteger";
+  s.min_inputs = 2;
+  s.max_inputs = 4;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferIntegerMatMul(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+    const auto [M, N] = RowsAndColumns(ctx, 0, 1);
+    for (size_t i : {2, 3}) {
+      if (!ctx.has_input(i)) continue;
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      const int64_t per = i == 2 ? M : N;
+      if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
+          (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
+        return NodeError(ctx.node, absl::StrCat(i == 2 ? "a" : "b", "_zero_point must be a scalar or have ", per,
+                                                " elements, of the operand's type"));
       }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      KernelCall call{
-          "qmatmul", PassInputs(node, 4), MatMulShapeInts(StaticDims(node.input(0)), StaticDims(node.input(1))), {}};
-      call.ints.push_back(kSumInt32);
-      return call;
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
-    registry.Add(std::move(s));
-  }
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    kiln_quant_params params{};
+    KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+    params.mode = kSumInt32;
+    return CallWithParams<kernel::qmatmul>(PassInputs(node, 4), params);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
+  registry.Add(std::move(s));
+}
 
-  {
-    OpSchema s;
-    s.name = "QLinearMatMul";
-    s.min_inputs = s.max_inputs = 8;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
-      if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-      if (auto st = InferQuantizedMatMulOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
-      return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
-      return LowerQuantizedMatMul(node, {Input(node, 6), Input(node, 7)}, kRequantize);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
-    registry.Add(std::move(s));
-  }
+void RegisterQLinearMatMul(Registry& registry) {
+  OpSchema s;
+  s.name = "QLinearMatMul";
+  s.min_inputs = s.max_inputs = 8;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
+    if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
+    if (auto st = InferQuantizedMatMulOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
+    return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
+    return LowerQuantizedMatMul(node, {Input(node, 6), Input(node, 7)}, kRequantize);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
+  registry.Add(std::move(s));
+}
 
-  {
-    // fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
-    // GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
-    // then an optional f32 bias [N]; y = sum * a_scale * b_scale + bias.
-    OpSchema s;
-    s.name = "kiln.QLinearMatMulToFloat";
-    s.min_inputs = 6;
-    s.max_inputs = 7;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferQuantizedMatMulOperands(ctx, DType::kFloat32); !st.ok()) return st;
-      const int64_t N = RowsAndColumns(ctx, 0, 3).second;
-      if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
-                               ctx.type(6).StaticDims() != std::vector<int64_t>{N})) {
-        return NodeError(ctx.node, absl::StrCat("bias must be float [", N, "]"));
+void RegisterQLinearMatMulToFloat(Registry& registry) {
+  // fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
+  // GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
+  // then an optional f32 bias [N]; y = sum * a_scale * b_scale + bias.
+  OpSchema s;
+  s.name = "kiln.QLinearMatMulToFloat";
+  s.min_inputs = 6;
+  s.max_inputs = 7;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferQuantizedMatMulOperands(ctx, DType::kFloat32); !st.ok()) return st;
+    const int64_t N = RowsAndColumns(ctx, 0, 3).second;
+    if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
+                             ctx.type(6).StaticDims() != std::vector<int64_t>{N})) {
+      return NodeError(ctx.node, absl::StrCat("bias must be float [", N, "]"));
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
+    return LowerQuantizedMatMul(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}, kToFloat);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
+  registry.Add(std::move(s));
+}
+
+void RegisterConvInteger(Registry& registry) {
+  OpSchema s;
+  s.name = "ConvInteger";
+  s.min_inputs = 2;
+  s.max_inputs = 4;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferIntegerConv(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+    const int64_t out_channels = ctx.type(1).StaticDims()[0];
+    for (size_t i : {2, 3}) {
+      if (!ctx.has_input(i)) continue;
+      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+      const int64_t per = i == 2 ? 1 : out_channels;
+      if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
+          (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
+        return NodeError(ctx.node, absl::StrCat(i == 2 ? "x" : "w", "_zero_point must be a scalar",
+                                                i == 2 ? "" : absl::StrCat(" or have ", per, " elements"),
+                                                ", of the operand's type"));
       }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
-      return LowerQuantizedMatMul(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}, kToFloat);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
-    registry.Add(std::move(s));
-  }
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), kSumInt32); };
+  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kSumInt32); };
+  registry.Add(std::move(s));
+}
 
-  {
-    OpSchema s;
-    s.name = "ConvInteger";
-    s.min_inputs = 2;
-    s.max_inputs = 4;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferIntegerConv(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
-      const int64_t out_channels = ctx.type(1).StaticDims()[0];
-      for (size_t i : {2, 3}) {
-        if (!ctx.has_input(i)) continue;
-        if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-        const int64_t per = i == 2 ? 1 : out_channels;
-        if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
-            (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
-          return NodeError(ctx.node, absl::StrCat(i == 2 ? "x" : "w", "_zero_point must be a scalar",
-                                                  i == 2 ? "" : absl::StrCat(" or have ", per, " elements"),
-                                                  ", of the operand's type"));
-        }
+void RegisterQLinearConv(Registry& registry) {
+  OpSchema s;
+  s.name = "QLinearConv";
+  s.min_inputs = 8;
+  s.max_inputs = 9;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
+    if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
+    if (auto st = InferQuantizedConvOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
+    const int64_t out_channels = ctx.type(3).StaticDims()[0];
+    if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+    if (ctx.has_input(8)) {
+      if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
+      if (ctx.type(8).dtype != DType::kInt32 || ctx.type(8).StaticDims() != std::vector<int64_t>{out_channels}) {
+        return NodeError(ctx.node, absl::StrCat("B must be int32 [", out_channels, "]"));
       }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), kSumInt32); };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kSumInt32); };
-    registry.Add(std::move(s));
-  }
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
+    return LowerIntegerConv(node,
+                            {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
+                             Input(node, 4), Input(node, 6), Input(node, 7), Input(node, 8)},
+                            kRequantize);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
+  registry.Add(std::move(s));
+}
 
-  {
-    OpSchema s;
-    s.name = "QLinearConv";
-    s.min_inputs = 8;
-    s.max_inputs = 9;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
-      if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-      if (auto st = InferQuantizedConvOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
-      const int64_t out_channels = ctx.type(3).StaticDims()[0];
-      if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
-      if (ctx.has_input(8)) {
-        if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
-        if (ctx.type(8).dtype != DType::kInt32 || ctx.type(8).StaticDims() != std::vector<int64_t>{out_channels}) {
-          return NodeError(ctx.node, absl::StrCat("B must be int32 [", out_channels, "]"));
-        }
-      }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
-      return LowerIntegerConv(node,
-                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
-                               Input(node, 4), Input(node, 6), Input(node, 7), Input(node, 8)},
-                              kRequantize);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
-    registry.Add(std::move(s));
-  }
+void RegisterQLinearConvToFloat(Registry& registry) {
+  // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
+  // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
+  // QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
+  OpSchema s;
+  s.name = "kiln.QLinearConvToFloat";
+  s.min_inputs = 6;
+  s.max_inputs = 7;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
+    const int64_t out_channels = ctx.type(3).StaticDims()[0];
+    if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
+                             ctx.type(6).StaticDims() != std::vector<int64_t>{out_channels})) {
+      return NodeError(ctx.node, absl::StrCat("B must be float [", out_channels, "]"));
+    }
+    return absl::OkStatus();
+  };
+  s.lower = [](const Node& node) {
+    // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
+    return LowerIntegerConv(node,
+                            {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
+                             Input(node, 4), KernelOperand{}, KernelOperand{}, Input(node, 6)},
+                            kToFloat);
+  };
+  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };
+  registry.Add(std::move(s));
+}
 
-  {
-    // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
-    // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
-    // QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
-    OpSchema s;
-    s.name = "kiln.QLinearConvToFloat";
-    s.min_inputs = 6;
-    s.max_inputs = 7;
-    s.infer = [](InferContext& ctx) -> absl::Status {
-      if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
-      const int64_t out_channels = ctx.type(3).StaticDims()[0];
-      if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
-                               ctx.type(6).StaticDims() != std::vector<int64_t>{out_channels})) {
-        return NodeError(ctx.node, absl::StrCat("B must be float [", out_channels, "]"));
-      }
-      return absl::OkStatus();
-    };
-    s.lower = [](const Node& node) {
-      // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
-      return LowerIntegerConv(node,
-                              {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
-                               Input(node, 4), KernelOperand{}, KernelOperand{}, Input(node, 6)},
-                              kToFloat);
-    };
-    s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };
-    registry.Add(std::move(s));
-  }
+}  // namespace
+
+void RegisterQuantOps(Registry& registry) {
+  RegisterQuantizeAndDequantize(registry);
+  RegisterDynamicQuantizeLinear(registry);
+  RegisterMatMulInteger(registry);
+  RegisterQLinearMatMul(registry);
+  RegisterQLinearMatMulToFloat(registry);
+  RegisterConvInteger(registry);
+  RegisterQLinearConv(registry);
+  RegisterQLinearConvToFloat(registry);
 }
 
 }  // namespace kiln::ops

@@ -1,5 +1,6 @@
 // Reductions, ArgMax/ArgMin, the Softmax family and global pooling (a reduction over
 // the spatial axes).
+#include "kiln/kernels/reduce.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -79,7 +80,10 @@ void RegisterReduceOps(Registry& registry) {
       const int64_t rank = static_cast<int64_t>(StaticDims(node.input(0)).size());
       auto mask = ReduceMask(node, ConstantsOf(node), node.input(1) != nullptr, rank);
       if (!mask.ok()) return mask.status();
-      return KernelCall{"reduce", PassInputs(node, 1), {def.code, *mask}, {}};
+      kiln_reduce_params params{};
+      params.op = def.code;
+      params.axes_mask = *mask;
+      return CallWithParams<kernel::reduce>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -98,7 +102,10 @@ void RegisterReduceOps(Registry& registry) {
     };
     s.lower = [code](const Node& node) -> absl::StatusOr<KernelCall> {
       const int64_t rank = static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"reduce", PassInputs(node, 1), {code, ((int64_t{1} << rank) - 1) & ~int64_t{3}}, {}};
+      kiln_reduce_params params{};
+      params.op = code;
+      params.axes_mask = ((int64_t{1} << rank) - 1) & ~int64_t{3};  // the spatial axes
+      return CallWithParams<kernel::reduce>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -117,9 +124,12 @@ void RegisterReduceOps(Registry& registry) {
       return absl::OkStatus();
     };
     s.lower = [is_min](const Node& node) -> absl::StatusOr<KernelCall> {
-      int64_t axis = node.GetInt("axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"arg_reduce", PassInputs(node, 1), {is_min, axis, node.GetInt("select_last_index", 0)}, {}};
+      const int64_t axis = AxisAttr(node, 0, node.input(0));
+      kiln_reduce_params params{};
+      params.op = is_min;
+      params.axis = axis;
+      params.select_last_index = node.GetInt("select_last_index", 0);
+      return CallWithParams<kernel::arg_reduce>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
@@ -142,9 +152,12 @@ void RegisterReduceOps(Registry& registry) {
     };
     s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       const bool coerce = node.opset() < 13;
-      int64_t axis = node.GetInt("axis", coerce ? 1 : -1);
-      if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-      return KernelCall{"softmax", PassInputs(node, 1), {def.code, axis, coerce}, {}};
+      const int64_t axis = AxisAttr(node, coerce ? 1 : -1, node.input(0));
+      kiln_reduce_params params{};
+      params.op = def.code;
+      params.axis = axis;
+      params.coerce_2d = coerce;
+      return CallWithParams<kernel::softmax>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }

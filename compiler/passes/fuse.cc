@@ -2,10 +2,10 @@
 // 1. Epilogues: bias adds and activations fold into the Conv/Gemm/MatMul that feeds them,
 //    so they run while the result is still in cache.
 //      %m = MatMul(%x, W) ; %y = Add(%m, b)     =>  %y = MatMul(%x, W, b)        (b: [N])
-//      %c = Conv(...)     ; %y = Relu(%c)       =>  %y = Conv(...) {kiln.activation=Relu}
+//      %c = Conv(...)     ; %y = Relu(%c)       =>  %y = Conv(...) {kiln.activation="relu"}
 //    also Gemm, and the activations LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Elu,
 //    Gelu, Clip with constant bounds, and SiLU written as x * Sigmoid(x):
-//      %c = Conv(...) ; %s = Sigmoid(%c) ; %y = Mul(%c, %s)  =>  %y = Conv(...) {kiln.activation=SiLU}
+//      %c = Conv(...) ; %s = Sigmoid(%c) ; %y = Mul(%c, %s)  =>  %y = Conv(...) {kiln.activation="silu"}
 //    A per-channel scale of a 1x1 Conv's input (squeeze-and-excitation) folds into the Conv,
 //    which scales each input channel as it packs it, so the scaled tensor is never written:
 //      %m = Mul(%x, %s) ; %y = Conv(%m, W, B)  =>  %y = Conv(%x, W, B, %s) {kiln.input_scale=1}
@@ -28,16 +28,17 @@
 #include <optional>
 #include <set>
 
-#include "kernel_ops.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 
 namespace kiln {
 namespace {
 
+// The activations an epilogue can apply, named in the IR by `kiln.activation` (the ops'
+// lowering maps the name to the kernel's code, so this pass knows no kernel header).
 struct Activation {
   const char* op;
-  int code;
+  const char* name;
   const char* alpha_attr;
   double alpha_default;
   const char* beta_attr;
@@ -45,14 +46,14 @@ struct Activation {
 };
 
 constexpr Activation kActivations[] = {
-    {"Relu", KILN_UNARY_RELU, nullptr, 0, nullptr, 0},
-    {"LeakyRelu", KILN_UNARY_LEAKY_RELU, "alpha", 0.01, nullptr, 0},
-    {"Sigmoid", KILN_UNARY_SIGMOID, nullptr, 0, nullptr, 0},
-    {"Tanh", KILN_UNARY_TANH, nullptr, 0, nullptr, 0},
-    {"HardSigmoid", KILN_UNARY_HARD_SIGMOID, "alpha", 0.2, "beta", 0.5},
-    {"HardSwish", KILN_UNARY_HARD_SWISH, nullptr, 0, nullptr, 0},
-    {"Elu", KILN_UNARY_ELU, "alpha", 1.0, nullptr, 0},
-    {"Gelu", KILN_UNARY_GELU, nullptr, 0, nullptr, 0},
+    {"Relu", "relu", nullptr, 0, nullptr, 0},
+    {"LeakyRelu", "leaky_relu", "alpha", 0.01, nullptr, 0},
+    {"Sigmoid", "sigmoid", nullptr, 0, nullptr, 0},
+    {"Tanh", "tanh", nullptr, 0, nullptr, 0},
+    {"HardSigmoid", "hard_sigmoid", "alpha", 0.2, "beta", 0.5},
+    {"HardSwish", "hard_swish", nullptr, 0, nullptr, 0},
+    {"Elu", "elu", "alpha", 1.0, nullptr, 0},
+    {"Gelu", "gelu", nullptr, 0, nullptr, 0},
 };
 
 bool IsProducer(const Node* node) {
@@ -88,20 +89,20 @@ class Fuse : public Pass {
         changed |= FuseSilu(graph, producer, node);
         continue;  // not SiLU: the producer's result has another reader
       }
-      int code = -1;
+      const char* activation = nullptr;
       double alpha = 0, beta = 0;
       for (const Activation& a : kActivations) {
         if (node->op() != a.op) continue;
-        code = a.code;
+        activation = a.name;
         alpha = a.alpha_attr ? node->GetFloat(a.alpha_attr, a.alpha_default) : 0;
         beta = a.beta_attr ? node->GetFloat(a.beta_attr, a.beta_default) : 0;
       }
       if (node->op() == "Clip") {
         if (!ClipBounds(node, &alpha, &beta)) continue;
-        code = KILN_UNARY_CLIP;
+        activation = "clip";
       }
-      if (code < 0) continue;
-      producer->mutable_attrs()["kiln.activation"] = static_cast<int64_t>(code);
+      if (activation == nullptr) continue;
+      producer->mutable_attrs()["kiln.activation"] = std::string(activation);
       producer->mutable_attrs()["kiln.activation_alpha"] = alpha;
       producer->mutable_attrs()["kiln.activation_beta"] = beta;
       Absorb(graph, producer, node);
@@ -145,7 +146,7 @@ class Fuse : public Pass {
     Node* mul = users[0];
     if (mul->op() != "Mul" || mul->inputs().size() != 2) return false;
     if (!((mul->input(0) == c && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == c))) return false;
-    producer->mutable_attrs()["kiln.activation"] = static_cast<int64_t>(KILN_UNARY_SILU);
+    producer->mutable_attrs()["kiln.activation"] = std::string("silu");
     producer->mutable_attrs()["kiln.activation_alpha"] = 0.0;
     producer->mutable_attrs()["kiln.activation_beta"] = 0.0;
     graph.RemoveNode(sigmoid);
@@ -377,7 +378,7 @@ class Fuse : public Pass {
         for (Value* in : group[m]->inputs()) {
           Node* p = in->producer();
           if (p == nullptr || in->is_constant() || taken.count(p) || in_group(p)) continue;
-          if (group.size() >= KILN_FUSED_MAX_OPS || !AsScalarOp(*p) || graph.IsGraphOutput(in) || !(in->type() == type))
+          if (group.size() >= kFusedMaxOps || !AsScalarOp(*p) || graph.IsGraphOutput(in) || !(in->type() == type))
             continue;
           bool private_value = true;
           for (const Node* user : graph.Users(in)) private_value &= in_group(user);
@@ -399,7 +400,7 @@ class Fuse : public Pass {
           externals.push_back(in);
         }
       }
-      if (externals.size() > KILN_FUSED_MAX_INPUTS) continue;
+      if (externals.size() > kFusedMaxInputs) continue;
       for (size_t i = 0; i < group.size(); ++i) {
         const ScalarOp op = *AsScalarOp(*group[i]);
         const int64_t a = operand.at(group[i]->input(0));

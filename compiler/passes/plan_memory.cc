@@ -137,7 +137,8 @@ class MemoryPlanner {
       const Value* whole = node->output(0);
       if (!NeedsArena(graph_, whole) || owner_.count(whole)) continue;
       const std::vector<int64_t> dims = whole->type().StaticDims();
-      const int64_t axis = calls_[i]->ints.at(0);
+      int64_t axis = node->GetInt("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(dims.size());
       int64_t outer = 1;
       for (int64_t k = 0; k < axis; ++k) outer *= dims[k];
       if (outer != 1) continue;  // slices interleave: the kernel must copy

@@ -9,7 +9,6 @@
 #include "artifact_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernel_ops.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
@@ -17,6 +16,7 @@
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 #include "kiln/compiler/tune.h"
+#include "kiln/kernels/conv.h"
 #include "kiln/runtime.h"
 #include "onnx/onnx_pb.h"
 
@@ -640,9 +640,9 @@ TEST(PassTest, FuseAddsResidualInConvEpilogue) {
     EXPECT_EQ(fused->name(), cs.fused_into);
     ASSERT_EQ(fused->inputs().size(), 5u);
     EXPECT_EQ(fused->input(3), nullptr);  // no input scale
-    EXPECT_EQ(fused->GetInt("kiln.activation", -1), std::string(cs.activation) == "Relu"      ? KILN_UNARY_RELU
-                                                    : std::string(cs.activation) == "Sigmoid" ? KILN_UNARY_SIGMOID
-                                                                                              : -1);
+    EXPECT_EQ(fused->GetString("kiln.activation", ""), std::string(cs.activation) == "Relu"      ? "relu"
+                                                       : std::string(cs.activation) == "Sigmoid" ? "sigmoid"
+                                                                                                 : "");
     EXPECT_EQ(g->outputs()[0], fused->output(0));
     // The interpreter runs the fused Conv's reference loop (the same sums, then the
     // residual, as Conv then Add), the artifact its fast kernels.
@@ -784,6 +784,35 @@ TEST(PassTest, LayoutLeavesShortOrPointwiseRunsAlone) {
 // --tune: the first tuning of a shape measures every candidate and writes the cache, the
 // second reads it back without measuring, a zero budget leaves the node untuned, and each
 // GEMM job width a tuner may pick computes the same result.
+// The kernel contract: the fuse pass names the activation, the Conv lowering maps the
+// name into kiln_conv_params, and a name it does not know is an error naming the node.
+TEST(KernelContractTest, ActivationNameReachesTheParameterStruct) {
+  std::unique_ptr<Graph> g = EpilogueNet(3, 1, "Relu");
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+  Node* conv = g->nodes()[0];
+  ASSERT_EQ(conv->GetString("kiln.activation", ""), "relu");
+  absl::StatusOr<KernelCall> call = FindOp("Conv")->lower(*conv);
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_EQ(call->params.size_bytes(), static_cast<int64_t>(sizeof(kiln_conv_params)));
+  const kiln_conv_params params = call->params.Get<kiln_conv_params>();
+  EXPECT_GE(params.activation.code, 0);
+  EXPECT_EQ(params.window.rank, 2);
+  EXPECT_EQ(params.window.kernel[0], 3);
+  EXPECT_EQ(params.group, 1);
+
+  conv->mutable_attrs().erase("kiln.activation");
+  call = FindOp("Conv")->lower(*conv);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->params.Get<kiln_conv_params>().activation.code, -1);
+
+  conv->mutable_attrs()["kiln.activation"] = std::string("swishy");
+  call = FindOp("Conv")->lower(*conv);
+  ASSERT_FALSE(call.ok());
+  EXPECT_NE(call.status().message().find("'swishy'"), std::string::npos) << call.status();
+  EXPECT_NE(call.status().message().find("conv"), std::string::npos) << call.status();
+}
+
 TEST(TuneTest, MeasuresOnceThenReadsTheCache) {
   const WinogradCase shape{1, 16, 32, 20, 20, {1, 1, 1, 1}, true, 1e-5};
   const std::string cache = "/tmp/kiln-unit-tune-" + std::to_string(getpid()) + ".tsv";
@@ -833,7 +862,7 @@ TEST(TuneTest, MeasuresOnceThenReadsTheCache) {
     auto call = LowerForArtifact(*FindOp("Conv"), *g->nodes()[0]);
     ASSERT_TRUE(call.ok());
     EXPECT_EQ(call->kernel, "conv");
-    EXPECT_EQ(call->ints.back(), std::stoi(choice.substr(4)));
+    EXPECT_EQ(call->params.Get<kiln_conv_params>().job_cols, std::stoi(choice.substr(4)));
     EXPECT_LT(CompiledVsReference(WinogradNet(shape), std::move(g), kDefaultPipeline), 1e-5);
   }
 }
@@ -911,7 +940,7 @@ TEST(PassTest, FuseFoldsSiluIntoConv) {
     ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
     ASSERT_EQ(g->num_nodes(), 1u);
     EXPECT_EQ(g->nodes()[0]->op(), "Conv");
-    EXPECT_EQ(g->nodes()[0]->GetInt("kiln.activation", -1), KILN_UNARY_SILU);
+    EXPECT_EQ(g->nodes()[0]->GetString("kiln.activation", ""), "silu");
     EXPECT_EQ(g->outputs()[0], g->nodes()[0]->output(0));
     EXPECT_LT(CompiledVsReference(SiluNet(depthwise), SiluNet(depthwise), kDefaultPipeline), 1e-5);
   }

@@ -1,4 +1,4 @@
-// Quantized ops (ops/quant_ops.cc, kernels/lib/quant.cc): the interpreter and artifacts
+// Quantized ops (ops/quant_ops.cc, kernels/quant/quant.cc): the interpreter and artifacts
 // against expectations written out here (rounding ties to even, saturation, per-channel
 // scales and zero points), integer outputs compared exactly.
 #include <cmath>

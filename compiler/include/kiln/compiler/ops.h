@@ -3,11 +3,13 @@
 // folding and codegen all go through this one table.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,12 +36,41 @@ struct KernelOperand {
   std::shared_ptr<const Tensor> constant;  // when node_input == -1 (null: omitted input)
 };
 
-// A call into the kernel library: kiln_k_<kernel>(inputs, outputs = node outputs, ints, floats).
+// A kernel's parameter struct (one per op family: compiler/kernels/include/kiln/kernels/),
+// held as its bytes. The interpreter passes their address; codegen emits them as one
+// constant of the struct's size and alignment. The struct is filled and read by field
+// name on both sides, so a changed parameter is a compile error, not a shifted index.
+class KernelParams {
+ public:
+  template <typename P>
+  void Set(const P& params) {
+    static_assert(std::is_trivially_copyable_v<P>, "kernel parameters are plain C structs");
+    static_assert(alignof(P) <= alignof(uint64_t) && sizeof(P) % sizeof(uint64_t) == 0,
+                  "kernel parameter structs are made of 8-byte fields");
+    words_.assign(sizeof(P) / sizeof(uint64_t), 0);
+    std::memcpy(words_.data(), &params, sizeof(P));
+  }
+  // The struct set last, as type P (a default P when the sizes differ): for the fast
+  // lowerings that amend a call and for tests.
+  template <typename P>
+  P Get() const {
+    P params{};
+    if (words_.size() * sizeof(uint64_t) == sizeof(P)) std::memcpy(&params, words_.data(), sizeof(P));
+    return params;
+  }
+  bool empty() const { return words_.empty(); }
+  const void* data() const { return words_.empty() ? nullptr : words_.data(); }
+  int64_t size_bytes() const { return static_cast<int64_t>(words_.size() * sizeof(uint64_t)); }
+
+ private:
+  std::vector<uint64_t> words_;  // 8-byte words keep the struct's alignment
+};
+
+// A call into the kernel library: kiln_k_<kernel>(inputs, outputs = node outputs, params).
 struct KernelCall {
   std::string kernel;
   std::vector<KernelOperand> inputs;
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
+  KernelParams params;
   // Outputs that alias input 0 (Reshape and friends): codegen may skip the copy.
   bool is_view = false;
   // Workspace the kernel needs during the call. Codegen passes it as one more output, a
@@ -92,6 +123,10 @@ std::optional<ScalarOp> AsScalarOp(const Node& node);
 //             result of op k - #inputs; the last op's result is the output
 //   params  = [alpha, beta] per op
 inline constexpr char kFusedElementwiseOp[] = "kiln.Elementwise";
+// Its limits: external inputs and ops of one chain (the kernel's KILN_FUSED_MAX_*, checked
+// in elementwise_ops.cc, so that passes need no kernel header).
+inline constexpr size_t kFusedMaxInputs = 8;
+inline constexpr size_t kFusedMaxOps = 32;
 
 // Infers the types of every node output in order. Inputs listed as constant_inputs that
 // are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated

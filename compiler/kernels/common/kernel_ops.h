@@ -1,4 +1,4 @@
-/* Operation codes passed in kiln_kcall.ints[0] to the kernels that serve a family of ops.
+/* Operation codes in the parameter structs (`op`) of the kernels that serve a family of ops.
  * Shared by the compiler (which picks the code) and the kernel library (which switches on
  * it; after inlining, the switch folds away). */
 #ifndef KILN_KERNEL_OPS_H_
@@ -72,9 +72,6 @@ enum kiln_binary_op {
   KILN_BINARY_PRELU,
   KILN_BINARY_COUNT
 };
-
-/* kiln.Elementwise (a fused chain): at most this many external inputs and ops. */
-enum { KILN_FUSED_MAX_INPUTS = 8, KILN_FUSED_MAX_OPS = 32 };
 
 enum kiln_reduce_op {
   KILN_REDUCE_SUM,

@@ -10,6 +10,15 @@
 
 #include "kernel_abi.h"
 
+// Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
+// KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a
+// constant and the check folds away.
+#define KILN_PARAMS(P, name, call)                                     \
+  if ((call)->params == nullptr || (call)->params_size != sizeof(P)) { \
+    return KILN_KERR_PARAMS;                                           \
+  }                                                                    \
+  const P& name = *static_cast<const P*>((call)->params)
+
 #define KILN_KERNEL(name) extern "C" int32_t kiln_k_##name(const kiln_kcall* call)
 
 // Typed kernels: one exported function per element type (kiln_k_<name>_f32, ...), which
@@ -99,6 +108,15 @@ inline float SumRow16(const float* x, int64_t n, F f) {
   for (; k < n; ++k) sum += f(x[k]);
   for (int l = 0; l < 16; ++l) sum += lanes[l];
   return sum;
+}
+
+// The products of t's dims before `axis` (outer) and after it (inner): t seen as
+// [outer, dims[axis], inner], as the axis kernels (Concat, Gather, ArgMax, ...) walk it.
+inline void SplitAtAxis(const kiln_ktensor& t, int64_t axis, int64_t* outer, int64_t* inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int64_t i = 0; i < axis; ++i) *outer *= t.dims[i];
+  for (int32_t i = static_cast<int32_t>(axis) + 1; i < t.rank; ++i) *inner *= t.dims[i];
 }
 
 inline int64_t Numel(const kiln_ktensor& t) {

@@ -1,4 +1,5 @@
 // Reductions (ReduceSum … ReduceLogSumExp), ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax.
+#include "kiln/kernels/reduce.h"
 #include "fast_math.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
@@ -8,13 +9,13 @@ using namespace kiln_kernels;
 namespace {
 
 struct ReduceKernel {
-  // ints: [op, reduced-axes bitmask]. The output keeps the input's order of kept axes, so
-  // keepdims does not matter here.
+  // Parameters: kiln_reduce_params' op and axes_mask (kiln/kernels/reduce.h).
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const int op = static_cast<int>(call->ints[0]);
-    const int64_t mask = call->ints[1];
+    KILN_PARAMS(kiln_reduce_params, params, call);
+    const int op = static_cast<int>(params.op);
+    const int64_t mask = params.axes_mask;
     int64_t strides[kMaxRank];
     ContiguousStrides(in.dims, in.rank, strides);
     int64_t kept_dims[kMaxRank], kept_strides[kMaxRank], red_dims[kMaxRank], red_strides[kMaxRank];
@@ -155,15 +156,15 @@ struct ReduceKernel {
 };
 
 struct ArgReduce {
-  // ints: [is_min, axis, select_last_index]
+  // Parameters: kiln_reduce_params' op (1: ArgMin), axis and select_last_index.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const bool is_min = call->ints[0] != 0, last = call->ints[2] != 0;
-    const int64_t axis = call->ints[1];
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    KILN_PARAMS(kiln_reduce_params, params, call);
+    const bool is_min = params.op != 0, last = params.select_last_index != 0;
+    const int64_t axis = params.axis;
+    int64_t outer, inner;
+    SplitAtAxis(in, axis, &outer, &inner);
     const int64_t len = in.dims[axis];
     const T* pi = static_cast<const T*>(in.data);
     int64_t* po = static_cast<int64_t*>(call->outputs[0].data);
@@ -239,14 +240,14 @@ static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len
 }
 
 struct Softmax {
-  // ints: [op, axis, coerce_2d]. coerce_2d: opset < 13 semantics, where the input is seen
-  // as a matrix [prod(dims[:axis]), prod(dims[axis:])].
+  // Parameters: kiln_reduce_params' op (kiln_softmax_op), axis and coerce_2d.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const int op = static_cast<int>(call->ints[0]);
-    const int64_t axis = call->ints[1];
-    const bool coerce = call->ints[2] != 0;
+    KILN_PARAMS(kiln_reduce_params, params, call);
+    const int op = static_cast<int>(params.op);
+    const int64_t axis = params.axis;
+    const bool coerce = params.coerce_2d != 0;
     int64_t outer = 1, len = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
     if (coerce) {

@@ -1,6 +1,8 @@
 // Elementwise kernels: unary math, broadcasting binary ops, Where, Cast, Clip.
+#include "kiln/kernels/elementwise.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
+#include "kiln/kernels/fp16.h"
 #include "unary_math.h"
 
 using namespace kiln_kernels;
@@ -10,14 +12,14 @@ namespace {
 struct UnaryKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int op = static_cast<int>(call->ints[0]);
-    const double alpha = call->num_floats > 0 ? call->floats[0] : 0.0;
-    const double beta = call->num_floats > 1 ? call->floats[1] : 0.0;
+    KILN_PARAMS(kiln_elementwise_params, params, call);
+    const int op = static_cast<int>(params.op);
+    const double alpha = params.alpha, beta = params.beta;
     const T* in = static_cast<const T*>(call->inputs[0].data);
     const int64_t n = Numel(call->outputs[0]);
     if (op == KILN_UNARY_IS_NAN || op == KILN_UNARY_IS_INF) {
       bool* out = static_cast<bool*>(call->outputs[0].data);
-      const bool negative = call->ints[1] != 0, positive = call->ints[2] != 0;
+      const bool negative = params.detect_negative != 0, positive = params.detect_positive != 0;
       for (int64_t i = 0; i < n; ++i) {
         double v = static_cast<double>(in[i]);
         out[i] = op == KILN_UNARY_IS_NAN ? v != v : ((positive && v == INFINITY) || (negative && v == -INFINITY));
@@ -128,7 +130,8 @@ inline void BroadcastLoop2(const kiln_ktensor& a, const kiln_ktensor& b, const k
 struct BinaryKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int op = static_cast<int>(call->ints[0]);
+    KILN_PARAMS(kiln_elementwise_params, params, call);
+    const int op = static_cast<int>(params.op);
     const kiln_ktensor& a = call->inputs[0];
     const kiln_ktensor& b = call->inputs[1];
     const kiln_ktensor& out = call->outputs[0];
@@ -184,13 +187,12 @@ inline T ScalarBinary(int op, T a, T b) {
 
 // kiln.Elementwise in the reference interpreter: a fused chain evaluated element by
 // element, op by op, exactly as the unfused kernels would. (Codegen does not call this: it
-// generates the loop itself.) ints: [num_ops, then per op: binary, code, a, b];
-// floats: [alpha, beta] per op.
+// generates the loop itself.) Parameters: kiln_fused_elementwise_params.
 struct FusedElementwiseKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int64_t num_ops = call->ints[0];
-    const int64_t* program = call->ints + 1;
+    KILN_PARAMS(kiln_fused_elementwise_params, params, call);
+    const int64_t num_ops = params.num_ops;
     const int32_t n_in = call->num_inputs;
     if (n_in > KILN_FUSED_MAX_INPUTS || num_ops > KILN_FUSED_MAX_OPS || num_ops < 1) return KILN_KERR_UNSUPPORTED;
     const kiln_ktensor& out = call->outputs[0];
@@ -209,10 +211,10 @@ struct FusedElementwiseKernel {
     for (int64_t i = 0; i < n; ++i) {
       for (int32_t k = 0; k < n_in; ++k) values[k] = static_cast<const T*>(call->inputs[k].data)[offsets[k]];
       for (int64_t op = 0; op < num_ops; ++op) {
-        const int64_t* ins = program + op * 4;
+        const int64_t* ins = params.program[op];
         values[n_in + op] = ins[0] ? ScalarBinary<T>(static_cast<int>(ins[1]), values[ins[2]], values[ins[3]])
-                                   : ApplyUnary<T>(static_cast<int>(ins[1]), values[ins[2]], call->floats[op * 2],
-                                                   call->floats[op * 2 + 1]);
+                                   : ApplyUnary<T>(static_cast<int>(ins[1]), values[ins[2]], params.op_params[op][0],
+                                                   params.op_params[op][1]);
       }
       po[i] = values[n_in + num_ops - 1];
       walker.Next(offsets, stride_ptrs);
@@ -276,71 +278,23 @@ struct CastFrom {
   }
 };
 
-uint16_t FloatToHalfBits(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (abs < 0x38800000u) {
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
-    uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
-    int shift = 126 - static_cast<int>(abs >> 23);
-    uint32_t half = mantissa >> (shift + 1);
-    uint32_t rest = mantissa & ((1u << (shift + 1)) - 1);
-    uint32_t halfway = 1u << shift;
-    if (rest > halfway || (rest == halfway && (half & 1))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = (abs >> 13) - ((127 - 15) << 10);
-  uint32_t rest = abs & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
-  return static_cast<uint16_t>(sign | half);
-}
-
-float HalfBitsToFloat(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
 struct ClipKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const T* in = static_cast<const T*>(call->inputs[0].data);
     T* out = static_cast<T*>(call->outputs[0].data);
-    // ints[0]/ints[1]: whether a min/max bound is present; the bounds come as inputs 1/2
-    // (opset 11+) or as floats (opset 6).
+    // Whether a min/max bound is present; the bounds come as inputs 1/2 (opset 11+) or as
+    // alpha/beta (opset 6).
+    KILN_PARAMS(kiln_elementwise_params, params, call);
     T lo = 0, hi = 0;
-    const bool has_lo = call->ints[0] != 0, has_hi = call->ints[1] != 0;
+    const bool has_lo = params.has_min != 0, has_hi = params.has_max != 0;
     if (has_lo) {
       lo = call->num_inputs > 1 && call->inputs[1].data ? static_cast<const T*>(call->inputs[1].data)[0]
-                                                        : static_cast<T>(call->floats[0]);
+                                                        : static_cast<T>(params.alpha);
     }
     if (has_hi) {
       hi = call->num_inputs > 2 && call->inputs[2].data ? static_cast<const T*>(call->inputs[2].data)[0]
-                                                        : static_cast<T>(call->floats[1]);
+                                                        : static_cast<T>(params.beta);
     }
     const int64_t n = Numel(call->outputs[0]);
     for (int64_t i = 0; i < n; ++i) {
@@ -375,7 +329,7 @@ KILN_KERNEL(cast) {
       return KILN_KERR_OK;
     }
     for (int64_t i = 0; i < n; ++i) {
-      float f = HalfBitsToFloat(src[i]);
+      float f = kiln_half_to_float(src[i]);
       switch (out.dtype) {
         case kF32: static_cast<float*>(out.data)[i] = f; break;
         case kF64: static_cast<double*>(out.data)[i] = f; break;
@@ -396,7 +350,7 @@ KILN_KERNEL(cast) {
   }
   if (out.dtype == kF16) {
     uint16_t* dst = static_cast<uint16_t*>(out.data);
-    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalfBits(static_cast<float>(LoadAsDouble(in.data, in.dtype, i)));
+    for (int64_t i = 0; i < n; ++i) dst[i] = kiln_float_to_half(static_cast<float>(LoadAsDouble(in.data, in.dtype, i)));
     return KILN_KERR_OK;
   }
   KILN_DISPATCH_NUMERIC(in.dtype, CastFrom, call);

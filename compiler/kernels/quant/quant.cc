@@ -6,6 +6,7 @@
 // multiplier m = (x_scale * w_scale) / y_scale, rounded to nearest, ties to even. ONNX's
 // numpy reference multiplies in double; f32 is what integer kernels (MLAS, XNNPACK) do and
 // differs only where |S| > 2^24 or a product lands within an f32 ulp of a tie.
+#include "kiln/kernels/quant.h"
 #include "kernel_common.h"
 #include "kernel_window.h"
 
@@ -44,15 +45,16 @@ bool IsQuantizedType(int32_t dtype) { return dtype == kU8 || dtype == kI8; }
 }  // namespace
 
 // QuantizeLinear: inputs X (f32), scale (f32, one or per channel), zero point (optional,
-// u8 or i8; the output's type). ints: [outer, channels, inner] (X as [outer, channels,
-// inner], channels along the op's axis). y = saturate(rint(x / scale) + zero_point).
+// u8 or i8; the output's type). Parameters: kiln_quant_params' outer, channels, inner (X
+// as [outer, channels, inner], channels along the op's axis). y = saturate(rint(x / scale) + zero_point).
 KILN_KERNEL(quantize_linear) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& scale = call->inputs[1];
   const kiln_ktensor& zp = call->inputs[2];
   const kiln_ktensor& Y = call->outputs[0];
   if (X.dtype != kF32 || scale.dtype != kF32 || !IsQuantizedType(Y.dtype)) return KILN_KERR_DTYPE;
-  const int64_t outer = call->ints[0], channels = call->ints[1], inner = call->ints[2];
+  KILN_PARAMS(kiln_quant_params, params, call);
+  const int64_t outer = params.outer, channels = params.channels, inner = params.inner;
   const float* x = static_cast<const float*>(X.data);
   const float* s = static_cast<const float*>(scale.data);
   const int64_t rows = outer * channels;
@@ -85,14 +87,15 @@ KILN_KERNEL(quantize_linear) {
 }
 
 // DequantizeLinear: inputs X (u8, i8 or i32), scale (f32), zero point (optional, X's
-// type). ints as quantize_linear. y = float(x - zero_point) * scale.
+// type). Parameters as quantize_linear's. y = float(x - zero_point) * scale.
 KILN_KERNEL(dequantize_linear) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& scale = call->inputs[1];
   const kiln_ktensor& zp = call->inputs[2];
   const kiln_ktensor& Y = call->outputs[0];
   if (Y.dtype != kF32 || scale.dtype != kF32 || !(IsQuantizedType(X.dtype) || X.dtype == kI32)) return KILN_KERR_DTYPE;
-  const int64_t outer = call->ints[0], channels = call->ints[1], inner = call->ints[2];
+  KILN_PARAMS(kiln_quant_params, params, call);
+  const int64_t outer = params.outer, channels = params.channels, inner = params.inner;
   const float* s = static_cast<const float*>(scale.data);
   float* y = static_cast<float*>(Y.data);
   // One loop per element type, so each vectorizes; rows of a per-tensor scale split into
@@ -155,22 +158,21 @@ KILN_KERNEL(dynamic_quantize_linear) {
 // The integer product of MatMulInteger and QLinearMatMul. inputs: A, B (u8 or i8), A's
 // zero point (one, or one per row of A), B's (one, or one per column), then for the
 // requantized form A's scale (per row or one), B's scale (per column or one), Y's scale
-// and zero point (Y's type). ints: [M, K, N, batch_rank, out_batch_dims[batch_rank],
-// a_batch_strides[batch_rank], b_batch_strides[batch_rank], mode] (strides in elements, 0
-// where broadcast). mode 0: Y int32 sums; 1: Y requantized; 2: Y f32 = sum * a_scale *
-// b_scale + B, B an optional f32 [N] after the (unused) Y scale and zero point slots
-// (kiln.QLinearMatMulToFloat). With a constant 2-D B, artifacts take qgemm below.
+// and zero point (Y's type). Parameters: kiln_quant_params' shape and mode. mode 0: Y
+// int32 sums; 1: Y requantized; 2: Y f32 = sum * a_scale * b_scale + B, B an optional f32 [N] after the (unused) Y
+// scale and zero point slots (kiln.QLinearMatMulToFloat). With a constant 2-D B, artifacts take qgemm below.
 KILN_KERNEL(qmatmul) {
   const kiln_ktensor& A = call->inputs[0];
   const kiln_ktensor& B = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
   if (!IsQuantizedType(A.dtype) || !IsQuantizedType(B.dtype)) return KILN_KERR_DTYPE;
-  const int64_t M = call->ints[0], K = call->ints[1], N = call->ints[2];
-  const int64_t batch_rank = call->ints[3];
-  const int64_t* batch_dims = call->ints + 4;
-  const int64_t* a_strides = batch_dims + batch_rank;
-  const int64_t* b_strides = a_strides + batch_rank;
-  const int64_t mode = b_strides[batch_rank];
+  KILN_PARAMS(kiln_quant_params, params, call);
+  const int64_t M = params.shape.M, K = params.shape.K, N = params.shape.N;
+  const int64_t batch_rank = params.shape.batch_rank;
+  const int64_t* batch_dims = params.shape.batch_dims;
+  const int64_t* a_strides = params.shape.a_batch_strides;
+  const int64_t* b_strides = params.shape.b_batch_strides;
+  const int64_t mode = params.mode;
   const bool requantize = mode == 1, to_float = mode == 2;
   if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != (to_float ? kF32 : kI32)) return KILN_KERR_DTYPE;
   const float* float_bias =
@@ -523,22 +525,22 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
 // multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC]. outputs: Y, scratch (X's channel
-// quads, and 256 bytes a last pointwise chunk may read past them). ints after the window block: [mode (as qconv's), 1
-// (this layout), zx', x is s8, y zero point, clamp lo, clamp hi, relu (f32 Y)].
-int32_t QConvFast(const kiln_kcall* call, const Window& w, const int64_t* rest) {
+// quads, and 256 bytes a last pointwise chunk may read past them). Parameters: kiln_quant_params'
+// group, window, mode, relu and the packed path's fields.
+int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   QConvParams q;
-  q.requantize = rest[0] == 1;
-  q.to_float = rest[0] == 2;
-  q.relu = rest[7] != 0;
-  const uint8_t zx = static_cast<uint8_t>(rest[2]);
-  const bool flip = rest[3] != 0;
-  q.y_zero = static_cast<float>(rest[4]);
-  q.lo = static_cast<float>(rest[5]);
-  q.hi = static_cast<float>(rest[6]);
+  q.requantize = params.mode == KILN_QUANT_REQUANTIZE;
+  q.to_float = params.mode == KILN_QUANT_TO_FLOAT;
+  q.relu = params.relu != 0;
+  const uint8_t zx = static_cast<uint8_t>(params.x_zero_point);
+  const bool flip = params.x_signed != 0;
+  q.y_zero = static_cast<float>(params.y_zero_point);
+  q.lo = static_cast<float>(params.clamp_lo);
+  q.hi = static_cast<float>(params.clamp_hi);
   q.x_zero_word = zx * 0x01010101u;
-  q.group = call->ints[0];
+  q.group = params.group;
   q.batch = X.dims[0];
   const int64_t in_channels = X.dims[1], icg = in_channels / q.group;
   q.out_channels = Y.dims[1];
@@ -775,21 +777,22 @@ __attribute__((noinline)) void QGemmPanelGeneric(const QGemmParams& q, int64_t j
 }  // namespace
 
 // inputs: A (u8 or s8), packed B (s8, as above), offsets (i32 [N]), multipliers (f32 [N];
-// unread for i32 Y), for f32 Y an optional f32 bias [N]. ints: [mode (qmatmul's), rows, K,
-// N, A is s8, Y zero point, clamp lo, clamp hi].
+// unread for i32 Y), for f32 Y an optional f32 bias [N]. Parameters: kiln_quant_params'
+// mode, rows, K, N, x_signed (A is s8), y_zero_point, clamp_lo, clamp_hi.
 KILN_KERNEL(qgemm) {
   if constexpr (!kFastKernels) return KILN_KERR_UNSUPPORTED;
   const kiln_ktensor& A = call->inputs[0];
   if (!IsQuantizedType(A.dtype)) return KILN_KERR_DTYPE;
+  KILN_PARAMS(kiln_quant_params, params, call);
   QGemmParams q;
-  q.mode = call->ints[0];
-  q.rows = call->ints[1];
-  q.K = call->ints[2];
-  q.N = call->ints[3];
-  q.flip = call->ints[4] != 0;
-  q.y_zero = static_cast<float>(call->ints[5]);
-  q.lo = static_cast<float>(call->ints[6]);
-  q.hi = static_cast<float>(call->ints[7]);
+  q.mode = params.mode;
+  q.rows = params.rows;
+  q.K = params.K;
+  q.N = params.N;
+  q.flip = params.x_signed != 0;
+  q.y_zero = static_cast<float>(params.y_zero_point);
+  q.lo = static_cast<float>(params.clamp_lo);
+  q.hi = static_cast<float>(params.clamp_hi);
   q.steps = (q.K + 3) / 4;
   q.a = static_cast<const uint8_t*>(A.data);
   q.b = static_cast<const int8_t*>(call->inputs[1].data);
@@ -825,8 +828,8 @@ KILN_KERNEL(qgemm) {
 // The integer convolution of ConvInteger and QLinearConv. inputs: X, W (u8 or i8), X's
 // zero point (one), W's (one, or one per output channel), then for the requantized form
 // X's scale (one), W's scale (one or per output channel), Y's scale and zero point, and
-// an optional int32 bias [OC] (added to the sum before requantizing). ints: [group,
-// window block, mode, 0 (this layout; 1: QConvFast's), relu]. mode 0: Y int32 sums; 1: Y
+// an optional int32 bias [OC] (added to the sum before requantizing). Parameters:
+// kiln_quant_params' group, window, mode, packed_weights (QConvFast's layout) and relu. mode 0: Y int32 sums; 1: Y
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
 // B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
 // zero point, i.e. contribute 0.
@@ -835,14 +838,15 @@ KILN_KERNEL(qconv) {
   const kiln_ktensor& W = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
   if (!IsQuantizedType(X.dtype) || !IsQuantizedType(W.dtype)) return KILN_KERR_DTYPE;
-  const int64_t group = call->ints[0];
+  KILN_PARAMS(kiln_quant_params, params, call);
+  const int64_t group = params.group;
   Window w;
-  const int64_t* rest = w.Load(call->ints + 1, X, Y);
-  const int64_t mode = rest[0];  // 0: int32 sums, 1: requantized, 2: f32 (sum * x_scale * w_scale + B)
+  w.Load(params.window, X, Y);
+  const int64_t mode = params.mode;  // 0: int32 sums, 1: requantized, 2: f32 (sum * x_scale * w_scale + B)
   const bool requantize = mode == 1, to_float = mode == 2;
   if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != (to_float ? kF32 : kI32)) return KILN_KERR_DTYPE;
-  if (call->num_ints > rest - call->ints + 1 && rest[1] == 1) {
-    if constexpr (kFastKernels) return QConvFast(call, w, rest);
+  if (params.packed_weights != 0) {
+    if constexpr (kFastKernels) return QConvFast(call, w, params);
     return KILN_KERR_UNSUPPORTED;
   }
   const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
@@ -851,7 +855,7 @@ KILN_KERNEL(qconv) {
   const kiln_ktensor& xzp = call->inputs[2];
   const kiln_ktensor& wzp = call->inputs[3];
   const int32_t zx = xzp.data != nullptr ? LoadInt(xzp.data, xzp.dtype, 0) : 0;
-  const bool relu = call->num_ints > rest - call->ints + 2 && rest[2] != 0;  // clamp at Y's zero point
+  const bool relu = params.relu != 0;  // clamp at Y's zero point
   const int32_t* bias =
       requantize && call->num_inputs > 8 ? static_cast<const int32_t*>(call->inputs[8].data) : nullptr;
   const float* float_bias =

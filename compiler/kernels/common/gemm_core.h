@@ -47,7 +47,7 @@ constexpr int64_t kNc = 64;       // columns of C per MatMul/Gemm job
 // 10-25 % faster than 64 or 256 on ResNet-50's and MobileNetV2's convolutions; with the
 // wide tile (AVX-512) 256 measured 1-5 % faster than 128 on ResNet-50, MobileNetV2 and
 // EfficientNet-B0 at 1 and 2 threads (64 slower). MatMul shapes preferred 64.
-// (--tune may pick 64, 128 or 256 per shape: ints of the Conv call.)
+// (--tune may pick 64, 128 or 256 per shape: kiln_conv_params.job_cols.)
 constexpr int64_t kConvNc = 128;
 constexpr int64_t kWideConvNc = 256;
 constexpr int64_t kMaxNc = 256;

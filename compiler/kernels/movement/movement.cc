@@ -1,6 +1,7 @@
 // Data-movement kernels: copies, strided views (Transpose/Slice/Expand/DepthToSpace),
 // Concat, Gather/Scatter families, Tile, Pad, Trilu, and generators (Range, fill, EyeLike,
 // OneHot, CumSum).
+#include "kiln/kernels/movement.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
 
@@ -47,13 +48,13 @@ struct Carrier<8> {
 inline int64_t IndexAt(const kiln_ktensor& t, int64_t i) { return LoadAsInt64(t.data, t.dtype, i); }
 
 struct StridedCopy {
-  // ints: [rank, offset, dims[rank], strides[rank]]: output element (i_0 .. i_{r-1}) of a
-  // row-major view with these dims reads input[offset + sum(i_k * stride_k)].
+  // Parameters: kiln_strided_copy_params (kiln/kernels/movement.h).
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const int32_t r = static_cast<int32_t>(call->ints[0]);
-    const int64_t* dims = call->ints + 2;
-    const int64_t* strides = dims + r;
+    KILN_PARAMS(kiln_strided_copy_params, params, call);
+    const int32_t r = static_cast<int32_t>(params.rank);
+    const int64_t* dims = params.dims;
+    const int64_t* strides = params.strides;
     const T* in = static_cast<const T*>(call->inputs[0].data);
     T* po = static_cast<T*>(call->outputs[0].data);
     int64_t n = 1;
@@ -61,7 +62,7 @@ struct StridedCopy {
     if (n == 0) return KILN_KERR_OK;
     const int64_t inner = r > 0 ? dims[r - 1] : 1;
     const int64_t inner_stride = r > 0 ? strides[r - 1] : 0;
-    int64_t offsets[1] = {call->ints[1]};
+    int64_t offsets[1] = {params.offset};
     const int64_t* walk_strides[1] = {strides};
     IndexWalker walker(dims, r > 0 ? r - 1 : 0);
     for (int64_t base = 0; base < n; base += inner) {
@@ -81,10 +82,10 @@ struct Concat {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& out = call->outputs[0];
-    const int64_t axis = call->ints[0];
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
+    int64_t outer, inner;
+    SplitAtAxis(out, axis, &outer, &inner);
     const int64_t out_row = out.dims[axis] * inner;
     T* po = static_cast<T*>(out.data);
     // Jobs: pieces of at most kPiece elements of each input's rows, copied over the pool
@@ -120,10 +121,10 @@ struct Split {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const int64_t axis = call->ints[0];
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
+    int64_t outer, inner;
+    SplitAtAxis(in, axis, &outer, &inner);
     const int64_t in_row = in.dims[axis] * inner;
     const T* pi = static_cast<const T*>(in.data);
     int64_t column = 0;
@@ -140,24 +141,63 @@ struct Split {
   }
 };
 
+// An index along a dim of `extent`, negative ones counting from the end; -1 when out of
+// range. Every Gather and Scatter kernel decodes its indices so.
+inline int64_t ResolveIndex(int64_t idx, int64_t extent) {
+  if (idx < 0) idx += extent;
+  return idx < 0 || idx >= extent ? -1 : idx;
+}
+
+// GatherElements' and ScatterElements' walk: for element i of `indices`, f(i, offset)
+// with the offset in data (row-major) of the element it names along `axis`.
+template <typename F>
+int32_t ForEachElementIndex(const kiln_ktensor& data, const kiln_ktensor& indices, int64_t axis, F f) {
+  int64_t data_strides[kMaxRank], fixed[kMaxRank];
+  ContiguousStrides(data.dims, data.rank, data_strides);
+  for (int32_t d = 0; d < indices.rank; ++d) fixed[d] = d == axis ? 0 : data_strides[d];
+  IndexWalker walker(indices.dims, indices.rank);
+  int64_t offsets[1] = {0};
+  const int64_t* strides[1] = {fixed};
+  const int64_t n = Numel(indices);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t idx = ResolveIndex(IndexAt(indices, i), data.dims[axis]);
+    if (idx < 0) return KILN_KERR_INDEX;
+    f(i, offsets[0] + idx * data_strides[axis]);
+    walker.Next(offsets, strides);
+  }
+  return KILN_KERR_OK;
+}
+
+// GatherND's and ScatterND's tuples: the offset in data of index tuple t (`depth` entries
+// over dims first_dim, first_dim + 1, ...), or -1 when an entry is out of range.
+inline int64_t TupleOffset(const kiln_ktensor& data, const int64_t* data_strides, const kiln_ktensor& indices,
+                           int64_t t, int64_t depth, int64_t first_dim) {
+  int64_t offset = 0;
+  for (int64_t k = 0; k < depth; ++k) {
+    const int64_t idx = ResolveIndex(IndexAt(indices, t * depth + k), data.dims[first_dim + k]);
+    if (idx < 0) return -1;
+    offset += idx * data_strides[first_dim + k];
+  }
+  return offset;
+}
+
 struct Gather {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t axis = call->ints[0];
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= data.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < data.rank; ++i) inner *= data.dims[i];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
+    int64_t outer, inner;
+    SplitAtAxis(data, axis, &outer, &inner);
     const int64_t axis_len = data.dims[axis];
     const int64_t num_indices = Numel(indices);
     const T* pd = static_cast<const T*>(data.data);
     T* po = static_cast<T*>(call->outputs[0].data);
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t k = 0; k < num_indices; ++k) {
-        int64_t idx = IndexAt(indices, k);
-        if (idx < 0) idx += axis_len;
-        if (idx < 0 || idx >= axis_len) return KILN_KERR_INDEX;
+        const int64_t idx = ResolveIndex(IndexAt(indices, k), axis_len);
+        if (idx < 0) return KILN_KERR_INDEX;
         const T* src = pd + (o * axis_len + idx) * inner;
         T* dst = po + (o * num_indices + k) * inner;
         for (int64_t j = 0; j < inner; ++j) dst[j] = src[j];
@@ -172,25 +212,10 @@ struct GatherElements {
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t axis = call->ints[0];
-    int64_t data_strides[kMaxRank];
-    ContiguousStrides(data.dims, data.rank, data_strides);
+    KILN_PARAMS(kiln_movement_params, params, call);
     const T* pd = static_cast<const T*>(data.data);
     T* po = static_cast<T*>(call->outputs[0].data);
-    IndexWalker walker(indices.dims, indices.rank);
-    int64_t offsets[1] = {0};
-    int64_t fixed_strides[kMaxRank];
-    for (int32_t d = 0; d < indices.rank; ++d) fixed_strides[d] = d == axis ? 0 : data_strides[d];
-    const int64_t* strides[1] = {fixed_strides};
-    const int64_t n = Numel(indices);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t idx = IndexAt(indices, i);
-      if (idx < 0) idx += data.dims[axis];
-      if (idx < 0 || idx >= data.dims[axis]) return KILN_KERR_INDEX;
-      po[i] = pd[offsets[0] + idx * data_strides[axis]];
-      walker.Next(offsets, strides);
-    }
-    return KILN_KERR_OK;
+    return ForEachElementIndex(data, indices, params.axis, [&](int64_t i, int64_t offset) { po[i] = pd[offset]; });
   }
 };
 
@@ -199,7 +224,8 @@ struct GatherND {
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t batch_dims = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t batch_dims = params.batch_dims;
     const int64_t index_depth = indices.dims[indices.rank - 1];
     int64_t data_strides[kMaxRank];
     ContiguousStrides(data.dims, data.rank, data_strides);
@@ -213,15 +239,10 @@ struct GatherND {
     const T* pd = static_cast<const T*>(data.data);
     T* po = static_cast<T*>(call->outputs[0].data);
     for (int64_t t = 0; t < num_tuples; ++t) {
-      int64_t offset = (t / tuples_per_batch) * batch_stride;
-      for (int64_t k = 0; k < index_depth; ++k) {
-        int64_t dim = data.dims[batch_dims + k];
-        int64_t idx = IndexAt(indices, t * index_depth + k);
-        if (idx < 0) idx += dim;
-        if (idx < 0 || idx >= dim) return KILN_KERR_INDEX;
-        offset += idx * data_strides[batch_dims + k];
-      }
-      for (int64_t j = 0; j < slice; ++j) po[t * slice + j] = pd[offset + j];
+      const int64_t offset = TupleOffset(data, data_strides, indices, t, index_depth, batch_dims);
+      if (offset < 0) return KILN_KERR_INDEX;
+      const T* src = pd + (t / tuples_per_batch) * batch_stride + offset;
+      for (int64_t j = 0; j < slice; ++j) po[t * slice + j] = src[j];
     }
     return KILN_KERR_OK;
   }
@@ -239,33 +260,20 @@ inline T Reduce(int64_t reduction, T old, T update) {
 }
 
 struct ScatterElements {
-  // ints: [axis, reduction (0 none, 1 add, 2 mul, 3 max, 4 min)]
+  // Parameters: kiln_movement_params' axis and reduction.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
     const kiln_ktensor& updates = call->inputs[2];
-    const int64_t axis = call->ints[0], reduction = call->ints[1];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t reduction = params.reduction;
     T* po = static_cast<T*>(call->outputs[0].data);
     const T* pu = static_cast<const T*>(updates.data);
-    const int64_t total = Numel(data);
-    memcpy(po, data.data, total * sizeof(T));
-    int64_t data_strides[kMaxRank], fixed[kMaxRank];
-    ContiguousStrides(data.dims, data.rank, data_strides);
-    for (int32_t d = 0; d < indices.rank; ++d) fixed[d] = d == axis ? 0 : data_strides[d];
-    IndexWalker walker(indices.dims, indices.rank);
-    int64_t offsets[1] = {0};
-    const int64_t* strides[1] = {fixed};
-    const int64_t n = Numel(indices);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t idx = IndexAt(indices, i);
-      if (idx < 0) idx += data.dims[axis];
-      if (idx < 0 || idx >= data.dims[axis]) return KILN_KERR_INDEX;
-      T* dst = po + offsets[0] + idx * data_strides[axis];
-      *dst = Reduce<T>(reduction, *dst, pu[i]);
-      walker.Next(offsets, strides);
-    }
-    return KILN_KERR_OK;
+    memcpy(po, data.data, Numel(data) * sizeof(T));
+    return ForEachElementIndex(data, indices, params.axis, [&](int64_t i, int64_t offset) {
+      po[offset] = Reduce<T>(reduction, po[offset], pu[i]);
+    });
   }
 };
 
@@ -274,7 +282,8 @@ struct ScatterND {
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& data = call->inputs[0];
     const kiln_ktensor& indices = call->inputs[1];
-    const int64_t reduction = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t reduction = params.reduction;
     const int64_t depth = indices.dims[indices.rank - 1];
     int64_t data_strides[kMaxRank];
     ContiguousStrides(data.dims, data.rank, data_strides);
@@ -285,70 +294,64 @@ struct ScatterND {
     memcpy(po, data.data, Numel(data) * sizeof(T));
     const int64_t tuples = Numel(indices) / depth;
     for (int64_t t = 0; t < tuples; ++t) {
-      int64_t offset = 0;
-      for (int64_t k = 0; k < depth; ++k) {
-        int64_t idx = IndexAt(indices, t * depth + k);
-        if (idx < 0) idx += data.dims[k];
-        if (idx < 0 || idx >= data.dims[k]) return KILN_KERR_INDEX;
-        offset += idx * data_strides[k];
-      }
+      const int64_t offset = TupleOffset(data, data_strides, indices, t, depth, 0);
+      if (offset < 0) return KILN_KERR_INDEX;
       for (int64_t j = 0; j < slice; ++j) po[offset + j] = Reduce<T>(reduction, po[offset + j], pu[t * slice + j]);
     }
     return KILN_KERR_OK;
   }
 };
 
+// Tile's and Pad's walk over out's multi-index (the last dim fastest): output element i
+// reads input element src when source(index, in_strides, &src) is true, else takes `fill`.
+template <typename T, typename Source>
+int32_t MapOutputIndex(const kiln_ktensor& in, const kiln_ktensor& out, T fill, Source source) {
+  int64_t in_strides[kMaxRank];
+  ContiguousStrides(in.dims, in.rank, in_strides);
+  const T* pi = static_cast<const T*>(in.data);
+  T* po = static_cast<T*>(out.data);
+  int64_t index[kMaxRank] = {0};
+  const int64_t n = Numel(out);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t src = 0;
+    po[i] = source(index, in_strides, &src) ? pi[src] : fill;
+    for (int32_t d = out.rank - 1; d >= 0; --d) {
+      if (++index[d] < out.dims[d]) break;
+      index[d] = 0;
+    }
+  }
+  return KILN_KERR_OK;
+}
+
 struct Tile {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
     const kiln_ktensor& out = call->outputs[0];
-    int64_t in_strides[kMaxRank];
-    ContiguousStrides(in.dims, in.rank, in_strides);
-    const T* pi = static_cast<const T*>(in.data);
-    T* po = static_cast<T*>(out.data);
-    int64_t index[kMaxRank] = {0};
-    const int64_t n = Numel(out);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t src = 0;
-      for (int32_t d = 0; d < out.rank; ++d) src += (index[d] % in.dims[d]) * in_strides[d];
-      po[i] = pi[src];
-      for (int32_t d = out.rank - 1; d >= 0; --d) {
-        if (++index[d] < out.dims[d]) break;
-        index[d] = 0;
-      }
-    }
-    return KILN_KERR_OK;
+    return MapOutputIndex<T>(in, out, T(0), [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
+      for (int32_t d = 0; d < out.rank; ++d) *src += (index[d] % in.dims[d]) * in_strides[d];
+      return true;
+    });
   }
 };
 
 struct Pad {
-  // ints: [mode, begin_0.., end_0..]; the constant value is input 2 when given, else 0.
+  // Parameters: kiln_pad_params; the constant value is input 2 when given, else 0.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
     const kiln_ktensor& out = call->outputs[0];
-    const int64_t mode = call->ints[0];
-    const int64_t* begin = call->ints + 1;
+    KILN_PARAMS(kiln_pad_params, params, call);
+    const int64_t mode = params.mode;
+    const int64_t* begin = params.pads_begin;
     T value = 0;
     if (call->num_inputs > 2 && call->inputs[2].data != nullptr) value = static_cast<const T*>(call->inputs[2].data)[0];
-    int64_t in_strides[kMaxRank];
-    ContiguousStrides(in.dims, in.rank, in_strides);
-    const T* pi = static_cast<const T*>(in.data);
-    T* po = static_cast<T*>(out.data);
-    int64_t index[kMaxRank] = {0};
-    const int64_t n = Numel(out);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t src = 0;
-      bool inside = true;
+    return MapOutputIndex<T>(in, out, value, [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
       for (int32_t d = 0; d < out.rank; ++d) {
         int64_t j = index[d] - begin[d];
         const int64_t len = in.dims[d];
         if (j < 0 || j >= len) {
-          if (mode == KILN_PAD_CONSTANT || len == 0) {
-            inside = false;
-            break;
-          }
+          if (mode == KILN_PAD_CONSTANT || len == 0) return false;
           if (mode == KILN_PAD_EDGE) {
             j = j < 0 ? 0 : len - 1;
           } else {  // reflect, without repeating the edge
@@ -358,25 +361,21 @@ struct Pad {
             if (j >= len) j = period - j;
           }
         }
-        src += j * in_strides[d];
+        *src += j * in_strides[d];
       }
-      po[i] = inside ? pi[src] : value;
-      for (int32_t d = out.rank - 1; d >= 0; --d) {
-        if (++index[d] < out.dims[d]) break;
-        index[d] = 0;
-      }
-    }
-    return KILN_KERR_OK;
+      return true;
+    });
   }
 };
 
 struct Trilu {
-  // ints: [upper, k]
+  // Parameters: kiln_movement_params' upper and k.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const bool upper = call->ints[0] != 0;
-    const int64_t k = call->ints[1];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const bool upper = params.upper != 0;
+    const int64_t k = params.k;
     const int64_t rows = in.dims[in.rank - 2], cols = in.dims[in.rank - 1];
     const int64_t batches = rows * cols == 0 ? 0 : Numel(in) / (rows * cols);
     const T* pi = static_cast<const T*>(in.data);
@@ -421,7 +420,8 @@ struct EyeLike {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& out = call->outputs[0];
-    const int64_t k = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t k = params.k;
     T* po = static_cast<T*>(out.data);
     const int64_t rows = out.dims[0], cols = out.dims[1];
     for (int64_t i = 0; i < rows; ++i) {
@@ -432,17 +432,17 @@ struct EyeLike {
 };
 
 struct OneHot {
-  // inputs: indices, depth, values[off, on]; ints: [axis (normalised)]
+  // inputs: indices, depth, values[off, on]; parameters: kiln_movement_params' axis
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& indices = call->inputs[0];
     const kiln_ktensor& out = call->outputs[0];
     const T* values = static_cast<const T*>(call->inputs[2].data);
-    const int64_t axis = call->ints[0];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
     const int64_t depth = out.dims[axis];
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= out.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < out.rank; ++i) inner *= out.dims[i];
+    int64_t outer, inner;
+    SplitAtAxis(out, axis, &outer, &inner);
     T* po = static_cast<T*>(out.data);
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t d = 0; d < depth; ++d) {
@@ -458,15 +458,15 @@ struct OneHot {
 };
 
 struct CumSum {
-  // ints: [axis, exclusive, reverse]
+  // Parameters: kiln_movement_params' axis, exclusive and reverse.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const int64_t axis = call->ints[0];
-    const bool exclusive = call->ints[1] != 0, reverse = call->ints[2] != 0;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
+    KILN_PARAMS(kiln_movement_params, params, call);
+    const int64_t axis = params.axis;
+    const bool exclusive = params.exclusive != 0, reverse = params.reverse != 0;
+    int64_t outer, inner;
+    SplitAtAxis(in, axis, &outer, &inner);
     const int64_t len = in.dims[axis];
     const T* pi = static_cast<const T*>(in.data);
     T* po = static_cast<T*>(call->outputs[0].data);

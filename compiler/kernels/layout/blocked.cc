@@ -4,16 +4,15 @@
 // so the sixteen channels of one pixel are one vector. Channels past C (the last block's
 // padding) hold finite values nobody reads: convolutions give them zero weights, and
 // from_blocked drops them.
-//   to_blocked:    [N, C, H, W] -> blocked (padding zero); ints: none
-//   from_blocked:  blocked -> [N, C, H, W]; ints: none
+//   to_blocked:    [N, C, H, W] -> blocked (padding zero); no parameters
+//   from_blocked:  blocked -> [N, C, H, W]; no parameters
 //   blocked_mean:  blocked [N, CB, H, W, 16] -> [N, CB, 1, 1, 16], the mean over pixels
-//                  (GlobalAveragePool); ints: none
+//                  (GlobalAveragePool); no parameters
 //   blocked_scale: blocked X [N, CB, H, W, 16] times S [N, CB, 1, 1, 16] (one factor per
-//                  image and channel: squeeze-and-excitation) -> X's shape; ints: none
+//                  image and channel: squeeze-and-excitation) -> X's shape; no parameters
 //   blocked_conv:  X blocked, Wp (packed at compile time, see ops/layout_ops.cc), B [OCB * 16],
 //                  R (optional, blocked like Y, added before the activation) -> Y blocked
-//     ints:   [kind, in_channels, out_channels, KH, KW, SH, SW, pad_top, pad_left, activation]
-//     floats: [activation alpha, beta]
+//     parameters: kiln_conv_params' blocked_kind, in/out_channels, window (2-D), activation
 //     kind 0, pointwise (1x1, stride 1, no padding, group 1): Wp [OCB][ICB * 16][16],
 //       Y[p][oc] = B[oc] + sum_ic X[p][ic] Wp[oc / 16][ic][oc % 16] (+ R[p][oc])
 //     kind 1, depthwise (group = channels, dilation 1): Wp [CB][KH * KW][16]
@@ -24,6 +23,7 @@
 #include "gemm_core.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
+#include "kiln/kernels/conv.h"
 #include "unary_math.h"
 
 using namespace kiln_kernels;
@@ -48,12 +48,12 @@ struct BlockedConvParams {
   int64_t icb() const { return (in_channels + kBlock - 1) / kBlock; }
   int64_t ocb() const { return (out_channels + kBlock - 1) / kBlock; }
 
-  void Load(const kiln_kcall* call) {
-    const int64_t* p = call->ints;
-    kind = p[0], in_channels = p[1], out_channels = p[2], kh = p[3], kw = p[4], sh = p[5], sw = p[6];
-    pad_top = p[7], pad_left = p[8], activation = p[9];
-    alpha = static_cast<float>(call->floats[0]);
-    beta = static_cast<float>(call->floats[1]);
+  void Load(const kiln_kcall* call, const kiln_conv_params& p) {
+    kind = p.blocked_kind, in_channels = p.in_channels, out_channels = p.out_channels;
+    kh = p.window.kernel[0], kw = p.window.kernel[1], sh = p.window.strides[0], sw = p.window.strides[1];
+    pad_top = p.window.pads_begin[0], pad_left = p.window.pads_begin[1], activation = p.activation.code;
+    alpha = static_cast<float>(p.activation.alpha);
+    beta = static_cast<float>(p.activation.beta);
     const kiln_ktensor& in = call->inputs[0];
     const kiln_ktensor& out = call->outputs[0];
     batch = in.dims[0], h = in.dims[2], w = in.dims[3], oh = out.dims[2], ow = out.dims[3];
@@ -135,6 +135,17 @@ int32_t ReferenceBlockedConv(const kiln_kcall* call, const BlockedConvParams& q)
 // registers over every input channel (the padding of the last block skipped). x: the tile's first pixel in input block
 // 0 (blocks x_plane floats apart); w: output block 0's packed rows (blocks w_plane apart); y, r: the tile's first pixel
 // in output block 0 (blocks y_plane apart).
+// Starts a tile's P x OB accumulators at the bias of each output block. Always inlined:
+// the accumulators must stay in registers.
+template <int P, int OB>
+__attribute__((always_inline)) inline void LoadBias(v16f (&acc)[P][OB], const float* bias) {
+  for (int o = 0; o < OB; ++o) {
+    v16f b;
+    KILN_LOAD16(b, bias + o * kBlock);
+    for (int p = 0; p < P; ++p) acc[p][o] = b;
+  }
+}
+
 template <int P, int OB>
 __attribute__((noinline)) void PointwiseTile(const float* x, int64_t x_plane, int64_t in_channels, const float* w,
                                              int64_t w_plane, const float* bias, const float* r, float* y,
@@ -146,11 +157,7 @@ __attribute__((noinline)) void PointwiseTile(const float* x, int64_t x_plane, in
 #pragma clang fp contract(fast)
 #endif
   v16f acc[P][OB];
-  for (int o = 0; o < OB; ++o) {
-    v16f b;
-    KILN_LOAD16(b, bias + o * kBlock);
-    for (int p = 0; p < P; ++p) acc[p][o] = b;
-  }
+  LoadBias<P, OB>(acc, bias);
   // One input channel: OB weight vectors, P broadcasts, P x OB multiply-adds.
   auto step = [&](const float* xb, const float* wb, int i) {
     v16f wv[OB];
@@ -381,11 +388,7 @@ __attribute__((noinline)) void DenseTile(const float* rows, int64_t row_len, con
 #pragma clang fp contract(fast)  // FMAs, as in PointwiseTile
 #endif
   v16f acc[P][OB];
-  for (int o = 0; o < OB; ++o) {
-    v16f b;
-    KILN_LOAD16(b, bias + o * kBlock);
-    for (int p = 0; p < P; ++p) acc[p][o] = b;
-  }
+  LoadBias<P, OB>(acc, bias);
   int64_t tap = 0;
   for (int64_t r = 0; r < q.in_channels * q.kh; ++r) {
     const float* row = rows + r * row_len;
@@ -488,8 +491,9 @@ struct BlockedConvKernel {
     if constexpr (!std::is_same_v<T, float>) {
       return KILN_KERR_DTYPE;
     } else {
+      KILN_PARAMS(kiln_conv_params, params, call);
       BlockedConvParams q;
-      q.Load(call);
+      q.Load(call, params);
       if (q.kind != kPointwise && q.kind != kDepthwise && q.kind != kDense) return KILN_KERR_UNSUPPORTED;
       if (q.kind != kPointwise && call->num_inputs > 3) return KILN_KERR_UNSUPPORTED;
       if (!kFastKernels) return ReferenceBlockedConv(call, q);

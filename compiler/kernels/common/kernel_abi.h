@@ -33,13 +33,13 @@ typedef struct kiln_kexec {
 typedef struct kiln_kcall {
   const kiln_ktensor* inputs;
   const kiln_ktensor* outputs;
-  const int64_t* ints; /* op-specific integer parameters, layout fixed per kernel */
-  const double* floats;
+  /* The op family's parameter struct (kiln/kernels/<family>.h), NULL for kernels without
+   * parameters; params_size is its size, checked by the kernel (KILN_PARAMS). */
+  const void* params;
+  int64_t params_size;
   const kiln_kexec* exec; /* may be NULL: run serially */
   int32_t num_inputs;
   int32_t num_outputs;
-  int32_t num_ints;
-  int32_t num_floats;
 } kiln_kcall;
 
 /* Every kernel: returns 0 on success, a KILN_KERR_* code otherwise. */
@@ -50,6 +50,7 @@ enum {
   KILN_KERR_DTYPE = 1,       /* element type not handled by this kernel */
   KILN_KERR_INDEX = 2,       /* an index input was out of range */
   KILN_KERR_UNSUPPORTED = 3, /* parameter combination not implemented */
+  KILN_KERR_PARAMS = 4,      /* the parameter struct is not the one the kernel reads */
 };
 
 #ifdef __cplusplus

@@ -6,11 +6,12 @@
 //   Y tile       = A^T M A + bias (+ a residual R), then the fused activation
 // U = G g G^T is computed at compile time (ops/nn_ops.cc) and stored as 16-column panels:
 // U[xi][oc / 16][ic][oc % 16], which is exactly what the micro-kernel streams. Tiles are
-// done in chunks (ints[0] tiles at a time, all images together) so V and M, which live in
+// done in chunks (tiles_per_chunk at a time, all images together) so V and M, which live in
 // the call's scratch output, stay within a few MiB. Artifacts only: the reference
 // interpreter runs the plain Conv.
 #include "gemm_core.h"
 #include "kernel_common.h"
+#include "kiln/kernels/conv.h"
 #include "unary_math.h"
 
 using namespace kiln_kernels;
@@ -46,7 +47,7 @@ struct WinogradConvKernel {
   // inputs: X [N, C, H, W], U [36, OC/16, C, 16], B [OC] (may be omitted), R [N, OC, OH, OW]
   // optional: a residual added before the activation (the fuse pass's Conv -> Add)
   // outputs: Y [N, OC, OH, OW], scratch (u8, 36 * tiles_per_chunk * (C + OC) floats)
-  // ints: [tiles_per_chunk, pad_top, pad_left, activation]; floats: [activation alpha, beta]
+  // Parameters: kiln_conv_params' tiles_per_chunk, window.pads_begin[0..1] and activation.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     if constexpr (!std::is_same_v<T, float>) {
@@ -64,8 +65,10 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
   const int64_t batch = X.dims[0], C = X.dims[1], H = X.dims[2], W = X.dims[3];
   const int64_t OC = Y.dims[1], OH = Y.dims[2], OW = Y.dims[3];
   if (C % kLanes != 0 || OC % gemm::kNr != 0) return KILN_KERR_UNSUPPORTED;
-  const int64_t chunk = call->ints[0], pad_top = call->ints[1], pad_left = call->ints[2], activation = call->ints[3];
-  const double alpha = call->floats[0], beta = call->floats[1];
+  KILN_PARAMS(kiln_conv_params, params, call);
+  const int64_t chunk = params.tiles_per_chunk, pad_top = params.window.pads_begin[0];
+  const int64_t pad_left = params.window.pads_begin[1], activation = params.activation.code;
+  const double alpha = params.activation.alpha, beta = params.activation.beta;
   const float* px = static_cast<const float*>(X.data);
   const float* pu = static_cast<const float*>(call->inputs[1].data);
   const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;

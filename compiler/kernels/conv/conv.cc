@@ -1,0 +1,390 @@
+// Convolutions: Conv (the implicit GEMM, depthwise paths and the direct loop nest) and
+// ConvTranspose. Spatial kernels see 1-D and 2-D problems as 3-D ones with leading extents
+// of 1, so one loop nest serves all three ranks.
+#include "kiln/kernels/conv.h"
+#include "depthwise.h"
+#include "gemm_core.h"
+#include "kernel_common.h"
+#include "kernel_ops.h"
+#include "kernel_window.h"
+#include "unary_math.h"
+
+using namespace kiln_kernels;
+
+namespace {
+
+struct ConvKernel {
+  // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional, then as the fuse
+  // pass writes them: an input scale (below; may be omitted) and a residual R shaped as Y,
+  // added after the bias and before the activation (Relu(Add(Conv(X), R)), ResNet's skip).
+  // Parameters: kiln_conv_params (kiln/kernels/conv.h).
+  // f32 with at least 4 output channels per group runs as an implicit GEMM; the direct
+  // loop nest below serves depthwise convolutions and f64. In artifacts a constant weight
+  // may come pre-packed (packed_weights): per group, rows in panels of gemm::kMr,
+  // [ceil(OC/group / kMr)][K][kMr], zero past the last row; job_cols, when not 0, is the
+  // job width in output positions (--tune's choice).
+  // Not inlined: one copy per artifact serves every such Conv (the shapes are runtime
+  // values there; the time goes into the shared micro-kernel either way).
+  __attribute__((noinline)) static int32_t ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group,
+                                                        const kiln_activation& act, bool packed, int64_t cols);
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const kiln_ktensor& W = call->inputs[1];
+    const kiln_ktensor& Y = call->outputs[0];
+    KILN_PARAMS(kiln_conv_params, params, call);
+    const int64_t group = params.group;
+    Window w;
+    w.Load(params.window, X, Y);
+    const kiln_activation& act = params.activation;
+    const int64_t activation = act.code;
+    const bool packed = params.packed_weights != 0;
+    const int64_t default_cols = WideVectors() ? gemm::kWideConvNc : gemm::kConvNc;
+    int64_t cols = params.job_cols != 0 ? params.job_cols : default_cols;
+    if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = default_cols;
+    const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+    const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
+    const T* px = static_cast<const T*>(X.data);
+    const T* pw = static_cast<const T*>(W.data);
+    const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    // The input scale (inputs[3], [N or 1, C, 1...]): X[n, c] is read as X[n, c] * scale.
+    const T* pscale = call->num_inputs > 3 ? static_cast<const T*>(call->inputs[3].data) : nullptr;
+    const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
+    const T* pres = call->num_inputs > 4 ? static_cast<const T*>(call->inputs[4].data) : nullptr;
+    T* py = static_cast<T*>(Y.data);
+    const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+    if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
+      if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
+        return ImplicitGemm(call, w, group, act, packed, cols);
+      }
+      if (packed) return KILN_KERR_UNSUPPORTED;
+      const bool depthwise_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && group == in_channels &&
+                                group == out_channels && w.dilation[1] == 1 && w.dilation[2] == 1 &&
+                                w.in[2] <= kDepthwiseMaxWidth;
+      const bool square = w.stride[1] == w.stride[2] && w.kernel[1] == w.kernel[2];
+      if (depthwise_2d && square) {
+        if (w.kernel[1] == 3 && w.stride[1] == 1 && DepthwiseBlockedFits<3, 3, 1>(w))
+          return RunDepthwiseBlocked<3, 3, 1>(call, w, act);
+        if (w.kernel[1] == 3 && w.stride[1] == 2 && DepthwiseBlockedFits<3, 3, 2>(w))
+          return RunDepthwiseBlocked<3, 3, 2>(call, w, act);
+        if (w.kernel[1] == 5 && w.stride[1] == 1 && DepthwiseBlockedFits<5, 5, 1>(w))
+          return RunDepthwiseBlocked<5, 5, 1>(call, w, act);
+        if (w.kernel[1] == 5 && w.stride[1] == 2 && DepthwiseBlockedFits<5, 5, 2>(w))
+          return RunDepthwiseBlocked<5, 5, 2>(call, w, act);
+      }
+      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1)
+        return RunDepthwise2D<3, 3, 1>(call, w, act);
+      if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 2)
+        return RunDepthwise2D<3, 3, 2>(call, w, act);
+      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 1)
+        return RunDepthwise2D<5, 5, 1>(call, w, act);
+      if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 2)
+        return RunDepthwise2D<5, 5, 2>(call, w, act);
+    }
+    auto body = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t n = job / out_channels, oc = job % out_channels;
+        const int64_t g = oc / oc_per_group;
+        T* y = py + job * out_size;
+        const T bias = pbias ? pbias[oc] : T(0);
+        for (int64_t i = 0; i < out_size; ++i) y[i] = bias;
+        for (int64_t ic = 0; ic < ic_per_group; ++ic) {
+          const T* x = px + (n * in_channels + g * ic_per_group + ic) * in_size;
+          const T* wk = pw + (oc * ic_per_group + ic) * kernel_size;
+          const T scale = pscale != nullptr ? pscale[n * scale_batch_stride + g * ic_per_group + ic] : T(1);
+          for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
+            for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
+              for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                const T weight = wk[(kd * w.kernel[1] + kh) * w.kernel[2] + kw];
+                for (int64_t od = 0; od < w.out[0]; ++od) {
+                  const int64_t id = od * w.stride[0] + kd * w.dilation[0] - w.pad[0];
+                  if (id < 0 || id >= w.in[0]) continue;
+                  for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+                    const int64_t ih = oh * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+                    if (ih < 0 || ih >= w.in[1]) continue;
+                    const T* xrow = x + (id * w.in[1] + ih) * w.in[2];
+                    T* yrow = y + (od * w.out[1] + oh) * w.out[2];
+                    // Valid output columns: 0 <= ow*stride + kw*dilation - pad < in.
+                    const int64_t shift = kw * w.dilation[2] - w.pad[2];
+                    int64_t lo = shift >= 0 ? 0 : (-shift + w.stride[2] - 1) / w.stride[2];
+                    int64_t hi = w.in[2] - shift <= 0 ? 0 : (w.in[2] - shift + w.stride[2] - 1) / w.stride[2];
+                    if (hi > w.out[2]) hi = w.out[2];
+                    if (pscale != nullptr) {
+                      // As Conv(Mul(X, scale)) computes it: the product rounded first.
+                      for (int64_t ow = lo; ow < hi; ++ow)
+                        yrow[ow] += weight * T(xrow[ow * w.stride[2] + shift] * scale);
+                    } else if (w.stride[2] == 1) {
+                      for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * xrow[ow + shift];
+                    } else {
+                      for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += weight * xrow[ow * w.stride[2] + shift];
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+        if (pres != nullptr) {
+          const T* r = pres + job * out_size;
+          for (int64_t i = 0; i < out_size; ++i) y[i] += r[i];
+        }
+        ApplyActivation(y, out_size, activation, act.alpha, act.beta);
+      }
+    };
+    ParallelFor(call, batch * out_channels, 1, body);
+    return KILN_KERR_OK;
+  }
+};
+
+// Where each output position of a chunk starts reading: its output column, and the input
+// coordinates of the window's first tap. (Divided once, then stepped: three divisions per
+// position cost a quarter of a stride-2 stem conv's packing time.)
+struct WindowStarts {
+  int64_t ow0[gemm::kMaxNc], d0[gemm::kMaxNc], h0[gemm::kMaxNc], w0[gemm::kMaxNc];
+
+  __attribute__((always_inline)) void Fill(const Window& w, int64_t n0, int64_t count) {
+    int64_t ow = n0 % w.out[2], oh = n0 / w.out[2] % w.out[1], od = n0 / (w.out[2] * w.out[1]);
+    for (int64_t j = 0; j < count; ++j) {
+      ow0[j] = ow;
+      d0[j] = od * w.stride[0] - w.pad[0];
+      h0[j] = oh * w.stride[1] - w.pad[1];
+      w0[j] = ow * w.stride[2] - w.pad[2];
+      if (++ow == w.out[2]) {
+        ow = 0;
+        if (++oh == w.out[1]) {
+          oh = 0;
+          ++od;
+        }
+      }
+    }
+  }
+};
+
+// One row of the implicit im2col matrix: tap (dd, dh, dw) of input channel plane xin for
+// the chunk's nb output positions. Positions of one output row read one input row: a
+// strided (for stride 1, contiguous) run, zero outside; `scale` (null: none) multiplies
+// the image, not its zero padding. Always inlined into ImplicitGemm's packing.
+__attribute__((always_inline)) inline void PackTapRow(const Window& w, const WindowStarts& starts, const float* xin,
+                                                      int64_t dd, int64_t dh, int64_t dw, const float* scale,
+                                                      int64_t nb, float* out) {
+  const int64_t sw = w.stride[2];
+  for (int64_t j = 0; j < nb;) {
+    const int64_t run = w.out[2] - starts.ow0[j] < nb - j ? w.out[2] - starts.ow0[j] : nb - j;
+    const int64_t id = starts.d0[j] + dd, ih = starts.h0[j] + dh;
+    float* o = out + j;
+    if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) {
+      for (int64_t q = 0; q < run; ++q) o[q] = 0.f;
+    } else {
+      const float* src = xin + (id * w.in[1] + ih) * w.in[2];
+      const int64_t iw0 = starts.w0[j] + dw;
+      // Valid q: 0 <= iw0 + q*sw < in width.
+      int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+      int64_t hi = w.in[2] - iw0 <= 0 ? 0 : (w.in[2] - iw0 + sw - 1) / sw;
+      if (lo > run) lo = run;
+      if (hi > run) hi = run;
+      if (hi < lo) hi = lo;
+      for (int64_t q = 0; q < lo; ++q) o[q] = 0.f;
+      if (sw == 1) {
+        memcpy(o + lo, src + iw0 + lo, sizeof(float) * (hi - lo));
+      } else if (sw == 2) {
+        // A constant stride as explicit vectors: two loads of eight and a shuffle of the
+        // even lanes per eight outputs. (A runtime stride gathers element by element,
+        // which costs as much as the product for stride-2 layers with few output
+        // channels, CNN stems; left to the vectorizer, runs shorter than 68 stayed scalar,
+        // and rows of 112 split by 256-wide jobs often are.) A vector step reads 16
+        // floats, so it runs only while they lie in the row.
+        const float* s2 = src + iw0;
+        int64_t q = lo;
+        for (; q + 8 <= hi && iw0 + 2 * q + 16 <= w.in[2]; q += 8) {
+          gemm::v8f a, b;
+          KILN_LOAD8(a, s2 + 2 * q);
+          KILN_LOAD8(b, s2 + 2 * q + 8);
+          const gemm::v8f even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+          KILN_STORE8(o + q, even);
+        }
+        for (; q < hi; ++q) o[q] = s2[2 * q];
+      } else {
+        for (int64_t q = lo; q < hi; ++q) o[q] = src[iw0 + q * sw];
+      }
+      for (int64_t q = hi; q < run; ++q) o[q] = 0.f;
+      if (scale != nullptr) {
+        for (int64_t q = lo; q < hi; ++q) o[q] *= *scale;
+      }
+    }
+    j += run;
+  }
+}
+
+// Conv as a GEMM per (image, group): C[oc, p] = W[oc, (ic, kd, kh, kw)] · X'[(ic, kd, kh, kw), p]
+// where X' (im2col) is never materialised: each packed block of it is gathered from X
+// when the core asks for it. Jobs are (image, group, column chunk, row group), row group
+// fastest.
+int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group, const kiln_activation& act,
+                                 bool packed, int64_t cols) {
+  const int64_t activation = act.code;
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t icg = in_channels / group, ocg = out_channels / group;
+  const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+  const int64_t K = icg * kernel_size;
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = static_cast<const float*>(call->inputs[1].data);
+  const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
+  // The input scale (see Run): applied to each packed row of B, i.e. per input channel.
+  const float* pscale = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
+  const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
+  const float* pres = call->num_inputs > 4 ? static_cast<const float*>(call->inputs[4].data) : nullptr;  // the residual
+  float* py = static_cast<float*>(Y.data);
+  const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
+                         w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
+  // Column chunks of equal width (a multiple of kNr): the pool partitions jobs statically,
+  // so a short last chunk (784 positions as 3 x 256 + 16) left one of two threads with 272
+  // columns against 512. With a pool and a real im2col (a window larger than 1x1), at least
+  // two chunks once there are 128 positions, so two threads pack different halves of it
+  // rather than each packing all of it (1x1 convs copy B cheaply and would stream their
+  // weights once per chunk instead: ResNet-50's 14x14 ones measured 20 % slower split).
+  const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
+  int64_t chunks = (out_size + cols - 1) / cols;
+  if (parallel && chunks == 1 && out_size >= 128 && kernel_size > 1) chunks = 2;
+  cols = ((out_size + chunks - 1) / chunks + gemm::kNr - 1) / gemm::kNr * gemm::kNr;
+  chunks = (out_size + cols - 1) / cols;
+  const gemm::RowSplit split = gemm::SplitRows(call, ocg, chunks * batch * group);
+  const int64_t groups = split.groups;
+  const int64_t kk_hw = w.kernel[1] * w.kernel[2];
+  auto jobs = [=](int64_t begin, int64_t end) {
+    // Jobs are numbered row group fastest, and a range's consecutive row groups of one
+    // chunk run as one Block, so B (the chunk's im2col) is packed once per thread rather
+    // than once per row group: with 2 threads, ResNet-50's stride-2 3x3 conv into 7x7
+    // packed its 4608 x 49 im2col 8 times (one chunk split into 8 row groups) and ran 1.09x
+    // faster than on one thread.
+    for (int64_t job = begin; job < end;) {
+      const int64_t rg = job % groups, cc = job / groups % chunks, g = job / (groups * chunks) % group;
+      const int64_t n = job / (groups * chunks * group);
+      const int64_t taken = (job - rg + groups < end ? job - rg + groups : end) - job;  // row groups run together
+      job += taken;
+      const float* x = px + (n * in_channels + g * icg) * in_size;
+      const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
+      float* c = py + (n * out_channels + g * ocg) * out_size;
+      const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + taken);
+      const int64_t n0 = cc * cols, n1 = n0 + cols < out_size ? n0 + cols : out_size;
+      WindowStarts starts;
+      starts.Fill(w, n0, n1 - n0);
+      // Packs rows k0.. of the implicit im2col matrix. Output positions of one output row
+      // read one input row: a strided (for stride 1, contiguous) run, zero outside.
+      auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
+        // X is already the B matrix of a 1x1 Conv: [input channels, positions]. With few
+        // output channels, packing would cost as much as the product; with many, the
+        // packed copy pays for itself by staying in cache.
+        if (pointwise && m1 - m0 <= 32 && scale == nullptr) {
+          *ldb = in_size;
+          return x + k0 * in_size + c0;
+        }
+        for (int64_t k = 0; k < kb; ++k) {
+          float* out = dst + k * *ldb;
+          const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
+          const float* xin = x + ic * in_size;
+          if (pointwise && scale != nullptr) {
+            const float s = scale[ic];
+            for (int64_t j = 0; j < nb; ++j) out[j] = xin[c0 + j] * s;
+            continue;
+          }
+          if (pointwise) {
+            memcpy(out, xin + c0, sizeof(float) * nb);
+            continue;
+          }
+          const int64_t kd = r / kk_hw, kh = r / w.kernel[2] % w.kernel[1], kw = r % w.kernel[2];
+          PackTapRow(w, starts, xin, kd * w.dilation[0], kh * w.dilation[1], kw * w.dilation[2],
+                     scale != nullptr ? scale + ic : nullptr, nb, out);
+        }
+        return dst;
+      };
+      // Bias, residual, ReLU and Clip happen in the GEMM core's epilogue (in registers, or
+      // in L1 with a residual); other activations after.
+      gemm::Epilogue ep;
+      ep.row_bias = pbias != nullptr ? pbias + g * ocg : nullptr;
+      if (pres != nullptr) {
+        ep.residual = pres + (n * out_channels + g * ocg) * out_size;
+        ep.residual_ld = out_size;
+      }
+      if (activation == KILN_UNARY_RELU) ep.kind = gemm::Epilogue::kRelu;
+      if (activation == KILN_UNARY_CLIP) {
+        ep.kind = gemm::Epilogue::kClip;
+        ep.lo = static_cast<float>(act.alpha);
+        ep.hi = static_cast<float>(act.beta);
+      }
+      if (packed) {
+        const int64_t panels = (ocg + gemm::kMr - 1) / gemm::kMr;
+        gemm::Block(m0, m1, n0, n1, K, pw + g * panels * gemm::kMr * K, K, 1, c, out_size, pack, gemm::kMr * K, &ep);
+      } else {
+        gemm::Block(m0, m1, n0, n1, K, pw + g * ocg * K, K, 1, c, out_size, pack, 0, &ep);
+      }
+      if (ep.kind == gemm::Epilogue::kNone) {
+        for (int64_t oc = m0; oc < m1; ++oc) {
+          ApplyActivation(c + oc * out_size + n0, n1 - n0, activation, act.alpha, act.beta);
+        }
+      }
+    }
+  };
+  ParallelFor(call, batch * group * groups * chunks, 1, jobs);
+  return KILN_KERR_OK;
+}
+
+struct ConvTransposeKernel {
+  // inputs: X [N, C, *in], W [C, OC/group, *kernel], B optional. Parameters:
+  // kiln_conv_params' group and window, whose pads apply to the full (uncropped) output.
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    const kiln_ktensor& X = call->inputs[0];
+    const kiln_ktensor& W = call->inputs[1];
+    const kiln_ktensor& Y = call->outputs[0];
+    KILN_PARAMS(kiln_conv_params, params, call);
+    const int64_t group = params.group;
+    Window w;
+    w.Load(params.window, X, Y);
+    const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+    const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
+    const T* px = static_cast<const T*>(X.data);
+    const T* pw = static_cast<const T*>(W.data);
+    const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    T* py = static_cast<T*>(Y.data);
+    const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t oc = 0; oc < out_channels; ++oc) {
+        T* y = py + (n * out_channels + oc) * out_size;
+        const T bias = pbias ? pbias[oc] : T(0);
+        for (int64_t i = 0; i < out_size; ++i) y[i] = bias;
+        const int64_t g = oc / oc_per_group, ocg = oc % oc_per_group;
+        for (int64_t icg = 0; icg < ic_per_group; ++icg) {
+          const int64_t ic = g * ic_per_group + icg;
+          const T* x = px + (n * in_channels + ic) * in_size;
+          const T* wk = pw + (ic * oc_per_group + ocg) * kernel_size;
+          for (int64_t id = 0; id < w.in[0]; ++id)
+            for (int64_t ih = 0; ih < w.in[1]; ++ih)
+              for (int64_t iw = 0; iw < w.in[2]; ++iw) {
+                const T xv = x[(id * w.in[1] + ih) * w.in[2] + iw];
+                for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
+                  const int64_t od = id * w.stride[0] + kd * w.dilation[0] - w.pad[0];
+                  if (od < 0 || od >= w.out[0]) continue;
+                  for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
+                    const int64_t oh = ih * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+                    if (oh < 0 || oh >= w.out[1]) continue;
+                    for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                      const int64_t ow = iw * w.stride[2] + kw * w.dilation[2] - w.pad[2];
+                      if (ow < 0 || ow >= w.out[2]) continue;
+                      y[(od * w.out[1] + oh) * w.out[2] + ow] += xv * wk[(kd * w.kernel[1] + kh) * w.kernel[2] + kw];
+                    }
+                  }
+                }
+              }
+        }
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
+}  // namespace
+
+KILN_FLOAT_KERNEL(conv, ConvKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(conv_transpose, ConvTransposeKernel, outputs[0].dtype)

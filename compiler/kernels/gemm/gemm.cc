@@ -1,0 +1,249 @@
+// Matrix products: MatMul (numpy broadcasting over batch dims, an optional fused bias) and
+// Gemm, both with a fused activation; f32 runs on the register-blocked core (gemm_core.h).
+#include "kiln/kernels/gemm.h"
+#include "gemm_core.h"
+#include "kernel_common.h"
+#include "kernel_ops.h"
+#include "unary_math.h"
+
+using namespace kiln_kernels;
+
+namespace {
+
+struct MatMulKernel {
+  // Parameters: kiln_matmul_params (kiln/kernels/gemm.h). Optional input 2: a bias [N].
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
+      KILN_PARAMS(kiln_matmul_params, params, call);
+      if (params.shape.K > 0) return RunShared(call);
+    }
+    return Body<T, false>(call);
+  }
+  // The f32 path through the register-blocked core, not inlined: one copy per artifact.
+  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call) { return Body<float, true>(call); }
+
+  template <typename T, bool kBlocked>
+  static int32_t Body(const kiln_kcall* call) {
+    KILN_PARAMS(kiln_matmul_params, params, call);
+    const int64_t M = params.shape.M, K = params.shape.K, N = params.shape.N;
+    const int32_t batch_rank = static_cast<int32_t>(params.shape.batch_rank);
+    const int64_t* batch_dims = params.shape.batch_dims;
+    const int64_t* a_strides = params.shape.a_batch_strides;
+    const int64_t* b_strides = params.shape.b_batch_strides;
+    const int64_t activation = params.activation.code;
+    const bool b_panels = params.b_panels != 0;
+    if (b_panels && (!kBlocked || N % gemm::kNr != 0)) return KILN_KERR_UNSUPPORTED;
+    const double act_alpha = params.activation.alpha, act_beta = params.activation.beta;
+    const T* bias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    int64_t batches = 1;
+    for (int32_t i = 0; i < batch_rank; ++i) batches *= batch_dims[i];
+    const T* pa = static_cast<const T*>(call->inputs[0].data);
+    const T* pb = static_cast<const T*>(call->inputs[1].data);
+    T* pc = static_cast<T*>(call->outputs[0].data);
+    auto batch_offsets = [&](int64_t batch, int64_t* a_off, int64_t* b_off) {
+      int64_t rest = batch;
+      *a_off = *b_off = 0;
+      for (int32_t d = batch_rank - 1; d >= 0; --d) {
+        const int64_t idx = rest % batch_dims[d];
+        rest /= batch_dims[d];
+        *a_off += idx * a_strides[d];
+        *b_off += idx * b_strides[d];
+      }
+    };
+    if constexpr (kBlocked) {
+      {
+        // Register-blocked core; jobs are (batch, row group, column chunk). With A's rows
+        // a multiple of 4 KiB apart, PanelBlock copies each block of A first: one chunk of
+        // every column then, so the copy serves them all (one thread, Zen 4, alternating
+        // runs: 1024^3 22.1 -> 21.9 ms, 128x3072x768 5.99 -> 5.74 ms).
+        const bool whole_rows = b_panels && gemm::AliasedRows(K);
+        const int64_t width = whole_rows ? N : gemm::kNc;
+        const int64_t chunks = whole_rows ? 1 : gemm::ColumnChunks(N);
+        const gemm::RowSplit split = gemm::SplitRows(call, M, chunks * batches);
+        const int64_t groups = split.groups;
+        auto jobs = [=](int64_t begin, int64_t end) {
+          for (int64_t job = begin; job < end; ++job) {
+            const int64_t batch = job / (groups * chunks), rg = job / chunks % groups, cc = job % chunks;
+            int64_t a_off, b_off;
+            batch_offsets(batch, &a_off, &b_off);
+            const float* b = pb + b_off;
+            float* c = pc + batch * M * N;
+            const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
+            const int64_t n0 = cc * width, n1 = n0 + width < N ? n0 + width : N;
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
+              for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
+              return dst;
+            };
+            if (b_panels) {
+              gemm::PanelBlock(m0, m1, n0, n1, K, pa + a_off, K, pb, c, N);
+            } else {
+              gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
+            }
+            for (int64_t i = m0; i < m1; ++i) {
+              float* row = c + i * N + n0;
+              if (bias) {
+                for (int64_t j = 0; j < n1 - n0; ++j) row[j] += bias[n0 + j];
+              }
+              ApplyActivation(row, n1 - n0, activation, act_alpha, act_beta);
+            }
+          }
+        };
+        ParallelFor(call, batches * groups * chunks, 1, jobs);
+        return KILN_KERR_OK;
+      }
+    }
+    auto body = [=](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t batch = row / M, i = row % M;
+        int64_t a_off = 0, b_off = 0, rest = batch;
+        for (int32_t d = batch_rank - 1; d >= 0; --d) {
+          const int64_t idx = rest % batch_dims[d];
+          rest /= batch_dims[d];
+          a_off += idx * a_strides[d];
+          b_off += idx * b_strides[d];
+        }
+        const T* a = pa + a_off + i * K;
+        const T* b = pb + b_off;
+        T* c = pc + row * N;
+        for (int64_t j = 0; j < N; ++j) c[j] = bias ? bias[j] : T(0);
+        for (int64_t k = 0; k < K; ++k) {
+          const T aik = a[k];
+          const T* brow = b + k * N;
+          for (int64_t j = 0; j < N; ++j) c[j] += aik * brow[j];
+        }
+        ApplyActivation(c, N, activation, act_alpha, act_beta);
+      }
+    };
+    ParallelFor(call, batches * M, 4, body);
+    return KILN_KERR_OK;
+  }
+};
+
+struct GemmKernel {
+  // Parameters: kiln_gemm_params (kiln/kernels/gemm.h). C (input 2) broadcasts to [M, N].
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call) {
+    if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
+      KILN_PARAMS(kiln_gemm_params, params, call);
+      const kiln_ktensor& A = call->inputs[0];
+      if ((params.trans_a != 0 ? A.dims[0] : A.dims[1]) > 0) return RunShared(call);
+    }
+    return Body<T, false>(call);
+  }
+  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call) { return Body<float, true>(call); }
+
+  template <typename T, bool kBlocked>
+  static int32_t Body(const kiln_kcall* call) {
+    const kiln_ktensor& A = call->inputs[0];
+    const kiln_ktensor& B = call->inputs[1];
+    KILN_PARAMS(kiln_gemm_params, params, call);
+    const kiln_activation& act = params.activation;
+    const bool ta = params.trans_a != 0, tb = params.trans_b != 0;
+    const T alpha = static_cast<T>(params.alpha), beta = static_cast<T>(params.beta);
+    const int64_t M = ta ? A.dims[1] : A.dims[0], K = ta ? A.dims[0] : A.dims[1];
+    const int64_t N = tb ? B.dims[0] : B.dims[1];
+    const T* pa = static_cast<const T*>(A.data);
+    const T* pb = static_cast<const T*>(B.data);
+    T* pc = static_cast<T*>(call->outputs[0].data);
+    const bool has_c = call->num_inputs > 2 && call->inputs[2].data != nullptr;
+    int64_t c_strides[2] = {0, 0};
+    if (has_c) BroadcastStrides(call->inputs[2], call->outputs[0].dims, 2, c_strides);
+    const T* pbias = has_c ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    if constexpr (kBlocked) {
+      if (M == 1) {
+        // One row (a classifier head at batch 1): a matrix-vector product that streams B
+        // once. Packing B for the blocked core would copy (or, transposed, gather) all of
+        // it on every call.
+        constexpr int64_t kChunk = 64;
+        auto jobs = [=](int64_t begin, int64_t end) {
+          for (int64_t chunk = begin; chunk < end; ++chunk) {
+            const int64_t n0 = chunk * kChunk, n1 = n0 + kChunk < N ? n0 + kChunk : N;
+            float* __restrict c = pc + n0;
+            if (tb) {
+              for (int64_t j = n0; j < n1; ++j) c[j - n0] = gemm::Dot(pa, pb + j * K, K);
+            } else {
+              for (int64_t j = 0; j < n1 - n0; ++j) c[j] = 0.f;
+              for (int64_t k = 0; k < K; ++k) {
+                const float ak = pa[k];
+                const float* __restrict brow = pb + k * N + n0;
+                for (int64_t j = 0; j < n1 - n0; ++j) c[j] += ak * brow[j];
+              }
+            }
+            for (int64_t j = n0; j < n1; ++j) {
+              float v = alpha * pc[j];
+              if (has_c) v += beta * pbias[j * c_strides[1]];
+              pc[j] = v;
+            }
+            ApplyActivation(pc + n0, n1 - n0, act.code, act.alpha, act.beta);
+          }
+        };
+        ParallelFor(call, (N + kChunk - 1) / kChunk, 1, jobs);
+        return KILN_KERR_OK;
+      }
+      {
+        const int64_t chunks = gemm::ColumnChunks(N);
+        const gemm::RowSplit split = gemm::SplitRows(call, M, chunks);
+        const int64_t groups = split.groups;
+        auto jobs = [=](int64_t begin, int64_t end) {
+          for (int64_t job = begin; job < end; ++job) {
+            const int64_t rg = job / chunks, cc = job % chunks;
+            const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
+            const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
+              for (int64_t k = 0; k < kb; ++k) {
+                float* out = dst + k * *ldb;
+                if (tb) {
+                  for (int64_t j = 0; j < nb; ++j) out[j] = pb[(c0 + j) * K + k0 + k];
+                } else {
+                  memcpy(out, pb + (k0 + k) * N + c0, sizeof(float) * nb);
+                }
+              }
+              return dst;
+            };
+            gemm::Block(m0, m1, n0, n1, K, pa, ta ? 1 : K, ta ? M : 1, pc, N, pack);
+            for (int64_t i = m0; i < m1; ++i) {
+              float* c = pc + i * N;
+              for (int64_t j = n0; j < n1; ++j) {
+                float v = alpha * c[j];
+                if (has_c) v += beta * pbias[i * c_strides[0] + j * c_strides[1]];
+                c[j] = v;
+              }
+              ApplyActivation(c + n0, n1 - n0, act.code, act.alpha, act.beta);
+            }
+          }
+        };
+        ParallelFor(call, groups * chunks, 1, jobs);
+        return KILN_KERR_OK;
+      }
+    }
+    auto body = [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        T* c = pc + i * N;
+        for (int64_t j = 0; j < N; ++j) c[j] = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const T aik = ta ? pa[k * M + i] : pa[i * K + k];
+          if (tb) {
+            for (int64_t j = 0; j < N; ++j) c[j] += aik * pb[j * K + k];
+          } else {
+            const T* brow = pb + k * N;
+            for (int64_t j = 0; j < N; ++j) c[j] += aik * brow[j];
+          }
+        }
+        for (int64_t j = 0; j < N; ++j) {
+          T v = alpha * c[j];
+          if (has_c) v += beta * pbias[i * c_strides[0] + j * c_strides[1]];
+          c[j] = v;
+        }
+        ApplyActivation(c, N, act.code, act.alpha, act.beta);
+      }
+    };
+    ParallelFor(call, M, 4, body);
+    return KILN_KERR_OK;
+  }
+};
+
+}  // namespace
+
+KILN_NUMERIC_KERNEL(matmul, MatMulKernel, outputs[0].dtype)
+KILN_NUMERIC_KERNEL(gemm, GemmKernel, outputs[0].dtype)

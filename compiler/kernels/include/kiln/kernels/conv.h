@@ -1,0 +1,35 @@
+/* Parameters of the convolution kernels: conv (direct loops and the implicit GEMM),
+ * conv_transpose, conv_winograd (F(4x4, 3x3)) and blocked_conv (NCHW16c, blocked.cc).
+ * One struct: each kernel reads the fields named for it; the lowering leaves the others
+ * zero. */
+#ifndef KILN_KERNELS_CONV_H_
+#define KILN_KERNELS_CONV_H_
+
+#include "kiln/kernels/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_conv_params {
+  int64_t group;              /* conv, conv_transpose */
+  kiln_window window;         /* conv, conv_transpose (its pads apply to the uncropped output);
+                                 conv_winograd reads pads_begin[0..1] only */
+  kiln_activation activation; /* conv, conv_winograd */
+  /* conv, artifacts only: the weight comes pre-packed, per group in panels of gemm::kMr
+   * rows ([ceil(OC/group / kMr)][K][kMr], zero past the last row). */
+  int64_t packed_weights;
+  int64_t job_cols;        /* conv: the job width in output positions (--tune), 0: default */
+  int64_t tiles_per_chunk; /* conv_winograd: tiles transformed at a time (sizes the scratch) */
+  /* blocked_conv (also reads window, 2-D, and activation): 0 pointwise, 1 depthwise,
+   * 2 dense from an NCHW input; the true channel counts (blocked tensors pad them). */
+  int64_t blocked_kind;
+  int64_t in_channels, out_channels;
+} kiln_conv_params;
+KILN_PARAMS_LAYOUT(kiln_conv_params, 1 + (1 + 5 * KILN_MAX_SPATIAL) + 3 + 3 + 3);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_KERNELS_CONV_H_ */

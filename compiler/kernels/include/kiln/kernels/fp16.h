@@ -1,0 +1,60 @@
+/* IEEE binary16 <-> binary32, shared by the kernel library (Cast) and the compiler's
+ * tensors (compiler/ir/tensor.cc), so constant folding and kernels round alike: round to
+ * nearest even, overflow to infinity, NaN kept quiet, subnormals exact. Plain C, header
+ * only (the kernel library is freestanding). */
+#ifndef KILN_KERNELS_FP16_H_
+#define KILN_KERNELS_FP16_H_
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t kiln_float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  if (abs < 0x38800000u) {
+    if (abs < 0x33000000u) return (uint16_t)(sign);
+    uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
+    int shift = 126 - (int)(abs >> 23);
+    uint32_t half = mantissa >> (shift + 1);
+    uint32_t rest = mantissa & ((1u << (shift + 1)) - 1);
+    uint32_t halfway = 1u << shift;
+    if (rest > halfway || (rest == halfway && (half & 1))) ++half;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = (abs >> 13) - ((127 - 15) << 10);
+  uint32_t rest = abs & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
+  return (uint16_t)(sign | half);
+}
+
+static inline float kiln_half_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+#endif /* KILN_KERNELS_FP16_H_ */
