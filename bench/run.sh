@@ -65,7 +65,7 @@ for p in r["passes"]:
 total = t["import"] + t["passes"] + t["codegen"]
 print(f"| {sys.argv[1]} | {total / 1000:.1f} | {t['import'] / 1000:.2f} | {t['passes'] / 1000:.2f} ("
       + ", ".join(f"{k} {v / 1000:.2f}" for k, v in passes.items()) + ") | "
-      + " | ".join(f"{phases.get(k, 0) / 1000:.1f}" for k in ("emit-ir", "llvm-optimize", "llvm-object", "link")) + " |")
+      + " | ".join(f"{phases.get(k, 0) / 1000:.2f}" for k in ("plan", "glue", "kernel-library", "link")) + " |")
 EOF
 )")
   inputs=()
@@ -106,7 +106,7 @@ ort_base=$(peak_rss "$tmp/n.txt" node -e "require('./bench/node_modules/onnxrunt
 echo
 echo "Cold compile (kiln compile, seconds): total, import, passes, then codegen's phases"
 echo
-echo "| model | total s | import | passes (per pass) | emit IR | LLVM optimize | LLVM object | link |"
+echo "| model | total s | import | passes (per pass) | plan | glue | kernel library | link |"
 echo "|---|---|---|---|---|---|---|---|"
 printf "%s\n" "${compile_rows[@]}"
 echo
