@@ -2,20 +2,20 @@
 // machine and keeps the faster; see kiln/compiler/tune.h.
 #include "kiln/compiler/tune.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
+#include <filesystem>
 #include <map>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kiln/common/file.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
@@ -35,9 +35,9 @@ struct CacheEntry {
 // The cache file: one line per key, "key<TAB>choice<TAB>timings".
 std::map<std::string, CacheEntry> ReadCache(const std::string& path) {
   std::map<std::string, CacheEntry> cache;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
+  absl::StatusOr<std::string> text = ReadFile(path);  // none yet, or unreadable: an empty cache
+  if (!text.ok()) return cache;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(line, '\t');
     if (f.size() != 3 || f[1].empty()) continue;  // skips damaged lines
     cache[f[0]] = CacheEntry{f[1], f[2]};
@@ -46,24 +46,11 @@ std::map<std::string, CacheEntry> ReadCache(const std::string& path) {
 }
 
 absl::Status WriteCache(const std::string& path, const std::map<std::string, CacheEntry>& cache) {
-  const size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    // mkdir -p for the cache directory.
-    for (size_t i = 1; i <= slash; ++i) {
-      if (i == slash || path[i] == '/') mkdir(path.substr(0, i).c_str(), 0755);
-    }
-  }
-  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    for (const auto& [key, e] : cache) out << key << '\t' << e.choice << '\t' << e.timings << '\n';
-    if (!out.good()) return absl::UnavailableError(absl::StrCat("cannot write the tuning cache '", temp, "'"));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot replace the tuning cache '", path, "'"));
-  }
-  return absl::OkStatus();
+  const std::string directory = std::filesystem::path(path).parent_path().string();
+  if (!directory.empty()) KILN_RETURN_IF_ERROR(MakeDirectories(directory));
+  std::string text;
+  for (const auto& [key, e] : cache) absl::StrAppend(&text, key, "\t", e.choice, "\t", e.timings, "\n");
+  return Annotate(WriteFileAtomic(path, text), "the tuning cache");
 }
 
 std::string ShapeKey(const Node& node, const TargetSpec& target) {
