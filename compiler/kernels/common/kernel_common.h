@@ -43,6 +43,9 @@
   KILN_TYPED_ENTRY(name, Impl, f32, float)        \
   KILN_TYPED_ENTRY(name, Impl, f64, double)       \
   KILN_KERNEL(name) { KILN_DISPATCH_FLOAT(call->dtype_expr, Impl, call); }
+// Kernels with an f32 body only (Impl::RunF32: Winograd, the blocked convolution),
+// exported as KILN_FLOAT_KERNEL exports them; f64 answers KILN_KERR_DTYPE.
+#define KILN_F32_KERNEL(name, Impl, dtype_expr) KILN_FLOAT_KERNEL(name, kiln_kernels::F32Only<Impl>, dtype_expr)
 
 namespace kiln_kernels {
 
@@ -92,6 +95,19 @@ enum DTypeId : int32_t {
   kF64 = 11,
   kU32 = 12,
   kU64 = 13,
+};
+
+// KILN_F32_KERNEL's Run: Impl::RunF32 for f32, KILN_KERR_DTYPE for any other type.
+template <typename Impl>
+struct F32Only {
+  template <typename T>
+  __attribute__((always_inline)) static int32_t Run(const kiln_kcall* call) {
+    if constexpr (std::is_same_v<T, float>) {
+      return Impl::RunF32(call);
+    } else {
+      return KILN_KERR_DTYPE;
+    }
+  }
 };
 
 // Sum over i < n of f(x[i]) in f32 with 16 partial sums, so the loop vectorizes without

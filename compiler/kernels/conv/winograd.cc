@@ -48,14 +48,6 @@ struct WinogradConvKernel {
   // optional: a residual added before the activation (the fuse pass's Conv -> Add)
   // outputs: Y [N, OC, OH, OW], scratch (u8, 36 * tiles_per_chunk * (C + OC) floats)
   // Parameters: kiln_conv_params' tiles_per_chunk, window.pads_begin[0..1] and activation.
-  template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    if constexpr (!std::is_same_v<T, float>) {
-      return KILN_KERR_DTYPE;
-    } else {
-      return RunF32(call);
-    }
-  }
   __attribute__((noinline)) static int32_t RunF32(const kiln_kcall* call);
 };
 
@@ -160,4 +152,4 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
 
 }  // namespace
 
-KILN_FLOAT_KERNEL(conv_winograd, WinogradConvKernel, outputs[0].dtype)
+KILN_F32_KERNEL(conv_winograd, WinogradConvKernel, outputs[0].dtype)

@@ -486,20 +486,15 @@ int32_t FastDense(const kiln_kcall* call, const BlockedConvParams& q) {
 }
 
 struct BlockedConvKernel {
-  template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    if constexpr (!std::is_same_v<T, float>) {
-      return KILN_KERR_DTYPE;
-    } else {
-      KILN_PARAMS(kiln_conv_params, params, call);
-      BlockedConvParams q;
-      q.Load(call, params);
-      if (q.kind != kPointwise && q.kind != kDepthwise && q.kind != kDense) return KILN_KERR_UNSUPPORTED;
-      if (q.kind != kPointwise && call->num_inputs > 3) return KILN_KERR_UNSUPPORTED;
-      if (!kFastKernels) return ReferenceBlockedConv(call, q);
-      if (q.kind == kDense) return FastDense(call, q);
-      return q.kind == kPointwise ? FastPointwise(call, q) : FastDepthwise(call, q);
-    }
+  static int32_t RunF32(const kiln_kcall* call) {
+    KILN_PARAMS(kiln_conv_params, params, call);
+    BlockedConvParams q;
+    q.Load(call, params);
+    if (q.kind != kPointwise && q.kind != kDepthwise && q.kind != kDense) return KILN_KERR_UNSUPPORTED;
+    if (q.kind != kPointwise && call->num_inputs > 3) return KILN_KERR_UNSUPPORTED;
+    if (!kFastKernels) return ReferenceBlockedConv(call, q);
+    if (q.kind == kDense) return FastDense(call, q);
+    return q.kind == kPointwise ? FastPointwise(call, q) : FastDepthwise(call, q);
   }
 };
 
@@ -647,7 +642,7 @@ struct BlockedScaleKernel {
 
 }  // namespace
 
-KILN_FLOAT_KERNEL(blocked_conv, BlockedConvKernel, outputs[0].dtype)
+KILN_F32_KERNEL(blocked_conv, BlockedConvKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(to_blocked, ReorderKernel<true>, outputs[0].dtype)
 KILN_FLOAT_KERNEL(from_blocked, ReorderKernel<false>, outputs[0].dtype)
 KILN_FLOAT_KERNEL(blocked_mean, BlockedMeanKernel, outputs[0].dtype)
