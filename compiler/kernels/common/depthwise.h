@@ -27,10 +27,10 @@ template <int KH, int KW, int SW>
 __attribute__((noinline)) static int32_t RunDepthwise2D(const kiln_kcall* call, const Window& w,
                                                         const kiln_activation& act) {
   const int64_t activation = act.code;
-  const float* px = static_cast<const float*>(call->inputs[0].data);
-  const float* pw = static_cast<const float*>(call->inputs[1].data);
-  const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
-  float* py = static_cast<float*>(call->outputs[0].data);
+  const float* px = InputData<float>(call, 0);
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  float* py = OutputData<float>(call);
   const int64_t channels = call->inputs[0].dims[1], jobs = call->inputs[0].dims[0] * channels;
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], SH = w.stride[1], PH = w.pad[1], PW = w.pad[2];
   // Interior columns: 0 <= ow * SW - PW and ow * SW - PW + KW - 1 < W.
@@ -213,10 +213,10 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const int64_t activation = act.code;
   using gemm::v8f;
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
-  const float* px = static_cast<const float*>(call->inputs[0].data);
-  const float* pw = kMaxPool ? nullptr : static_cast<const float*>(call->inputs[1].data);
-  const float* pbias = !kMaxPool && call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
-  float* py = static_cast<float*>(call->outputs[0].data);
+  const float* px = InputData<float>(call, 0);
+  const float* pw = kMaxPool ? nullptr : InputData<float>(call, 1);
+  const float* pbias = kMaxPool ? nullptr : OptionalInputData<float>(call, 2);
+  float* py = OutputData<float>(call);
   const int64_t channels = call->inputs[0].dims[1], blocks = (channels + L - 1) / L;
   const int64_t jobs = call->inputs[0].dims[0] * blocks;
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], PH = w.pad[1], PW = w.pad[2];

@@ -184,6 +184,14 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
                                                int64_t row0 = 0) {
 #define KILN_MK_CASE(R) \
   case R: MicroKernel<V, R, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break
+// The rows both tiles have: 6 down to 2, then 1 for anything else.
+#define KILN_MK_NARROW_CASES \
+  KILN_MK_CASE(6);           \
+  KILN_MK_CASE(5);           \
+  KILN_MK_CASE(4);           \
+  KILN_MK_CASE(3);           \
+  KILN_MK_CASE(2);           \
+  default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break
   if constexpr (sizeof(V) == sizeof(v16f)) {
     switch (rows) {
       KILN_MK_CASE(12);
@@ -192,23 +200,12 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
       KILN_MK_CASE(9);
       KILN_MK_CASE(8);
       KILN_MK_CASE(7);
-      KILN_MK_CASE(6);
-      KILN_MK_CASE(5);
-      KILN_MK_CASE(4);
-      KILN_MK_CASE(3);
-      KILN_MK_CASE(2);
-      default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break;
+      KILN_MK_NARROW_CASES;
     }
   } else {
-    switch (rows) {
-      KILN_MK_CASE(6);
-      KILN_MK_CASE(5);
-      KILN_MK_CASE(4);
-      KILN_MK_CASE(3);
-      KILN_MK_CASE(2);
-      default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break;
-    }
+    switch (rows) { KILN_MK_NARROW_CASES; }
   }
+#undef KILN_MK_NARROW_CASES
 #undef KILN_MK_CASE
 }
 

@@ -43,6 +43,9 @@
   KILN_TYPED_ENTRY(name, Impl, f32, float)        \
   KILN_TYPED_ENTRY(name, Impl, f64, double)       \
   KILN_KERNEL(name) { KILN_DISPATCH_FLOAT(call->dtype_expr, Impl, call); }
+// Kernels with an f32 body only (Impl::RunF32: Winograd, the blocked convolution),
+// exported as KILN_FLOAT_KERNEL exports them; f64 answers KILN_KERR_DTYPE.
+#define KILN_F32_KERNEL(name, Impl, dtype_expr) KILN_FLOAT_KERNEL(name, kiln_kernels::F32Only<Impl>, dtype_expr)
 
 namespace kiln_kernels {
 
@@ -94,6 +97,19 @@ enum DTypeId : int32_t {
   kU64 = 13,
 };
 
+// KILN_F32_KERNEL's Run: Impl::RunF32 for f32, KILN_KERR_DTYPE for any other type.
+template <typename Impl>
+struct F32Only {
+  template <typename T>
+  __attribute__((always_inline)) static int32_t Run(const kiln_kcall* call) {
+    if constexpr (std::is_same_v<T, float>) {
+      return Impl::RunF32(call);
+    } else {
+      return KILN_KERR_DTYPE;
+    }
+  }
+};
+
 // Sum over i < n of f(x[i]) in f32 with 16 partial sums, so the loop vectorizes without
 // reassociating (the library builds without fast-math); the tail, then the partial sums
 // in order, are added last. The row reductions' (ReduceMean, LayerNorm) shared loop.
@@ -110,13 +126,46 @@ inline float SumRow16(const float* x, int64_t n, F f) {
   return sum;
 }
 
-// The products of t's dims before `axis` (outer) and after it (inner): t seen as
-// [outer, dims[axis], inner], as the axis kernels (Concat, Gather, ArgMax, ...) walk it.
-inline void SplitAtAxis(const kiln_ktensor& t, int64_t axis, int64_t* outer, int64_t* inner) {
-  *outer = 1;
-  *inner = 1;
-  for (int64_t i = 0; i < axis; ++i) *outer *= t.dims[i];
-  for (int32_t i = static_cast<int32_t>(axis) + 1; i < t.rank; ++i) *inner *= t.dims[i];
+// Set-up helpers run once per call, before a kernel's loops: always inlined, so that in
+// artifacts the extents they compute fold to the constants the shapes are.
+#define KILN_ALWAYS_INLINE __attribute__((always_inline)) inline
+
+// A tensor seen as [outer, len, inner], as the axis kernels (Concat, Gather, ArgMax,
+// Softmax, ...) walk it.
+struct AxisExtents {
+  int64_t outer, len, inner;
+};
+
+// t as [product of dims before `axis`, dims[axis], product of dims after it].
+KILN_ALWAYS_INLINE AxisExtents SplitAtAxis(const kiln_ktensor& t, int64_t axis) {
+  AxisExtents e{1, t.dims[axis], 1};
+  for (int64_t i = 0; i < axis; ++i) e.outer *= t.dims[i];
+  for (int32_t i = static_cast<int32_t>(axis) + 1; i < t.rank; ++i) e.inner *= t.dims[i];
+  return e;
+}
+
+// t coerced to 2-D at `axis` (LayerNormalization, Softmax before opset 13): rows of the
+// dims before `axis`, each of the product of the dims from `axis` on; inner is 1.
+KILN_ALWAYS_INLINE AxisExtents FlattenAtAxis(const kiln_ktensor& t, int64_t axis) {
+  AxisExtents e{1, 1, 1};
+  for (int64_t i = 0; i < axis; ++i) e.outer *= t.dims[i];
+  for (int32_t i = static_cast<int32_t>(axis); i < t.rank; ++i) e.len *= t.dims[i];
+  return e;
+}
+
+// A call's tensor data, typed.
+template <typename T>
+KILN_ALWAYS_INLINE const T* InputData(const kiln_kcall* call, int32_t i) {
+  return static_cast<const T*>(call->inputs[i].data);
+}
+template <typename T>
+KILN_ALWAYS_INLINE T* OutputData(const kiln_kcall* call, int32_t i = 0) {
+  return static_cast<T*>(call->outputs[i].data);
+}
+// An optional input: nullptr when the call has no input i.
+template <typename T>
+KILN_ALWAYS_INLINE const T* OptionalInputData(const kiln_kcall* call, int32_t i) {
+  return call->num_inputs > i ? static_cast<const T*>(call->inputs[i].data) : nullptr;
 }
 
 inline int64_t Numel(const kiln_ktensor& t) {

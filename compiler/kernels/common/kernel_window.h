@@ -12,7 +12,7 @@ struct Window {
   int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dilation[3] = {1, 1, 1};
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
 
-  void Load(const kiln_window& p, const kiln_ktensor& x, const kiln_ktensor& y) {
+  KILN_ALWAYS_INLINE Window(const kiln_window& p, const kiln_ktensor& x, const kiln_ktensor& y) {
     const int64_t r = p.rank;
     const int64_t shift = 3 - r;
     for (int64_t i = 0; i < r; ++i) kernel[shift + i] = p.kernel[i];
@@ -25,6 +25,25 @@ struct Window {
   int64_t in_size() const { return in[0] * in[1] * in[2]; }
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
   int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }
+};
+
+// A grouped convolution's extents (Conv, ConvTranspose, ConvInteger): X [N, C, *in] and
+// Y [N, OC, *out] in `group` groups of C / group input and OC / group output channels;
+// the sizes are the window's (Window::in_size, ...).
+struct ConvExtents {
+  int64_t group, batch, in_channels, out_channels, ic_per_group, oc_per_group;
+  int64_t in_size, out_size, kernel_size;
+
+  KILN_ALWAYS_INLINE ConvExtents(int64_t groups, const Window& w, const kiln_ktensor& x, const kiln_ktensor& y)
+      : group(groups),
+        batch(x.dims[0]),
+        in_channels(x.dims[1]),
+        out_channels(y.dims[1]),
+        ic_per_group(in_channels / group),
+        oc_per_group(out_channels / group),
+        in_size(w.in_size()),
+        out_size(w.out_size()),
+        kernel_size(w.kernel_size()) {}
 };
 
 }  // namespace kiln_kernels

@@ -29,37 +29,31 @@ struct ConvKernel {
                                                         const kiln_activation& act, bool packed, int64_t cols);
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& X = call->inputs[0];
-    const kiln_ktensor& W = call->inputs[1];
-    const kiln_ktensor& Y = call->outputs[0];
     KILN_PARAMS(kiln_conv_params, params, call);
-    const int64_t group = params.group;
-    Window w;
-    w.Load(params.window, X, Y);
+    const kiln_ktensor& X = call->inputs[0];
+    const Window w(params.window, X, call->outputs[0]);
+    const ConvExtents ext(params.group, w, X, call->outputs[0]);
     const kiln_activation& act = params.activation;
     const int64_t activation = act.code;
     const bool packed = params.packed_weights != 0;
     const int64_t default_cols = WideVectors() ? gemm::kWideConvNc : gemm::kConvNc;
     int64_t cols = params.job_cols != 0 ? params.job_cols : default_cols;
     if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = default_cols;
-    const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
-    const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
-    const T* px = static_cast<const T*>(X.data);
-    const T* pw = static_cast<const T*>(W.data);
-    const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    const T* px = InputData<T>(call, 0);
+    const T* pw = InputData<T>(call, 1);
+    const T* pbias = OptionalInputData<T>(call, 2);
     // The input scale (inputs[3], [N or 1, C, 1...]): X[n, c] is read as X[n, c] * scale.
-    const T* pscale = call->num_inputs > 3 ? static_cast<const T*>(call->inputs[3].data) : nullptr;
-    const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
-    const T* pres = call->num_inputs > 4 ? static_cast<const T*>(call->inputs[4].data) : nullptr;
-    T* py = static_cast<T*>(Y.data);
-    const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+    const T* pscale = OptionalInputData<T>(call, 3);
+    const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? ext.in_channels : 0;
+    const T* pres = OptionalInputData<T>(call, 4);
+    T* py = OutputData<T>(call);
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
-      if (oc_per_group >= 4 && ic_per_group * kernel_size > 0) {
-        return ImplicitGemm(call, w, group, act, packed, cols);
+      if (ext.oc_per_group >= 4 && ext.ic_per_group * ext.kernel_size > 0) {
+        return ImplicitGemm(call, w, ext.group, act, packed, cols);
       }
       if (packed) return KILN_KERR_UNSUPPORTED;
-      const bool depthwise_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && group == in_channels &&
-                                group == out_channels && w.dilation[1] == 1 && w.dilation[2] == 1 &&
+      const bool depthwise_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && ext.group == ext.in_channels &&
+                                ext.group == ext.out_channels && w.dilation[1] == 1 && w.dilation[2] == 1 &&
                                 w.in[2] <= kDepthwiseMaxWidth;
       const bool square = w.stride[1] == w.stride[2] && w.kernel[1] == w.kernel[2];
       if (depthwise_2d && square) {
@@ -83,15 +77,15 @@ struct ConvKernel {
     }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
-        const int64_t n = job / out_channels, oc = job % out_channels;
-        const int64_t g = oc / oc_per_group;
-        T* y = py + job * out_size;
+        const int64_t n = job / ext.out_channels, oc = job % ext.out_channels;
+        const int64_t g = oc / ext.oc_per_group, ic0 = g * ext.ic_per_group;
+        T* y = py + job * ext.out_size;
         const T bias = pbias ? pbias[oc] : T(0);
-        for (int64_t i = 0; i < out_size; ++i) y[i] = bias;
-        for (int64_t ic = 0; ic < ic_per_group; ++ic) {
-          const T* x = px + (n * in_channels + g * ic_per_group + ic) * in_size;
-          const T* wk = pw + (oc * ic_per_group + ic) * kernel_size;
-          const T scale = pscale != nullptr ? pscale[n * scale_batch_stride + g * ic_per_group + ic] : T(1);
+        for (int64_t i = 0; i < ext.out_size; ++i) y[i] = bias;
+        for (int64_t ic = 0; ic < ext.ic_per_group; ++ic) {
+          const T* x = px + (n * ext.in_channels + ic0 + ic) * ext.in_size;
+          const T* wk = pw + (oc * ext.ic_per_group + ic) * ext.kernel_size;
+          const T scale = pscale != nullptr ? pscale[n * scale_batch_stride + ic0 + ic] : T(1);
           for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
             for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
               for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
@@ -125,13 +119,13 @@ struct ConvKernel {
           }
         }
         if (pres != nullptr) {
-          const T* r = pres + job * out_size;
-          for (int64_t i = 0; i < out_size; ++i) y[i] += r[i];
+          const T* r = pres + job * ext.out_size;
+          for (int64_t i = 0; i < ext.out_size; ++i) y[i] += r[i];
         }
-        ApplyActivation(y, out_size, activation, act.alpha, act.beta);
+        ApplyActivation(y, ext.out_size, activation, act.alpha, act.beta);
       }
     };
-    ParallelFor(call, batch * out_channels, 1, body);
+    ParallelFor(call, ext.batch * ext.out_channels, 1, body);
     return KILN_KERR_OK;
   }
 };
@@ -229,12 +223,12 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
   const int64_t K = icg * kernel_size;
   const float* px = static_cast<const float*>(X.data);
-  const float* pw = static_cast<const float*>(call->inputs[1].data);
-  const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
   // The input scale (see Run): applied to each packed row of B, i.e. per input channel.
-  const float* pscale = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
+  const float* pscale = OptionalInputData<float>(call, 3);
   const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
-  const float* pres = call->num_inputs > 4 ? static_cast<const float*>(call->inputs[4].data) : nullptr;  // the residual
+  const float* pres = OptionalInputData<float>(call, 4);  // the residual
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
@@ -335,30 +329,23 @@ struct ConvTransposeKernel {
   // kiln_conv_params' group and window, whose pads apply to the full (uncropped) output.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& X = call->inputs[0];
-    const kiln_ktensor& W = call->inputs[1];
-    const kiln_ktensor& Y = call->outputs[0];
     KILN_PARAMS(kiln_conv_params, params, call);
-    const int64_t group = params.group;
-    Window w;
-    w.Load(params.window, X, Y);
-    const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
-    const int64_t ic_per_group = in_channels / group, oc_per_group = out_channels / group;
-    const T* px = static_cast<const T*>(X.data);
-    const T* pw = static_cast<const T*>(W.data);
-    const T* pbias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
-    T* py = static_cast<T*>(Y.data);
-    const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
-    for (int64_t n = 0; n < batch; ++n) {
-      for (int64_t oc = 0; oc < out_channels; ++oc) {
-        T* y = py + (n * out_channels + oc) * out_size;
+    const Window w(params.window, call->inputs[0], call->outputs[0]);
+    const ConvExtents ext(params.group, w, call->inputs[0], call->outputs[0]);
+    const T* px = InputData<T>(call, 0);
+    const T* pw = InputData<T>(call, 1);
+    const T* pbias = OptionalInputData<T>(call, 2);
+    T* py = OutputData<T>(call);
+    for (int64_t n = 0; n < ext.batch; ++n) {
+      for (int64_t oc = 0; oc < ext.out_channels; ++oc) {
+        T* y = py + (n * ext.out_channels + oc) * ext.out_size;
         const T bias = pbias ? pbias[oc] : T(0);
-        for (int64_t i = 0; i < out_size; ++i) y[i] = bias;
-        const int64_t g = oc / oc_per_group, ocg = oc % oc_per_group;
-        for (int64_t icg = 0; icg < ic_per_group; ++icg) {
-          const int64_t ic = g * ic_per_group + icg;
-          const T* x = px + (n * in_channels + ic) * in_size;
-          const T* wk = pw + (ic * oc_per_group + ocg) * kernel_size;
+        for (int64_t i = 0; i < ext.out_size; ++i) y[i] = bias;
+        const int64_t g = oc / ext.oc_per_group, ocg = oc % ext.oc_per_group;
+        for (int64_t icg = 0; icg < ext.ic_per_group; ++icg) {
+          const int64_t ic = g * ext.ic_per_group + icg;
+          const T* x = px + (n * ext.in_channels + ic) * ext.in_size;
+          const T* wk = pw + (ic * ext.oc_per_group + ocg) * ext.kernel_size;
           for (int64_t id = 0; id < w.in[0]; ++id)
             for (int64_t ih = 0; ih < w.in[1]; ++ih)
               for (int64_t iw = 0; iw < w.in[2]; ++iw) {

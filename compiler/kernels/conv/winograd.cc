@@ -48,14 +48,6 @@ struct WinogradConvKernel {
   // optional: a residual added before the activation (the fuse pass's Conv -> Add)
   // outputs: Y [N, OC, OH, OW], scratch (u8, 36 * tiles_per_chunk * (C + OC) floats)
   // Parameters: kiln_conv_params' tiles_per_chunk, window.pads_begin[0..1] and activation.
-  template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    if constexpr (!std::is_same_v<T, float>) {
-      return KILN_KERR_DTYPE;
-    } else {
-      return RunF32(call);
-    }
-  }
   __attribute__((noinline)) static int32_t RunF32(const kiln_kcall* call);
 };
 
@@ -70,11 +62,11 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
   const int64_t pad_left = params.window.pads_begin[1], activation = params.activation.code;
   const double alpha = params.activation.alpha, beta = params.activation.beta;
   const float* px = static_cast<const float*>(X.data);
-  const float* pu = static_cast<const float*>(call->inputs[1].data);
-  const float* pbias = call->num_inputs > 2 ? static_cast<const float*>(call->inputs[2].data) : nullptr;
-  const float* pres = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
+  const float* pu = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 3);
   float* py = static_cast<float*>(Y.data);
-  float* v = static_cast<float*>(call->outputs[1].data);
+  float* v = OutputData<float>(call, 1);
   float* m = v + 36 * chunk * C;
   const int64_t tiles_h = (OH + 3) / 4, tiles_w = (OW + 3) / 4, per_image = tiles_h * tiles_w;
   const int64_t tiles = batch * per_image;
@@ -160,4 +152,4 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
 
 }  // namespace
 
-KILN_FLOAT_KERNEL(conv_winograd, WinogradConvKernel, outputs[0].dtype)
+KILN_F32_KERNEL(conv_winograd, WinogradConvKernel, outputs[0].dtype)

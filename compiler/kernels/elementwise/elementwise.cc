@@ -15,10 +15,10 @@ struct UnaryKernel {
     KILN_PARAMS(kiln_elementwise_params, params, call);
     const int op = static_cast<int>(params.op);
     const double alpha = params.alpha, beta = params.beta;
-    const T* in = static_cast<const T*>(call->inputs[0].data);
+    const T* in = InputData<T>(call, 0);
     const int64_t n = Numel(call->outputs[0]);
     if (op == KILN_UNARY_IS_NAN || op == KILN_UNARY_IS_INF) {
-      bool* out = static_cast<bool*>(call->outputs[0].data);
+      bool* out = OutputData<bool>(call);
       const bool negative = params.detect_negative != 0, positive = params.detect_positive != 0;
       for (int64_t i = 0; i < n; ++i) {
         double v = static_cast<double>(in[i]);
@@ -26,7 +26,7 @@ struct UnaryKernel {
       }
       return KILN_KERR_OK;
     }
-    T* out = static_cast<T*>(call->outputs[0].data);
+    T* out = OutputData<T>(call);
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) out[i] = ApplyUnary<T>(op, in[i], alpha, beta);
     };
@@ -271,7 +271,7 @@ struct CastTo {
 struct CastFrom {
   template <typename From>
   static int32_t Run(const kiln_kcall* call) {
-    const From* in = static_cast<const From*>(call->inputs[0].data);
+    const From* in = InputData<From>(call, 0);
     const int64_t n = Numel(call->outputs[0]);
     void* out = call->outputs[0].data;
     KILN_DISPATCH_NUMERIC(call->outputs[0].dtype, CastTo<From>, in, out, n);
@@ -281,20 +281,18 @@ struct CastFrom {
 struct ClipKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const T* in = static_cast<const T*>(call->inputs[0].data);
-    T* out = static_cast<T*>(call->outputs[0].data);
+    const T* in = InputData<T>(call, 0);
+    T* out = OutputData<T>(call);
     // Whether a min/max bound is present; the bounds come as inputs 1/2 (opset 11+) or as
     // alpha/beta (opset 6).
     KILN_PARAMS(kiln_elementwise_params, params, call);
     T lo = 0, hi = 0;
     const bool has_lo = params.has_min != 0, has_hi = params.has_max != 0;
     if (has_lo) {
-      lo = call->num_inputs > 1 && call->inputs[1].data ? static_cast<const T*>(call->inputs[1].data)[0]
-                                                        : static_cast<T>(params.alpha);
+      lo = call->num_inputs > 1 && call->inputs[1].data ? InputData<T>(call, 1)[0] : static_cast<T>(params.alpha);
     }
     if (has_hi) {
-      hi = call->num_inputs > 2 && call->inputs[2].data ? static_cast<const T*>(call->inputs[2].data)[0]
-                                                        : static_cast<T>(params.beta);
+      hi = call->num_inputs > 2 && call->inputs[2].data ? InputData<T>(call, 2)[0] : static_cast<T>(params.beta);
     }
     const int64_t n = Numel(call->outputs[0]);
     for (int64_t i = 0; i < n; ++i) {

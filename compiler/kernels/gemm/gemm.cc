@@ -35,12 +35,12 @@ struct MatMulKernel {
     const bool b_panels = params.b_panels != 0;
     if (b_panels && (!kBlocked || N % gemm::kNr != 0)) return KILN_KERR_UNSUPPORTED;
     const double act_alpha = params.activation.alpha, act_beta = params.activation.beta;
-    const T* bias = call->num_inputs > 2 ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    const T* bias = OptionalInputData<T>(call, 2);
     int64_t batches = 1;
     for (int32_t i = 0; i < batch_rank; ++i) batches *= batch_dims[i];
-    const T* pa = static_cast<const T*>(call->inputs[0].data);
-    const T* pb = static_cast<const T*>(call->inputs[1].data);
-    T* pc = static_cast<T*>(call->outputs[0].data);
+    const T* pa = InputData<T>(call, 0);
+    const T* pb = InputData<T>(call, 1);
+    T* pc = OutputData<T>(call);
     auto batch_offsets = [&](int64_t batch, int64_t* a_off, int64_t* b_off) {
       int64_t rest = batch;
       *a_off = *b_off = 0;
@@ -145,11 +145,11 @@ struct GemmKernel {
     const int64_t N = tb ? B.dims[0] : B.dims[1];
     const T* pa = static_cast<const T*>(A.data);
     const T* pb = static_cast<const T*>(B.data);
-    T* pc = static_cast<T*>(call->outputs[0].data);
+    T* pc = OutputData<T>(call);
     const bool has_c = call->num_inputs > 2 && call->inputs[2].data != nullptr;
     int64_t c_strides[2] = {0, 0};
     if (has_c) BroadcastStrides(call->inputs[2], call->outputs[0].dims, 2, c_strides);
-    const T* pbias = has_c ? static_cast<const T*>(call->inputs[2].data) : nullptr;
+    const T* pbias = has_c ? InputData<T>(call, 2) : nullptr;
     if constexpr (kBlocked) {
       if (M == 1) {
         // One row (a classifier head at batch 1): a matrix-vector product that streams B

@@ -58,9 +58,9 @@ struct BlockedConvParams {
     const kiln_ktensor& out = call->outputs[0];
     batch = in.dims[0], h = in.dims[2], w = in.dims[3], oh = out.dims[2], ow = out.dims[3];
     x = static_cast<const float*>(in.data);
-    wp = static_cast<const float*>(call->inputs[1].data);
-    bias = static_cast<const float*>(call->inputs[2].data);
-    r = call->num_inputs > 3 ? static_cast<const float*>(call->inputs[3].data) : nullptr;
+    wp = InputData<float>(call, 1);
+    bias = InputData<float>(call, 2);
+    r = OptionalInputData<float>(call, 3);
     y = static_cast<float*>(out.data);
   }
 };
@@ -486,20 +486,15 @@ int32_t FastDense(const kiln_kcall* call, const BlockedConvParams& q) {
 }
 
 struct BlockedConvKernel {
-  template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    if constexpr (!std::is_same_v<T, float>) {
-      return KILN_KERR_DTYPE;
-    } else {
-      KILN_PARAMS(kiln_conv_params, params, call);
-      BlockedConvParams q;
-      q.Load(call, params);
-      if (q.kind != kPointwise && q.kind != kDepthwise && q.kind != kDense) return KILN_KERR_UNSUPPORTED;
-      if (q.kind != kPointwise && call->num_inputs > 3) return KILN_KERR_UNSUPPORTED;
-      if (!kFastKernels) return ReferenceBlockedConv(call, q);
-      if (q.kind == kDense) return FastDense(call, q);
-      return q.kind == kPointwise ? FastPointwise(call, q) : FastDepthwise(call, q);
-    }
+  static int32_t RunF32(const kiln_kcall* call) {
+    KILN_PARAMS(kiln_conv_params, params, call);
+    BlockedConvParams q;
+    q.Load(call, params);
+    if (q.kind != kPointwise && q.kind != kDepthwise && q.kind != kDense) return KILN_KERR_UNSUPPORTED;
+    if (q.kind != kPointwise && call->num_inputs > 3) return KILN_KERR_UNSUPPORTED;
+    if (!kFastKernels) return ReferenceBlockedConv(call, q);
+    if (q.kind == kDense) return FastDense(call, q);
+    return q.kind == kPointwise ? FastPointwise(call, q) : FastDepthwise(call, q);
   }
 };
 
@@ -546,8 +541,8 @@ struct ReorderKernel {
     const kiln_ktensor& image = kToBlocked ? call->inputs[0] : call->outputs[0];
     const int64_t batch = image.dims[0], channels = image.dims[1], pixels = image.dims[2] * image.dims[3];
     const int64_t blocks = (kToBlocked ? call->outputs[0] : call->inputs[0]).dims[1];
-    const T* x = static_cast<const T*>(call->inputs[0].data);
-    T* y = static_cast<T*>(call->outputs[0].data);
+    const T* x = InputData<T>(call, 0);
+    T* y = OutputData<T>(call);
     auto body = [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         const int64_t n = plane / blocks, c0 = plane % blocks * kBlock;
@@ -572,7 +567,7 @@ struct BlockedMeanKernel {
     const kiln_ktensor& X = call->inputs[0];
     const int64_t planes = X.dims[0] * X.dims[1], pixels = X.dims[2] * X.dims[3];
     const T* x = static_cast<const T*>(X.data);
-    T* y = static_cast<T*>(call->outputs[0].data);
+    T* y = OutputData<T>(call);
     auto body = [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         const T* xp = x + plane * pixels * kBlock;
@@ -618,7 +613,7 @@ struct BlockedScaleKernel {
     const bool per_image = S.dims[0] != 1;
     const T* x = static_cast<const T*>(X.data);
     const T* sc = static_cast<const T*>(S.data);
-    T* y = static_cast<T*>(call->outputs[0].data);
+    T* y = OutputData<T>(call);
     auto body = [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         const T* xp = x + plane * pixels * kBlock;
@@ -647,7 +642,7 @@ struct BlockedScaleKernel {
 
 }  // namespace
 
-KILN_FLOAT_KERNEL(blocked_conv, BlockedConvKernel, outputs[0].dtype)
+KILN_F32_KERNEL(blocked_conv, BlockedConvKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(to_blocked, ReorderKernel<true>, outputs[0].dtype)
 KILN_FLOAT_KERNEL(from_blocked, ReorderKernel<false>, outputs[0].dtype)
 KILN_FLOAT_KERNEL(blocked_mean, BlockedMeanKernel, outputs[0].dtype)

@@ -16,21 +16,34 @@ struct Planes {
   }
 };
 
+// The mean of x[0, n) and the inverse of its standard deviation, sqrt(variance + eps), in
+// double: the variance of x - mean (two passes, no cancellation). InstanceNormalization's
+// and the reference LayerNormalization's row statistics.
+template <typename T>
+KILN_ALWAYS_INLINE void RowStatistics(const T* x, int64_t n, double eps, double* mean_out, double* inv_out) {
+  double mean = 0, var = 0;
+  for (int64_t i = 0; i < n; ++i) mean += x[i];
+  mean /= static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  var /= static_cast<double>(n);
+  *mean_out = mean;
+  *inv_out = 1.0 / sqrt(var + eps);
+}
+
 struct BatchNormKernel {
   // inputs: X, scale, bias, mean, var; parameters: kiln_norm_params' epsilon
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& X = call->inputs[0];
-    const T* scale = static_cast<const T*>(call->inputs[1].data);
-    const T* bias = static_cast<const T*>(call->inputs[2].data);
-    const T* mean = static_cast<const T*>(call->inputs[3].data);
-    const T* var = static_cast<const T*>(call->inputs[4].data);
     KILN_PARAMS(kiln_norm_params, params, call);
     const double eps = params.epsilon;
-    const Planes planes(X);
+    const Planes planes(call->inputs[0]);
     const int64_t batch = planes.batch, channels = planes.channels, spatial = planes.spatial;
-    const T* px = static_cast<const T*>(X.data);
-    T* py = static_cast<T*>(call->outputs[0].data);
+    const T* scale = InputData<T>(call, 1);
+    const T* bias = InputData<T>(call, 2);
+    const T* mean = InputData<T>(call, 3);
+    const T* var = InputData<T>(call, 4);
+    const T* px = InputData<T>(call, 0);
+    T* py = OutputData<T>(call);
     for (int64_t n = 0; n < batch; ++n) {
       for (int64_t c = 0; c < channels; ++c) {
         const double inv = 1.0 / sqrt(static_cast<double>(var[c]) + eps);
@@ -48,24 +61,19 @@ struct BatchNormKernel {
 struct InstanceNormKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& X = call->inputs[0];
-    const T* scale = static_cast<const T*>(call->inputs[1].data);
-    const T* bias = static_cast<const T*>(call->inputs[2].data);
     KILN_PARAMS(kiln_norm_params, params, call);
     const double eps = params.epsilon;
-    const Planes planes(X);
+    const Planes planes(call->inputs[0]);
     const int64_t channels = planes.channels, spatial = planes.spatial;
-    const T* px = static_cast<const T*>(X.data);
-    T* py = static_cast<T*>(call->outputs[0].data);
+    const T* scale = InputData<T>(call, 1);
+    const T* bias = InputData<T>(call, 2);
+    const T* px = InputData<T>(call, 0);
+    T* py = OutputData<T>(call);
     for (int64_t plane = 0; plane < planes.batch * channels; ++plane) {
       const T* x = px + plane * spatial;
       T* y = py + plane * spatial;
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < spatial; ++i) mean += x[i];
-      mean /= static_cast<double>(spatial);
-      for (int64_t i = 0; i < spatial; ++i) var += (x[i] - mean) * (x[i] - mean);
-      var /= static_cast<double>(spatial);
-      const double inv = 1.0 / sqrt(var + eps);
+      double mean, inv;
+      RowStatistics(x, spatial, eps, &mean, &inv);
       const int64_t c = plane % channels;
       for (int64_t i = 0; i < spatial; ++i) y[i] = static_cast<T>((x[i] - mean) * inv * scale[c] + bias[c]);
     }
@@ -78,22 +86,19 @@ struct LayerNormKernel {
   // Outputs: Y, Mean and InvStdDev (optional, shape [outer..., 1...]).
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& X = call->inputs[0];
     KILN_PARAMS(kiln_norm_params, params, call);
-    const int64_t axis = params.axis;
     const double eps = params.epsilon;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= X.dims[i];
-    for (int32_t i = static_cast<int32_t>(axis); i < X.rank; ++i) inner *= X.dims[i];
-    const kiln_ktensor& S = call->inputs[1];
-    const T* scale = static_cast<const T*>(S.data);
-    const bool has_bias = call->num_inputs > 2 && call->inputs[2].data != nullptr;
-    const T* bias = has_bias ? static_cast<const T*>(call->inputs[2].data) : nullptr;
-    const int64_t scale_n = Numel(S), bias_n = has_bias ? Numel(call->inputs[2]) : 1;
-    const T* px = static_cast<const T*>(X.data);
-    T* py = static_cast<T*>(call->outputs[0].data);
-    T* mean_out = call->num_outputs > 1 && call->outputs[1].data ? static_cast<T*>(call->outputs[1].data) : nullptr;
-    T* inv_out = call->num_outputs > 2 && call->outputs[2].data ? static_cast<T*>(call->outputs[2].data) : nullptr;
+    // Rows of `inner` elements: the dims from axis on.
+    const AxisExtents rows = FlattenAtAxis(call->inputs[0], params.axis);
+    const int64_t outer = rows.outer, inner = rows.len;
+    const T* scale = InputData<T>(call, 1);
+    const T* bias = OptionalInputData<T>(call, 2);
+    const bool has_bias = bias != nullptr;
+    const int64_t scale_n = Numel(call->inputs[1]), bias_n = has_bias ? Numel(call->inputs[2]) : 1;
+    const T* px = InputData<T>(call, 0);
+    T* py = OutputData<T>(call);
+    T* mean_out = call->num_outputs > 1 && call->outputs[1].data ? OutputData<T>(call, 1) : nullptr;
+    T* inv_out = call->num_outputs > 2 && call->outputs[2].data ? OutputData<T>(call, 2) : nullptr;
     if constexpr (std::is_same_v<T, float> && kFastKernels) {
       // Artifacts, f32 with per-element scale and bias (the fuse pass's LayerNorm): sums in
       // f32 over 16 partial lanes (vectorizable without reassociation), mean first, then
@@ -123,12 +128,8 @@ struct LayerNormKernel {
       for (int64_t o = begin; o < end; ++o) {
         const T* x = px + o * inner;
         T* y = py + o * inner;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < inner; ++i) mean += x[i];
-        mean /= static_cast<double>(inner);
-        for (int64_t i = 0; i < inner; ++i) var += (x[i] - mean) * (x[i] - mean);
-        var /= static_cast<double>(inner);
-        const double inv = 1.0 / sqrt(var + eps);
+        double mean, inv;
+        RowStatistics(x, inner, eps, &mean, &inv);
         for (int64_t i = 0; i < inner; ++i) {
           double v = (x[i] - mean) * inv * static_cast<double>(scale[i % scale_n]);
           if (bias) v += static_cast<double>(bias[i % bias_n]);
@@ -147,14 +148,13 @@ struct LrnKernel {
   // Parameters: kiln_norm_params' size, alpha, beta and bias.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& X = call->inputs[0];
     KILN_PARAMS(kiln_norm_params, params, call);
     const int64_t size = params.size;
     const double alpha = params.alpha, beta = params.beta, bias = params.bias;
-    const Planes planes(X);
+    const Planes planes(call->inputs[0]);
     const int64_t channels = planes.channels, spatial = planes.spatial;
-    const T* px = static_cast<const T*>(X.data);
-    T* py = static_cast<T*>(call->outputs[0].data);
+    const T* px = InputData<T>(call, 0);
+    T* py = OutputData<T>(call);
     const int64_t before = (size - 1) / 2, after = size - 1 - before;
     for (int64_t n = 0; n < planes.batch; ++n)
       for (int64_t c = 0; c < channels; ++c)

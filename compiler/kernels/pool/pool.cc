@@ -20,8 +20,8 @@ namespace {
 // against the plain loop below.
 
 static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
-  const float* px = static_cast<const float*>(call->inputs[0].data);
-  float* py = static_cast<float*>(call->outputs[0].data);
+  const float* px = InputData<float>(call, 0);
+  float* py = OutputData<float>(call);
   const int64_t planes = call->inputs[0].dims[0] * call->inputs[0].dims[1];
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
   const int64_t KH = w.kernel[1], KW = w.kernel[2], SH = w.stride[1], SW = w.stride[2], PH = w.pad[1], PW = w.pad[2];
@@ -89,8 +89,8 @@ template <typename V, int KW>
 __attribute__((noinline)) static int32_t RunMaxPoolRows(const kiln_kcall* call, const Window& w) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
   static_assert((L == 8 || L == 16) && (KW == 2 || KW == 3), "8 or 16 lanes, 2- or 3-wide windows");
-  const float* px = static_cast<const float*>(call->inputs[0].data);
-  float* py = static_cast<float*>(call->outputs[0].data);
+  const float* px = InputData<float>(call, 0);
+  float* py = OutputData<float>(call);
   const int64_t planes = call->inputs[0].dims[0] * call->inputs[0].dims[1];
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
   const int64_t KH = w.kernel[1], SH = w.stride[1], PH = w.pad[1], PW = w.pad[2];
@@ -178,8 +178,7 @@ struct PoolKernel {
     const kiln_ktensor& Y = call->outputs[0];
     KILN_PARAMS(kiln_pool_params, params, call);
     const int op = static_cast<int>(params.op);
-    Window w;
-    w.Load(params.window, X, Y);
+    const Window w(params.window, X, Y);
     const bool count_include_pad = params.count_include_pad != 0;
     if constexpr (std::is_same_v<T, float> && kFastKernels) {
       const bool plain_2d = X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1;
@@ -202,7 +201,7 @@ struct PoolKernel {
     const double p = params.p;
     const T* px = static_cast<const T*>(X.data);
     T* py = static_cast<T*>(Y.data);
-    int64_t* indices = call->num_outputs > 1 ? static_cast<int64_t*>(call->outputs[1].data) : nullptr;
+    int64_t* indices = call->num_outputs > 1 ? OutputData<int64_t>(call, 1) : nullptr;
     const int64_t planes = X.dims[0] * X.dims[1];
     const int64_t in_size = w.in_size(), out_size = w.out_size();
     auto body = [=](int64_t begin, int64_t end) {

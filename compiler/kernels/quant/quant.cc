@@ -42,6 +42,16 @@ inline int64_t PerChannel(const kiln_ktensor& t, int64_t c) { return Numel(t) > 
 
 bool IsQuantizedType(int32_t dtype) { return dtype == kU8 || dtype == kI8; }
 
+// The integer products' (qmatmul, qconv) types: operands (inputs 0 and 1) u8 or i8, and Y
+// as `mode` (kiln_quant_mode) asks: int32 sums, requantized u8 or i8, or f32.
+bool QuantizedOperands(const kiln_kcall* call) {
+  return IsQuantizedType(call->inputs[0].dtype) && IsQuantizedType(call->inputs[1].dtype);
+}
+bool ProductOutputType(int64_t mode, int32_t dtype) {
+  if (mode == KILN_QUANT_REQUANTIZE) return IsQuantizedType(dtype);
+  return dtype == (mode == KILN_QUANT_TO_FLOAT ? kF32 : kI32);
+}
+
 }  // namespace
 
 // QuantizeLinear: inputs X (f32), scale (f32, one or per channel), zero point (optional,
@@ -145,13 +155,13 @@ KILN_KERNEL(dynamic_quantize_linear) {
     zero = rintf(0.f - lo / scale);
     zero = zero < 0.f ? 0.f : (zero > 255.f ? 255.f : zero);
   }
-  uint8_t* y = static_cast<uint8_t*>(call->outputs[0].data);
+  uint8_t* y = OutputData<uint8_t>(call);
   for (int64_t i = 0; i < n; ++i) {
     float v = scale > 0.f ? rintf(x[i] / scale) + zero : 0.f;
     y[i] = static_cast<uint8_t>(v < 0.f ? 0.f : (v > 255.f ? 255.f : v));
   }
-  *static_cast<float*>(call->outputs[1].data) = scale;
-  *static_cast<uint8_t*>(call->outputs[2].data) = static_cast<uint8_t>(zero);
+  *OutputData<float>(call, 1) = scale;
+  *OutputData<uint8_t>(call, 2) = static_cast<uint8_t>(zero);
   return KILN_KERR_OK;
 }
 
@@ -162,21 +172,20 @@ KILN_KERNEL(dynamic_quantize_linear) {
 // int32 sums; 1: Y requantized; 2: Y f32 = sum * a_scale * b_scale + B, B an optional f32 [N] after the (unused) Y
 // scale and zero point slots (kiln.QLinearMatMulToFloat). With a constant 2-D B, artifacts take qgemm below.
 KILN_KERNEL(qmatmul) {
+  if (!QuantizedOperands(call)) return KILN_KERR_DTYPE;
+  KILN_PARAMS(kiln_quant_params, params, call);
   const kiln_ktensor& A = call->inputs[0];
   const kiln_ktensor& B = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
-  if (!IsQuantizedType(A.dtype) || !IsQuantizedType(B.dtype)) return KILN_KERR_DTYPE;
-  KILN_PARAMS(kiln_quant_params, params, call);
   const int64_t M = params.shape.M, K = params.shape.K, N = params.shape.N;
   const int64_t batch_rank = params.shape.batch_rank;
   const int64_t* batch_dims = params.shape.batch_dims;
   const int64_t* a_strides = params.shape.a_batch_strides;
   const int64_t* b_strides = params.shape.b_batch_strides;
   const int64_t mode = params.mode;
-  const bool requantize = mode == 1, to_float = mode == 2;
-  if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != (to_float ? kF32 : kI32)) return KILN_KERR_DTYPE;
-  const float* float_bias =
-      to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
+  const bool requantize = mode == KILN_QUANT_REQUANTIZE, to_float = mode == KILN_QUANT_TO_FLOAT;
+  if (!ProductOutputType(mode, Y.dtype)) return KILN_KERR_DTYPE;
+  const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
   const kiln_ktensor& azp = call->inputs[2];
   const kiln_ktensor& bzp = call->inputs[3];
   int64_t batches = 1;
@@ -204,15 +213,15 @@ KILN_KERNEL(qmatmul) {
           static_cast<int32_t*>(Y.data)[at] = sum;
           continue;
         }
-        const float* as = static_cast<const float*>(call->inputs[4].data);
-        const float* bs = static_cast<const float*>(call->inputs[5].data);
+        const float* as = InputData<float>(call, 4);
+        const float* bs = InputData<float>(call, 5);
         if (to_float) {
           const float multiplier = as[PerChannel(call->inputs[4], m)] * bs[PerChannel(call->inputs[5], n)];
           static_cast<float*>(Y.data)[at] =
               static_cast<float>(sum) * multiplier + (float_bias != nullptr ? float_bias[n] : 0.f);
           continue;
         }
-        const float ys = *static_cast<const float*>(call->inputs[6].data);
+        const float ys = *InputData<float>(call, 6);
         const kiln_ktensor& yzp = call->inputs[7];
         const float multiplier = as[PerChannel(call->inputs[4], m)] * bs[PerChannel(call->inputs[5], n)] / ys;
         const float z = yzp.data != nullptr ? static_cast<float>(LoadInt(yzp.data, yzp.dtype, 0)) : 0.f;
@@ -553,13 +562,13 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   if (w.in[0] != 1 || w.kernel[0] != 1 || q.steps > kQMaxSteps) return KILN_KERR_UNSUPPORTED;
   q.pointwise =
       q.KH == 1 && q.KW == 1 && q.SH == 1 && q.SW == 1 && q.PH == 0 && q.PW == 0 && q.OH == q.H && q.OW == q.W;
-  q.weights = static_cast<const int8_t*>(call->inputs[1].data);
-  q.offsets = static_cast<const int32_t*>(call->inputs[2].data);
-  q.multipliers = static_cast<const float*>(call->inputs[3].data);
-  q.float_bias = q.to_float && call->num_inputs > 4 ? static_cast<const float*>(call->inputs[4].data) : nullptr;
+  q.weights = InputData<int8_t>(call, 1);
+  q.offsets = InputData<int32_t>(call, 2);
+  q.multipliers = InputData<float>(call, 3);
+  q.float_bias = q.to_float ? OptionalInputData<float>(call, 4) : nullptr;
   q.y = Y.data;
   q.y_dtype = Y.dtype;
-  uint8_t* x4 = static_cast<uint8_t*>(call->outputs[1].data);
+  uint8_t* x4 = OutputData<uint8_t>(call, 1);
   q.x4 = x4;
   // X into channel quads: one job per (image, group, quad).
   const uint8_t* px = static_cast<const uint8_t*>(X.data);
@@ -795,10 +804,10 @@ KILN_KERNEL(qgemm) {
   q.hi = static_cast<float>(params.clamp_hi);
   q.steps = (q.K + 3) / 4;
   q.a = static_cast<const uint8_t*>(A.data);
-  q.b = static_cast<const int8_t*>(call->inputs[1].data);
-  q.offsets = static_cast<const int32_t*>(call->inputs[2].data);
-  q.multipliers = static_cast<const float*>(call->inputs[3].data);
-  q.float_bias = q.mode == 2 && call->num_inputs > 4 ? static_cast<const float*>(call->inputs[4].data) : nullptr;
+  q.b = InputData<int8_t>(call, 1);
+  q.offsets = InputData<int32_t>(call, 2);
+  q.multipliers = InputData<float>(call, 3);
+  q.float_bias = q.mode == 2 ? OptionalInputData<float>(call, 4) : nullptr;
   q.y = call->outputs[0].data;
   q.y_dtype = call->outputs[0].dtype;
   const int64_t panels = (q.N + 47) / 48, tiles = (q.rows + kQGemmRows - 1) / kQGemmRows;
@@ -834,44 +843,38 @@ KILN_KERNEL(qgemm) {
 // B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
 // zero point, i.e. contribute 0.
 KILN_KERNEL(qconv) {
+  if (!QuantizedOperands(call)) return KILN_KERR_DTYPE;
+  KILN_PARAMS(kiln_quant_params, params, call);
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& W = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
-  if (!IsQuantizedType(X.dtype) || !IsQuantizedType(W.dtype)) return KILN_KERR_DTYPE;
-  KILN_PARAMS(kiln_quant_params, params, call);
-  const int64_t group = params.group;
-  Window w;
-  w.Load(params.window, X, Y);
+  const Window w(params.window, X, Y);
   const int64_t mode = params.mode;  // 0: int32 sums, 1: requantized, 2: f32 (sum * x_scale * w_scale + B)
-  const bool requantize = mode == 1, to_float = mode == 2;
-  if (requantize ? !IsQuantizedType(Y.dtype) : Y.dtype != (to_float ? kF32 : kI32)) return KILN_KERR_DTYPE;
+  const bool requantize = mode == KILN_QUANT_REQUANTIZE, to_float = mode == KILN_QUANT_TO_FLOAT;
+  if (!ProductOutputType(mode, Y.dtype)) return KILN_KERR_DTYPE;
   if (params.packed_weights != 0) {
     if constexpr (kFastKernels) return QConvFast(call, w, params);
     return KILN_KERR_UNSUPPORTED;
   }
-  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
-  const int64_t icg = in_channels / group, ocg = out_channels / group;
-  const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+  const ConvExtents ext(params.group, w, X, Y);
   const kiln_ktensor& xzp = call->inputs[2];
   const kiln_ktensor& wzp = call->inputs[3];
   const int32_t zx = xzp.data != nullptr ? LoadInt(xzp.data, xzp.dtype, 0) : 0;
   const bool relu = params.relu != 0;  // clamp at Y's zero point
-  const int32_t* bias =
-      requantize && call->num_inputs > 8 ? static_cast<const int32_t*>(call->inputs[8].data) : nullptr;
-  const float* float_bias =
-      to_float && call->num_inputs > 8 ? static_cast<const float*>(call->inputs[8].data) : nullptr;
+  const int32_t* bias = requantize ? OptionalInputData<int32_t>(call, 8) : nullptr;
+  const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {  // job = (n, oc)
-      const int64_t n = job / out_channels, oc = job % out_channels, g = oc / ocg;
+      const int64_t n = job / ext.out_channels, oc = job % ext.out_channels, g = oc / ext.oc_per_group;
       const int32_t zw = wzp.data != nullptr ? LoadInt(wzp.data, wzp.dtype, PerChannel(wzp, oc)) : 0;
       float multiplier = 0.f, z = 0.f;
       if (requantize || to_float) {
-        const float xs = *static_cast<const float*>(call->inputs[4].data);
-        const float ws = static_cast<const float*>(call->inputs[5].data)[PerChannel(call->inputs[5], oc)];
+        const float xs = *InputData<float>(call, 4);
+        const float ws = InputData<float>(call, 5)[PerChannel(call->inputs[5], oc)];
         multiplier = xs * ws;
       }
       if (requantize) {
-        multiplier = multiplier / *static_cast<const float*>(call->inputs[6].data);
+        multiplier = multiplier / *InputData<float>(call, 6);
         z = call->inputs[7].data != nullptr
                 ? static_cast<float>(LoadInt(call->inputs[7].data, call->inputs[7].dtype, 0))
                 : 0.f;
@@ -881,9 +884,9 @@ KILN_KERNEL(qconv) {
         for (int64_t oh = 0; oh < w.out[1]; ++oh) {
           for (int64_t ow = 0; ow < w.out[2]; ++ow) {
             int32_t sum = bias != nullptr ? bias[oc] : 0;
-            for (int64_t ic = 0; ic < icg; ++ic) {
-              const int64_t x_base = (n * in_channels + g * icg + ic) * in_size;
-              const int64_t w_base = (oc * icg + ic) * kernel_size;
+            for (int64_t ic = 0; ic < ext.ic_per_group; ++ic) {
+              const int64_t x_base = (n * ext.in_channels + g * ext.ic_per_group + ic) * ext.in_size;
+              const int64_t w_base = (oc * ext.ic_per_group + ic) * ext.kernel_size;
               for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
                 const int64_t id = od * w.stride[0] + kd * w.dilation[0] - w.pad[0];
                 if (id < 0 || id >= w.in[0]) continue;
@@ -901,7 +904,7 @@ KILN_KERNEL(qconv) {
                 }
               }
             }
-            const int64_t at = job * out_size + (od * w.out[1] + oh) * w.out[2] + ow;
+            const int64_t at = job * ext.out_size + (od * w.out[1] + oh) * w.out[2] + ow;
             if (requantize) {
               const float v = rintf(static_cast<float>(sum) * multiplier) + z;
               StoreSaturated(Y.data, Y.dtype, at, relu && v < z ? z : v);
@@ -916,7 +919,7 @@ KILN_KERNEL(qconv) {
       }
     }
   };
-  ParallelFor(call, batch * out_channels, 1, body);
+  ParallelFor(call, ext.batch * ext.out_channels, 1, body);
   return KILN_KERR_OK;
 }
 

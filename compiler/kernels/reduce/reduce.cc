@@ -32,7 +32,7 @@ struct ReduceKernel {
       }
     }
     const T* pi = static_cast<const T*>(in.data);
-    T* po = static_cast<T*>(call->outputs[0].data);
+    T* po = OutputData<T>(call);
     const int64_t out_n = Numel(call->outputs[0]);
     if constexpr (kFastKernels && std::is_same_v<T, float>) {
       // Sum, mean or max over trailing axes (GlobalAveragePool, LayerNorm's ReduceMean):
@@ -159,15 +159,11 @@ struct ArgReduce {
   // Parameters: kiln_reduce_params' op (1: ArgMin), axis and select_last_index.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& in = call->inputs[0];
     KILN_PARAMS(kiln_reduce_params, params, call);
     const bool is_min = params.op != 0, last = params.select_last_index != 0;
-    const int64_t axis = params.axis;
-    int64_t outer, inner;
-    SplitAtAxis(in, axis, &outer, &inner);
-    const int64_t len = in.dims[axis];
-    const T* pi = static_cast<const T*>(in.data);
-    int64_t* po = static_cast<int64_t*>(call->outputs[0].data);
+    const auto [outer, len, inner] = SplitAtAxis(call->inputs[0], params.axis);
+    const T* pi = InputData<T>(call, 0);
+    int64_t* po = OutputData<int64_t>(call);
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t j = 0; j < inner; ++j) {
         int64_t best = 0;
@@ -243,21 +239,13 @@ struct Softmax {
   // Parameters: kiln_reduce_params' op (kiln_softmax_op), axis and coerce_2d.
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& in = call->inputs[0];
     KILN_PARAMS(kiln_reduce_params, params, call);
     const int op = static_cast<int>(params.op);
-    const int64_t axis = params.axis;
-    const bool coerce = params.coerce_2d != 0;
-    int64_t outer = 1, len = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in.dims[i];
-    if (coerce) {
-      for (int32_t i = static_cast<int32_t>(axis); i < in.rank; ++i) len *= in.dims[i];
-    } else {
-      len = in.dims[axis];
-      for (int32_t i = static_cast<int32_t>(axis) + 1; i < in.rank; ++i) inner *= in.dims[i];
-    }
-    const T* pi = static_cast<const T*>(in.data);
-    T* po = static_cast<T*>(call->outputs[0].data);
+    const kiln_ktensor& in = call->inputs[0];
+    const AxisExtents e = params.coerce_2d != 0 ? FlattenAtAxis(in, params.axis) : SplitAtAxis(in, params.axis);
+    const int64_t outer = e.outer, len = e.len, inner = e.inner;
+    const T* pi = InputData<T>(call, 0);
+    T* po = OutputData<T>(call);
     if constexpr (std::is_same_v<T, float> && kFastKernels) {
       if (inner == 1 && op != KILN_HARDMAX) return SoftmaxRows(pi, po, outer, len, op == KILN_LOG_SOFTMAX, call);
     }
