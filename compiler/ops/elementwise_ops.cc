@@ -96,6 +96,12 @@ absl::Status RequireNumeric(const InferContext& ctx, size_t i) {
   return absl::OkStatus();
 }
 
+// Input 0 must have a numeric element type; output 0 gets its type.
+absl::Status SameNumericTypeAsInput0(InferContext& ctx) {
+  if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
+  return SameAsInput0(ctx);
+}
+
 absl::Status InferBroadcast(InferContext& ctx, DType result) {
   std::vector<Dim> shape;
   bool all_ranked = true;
@@ -170,10 +176,7 @@ std::optional<ScalarOp> ScalarOpOf(const Node& node) {
 namespace {
 
 void RegisterFusedElementwise(Registry& registry) {
-  OpSchema schema;
-  schema.name = kFusedElementwiseOp;
-  schema.min_inputs = 1;
-  schema.max_inputs = KILN_FUSED_MAX_INPUTS;
+  OpSchema schema = Schema(kFusedElementwiseOp, 1, KILN_FUSED_MAX_INPUTS);
   schema.infer = InferFusedElementwise;
   schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     const std::vector<int64_t> program = node.GetInts("program");
@@ -196,16 +199,8 @@ void RegisterFusedElementwise(Registry& registry) {
 
 void RegisterUnaryOps(Registry& registry) {
   for (const UnaryDef& def : kUnaryOps) {
-    OpSchema schema;
-    schema.name = def.name;
-    schema.infer = [def](InferContext& ctx) -> absl::Status {
-      if (def.float_only) {
-        if (auto s = RequireFloat(ctx); !s.ok()) return s;
-      } else if (auto s = RequireNumeric(ctx, 0); !s.ok()) {
-        return s;
-      }
-      return SameAsInput0(ctx);
-    };
+    OpSchema schema = Schema(def.name);
+    schema.infer = def.float_only ? SameFloatTypeAsInput0 : SameNumericTypeAsInput0;
     schema.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       kiln_elementwise_params params{};
       params.op = def.code;
@@ -219,8 +214,7 @@ void RegisterUnaryOps(Registry& registry) {
 
 void RegisterIsNaNAndIsInf(Registry& registry) {
   for (const char* name : {"IsNaN", "IsInf"}) {
-    OpSchema schema;
-    schema.name = name;
+    OpSchema schema = Schema(name);
     schema.infer = [](InferContext& ctx) -> absl::Status {
       if (auto s = RequireFloat(ctx); !s.ok()) return s;
       ctx.output_types[0] = ctx.type(0);
@@ -241,10 +235,7 @@ void RegisterIsNaNAndIsInf(Registry& registry) {
 
 void RegisterBinaryOps(Registry& registry) {
   for (const BinaryDef& def : kBinaryOps) {
-    OpSchema schema;
-    schema.name = def.name;
-    schema.min_inputs = 2;
-    schema.max_inputs = 2;
+    OpSchema schema = Schema(def.name, 2, 2);
     schema.infer = [def](InferContext& ctx) -> absl::Status {
       for (size_t i = 0; i < 2; ++i) {
         if (auto s = RequireNumeric(ctx, i); !s.ok()) return s;
@@ -271,27 +262,21 @@ void RegisterBinaryOps(Registry& registry) {
 }
 
 void RegisterWhere(Registry& registry) {
-  OpSchema schema;
-  schema.name = "Where";
-  schema.min_inputs = schema.max_inputs = 3;
+  OpSchema schema = Schema("Where", 3, 3);
   schema.infer = [](InferContext& ctx) -> absl::Status {
     if (ctx.type(1).dtype != ctx.type(2).dtype) {
       return NodeError(ctx.node, "X and Y have different element types");
     }
     return InferBroadcast(ctx, ctx.type(1).dtype);
   };
-  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::where>(PassInputs(node, 3));
-  };
+  schema.lower = LowerToKernel<kernel::where>;
   registry.Add(std::move(schema));
 }
 
 void RegisterCastAndCastLike(Registry& registry) {
   for (const char* name : {"Cast", "CastLike"}) {
-    OpSchema schema;
-    schema.name = name;
     const bool like = std::string(name) == "CastLike";
-    schema.min_inputs = schema.max_inputs = like ? 2 : 1;
+    OpSchema schema = Schema(name, like ? 2 : 1, like ? 2 : 1);
     schema.infer = [like](InferContext& ctx) -> absl::Status {
       DType to = like ? ctx.type(1).dtype : static_cast<DType>(ctx.node.GetInt("to", 0));
       for (DType d : {to, ctx.type(0).dtype}) {
@@ -311,13 +296,8 @@ void RegisterCastAndCastLike(Registry& registry) {
 }
 
 void RegisterClip(Registry& registry) {
-  OpSchema schema;
-  schema.name = "Clip";
-  schema.max_inputs = 3;
-  schema.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
-    return SameAsInput0(ctx);
-  };
+  OpSchema schema = Schema("Clip", 1, 3);
+  schema.infer = SameNumericTypeAsInput0;
   schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
     kiln_elementwise_params params{};
     if (node.opset() < 11) {
@@ -336,13 +316,10 @@ void RegisterClip(Registry& registry) {
 }  // namespace
 
 void RegisterElementwiseOps(Registry& registry) {
-  RegisterFusedElementwise(registry);
-  RegisterUnaryOps(registry);
-  RegisterIsNaNAndIsInf(registry);
-  RegisterBinaryOps(registry);
-  RegisterWhere(registry);
-  RegisterCastAndCastLike(registry);
-  RegisterClip(registry);
+  for (auto add : {RegisterFusedElementwise, RegisterUnaryOps, RegisterIsNaNAndIsInf, RegisterBinaryOps, RegisterWhere,
+                   RegisterCastAndCastLike, RegisterClip}) {
+    add(registry);
+  }
 }
 
 }  // namespace kiln::ops

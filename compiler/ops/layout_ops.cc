@@ -84,87 +84,49 @@ absl::Status RequireBlocked(const InferContext& ctx, size_t i) {
 
 namespace {
 
-void RegisterBlockedMean(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.BlockedMean";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireBlocked(ctx, 0); !st.ok()) return st;
-    const std::vector<int64_t> x = ctx.type(0).StaticDims();
-    ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], x[1], 1, 1, kBlock});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::blocked_mean>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferBlockedMean(InferContext& ctx) {
+  if (auto st = RequireBlocked(ctx, 0); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], x[1], 1, 1, kBlock});
+  return absl::OkStatus();
 }
 
-void RegisterBlockedScale(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.BlockedScale";
-  s.min_inputs = 2;
-  s.max_inputs = 2;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    for (size_t i = 0; i < 2; ++i) {
-      if (auto st = RequireBlocked(ctx, i); !st.ok()) return st;
-    }
-    const std::vector<int64_t> x = ctx.type(0).StaticDims(), f = ctx.type(1).StaticDims();
-    if ((f[0] != 1 && f[0] != x[0]) || f[1] != x[1] || f[2] != 1 || f[3] != 1) {
-      return NodeError(ctx.node, absl::StrCat("scale [", absl::StrJoin(f, ","), "] must be [1 or ", x[0], ", ", x[1],
-                                              ", 1, 1, 16]"));
-    }
-    ctx.output_types[0] = ctx.type(0);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::blocked_scale>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferBlockedScale(InferContext& ctx) {
+  for (size_t i = 0; i < 2; ++i) {
+    if (auto st = RequireBlocked(ctx, i); !st.ok()) return st;
+  }
+  const std::vector<int64_t> x = ctx.type(0).StaticDims(), f = ctx.type(1).StaticDims();
+  if ((f[0] != 1 && f[0] != x[0]) || f[1] != x[1] || f[2] != 1 || f[3] != 1) {
+    return NodeError(
+        ctx.node, absl::StrCat("scale [", absl::StrJoin(f, ","), "] must be [1 or ", x[0], ", ", x[1], ", 1, 1, 16]"));
+  }
+  return SameAsInput0(ctx);
 }
 
-void RegisterToBlocked(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.ToBlocked";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    const std::vector<int64_t> x = ctx.type(0).StaticDims();
-    if (x.size() != 4 || ctx.type(0).dtype != DType::kFloat32)
-      return NodeError(ctx.node, "input must be a 4-D f32 tensor");
-    ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], Blocks(x[1]), x[2], x[3], kBlock});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::to_blocked>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferToBlocked(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  if (x.size() != 4 || ctx.type(0).dtype != DType::kFloat32)
+    return NodeError(ctx.node, "input must be a 4-D f32 tensor");
+  ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], Blocks(x[1]), x[2], x[3], kBlock});
+  return absl::OkStatus();
 }
 
-void RegisterFromBlocked(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.FromBlocked";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    const std::vector<int64_t> x = ctx.type(0).StaticDims();
-    const int64_t channels = ctx.node.GetInt("channels", -1);
-    if (x.size() != 5 || x[4] != kBlock || ctx.type(0).dtype != DType::kFloat32 || channels <= 0 ||
-        Blocks(channels) != x[1]) {
-      return NodeError(ctx.node, absl::StrCat("input [", absl::StrJoin(x, ","), "] is not a blocked f32 tensor of ",
-                                              channels, " channels"));
-    }
-    ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], channels, x[2], x[3]});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::from_blocked>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferFromBlocked(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  const int64_t channels = ctx.node.GetInt("channels", -1);
+  if (x.size() != 5 || x[4] != kBlock || ctx.type(0).dtype != DType::kFloat32 || channels <= 0 ||
+      Blocks(channels) != x[1]) {
+    return NodeError(ctx.node, absl::StrCat("input [", absl::StrJoin(x, ","), "] is not a blocked f32 tensor of ",
+                                            channels, " channels"));
+  }
+  ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], channels, x[2], x[3]});
+  return absl::OkStatus();
 }
 
 void RegisterBlockedConv(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.BlockedConv";
-  s.min_inputs = 2;
-  s.max_inputs = 4;
+  OpSchema s = Schema("kiln.BlockedConv", 2, 4);
   s.infer = [](InferContext& ctx) -> absl::Status {
     if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
     auto w = RequireConstant(ctx, 1, "W");
@@ -262,10 +224,15 @@ void RegisterBlockedConv(Registry& registry) {
 }  // namespace
 
 void RegisterLayoutOps(Registry& registry) {
-  RegisterBlockedMean(registry);
-  RegisterBlockedScale(registry);
-  RegisterToBlocked(registry);
-  RegisterFromBlocked(registry);
+  // The ops that are one kernel on all their inputs, reading no parameters:
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}.
+  const OpSchema plain_kernel_ops[] = {
+      {"kiln.BlockedMean", 1, 1, 0, InferBlockedMean, LowerToKernel<kernel::blocked_mean>},
+      {"kiln.BlockedScale", 2, 2, 0, InferBlockedScale, LowerToKernel<kernel::blocked_scale>},
+      {"kiln.ToBlocked", 1, 1, 0, InferToBlocked, LowerToKernel<kernel::to_blocked>},
+      {"kiln.FromBlocked", 1, 1, 0, InferFromBlocked, LowerToKernel<kernel::from_blocked>},
+  };
+  for (const OpSchema& schema : plain_kernel_ops) registry.Add(schema);
   RegisterBlockedConv(registry);
 }
 
