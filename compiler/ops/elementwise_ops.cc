@@ -175,26 +175,20 @@ std::optional<ScalarOp> ScalarOpOf(const Node& node) {
 
 namespace {
 
-void RegisterFusedElementwise(Registry& registry) {
-  OpSchema schema = Schema(kFusedElementwiseOp, 1, KILN_FUSED_MAX_INPUTS);
-  schema.infer = InferFusedElementwise;
-  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const std::vector<int64_t> program = node.GetInts("program");
-    const std::vector<double> op_params = node.GetFloats("params");
-    const size_t num_ops = program.size() / 4;
-    if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
-      return NodeError(node,
-                       absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
-    }
-    kiln_fused_elementwise_params params{};
-    params.num_ops = static_cast<int64_t>(num_ops);
-    for (size_t op = 0; op < num_ops; ++op) {
-      for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
-      for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
-    }
-    return CallWithParams<kernel::fused_elementwise>(PassAllInputs(node), params);
-  };
-  registry.Add(std::move(schema));
+absl::StatusOr<KernelCall> LowerFusedElementwise(const Node& node) {
+  const std::vector<int64_t> program = node.GetInts("program");
+  const std::vector<double> op_params = node.GetFloats("params");
+  const size_t num_ops = program.size() / 4;
+  if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
+    return NodeError(node, absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
+  }
+  kiln_fused_elementwise_params params{};
+  params.num_ops = static_cast<int64_t>(num_ops);
+  for (size_t op = 0; op < num_ops; ++op) {
+    for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
+    for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
+  }
+  return CallWithParams<kernel::fused_elementwise>(PassAllInputs(node), params);
 }
 
 void RegisterUnaryOps(Registry& registry) {
@@ -261,16 +255,11 @@ void RegisterBinaryOps(Registry& registry) {
   }
 }
 
-void RegisterWhere(Registry& registry) {
-  OpSchema schema = Schema("Where", 3, 3);
-  schema.infer = [](InferContext& ctx) -> absl::Status {
-    if (ctx.type(1).dtype != ctx.type(2).dtype) {
-      return NodeError(ctx.node, "X and Y have different element types");
-    }
-    return InferBroadcast(ctx, ctx.type(1).dtype);
-  };
-  schema.lower = LowerToKernel<kernel::where>;
-  registry.Add(std::move(schema));
+absl::Status InferWhere(InferContext& ctx) {
+  if (ctx.type(1).dtype != ctx.type(2).dtype) {
+    return NodeError(ctx.node, "X and Y have different element types");
+  }
+  return InferBroadcast(ctx, ctx.type(1).dtype);
 }
 
 void RegisterCastAndCastLike(Registry& registry) {
@@ -295,31 +284,32 @@ void RegisterCastAndCastLike(Registry& registry) {
   }
 }
 
-void RegisterClip(Registry& registry) {
-  OpSchema schema = Schema("Clip", 1, 3);
-  schema.infer = SameNumericTypeAsInput0;
-  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_elementwise_params params{};
-    if (node.opset() < 11) {
-      params.has_min = params.has_max = 1;
-      params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
-      params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
-    } else {
-      params.has_min = node.input(1) != nullptr;
-      params.has_max = node.input(2) != nullptr;
-    }
-    return CallWithParams<kernel::clip>(PassAllInputs(node), params);
-  };
-  registry.Add(std::move(schema));
+absl::StatusOr<KernelCall> LowerClip(const Node& node) {
+  kiln_elementwise_params params{};
+  if (node.opset() < 11) {
+    params.has_min = params.has_max = 1;
+    params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
+    params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
+  } else {
+    params.has_min = node.input(1) != nullptr;
+    params.has_max = node.input(2) != nullptr;
+  }
+  return CallWithParams<kernel::clip>(PassAllInputs(node), params);
 }
 
 }  // namespace
 
 void RegisterElementwiseOps(Registry& registry) {
-  for (auto add : {RegisterFusedElementwise, RegisterUnaryOps, RegisterIsNaNAndIsInf, RegisterBinaryOps, RegisterWhere,
-                   RegisterCastAndCastLike, RegisterClip}) {
+  for (auto add : {RegisterUnaryOps, RegisterIsNaNAndIsInf, RegisterBinaryOps, RegisterCastAndCastLike}) {
     add(registry);
   }
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}
+  const OpSchema ops[] = {
+      {kFusedElementwiseOp, 1, KILN_FUSED_MAX_INPUTS, 0, InferFusedElementwise, LowerFusedElementwise},
+      {"Where", 3, 3, 0, InferWhere, LowerToKernel<kernel::where>},
+      {"Clip", 1, 3, 0, SameNumericTypeAsInput0, LowerClip},
+  };
+  for (const OpSchema& schema : ops) registry.Add(schema);
 }
 
 }  // namespace kiln::ops

@@ -37,6 +37,12 @@ void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
 
+// Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
+// max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*
+// functions, and registers its op families (one inference and lowering over a table of
+// names and kernel codes) and the ops that need more (from_types, shared helpers) in
+// registration functions that start from Schema().
+//
 // A schema for `name` taking `min_inputs` to `max_inputs` inputs, of which those in the
 // `constant_inputs` bitmask must be known at compile time; infer and lower still to set.
 OpSchema Schema(const char* name, int min_inputs = 1, int max_inputs = 1, uint32_t constant_inputs = 0);
