@@ -282,43 +282,42 @@ void RegisterIdentityFlattenSqueeze(Registry& registry) {
   }
 }
 
-void RegisterTranspose(Registry& registry) {
-  OpSchema s = Schema("Transpose", 1, 1);
-  auto perm_of = [](const Node& node, int64_t rank) {
-    std::vector<int64_t> perm = node.GetInts("perm");
-    if (perm.empty()) {
-      for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+// Transpose's `perm`; by default the axes reversed.
+std::vector<int64_t> TransposePerm(const Node& node, int64_t rank) {
+  std::vector<int64_t> perm = node.GetInts("perm");
+  if (perm.empty()) {
+    for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+  }
+  return perm;
+}
+
+absl::Status InferTranspose(InferContext& ctx) {
+  if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+  const auto& in = ctx.type(0).shape;
+  std::vector<int64_t> perm = TransposePerm(ctx.node, static_cast<int64_t>(in.size()));
+  if (perm.size() != in.size()) return NodeError(ctx.node, "perm length does not match the input rank");
+  std::vector<bool> seen(in.size(), false);
+  std::vector<Dim> out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(in.size()) || seen[p]) {
+      return NodeError(ctx.node, absl::StrCat("perm [", absl::StrJoin(perm, ","), "] is not a permutation"));
     }
-    return perm;
-  };
-  s.infer = [perm_of](InferContext& ctx) -> absl::Status {
-    if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
-    const auto& in = ctx.type(0).shape;
-    std::vector<int64_t> perm = perm_of(ctx.node, static_cast<int64_t>(in.size()));
-    if (perm.size() != in.size()) return NodeError(ctx.node, "perm length does not match the input rank");
-    std::vector<bool> seen(in.size(), false);
-    std::vector<Dim> out;
-    for (int64_t p : perm) {
-      if (p < 0 || p >= static_cast<int64_t>(in.size()) || seen[p]) {
-        return NodeError(ctx.node, absl::StrCat("perm [", absl::StrJoin(perm, ","), "] is not a permutation"));
-      }
-      seen[p] = true;
-      out.push_back(in[p]);
-    }
-    ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
-    return absl::OkStatus();
-  };
-  s.lower = [perm_of](const Node& node) -> absl::StatusOr<KernelCall> {
-    std::vector<int64_t> in = StaticDims(node.input(0));
-    std::vector<int64_t> perm = perm_of(node, static_cast<int64_t>(in.size()));
-    std::vector<int64_t> in_strides = ContiguousStrides(in), dims, strides;
-    for (int64_t p : perm) {
-      dims.push_back(in[p]);
-      strides.push_back(in_strides[p]);
-    }
-    return StridedCopy(dims, strides, 0);
-  };
-  registry.Add(std::move(s));
+    seen[p] = true;
+    out.push_back(in[p]);
+  }
+  ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerTranspose(const Node& node) {
+  std::vector<int64_t> in = StaticDims(node.input(0));
+  std::vector<int64_t> perm = TransposePerm(node, static_cast<int64_t>(in.size()));
+  std::vector<int64_t> in_strides = ContiguousStrides(in), dims, strides;
+  for (int64_t p : perm) {
+    dims.push_back(in[p]);
+    strides.push_back(in_strides[p]);
+  }
+  return StridedCopy(dims, strides, 0);
 }
 
 absl::Status InferSlice(InferContext& ctx) {
@@ -482,71 +481,70 @@ absl::Status InferTile(InferContext& ctx) {
 
 absl::StatusOr<KernelCall> LowerTile(const Node& node) { return Call<kernel::tile>(PassInputs(node, 1)); }
 
-void RegisterPad(Registry& registry) {
-  OpSchema s = Schema("Pad", 1, 4, 0b1010);
-  auto pads_of = [](const Node& node, const std::vector<const Tensor*>& constants,
-                    int64_t rank) -> absl::StatusOr<std::vector<int64_t>> {
-    std::vector<int64_t> pads;
-    if (node.opset() < 11) {
-      pads = node.GetInts("pads");
-    } else {
-      if (constants.size() < 2 || constants[1] == nullptr)
-        return NodeError(node, "pads must be a compile-time constant");
-      pads = ToInts(*constants[1]);
+// Pad's begin and end amounts for every axis, from the attribute (before opset 11) or
+// the constant inputs pads and axes.
+absl::StatusOr<std::vector<int64_t>> PadAmounts(const Node& node, const std::vector<const Tensor*>& constants,
+                                                int64_t rank) {
+  std::vector<int64_t> pads;
+  if (node.opset() < 11) {
+    pads = node.GetInts("pads");
+  } else {
+    if (constants.size() < 2 || constants[1] == nullptr) return NodeError(node, "pads must be a compile-time constant");
+    pads = ToInts(*constants[1]);
+  }
+  if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
+    std::vector<int64_t> axes = ToInts(*constants[3]), full(2 * rank, 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+      full[a] = pads[i];
+      full[a + rank] = pads[i + axes.size()];
     }
-    if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
-      std::vector<int64_t> axes = ToInts(*constants[3]), full(2 * rank, 0);
-      for (size_t i = 0; i < axes.size(); ++i) {
-        int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
-        full[a] = pads[i];
-        full[a + rank] = pads[i + axes.size()];
-      }
-      pads = full;
-    }
-    if (static_cast<int64_t>(pads.size()) != 2 * rank) {
-      return NodeError(node, absl::StrCat("pads has ", pads.size(), " entries, expected ", 2 * rank));
-    }
-    return pads;
-  };
-  s.infer = [pads_of](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    std::vector<int64_t> in = ctx.type(0).StaticDims();
-    const int64_t rank = static_cast<int64_t>(in.size());
-    auto pads = pads_of(ctx.node, ctx.input_constants, rank);
-    if (!pads.ok()) return pads.status();
-    for (int64_t i = 0; i < rank; ++i) in[i] += (*pads)[i] + (*pads)[i + rank];
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
-    return absl::OkStatus();
-  };
-  s.lower = [pads_of](const Node& node) -> absl::StatusOr<KernelCall> {
-    std::vector<int64_t> in = StaticDims(node.input(0));
-    const int64_t rank = static_cast<int64_t>(in.size());
-    auto pads = pads_of(node, ConstantsOf(node), rank);
-    if (!pads.ok()) return pads.status();
-    std::string mode = node.GetString("mode", "constant");
-    int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
-    if (mode != "constant" && mode != "reflect" && mode != "edge")
-      return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
-    if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
-    kiln_pad_params params{};
-    params.mode = code;
-    std::copy(pads->begin(), pads->begin() + rank, params.pads_begin);
-    KernelCall call = CallWithParams<kernel::pad>(PassInputs(node, 1), params);
-    call.inputs.push_back(KernelOperand{});
-    if (node.opset() < 11) {
-      auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
-      double v = node.GetFloat("value", 0.0);
-      if (value->dtype() == DType::kFloat32)
-        value->data_as<float>()[0] = static_cast<float>(v);
-      else if (value->dtype() == DType::kFloat64)
-        value->data_as<double>()[0] = v;
-      call.inputs.push_back(KernelOperand{-1, value});
-    } else {
-      call.inputs.push_back(node.input(2) ? KernelOperand{2, nullptr} : KernelOperand{});
-    }
-    return call;
-  };
-  registry.Add(std::move(s));
+    pads = full;
+  }
+  if (static_cast<int64_t>(pads.size()) != 2 * rank) {
+    return NodeError(node, absl::StrCat("pads has ", pads.size(), " entries, expected ", 2 * rank));
+  }
+  return pads;
+}
+
+absl::Status InferPad(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  std::vector<int64_t> in = ctx.type(0).StaticDims();
+  const int64_t rank = static_cast<int64_t>(in.size());
+  auto pads = PadAmounts(ctx.node, ctx.input_constants, rank);
+  if (!pads.ok()) return pads.status();
+  for (int64_t i = 0; i < rank; ++i) in[i] += (*pads)[i] + (*pads)[i + rank];
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerPad(const Node& node) {
+  std::vector<int64_t> in = StaticDims(node.input(0));
+  const int64_t rank = static_cast<int64_t>(in.size());
+  auto pads = PadAmounts(node, ConstantsOf(node), rank);
+  if (!pads.ok()) return pads.status();
+  std::string mode = node.GetString("mode", "constant");
+  int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
+  if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
+  kiln_pad_params params{};
+  params.mode = code;
+  std::copy(pads->begin(), pads->begin() + rank, params.pads_begin);
+  KernelCall call = CallWithParams<kernel::pad>(PassInputs(node, 1), params);
+  call.inputs.push_back(KernelOperand{});
+  if (node.opset() < 11) {
+    auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
+    double v = node.GetFloat("value", 0.0);
+    if (value->dtype() == DType::kFloat32)
+      value->data_as<float>()[0] = static_cast<float>(v);
+    else if (value->dtype() == DType::kFloat64)
+      value->data_as<double>()[0] = v;
+    call.inputs.push_back(KernelOperand{-1, value});
+  } else {
+    call.inputs.push_back(node.input(2) ? KernelOperand{2, nullptr} : KernelOperand{});
+  }
+  return call;
 }
 
 void RegisterDepthToSpaceAndBack(Registry& registry) {
@@ -679,13 +677,14 @@ absl::StatusOr<KernelCall> LowerCumSum(const Node& node) {
 }  // namespace
 
 void RegisterShapeOps(Registry& registry) {
-  for (auto add : {RegisterShape, RegisterSize, RegisterIdentityFlattenSqueeze, RegisterTranspose,
-                   RegisterScatterElements, RegisterPad, RegisterDepthToSpaceAndBack}) {
+  for (auto add : {RegisterShape, RegisterSize, RegisterIdentityFlattenSqueeze, RegisterScatterElements,
+                   RegisterDepthToSpaceAndBack}) {
     add(registry);
   }
-  // The ops that are one op each: {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}.
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}
   const OpSchema ops[] = {
       {"Reshape", 1, 2, 0b10, InferReshape, LowerToView},
+      {"Transpose", 1, 1, 0, InferTranspose, LowerTranspose},
       {"Slice", 1, 5, 0b11110, InferSlice, LowerSlice},
       {"Expand", 2, 2, 0b10, InferExpand, LowerExpand},
       {"Concat", 1, 1 << 20, 0, InferConcat, LowerConcat},
@@ -695,6 +694,7 @@ void RegisterShapeOps(Registry& registry) {
       {"GatherND", 2, 2, 0, InferGatherND, LowerGatherND},
       {"ScatterND", 3, 3, 0, SameAsInput0, LowerScatterND},
       {"Tile", 2, 2, 0b10, InferTile, LowerTile},
+      {"Pad", 1, 4, 0b1010, InferPad, LowerPad},
       {"Trilu", 1, 2, 0b10, SameAsInput0, LowerTrilu},
       {"ConstantOfShape", 1, 1, 0b1, InferConstantOfShape, LowerConstantOfShape},
       {"Range", 3, 3, 0b111, InferRange, LowerToKernel<kernel::range>},
