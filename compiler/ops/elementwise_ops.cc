@@ -96,6 +96,12 @@ absl::Status RequireNumeric(const InferContext& ctx, size_t i) {
   return absl::OkStatus();
 }
 
+// Input 0 must have a numeric element type; output 0 gets its type.
+absl::Status SameNumericTypeAsInput0(InferContext& ctx) {
+  if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
+  return SameAsInput0(ctx);
+}
+
 absl::Status InferBroadcast(InferContext& ctx, DType result) {
   std::vector<Dim> shape;
   bool all_ranked = true;
@@ -169,43 +175,26 @@ std::optional<ScalarOp> ScalarOpOf(const Node& node) {
 
 namespace {
 
-void RegisterFusedElementwise(Registry& registry) {
-  OpSchema schema;
-  schema.name = kFusedElementwiseOp;
-  schema.min_inputs = 1;
-  schema.max_inputs = KILN_FUSED_MAX_INPUTS;
-  schema.infer = InferFusedElementwise;
-  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const std::vector<int64_t> program = node.GetInts("program");
-    const std::vector<double> op_params = node.GetFloats("params");
-    const size_t num_ops = program.size() / 4;
-    if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
-      return NodeError(node,
-                       absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
-    }
-    kiln_fused_elementwise_params params{};
-    params.num_ops = static_cast<int64_t>(num_ops);
-    for (size_t op = 0; op < num_ops; ++op) {
-      for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
-      for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
-    }
-    return CallWithParams<kernel::fused_elementwise>(PassAllInputs(node), params);
-  };
-  registry.Add(std::move(schema));
+absl::StatusOr<KernelCall> LowerFusedElementwise(const Node& node) {
+  const std::vector<int64_t> program = node.GetInts("program");
+  const std::vector<double> op_params = node.GetFloats("params");
+  const size_t num_ops = program.size() / 4;
+  if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
+    return NodeError(node, absl::StrCat("needs at most ", KILN_FUSED_MAX_OPS, " ops (4 program ints, 2 params each)"));
+  }
+  kiln_fused_elementwise_params params{};
+  params.num_ops = static_cast<int64_t>(num_ops);
+  for (size_t op = 0; op < num_ops; ++op) {
+    for (size_t i = 0; i < 4; ++i) params.program[op][i] = program[op * 4 + i];
+    for (size_t i = 0; i < 2; ++i) params.op_params[op][i] = op_params[op * 2 + i];
+  }
+  return CallWithParams<kernel::fused_elementwise>(PassAllInputs(node), params);
 }
 
 void RegisterUnaryOps(Registry& registry) {
   for (const UnaryDef& def : kUnaryOps) {
-    OpSchema schema;
-    schema.name = def.name;
-    schema.infer = [def](InferContext& ctx) -> absl::Status {
-      if (def.float_only) {
-        if (auto s = RequireFloat(ctx); !s.ok()) return s;
-      } else if (auto s = RequireNumeric(ctx, 0); !s.ok()) {
-        return s;
-      }
-      return SameAsInput0(ctx);
-    };
+    OpSchema schema = Schema(def.name);
+    schema.infer = def.float_only ? SameFloatTypeAsInput0 : SameNumericTypeAsInput0;
     schema.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       kiln_elementwise_params params{};
       params.op = def.code;
@@ -219,8 +208,7 @@ void RegisterUnaryOps(Registry& registry) {
 
 void RegisterIsNaNAndIsInf(Registry& registry) {
   for (const char* name : {"IsNaN", "IsInf"}) {
-    OpSchema schema;
-    schema.name = name;
+    OpSchema schema = Schema(name);
     schema.infer = [](InferContext& ctx) -> absl::Status {
       if (auto s = RequireFloat(ctx); !s.ok()) return s;
       ctx.output_types[0] = ctx.type(0);
@@ -241,10 +229,7 @@ void RegisterIsNaNAndIsInf(Registry& registry) {
 
 void RegisterBinaryOps(Registry& registry) {
   for (const BinaryDef& def : kBinaryOps) {
-    OpSchema schema;
-    schema.name = def.name;
-    schema.min_inputs = 2;
-    schema.max_inputs = 2;
+    OpSchema schema = Schema(def.name, 2, 2);
     schema.infer = [def](InferContext& ctx) -> absl::Status {
       for (size_t i = 0; i < 2; ++i) {
         if (auto s = RequireNumeric(ctx, i); !s.ok()) return s;
@@ -270,28 +255,17 @@ void RegisterBinaryOps(Registry& registry) {
   }
 }
 
-void RegisterWhere(Registry& registry) {
-  OpSchema schema;
-  schema.name = "Where";
-  schema.min_inputs = schema.max_inputs = 3;
-  schema.infer = [](InferContext& ctx) -> absl::Status {
-    if (ctx.type(1).dtype != ctx.type(2).dtype) {
-      return NodeError(ctx.node, "X and Y have different element types");
-    }
-    return InferBroadcast(ctx, ctx.type(1).dtype);
-  };
-  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::where>(PassInputs(node, 3));
-  };
-  registry.Add(std::move(schema));
+absl::Status InferWhere(InferContext& ctx) {
+  if (ctx.type(1).dtype != ctx.type(2).dtype) {
+    return NodeError(ctx.node, "X and Y have different element types");
+  }
+  return InferBroadcast(ctx, ctx.type(1).dtype);
 }
 
 void RegisterCastAndCastLike(Registry& registry) {
   for (const char* name : {"Cast", "CastLike"}) {
-    OpSchema schema;
-    schema.name = name;
     const bool like = std::string(name) == "CastLike";
-    schema.min_inputs = schema.max_inputs = like ? 2 : 1;
+    OpSchema schema = Schema(name, like ? 2 : 1, like ? 2 : 1);
     schema.infer = [like](InferContext& ctx) -> absl::Status {
       DType to = like ? ctx.type(1).dtype : static_cast<DType>(ctx.node.GetInt("to", 0));
       for (DType d : {to, ctx.type(0).dtype}) {
@@ -310,39 +284,32 @@ void RegisterCastAndCastLike(Registry& registry) {
   }
 }
 
-void RegisterClip(Registry& registry) {
-  OpSchema schema;
-  schema.name = "Clip";
-  schema.max_inputs = 3;
-  schema.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto s = RequireNumeric(ctx, 0); !s.ok()) return s;
-    return SameAsInput0(ctx);
-  };
-  schema.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_elementwise_params params{};
-    if (node.opset() < 11) {
-      params.has_min = params.has_max = 1;
-      params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
-      params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
-    } else {
-      params.has_min = node.input(1) != nullptr;
-      params.has_max = node.input(2) != nullptr;
-    }
-    return CallWithParams<kernel::clip>(PassAllInputs(node), params);
-  };
-  registry.Add(std::move(schema));
+absl::StatusOr<KernelCall> LowerClip(const Node& node) {
+  kiln_elementwise_params params{};
+  if (node.opset() < 11) {
+    params.has_min = params.has_max = 1;
+    params.alpha = node.GetFloat("min", -std::numeric_limits<float>::max());
+    params.beta = node.GetFloat("max", std::numeric_limits<float>::max());
+  } else {
+    params.has_min = node.input(1) != nullptr;
+    params.has_max = node.input(2) != nullptr;
+  }
+  return CallWithParams<kernel::clip>(PassAllInputs(node), params);
 }
 
 }  // namespace
 
 void RegisterElementwiseOps(Registry& registry) {
-  RegisterFusedElementwise(registry);
-  RegisterUnaryOps(registry);
-  RegisterIsNaNAndIsInf(registry);
-  RegisterBinaryOps(registry);
-  RegisterWhere(registry);
-  RegisterCastAndCastLike(registry);
-  RegisterClip(registry);
+  for (auto add : {RegisterUnaryOps, RegisterIsNaNAndIsInf, RegisterBinaryOps, RegisterCastAndCastLike}) {
+    add(registry);
+  }
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}
+  const OpSchema ops[] = {
+      {kFusedElementwiseOp, 1, KILN_FUSED_MAX_INPUTS, 0, InferFusedElementwise, LowerFusedElementwise},
+      {"Where", 3, 3, 0, InferWhere, LowerToKernel<kernel::where>},
+      {"Clip", 1, 3, 0, SameNumericTypeAsInput0, LowerClip},
+  };
+  for (const OpSchema& schema : ops) registry.Add(schema);
 }
 
 }  // namespace kiln::ops

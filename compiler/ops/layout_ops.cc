@@ -70,6 +70,19 @@ absl::StatusOr<BlockedConvShape> ReadBlockedConv(const Node& node, const std::ve
   return s;
 }
 
+// Weight rows src[oc][row] in blocked.cc's layout [ceil(oc / 16)][padded_row][16]: output
+// channel o in lane o % 16 of block o / 16, zeros past the last channel and row entry.
+std::shared_ptr<Tensor> PackBlockedWeight(const float* src, int64_t oc, int64_t row, int64_t padded_row) {
+  const int64_t blocks = Blocks(oc);
+  auto packed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{blocks, padded_row, kBlock});
+  float* dst = packed->data_as<float>();
+  std::fill(dst, dst + blocks * padded_row * kBlock, 0.f);
+  for (int64_t o = 0; o < oc; ++o) {
+    for (int64_t i = 0; i < row; ++i) dst[(o / kBlock * padded_row + i) * kBlock + o % kBlock] = src[o * row + i];
+  }
+  return packed;
+}
+
 // Input i must be a blocked f32 tensor [N, CB, H, W, 16].
 absl::Status RequireBlocked(const InferContext& ctx, size_t i) {
   if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
@@ -84,189 +97,137 @@ absl::Status RequireBlocked(const InferContext& ctx, size_t i) {
 
 namespace {
 
-void RegisterBlockedMean(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.BlockedMean";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireBlocked(ctx, 0); !st.ok()) return st;
-    const std::vector<int64_t> x = ctx.type(0).StaticDims();
-    ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], x[1], 1, 1, kBlock});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::blocked_mean>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferBlockedMean(InferContext& ctx) {
+  if (auto st = RequireBlocked(ctx, 0); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], x[1], 1, 1, kBlock});
+  return absl::OkStatus();
 }
 
-void RegisterBlockedScale(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.BlockedScale";
-  s.min_inputs = 2;
-  s.max_inputs = 2;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    for (size_t i = 0; i < 2; ++i) {
-      if (auto st = RequireBlocked(ctx, i); !st.ok()) return st;
-    }
-    const std::vector<int64_t> x = ctx.type(0).StaticDims(), f = ctx.type(1).StaticDims();
-    if ((f[0] != 1 && f[0] != x[0]) || f[1] != x[1] || f[2] != 1 || f[3] != 1) {
-      return NodeError(ctx.node, absl::StrCat("scale [", absl::StrJoin(f, ","), "] must be [1 or ", x[0], ", ", x[1],
-                                              ", 1, 1, 16]"));
-    }
-    ctx.output_types[0] = ctx.type(0);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::blocked_scale>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferBlockedScale(InferContext& ctx) {
+  for (size_t i = 0; i < 2; ++i) {
+    if (auto st = RequireBlocked(ctx, i); !st.ok()) return st;
+  }
+  const std::vector<int64_t> x = ctx.type(0).StaticDims(), f = ctx.type(1).StaticDims();
+  if ((f[0] != 1 && f[0] != x[0]) || f[1] != x[1] || f[2] != 1 || f[3] != 1) {
+    return NodeError(
+        ctx.node, absl::StrCat("scale [", absl::StrJoin(f, ","), "] must be [1 or ", x[0], ", ", x[1], ", 1, 1, 16]"));
+  }
+  return SameAsInput0(ctx);
 }
 
-void RegisterToBlocked(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.ToBlocked";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    const std::vector<int64_t> x = ctx.type(0).StaticDims();
-    if (x.size() != 4 || ctx.type(0).dtype != DType::kFloat32)
-      return NodeError(ctx.node, "input must be a 4-D f32 tensor");
-    ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], Blocks(x[1]), x[2], x[3], kBlock});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::to_blocked>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferToBlocked(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  if (x.size() != 4 || ctx.type(0).dtype != DType::kFloat32)
+    return NodeError(ctx.node, "input must be a 4-D f32 tensor");
+  ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], Blocks(x[1]), x[2], x[3], kBlock});
+  return absl::OkStatus();
 }
 
-void RegisterFromBlocked(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.FromBlocked";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    const std::vector<int64_t> x = ctx.type(0).StaticDims();
-    const int64_t channels = ctx.node.GetInt("channels", -1);
-    if (x.size() != 5 || x[4] != kBlock || ctx.type(0).dtype != DType::kFloat32 || channels <= 0 ||
-        Blocks(channels) != x[1]) {
-      return NodeError(ctx.node, absl::StrCat("input [", absl::StrJoin(x, ","), "] is not a blocked f32 tensor of ",
-                                              channels, " channels"));
-    }
-    ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], channels, x[2], x[3]});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::from_blocked>(PassAllInputs(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferFromBlocked(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  const int64_t channels = ctx.node.GetInt("channels", -1);
+  if (x.size() != 5 || x[4] != kBlock || ctx.type(0).dtype != DType::kFloat32 || channels <= 0 ||
+      Blocks(channels) != x[1]) {
+    return NodeError(ctx.node, absl::StrCat("input [", absl::StrJoin(x, ","), "] is not a blocked f32 tensor of ",
+                                            channels, " channels"));
+  }
+  ctx.output_types[0] = TensorType::Static(DType::kFloat32, {x[0], channels, x[2], x[3]});
+  return absl::OkStatus();
 }
 
-void RegisterBlockedConv(Registry& registry) {
-  OpSchema s;
-  s.name = "kiln.BlockedConv";
-  s.min_inputs = 2;
-  s.max_inputs = 4;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    auto w = RequireConstant(ctx, 1, "W");
-    if (!w.ok()) return w.status();
-    const std::vector<int64_t> x = ctx.type(0).StaticDims();
-    auto shape = ReadBlockedConv(ctx.node, (*w)->dims(), x.size());
-    if (!shape.ok()) return shape.status();
-    const bool dense = shape->kind == 2;
-    if ((dense ? x.size() != 4 || x[1] != shape->in_channels
-               : x.size() != 5 || x[4] != kBlock || x[1] != Blocks(shape->in_channels)) ||
-        ctx.type(0).dtype != DType::kFloat32 || (*w)->dtype() != DType::kFloat32) {
-      return NodeError(ctx.node,
-                       absl::StrCat("X [", absl::StrJoin(x, ","), "] is not ", dense ? "an NCHW" : "a blocked",
-                                    " f32 tensor of ", shape->in_channels, " channels"));
+absl::Status InferBlockedConv(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  auto w = RequireConstant(ctx, 1, "W");
+  if (!w.ok()) return w.status();
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  auto shape = ReadBlockedConv(ctx.node, (*w)->dims(), x.size());
+  if (!shape.ok()) return shape.status();
+  const bool dense = shape->kind == 2;
+  if ((dense ? x.size() != 4 || x[1] != shape->in_channels
+             : x.size() != 5 || x[4] != kBlock || x[1] != Blocks(shape->in_channels)) ||
+      ctx.type(0).dtype != DType::kFloat32 || (*w)->dtype() != DType::kFloat32) {
+    return NodeError(ctx.node, absl::StrCat("X [", absl::StrJoin(x, ","), "] is not ", dense ? "an NCHW" : "a blocked",
+                                            " f32 tensor of ", shape->in_channels, " channels"));
+  }
+  if (ctx.has_input(2)) {
+    const Tensor* b = ctx.constant(2);
+    if (b == nullptr || b->dtype() != DType::kFloat32 || b->dims() != std::vector<int64_t>{shape->out_channels}) {
+      return NodeError(ctx.node, absl::StrCat("B must be a constant f32 [", shape->out_channels, "]"));
     }
-    if (ctx.has_input(2)) {
-      const Tensor* b = ctx.constant(2);
-      if (b == nullptr || b->dtype() != DType::kFloat32 || b->dims() != std::vector<int64_t>{shape->out_channels}) {
-        return NodeError(ctx.node, absl::StrCat("B must be a constant f32 [", shape->out_channels, "]"));
-      }
+  }
+  const int64_t oh = (x[2] + shape->pads[0] + shape->pads[2] - shape->kh) / shape->sh + 1;
+  const int64_t ow = (x[3] + shape->pads[1] + shape->pads[3] - shape->kw) / shape->sw + 1;
+  if (oh <= 0 || ow <= 0) return NodeError(ctx.node, "the window is larger than the padded input");
+  if (dense && shape->in_channels * shape->kh * ((ow - 1) * shape->sw + shape->kw) > kDenseRowFloats) {
+    return NodeError(ctx.node, absl::StrCat("the input rows of one output row exceed ", kDenseRowFloats, " floats"));
+  }
+  const std::vector<int64_t> out = {x[0], Blocks(shape->out_channels), oh, ow, kBlock};
+  if (ctx.has_input(3)) {
+    if (shape->kind != 0) return NodeError(ctx.node, "only a pointwise BlockedConv takes a residual");
+    if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
+    if (ctx.type(3).StaticDims() != out || ctx.type(3).dtype != DType::kFloat32) {
+      return NodeError(ctx.node, absl::StrCat("residual must be f32 [", absl::StrJoin(out, ","), "]"));
     }
-    const int64_t oh = (x[2] + shape->pads[0] + shape->pads[2] - shape->kh) / shape->sh + 1;
-    const int64_t ow = (x[3] + shape->pads[1] + shape->pads[3] - shape->kw) / shape->sw + 1;
-    if (oh <= 0 || ow <= 0) return NodeError(ctx.node, "the window is larger than the padded input");
-    if (dense && shape->in_channels * shape->kh * ((ow - 1) * shape->sw + shape->kw) > kDenseRowFloats) {
-      return NodeError(ctx.node, absl::StrCat("the input rows of one output row exceed ", kDenseRowFloats, " floats"));
-    }
-    const std::vector<int64_t> out = {x[0], Blocks(shape->out_channels), oh, ow, kBlock};
-    if (ctx.has_input(3)) {
-      if (shape->kind != 0) return NodeError(ctx.node, "only a pointwise BlockedConv takes a residual");
-      if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
-      if (ctx.type(3).StaticDims() != out || ctx.type(3).dtype != DType::kFloat32) {
-        return NodeError(ctx.node, absl::StrCat("residual must be f32 [", absl::StrJoin(out, ","), "]"));
-      }
-    }
-    ctx.output_types[0] = TensorType::Static(DType::kFloat32, out);
-    return absl::OkStatus();
-  };
-  // The weight and bias are packed here (blocked.cc's layouts), padded with zeros.
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const Tensor& w = *node.input(1)->constant();
-    auto shape = ReadBlockedConv(node, w.dims(), node.input(0)->type().shape.size());
-    if (!shape.ok()) return shape.status();
-    const int64_t ic = shape->in_channels, oc = shape->out_channels, taps = shape->kh * shape->kw;
-    // Pointwise: input channels padded to whole blocks; dense: every (channel, tap).
-    const int64_t icp = shape->kind == 2 ? ic * taps : Blocks(ic) * kBlock, ocp = Blocks(oc) * kBlock;
-    const int64_t k = shape->kind == 2 ? ic * taps : ic;
-    const float* src = w.data_as<float>();
-    std::shared_ptr<Tensor> packed;
-    if (shape->kind != 1) {
-      packed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{ocp / kBlock, icp, kBlock});
-      float* dst = packed->data_as<float>();
-      std::fill(dst, dst + ocp * icp, 0.f);
-      for (int64_t o = 0; o < oc; ++o) {
-        for (int64_t i = 0; i < k; ++i) dst[(o / kBlock * icp + i) * kBlock + o % kBlock] = src[o * k + i];
-      }
-    } else {
-      packed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{ocp / kBlock, taps, kBlock});
-      float* dst = packed->data_as<float>();
-      std::fill(dst, dst + ocp * taps, 0.f);
-      for (int64_t o = 0; o < oc; ++o) {
-        for (int64_t t = 0; t < taps; ++t) dst[(o / kBlock * taps + t) * kBlock + o % kBlock] = src[o * taps + t];
-      }
-    }
-    auto bias = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{ocp});
-    float* b = bias->data_as<float>();
-    std::fill(b, b + ocp, 0.f);
-    if (node.input(2) != nullptr) {
-      const float* from = node.input(2)->constant()->data_as<float>();
-      std::copy(from, from + oc, b);
-    }
-    kiln_conv_params params{};
-    params.blocked_kind = shape->kind;
-    params.in_channels = ic;
-    params.out_channels = oc;
-    params.window.rank = 2;
-    params.window.kernel[0] = shape->kh;
-    params.window.kernel[1] = shape->kw;
-    params.window.strides[0] = shape->sh;
-    params.window.strides[1] = shape->sw;
-    params.window.pads_begin[0] = shape->pads[0];
-    params.window.pads_begin[1] = shape->pads[1];
-    params.window.pads_end[0] = shape->pads[2];
-    params.window.pads_end[1] = shape->pads[3];
-    params.window.dilations[0] = params.window.dilations[1] = 1;
-    KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-    KernelCall call = CallWithParams<kernel::blocked_conv>(
-        {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}}, params);
-    if (node.input(3) != nullptr) call.inputs.push_back(KernelOperand{3, nullptr});
-    return call;
-  };
-  registry.Add(std::move(s));
+  }
+  ctx.output_types[0] = TensorType::Static(DType::kFloat32, out);
+  return absl::OkStatus();
+}
+
+// The weight and bias are packed here (blocked.cc's layouts), padded with zeros.
+absl::StatusOr<KernelCall> LowerBlockedConv(const Node& node) {
+  const Tensor& w = *node.input(1)->constant();
+  auto shape = ReadBlockedConv(node, w.dims(), node.input(0)->type().shape.size());
+  if (!shape.ok()) return shape.status();
+  const int64_t ic = shape->in_channels, oc = shape->out_channels, taps = shape->kh * shape->kw;
+  // Pointwise: input channels padded to whole blocks; dense: every (channel, tap).
+  const int64_t icp = shape->kind == 2 ? ic * taps : Blocks(ic) * kBlock, ocp = Blocks(oc) * kBlock;
+  const int64_t k = shape->kind == 2 ? ic * taps : ic;
+  const float* src = w.data_as<float>();
+  const std::shared_ptr<Tensor> packed =
+      shape->kind == 1 ? PackBlockedWeight(src, oc, taps, taps) : PackBlockedWeight(src, oc, k, icp);
+  auto bias = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{ocp});
+  float* b = bias->data_as<float>();
+  std::fill(b, b + ocp, 0.f);
+  if (node.input(2) != nullptr) {
+    const float* from = node.input(2)->constant()->data_as<float>();
+    std::copy(from, from + oc, b);
+  }
+  kiln_conv_params params{};
+  params.blocked_kind = shape->kind;
+  params.in_channels = ic;
+  params.out_channels = oc;
+  params.window.rank = 2;
+  params.window.kernel[0] = shape->kh;
+  params.window.kernel[1] = shape->kw;
+  params.window.strides[0] = shape->sh;
+  params.window.strides[1] = shape->sw;
+  params.window.pads_begin[0] = shape->pads[0];
+  params.window.pads_begin[1] = shape->pads[1];
+  params.window.pads_end[0] = shape->pads[2];
+  params.window.pads_end[1] = shape->pads[3];
+  params.window.dilations[0] = params.window.dilations[1] = 1;
+  KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+  KernelCall call = CallWithParams<kernel::blocked_conv>(
+      {KernelOperand{0, nullptr}, KernelOperand{-1, packed}, KernelOperand{-1, bias}}, params);
+  if (node.input(3) != nullptr) call.inputs.push_back(KernelOperand{3, nullptr});
+  return call;
 }
 
 }  // namespace
 
 void RegisterLayoutOps(Registry& registry) {
-  RegisterBlockedMean(registry);
-  RegisterBlockedScale(registry);
-  RegisterToBlocked(registry);
-  RegisterFromBlocked(registry);
-  RegisterBlockedConv(registry);
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}
+  const OpSchema ops[] = {
+      {"kiln.BlockedMean", 1, 1, 0, InferBlockedMean, LowerToKernel<kernel::blocked_mean>},
+      {"kiln.BlockedScale", 2, 2, 0, InferBlockedScale, LowerToKernel<kernel::blocked_scale>},
+      {"kiln.ToBlocked", 1, 1, 0, InferToBlocked, LowerToKernel<kernel::to_blocked>},
+      {"kiln.FromBlocked", 1, 1, 0, InferFromBlocked, LowerToKernel<kernel::from_blocked>},
+      {"kiln.BlockedConv", 2, 4, 0, InferBlockedConv, LowerBlockedConv},
+  };
+  for (const OpSchema& schema : ops) registry.Add(schema);
 }
 
 }  // namespace kiln::ops

@@ -68,11 +68,7 @@ absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w
 namespace {
 
 // The activations the fuse pass names in `kiln.activation`, and their kernel codes.
-struct NamedActivation {
-  const char* name;
-  int64_t code;
-};
-constexpr NamedActivation kNamedActivations[] = {
+constexpr NamedCode kNamedActivations[] = {
     {"relu", KILN_UNARY_RELU},
     {"leaky_relu", KILN_UNARY_LEAKY_RELU},
     {"sigmoid", KILN_UNARY_SIGMOID},
@@ -92,7 +88,7 @@ absl::StatusOr<kiln_activation> FusedActivation(const Node& node) {
   if (!node.has_attr("kiln.activation")) return activation;
   const std::string name = node.GetString("kiln.activation", "");
   std::vector<std::string> known;
-  for (const NamedActivation& named : kNamedActivations) {
+  for (const NamedCode& named : kNamedActivations) {
     if (name == named.name) {
       activation.code = named.code;
       activation.alpha = node.GetFloat("kiln.activation_alpha", 0.0);
@@ -105,6 +101,27 @@ absl::StatusOr<kiln_activation> FusedActivation(const Node& node) {
 }
 
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
+
+absl::StatusOr<std::vector<int64_t>> ConvOutputDims(const Node& node, const std::vector<int64_t>& x,
+                                                    const std::vector<int64_t>& w) {
+  if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+    return NodeError(node, "X and W must both be 3-D, 4-D or 5-D");
+  const int64_t group = node.GetInt("group", 1);
+  if (group <= 0 || x[1] % group != 0 || w[0] % group != 0 || x[1] / group != w[1]) {
+    return NodeError(node, absl::StrCat("input channels ", x[1], " with group ", group, " do not match weight dims [",
+                                        absl::StrJoin(w, ","), "]"));
+  }
+  const std::vector<int64_t> kernel = node.GetInts("kernel_shape", Spatial(w));
+  if (kernel != Spatial(w)) {
+    return NodeError(node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","), "] does not match weight dims [",
+                                        absl::StrJoin(w, ","), "]"));
+  }
+  auto win = ComputeWindow(node, Spatial(x), kernel, false);
+  if (!win.ok()) return win.status();
+  std::vector<int64_t> out = {x[0], w[0]};
+  out.insert(out.end(), win->out.begin(), win->out.end());
+  return out;
+}
 
 absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b) {
   if (a.empty() || b.empty()) return NodeError(node, "operands must have rank 1 or more");
@@ -333,196 +350,143 @@ absl::StatusOr<WindowParams> ConvTransposeWindow(const Node& node) {
 
 namespace {
 
-void RegisterMatMul(Registry& registry) {
-  OpSchema s;
-  s.name = "MatMul";
-  s.min_inputs = 2;
-  s.max_inputs = 3;  // input 2: a bias [N] folded in by the fuse pass
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    for (size_t i = 0; i < 2; ++i) {
-      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-    }
-    if (ctx.type(0).dtype != ctx.type(1).dtype) return NodeError(ctx.node, "operands have different element types");
-    auto out = MatMulOutputShape(ctx.node, ctx.type(0).StaticDims(), ctx.type(1).StaticDims());
-    if (!out.ok()) return out.status();
-    ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_matmul_params params{};
-    KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
-    KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-    return CallWithParams<kernel::matmul>(PassAllInputs(node), params);
-  };
-  // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
-  // 16-column panels [N/16][K][16] at compile time (b_panels).
-  s.lower_fast = [lower = s.lower](const Node& node) -> absl::StatusOr<std::optional<KernelCall>> {
-    const Value* b = node.input(1);
-    if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
-      return std::nullopt;
-    }
-    const std::vector<int64_t> bd = StaticDims(b);
-    if (bd.size() != 2 || bd[0] == 0 || bd[1] % 16 != 0 || bd[1] == 0) return std::nullopt;
-    absl::StatusOr<KernelCall> call = lower(node);
-    if (!call.ok()) return call.status();
-    const int64_t K = bd[0], N = bd[1];
-    auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N / 16, K, 16});
-    const float* src = b->constant()->data_as<float>();
-    float* dst = panels->data_as<float>();
-    for (int64_t k = 0; k < K; ++k) {
-      for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * N + n];
-    }
-    call->inputs[1] = KernelOperand{-1, std::move(panels)};
-    kiln_matmul_params params = call->params.Get<kiln_matmul_params>();
-    params.b_panels = 1;
-    call->params.Set(params);
-    return std::optional<KernelCall>(std::move(*call));
-  };
-  registry.Add(std::move(s));
+absl::Status InferMatMul(InferContext& ctx) {
+  if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
+  if (ctx.type(0).dtype != ctx.type(1).dtype) return NodeError(ctx.node, "operands have different element types");
+  auto out = MatMulOutputShape(ctx.node, ctx.type(0).StaticDims(), ctx.type(1).StaticDims());
+  if (!out.ok()) return out.status();
+  ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
+  return absl::OkStatus();
 }
 
-void RegisterGemm(Registry& registry) {
-  OpSchema s;
-  s.name = "Gemm";
-  s.min_inputs = 2;
-  s.max_inputs = 3;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    for (size_t i = 0; i < 2; ++i) {
-      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-    }
-    std::vector<int64_t> a = ctx.type(0).StaticDims(), b = ctx.type(1).StaticDims();
-    if (a.size() != 2 || b.size() != 2) return NodeError(ctx.node, "A and B must be 2-D");
-    const bool ta = ctx.node.GetInt("transA", 0) != 0, tb = ctx.node.GetInt("transB", 0) != 0;
-    const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
-    const int64_t KB = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
-    if (K != KB) return NodeError(ctx.node, absl::StrCat("inner dimensions differ: A gives ", K, ", B gives ", KB));
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {M, N});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_gemm_params params{};
-    params.trans_a = node.GetInt("transA", 0);
-    params.trans_b = node.GetInt("transB", 0);
-    params.alpha = node.GetFloat("alpha", 1.0);
-    params.beta = node.GetFloat("beta", 1.0);
-    KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
-    return CallWithParams<kernel::gemm>(PassAllInputs(node), params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerMatMul(const Node& node) {
+  kiln_matmul_params params{};
+  KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+  KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+  return CallWithParams<kernel::matmul>(PassAllInputs(node), params);
 }
 
-void RegisterConv(Registry& registry) {
-  OpSchema s;
-  s.name = "Conv";
-  s.min_inputs = 2;
-  // Two more inputs only as the fuse pass writes them. Input 3, with kiln.input_scale = 1
-  // (B then present): a per-(image, input channel) scale [N or 1, C, 1, ...] the Conv
-  // applies to X first, i.e. the Conv of Mul(X, scale) (EfficientNet's
-  // squeeze-and-excitation). Input 4, with kiln.residual = 1 (input 3 then may be
-  // omitted): a tensor shaped as Y added after the bias, before the activation, i.e.
-  // Add(Conv(...), R) (ResNet's skip connection).
-  s.max_inputs = 5;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireFloat(ctx); !st.ok()) return st;
-    for (size_t i = 0; i < 2; ++i) {
-      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-    }
-    std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
-    const size_t n_inputs = ctx.node.inputs().size();
-    const bool has_scale = n_inputs > 3 && ctx.node.input(3) != nullptr;
-    if (n_inputs == 5 && (ctx.node.GetInt("kiln.residual", 0) != 1 || ctx.node.input(4) == nullptr)) {
-      return NodeError(
-          ctx.node,
-          "Conv takes at most 3 inputs (X, W, B); a fifth, the fuse pass's residual, needs kiln.residual = 1");
-    }
-    if (n_inputs > 3 && !has_scale && n_inputs != 5)
+// Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
+// 16-column panels [N/16][K][16] at compile time (b_panels).
+absl::StatusOr<std::optional<KernelCall>> LowerMatMulForArtifact(const Node& node) {
+  const Value* b = node.input(1);
+  if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t> bd = StaticDims(b);
+  if (bd.size() != 2 || bd[0] == 0 || bd[1] % 16 != 0 || bd[1] == 0) return std::nullopt;
+  absl::StatusOr<KernelCall> call = LowerMatMul(node);
+  if (!call.ok()) return call.status();
+  const int64_t K = bd[0], N = bd[1];
+  auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N / 16, K, 16});
+  const float* src = b->constant()->data_as<float>();
+  float* dst = panels->data_as<float>();
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * N + n];
+  }
+  call->inputs[1] = KernelOperand{-1, std::move(panels)};
+  kiln_matmul_params params = call->params.Get<kiln_matmul_params>();
+  params.b_panels = 1;
+  call->params.Set(params);
+  return std::optional<KernelCall>(std::move(*call));
+}
+
+absl::Status InferGemm(InferContext& ctx) {
+  if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
+  std::vector<int64_t> a = ctx.type(0).StaticDims(), b = ctx.type(1).StaticDims();
+  if (a.size() != 2 || b.size() != 2) return NodeError(ctx.node, "A and B must be 2-D");
+  const bool ta = ctx.node.GetInt("transA", 0) != 0, tb = ctx.node.GetInt("transB", 0) != 0;
+  const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
+  const int64_t KB = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+  if (K != KB) return NodeError(ctx.node, absl::StrCat("inner dimensions differ: A gives ", K, ", B gives ", KB));
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {M, N});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerGemm(const Node& node) {
+  kiln_gemm_params params{};
+  params.trans_a = node.GetInt("transA", 0);
+  params.trans_b = node.GetInt("transB", 0);
+  params.alpha = node.GetFloat("alpha", 1.0);
+  params.beta = node.GetFloat("beta", 1.0);
+  KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+  return CallWithParams<kernel::gemm>(PassAllInputs(node), params);
+}
+
+// Two more inputs only as the fuse pass writes them. Input 3, with kiln.input_scale = 1
+// (B then present): a per-(image, input channel) scale [N or 1, C, 1, ...] the Conv
+// applies to X first, i.e. the Conv of Mul(X, scale) (EfficientNet's
+// squeeze-and-excitation). Input 4, with kiln.residual = 1 (input 3 then may be
+// omitted): a tensor shaped as Y added after the bias, before the activation, i.e.
+// Add(Conv(...), R) (ResNet's skip connection).
+absl::Status InferConv(InferContext& ctx) {
+  if (auto st = RequireFloat(ctx); !st.ok()) return st;
+  if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
+  std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
+  const size_t n_inputs = ctx.node.inputs().size();
+  const bool has_scale = n_inputs > 3 && ctx.node.input(3) != nullptr;
+  if (n_inputs == 5 && (ctx.node.GetInt("kiln.residual", 0) != 1 || ctx.node.input(4) == nullptr)) {
+    return NodeError(
+        ctx.node, "Conv takes at most 3 inputs (X, W, B); a fifth, the fuse pass's residual, needs kiln.residual = 1");
+  }
+  if (n_inputs > 3 && !has_scale && n_inputs != 5) return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
+  if (has_scale) {
+    if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr) {
       return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
-    if (has_scale) {
-      if (ctx.node.GetInt("kiln.input_scale", 0) != 1 || ctx.node.input(2) == nullptr) {
-        return NodeError(ctx.node, "Conv takes at most 3 inputs (X, W, B)");
-      }
-      if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
-      std::vector<int64_t> scale = ctx.type(3).StaticDims();
-      bool ok = scale.size() == x.size() && (scale[0] == 1 || scale[0] == x[0]) && scale[1] == x[1];
-      for (size_t i = 2; ok && i < scale.size(); ++i) ok = scale[i] == 1;
-      if (!ok || ctx.type(3).dtype != ctx.type(0).dtype) {
-        return NodeError(ctx.node, absl::StrCat("input scale [", absl::StrJoin(scale, ","), "] must be [N or 1, ", x[1],
-                                                ", 1...] of X's type"));
-      }
     }
-    if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
-      return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
-    const int64_t group = ctx.node.GetInt("group", 1);
-    if (group <= 0 || x[1] % group != 0 || w[0] % group != 0 || x[1] / group != w[1]) {
-      return NodeError(ctx.node, absl::StrCat("input channels ", x[1], " with group ", group,
-                                              " do not match weight dims [", absl::StrJoin(w, ","), "]"));
+    if (auto st = RequireStatic(ctx, 3); !st.ok()) return st;
+    std::vector<int64_t> scale = ctx.type(3).StaticDims();
+    bool ok = scale.size() == x.size() && (scale[0] == 1 || scale[0] == x[0]) && scale[1] == x[1];
+    for (size_t i = 2; ok && i < scale.size(); ++i) ok = scale[i] == 1;
+    if (!ok || ctx.type(3).dtype != ctx.type(0).dtype) {
+      return NodeError(ctx.node, absl::StrCat("input scale [", absl::StrJoin(scale, ","), "] must be [N or 1, ", x[1],
+                                              ", 1...] of X's type"));
     }
-    std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(w));
-    if (kernel != Spatial(w))
-      return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","),
-                                              "] does not match weight dims [", absl::StrJoin(w, ","), "]"));
-    auto win = ComputeWindow(ctx.node, Spatial(x), kernel, false);
-    if (!win.ok()) return win.status();
-    std::vector<int64_t> out = {x[0], w[0]};
-    out.insert(out.end(), win->out.begin(), win->out.end());
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
-    if (n_inputs == 5) {
-      if (auto st = RequireStatic(ctx, 4); !st.ok()) return st;
-      if (ctx.type(4).StaticDims() != out || ctx.type(4).dtype != ctx.type(0).dtype) {
-        return NodeError(ctx.node, absl::StrCat("residual [", absl::StrJoin(ctx.type(4).StaticDims(), ","),
-                                                "] must have Y's shape [", absl::StrJoin(out, ","), "] and X's type"));
-      }
+  }
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> out, ConvOutputDims(ctx.node, x, w));
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+  if (n_inputs == 5) {
+    if (auto st = RequireStatic(ctx, 4); !st.ok()) return st;
+    if (ctx.type(4).StaticDims() != out || ctx.type(4).dtype != ctx.type(0).dtype) {
+      return NodeError(ctx.node, absl::StrCat("residual [", absl::StrJoin(ctx.type(4).StaticDims(), ","),
+                                              "] must have Y's shape [", absl::StrJoin(out, ","), "] and X's type"));
     }
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    auto win = ConvWindow(node);
-    if (!win.ok()) return win.status();
-    KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
-    return CallWithParams<kernel::conv>(PassAllInputs(node), params);
-  };
-  s.lower_fast = LowerConvForArtifact;
-  registry.Add(std::move(s));
+  }
+  return absl::OkStatus();
 }
 
-void RegisterConvTranspose(Registry& registry) {
-  OpSchema s;
-  s.name = "ConvTranspose";
-  s.min_inputs = 2;
-  s.max_inputs = 3;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireFloat(ctx); !st.ok()) return st;
-    for (size_t i = 0; i < 2; ++i) {
-      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-    }
-    auto win = ConvTransposeWindow(ctx.node);
-    if (!win.ok()) return win.status();
-    std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
-    std::vector<int64_t> out = {x[0], w[1] * ctx.node.GetInt("group", 1)};
-    out.insert(out.end(), win->out.begin(), win->out.end());
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    auto win = ConvTransposeWindow(node);
-    if (!win.ok()) return win.status();
-    kiln_conv_params params{};
-    params.group = node.GetInt("group", 1);
-    KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
-    return CallWithParams<kernel::conv_transpose>(PassAllInputs(node), params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerConv(const Node& node) {
+  auto win = ConvWindow(node);
+  if (!win.ok()) return win.status();
+  KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+  return CallWithParams<kernel::conv>(PassAllInputs(node), params);
+}
+
+absl::Status InferConvTranspose(InferContext& ctx) {
+  if (auto st = RequireFloat(ctx); !st.ok()) return st;
+  if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
+  auto win = ConvTransposeWindow(ctx.node);
+  if (!win.ok()) return win.status();
+  std::vector<int64_t> x = ctx.type(0).StaticDims(), w = ctx.type(1).StaticDims();
+  std::vector<int64_t> out = {x[0], w[1] * ctx.node.GetInt("group", 1)};
+  out.insert(out.end(), win->out.begin(), win->out.end());
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerConvTranspose(const Node& node) {
+  auto win = ConvTransposeWindow(node);
+  if (!win.ok()) return win.status();
+  kiln_conv_params params{};
+  params.group = node.GetInt("group", 1);
+  KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
+  return CallWithParams<kernel::conv_transpose>(PassAllInputs(node), params);
 }
 
 void RegisterPools(Registry& registry) {
-  struct PoolDef {
-    const char* name;
-    int code;
-  };
-  for (PoolDef def : {PoolDef{"MaxPool", KILN_POOL_MAX}, PoolDef{"AveragePool", KILN_POOL_AVERAGE},
-                      PoolDef{"LpPool", KILN_POOL_LP}}) {
-    OpSchema s;
-    s.name = def.name;
+  for (NamedCode def : {NamedCode{"MaxPool", KILN_POOL_MAX}, NamedCode{"AveragePool", KILN_POOL_AVERAGE},
+                        NamedCode{"LpPool", KILN_POOL_LP}}) {
+    OpSchema s = Schema(def.name);
     s.infer = [def](InferContext& ctx) -> absl::Status {
       if (def.code != KILN_POOL_MAX) {
         if (auto st = RequireFloat(ctx); !st.ok()) return st;
@@ -554,93 +518,68 @@ void RegisterPools(Registry& registry) {
   }
 }
 
-void RegisterBatchNormalization(Registry& registry) {
-  OpSchema s;
-  s.name = "BatchNormalization";
-  s.min_inputs = s.max_inputs = 5;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireFloat(ctx); !st.ok()) return st;
-    if (ctx.node.GetInt("training_mode", 0) != 0 || ctx.output_types.size() > 1) {
-      return NodeError(ctx.node, "training mode (running statistics outputs) is not supported");
-    }
-    return SameAsInput0(ctx);
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return CallWithParams<kernel::batch_norm>(PassInputs(node, 5), NormEpsilon(node));
-  };
-  registry.Add(std::move(s));
+absl::Status InferBatchNormalization(InferContext& ctx) {
+  if (auto st = RequireFloat(ctx); !st.ok()) return st;
+  if (ctx.node.GetInt("training_mode", 0) != 0 || ctx.output_types.size() > 1) {
+    return NodeError(ctx.node, "training mode (running statistics outputs) is not supported");
+  }
+  return SameAsInput0(ctx);
 }
 
-void RegisterInstanceNormalization(Registry& registry) {
-  OpSchema s;
-  s.name = "InstanceNormalization";
-  s.min_inputs = s.max_inputs = 3;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireFloat(ctx); !st.ok()) return st;
-    return SameAsInput0(ctx);
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return CallWithParams<kernel::instance_norm>(PassInputs(node, 3), NormEpsilon(node));
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerBatchNormalization(const Node& node) {
+  return CallWithParams<kernel::batch_norm>(PassInputs(node, 5), NormEpsilon(node));
 }
 
-void RegisterLayerNormalization(Registry& registry) {
-  OpSchema s;
-  s.name = "LayerNormalization";
-  s.min_inputs = 2;
-  s.max_inputs = 3;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireFloat(ctx); !st.ok()) return st;
-    if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
-    const auto& in = ctx.type(0).shape;
-    auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(in.size()));
-    if (!axis.ok()) return axis.status();
-    ctx.output_types[0] = ctx.type(0);
-    std::vector<Dim> stat(in.begin(), in.begin() + *axis);
-    while (stat.size() < in.size()) stat.push_back(Dim::Known(1));
-    for (size_t i = 1; i < ctx.output_types.size(); ++i) ctx.output_types[i] = WithShape(ctx.type(0).dtype, stat);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const int64_t axis = AxisAttr(node, -1, node.input(0));
-    kiln_norm_params params = NormEpsilon(node);
-    params.axis = axis;
-    return CallWithParams<kernel::layer_norm>(PassAllInputs(node), params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerInstanceNormalization(const Node& node) {
+  return CallWithParams<kernel::instance_norm>(PassInputs(node, 3), NormEpsilon(node));
 }
 
-void RegisterLRN(Registry& registry) {
-  OpSchema s;
-  s.name = "LRN";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireFloat(ctx); !st.ok()) return st;
-    return SameAsInput0(ctx);
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_norm_params params{};
-    params.size = node.GetInt("size", 1);
-    params.alpha = node.GetFloat("alpha", 1e-4);
-    params.beta = node.GetFloat("beta", 0.75);
-    params.bias = node.GetFloat("bias", 1.0);
-    return CallWithParams<kernel::lrn>(PassInputs(node, 1), params);
-  };
-  registry.Add(std::move(s));
+absl::Status InferLayerNormalization(InferContext& ctx) {
+  if (auto st = RequireFloat(ctx); !st.ok()) return st;
+  if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+  const auto& in = ctx.type(0).shape;
+  auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(in.size()));
+  if (!axis.ok()) return axis.status();
+  ctx.output_types[0] = ctx.type(0);
+  std::vector<Dim> stat(in.begin(), in.begin() + *axis);
+  while (stat.size() < in.size()) stat.push_back(Dim::Known(1));
+  for (size_t i = 1; i < ctx.output_types.size(); ++i) ctx.output_types[i] = WithShape(ctx.type(0).dtype, stat);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerLayerNormalization(const Node& node) {
+  const int64_t axis = AxisAttr(node, -1, node.input(0));
+  kiln_norm_params params = NormEpsilon(node);
+  params.axis = axis;
+  return CallWithParams<kernel::layer_norm>(PassAllInputs(node), params);
+}
+
+absl::StatusOr<KernelCall> LowerLRN(const Node& node) {
+  kiln_norm_params params{};
+  params.size = node.GetInt("size", 1);
+  params.alpha = node.GetFloat("alpha", 1e-4);
+  params.beta = node.GetFloat("beta", 0.75);
+  params.bias = node.GetFloat("bias", 1.0);
+  return CallWithParams<kernel::lrn>(PassInputs(node, 1), params);
 }
 
 }  // namespace
 
 void RegisterNnOps(Registry& registry) {
-  RegisterMatMul(registry);
-  RegisterGemm(registry);
-  RegisterConv(registry);
-  RegisterConvTranspose(registry);
   RegisterPools(registry);
-  RegisterBatchNormalization(registry);
-  RegisterInstanceNormalization(registry);
-  RegisterLayerNormalization(registry);
-  RegisterLRN(registry);
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower, lower_fast}
+  const OpSchema ops[] = {
+      // MatMul's input 2: a bias [N] folded in by the fuse pass.
+      {"MatMul", 2, 3, 0, InferMatMul, LowerMatMul, LowerMatMulForArtifact},
+      {"Gemm", 2, 3, 0, InferGemm, LowerGemm},
+      {"Conv", 2, 5, 0, InferConv, LowerConv, LowerConvForArtifact},
+      {"ConvTranspose", 2, 3, 0, InferConvTranspose, LowerConvTranspose},
+      {"BatchNormalization", 5, 5, 0, InferBatchNormalization, LowerBatchNormalization},
+      {"InstanceNormalization", 3, 3, 0, SameFloatTypeAsInput0, LowerInstanceNormalization},
+      {"LayerNormalization", 2, 3, 0, InferLayerNormalization, LowerLayerNormalization},
+      {"LRN", 1, 1, 0, SameFloatTypeAsInput0, LowerLRN},
+  };
+  for (const OpSchema& schema : ops) registry.Add(schema);
 }
 
 }  // namespace kiln::ops

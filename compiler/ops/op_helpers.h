@@ -1,6 +1,7 @@
 // Helpers shared by the op definitions in compiler/ops/*.cc (private to the op table).
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -35,6 +36,23 @@ void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
+
+// Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
+// max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*
+// functions, and registers its op families (one inference and lowering over a table of
+// names and kernel codes) and the ops that need more (from_types, shared helpers) in
+// registration functions that start from Schema().
+//
+// A schema for `name` taking `min_inputs` to `max_inputs` inputs, of which those in the
+// `constant_inputs` bitmask must be known at compile time; infer and lower still to set.
+OpSchema Schema(const char* name, int min_inputs = 1, int max_inputs = 1, uint32_t constant_inputs = 0);
+
+// A name in an op family's table (an op, a fused activation) and the kernel's code for it
+// (KILN_REDUCE_SUM, KILN_UNARY_RELU, ...).
+struct NamedCode {
+  const char* name;
+  int code;
+};
 
 inline absl::Status NodeError(const Node& node, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", message));
@@ -82,6 +100,13 @@ KernelCall Call(std::vector<KernelOperand> inputs) {
 std::vector<KernelOperand> PassInputs(const Node& node, size_t n);
 std::vector<KernelOperand> PassAllInputs(const Node& node);
 
+// The lowering of an op that is kernel K applied to all the node's inputs, K reading no
+// parameter struct (OpSchema::lower = LowerToKernel<kernel::tile>).
+template <typename K>
+absl::StatusOr<KernelCall> LowerToKernel(const Node& node) {
+  return Call<K>(PassAllInputs(node));
+}
+
 std::vector<int64_t> StaticDims(const Value* value);
 // The node's `axis` attribute (`fallback` when absent), a negative one counted from the end
 // of `value`'s static rank: the lowerings' form, after type inference checked the range.
@@ -94,6 +119,8 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims);
 
 // Requires a constant input; error says which input must be constant.
 absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i, const char* what);
+// The ints of constant input i (axes, shape, repeats); RequireConstant's error otherwise.
+absl::StatusOr<std::vector<int64_t>> ConstantInts(const InferContext& ctx, size_t i, const char* what);
 
 // Constant inputs of a node (nullptr where an input is not constant or omitted).
 std::vector<const Tensor*> ConstantsOf(const Node& node);
@@ -101,9 +128,13 @@ std::vector<const Tensor*> ConstantsOf(const Node& node);
 // Input i must have a fully static shape / a float element type (f32, f64).
 absl::Status RequireStatic(const InferContext& ctx, size_t i);
 absl::Status RequireFloat(const InferContext& ctx);
+// Each of `inputs` must have a fully static shape (the first that has not is the error).
+absl::Status RequireStaticInputs(const InferContext& ctx, std::initializer_list<size_t> inputs);
 
 // Output 0 gets input 0's type.
 absl::Status SameAsInput0(InferContext& ctx);
+// Input 0 must have a float element type; output 0 gets its type.
+absl::Status SameFloatTypeAsInput0(InferContext& ctx);
 TensorType WithShape(DType dtype, std::vector<Dim> shape);
 std::vector<Dim> KnownDims(const std::vector<int64_t>& dims);
 
@@ -126,6 +157,10 @@ absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w
 absl::StatusOr<kiln_activation> FusedActivation(const Node& node);
 // The spatial dims of an N, C, spatial... shape.
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims);
+// Conv's output dims [N, OC, spatial...] for static X and W dims, after Conv's checks
+// (rank, group, kernel_shape; explicit or auto pads); errors name the node.
+absl::StatusOr<std::vector<int64_t>> ConvOutputDims(const Node& node, const std::vector<int64_t>& x,
+                                                    const std::vector<int64_t>& w);
 // numpy.matmul's result shape for static operand dims (1-D operands promoted and their
 // unit dim dropped again); the error names the node.
 absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b);

@@ -100,16 +100,24 @@ absl::Status InferQuantizeLinear(InferContext& ctx, bool quantize) {
   return absl::OkStatus();
 }
 
-// Shared by MatMulInteger and QLinearMatMul: A and B u8/i8, matmul shapes; `out` the
-// output element type.
-absl::Status InferIntegerMatMul(InferContext& ctx, size_t a, size_t b, DType out) {
+// The two operands of an integer matrix product or convolution, inputs a and b (called
+// a_name and b_name in errors), must be static u8/i8 tensors.
+absl::Status RequireQuantizedOperands(const InferContext& ctx, size_t a, size_t b, const char* a_name,
+                                      const char* b_name) {
   for (size_t i : {a, b}) {
     if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
     if (!IsQuantized(ctx.type(i).dtype)) {
-      return NodeError(ctx.node, absl::StrCat(i == a ? "A" : "B", " has element type ", DTypeName(ctx.type(i).dtype),
-                                              "; uint8 or int8 expected"));
+      return NodeError(ctx.node, absl::StrCat(i == a ? a_name : b_name, " has element type ",
+                                              DTypeName(ctx.type(i).dtype), "; uint8 or int8 expected"));
     }
   }
+  return absl::OkStatus();
+}
+
+// Shared by MatMulInteger and QLinearMatMul: A and B u8/i8, matmul shapes; `out` the
+// output element type.
+absl::Status InferIntegerMatMul(InferContext& ctx, size_t a, size_t b, DType out) {
+  if (auto st = RequireQuantizedOperands(ctx, a, b, "A", "B"); !st.ok()) return st;
   auto shape = MatMulOutputShape(ctx.node, ctx.type(a).StaticDims(), ctx.type(b).StaticDims());
   if (!shape.ok()) return shape.status();
   ctx.output_types[0] = WithShape(out, *shape);
@@ -128,31 +136,43 @@ absl::Status InferQuantizedConvOperands(InferContext& ctx, DType out);
 
 // Shared by ConvInteger and QLinearConv: X and W u8/i8 with Conv's shape rules.
 absl::Status InferIntegerConv(InferContext& ctx, size_t x, size_t w, DType out) {
-  for (size_t i : {x, w}) {
-    if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-    if (!IsQuantized(ctx.type(i).dtype)) {
-      return NodeError(ctx.node, absl::StrCat(i == x ? "X" : "W", " has element type ", DTypeName(ctx.type(i).dtype),
-                                              "; uint8 or int8 expected"));
-    }
-  }
-  const std::vector<int64_t> xd = ctx.type(x).StaticDims(), wd = ctx.type(w).StaticDims();
-  if (xd.size() < 3 || xd.size() > 5 || wd.size() != xd.size())
-    return NodeError(ctx.node, "X and W must both be 3-D, 4-D or 5-D");
-  const int64_t group = ctx.node.GetInt("group", 1);
-  if (group <= 0 || xd[1] % group != 0 || wd[0] % group != 0 || xd[1] / group != wd[1]) {
-    return NodeError(ctx.node, absl::StrCat("input channels ", xd[1], " with group ", group,
-                                            " do not match weight dims [", absl::StrJoin(wd, ","), "]"));
-  }
-  const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", Spatial(wd));
-  if (kernel != Spatial(wd)) {
-    return NodeError(ctx.node, absl::StrCat("kernel_shape [", absl::StrJoin(kernel, ","),
-                                            "] does not match weight dims [", absl::StrJoin(wd, ","), "]"));
-  }
-  auto win = ComputeWindow(ctx.node, Spatial(xd), kernel, false);
-  if (!win.ok()) return win.status();
-  std::vector<int64_t> shape = {xd[0], wd[0]};
-  shape.insert(shape.end(), win->out.begin(), win->out.end());
+  if (auto st = RequireQuantizedOperands(ctx, x, w, "X", "W"); !st.ok()) return st;
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> shape,
+                        ConvOutputDims(ctx.node, ctx.type(x).StaticDims(), ctx.type(w).StaticDims()));
   ctx.output_types[0] = TensorType::Static(out, shape);
+  return absl::OkStatus();
+}
+
+// MatMulInteger's and ConvInteger's optional zero point, input i (2 or 3) of the type of
+// its operand, input i - 2: a scalar, or with `elements` values where given.
+absl::Status CheckIntegerZeroPoint(const InferContext& ctx, size_t i, const char* name,
+                                   std::optional<int64_t> elements) {
+  if (!ctx.has_input(i)) return absl::OkStatus();
+  if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+  const int64_t numel = Numel(ctx.type(i));
+  if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
+      (numel != 1 && numel != elements.value_or(1))) {
+    return NodeError(ctx.node, absl::StrCat(name, "_zero_point must be a scalar",
+                                            elements ? absl::StrCat(" or have ", *elements, " elements") : "",
+                                            ", of the operand's type"));
+  }
+  return absl::OkStatus();
+}
+
+// QLinearMatMul's and QLinearConv's Y element type: their y_zero_point's (input 7).
+absl::StatusOr<DType> RequantizedType(const InferContext& ctx) {
+  if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
+  if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
+  return ctx.type(7).dtype;
+}
+
+// The optional f32 bias [elements] of kiln.QLinearMatMulToFloat and kiln.QLinearConvToFloat
+// (input 6), called `name` in errors.
+absl::Status CheckFloatBias(const InferContext& ctx, const char* name, int64_t elements) {
+  if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
+                           ctx.type(6).StaticDims() != std::vector<int64_t>{elements})) {
+    return NodeError(ctx.node, absl::StrCat(name, " must be float [", elements, "]"));
+  }
   return absl::OkStatus();
 }
 
@@ -191,16 +211,23 @@ absl::Status InferQuantizedMatMulOperands(InferContext& ctx, DType out) {
   return CheckScale(ctx, 4, 5, "b", {ctx.type(3).dtype}, N);
 }
 
-// The reference qmatmul call of those two ops: A, B, their zero points and scales, then
-// `tail` (Y's scale and zero point, or two empty slots and the f32 bias).
+// The reference kernels' operands for the QLinear ops and their ToFloat forms (inputs A or
+// X, its scale, zero point, B or W, its scale, zero point, then `tail`): A, B, their zero
+// points, their scales, then `tail` (Y's scale and zero point, or two empty slots and the
+// f32 bias).
+std::vector<KernelOperand> QuantizedOperands(const Node& node, std::vector<KernelOperand> tail) {
+  std::vector<KernelOperand> inputs = {Input(node, 0), Input(node, 3), Input(node, 2),
+                                       Input(node, 5), Input(node, 1), Input(node, 4)};
+  inputs.insert(inputs.end(), tail.begin(), tail.end());
+  return inputs;
+}
+
+// The reference qmatmul call of those two ops.
 absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<KernelOperand> tail, ConvMode mode) {
   kiln_quant_params params{};
   KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(3))));
   params.mode = mode;
-  std::vector<KernelOperand> inputs = {Input(node, 0), Input(node, 3), Input(node, 2),
-                                       Input(node, 5), Input(node, 1), Input(node, 4)};
-  inputs.insert(inputs.end(), tail.begin(), tail.end());
-  return CallWithParams<kernel::qmatmul>(std::move(inputs), params);
+  return CallWithParams<kernel::qmatmul>(QuantizedOperands(node, std::move(tail)), params);
 }
 
 // The int8 convolution for artifacts (kernels/quant/quant.cc, QConvFast): constant weights,
@@ -372,10 +399,7 @@ namespace {
 
 void RegisterQuantizeAndDequantize(Registry& registry) {
   for (const bool quantize : {true, false}) {
-    OpSchema s;
-    s.name = quantize ? "QuantizeLinear" : "DequantizeLinear";
-    s.min_inputs = 2;
-    s.max_inputs = 3;
+    OpSchema s = Schema(quantize ? "QuantizeLinear" : "DequantizeLinear", 2, 3);
     s.infer = [quantize](InferContext& ctx) { return InferQuantizeLinear(ctx, quantize); };
     s.lower = [quantize](const Node& node) -> absl::StatusOr<KernelCall> {
       auto block = AxisBlock(node, StaticDims(node.input(0)),
@@ -392,193 +416,125 @@ void RegisterQuantizeAndDequantize(Registry& registry) {
   }
 }
 
-void RegisterDynamicQuantizeLinear(Registry& registry) {
-  OpSchema s;
-  s.name = "DynamicQuantizeLinear";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    if (ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be float");
-    ctx.output_types.resize(3);
-    ctx.output_types[0] = ctx.type(0);
-    ctx.output_types[0].dtype = DType::kUInt8;
-    ctx.output_types[1] = TensorType::Static(DType::kFloat32, {});
-    ctx.output_types[2] = TensorType::Static(DType::kUInt8, {});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return Call<kernel::dynamic_quantize_linear>(PassInputs(node, 1));
-  };
-  registry.Add(std::move(s));
+// The artifact lowerings (OpSchema::lower_fast) of the integer matrix products and
+// convolutions, by what they write.
+template <ConvMode kMode>
+absl::StatusOr<std::optional<KernelCall>> IntegerMatMulForArtifact(const Node& node) {
+  return LowerIntegerMatMulFast(node, kMode);
+}
+template <ConvMode kMode>
+absl::StatusOr<std::optional<KernelCall>> IntegerConvForArtifact(const Node& node) {
+  return LowerIntegerConvFast(node, kMode);
 }
 
-void RegisterMatMulInteger(Registry& registry) {
-  OpSchema s;
-  s.name = "MatMulInteger";
-  s.min_inputs = 2;
-  s.max_inputs = 4;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = InferIntegerMatMul(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
-    const auto [M, N] = RowsAndColumns(ctx, 0, 1);
-    for (size_t i : {2, 3}) {
-      if (!ctx.has_input(i)) continue;
-      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-      const int64_t per = i == 2 ? M : N;
-      if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
-          (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
-        return NodeError(ctx.node, absl::StrCat(i == 2 ? "a" : "b", "_zero_point must be a scalar or have ", per,
-                                                " elements, of the operand's type"));
-      }
+absl::Status InferDynamicQuantizeLinear(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  if (ctx.type(0).dtype != DType::kFloat32) return NodeError(ctx.node, "input must be float");
+  ctx.output_types.resize(3);
+  ctx.output_types[0] = ctx.type(0);
+  ctx.output_types[0].dtype = DType::kUInt8;
+  ctx.output_types[1] = TensorType::Static(DType::kFloat32, {});
+  ctx.output_types[2] = TensorType::Static(DType::kUInt8, {});
+  return absl::OkStatus();
+}
+
+absl::Status InferMatMulInteger(InferContext& ctx) {
+  if (auto st = InferIntegerMatMul(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+  const auto [M, N] = RowsAndColumns(ctx, 0, 1);
+  if (auto st = CheckIntegerZeroPoint(ctx, 2, "a", M); !st.ok()) return st;
+  return CheckIntegerZeroPoint(ctx, 3, "b", N);
+}
+
+absl::StatusOr<KernelCall> LowerMatMulInteger(const Node& node) {
+  kiln_quant_params params{};
+  KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+  params.mode = kSumInt32;
+  return CallWithParams<kernel::qmatmul>(PassInputs(node, 4), params);
+}
+
+absl::Status InferQLinearMatMul(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const DType y_type, RequantizedType(ctx));
+  if (auto st = InferQuantizedMatMulOperands(ctx, y_type); !st.ok()) return st;
+  return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
+}
+
+absl::StatusOr<KernelCall> LowerQLinearMatMul(const Node& node) {
+  // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
+  return LowerQuantizedMatMul(node, {Input(node, 6), Input(node, 7)}, kRequantize);
+}
+
+// fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
+// GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
+// then an optional f32 bias [N]; y = sum * a_scale * b_scale + bias.
+absl::Status InferQLinearMatMulToFloat(InferContext& ctx) {
+  if (auto st = InferQuantizedMatMulOperands(ctx, DType::kFloat32); !st.ok()) return st;
+  return CheckFloatBias(ctx, "bias", RowsAndColumns(ctx, 0, 3).second);
+}
+
+absl::StatusOr<KernelCall> LowerQLinearMatMulToFloat(const Node& node) {
+  // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
+  return LowerQuantizedMatMul(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}, kToFloat);
+}
+
+absl::Status InferConvInteger(InferContext& ctx) {
+  if (auto st = InferIntegerConv(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
+  if (auto st = CheckIntegerZeroPoint(ctx, 2, "x", std::nullopt); !st.ok()) return st;
+  return CheckIntegerZeroPoint(ctx, 3, "w", ctx.type(1).StaticDims()[0]);
+}
+
+absl::StatusOr<KernelCall> LowerConvInteger(const Node& node) {
+  return LowerIntegerConv(node, PassInputs(node, 4), kSumInt32);
+}
+
+absl::Status InferQLinearConv(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const DType y_type, RequantizedType(ctx));
+  if (auto st = InferQuantizedConvOperands(ctx, y_type); !st.ok()) return st;
+  const int64_t out_channels = ctx.type(3).StaticDims()[0];
+  if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+  if (ctx.has_input(8)) {
+    if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
+    if (ctx.type(8).dtype != DType::kInt32 || ctx.type(8).StaticDims() != std::vector<int64_t>{out_channels}) {
+      return NodeError(ctx.node, absl::StrCat("B must be int32 [", out_channels, "]"));
     }
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_quant_params params{};
-    KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
-    params.mode = kSumInt32;
-    return CallWithParams<kernel::qmatmul>(PassInputs(node, 4), params);
-  };
-  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kSumInt32); };
-  registry.Add(std::move(s));
+  }
+  return absl::OkStatus();
 }
 
-void RegisterQLinearMatMul(Registry& registry) {
-  OpSchema s;
-  s.name = "QLinearMatMul";
-  s.min_inputs = s.max_inputs = 8;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
-    if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-    if (auto st = InferQuantizedMatMulOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
-    return CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1);
-  };
-  s.lower = [](const Node& node) {
-    // Kernel order: A, B, A's zero point, B's, A's scale, B's, Y's scale, Y's zero point.
-    return LowerQuantizedMatMul(node, {Input(node, 6), Input(node, 7)}, kRequantize);
-  };
-  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kRequantize); };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerQLinearConv(const Node& node) {
+  // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
+  return LowerIntegerConv(node, QuantizedOperands(node, {Input(node, 6), Input(node, 7), Input(node, 8)}), kRequantize);
 }
 
-void RegisterQLinearMatMulToFloat(Registry& registry) {
-  // fold-qdq's MatMul between dequantized inputs whose result stays f32 (a bias Add, a
-  // GELU): inputs A, a_scale, a_zero_point, B, b_scale, b_zero_point as QLinearMatMul's,
-  // then an optional f32 bias [N]; y = sum * a_scale * b_scale + bias.
-  OpSchema s;
-  s.name = "kiln.QLinearMatMulToFloat";
-  s.min_inputs = 6;
-  s.max_inputs = 7;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = InferQuantizedMatMulOperands(ctx, DType::kFloat32); !st.ok()) return st;
-    const int64_t N = RowsAndColumns(ctx, 0, 3).second;
-    if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
-                             ctx.type(6).StaticDims() != std::vector<int64_t>{N})) {
-      return NodeError(ctx.node, absl::StrCat("bias must be float [", N, "]"));
-    }
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) {
-    // Kernel order: A, B, A's zero point, B's, A's scale, B's, (no Y scale, zero point), bias.
-    return LowerQuantizedMatMul(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}, kToFloat);
-  };
-  s.lower_fast = [](const Node& node) { return LowerIntegerMatMulFast(node, kToFloat); };
-  registry.Add(std::move(s));
+// fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
+// pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
+// QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
+absl::Status InferQLinearConvToFloat(InferContext& ctx) {
+  if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
+  return CheckFloatBias(ctx, "B", ctx.type(3).StaticDims()[0]);
 }
 
-void RegisterConvInteger(Registry& registry) {
-  OpSchema s;
-  s.name = "ConvInteger";
-  s.min_inputs = 2;
-  s.max_inputs = 4;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = InferIntegerConv(ctx, 0, 1, DType::kInt32); !st.ok()) return st;
-    const int64_t out_channels = ctx.type(1).StaticDims()[0];
-    for (size_t i : {2, 3}) {
-      if (!ctx.has_input(i)) continue;
-      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-      const int64_t per = i == 2 ? 1 : out_channels;
-      if (ctx.type(i).dtype != ctx.type(i - 2).dtype || ctx.type(i).shape.size() > 1 ||
-          (Numel(ctx.type(i)) != 1 && Numel(ctx.type(i)) != per)) {
-        return NodeError(ctx.node, absl::StrCat(i == 2 ? "x" : "w", "_zero_point must be a scalar",
-                                                i == 2 ? "" : absl::StrCat(" or have ", per, " elements"),
-                                                ", of the operand's type"));
-      }
-    }
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) { return LowerIntegerConv(node, PassInputs(node, 4), kSumInt32); };
-  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kSumInt32); };
-  registry.Add(std::move(s));
-}
-
-void RegisterQLinearConv(Registry& registry) {
-  OpSchema s;
-  s.name = "QLinearConv";
-  s.min_inputs = 8;
-  s.max_inputs = 9;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (!ctx.has_input(7)) return NodeError(ctx.node, "y_zero_point is required");
-    if (auto st = RequireStatic(ctx, 7); !st.ok()) return st;
-    if (auto st = InferQuantizedConvOperands(ctx, ctx.type(7).dtype); !st.ok()) return st;
-    const int64_t out_channels = ctx.type(3).StaticDims()[0];
-    if (auto st = CheckScale(ctx, 6, 7, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
-    if (ctx.has_input(8)) {
-      if (auto st = RequireStatic(ctx, 8); !st.ok()) return st;
-      if (ctx.type(8).dtype != DType::kInt32 || ctx.type(8).StaticDims() != std::vector<int64_t>{out_channels}) {
-        return NodeError(ctx.node, absl::StrCat("B must be int32 [", out_channels, "]"));
-      }
-    }
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) {
-    // Kernel order: X, W, X's zero point, W's, X's scale, W's, Y's scale, Y's zero point, B.
-    return LowerIntegerConv(node,
-                            {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
-                             Input(node, 4), Input(node, 6), Input(node, 7), Input(node, 8)},
-                            kRequantize);
-  };
-  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kRequantize); };
-  registry.Add(std::move(s));
-}
-
-void RegisterQLinearConvToFloat(Registry& registry) {
-  // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
-  // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
-  // QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
-  OpSchema s;
-  s.name = "kiln.QLinearConvToFloat";
-  s.min_inputs = 6;
-  s.max_inputs = 7;
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
-    const int64_t out_channels = ctx.type(3).StaticDims()[0];
-    if (ctx.has_input(6) && (ctx.type(6).dtype != DType::kFloat32 || !ctx.type(6).IsStatic() ||
-                             ctx.type(6).StaticDims() != std::vector<int64_t>{out_channels})) {
-      return NodeError(ctx.node, absl::StrCat("B must be float [", out_channels, "]"));
-    }
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) {
-    // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
-    return LowerIntegerConv(node,
-                            {Input(node, 0), Input(node, 3), Input(node, 2), Input(node, 5), Input(node, 1),
-                             Input(node, 4), KernelOperand{}, KernelOperand{}, Input(node, 6)},
-                            kToFloat);
-  };
-  s.lower_fast = [](const Node& node) { return LowerIntegerConvFast(node, kToFloat); };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerQLinearConvToFloat(const Node& node) {
+  // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
+  return LowerIntegerConv(node, QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}), kToFloat);
 }
 
 }  // namespace
 
 void RegisterQuantOps(Registry& registry) {
   RegisterQuantizeAndDequantize(registry);
-  RegisterDynamicQuantizeLinear(registry);
-  RegisterMatMulInteger(registry);
-  RegisterQLinearMatMul(registry);
-  RegisterQLinearMatMulToFloat(registry);
-  RegisterConvInteger(registry);
-  RegisterQLinearConv(registry);
-  RegisterQLinearConvToFloat(registry);
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower, lower_fast}
+  const OpSchema ops[] = {
+      {"DynamicQuantizeLinear", 1, 1, 0, InferDynamicQuantizeLinear, LowerToKernel<kernel::dynamic_quantize_linear>},
+      {"MatMulInteger", 2, 4, 0, InferMatMulInteger, LowerMatMulInteger, IntegerMatMulForArtifact<kSumInt32>},
+      {"QLinearMatMul", 8, 8, 0, InferQLinearMatMul, LowerQLinearMatMul, IntegerMatMulForArtifact<kRequantize>},
+      {"kiln.QLinearMatMulToFloat", 6, 7, 0, InferQLinearMatMulToFloat, LowerQLinearMatMulToFloat,
+       IntegerMatMulForArtifact<kToFloat>},
+      {"ConvInteger", 2, 4, 0, InferConvInteger, LowerConvInteger, IntegerConvForArtifact<kSumInt32>},
+      {"QLinearConv", 8, 9, 0, InferQLinearConv, LowerQLinearConv, IntegerConvForArtifact<kRequantize>},
+      {"kiln.QLinearConvToFloat", 6, 7, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
+       IntegerConvForArtifact<kToFloat>},
+  };
+  for (const OpSchema& schema : ops) registry.Add(schema);
 }
 
 }  // namespace kiln::ops

@@ -6,12 +6,7 @@
 namespace kiln::ops {
 namespace {
 
-struct ReduceDef {
-  const char* name;
-  int code;
-};
-
-constexpr ReduceDef kReduceOps[] = {
+constexpr NamedCode kReduceOps[] = {
     {"ReduceSum", KILN_REDUCE_SUM},
     {"ReduceMean", KILN_REDUCE_MEAN},
     {"ReduceMax", KILN_REDUCE_MAX},
@@ -48,6 +43,14 @@ absl::StatusOr<int64_t> ReduceMask(const Node& node, const std::vector<const Ten
   return mask;
 }
 
+// The reduce kernel over the axes in `axes_mask` of input 0.
+KernelCall ReduceCall(const Node& node, int code, int64_t axes_mask) {
+  kiln_reduce_params params{};
+  params.op = code;
+  params.axes_mask = axes_mask;
+  return CallWithParams<kernel::reduce>(PassInputs(node, 1), params);
+}
+
 std::vector<Dim> ReducedShape(const std::vector<Dim>& in, int64_t mask, bool keepdims) {
   std::vector<Dim> out;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -63,11 +66,8 @@ std::vector<Dim> ReducedShape(const std::vector<Dim>& in, int64_t mask, bool kee
 }  // namespace
 
 void RegisterReduceOps(Registry& registry) {
-  for (const ReduceDef& def : kReduceOps) {
-    OpSchema s;
-    s.name = def.name;
-    s.max_inputs = 2;
-    s.constant_inputs = 0b10;
+  for (const NamedCode& def : kReduceOps) {
+    OpSchema s = Schema(def.name, 1, 2, 0b10);
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
       const auto& in = ctx.type(0).shape;
@@ -78,19 +78,14 @@ void RegisterReduceOps(Registry& registry) {
     };
     s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       const int64_t rank = static_cast<int64_t>(StaticDims(node.input(0)).size());
-      auto mask = ReduceMask(node, ConstantsOf(node), node.input(1) != nullptr, rank);
-      if (!mask.ok()) return mask.status();
-      kiln_reduce_params params{};
-      params.op = def.code;
-      params.axes_mask = *mask;
-      return CallWithParams<kernel::reduce>(PassInputs(node, 1), params);
+      KILN_ASSIGN_OR_RETURN(int64_t mask, ReduceMask(node, ConstantsOf(node), node.input(1) != nullptr, rank));
+      return ReduceCall(node, def.code, mask);
     };
     registry.Add(std::move(s));
   }
 
   for (const char* name : {"GlobalAveragePool", "GlobalMaxPool"}) {
-    OpSchema s;
-    s.name = name;
+    OpSchema s = Schema(name);
     const int code = std::string(name) == "GlobalMaxPool" ? KILN_REDUCE_MAX : KILN_REDUCE_MEAN;
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (!ctx.type(0).has_shape || ctx.type(0).shape.size() < 3)
@@ -102,17 +97,13 @@ void RegisterReduceOps(Registry& registry) {
     };
     s.lower = [code](const Node& node) -> absl::StatusOr<KernelCall> {
       const int64_t rank = static_cast<int64_t>(StaticDims(node.input(0)).size());
-      kiln_reduce_params params{};
-      params.op = code;
-      params.axes_mask = ((int64_t{1} << rank) - 1) & ~int64_t{3};  // the spatial axes
-      return CallWithParams<kernel::reduce>(PassInputs(node, 1), params);
+      return ReduceCall(node, code, ((int64_t{1} << rank) - 1) & ~int64_t{3});  // the spatial axes
     };
     registry.Add(std::move(s));
   }
 
   for (const char* name : {"ArgMax", "ArgMin"}) {
-    OpSchema s;
-    s.name = name;
+    OpSchema s = Schema(name);
     const bool is_min = std::string(name) == "ArgMin";
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
@@ -134,14 +125,9 @@ void RegisterReduceOps(Registry& registry) {
     registry.Add(std::move(s));
   }
 
-  struct SoftmaxDef {
-    const char* name;
-    int code;
-  };
-  for (SoftmaxDef def : {SoftmaxDef{"Softmax", KILN_SOFTMAX}, SoftmaxDef{"LogSoftmax", KILN_LOG_SOFTMAX},
-                         SoftmaxDef{"Hardmax", KILN_HARDMAX}}) {
-    OpSchema s;
-    s.name = def.name;
+  for (NamedCode def : {NamedCode{"Softmax", KILN_SOFTMAX}, NamedCode{"LogSoftmax", KILN_LOG_SOFTMAX},
+                        NamedCode{"Hardmax", KILN_HARDMAX}}) {
+    OpSchema s = Schema(def.name);
     s.infer = [](InferContext& ctx) -> absl::Status {
       if (auto st = RequireFloat(ctx); !st.ok()) return st;
       if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");

@@ -23,6 +23,15 @@ void Registry::Add(OpSchema schema) {
   Table()[name] = std::move(schema);
 }
 
+OpSchema Schema(const char* name, int min_inputs, int max_inputs, uint32_t constant_inputs) {
+  OpSchema schema;
+  schema.name = name;
+  schema.min_inputs = min_inputs;
+  schema.max_inputs = max_inputs;
+  schema.constant_inputs = constant_inputs;
+  return schema;
+}
+
 absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank, const char* what) {
   if (axis < -rank || axis >= rank) {
     return NodeError(node, absl::StrCat(what, " ", axis, " is out of range for rank ", rank));
@@ -112,6 +121,12 @@ absl::StatusOr<const Tensor*> RequireConstant(const InferContext& ctx, size_t i,
   return t;
 }
 
+absl::StatusOr<std::vector<int64_t>> ConstantInts(const InferContext& ctx, size_t i, const char* what) {
+  auto t = RequireConstant(ctx, i, what);
+  if (!t.ok()) return t.status();
+  return ToInts(**t);
+}
+
 std::vector<const Tensor*> ConstantsOf(const Node& node) {
   std::vector<const Tensor*> constants;
   for (const Value* in : node.inputs()) constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
@@ -134,9 +149,21 @@ absl::Status RequireFloat(const InferContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status RequireStaticInputs(const InferContext& ctx, std::initializer_list<size_t> inputs) {
+  for (size_t i : inputs) {
+    if (auto status = RequireStatic(ctx, i); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SameAsInput0(InferContext& ctx) {
   ctx.output_types[0] = ctx.type(0);
   return absl::OkStatus();
+}
+
+absl::Status SameFloatTypeAsInput0(InferContext& ctx) {
+  if (auto status = RequireFloat(ctx); !status.ok()) return status;
+  return SameAsInput0(ctx);
 }
 
 TensorType WithShape(DType dtype, std::vector<Dim> shape) {
@@ -160,10 +187,10 @@ absl::StatusOr<std::vector<int64_t>> IntsFromAttrOrInput(const InferContext& ctx
     return ctx.node.GetInts(attr);
   }
   if (ctx.has_input(input)) {
-    auto t = RequireConstant(ctx, input, attr);
-    if (!t.ok()) return t.status();
+    auto ints = ConstantInts(ctx, input, attr);
+    if (!ints.ok()) return ints.status();
     *present = true;
-    return ToInts(**t);
+    return ints;
   }
   *present = false;
   return std::vector<int64_t>{};

@@ -1,6 +1,7 @@
-// Shape and data-movement ops: Shape/Size, Reshape family, Transpose, Slice, Expand,
-// Concat/Split, Gather/Scatter families, Tile, Pad, DepthToSpace/SpaceToDepth, Trilu,
-// and the generators ConstantOfShape, Range, EyeLike, OneHot, CumSum.
+// Shape and data-movement ops: Shape/Size, Reshape family, Transpose, Slice,
+// Expand, Concat/Split, Gather/Scatter families, Tile, Pad,
+// DepthToSpace/SpaceToDepth, Trilu, and the generators ConstantOfShape, Range,
+// EyeLike, OneHot, CumSum.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,7 +12,8 @@
 namespace kiln::ops {
 namespace {
 
-// A strided view copy: the lowering of Transpose, Slice, Expand and the depth/space ops.
+// A strided view copy: the lowering of Transpose, Slice, Expand and the
+// depth/space ops.
 absl::StatusOr<KernelCall> StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                                        int64_t offset) {
   if (dims.size() > KILN_MAX_RANK) {
@@ -26,7 +28,8 @@ absl::StatusOr<KernelCall> StridedCopy(const std::vector<int64_t>& dims, const s
   return CallWithParams<kernel::strided_copy>({KernelOperand{0, nullptr}}, params);
 }
 
-// ScatterElements' and ScatterND's `reduction` as kiln_movement_params.reduction.
+// ScatterElements' and ScatterND's `reduction` as
+// kiln_movement_params.reduction.
 absl::StatusOr<int64_t> ScatterReduction(const Node& node) {
   std::string r = node.GetString("reduction", "none");
   if (r == "none") return 0;
@@ -43,19 +46,22 @@ kiln_movement_params Axis(int64_t axis) {
   return params;
 }
 
-KernelCall ViewCopy() {
+// The lowering of Split, Gather and GatherElements: kernel K on the node's
+// first `num_inputs` inputs, reading the `axis` attribute (default 0) against
+// input 0's rank.
+template <typename K>
+std::function<absl::StatusOr<KernelCall>(const Node&)> LowerWithAxis(size_t num_inputs) {
+  return [num_inputs](const Node& node) -> absl::StatusOr<KernelCall> {
+    return CallWithParams<K>(PassInputs(node, num_inputs), Axis(AxisAttr(node, 0, node.input(0))));
+  };
+}
+
+// The lowering of the ops whose output is input 0's data seen with another
+// shape.
+absl::StatusOr<KernelCall> LowerToView(const Node&) {
   KernelCall call = Call<kernel::copy>({KernelOperand{0, nullptr}});
   call.is_view = true;
   return call;
-}
-
-OpSchema Schema(const char* name, int min_inputs, int max_inputs, uint32_t constant_inputs = 0) {
-  OpSchema schema;
-  schema.name = name;
-  schema.min_inputs = min_inputs;
-  schema.max_inputs = max_inputs;
-  schema.constant_inputs = constant_inputs;
-  return schema;
 }
 
 // Per-axis slice parameters after ONNX's clamping rules.
@@ -201,25 +207,18 @@ void RegisterSize(Registry& registry) {
   registry.Add(std::move(s));
 }
 
-void RegisterReshape(Registry& registry) {
-  OpSchema s = Schema("Reshape", 1, 2, 0b10);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    std::vector<int64_t> shape;
-    if (ctx.node.opset() < 5) {
-      shape = ctx.node.GetInts("shape");
-    } else {
-      auto t = RequireConstant(ctx, 1, "shape");
-      if (!t.ok()) return t.status();
-      shape = ToInts(**t);
-    }
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    auto dims = ReshapeTarget(ctx.node, ctx.type(0).StaticDims(), shape);
-    if (!dims.ok()) return dims.status();
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, *dims);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node&) -> absl::StatusOr<KernelCall> { return ViewCopy(); };
-  registry.Add(std::move(s));
+absl::Status InferReshape(InferContext& ctx) {
+  std::vector<int64_t> shape;
+  if (ctx.node.opset() < 5) {
+    shape = ctx.node.GetInts("shape");
+  } else {
+    KILN_ASSIGN_OR_RETURN(shape, ConstantInts(ctx, 1, "shape"));
+  }
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  auto dims = ReshapeTarget(ctx.node, ctx.type(0).StaticDims(), shape);
+  if (!dims.ok()) return dims.status();
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, *dims);
+  return absl::OkStatus();
 }
 
 void RegisterIdentityFlattenSqueeze(Registry& registry) {
@@ -233,7 +232,8 @@ void RegisterIdentityFlattenSqueeze(Registry& registry) {
       const int64_t rank = static_cast<int64_t>(in.size());
       std::vector<Dim> out;
       if (op == "Flatten") {
-        // Flatten's axis ranges over [-rank, rank]; a negative one counts from rank.
+        // Flatten's axis ranges over [-rank, rank]; a negative one counts from
+        // rank.
         int64_t flat_axis = ctx.node.GetInt("axis", 1);
         if (flat_axis < 0) flat_axis += rank;
         if (flat_axis < 0 || flat_axis > rank)
@@ -277,216 +277,177 @@ void RegisterIdentityFlattenSqueeze(Registry& registry) {
       ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
       return absl::OkStatus();
     };
-    s.lower = [](const Node&) -> absl::StatusOr<KernelCall> { return ViewCopy(); };
+    s.lower = LowerToView;
     registry.Add(std::move(s));
   }
 }
 
-void RegisterTranspose(Registry& registry) {
-  OpSchema s = Schema("Transpose", 1, 1);
-  auto perm_of = [](const Node& node, int64_t rank) {
-    std::vector<int64_t> perm = node.GetInts("perm");
-    if (perm.empty()) {
-      for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+// Transpose's `perm`; by default the axes reversed.
+std::vector<int64_t> TransposePerm(const Node& node, int64_t rank) {
+  std::vector<int64_t> perm = node.GetInts("perm");
+  if (perm.empty()) {
+    for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+  }
+  return perm;
+}
+
+absl::Status InferTranspose(InferContext& ctx) {
+  if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+  const auto& in = ctx.type(0).shape;
+  std::vector<int64_t> perm = TransposePerm(ctx.node, static_cast<int64_t>(in.size()));
+  if (perm.size() != in.size()) return NodeError(ctx.node, "perm length does not match the input rank");
+  std::vector<bool> seen(in.size(), false);
+  std::vector<Dim> out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(in.size()) || seen[p]) {
+      return NodeError(ctx.node, absl::StrCat("perm [", absl::StrJoin(perm, ","), "] is not a permutation"));
     }
-    return perm;
-  };
-  s.infer = [perm_of](InferContext& ctx) -> absl::Status {
-    if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
-    const auto& in = ctx.type(0).shape;
-    std::vector<int64_t> perm = perm_of(ctx.node, static_cast<int64_t>(in.size()));
-    if (perm.size() != in.size()) return NodeError(ctx.node, "perm length does not match the input rank");
-    std::vector<bool> seen(in.size(), false);
-    std::vector<Dim> out;
-    for (int64_t p : perm) {
-      if (p < 0 || p >= static_cast<int64_t>(in.size()) || seen[p]) {
-        return NodeError(ctx.node, absl::StrCat("perm [", absl::StrJoin(perm, ","), "] is not a permutation"));
+    seen[p] = true;
+    out.push_back(in[p]);
+  }
+  ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerTranspose(const Node& node) {
+  std::vector<int64_t> in = StaticDims(node.input(0));
+  std::vector<int64_t> perm = TransposePerm(node, static_cast<int64_t>(in.size()));
+  std::vector<int64_t> in_strides = ContiguousStrides(in), dims, strides;
+  for (int64_t p : perm) {
+    dims.push_back(in[p]);
+    strides.push_back(in_strides[p]);
+  }
+  return StridedCopy(dims, strides, 0);
+}
+
+absl::Status InferSlice(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  auto p = SliceFromNode(ctx.node, ctx.type(0).StaticDims(), ctx.input_constants);
+  if (!p.ok()) return p.status();
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, p->dims);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerSlice(const Node& node) {
+  std::vector<int64_t> in = StaticDims(node.input(0));
+  auto p = SliceFromNode(node, in, ConstantsOf(node));
+  if (!p.ok()) return p.status();
+  std::vector<int64_t> in_strides = ContiguousStrides(in), strides;
+  int64_t offset = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    offset += p->starts[i] * in_strides[i];
+    strides.push_back(p->steps[i] * in_strides[i]);
+  }
+  return StridedCopy(p->dims, strides, offset);
+}
+
+absl::Status InferExpand(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> shape, ConstantInts(ctx, 1, "shape"));
+  if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+  auto out = BroadcastShapes(ctx.node, ctx.type(0).shape, KnownDims(shape));
+  if (!out.ok()) return out.status();
+  ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerExpand(const Node& node) {
+  std::vector<int64_t> in = StaticDims(node.input(0)), out = StaticDims(node.output(0));
+  std::vector<int64_t> in_strides = ContiguousStrides(in), strides(out.size(), 0);
+  const size_t shift = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) strides[shift + i] = in[i] == 1 ? 0 : in_strides[i];
+  return StridedCopy(out, strides, 0);
+}
+
+absl::Status InferConcat(InferContext& ctx) {
+  for (size_t i = 0; i < ctx.input_types.size(); ++i) {
+    if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
+  }
+  std::vector<int64_t> out = ctx.type(0).StaticDims();
+  auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(out.size()));
+  if (!axis.ok()) return axis.status();
+  for (size_t i = 1; i < ctx.input_types.size(); ++i) {
+    std::vector<int64_t> d = ctx.type(i).StaticDims();
+    if (d.size() != out.size())
+      return NodeError(ctx.node, absl::StrCat("input ", i, " has rank ", d.size(), ", input 0 has ", out.size()));
+    for (size_t k = 0; k < d.size(); ++k) {
+      if (static_cast<int64_t>(k) != *axis && d[k] != out[k]) {
+        return NodeError(ctx.node, absl::StrCat("input ", i, " dimension ", k, " is ", d[k], ", input 0 has ", out[k]));
       }
-      seen[p] = true;
-      out.push_back(in[p]);
     }
-    ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
-    return absl::OkStatus();
-  };
-  s.lower = [perm_of](const Node& node) -> absl::StatusOr<KernelCall> {
-    std::vector<int64_t> in = StaticDims(node.input(0));
-    std::vector<int64_t> perm = perm_of(node, static_cast<int64_t>(in.size()));
-    std::vector<int64_t> in_strides = ContiguousStrides(in), dims, strides;
-    for (int64_t p : perm) {
-      dims.push_back(in[p]);
-      strides.push_back(in_strides[p]);
-    }
-    return StridedCopy(dims, strides, 0);
-  };
-  registry.Add(std::move(s));
+    out[*axis] += d[*axis];
+  }
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+  return absl::OkStatus();
 }
 
-void RegisterSlice(Registry& registry) {
-  OpSchema s = Schema("Slice", 1, 5, 0b11110);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    auto p = SliceFromNode(ctx.node, ctx.type(0).StaticDims(), ctx.input_constants);
-    if (!p.ok()) return p.status();
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, p->dims);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    std::vector<int64_t> in = StaticDims(node.input(0));
-    auto p = SliceFromNode(node, in, ConstantsOf(node));
-    if (!p.ok()) return p.status();
-    std::vector<int64_t> in_strides = ContiguousStrides(in), strides;
-    int64_t offset = 0;
-    for (size_t i = 0; i < in.size(); ++i) {
-      offset += p->starts[i] * in_strides[i];
-      strides.push_back(p->steps[i] * in_strides[i]);
-    }
-    return StridedCopy(p->dims, strides, offset);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerConcat(const Node& node) {
+  return CallWithParams<kernel::concat>(PassAllInputs(node), Axis(AxisAttr(node, 0, node.output(0))));
 }
 
-void RegisterExpand(Registry& registry) {
-  OpSchema s = Schema("Expand", 2, 2, 0b10);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    auto t = RequireConstant(ctx, 1, "shape");
-    if (!t.ok()) return t.status();
-    if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
-    auto out = BroadcastShapes(ctx.node, ctx.type(0).shape, KnownDims(ToInts(**t)));
-    if (!out.ok()) return out.status();
-    ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    std::vector<int64_t> in = StaticDims(node.input(0)), out = StaticDims(node.output(0));
-    std::vector<int64_t> in_strides = ContiguousStrides(in), strides(out.size(), 0);
-    const size_t shift = out.size() - in.size();
-    for (size_t i = 0; i < in.size(); ++i) strides[shift + i] = in[i] == 1 ? 0 : in_strides[i];
-    return StridedCopy(out, strides, 0);
-  };
-  registry.Add(std::move(s));
+absl::Status InferSplit(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  std::vector<int64_t> in = ctx.type(0).StaticDims();
+  auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(in.size()));
+  if (!axis.ok()) return axis.status();
+  bool present = false;
+  auto split = IntsFromAttrOrInput(ctx, "split", 1, &present);
+  if (!split.ok()) return split.status();
+  const int64_t n = static_cast<int64_t>(ctx.output_types.size());
+  std::vector<int64_t> sizes = *split;
+  if (!present || sizes.empty()) {
+    if (in[*axis] % n != 0)
+      return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split evenly into ", n));
+    sizes.assign(n, in[*axis] / n);
+  }
+  int64_t total = 0;
+  for (int64_t v : sizes) total += v;
+  if (static_cast<int64_t>(sizes.size()) != n || total != in[*axis]) {
+    return NodeError(ctx.node, absl::StrCat("split sizes [", absl::StrJoin(sizes, ","), "] do not cover axis size ",
+                                            in[*axis], " in ", n, " outputs"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int64_t> d = in;
+    d[*axis] = sizes[i];
+    ctx.output_types[i] = TensorType::Static(ctx.type(0).dtype, d);
+  }
+  return absl::OkStatus();
 }
 
-void RegisterConcat(Registry& registry) {
-  OpSchema s = Schema("Concat", 1, 1 << 20);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    for (size_t i = 0; i < ctx.input_types.size(); ++i) {
-      if (auto st = RequireStatic(ctx, i); !st.ok()) return st;
-    }
-    std::vector<int64_t> out = ctx.type(0).StaticDims();
-    auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(out.size()));
-    if (!axis.ok()) return axis.status();
-    for (size_t i = 1; i < ctx.input_types.size(); ++i) {
-      std::vector<int64_t> d = ctx.type(i).StaticDims();
-      if (d.size() != out.size())
-        return NodeError(ctx.node, absl::StrCat("input ", i, " has rank ", d.size(), ", input 0 has ", out.size()));
-      for (size_t k = 0; k < d.size(); ++k) {
-        if (static_cast<int64_t>(k) != *axis && d[k] != out[k]) {
-          return NodeError(ctx.node,
-                           absl::StrCat("input ", i, " dimension ", k, " is ", d[k], ", input 0 has ", out[k]));
-        }
-      }
-      out[*axis] += d[*axis];
-    }
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    return CallWithParams<kernel::concat>(PassAllInputs(node), Axis(AxisAttr(node, 0, node.output(0))));
-  };
-  registry.Add(std::move(s));
+absl::Status InferGather(InferContext& ctx) {
+  if (!ctx.type(0).has_shape || !ctx.type(1).has_shape) return NodeError(ctx.node, "input rank is unknown");
+  const auto& data = ctx.type(0).shape;
+  auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(data.size()));
+  if (!axis.ok()) return axis.status();
+  std::vector<Dim> out(data.begin(), data.begin() + *axis);
+  for (const Dim& d : ctx.type(1).shape) out.push_back(d);
+  for (size_t i = *axis + 1; i < data.size(); ++i) out.push_back(data[i]);
+  ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
+  return absl::OkStatus();
 }
 
-void RegisterSplit(Registry& registry) {
-  OpSchema s = Schema("Split", 1, 2, 0b10);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    std::vector<int64_t> in = ctx.type(0).StaticDims();
-    auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(in.size()));
-    if (!axis.ok()) return axis.status();
-    bool present = false;
-    auto split = IntsFromAttrOrInput(ctx, "split", 1, &present);
-    if (!split.ok()) return split.status();
-    const int64_t n = static_cast<int64_t>(ctx.output_types.size());
-    std::vector<int64_t> sizes = *split;
-    if (!present || sizes.empty()) {
-      if (in[*axis] % n != 0)
-        return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split evenly into ", n));
-      sizes.assign(n, in[*axis] / n);
-    }
-    int64_t total = 0;
-    for (int64_t v : sizes) total += v;
-    if (static_cast<int64_t>(sizes.size()) != n || total != in[*axis]) {
-      return NodeError(ctx.node, absl::StrCat("split sizes [", absl::StrJoin(sizes, ","), "] do not cover axis size ",
-                                              in[*axis], " in ", n, " outputs"));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<int64_t> d = in;
-      d[*axis] = sizes[i];
-      ctx.output_types[i] = TensorType::Static(ctx.type(0).dtype, d);
-    }
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const int64_t axis = AxisAttr(node, 0, node.input(0));
-    return CallWithParams<kernel::split>(PassInputs(node, 1), Axis(axis));
-  };
-  registry.Add(std::move(s));
+absl::Status InferGatherElements(InferContext& ctx) {
+  ctx.output_types[0] = WithShape(ctx.type(0).dtype, ctx.type(1).shape);
+  return absl::OkStatus();
 }
 
-void RegisterGather(Registry& registry) {
-  OpSchema s = Schema("Gather", 2, 2);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (!ctx.type(0).has_shape || !ctx.type(1).has_shape) return NodeError(ctx.node, "input rank is unknown");
-    const auto& data = ctx.type(0).shape;
-    auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), static_cast<int64_t>(data.size()));
-    if (!axis.ok()) return axis.status();
-    std::vector<Dim> out(data.begin(), data.begin() + *axis);
-    for (const Dim& d : ctx.type(1).shape) out.push_back(d);
-    for (size_t i = *axis + 1; i < data.size(); ++i) out.push_back(data[i]);
-    ctx.output_types[0] = WithShape(ctx.type(0).dtype, out);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const int64_t axis = AxisAttr(node, 0, node.input(0));
-    return CallWithParams<kernel::gather>(PassInputs(node, 2), Axis(axis));
-  };
-  registry.Add(std::move(s));
+absl::Status InferGatherND(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  if (auto st = RequireStatic(ctx, 1); !st.ok()) return st;
+  std::vector<int64_t> data = ctx.type(0).StaticDims(), idx = ctx.type(1).StaticDims();
+  const int64_t batch_dims = ctx.node.GetInt("batch_dims", 0);
+  const int64_t depth = idx.back();
+  if (batch_dims + depth > static_cast<int64_t>(data.size()))
+    return NodeError(ctx.node, "index depth exceeds data rank");
+  std::vector<int64_t> out(idx.begin(), idx.end() - 1);
+  for (size_t i = batch_dims + depth; i < data.size(); ++i) out.push_back(data[i]);
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
+  return absl::OkStatus();
 }
 
-void RegisterGatherElements(Registry& registry) {
-  OpSchema s = Schema("GatherElements", 2, 2);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    ctx.output_types[0] = WithShape(ctx.type(0).dtype, ctx.type(1).shape);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const int64_t axis = AxisAttr(node, 0, node.input(0));
-    return CallWithParams<kernel::gather_elements>(PassInputs(node, 2), Axis(axis));
-  };
-  registry.Add(std::move(s));
-}
-
-void RegisterGatherND(Registry& registry) {
-  OpSchema s = Schema("GatherND", 2, 2);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    if (auto st = RequireStatic(ctx, 1); !st.ok()) return st;
-    std::vector<int64_t> data = ctx.type(0).StaticDims(), idx = ctx.type(1).StaticDims();
-    const int64_t batch_dims = ctx.node.GetInt("batch_dims", 0);
-    const int64_t depth = idx.back();
-    if (batch_dims + depth > static_cast<int64_t>(data.size()))
-      return NodeError(ctx.node, "index depth exceeds data rank");
-    std::vector<int64_t> out(idx.begin(), idx.end() - 1);
-    for (size_t i = batch_dims + depth; i < data.size(); ++i) out.push_back(data[i]);
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_movement_params params{};
-    params.batch_dims = node.GetInt("batch_dims", 0);
-    return CallWithParams<kernel::gather_nd>(PassInputs(node, 2), params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerGatherND(const Node& node) {
+  kiln_movement_params params{};
+  params.batch_dims = node.GetInt("batch_dims", 0);
+  return CallWithParams<kernel::gather_nd>(PassInputs(node, 2), params);
 }
 
 void RegisterScatterElements(Registry& registry) {
@@ -494,111 +455,96 @@ void RegisterScatterElements(Registry& registry) {
     OpSchema s = Schema(name, 3, 3);
     s.infer = SameAsInput0;
     s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-      auto code = ScatterReduction(node);
-      if (!code.ok()) return code.status();
-      const int64_t axis = AxisAttr(node, 0, node.input(0));
-      kiln_movement_params params = Axis(axis);
-      params.reduction = *code;
+      kiln_movement_params params = Axis(AxisAttr(node, 0, node.input(0)));
+      KILN_ASSIGN_OR_RETURN(params.reduction, ScatterReduction(node));
       return CallWithParams<kernel::scatter_elements>(PassInputs(node, 3), params);
     };
     registry.Add(std::move(s));
   }
 }
 
-void RegisterScatterND(Registry& registry) {
-  OpSchema s = Schema("ScatterND", 3, 3);
-  s.infer = SameAsInput0;
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    auto code = ScatterReduction(node);
-    if (!code.ok()) return code.status();
-    kiln_movement_params params{};
-    params.reduction = *code;
-    return CallWithParams<kernel::scatter_nd>(PassInputs(node, 3), params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerScatterND(const Node& node) {
+  kiln_movement_params params{};
+  KILN_ASSIGN_OR_RETURN(params.reduction, ScatterReduction(node));
+  return CallWithParams<kernel::scatter_nd>(PassInputs(node, 3), params);
 }
 
-void RegisterTile(Registry& registry) {
-  OpSchema s = Schema("Tile", 2, 2, 0b10);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    auto t = RequireConstant(ctx, 1, "repeats");
-    if (!t.ok()) return t.status();
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    std::vector<int64_t> in = ctx.type(0).StaticDims(), reps = ToInts(**t);
-    if (reps.size() != in.size()) return NodeError(ctx.node, "repeats length does not match the input rank");
-    for (size_t i = 0; i < in.size(); ++i) in[i] *= reps[i];
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return Call<kernel::tile>(PassInputs(node, 1)); };
-  registry.Add(std::move(s));
+absl::Status InferTile(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> reps, ConstantInts(ctx, 1, "repeats"));
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  std::vector<int64_t> in = ctx.type(0).StaticDims();
+  if (reps.size() != in.size()) return NodeError(ctx.node, "repeats length does not match the input rank");
+  for (size_t i = 0; i < in.size(); ++i) in[i] *= reps[i];
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
+  return absl::OkStatus();
 }
 
-void RegisterPad(Registry& registry) {
-  OpSchema s = Schema("Pad", 1, 4, 0b1010);
-  auto pads_of = [](const Node& node, const std::vector<const Tensor*>& constants,
-                    int64_t rank) -> absl::StatusOr<std::vector<int64_t>> {
-    std::vector<int64_t> pads;
-    if (node.opset() < 11) {
-      pads = node.GetInts("pads");
-    } else {
-      if (constants.size() < 2 || constants[1] == nullptr)
-        return NodeError(node, "pads must be a compile-time constant");
-      pads = ToInts(*constants[1]);
+absl::StatusOr<KernelCall> LowerTile(const Node& node) { return Call<kernel::tile>(PassInputs(node, 1)); }
+
+// Pad's begin and end amounts for every axis, from the attribute (before opset 11) or
+// the constant inputs pads and axes.
+absl::StatusOr<std::vector<int64_t>> PadAmounts(const Node& node, const std::vector<const Tensor*>& constants,
+                                                int64_t rank) {
+  std::vector<int64_t> pads;
+  if (node.opset() < 11) {
+    pads = node.GetInts("pads");
+  } else {
+    if (constants.size() < 2 || constants[1] == nullptr) return NodeError(node, "pads must be a compile-time constant");
+    pads = ToInts(*constants[1]);
+  }
+  if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
+    std::vector<int64_t> axes = ToInts(*constants[3]), full(2 * rank, 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+      full[a] = pads[i];
+      full[a + rank] = pads[i + axes.size()];
     }
-    if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
-      std::vector<int64_t> axes = ToInts(*constants[3]), full(2 * rank, 0);
-      for (size_t i = 0; i < axes.size(); ++i) {
-        int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
-        full[a] = pads[i];
-        full[a + rank] = pads[i + axes.size()];
-      }
-      pads = full;
-    }
-    if (static_cast<int64_t>(pads.size()) != 2 * rank) {
-      return NodeError(node, absl::StrCat("pads has ", pads.size(), " entries, expected ", 2 * rank));
-    }
-    return pads;
-  };
-  s.infer = [pads_of](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    std::vector<int64_t> in = ctx.type(0).StaticDims();
-    const int64_t rank = static_cast<int64_t>(in.size());
-    auto pads = pads_of(ctx.node, ctx.input_constants, rank);
-    if (!pads.ok()) return pads.status();
-    for (int64_t i = 0; i < rank; ++i) in[i] += (*pads)[i] + (*pads)[i + rank];
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
-    return absl::OkStatus();
-  };
-  s.lower = [pads_of](const Node& node) -> absl::StatusOr<KernelCall> {
-    std::vector<int64_t> in = StaticDims(node.input(0));
-    const int64_t rank = static_cast<int64_t>(in.size());
-    auto pads = pads_of(node, ConstantsOf(node), rank);
-    if (!pads.ok()) return pads.status();
-    std::string mode = node.GetString("mode", "constant");
-    int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
-    if (mode != "constant" && mode != "reflect" && mode != "edge")
-      return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
-    if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
-    kiln_pad_params params{};
-    params.mode = code;
-    std::copy(pads->begin(), pads->begin() + rank, params.pads_begin);
-    KernelCall call = CallWithParams<kernel::pad>(PassInputs(node, 1), params);
-    call.inputs.push_back(KernelOperand{});
-    if (node.opset() < 11) {
-      auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
-      double v = node.GetFloat("value", 0.0);
-      if (value->dtype() == DType::kFloat32)
-        value->data_as<float>()[0] = static_cast<float>(v);
-      else if (value->dtype() == DType::kFloat64)
-        value->data_as<double>()[0] = v;
-      call.inputs.push_back(KernelOperand{-1, value});
-    } else {
-      call.inputs.push_back(node.input(2) ? KernelOperand{2, nullptr} : KernelOperand{});
-    }
-    return call;
-  };
-  registry.Add(std::move(s));
+    pads = full;
+  }
+  if (static_cast<int64_t>(pads.size()) != 2 * rank) {
+    return NodeError(node, absl::StrCat("pads has ", pads.size(), " entries, expected ", 2 * rank));
+  }
+  return pads;
+}
+
+absl::Status InferPad(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  std::vector<int64_t> in = ctx.type(0).StaticDims();
+  const int64_t rank = static_cast<int64_t>(in.size());
+  auto pads = PadAmounts(ctx.node, ctx.input_constants, rank);
+  if (!pads.ok()) return pads.status();
+  for (int64_t i = 0; i < rank; ++i) in[i] += (*pads)[i] + (*pads)[i + rank];
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, in);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerPad(const Node& node) {
+  std::vector<int64_t> in = StaticDims(node.input(0));
+  const int64_t rank = static_cast<int64_t>(in.size());
+  auto pads = PadAmounts(node, ConstantsOf(node), rank);
+  if (!pads.ok()) return pads.status();
+  std::string mode = node.GetString("mode", "constant");
+  int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
+  if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
+  kiln_pad_params params{};
+  params.mode = code;
+  std::copy(pads->begin(), pads->begin() + rank, params.pads_begin);
+  KernelCall call = CallWithParams<kernel::pad>(PassInputs(node, 1), params);
+  call.inputs.push_back(KernelOperand{});
+  if (node.opset() < 11) {
+    auto value = std::make_shared<Tensor>(node.input(0)->type().dtype, std::vector<int64_t>{});
+    double v = node.GetFloat("value", 0.0);
+    if (value->dtype() == DType::kFloat32)
+      value->data_as<float>()[0] = static_cast<float>(v);
+    else if (value->dtype() == DType::kFloat64)
+      value->data_as<double>()[0] = v;
+    call.inputs.push_back(KernelOperand{-1, value});
+  } else {
+    call.inputs.push_back(node.input(2) ? KernelOperand{2, nullptr} : KernelOperand{});
+  }
+  return call;
 }
 
 void RegisterDepthToSpaceAndBack(Registry& registry) {
@@ -642,141 +588,121 @@ void RegisterDepthToSpaceAndBack(Registry& registry) {
   }
 }
 
-void RegisterTrilu(Registry& registry) {
-  OpSchema s = Schema("Trilu", 1, 2, 0b10);
-  s.infer = SameAsInput0;
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    int64_t k = 0;
-    if (node.input(1) != nullptr) {
-      if (!node.input(1)->is_constant()) return NodeError(node, "k must be a compile-time constant");
-      k = node.input(1)->constant()->GetAsInt64(0);
-    }
-    kiln_movement_params params{};
-    params.upper = node.GetInt("upper", 1);
-    params.k = k;
-    return CallWithParams<kernel::trilu>(PassInputs(node, 1), params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerTrilu(const Node& node) {
+  int64_t k = 0;
+  if (node.input(1) != nullptr) {
+    if (!node.input(1)->is_constant()) return NodeError(node, "k must be a compile-time constant");
+    k = node.input(1)->constant()->GetAsInt64(0);
+  }
+  kiln_movement_params params{};
+  params.upper = node.GetInt("upper", 1);
+  params.k = k;
+  return CallWithParams<kernel::trilu>(PassInputs(node, 1), params);
 }
 
-void RegisterConstantOfShape(Registry& registry) {
-  OpSchema s = Schema("ConstantOfShape", 1, 1, 0b1);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    auto t = RequireConstant(ctx, 0, "shape");
+absl::Status InferConstantOfShape(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> shape, ConstantInts(ctx, 0, "shape"));
+  const Tensor* value = ctx.node.GetTensor("value");
+  ctx.output_types[0] = TensorType::Static(value ? value->dtype() : DType::kFloat32, shape);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelCall> LowerConstantOfShape(const Node& node) {
+  auto value = std::make_shared<Tensor>(node.output(0)->type().dtype, std::vector<int64_t>{});
+  if (const Tensor* given = node.GetTensor("value")) {
+    std::memcpy(value->data(), given->data(), DTypeSize(given->dtype()));
+  }
+  return Call<kernel::fill>({KernelOperand{-1, value}});
+}
+
+absl::Status InferRange(InferContext& ctx) {
+  double v[3];
+  for (size_t i = 0; i < 3; ++i) {
+    auto t = RequireConstant(ctx, i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
     if (!t.ok()) return t.status();
-    const Tensor* value = ctx.node.GetTensor("value");
-    ctx.output_types[0] = TensorType::Static(value ? value->dtype() : DType::kFloat32, ToInts(**t));
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    auto value = std::make_shared<Tensor>(node.output(0)->type().dtype, std::vector<int64_t>{});
-    if (const Tensor* given = node.GetTensor("value")) {
-      std::memcpy(value->data(), given->data(), DTypeSize(given->dtype()));
-    }
-    return Call<kernel::fill>({KernelOperand{-1, value}});
-  };
-  registry.Add(std::move(s));
+    v[i] = (*t)->GetAsDouble(0);
+  }
+  if (v[2] == 0) return NodeError(ctx.node, "delta is 0");
+  const int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])), 0);
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {n});
+  return absl::OkStatus();
 }
 
-void RegisterRange(Registry& registry) {
-  OpSchema s = Schema("Range", 3, 3, 0b111);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    double v[3];
-    for (size_t i = 0; i < 3; ++i) {
-      auto t = RequireConstant(ctx, i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
-      if (!t.ok()) return t.status();
-      v[i] = (*t)->GetAsDouble(0);
-    }
-    if (v[2] == 0) return NodeError(ctx.node, "delta is 0");
-    const int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])), 0);
-    ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {n});
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> { return Call<kernel::range>(PassInputs(node, 3)); };
-  registry.Add(std::move(s));
+absl::Status InferEyeLike(InferContext& ctx) {
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  if (ctx.type(0).shape.size() != 2) return NodeError(ctx.node, "input must be 2-D");
+  ctx.output_types[0] = ctx.type(0);
+  if (ctx.node.has_attr("dtype")) ctx.output_types[0].dtype = static_cast<DType>(ctx.node.GetInt("dtype", 1));
+  return absl::OkStatus();
 }
 
-void RegisterEyeLike(Registry& registry) {
-  OpSchema s = Schema("EyeLike", 1, 1);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
-    if (ctx.type(0).shape.size() != 2) return NodeError(ctx.node, "input must be 2-D");
-    ctx.output_types[0] = ctx.type(0);
-    if (ctx.node.has_attr("dtype")) ctx.output_types[0].dtype = static_cast<DType>(ctx.node.GetInt("dtype", 1));
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    kiln_movement_params params{};
-    params.k = node.GetInt("k", 0);
-    return CallWithParams<kernel::eye_like>({}, params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerEyeLike(const Node& node) {
+  kiln_movement_params params{};
+  params.k = node.GetInt("k", 0);
+  return CallWithParams<kernel::eye_like>({}, params);
 }
 
-void RegisterOneHot(Registry& registry) {
-  OpSchema s = Schema("OneHot", 3, 3, 0b10);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    auto depth = RequireConstant(ctx, 1, "depth");
-    if (!depth.ok()) return depth.status();
-    if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
-    std::vector<Dim> out = ctx.type(0).shape;
-    auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(out.size()) + 1);
-    if (!axis.ok()) return axis.status();
-    out.insert(out.begin() + *axis, Dim::Known(static_cast<int64_t>((*depth)->GetAsDouble(0))));
-    ctx.output_types[0] = WithShape(ctx.type(2).dtype, out);
-    return absl::OkStatus();
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    const int64_t axis = AxisAttr(node, -1, node.output(0));
-    return CallWithParams<kernel::one_hot>(PassInputs(node, 3), Axis(axis));
-  };
-  registry.Add(std::move(s));
+absl::Status InferOneHot(InferContext& ctx) {
+  auto depth = RequireConstant(ctx, 1, "depth");
+  if (!depth.ok()) return depth.status();
+  if (!ctx.type(0).has_shape) return NodeError(ctx.node, "input rank is unknown");
+  std::vector<Dim> out = ctx.type(0).shape;
+  auto axis = NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(out.size()) + 1);
+  if (!axis.ok()) return axis.status();
+  out.insert(out.begin() + *axis, Dim::Known(static_cast<int64_t>((*depth)->GetAsDouble(0))));
+  ctx.output_types[0] = WithShape(ctx.type(2).dtype, out);
+  return absl::OkStatus();
 }
 
-void RegisterCumSum(Registry& registry) {
-  OpSchema s = Schema("CumSum", 2, 2, 0b10);
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    auto axis = RequireConstant(ctx, 1, "axis");
-    if (!axis.ok()) return axis.status();
-    return SameAsInput0(ctx);
-  };
-  s.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
-    int64_t axis = node.input(1)->constant()->GetAsInt64(0);
-    if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-    kiln_movement_params params = Axis(axis);
-    params.exclusive = node.GetInt("exclusive", 0);
-    params.reverse = node.GetInt("reverse", 0);
-    return CallWithParams<kernel::cumsum>(PassInputs(node, 1), params);
-  };
-  registry.Add(std::move(s));
+absl::StatusOr<KernelCall> LowerOneHot(const Node& node) {
+  const int64_t axis = AxisAttr(node, -1, node.output(0));
+  return CallWithParams<kernel::one_hot>(PassInputs(node, 3), Axis(axis));
+}
+
+absl::Status InferCumSum(InferContext& ctx) {
+  auto axis = RequireConstant(ctx, 1, "axis");
+  if (!axis.ok()) return axis.status();
+  return SameAsInput0(ctx);
+}
+
+absl::StatusOr<KernelCall> LowerCumSum(const Node& node) {
+  int64_t axis = node.input(1)->constant()->GetAsInt64(0);
+  if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
+  kiln_movement_params params = Axis(axis);
+  params.exclusive = node.GetInt("exclusive", 0);
+  params.reverse = node.GetInt("reverse", 0);
+  return CallWithParams<kernel::cumsum>(PassInputs(node, 1), params);
 }
 
 }  // namespace
 
 void RegisterShapeOps(Registry& registry) {
-  RegisterShape(registry);
-  RegisterSize(registry);
-  RegisterReshape(registry);
-  RegisterIdentityFlattenSqueeze(registry);
-  RegisterTranspose(registry);
-  RegisterSlice(registry);
-  RegisterExpand(registry);
-  RegisterConcat(registry);
-  RegisterSplit(registry);
-  RegisterGather(registry);
-  RegisterGatherElements(registry);
-  RegisterGatherND(registry);
-  RegisterScatterElements(registry);
-  RegisterScatterND(registry);
-  RegisterTile(registry);
-  RegisterPad(registry);
-  RegisterDepthToSpaceAndBack(registry);
-  RegisterTrilu(registry);
-  RegisterConstantOfShape(registry);
-  RegisterRange(registry);
-  RegisterEyeLike(registry);
-  RegisterOneHot(registry);
-  RegisterCumSum(registry);
+  for (auto add : {RegisterShape, RegisterSize, RegisterIdentityFlattenSqueeze, RegisterScatterElements,
+                   RegisterDepthToSpaceAndBack}) {
+    add(registry);
+  }
+  // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}
+  const OpSchema ops[] = {
+      {"Reshape", 1, 2, 0b10, InferReshape, LowerToView},
+      {"Transpose", 1, 1, 0, InferTranspose, LowerTranspose},
+      {"Slice", 1, 5, 0b11110, InferSlice, LowerSlice},
+      {"Expand", 2, 2, 0b10, InferExpand, LowerExpand},
+      {"Concat", 1, 1 << 20, 0, InferConcat, LowerConcat},
+      {"Split", 1, 2, 0b10, InferSplit, LowerWithAxis<kernel::split>(1)},
+      {"Gather", 2, 2, 0, InferGather, LowerWithAxis<kernel::gather>(2)},
+      {"GatherElements", 2, 2, 0, InferGatherElements, LowerWithAxis<kernel::gather_elements>(2)},
+      {"GatherND", 2, 2, 0, InferGatherND, LowerGatherND},
+      {"ScatterND", 3, 3, 0, SameAsInput0, LowerScatterND},
+      {"Tile", 2, 2, 0b10, InferTile, LowerTile},
+      {"Pad", 1, 4, 0b1010, InferPad, LowerPad},
+      {"Trilu", 1, 2, 0b10, SameAsInput0, LowerTrilu},
+      {"ConstantOfShape", 1, 1, 0b1, InferConstantOfShape, LowerConstantOfShape},
+      {"Range", 3, 3, 0b111, InferRange, LowerToKernel<kernel::range>},
+      {"EyeLike", 1, 1, 0, InferEyeLike, LowerEyeLike},
+      {"OneHot", 3, 3, 0b10, InferOneHot, LowerOneHot},
+      {"CumSum", 2, 2, 0b10, InferCumSum, LowerCumSum},
+  };
+  for (const OpSchema& schema : ops) registry.Add(schema);
 }
 
 }  // namespace kiln::ops
