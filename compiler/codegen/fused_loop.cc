@@ -15,6 +15,7 @@
 #include "glue_builder.h"
 #include "kernel_ops.h"
 #include "kiln/common/status.h"
+#include "kiln/compiler/ops.h"
 
 namespace kiln::codegen {
 namespace {
@@ -264,7 +265,7 @@ absl::Status GlueBuilder::EmitFusedElementwise(const Node& node, size_t index) {
   }
   FusedLoopSpec spec;
   spec.f32 = dtype == DType::kFloat32;
-  spec.program = node.GetInts("program");
+  KILN_ASSIGN_OR_RETURN(spec.program, FusedProgram(node));
   spec.params = node.GetFloats("params");
   spec.num_inputs = node.inputs().size();
   if (spec.program.empty() || spec.params.size() != spec.program.size() / 2) {

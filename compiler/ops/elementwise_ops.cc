@@ -130,11 +130,7 @@ bool FusibleBinary(int code) {
 
 absl::Status InferFusedElementwise(InferContext& ctx) {
   const size_t n = ctx.input_types.size();
-  const std::vector<int64_t> program = ctx.node.GetInts("program");
-  const std::vector<double> params = ctx.node.GetFloats("params");
-  if (program.empty() || program.size() % 4 != 0 || params.size() * 2 != program.size()) {
-    return NodeError(ctx.node, "needs a program of 4 ints per op and params of 2 floats per op");
-  }
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> program, FusedProgram(ctx.node));
   for (size_t i = 0; i < program.size() / 4; ++i) {
     for (size_t k = 2; k < (program[i * 4] ? 4u : 3u); ++k) {
       const int64_t operand = program[i * 4 + k];
@@ -173,10 +169,36 @@ std::optional<ScalarOp> ScalarOpOf(const Node& node) {
   return std::nullopt;
 }
 
+absl::StatusOr<std::vector<int64_t>> FusedProgramOf(const Node& node) {
+  auto ops_attr = node.attrs().find("ops");
+  const auto* ops = ops_attr == node.attrs().end() ? nullptr : std::get_if<std::vector<std::string>>(&ops_attr->second);
+  const std::vector<int64_t> operands = node.GetInts("operands");
+  const std::vector<double> params = node.GetFloats("params");
+  if (ops == nullptr || ops->empty() || operands.size() != 2 * ops->size() || params.size() != 2 * ops->size()) {
+    return NodeError(node, "needs ops (names), operands (2 per op) and params (2 per op)");
+  }
+  std::vector<int64_t> program;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    const std::string& name = (*ops)[i];
+    auto binary = std::find_if(std::begin(kBinaryOps), std::end(kBinaryOps),
+                               [&](const BinaryDef& d) { return name == d.name && FusibleBinary(d.code); });
+    auto unary = std::find_if(std::begin(kUnaryOps), std::end(kUnaryOps),
+                              [&](const UnaryDef& d) { return name == d.name && d.code != KILN_UNARY_NOT; });
+    if (binary != std::end(kBinaryOps)) {
+      program.insert(program.end(), {1, binary->code, operands[2 * i], operands[2 * i + 1]});
+    } else if (unary != std::end(kUnaryOps)) {
+      program.insert(program.end(), {0, unary->code, operands[2 * i], 0});
+    } else {
+      return NodeError(node, absl::StrCat("op ", i, " '", name, "' cannot run in a fused loop"));
+    }
+  }
+  return program;
+}
+
 namespace {
 
 absl::StatusOr<KernelCall> LowerFusedElementwise(const Node& node) {
-  const std::vector<int64_t> program = node.GetInts("program");
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> program, FusedProgram(node));
   const std::vector<double> op_params = node.GetFloats("params");
   const size_t num_ops = program.size() / 4;
   if (num_ops > KILN_FUSED_MAX_OPS || op_params.size() != 2 * num_ops) {
@@ -316,4 +338,5 @@ void RegisterElementwiseOps(Registry& registry) {
 
 namespace kiln {
 std::optional<ScalarOp> AsScalarOp(const Node& node) { return ops::ScalarOpOf(node); }
+absl::StatusOr<std::vector<int64_t>> FusedProgram(const Node& node) { return ops::FusedProgramOf(node); }
 }  // namespace kiln

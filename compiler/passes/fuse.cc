@@ -390,7 +390,7 @@ class Fuse : public Pass {
       // External operands in first-use order; each op reads inputs or earlier results.
       std::vector<Value*> externals;
       std::map<const Value*, int64_t> operand;
-      std::vector<int64_t> program;
+      std::vector<int64_t> operands;  // two per op (the second unused by a unary op)
       std::vector<double> params;
       std::vector<std::string> ops;
       for (const Node* member : group) {
@@ -405,7 +405,7 @@ class Fuse : public Pass {
         const ScalarOp op = *AsScalarOp(*group[i]);
         const int64_t a = operand.at(group[i]->input(0));
         const int64_t b = op.binary ? operand.at(group[i]->input(1)) : 0;
-        program.insert(program.end(), {op.binary ? 1 : 0, op.code, a, b});
+        operands.insert(operands.end(), {a, b});
         params.insert(params.end(), {op.alpha, op.beta});
         ops.push_back(group[i]->op());
         operand[group[i]->output(0)] = static_cast<int64_t>(externals.size() + i);
@@ -413,7 +413,7 @@ class Fuse : public Pass {
       Node* fused = graph.InsertNodeBefore(root, kFusedElementwiseOp, root->name(), externals,
                                            {root->output(0)->name()}, root->opset());
       fused->mutable_attrs()["ops"] = ops;
-      fused->mutable_attrs()["program"] = program;
+      fused->mutable_attrs()["operands"] = operands;
       fused->mutable_attrs()["params"] = params;
       fused->output(0)->set_type(type);
       graph.TakeOver(root->output(0), fused->output(0));

@@ -306,9 +306,9 @@ TEST(PassTest, FuseTurnsElementwiseChainIntoOneLoop) {
   PassContext ctx;
   ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
   std::string text = PrintGraph(*g);
-  EXPECT_NE(
-      text.find("%e = kiln.Elementwise(%x, %scale_w, %bias_w, %q) {ops=[\"Mul\",\"Add\",\"Sigmoid\",\"Mul\",\"Sub\"]"),
-      std::string::npos)
+  EXPECT_NE(text.find("%e = kiln.Elementwise(%x, %scale_w, %bias_w, %q) {operands=[0,1,4,2,5,0,0,6,7,3], "
+                      "ops=[\"Mul\",\"Add\",\"Sigmoid\",\"Mul\",\"Sub\"]"),
+            std::string::npos)
       << text;
   EXPECT_EQ(g->num_nodes(), 3u) << text;  // fused chain, Reshape, Tanh
   EXPECT_TRUE(VerifyGraph(*g).ok());

@@ -116,6 +116,11 @@ struct ScalarOp {
 // Set when `node` is a floating-point elementwise op (Add, Relu, Erf, ...) whose inputs and
 // result share one element type, i.e. one that kiln.Elementwise can run in a fused loop.
 std::optional<ScalarOp> AsScalarOp(const Node& node);
+// A kiln.Elementwise node's program as the fused kernel and codegen run it: per op
+// {binary, code, operand a, operand b}, from the node's `ops` (op names) and `operands`
+// (two per op: inputs first, then earlier results; b is 0 for a unary op). The IR names
+// the ops; only compiler/ops knows their kernel codes.
+absl::StatusOr<std::vector<int64_t>> FusedProgram(const Node& node);
 
 // kiln.Elementwise, the fused form: inputs are the chain's external operands; attributes
 //   ops     = ["Mul", "Erf", ...]  the fused ops, in evaluation order (for people)
