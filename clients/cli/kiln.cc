@@ -151,15 +151,16 @@ int Compile(const CompileFlags& flags) {
   return 0;
 }
 
+constexpr char kCompileFooter[] =
+    "The flags become one CompileSpec, as `kiln submit`'s do, so the same model and flags give the same action "
+    "key and artifact locally and on a kilnd server; the key is printed and written into the --report. The "
+    "validation flags (--atol, --rtol, --inputs, --seed, --max-top1-drop, --skip-latency) are part of the spec "
+    "for that reason; `kiln compile` itself does not validate.";
+
 void AddCompile(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<CompileFlags>();
-  CLI::App* c = AddModelSubcommand(
-      app, "compile", "Compile an ONNX model to a native shared object",
-      "The flags become one CompileSpec, as `kiln submit`'s do, so the same model and flags give the same action "
-      "key and artifact locally and on a kilnd server; the key is printed and written into the --report. The "
-      "validation flags (--atol, --rtol, --inputs, --seed, --max-top1-drop, --skip-latency) are part of the spec "
-      "for that reason; `kiln compile` itself does not validate.",
-      flags->model);
+  CLI::App* c = AddModelSubcommand(app, "compile", "Compile an ONNX model to a native shared object", kCompileFooter,
+                                   flags->model);
   c->add_option("-o,--output", flags->out, "OUT.so, the artifact");
   c->add_flag("--print-after-all", flags->print_after_all, "print the IR after import and after every pass (stderr)");
   // Runs while parsing, so it needs no MODEL; CLI::Success ends the parse with status 0.
@@ -247,13 +248,14 @@ int Quantize(const QuantizeFlags& flags) {
   return 0;
 }
 
+constexpr char kQuantizeFooter[] =
+    "QuantizeLinear/DequantizeLinear around each Conv and MatMul's input, weight and result, BatchNorm folded: the "
+    "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is.";
+
 void AddQuantize(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<QuantizeFlags>();
-  CLI::App* c = AddModelSubcommand(
-      app, "quantize", "Write --precision int8's quantization as a QDQ ONNX model",
-      "QuantizeLinear/DequantizeLinear around each Conv and MatMul's input, weight and result, BatchNorm folded: the "
-      "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is.",
-      flags->model);
+  CLI::App* c = AddModelSubcommand(app, "quantize", "Write --precision int8's quantization as a QDQ ONNX model",
+                                   kQuantizeFooter, flags->model);
   flags->command = c;
   c->add_option("--emit-qdq", flags->emit_qdq, "OUT.onnx, the QDQ model written");
   c->add_option("--calibration", flags->calibration, "the calibration samples, laid out as for `kiln compile`");
