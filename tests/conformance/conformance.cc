@@ -60,6 +60,8 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
   kiln::CompileInputs inputs;
   inputs.model_bytes = *bytes;
   inputs.model_label = dir.filename().string();
+  const std::string so_path = work + "/model.so";
+  inputs.output_path = so_path;  // the linker writes the artifact there
   auto result = kiln::CompileModel(spec, inputs);
   if (!result.ok()) {
     detail = std::string(result.status().message());
@@ -70,11 +72,6 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
                    code == absl::StatusCode::kFailedPrecondition
                ? Outcome::kUnsupported
                : Outcome::kFail;
-  }
-  const std::string so_path = work + "/model.so";
-  if (auto s = kiln::WriteFile(so_path, result->shared_object); !s.ok()) {
-    detail = std::string(s.message());
-    return Outcome::kFail;
   }
   kiln_module* module = nullptr;
   const kiln_module_desc* desc = nullptr;

@@ -117,16 +117,19 @@ int Main(int argc, char** argv) {
   v1::CompileSpec spec;
   *spec.mutable_model() = DigestOf(*bytes);
   spec.set_pipeline(args.pipeline);
-  CompileInputs compile_inputs;
-  compile_inputs.model_bytes = *bytes;
-  compile_inputs.model_label = args.model;
-  auto compiled = CompileModel(spec, compile_inputs);
-  if (!compiled.ok()) Fail("compile: " + std::string(compiled.status().message()));
   char path[] = "/tmp/kiln-model-check-XXXXXX.so";
   int fd = mkstemps(path, 3);
   if (fd < 0) Fail("cannot create a temporary file");
   close(fd);
-  if (auto s = WriteFile(path, compiled->shared_object); !s.ok()) Fail(std::string(s.message()));
+  CompileInputs compile_inputs;
+  compile_inputs.model_bytes = *bytes;
+  compile_inputs.model_label = args.model;
+  compile_inputs.output_path = path;  // the linker writes the artifact there
+  auto compiled = CompileModel(spec, compile_inputs);
+  if (!compiled.ok()) {
+    unlink(path);
+    Fail("compile: " + std::string(compiled.status().message()));
+  }
 
   kiln_module* module = nullptr;
   kiln_session* session = nullptr;
