@@ -52,10 +52,8 @@ absl::Status ValidateDigest(const Digest& digest) {
     return absl::InvalidArgumentError(absl::StrCat("digest '", digest.sha256_hex, "' has ", digest.sha256_hex.size(),
                                                    " characters; a sha256 digest is 64 lowercase hex digits"));
   }
-  for (char c : digest.sha256_hex) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-      return absl::InvalidArgumentError(absl::StrCat("digest '", digest.sha256_hex, "' is not lowercase hex"));
-    }
+  if (!IsLowercaseHex(digest.sha256_hex)) {
+    return absl::InvalidArgumentError(absl::StrCat("digest '", digest.sha256_hex, "' is not lowercase hex"));
   }
   if (digest.size_bytes < 0) return absl::InvalidArgumentError("a digest's size_bytes cannot be negative");
   return absl::OkStatus();

@@ -1,6 +1,8 @@
 // SHA-256 through OpenSSL's EVP interface: see sha256.h.
 #include "kiln/common/sha256.h"
 
+#include <algorithm>
+
 #include <openssl/evp.h>
 
 namespace kiln {
@@ -29,6 +31,10 @@ std::string Sha256::FinishHex() {
     hex += kHex[raw[i] & 15];
   }
   return hex;
+}
+
+bool IsLowercaseHex(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 std::string Sha256Hex(std::string_view bytes) {

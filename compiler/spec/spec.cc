@@ -26,10 +26,8 @@ double Canonical(double value) { return value + 0.0; }
 
 absl::Status CheckDigest(const v1::Digest& digest, const std::string& field) {
   const std::string& sha = digest.sha256();
-  const bool hex = sha.size() == 64 && std::all_of(sha.begin(), sha.end(), [](char c) {
-                     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-                   });
-  if (!hex) return Invalid(absl::StrCat(field, ": sha256 '", sha, "' is not 64 lowercase hex characters"));
+  if (sha.size() != 64 || !IsLowercaseHex(sha))
+    return Invalid(absl::StrCat(field, ": sha256 '", sha, "' is not 64 lowercase hex characters"));
   if (digest.size_bytes() < 0)
     return Invalid(absl::StrCat(field, ": size_bytes ", digest.size_bytes(), " is negative"));
   return absl::OkStatus();

@@ -10,6 +10,9 @@ namespace kiln {
 
 std::string Sha256Hex(std::string_view bytes);
 
+// Whether every character is 0-9 or a-f, the alphabet of Sha256Hex (a digest is 64 of them).
+bool IsLowercaseHex(std::string_view text);
+
 // Incremental form, for bytes that arrive in pieces (upload streams, large files).
 class Sha256 {
  public:
