@@ -88,7 +88,8 @@ absl::StatusOr<double> TimeCandidate(const Node& node, const std::string& algori
   copy->mutable_attrs()[kAlgorithmAttr] = algorithm;
   copy->output(0)->set_type(node.output(0)->type());
   g.AddOutput(copy->output(0));
-  const MemoryPlan plan = MemoryPlanAnalysis::Compute(g);
+  AnalysisManager analyses;
+  const MemoryPlan& plan = analyses.Get<MemoryPlanAnalysis>(g);
   CodegenOptions options;
   options.target = target;
   options.manifest_json = "{}";

@@ -4,7 +4,7 @@
 
 namespace kiln {
 
-UseListAnalysis::Result UseListAnalysis::Compute(const Graph& graph) {
+UseListAnalysis::Result UseListAnalysis::Compute(const Graph& graph, AnalysisManager&) {
   Result users;
   for (Node* node : graph.nodes()) {
     for (const Value* in : node->inputs()) {
@@ -14,6 +14,18 @@ UseListAnalysis::Result UseListAnalysis::Compute(const Graph& graph) {
     }
   }
   return users;
+}
+
+Liveness LivenessAnalysis::Compute(const Graph& graph, AnalysisManager&) {
+  Liveness liveness;
+  const std::vector<Node*> nodes = graph.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* in : nodes[i]->inputs()) {
+      if (in != nullptr) liveness.last_read[in] = i;  // in order: the last reader wins
+    }
+    for (const Value* out : nodes[i]->outputs()) liveness.defined[out] = i;
+  }
+  return liveness;
 }
 
 }  // namespace kiln

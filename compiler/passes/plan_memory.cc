@@ -85,7 +85,8 @@ class Arena {
 // One planning run over a graph: the steps of MemoryPlanAnalysis::Compute.
 class MemoryPlanner {
  public:
-  explicit MemoryPlanner(const Graph& graph) : graph_(graph), nodes_(graph.nodes()) {
+  MemoryPlanner(const Graph& graph, const Liveness& liveness)
+      : graph_(graph), liveness_(liveness), nodes_(graph.nodes()) {
     for (const Node* node : nodes_) {
       const OpSchema* schema = FindOp(node->op());
       calls_.push_back(schema ? LowerForArtifact(*schema, *node) : absl::InternalError("no schema"));
@@ -158,20 +159,28 @@ class MemoryPlanner {
     }
   }
 
-  // Last reader of each buffer, through every alias of it; recomputed when an in-place
-  // result joins a buffer (which then lives as long as the result and its views).
+  // When each buffer dies: the last read of any value that lives in it (through views,
+  // Concat slices and, as they are decided, in-place results), or its own definition
+  // when nothing reads it. Each buffer is listed under the node it dies at.
   void ComputeLastUse() {
-    std::unordered_map<const Value*, size_t> fresh;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      for (const Value* in : nodes_[i]->inputs()) {
-        if (in != nullptr) fresh[Root(in)] = i;  // nodes are in order: the last write wins
-      }
-      for (const Value* out : nodes_[i]->outputs()) fresh.emplace(out, i);  // never read: dies at birth
+    for (const auto& [value, position] : liveness_.defined) last_use_[value] = position;
+    for (const auto& [value, position] : liveness_.last_read) {
+      size_t& last = last_use_[Root(value)];
+      last = std::max(last, position);
     }
-    for (const auto& [value, index] : last_use_) {
-      if (index == SIZE_MAX) fresh[value] = SIZE_MAX;  // already released
+    dies_at_.assign(nodes_.size(), {});
+    for (const auto& [value, position] : last_use_) {
+      if (position < nodes_.size()) dies_at_[position].push_back(value);
     }
-    last_use_ = std::move(fresh);
+  }
+
+  // `value`'s buffer now also holds `joined` (an in-place result) and lives as long as it.
+  void ExtendLife(const Value* value, const Value* joined) {
+    size_t& last = last_use_[value];
+    const size_t joined_last = last_use_[joined];
+    if (last == kReleased || joined_last <= last) return;
+    last = joined_last;
+    dies_at_[last].push_back(value);
   }
 
   // In place: an elementwise result may take the buffer of an input that dies at node i.
@@ -206,13 +215,14 @@ class MemoryPlanner {
       plan_.naive_bytes += Align(bytes);
       arena_.Release(plan_.scratch[node].offset, bytes);
     }
-    // Release buffers whose last reader is this node.
-    for (const auto& [value, slot] : plan_.arena) {
-      auto it = last_use_.find(value);
-      if (it != last_use_.end() && it->second == i) {
-        arena_.Release(slot.offset, slot.size_bytes);
-        it->second = SIZE_MAX;  // released
-      }
+    // Release the buffers that die at this node (a buffer whose life was extended is
+    // listed again under its new last node).
+    for (const Value* value : dies_at_[i]) {
+      auto slot = plan_.arena.find(value);
+      size_t& last = last_use_[value];
+      if (slot == plan_.arena.end() || last != i) continue;
+      arena_.Release(slot->second.offset, slot->second.size_bytes);
+      last = kReleased;
     }
   }
 
@@ -230,20 +240,24 @@ class MemoryPlanner {
       owner_[out] = reuse;
       plan_.alias[out] = reuse;
       ++plan_.in_place;
-      ComputeLastUse();  // the reused buffer now lives as long as the result
+      ExtendLife(reuse, out);
       return;
     }
     plan_.arena[out] = MemoryPlan::Slot{arena_.Allocate(ValueBytes(out)), ValueBytes(out)};
   }
 
+  static constexpr size_t kReleased = SIZE_MAX;
+
   const Graph& graph_;
+  const Liveness& liveness_;
   std::vector<Node*> nodes_;
   std::vector<absl::StatusOr<KernelCall>> calls_;
   MemoryPlan plan_;
   // Owner of each buffer: views and in-place results point at the value whose buffer they
   // use, possibly through a chain (a Reshape of an in-place Add of a MatMul result).
   std::unordered_map<const Value*, const Value*> owner_;
-  std::unordered_map<const Value*, size_t> last_use_;
+  std::unordered_map<const Value*, size_t> last_use_;  // per buffer (its root value); kReleased once freed
+  std::vector<std::vector<const Value*>> dies_at_;     // per node: buffers whose last use it may be
   Arena arena_;
 };
 
@@ -258,7 +272,9 @@ class PlanMemory : public Pass {
 
 }  // namespace
 
-MemoryPlan MemoryPlanAnalysis::Compute(const Graph& graph) { return MemoryPlanner(graph).Plan(); }
+MemoryPlan MemoryPlanAnalysis::Compute(const Graph& graph, AnalysisManager& analyses) {
+  return MemoryPlanner(graph, analyses.Get<LivenessAnalysis>(graph)).Plan();
+}
 
 MemoryPlan NaiveMemoryPlan(const Graph& graph) {
   MemoryPlan plan;

@@ -33,11 +33,11 @@ bool IsSplat(const Value* v, double x) {
 
 class Simplify : public Pass {
  public:
-  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     // A worklist: every node once, in order, then only what a rewrite touched (the new
     // node and the readers of the rewritten value), since a rewrite can expose another:
     // two transposes merge into an identity one, which then goes.
-    users_ = UseListAnalysis::Compute(graph);
+    users_ = context.analyses.Get<UseListAnalysis>(graph);  // a copy, kept current here
     const std::vector<Node*> nodes = graph.nodes();
     std::deque<Node*> work(nodes.begin(), nodes.end());
     std::unordered_set<Node*> queued(nodes.begin(), nodes.end());

@@ -41,19 +41,36 @@ struct MemoryPlan {
 // the pipeline has no plan-memory pass.
 MemoryPlan NaiveMemoryPlan(const Graph& graph);
 
-// Each analysis is a struct with a Result type and `static Result Compute(const Graph&)`.
+class AnalysisManager;
+
+// Each analysis is a struct with a Result type and
+// `static Result Compute(const Graph&, AnalysisManager&)`; the manager gives it the
+// analyses it builds on (the memory plan reads liveness).
 
 // The nodes that read each value, in graph order, each once: Graph::Users for every value
 // in one walk.
 struct UseListAnalysis {
   using Result = std::unordered_map<const Value*, std::vector<Node*>>;
-  static Result Compute(const Graph& graph);
+  static Result Compute(const Graph& graph, AnalysisManager& analyses);
+};
+
+// Where each value is born and last read, as positions in graph order (graph.nodes()).
+struct Liveness {
+  // Node outputs: their producer's position (graph inputs and constants are absent).
+  std::unordered_map<const Value*, size_t> defined;
+  // Values some node reads: the last reader's position (a value nothing reads is absent;
+  // graph outputs are read after the last node).
+  std::unordered_map<const Value*, size_t> last_read;
+};
+struct LivenessAnalysis {
+  using Result = Liveness;
+  static Result Compute(const Graph& graph, AnalysisManager& analyses);
 };
 
 // The arena plan of plan-memory (compiler/passes/plan_memory.cc).
 struct MemoryPlanAnalysis {
   using Result = MemoryPlan;
-  static Result Compute(const Graph& graph);
+  static Result Compute(const Graph& graph, AnalysisManager& analyses);
 };
 
 class AnalysisManager {
@@ -62,7 +79,7 @@ class AnalysisManager {
   template <class Analysis>
   const typename Analysis::Result& Get(const Graph& graph) {
     std::shared_ptr<void>& slot = cache_[Key<Analysis>()];
-    if (!slot) slot = std::make_shared<typename Analysis::Result>(Analysis::Compute(graph));
+    if (!slot) slot = std::make_shared<typename Analysis::Result>(Analysis::Compute(graph, *this));
     return *static_cast<const typename Analysis::Result*>(slot.get());
   }
   // The cached result, or nullptr when it was not computed since the last change.
