@@ -53,7 +53,7 @@ const std::string& KernelBitcodeHash() {
   static const std::string* hash = [] {
     Sha256 sha;
     // The format of a compiled library: bump when how it is built changes.
-    sha.Update("kiln-kernel-library-v1 llvm-" LLVM_VERSION_STRING "\n");
+    sha.Update("kiln-kernel-library-v2 llvm-" LLVM_VERSION_STRING "\n");
     for (const EmbeddedBitcode& blob : KernelBitcode()) {
       sha.Update(blob.stem);
       sha.Update(std::string_view(blob.bytes.data(), blob.bytes.size()));
@@ -146,8 +146,16 @@ void Specialise(llvm::Module& module, const std::string& kernel, const TargetSpe
       f.setVisibility(llvm::GlobalValue::HiddenVisibility);
       continue;
     }
+    // What the library marks noinline on purpose stays a function. A shared micro-kernel
+    // (a noinline template or inline function: linkonce_odr) keeps its ODR linkage, hidden:
+    // the linker then keeps one copy per artifact for every kernel that calls it, and no
+    // caller's constants specialise it (as they could an internal copy, which LLVM may
+    // then schedule worse for everyone).
+    if (f.hasFnAttribute(llvm::Attribute::NoInline) && f.hasLinkOnceODRLinkage()) {
+      f.setVisibility(llvm::GlobalValue::HiddenVisibility);
+      continue;
+    }
     f.setLinkage(llvm::GlobalValue::InternalLinkage);
-    // What the library marks noinline on purpose (shared micro-kernels) stays a function.
     if (!f.hasFnAttribute(llvm::Attribute::NoInline)) f.addFnAttr(llvm::Attribute::AlwaysInline);
   }
   for (llvm::GlobalVariable& g : module.globals()) {
