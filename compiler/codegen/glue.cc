@@ -77,6 +77,16 @@ absl::Status CheckNode(const Node& node, const OpSchema* schema) {
 
 // A view whose output shares the input's buffer needs no code; nor does a Concat whose
 // inputs were written into their slices of its result.
+// The node's call as the memory plan lowered it, or lowered now (a plan made without
+// them, or for another graph).
+absl::StatusOr<KernelCall> PlannedCall(const MemoryPlan& memory, const OpSchema& schema, const Node& node) {
+  if (memory.calls != nullptr) {
+    auto it = memory.calls->find(&node);
+    if (it != memory.calls->end()) return it->second;
+  }
+  return LowerForArtifact(schema, node);
+}
+
 bool NeedsNoCode(const Node& node, const KernelCall& call, const MemoryPlan& memory) {
   if (call.is_view && memory.alias.count(node.output(0))) return true;
   return call.kernel == "concat" && !node.inputs().empty() &&
@@ -126,7 +136,7 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
       plan->calls.emplace_back();
       continue;
     }
-    KILN_ASSIGN_OR_RETURN(KernelCall call, LowerForArtifact(*schema, *node));
+    KILN_ASSIGN_OR_RETURN(KernelCall call, PlannedCall(memory, *schema, *node));
     if (NeedsNoCode(*node, call, memory)) {
       // Its output is a view of (or holds) its inputs, which may be constants.
       for (size_t i = 0; i < node->inputs().size(); ++i) place_input(node, i);

@@ -12,6 +12,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "absl/strings/str_cat.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 
@@ -85,12 +86,10 @@ class Arena {
 // One planning run over a graph: the steps of MemoryPlanAnalysis::Compute.
 class MemoryPlanner {
  public:
-  MemoryPlanner(const Graph& graph, const Liveness& liveness)
+  MemoryPlanner(const Graph& graph, const Liveness& liveness, std::shared_ptr<const KernelCalls> calls)
       : graph_(graph), liveness_(liveness), nodes_(graph.nodes()) {
-    for (const Node* node : nodes_) {
-      const OpSchema* schema = FindOp(node->op());
-      calls_.push_back(schema ? LowerForArtifact(*schema, *node) : absl::InternalError("no schema"));
-    }
+    for (const Node* node : nodes_) calls_.push_back(&calls->at(node));
+    plan_.calls = std::move(calls);
   }
 
   MemoryPlan Plan() {
@@ -112,7 +111,7 @@ class MemoryPlanner {
   void PlanViews() {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const Node* node = nodes_[i];
-      if (!calls_[i].ok() || !calls_[i]->is_view) continue;
+      if (!calls_[i]->ok() || !(*calls_[i])->is_view) continue;
       const Value* in = node->input(0);
       const Value* out = node->output(0);
       if (NeedsArena(graph_, Root(in)) && NeedsArena(graph_, out)) {
@@ -134,7 +133,7 @@ class MemoryPlanner {
     }
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const Node* node = nodes_[i];
-      if (!calls_[i].ok() || calls_[i]->kernel != "concat" || node->inputs().size() < 2) continue;
+      if (!calls_[i]->ok() || (*calls_[i])->kernel != "concat" || node->inputs().size() < 2) continue;
       const Value* whole = node->output(0);
       if (!NeedsArena(graph_, whole) || owner_.count(whole)) continue;
       const std::vector<int64_t> dims = whole->type().StaticDims();
@@ -186,7 +185,7 @@ class MemoryPlanner {
   // In place: an elementwise result may take the buffer of an input that dies at node i.
   const Value* InPlaceInput(size_t i) {
     const Node* node = nodes_[i];
-    if (!calls_[i].ok() || !IsElementwiseKernel(calls_[i]->kernel) || node->outputs().size() != 1 ||
+    if (!calls_[i]->ok() || !IsElementwiseKernel((*calls_[i])->kernel) || node->outputs().size() != 1 ||
         !NeedsArena(graph_, node->output(0)) || owner_.count(node->output(0)) != 0) {
       return nullptr;
     }
@@ -209,8 +208,8 @@ class MemoryPlanner {
     const Value* reuse = InPlaceInput(i);
     for (const Value* out : node->outputs()) PlaceOutput(out, reuse);
     // Scratch lives while the node runs, beside its inputs and outputs.
-    if (calls_[i].ok() && calls_[i]->scratch_bytes > 0) {
-      const int64_t bytes = calls_[i]->scratch_bytes;
+    if (calls_[i]->ok() && (*calls_[i])->scratch_bytes > 0) {
+      const int64_t bytes = (*calls_[i])->scratch_bytes;
       plan_.scratch[node] = MemoryPlan::Slot{arena_.Allocate(bytes), bytes};
       plan_.naive_bytes += Align(bytes);
       arena_.Release(plan_.scratch[node].offset, bytes);
@@ -251,7 +250,7 @@ class MemoryPlanner {
   const Graph& graph_;
   const Liveness& liveness_;
   std::vector<Node*> nodes_;
-  std::vector<absl::StatusOr<KernelCall>> calls_;
+  std::vector<const absl::StatusOr<KernelCall>*> calls_;  // per node, from plan_.calls
   MemoryPlan plan_;
   // Owner of each buffer: views and in-place results point at the value whose buffer they
   // use, possibly through a chain (a Reshape of an in-place Add of a MatMul result).
@@ -272,20 +271,31 @@ class PlanMemory : public Pass {
 
 }  // namespace
 
+KernelCalls KernelCallAnalysis::Compute(const Graph& graph, AnalysisManager&) {
+  KernelCalls calls;
+  for (const Node* node : graph.nodes()) {
+    const OpSchema* schema = FindOp(node->op());
+    calls.emplace(node, schema != nullptr ? LowerForArtifact(*schema, *node)
+                                          : absl::InternalError(absl::StrCat(NodeLabel(*node), ": no such op")));
+  }
+  return calls;
+}
+
 MemoryPlan MemoryPlanAnalysis::Compute(const Graph& graph, AnalysisManager& analyses) {
-  return MemoryPlanner(graph, analyses.Get<LivenessAnalysis>(graph)).Plan();
+  return MemoryPlanner(graph, analyses.Get<LivenessAnalysis>(graph), analyses.GetShared<KernelCallAnalysis>(graph))
+      .Plan();
 }
 
 MemoryPlan NaiveMemoryPlan(const Graph& graph) {
   MemoryPlan plan;
+  AnalysisManager analyses;
+  plan.calls = analyses.GetShared<KernelCallAnalysis>(graph);
   int64_t offset = 0;
   for (const Node* node : graph.nodes()) {
-    if (const OpSchema* schema = FindOp(node->op())) {
-      absl::StatusOr<KernelCall> call = LowerForArtifact(*schema, *node);
-      if (call.ok() && call->scratch_bytes > 0) {
-        plan.scratch[node] = MemoryPlan::Slot{offset, call->scratch_bytes};
-        offset += Align(call->scratch_bytes);
-      }
+    const absl::StatusOr<KernelCall>& call = plan.calls->at(node);
+    if (call.ok() && call->scratch_bytes > 0) {
+      plan.scratch[node] = MemoryPlan::Slot{offset, call->scratch_bytes};
+      offset += Align(call->scratch_bytes);
     }
     for (const Value* out : node->outputs()) {
       if (!NeedsArena(graph, out)) continue;

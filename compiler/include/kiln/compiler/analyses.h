@@ -10,9 +10,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "kiln/compiler/ir.h"
+#include "kiln/compiler/ops.h"
 
 namespace kiln {
+
+// Each node's kernel call in an artifact (LowerForArtifact), or why it has none.
+using KernelCalls = std::unordered_map<const Node*, absl::StatusOr<KernelCall>>;
 
 // Where each non-constant value lives at run time.
 struct MemoryPlan {
@@ -35,6 +40,9 @@ struct MemoryPlan {
   int64_t in_place = 0;          // results written over a dying input
   int64_t views = 0;             // results that share their input's buffer
   int64_t concats_in_place = 0;  // Concats whose inputs were written in place (no copy)
+  // The kernel calls the plan was made with (their scratch and views): codegen reuses
+  // them rather than lowering each node again (lowering may transform weights).
+  std::shared_ptr<const KernelCalls> calls;
 };
 
 // Plans buffers without reuse: every intermediate gets its own slot. Codegen uses it when
@@ -67,6 +75,12 @@ struct LivenessAnalysis {
   static Result Compute(const Graph& graph, AnalysisManager& analyses);
 };
 
+// Each node lowered for an artifact once: the memory plan and codegen both need the calls.
+struct KernelCallAnalysis {
+  using Result = KernelCalls;
+  static Result Compute(const Graph& graph, AnalysisManager& analyses);
+};
+
 // The arena plan of plan-memory (compiler/passes/plan_memory.cc).
 struct MemoryPlanAnalysis {
   using Result = MemoryPlan;
@@ -78,9 +92,23 @@ class AnalysisManager {
   // The analysis of `graph`, computed now unless cached since the last change.
   template <class Analysis>
   const typename Analysis::Result& Get(const Graph& graph) {
+    return *GetShared<Analysis>(graph);
+  }
+  // The same, shared: a result that must outlive the cache (the memory plan keeps the
+  // kernel calls for codegen).
+  template <class Analysis>
+  std::shared_ptr<const typename Analysis::Result> GetShared(const Graph& graph) {
+    using Result = typename Analysis::Result;
     std::shared_ptr<void>& slot = cache_[Key<Analysis>()];
-    if (!slot) slot = std::make_shared<typename Analysis::Result>(Analysis::Compute(graph, *this));
-    return *static_cast<const typename Analysis::Result*>(slot.get());
+    if (!slot) {
+      // Computed before it is stored: Compute may ask for other analyses, which insert
+      // into the cache.
+      auto result = std::make_shared<Result>(Analysis::Compute(graph, *this));
+      std::shared_ptr<void>& stored = cache_[Key<Analysis>()];
+      stored = result;
+      return result;
+    }
+    return std::shared_ptr<const Result>(slot, static_cast<const Result*>(slot.get()));
   }
   // The cached result, or nullptr when it was not computed since the last change.
   template <class Analysis>
