@@ -218,12 +218,11 @@ absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const s
 // report.json, manifest.json, and result.pb (the result and timings, for the worker).
 absl::Status WriteOutputs(const v1::Task& task, const CompileResult& compiled, const v1::AccuracyReport& report,
                           const ReportContext& context, const std::string& dir) {
+  const v1::JobReport job_report = JobReportFor(task.action_key(), task.spec(), report, compiled.report, context);
   v1::CompleteRequest result;
   *result.mutable_result()->mutable_accuracy() = report;
-  result.set_compile_ms(context.compile_ms);
-  result.set_validate_ms(context.validate_ms);
-  KILN_ASSIGN_OR_RETURN(const std::string report_json,
-                        ToJson(JobReportFor(task.action_key(), task.spec(), report, compiled.report, context)));
+  *result.mutable_timings_ms() = job_report.timings_ms();
+  KILN_ASSIGN_OR_RETURN(const std::string report_json, ToJson(job_report));
   KILN_ASSIGN_OR_RETURN(const std::string manifest_json, ToJson(compiled.manifest));
   for (const auto& [file, bytes] : std::vector<std::pair<std::string, std::string>>{
            {"report.json", report_json}, {"manifest.json", manifest_json}, {"result.pb", result.SerializeAsString()}}) {

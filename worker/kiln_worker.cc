@@ -147,13 +147,20 @@ class Worker {
     return fields;
   }
 
+  // This worker's lease on the task, which Heartbeat and Complete speak for.
+  v1::TaskLease LeaseOf(const v1::Task& task) const {
+    v1::TaskLease lease;
+    lease.set_worker_id(flags_.id);
+    lease.set_action_key(task.action_key());
+    lease.set_attempt(task.attempt());
+    return lease;
+  }
+
   bool Heartbeat(const v1::Task& task, const std::string& phase, double progress, std::string* reason) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::HeartbeatRequest request;
-    request.set_worker_id(flags_.id);
-    request.set_action_key(task.action_key());
-    request.set_attempt(task.attempt());
+    *request.mutable_lease() = LeaseOf(task);
     request.set_phase(phase);
     request.set_progress(progress);
     v1::HeartbeatResponse response;
@@ -164,9 +171,7 @@ class Worker {
   }
 
   void Complete(const v1::Task& task, v1::CompleteRequest request) {
-    request.set_worker_id(flags_.id);
-    request.set_action_key(task.action_key());
-    request.set_attempt(task.attempt());
+    *request.mutable_lease() = LeaseOf(task);
     for (int attempt = 0; attempt < 5; ++attempt) {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));

@@ -25,10 +25,9 @@ void AddKernelCommands(CLI::App& app, std::vector<Command>& commands);
 // submit, job, jobs, watch, cancel, fetch (service_commands.cc).
 void AddServiceCommands(CLI::App& app, std::vector<Command>& commands);
 
-// A subcommand whose first argument is MODEL.onnx (compile, quantize, submit): its
-// one-line description, the footer of its --help, and where the model path goes.
-CLI::App* AddModelSubcommand(CLI::App& app, const char* name, const char* description, const char* footer,
-                             std::string& model);
+// A subcommand whose first argument is MODEL.onnx (compile, quantize, submit), with its
+// one-line description and --help footer from kiln.cc's table; `model` gets the path.
+CLI::App* AddModelSubcommand(CLI::App& app, const char* name, std::string& model);
 
 // "kiln: MESSAGE" and a pointer to the subcommand's help (kiln's for ""); returns 2.
 int UsageError(const std::string& command, const std::string& message);

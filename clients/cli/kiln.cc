@@ -3,9 +3,11 @@
 // service_commands.cc. `kiln compile` and `kiln submit` share the CompileSpec's flags.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -151,16 +153,9 @@ int Compile(const CompileFlags& flags) {
   return 0;
 }
 
-constexpr char kCompileFooter[] =
-    "The flags become one CompileSpec, as `kiln submit`'s do, so the same model and flags give the same action "
-    "key and artifact locally and on a kilnd server; the key is printed and written into the --report. The "
-    "validation flags (--atol, --rtol, --inputs, --seed, --max-top1-drop, --skip-latency) are part of the spec "
-    "for that reason; `kiln compile` itself does not validate.";
-
 void AddCompile(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<CompileFlags>();
-  CLI::App* c = AddModelSubcommand(app, "compile", "Compile an ONNX model to a native shared object", kCompileFooter,
-                                   flags->model);
+  CLI::App* c = AddModelSubcommand(app, "compile", flags->model);
   c->add_option("-o,--output", flags->out, "OUT.so, the artifact");
   c->add_flag("--print-after-all", flags->print_after_all, "print the IR after import and after every pass (stderr)");
   // Runs while parsing, so it needs no MODEL; CLI::Success ends the parse with status 0.
@@ -248,14 +243,9 @@ int Quantize(const QuantizeFlags& flags) {
   return 0;
 }
 
-constexpr char kQuantizeFooter[] =
-    "QuantizeLinear/DequantizeLinear around each Conv and MatMul's input, weight and result, BatchNorm folded: the "
-    "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is.";
-
 void AddQuantize(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<QuantizeFlags>();
-  CLI::App* c = AddModelSubcommand(app, "quantize", "Write --precision int8's quantization as a QDQ ONNX model",
-                                   kQuantizeFooter, flags->model);
+  CLI::App* c = AddModelSubcommand(app, "quantize", flags->model);
   flags->command = c;
   c->add_option("--emit-qdq", flags->emit_qdq, "OUT.onnx, the QDQ model written");
   c->add_option("--calibration", flags->calibration, "the calibration samples, laid out as for `kiln compile`");
@@ -266,12 +256,43 @@ void AddQuantize(CLI::App& app, std::vector<Command>& commands) {
   commands.push_back({c, [flags] { return Quantize(*flags); }});
 }
 
+// compile, quantize and submit: a one-line description and the footer of --help each.
+// Compile's and submit's footers say how the two relate, so they stand together here.
+struct ModelCommandHelp {
+  const char* name;
+  const char* description;
+  const char* footer;
+};
+constexpr ModelCommandHelp kModelCommands[] = {
+    {"compile", "Compile an ONNX model to a native shared object",
+     "The flags become one CompileSpec, as `kiln submit`'s do, so the same model and flags give the same action "
+     "key and artifact locally and on a kilnd server; the key is printed and written into the --report. The "
+     "validation flags (--atol, --rtol, --inputs, --seed, --max-top1-drop, --skip-latency) are part of the spec "
+     "for that reason; `kiln compile` itself does not validate."},
+    {"quantize", "Write --precision int8's quantization as a QDQ ONNX model",
+     "QuantizeLinear/DequantizeLinear around each Conv and MatMul's input, weight and result, BatchNorm folded: the "
+     "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is."},
+    {"submit", "Compile and validate a model on a kilnd server",
+     "Uploads what FindMissing reports missing (the model, the --inputs and --calibration InputSet blobs) and "
+     "submits one CompileSpec made from the same flags as `kiln compile` (a \"host\" target means kilnd's "
+     "machine). Without --wait it prints the job id alone on its last line; with --wait (or --output) it shows a "
+     "live progress line, prints the accuracy report and the artifact digest. int8 and pruned builds are judged by "
+     "top-1 agreement with the fp32 model (--max-top1-drop). Exit status: 0 succeeded; 1 the job failed or was "
+     "cancelled; 3 --fail-on-accuracy and the verdict fails."},
+};
+
 }  // namespace
 
-CLI::App* AddModelSubcommand(CLI::App& app, const char* name, const char* description, const char* footer,
-                             std::string& model) {
-  CLI::App* c = app.add_subcommand(name, description);
-  c->footer(footer);
+CLI::App* AddModelSubcommand(CLI::App& app, const char* name, std::string& model) {
+  const ModelCommandHelp* help =
+      std::find_if(std::begin(kModelCommands), std::end(kModelCommands),
+                   [&](const ModelCommandHelp& row) { return std::strcmp(row.name, name) == 0; });
+  if (help == std::end(kModelCommands)) {  // a broken build, seen by every kiln run: all are added at start
+    std::fprintf(stderr, "kiln: subcommand %s has no row in kModelCommands\n", name);
+    std::abort();
+  }
+  CLI::App* c = app.add_subcommand(name, help->description);
+  c->footer(help->footer);
   c->add_option("model", model, "MODEL.onnx")->required();
   return c;
 }

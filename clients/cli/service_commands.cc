@@ -235,18 +235,9 @@ int Submit(const SubmitFlags& flags) {
   return Finish(*stub, final_job, flags.finish);
 }
 
-constexpr char kSubmitFooter[] =
-    "Uploads what FindMissing reports missing (the model, the "
-    "--inputs and --calibration InputSet blobs) and submits one CompileSpec made from the same flags as `kiln "
-    "compile` (a \"host\" target means kilnd's machine). Without --wait it prints the job id alone on its last "
-    "line; with --wait (or --output) it shows a live progress line, prints the accuracy report and the artifact "
-    "digest. int8 and pruned builds are judged by top-1 agreement with the fp32 model (--max-top1-drop). Exit "
-    "status: 0 succeeded; 1 the job failed or was cancelled; 3 --fail-on-accuracy and the verdict fails.";
-
 void AddSubmit(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<SubmitFlags>();
-  CLI::App* c =
-      AddModelSubcommand(app, "submit", "Compile and validate a model on a kilnd server", kSubmitFooter, flags->model);
+  CLI::App* c = AddModelSubcommand(app, "submit", flags->model);
   AddServerFlag(*c, flags->server);
   c->add_flag("--wait", flags->wait, "follow the job to its end");
   c->add_option("--output", flags->finish.output, "DIR: write artifact.so, report.json and manifest.json there");

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,30 +20,69 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Which flag sets which spec field, for putting Normalize's messages in flag terms. (The
-// target's fields keep their names: "target.cpu 'x' ..." says more than "--target".)
-struct FlagField {
-  const char* field;
+// The spec's flags after --target, one row each in --help's order: the flag, the SpecFlags
+// member it fills (a bool is a flag without a value), the spec field whose name Normalize's
+// messages get the flag for (InFlagTerms; null: the message keeps the field's name), its
+// help, and where submit differs: its own help, or no such flag.
+using FlagMember = std::variant<std::string SpecFlags::*, std::vector<std::string> SpecFlags::*, double SpecFlags::*,
+                                uint64_t SpecFlags::*, bool SpecFlags::*>;
+struct SpecFlag {
   const char* flag;
+  FlagMember member;
+  const char* field;
+  const char* help;
+  const char* submit_help = nullptr;  // null: as for compile
+  bool compile_only = false;
 };
-constexpr FlagField kFlagFields[] = {
-    {"input_shapes", "--input-shape"},
-    {"quantization.precision", "--precision"},
-    {"quantization.calibration", "--calibration"},
-    {"quantization.method", "--calibration-method"},
-    {"quantization.percentile", "--calibration-percentile"},
-    {"quantization.keep_float", "--keep-float"},
-    {"pruning.channels", "--prune-channels"},
-    {"pruning.weights", "--prune-weights"},
-    {"pruning.skip", "--prune-skip"},
-    {"tuning.enabled", "--tune"},
-    {"tuning.budget_seconds", "--tune-budget"},
-    {"accuracy.atol", "--atol"},
-    {"accuracy.rtol", "--rtol"},
-    {"accuracy.max_top1_drop", "--max-top1-drop"},
-    {"accuracy.input_set", "--inputs"},
-    {"accuracy.seed", "--seed"},
-    {"accuracy.skip_latency", "--skip-latency"},
+const SpecFlag kSpecFlags[] = {
+    {"--input-shape", &SpecFlags::input_shapes, "input_shapes",
+     "fix a graph input's shape, e.g. input=1x3x224x224 (repeatable)"},
+    {"--pipeline", &SpecFlags::pipeline, nullptr,
+     "comma-separated passes with options in braces, e.g. 'fold-constants,fuse,prune{channels=0.3}' (default: the "
+     "compiler's pipeline for the precision; `kiln help` lists both, `kiln compile --list-passes` each pass and its "
+     "options)"},
+    {"--precision", &SpecFlags::precision, "quantization.precision",
+     "fp32 (default) or int8: post-training static quantization of every Conv and MatMul with a constant weight "
+     "(weights s8 per output channel, activations u8 per tensor), run as int8 kernels"},
+    {"--calibration", &SpecFlags::calibration, "quantization.calibration",
+     "int8: the samples activation ranges come from: one subdirectory per sample holding input_0.pb, input_1.pb, ... "
+     "(ONNX TensorProtos, graph-input order), or one *.pb per sample for a one-input model; with pruning, its first "
+     "sample also feeds the per-layer breakdown",
+     "int8: calibration samples laid out as for `kiln compile`, uploaded as InputSet blobs"},
+    {"--calibration-method", &SpecFlags::calibration_method, "quantization.method",
+     "minmax (default), percentile (see --calibration-percentile) or entropy (the range whose 255-level quantization "
+     "loses least, by KL divergence)"},
+    {"--calibration-percentile", &SpecFlags::calibration_percentile, "quantization.percentile",
+     "method percentile: the share of each activation's values its range keeps, in (50, 100] (default 99.99)"},
+    {"--keep-float", &SpecFlags::keep_float, "quantization.keep_float",
+     "node names to leave in f32 (comma-separated, repeatable)"},
+    {"--prune-channels", &SpecFlags::prune_channels, "pruning.channels",
+     "structured pruning: remove the share R (0 <= R < 1) of each Conv, Gemm and MatMul's output channels with the "
+     "lowest L1 norm, and what reads them downstream; a layer whose channels reach a residual Add, a Reshape or a "
+     "graph output stays whole"},
+    {"--prune-weights", &SpecFlags::prune_weights, "pruning.weights",
+     "unstructured pruning: set the share R of each weight with the smallest magnitude to 0 (reported as sparsity; "
+     "the kernels stay dense)"},
+    {"--prune-skip", &SpecFlags::prune_skip, "pruning.skip",
+     "node names to leave unpruned (comma-separated, repeatable)"},
+    {"--tune", &SpecFlags::tune, "tuning.enabled",
+     "time each convolution's candidates (Winograd; implicit GEMM with 64, 128 or 256-position jobs) on this machine "
+     "and keep the fastest (the target must run here); cached by op shape and target",
+     nullptr, true},
+    {"--tune-budget", &SpecFlags::tune_budget, "tuning.budget_seconds", "seconds of measuring at most (default 120)",
+     nullptr, true},
+    {"--atol", &SpecFlags::atol, "accuracy.atol",
+     "validation: absolute tolerance (with --rtol; both left out: 1e-3 each). An element passes when |got - ref| <= "
+     "atol + rtol * |ref|"},
+    {"--rtol", &SpecFlags::rtol, "accuracy.rtol", "validation: relative tolerance (with --atol)"},
+    {"--inputs", &SpecFlags::inputs, "accuracy.input_set",
+     "validation inputs: DIR/*.pb, ONNX TensorProtos, one per model input in file-name order, sent as an InputSet blob "
+     "(default: seeded random inputs)"},
+    {"--seed", &SpecFlags::seed, "accuracy.seed", "seed of the random validation inputs (default 0)"},
+    {"--max-top1-drop", &SpecFlags::max_top1_drop, "accuracy.max_top1_drop",
+     "int8 and pruned builds: the verdict fails when more than this many percentage points of classifier rows change "
+     "their top-1 class against the fp32 model (default 1)"},
+    {"--skip-latency", &SpecFlags::skip_latency, "accuracy.skip_latency", "do not measure the artifact's latency"},
 };
 
 absl::Status Usage(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
@@ -59,79 +100,44 @@ std::vector<std::string> Flatten(const std::vector<std::string>& lists) {
   return names;
 }
 
-void AddValidationFlags(CLI::App& c, SpecFlags& f) {
-  c.add_option("--atol", f.atol,
-               "validation: absolute tolerance (with --rtol; both left out: 1e-3 each). An element passes when "
-               "|got - ref| <= atol + rtol * |ref|");
-  c.add_option("--rtol", f.rtol, "validation: relative tolerance (with --atol)");
-  c.add_option("--inputs", f.inputs,
-               "validation inputs: DIR/*.pb, ONNX TensorProtos, one per model input in file-name order, sent as "
-               "an InputSet blob (default: seeded random inputs)");
-  c.add_option("--seed", f.seed, "seed of the random validation inputs (default 0)");
-  c.add_option("--max-top1-drop", f.max_top1_drop,
-               "int8 and pruned builds: the verdict fails when more than this many percentage points of "
-               "classifier rows change their top-1 class against the fp32 model (default 1)");
-  c.add_flag("--skip-latency", f.skip_latency, "do not measure the artifact's latency");
-}
-
 }  // namespace
 
 void AddSpecFlags(CLI::App& c, SpecFlags& f, SpecCommand which) {
   f.command = &c;
+  // Not a row: its help lists the presets, and Normalize's target messages name the field
+  // ("target.cpu 'x' ...", which says more than "--target").
   c.add_option("--target", f.target,
                absl::StrCat("host (default), a preset, or triple=T[,cpu=C][,features=+a,-b]. Presets: ",
                             absl::StrJoin(TargetPresets(), ", ")));
-  c.add_option("--input-shape", f.input_shapes, "fix a graph input's shape, e.g. input=1x3x224x224 (repeatable)");
-  c.add_option("--pipeline", f.pipeline,
-               "comma-separated passes with options in braces, e.g. 'fold-constants,fuse,prune{channels=0.3}' "
-               "(default: the compiler's pipeline for the precision; `kiln help` lists both, `kiln compile "
-               "--list-passes` each pass and its options)");
-  c.add_option("--precision", f.precision,
-               "fp32 (default) or int8: post-training static quantization of every Conv and MatMul with a constant "
-               "weight (weights s8 per output channel, activations u8 per tensor), run as int8 kernels");
-  c.add_option("--calibration", f.calibration,
-               which == SpecCommand::kCompile
-                   ? "int8: the samples activation ranges come from: one subdirectory per sample holding input_0.pb, "
-                     "input_1.pb, ... (ONNX TensorProtos, graph-input order), or one *.pb per sample for a one-input "
-                     "model; with pruning, its first sample also feeds the per-layer breakdown"
-                   : "int8: calibration samples laid out as for `kiln compile`, uploaded as InputSet blobs");
-  c.add_option("--calibration-method", f.calibration_method,
-               "minmax (default), percentile (see --calibration-percentile) or entropy (the range whose 255-level "
-               "quantization loses least, by KL divergence)");
-  c.add_option("--calibration-percentile", f.calibration_percentile,
-               "method percentile: the share of each activation's values its range keeps, in (50, 100] (default "
-               "99.99)");
-  c.add_option("--keep-float", f.keep_float, "node names to leave in f32 (comma-separated, repeatable)");
-  c.add_option("--prune-channels", f.prune_channels,
-               "structured pruning: remove the share R (0 <= R < 1) of each Conv, Gemm and MatMul's output channels "
-               "with the lowest L1 norm, and what reads them downstream; a layer whose channels reach a residual Add, "
-               "a Reshape or a graph output stays whole");
-  c.add_option("--prune-weights", f.prune_weights,
-               "unstructured pruning: set the share R of each weight with the smallest magnitude to 0 (reported as "
-               "sparsity; the kernels stay dense)");
-  c.add_option("--prune-skip", f.prune_skip, "node names to leave unpruned (comma-separated, repeatable)");
-  if (which == SpecCommand::kCompile) {
-    c.add_flag("--tune", f.tune,
-               "time each convolution's candidates (Winograd; implicit GEMM with 64, 128 or 256-position jobs) on "
-               "this machine and keep the fastest (the target must run here); cached by op shape and target");
-    c.add_option("--tune-budget", f.tune_budget, "seconds of measuring at most (default 120)");
+  for (const SpecFlag& row : kSpecFlags) {
+    if (row.compile_only && which != SpecCommand::kCompile) continue;
+    const char* help = which == SpecCommand::kSubmit && row.submit_help != nullptr ? row.submit_help : row.help;
+    std::visit(
+        [&](auto member) {
+          if constexpr (std::is_same_v<decltype(member), bool SpecFlags::*>) {
+            c.add_flag(row.flag, f.*member, help);
+          } else {
+            c.add_option(row.flag, f.*member, help);
+          }
+        },
+        row.member);
   }
-  AddValidationFlags(c, f);
 }
 
 std::string InFlagTerms(absl::string_view message) {
   std::string text(message);
   auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
-  for (const FlagField& ff : kFlagFields) {
-    const std::string field = ff.field;
+  for (const SpecFlag& row : kSpecFlags) {
+    if (row.field == nullptr) continue;
+    const std::string field = row.field;
     for (size_t at = text.find(field); at != std::string::npos; at = text.find(field, at)) {
       const size_t end = at + field.size();
       if ((at > 0 && word_char(text[at - 1])) || (end < text.size() && word_char(text[end]) && text[end] != '.')) {
         at = end;
         continue;
       }
-      text.replace(at, field.size(), ff.flag);
-      at += std::string(ff.flag).size();
+      text.replace(at, field.size(), row.flag);
+      at += std::string(row.flag).size();
     }
   }
   return text;

@@ -265,9 +265,10 @@ grpc::Status WorkerService::Lease(grpc::ServerContext* context, const v1::LeaseR
 
 grpc::Status WorkerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) {
-  state_->SawWorker(request->worker_id(), true);
+  const v1::TaskLease& lease = request->lease();
+  state_->SawWorker(lease.worker_id(), true);
   auto verdict = state_->service->Heartbeat(
-      TaskProgress{request->action_key(), request->attempt(), request->phase(), request->progress()});
+      TaskProgress{lease.action_key(), lease.attempt(), request->phase(), request->progress()});
   if (verdict.ok()) {
     response->set_keep_going(verdict->keep_going);
     response->set_reason(verdict->reason);
@@ -277,13 +278,14 @@ grpc::Status WorkerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatR
 
 grpc::Status WorkerService::Complete(grpc::ServerContext*, const v1::CompleteRequest* request,
                                      v1::CompleteResponse* response) {
-  state_->SawWorker(request->worker_id(), false);
+  const v1::TaskLease& lease = request->lease();
+  state_->SawWorker(lease.worker_id(), false);
   TaskReport report;
-  report.worker_id = request->worker_id();
-  report.outcome = TaskOutcome{request->action_key(), request->attempt(),   request->success(),
-                               request->error(),      request->retryable(), request->result()};
-  report.compile_ms = request->compile_ms();
-  report.validate_ms = request->validate_ms();
+  report.worker_id = lease.worker_id();
+  report.outcome = TaskOutcome{lease.action_key(), lease.attempt(),      request->success(),
+                               request->error(),   request->retryable(), request->result()};
+  report.compile_ms = request->timings_ms().compile();
+  report.validate_ms = request->timings_ms().validate();
   auto accepted = state_->service->CompleteTask(std::move(report));
   if (accepted.ok()) response->set_accepted(*accepted);
   return CountRpc(*state_->metrics, "Complete", ToGrpc(accepted.status()));
