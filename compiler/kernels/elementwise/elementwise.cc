@@ -11,8 +11,7 @@ namespace {
 
 struct UnaryKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_elementwise_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_elementwise_params& params) {
     const int op = static_cast<int>(params.op);
     const double alpha = params.alpha, beta = params.beta;
     const T* in = InputData<T>(call, 0);
@@ -129,8 +128,7 @@ inline void BroadcastLoop2(const kiln_ktensor& a, const kiln_ktensor& b, const k
 
 struct BinaryKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_elementwise_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_elementwise_params& params) {
     const int op = static_cast<int>(params.op);
     const kiln_ktensor& a = call->inputs[0];
     const kiln_ktensor& b = call->inputs[1];
@@ -190,8 +188,7 @@ inline T ScalarBinary(int op, T a, T b) {
 // generates the loop itself.) Parameters: kiln_fused_elementwise_params.
 struct FusedElementwiseKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_fused_elementwise_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_fused_elementwise_params& params) {
     const int64_t num_ops = params.num_ops;
     const int32_t n_in = call->num_inputs;
     if (n_in > KILN_FUSED_MAX_INPUTS || num_ops > KILN_FUSED_MAX_OPS || num_ops < 1) return KILN_KERR_UNSUPPORTED;
@@ -280,12 +277,11 @@ struct CastFrom {
 
 struct ClipKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
+  static int32_t Run(const kiln_kcall* call, const kiln_elementwise_params& params) {
     const T* in = InputData<T>(call, 0);
     T* out = OutputData<T>(call);
     // Whether a min/max bound is present; the bounds come as inputs 1/2 (opset 11+) or as
     // alpha/beta (opset 6).
-    KILN_PARAMS(kiln_elementwise_params, params, call);
     T lo = 0, hi = 0;
     const bool has_lo = params.has_min != 0, has_hi = params.has_max != 0;
     if (has_lo) {

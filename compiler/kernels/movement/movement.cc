@@ -9,40 +9,25 @@ using namespace kiln_kernels;
 
 namespace {
 
-// Element carriers by size: movement kernels only need the bytes.
-template <int kSize>
-struct Carrier;
-template <>
-struct Carrier<1> {
-  using T = uint8_t;
-};
-template <>
-struct Carrier<2> {
-  using T = uint16_t;
-};
-template <>
-struct Carrier<4> {
-  using T = uint32_t;
-};
-template <>
-struct Carrier<8> {
-  using T = uint64_t;
-};
+// Movement kernels only need the bytes: one instantiation per element size, the element
+// carried as the unsigned integer of that size.
+#define KILN_BYTES_KERNEL(name, Impl, dtype_expr)       \
+  KILN_TYPED_ENTRY(name, Impl, b1, uint8_t)             \
+  KILN_TYPED_ENTRY(name, Impl, b2, uint16_t)            \
+  KILN_TYPED_ENTRY(name, Impl, b4, uint32_t)            \
+  KILN_TYPED_ENTRY(name, Impl, b8, uint64_t)            \
+  KILN_KERNEL(name) {                                   \
+    using Bound = WithParams<kernel::name, Impl>;       \
+    KILN_DISPATCH_BYTES(call->dtype_expr, Bound, call); \
+  }
 
-#define KILN_BYTES_KERNEL(name, Impl, dtype_expr) \
-  KILN_TYPED_ENTRY(name, Impl, b1, Carrier<1>::T) \
-  KILN_TYPED_ENTRY(name, Impl, b2, Carrier<2>::T) \
-  KILN_TYPED_ENTRY(name, Impl, b4, Carrier<4>::T) \
-  KILN_TYPED_ENTRY(name, Impl, b8, Carrier<8>::T) \
-  KILN_KERNEL(name) { KILN_DISPATCH_BYTES(call->dtype_expr, Impl, call); }
-
-#define KILN_DISPATCH_BYTES(dtype, F, ...)                      \
-  switch (ElementSize(dtype)) {                                 \
-    case 1: return F::template Run<Carrier<1>::T>(__VA_ARGS__); \
-    case 2: return F::template Run<Carrier<2>::T>(__VA_ARGS__); \
-    case 4: return F::template Run<Carrier<4>::T>(__VA_ARGS__); \
-    case 8: return F::template Run<Carrier<8>::T>(__VA_ARGS__); \
-    default: return KILN_KERR_DTYPE;                            \
+#define KILN_DISPATCH_BYTES(dtype, F, ...)                 \
+  switch (ElementSize(dtype)) {                            \
+    case 1: return F::template Run<uint8_t>(__VA_ARGS__);  \
+    case 2: return F::template Run<uint16_t>(__VA_ARGS__); \
+    case 4: return F::template Run<uint32_t>(__VA_ARGS__); \
+    case 8: return F::template Run<uint64_t>(__VA_ARGS__); \
+    default: return KILN_KERR_DTYPE;                       \
   }
 
 inline int64_t IndexAt(const kiln_ktensor& t, int64_t i) { return LoadAsInt64(t.data, t.dtype, i); }
@@ -50,8 +35,7 @@ inline int64_t IndexAt(const kiln_ktensor& t, int64_t i) { return LoadAsInt64(t.
 struct StridedCopy {
   // Parameters: kiln_strided_copy_params (kiln/kernels/movement.h).
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_strided_copy_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_strided_copy_params& params) {
     const int32_t r = static_cast<int32_t>(params.rank);
     const int64_t* dims = params.dims;
     const int64_t* strides = params.strides;
@@ -80,8 +64,7 @@ struct StridedCopy {
 
 struct Concat {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const int64_t axis = params.axis;
     const AxisExtents e = SplitAtAxis(call->outputs[0], axis);
     const int64_t outer = e.outer, inner = e.inner, out_row = e.len * inner;
@@ -117,8 +100,7 @@ struct Concat {
 
 struct Split {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const int64_t axis = params.axis;
     const auto [outer, len, inner] = SplitAtAxis(call->inputs[0], axis);
     const int64_t in_row = len * inner;
@@ -195,8 +177,7 @@ struct IndexTuples {
 
 struct Gather {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const auto [outer, axis_len, inner] = SplitAtAxis(call->inputs[0], params.axis);
     const kiln_ktensor& indices = call->inputs[1];
     const int64_t num_indices = Numel(indices);
@@ -217,8 +198,7 @@ struct Gather {
 
 struct GatherElements {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const T* pd = InputData<T>(call, 0);
     T* po = OutputData<T>(call);
     return ForEachElementIndex(call, params.axis, [&](int64_t i, int64_t offset) { po[i] = pd[offset]; });
@@ -227,8 +207,7 @@ struct GatherElements {
 
 struct GatherND {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const int64_t batch_dims = params.batch_dims;
     const IndexTuples tuples(call->inputs[0], call->inputs[1], batch_dims);
     int64_t batch = 1;
@@ -261,8 +240,7 @@ inline T Reduce(int64_t reduction, T old, T update) {
 struct ScatterElements {
   // Parameters: kiln_movement_params' axis and reduction.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const int64_t reduction = params.reduction;
     T* po = OutputData<T>(call);
     const T* pu = InputData<T>(call, 2);
@@ -274,8 +252,7 @@ struct ScatterElements {
 
 struct ScatterND {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const int64_t reduction = params.reduction;
     const IndexTuples tuples(call->inputs[0], call->inputs[1], 0);
     const int64_t slice = tuples.slice;
@@ -327,8 +304,7 @@ struct Tile {
 struct Pad {
   // Parameters: kiln_pad_params; the constant value is input 2 when given, else 0.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_pad_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_pad_params& params) {
     const int64_t mode = params.mode;
     const int64_t* begin = params.pads_begin;
     const kiln_ktensor& in = call->inputs[0];
@@ -360,8 +336,7 @@ struct Pad {
 struct Trilu {
   // Parameters: kiln_movement_params' upper and k.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const bool upper = params.upper != 0;
     const int64_t k = params.k;
     const kiln_ktensor& in = call->inputs[0];
@@ -407,8 +382,7 @@ struct Fill {
 
 struct EyeLike {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const int64_t k = params.k;
     const int64_t rows = call->outputs[0].dims[0], cols = call->outputs[0].dims[1];
     T* po = OutputData<T>(call);
@@ -422,21 +396,16 @@ struct EyeLike {
 struct OneHot {
   // inputs: indices, depth, values[off, on]; parameters: kiln_movement_params' axis
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
-    const auto [outer, depth, inner] = SplitAtAxis(call->outputs[0], params.axis);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
+    const AxisExtents e = SplitAtAxis(call->outputs[0], params.axis);
     const kiln_ktensor& indices = call->inputs[0];
     const T* values = InputData<T>(call, 2);
     T* po = OutputData<T>(call);
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t d = 0; d < depth; ++d) {
-        for (int64_t j = 0; j < inner; ++j) {
-          int64_t idx = static_cast<int64_t>(LoadAsDouble(indices.data, indices.dtype, o * inner + j));
-          if (idx < 0) idx += depth;
-          po[(o * depth + d) * inner + j] = idx == d ? values[1] : values[0];
-        }
-      }
-    }
+    ForEachAxisLine(e, [&](int64_t line, int64_t first) {
+      int64_t idx = static_cast<int64_t>(LoadAsDouble(indices.data, indices.dtype, line));
+      if (idx < 0) idx += e.len;
+      for (int64_t d = 0; d < e.len; ++d) po[first + d * e.inner] = idx == d ? values[1] : values[0];
+    });
     return KILN_KERR_OK;
   }
 };
@@ -444,28 +413,24 @@ struct OneHot {
 struct CumSum {
   // Parameters: kiln_movement_params' axis, exclusive and reverse.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_movement_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const bool exclusive = params.exclusive != 0, reverse = params.reverse != 0;
-    const auto [outer, len, inner] = SplitAtAxis(call->inputs[0], params.axis);
+    const AxisExtents e = SplitAtAxis(call->inputs[0], params.axis);
     const T* pi = InputData<T>(call, 0);
     T* po = OutputData<T>(call);
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t j = 0; j < inner; ++j) {
-        T sum = 0;
-        for (int64_t s = 0; s < len; ++s) {
-          const int64_t k = reverse ? len - 1 - s : s;
-          const int64_t at = (o * len + k) * inner + j;
-          if (exclusive) {
-            po[at] = sum;
-            sum = static_cast<T>(sum + pi[at]);
-          } else {
-            sum = static_cast<T>(sum + pi[at]);
-            po[at] = sum;
-          }
+    ForEachAxisLine(e, [&](int64_t, int64_t first) {
+      T sum = 0;
+      for (int64_t s = 0; s < e.len; ++s) {
+        const int64_t at = first + (reverse ? e.len - 1 - s : s) * e.inner;
+        if (exclusive) {
+          po[at] = sum;
+          sum = static_cast<T>(sum + pi[at]);
+        } else {
+          sum = static_cast<T>(sum + pi[at]);
+          po[at] = sum;
         }
       }
-    }
+    });
     return KILN_KERR_OK;
   }
 };
