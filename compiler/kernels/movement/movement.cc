@@ -268,10 +268,13 @@ struct ScatterND {
   }
 };
 
-// Tile's and Pad's walk over out's multi-index (the last dim fastest): output element i
-// reads input element src when source(index, in_strides, &src) is true, else takes `fill`.
+// Tile's and Pad's walk over output 0's multi-index (the last dim fastest): output element
+// i reads element src of input 0 when source(index, in_strides, &src) is true, else takes
+// `fill`.
 template <typename T, typename Source>
-int32_t MapOutputIndex(const kiln_ktensor& in, const kiln_ktensor& out, T fill, Source source) {
+int32_t MapOutputIndex(const kiln_kcall* call, T fill, Source source) {
+  const kiln_ktensor& in = call->inputs[0];
+  const kiln_ktensor& out = call->outputs[0];
   int64_t in_strides[kMaxRank];
   ContiguousStrides(in.dims, in.rank, in_strides);
   const T* pi = static_cast<const T*>(in.data);
@@ -293,9 +296,8 @@ struct Tile {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& in = call->inputs[0];
-    const kiln_ktensor& out = call->outputs[0];
-    return MapOutputIndex<T>(in, out, T(0), [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
-      for (int32_t d = 0; d < out.rank; ++d) *src += (index[d] % in.dims[d]) * in_strides[d];
+    return MapOutputIndex<T>(call, T(0), [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
+      for (int32_t d = 0; d < in.rank; ++d) *src += (index[d] % in.dims[d]) * in_strides[d];
       return true;
     });
   }
@@ -308,11 +310,10 @@ struct Pad {
     const int64_t mode = params.mode;
     const int64_t* begin = params.pads_begin;
     const kiln_ktensor& in = call->inputs[0];
-    const kiln_ktensor& out = call->outputs[0];
     T value = 0;
     if (call->num_inputs > 2 && call->inputs[2].data != nullptr) value = InputData<T>(call, 2)[0];
-    return MapOutputIndex<T>(in, out, value, [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
-      for (int32_t d = 0; d < out.rank; ++d) {
+    return MapOutputIndex<T>(call, value, [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
+      for (int32_t d = 0; d < in.rank; ++d) {
         int64_t j = index[d] - begin[d];
         const int64_t len = in.dims[d];
         if (j < 0 || j >= len) {
