@@ -52,6 +52,15 @@ bool ProductTypes(const kiln_kcall* call, int64_t mode) {
   return y == (mode == KILN_QUANT_TO_FLOAT ? kF32 : kI32);
 }
 
+// The integer products' entry (qmatmul, qconv): binds kiln_quant_params and checks the
+// call's types (ProductTypes), then runs Body.
+template <int32_t (*Body)(const kiln_kcall*, const kiln_quant_params&)>
+int32_t RunProduct(const kiln_kcall* call) {
+  KILN_PARAMS(kiln_quant_params, params, call);
+  if (!ProductTypes(call, params.mode)) return KILN_KERR_DTYPE;
+  return Body(call, params);
+}
+
 }  // namespace
 
 // QuantizeLinear: inputs X (f32), scale (f32, one or per channel), zero point (optional,
@@ -171,9 +180,7 @@ KILN_KERNEL(dynamic_quantize_linear) {
 // and zero point (Y's type). Parameters: kiln_quant_params' shape and mode. mode 0: Y
 // int32 sums; 1: Y requantized; 2: Y f32 = sum * a_scale * b_scale + B, B an optional f32 [N] after the (unused) Y
 // scale and zero point slots (kiln.QLinearMatMulToFloat). With a constant 2-D B, artifacts take qgemm below.
-KILN_KERNEL(qmatmul) {
-  KILN_PARAMS(kiln_quant_params, params, call);
-  if (!ProductTypes(call, params.mode)) return KILN_KERR_DTYPE;
+static int32_t QMatMul(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& A = call->inputs[0];
   const kiln_ktensor& B = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
@@ -231,6 +238,7 @@ KILN_KERNEL(qmatmul) {
   ParallelFor(call, batches * M, 1, body);
   return KILN_KERR_OK;
 }
+KILN_KERNEL(qmatmul) { return RunProduct<QMatMul>(call); }
 
 // The int8 convolution for artifacts (lower_fast, ops/quant_ops.cc): an implicit GEMM
 // per (image, group) whose rows are output channels and whose columns are output
@@ -844,9 +852,7 @@ KILN_KERNEL(qgemm) {
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
 // B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
 // zero point, i.e. contribute 0.
-KILN_KERNEL(qconv) {
-  KILN_PARAMS(kiln_quant_params, params, call);
-  if (!ProductTypes(call, params.mode)) return KILN_KERR_DTYPE;
+static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& W = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
@@ -910,5 +916,6 @@ KILN_KERNEL(qconv) {
   ParallelFor(call, ext.batch * ext.out_channels, 1, body);
   return KILN_KERR_OK;
 }
+KILN_KERNEL(qconv) { return RunProduct<QConv>(call); }
 
 }  // namespace kiln_kernels
