@@ -34,7 +34,7 @@ typedef struct kiln_kcall {
   const kiln_ktensor* inputs;
   const kiln_ktensor* outputs;
   /* The op family's parameter struct (kiln/kernels/<family>.h), NULL for kernels without
-   * parameters; params_size is its size, checked by the kernel (KILN_PARAMS). */
+   * parameters; params_size is its size, checked at the kernel's entry (KILN_PARAMS). */
   const void* params;
   int64_t params_size;
   const kiln_kexec* exec; /* may be NULL: run serially */

@@ -9,6 +9,14 @@
 #include <type_traits>  // header-only: compile-time traits, nothing to link
 
 #include "kernel_abi.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/elementwise.h"
+#include "kiln/kernels/gemm.h"
+#include "kiln/kernels/movement.h"
+#include "kiln/kernels/norm.h"
+#include "kiln/kernels/pool.h"
+#include "kiln/kernels/quant.h"
+#include "kiln/kernels/reduce.h"
 
 // Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
 // KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a
@@ -23,29 +31,52 @@
 
 // Typed kernels: one exported function per element type (kiln_k_<name>_f32, ...), which
 // is what codegen calls, so an artifact links only the instantiations it uses; plus an
-// untyped kiln_k_<name> that dispatches on `dtype_expr` for the interpreter.
-#define KILN_TYPED_ENTRY(name, Impl, suffix, T) \
-  extern "C" int32_t kiln_k_##name##_##suffix(const kiln_kcall* call) { return Impl::template Run<T>(call); }
-#define KILN_NUMERIC_KERNEL(name, Impl, dtype_expr) \
-  KILN_TYPED_ENTRY(name, Impl, f32, float)          \
-  KILN_TYPED_ENTRY(name, Impl, f64, double)         \
-  KILN_TYPED_ENTRY(name, Impl, i8, int8_t)          \
-  KILN_TYPED_ENTRY(name, Impl, u8, uint8_t)         \
-  KILN_TYPED_ENTRY(name, Impl, i16, int16_t)        \
-  KILN_TYPED_ENTRY(name, Impl, u16, uint16_t)       \
-  KILN_TYPED_ENTRY(name, Impl, i32, int32_t)        \
-  KILN_TYPED_ENTRY(name, Impl, u32, uint32_t)       \
-  KILN_TYPED_ENTRY(name, Impl, i64, int64_t)        \
-  KILN_TYPED_ENTRY(name, Impl, u64, uint64_t)       \
-  KILN_TYPED_ENTRY(name, Impl, bool, bool)          \
-  KILN_KERNEL(name) { KILN_DISPATCH_NUMERIC(call->dtype_expr, Impl, call); }
-#define KILN_FLOAT_KERNEL(name, Impl, dtype_expr) \
-  KILN_TYPED_ENTRY(name, Impl, f32, float)        \
-  KILN_TYPED_ENTRY(name, Impl, f64, double)       \
-  KILN_KERNEL(name) { KILN_DISPATCH_FLOAT(call->dtype_expr, Impl, call); }
+// untyped kiln_k_<name> that dispatches on `dtype_expr` for the interpreter. Both run
+// Impl::Run<T> through WithParams, which binds the parameter struct kernel_list.inc names
+// for the kernel.
+#define KILN_TYPED_ENTRY(name, Impl, suffix, T)                                               \
+  extern "C" int32_t kiln_k_##name##_##suffix(const kiln_kcall* call) {                       \
+    return kiln_kernels::WithParams<kiln_kernels::kernel::name, Impl>::template Run<T>(call); \
+  }
+#define KILN_NUMERIC_KERNEL(name, Impl, dtype_expr)                           \
+  KILN_TYPED_ENTRY(name, Impl, f32, float)                                    \
+  KILN_TYPED_ENTRY(name, Impl, f64, double)                                   \
+  KILN_TYPED_ENTRY(name, Impl, i8, int8_t)                                    \
+  KILN_TYPED_ENTRY(name, Impl, u8, uint8_t)                                   \
+  KILN_TYPED_ENTRY(name, Impl, i16, int16_t)                                  \
+  KILN_TYPED_ENTRY(name, Impl, u16, uint16_t)                                 \
+  KILN_TYPED_ENTRY(name, Impl, i32, int32_t)                                  \
+  KILN_TYPED_ENTRY(name, Impl, u32, uint32_t)                                 \
+  KILN_TYPED_ENTRY(name, Impl, i64, int64_t)                                  \
+  KILN_TYPED_ENTRY(name, Impl, u64, uint64_t)                                 \
+  KILN_TYPED_ENTRY(name, Impl, bool, bool)                                    \
+  KILN_KERNEL(name) {                                                         \
+    using Bound = kiln_kernels::WithParams<kiln_kernels::kernel::name, Impl>; \
+    KILN_DISPATCH_NUMERIC(call->dtype_expr, Bound, call);                     \
+  }
+#define KILN_FLOAT_KERNEL(name, Impl, dtype_expr)                             \
+  KILN_TYPED_ENTRY(name, Impl, f32, float)                                    \
+  KILN_TYPED_ENTRY(name, Impl, f64, double)                                   \
+  KILN_KERNEL(name) {                                                         \
+    using Bound = kiln_kernels::WithParams<kiln_kernels::kernel::name, Impl>; \
+    KILN_DISPATCH_FLOAT(call->dtype_expr, Bound, call);                       \
+  }
 // Kernels with an f32 body only (Impl::RunF32: Winograd, the blocked convolution),
 // exported as KILN_FLOAT_KERNEL exports them; f64 answers KILN_KERR_DTYPE.
 #define KILN_F32_KERNEL(name, Impl, dtype_expr) KILN_FLOAT_KERNEL(name, kiln_kernels::F32Only<Impl>, dtype_expr)
+
+// One tag per kernel of kernel_list.inc, as compiler/ops has them: kernel::pad::Params is
+// the struct kiln_k_pad reads (void for none).
+namespace kiln_kernels::kernel {
+#define NONE void
+#define X(name, typing, source, params) \
+  struct name {                         \
+    using Params = params;              \
+  };
+#include "kernel_list.inc"
+#undef X
+#undef NONE
+}  // namespace kiln_kernels::kernel
 
 namespace kiln_kernels {
 
@@ -97,13 +128,31 @@ enum DTypeId : int32_t {
   kU64 = 13,
 };
 
+// A kernel's Run with its parameter struct bound: K::Params, the struct kernel_list.inc
+// names for kernel K, is checked against the call (KILN_KERR_PARAMS for another) and passed
+// as Impl::Run<T>(call, params); a kernel without one runs as Impl::Run<T>(call). One check,
+// here, for every typed kernel, and a Run that reads another struct does not compile.
+template <typename K, typename Impl>
+struct WithParams {
+  template <typename T>
+  __attribute__((always_inline)) static int32_t Run(const kiln_kcall* call) {
+    using P = typename K::Params;
+    if constexpr (std::is_void_v<P>) {
+      return Impl::template Run<T>(call);
+    } else {
+      KILN_PARAMS(P, params, call);
+      return Impl::template Run<T>(call, params);
+    }
+  }
+};
+
 // KILN_F32_KERNEL's Run: Impl::RunF32 for f32, KILN_KERR_DTYPE for any other type.
 template <typename Impl>
 struct F32Only {
-  template <typename T>
-  __attribute__((always_inline)) static int32_t Run(const kiln_kcall* call) {
+  template <typename T, typename... Params>
+  __attribute__((always_inline)) static int32_t Run(const kiln_kcall* call, const Params&... params) {
     if constexpr (std::is_same_v<T, float>) {
-      return Impl::RunF32(call);
+      return Impl::RunF32(call, params...);
     } else {
       return KILN_KERR_DTYPE;
     }
@@ -142,6 +191,17 @@ KILN_ALWAYS_INLINE AxisExtents SplitAtAxis(const kiln_ktensor& t, int64_t axis) 
   for (int64_t i = 0; i < axis; ++i) e.outer *= t.dims[i];
   for (int32_t i = static_cast<int32_t>(axis) + 1; i < t.rank; ++i) e.inner *= t.dims[i];
   return e;
+}
+
+// The axis kernels' walk over a tensor as [outer, len, inner], one line along the axis at a
+// time: f(line, first) for each of the outer * inner lines, with line = o * inner + j its
+// index in the tensor without the axis and first = o * len * inner + j the offset of its
+// first element; the line's elements lie at first + k * inner, k < len.
+template <typename F>
+KILN_ALWAYS_INLINE void ForEachAxisLine(const AxisExtents& e, F f) {
+  for (int64_t o = 0; o < e.outer; ++o) {
+    for (int64_t j = 0; j < e.inner; ++j) f(o * e.inner + j, o * e.len * e.inner + j);
+  }
 }
 
 // t coerced to 2-D at `axis` (LayerNormalization, Softmax before opset 13): rows of the

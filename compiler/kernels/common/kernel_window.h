@@ -27,6 +27,29 @@ struct Window {
   int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }
 };
 
+// The taps of the window placed at position (pd, ph, pw) that land inside a grid of
+// extent `bound`: f(tap, at) for each tap (kd, kh, kw) whose coordinate p * stride +
+// k * dilation - pad lies in [0, bound) in every dim, tap being its index in the kernel and
+// at the coordinate's index in the grid. qconv gathers with it (p an output position, the
+// grid the input), ConvTranspose scatters (p an input position, the grid the output).
+template <typename F>
+KILN_ALWAYS_INLINE void ForEachTapInside(const Window& w, const int64_t (&bound)[3], int64_t pd, int64_t ph, int64_t pw,
+                                         F f) {
+  for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
+    const int64_t d = pd * w.stride[0] + kd * w.dilation[0] - w.pad[0];
+    if (d < 0 || d >= bound[0]) continue;
+    for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
+      const int64_t h = ph * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+      if (h < 0 || h >= bound[1]) continue;
+      for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+        const int64_t x = pw * w.stride[2] + kw * w.dilation[2] - w.pad[2];
+        if (x < 0 || x >= bound[2]) continue;
+        f((kd * w.kernel[1] + kh) * w.kernel[2] + kw, (d * bound[1] + h) * bound[2] + x);
+      }
+    }
+  }
+}
+
 // A grouped convolution's extents (Conv, ConvTranspose, ConvInteger): X [N, C, *in] and
 // Y [N, OC, *out] in `group` groups of C / group input and OC / group output channels;
 // the sizes are the window's (Window::in_size, ...).

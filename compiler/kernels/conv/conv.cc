@@ -28,8 +28,7 @@ struct ConvKernel {
   __attribute__((noinline)) static int32_t ImplicitGemm(const kiln_kcall* call, const Window& w, int64_t group,
                                                         const kiln_activation& act, bool packed, int64_t cols);
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_conv_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_conv_params& params) {
     const kiln_ktensor& X = call->inputs[0];
     const Window w(params.window, X, call->outputs[0]);
     const ConvExtents ext(params.group, w, X, call->outputs[0]);
@@ -328,8 +327,7 @@ struct ConvTransposeKernel {
   // inputs: X [N, C, *in], W [C, OC/group, *kernel], B optional. Parameters:
   // kiln_conv_params' group and window, whose pads apply to the full (uncropped) output.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_conv_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_conv_params& params) {
     const Window w(params.window, call->inputs[0], call->outputs[0]);
     const ConvExtents ext(params.group, w, call->inputs[0], call->outputs[0]);
     const T* px = InputData<T>(call, 0);
@@ -346,24 +344,14 @@ struct ConvTransposeKernel {
           const int64_t ic = g * ext.ic_per_group + icg;
           const T* x = px + (n * ext.in_channels + ic) * ext.in_size;
           const T* wk = pw + (ic * ext.oc_per_group + ocg) * ext.kernel_size;
-          for (int64_t id = 0; id < w.in[0]; ++id)
-            for (int64_t ih = 0; ih < w.in[1]; ++ih)
+          for (int64_t id = 0; id < w.in[0]; ++id) {
+            for (int64_t ih = 0; ih < w.in[1]; ++ih) {
               for (int64_t iw = 0; iw < w.in[2]; ++iw) {
                 const T xv = x[(id * w.in[1] + ih) * w.in[2] + iw];
-                for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
-                  const int64_t od = id * w.stride[0] + kd * w.dilation[0] - w.pad[0];
-                  if (od < 0 || od >= w.out[0]) continue;
-                  for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
-                    const int64_t oh = ih * w.stride[1] + kh * w.dilation[1] - w.pad[1];
-                    if (oh < 0 || oh >= w.out[1]) continue;
-                    for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-                      const int64_t ow = iw * w.stride[2] + kw * w.dilation[2] - w.pad[2];
-                      if (ow < 0 || ow >= w.out[2]) continue;
-                      y[(od * w.out[1] + oh) * w.out[2] + ow] += xv * wk[(kd * w.kernel[1] + kh) * w.kernel[2] + kw];
-                    }
-                  }
-                }
+                ForEachTapInside(w, w.out, id, ih, iw, [&](int64_t tap, int64_t at) { y[at] += xv * wk[tap]; });
               }
+            }
+          }
         }
       }
     }

@@ -48,16 +48,15 @@ struct WinogradConvKernel {
   // optional: a residual added before the activation (the fuse pass's Conv -> Add)
   // outputs: Y [N, OC, OH, OW], scratch (u8, 36 * tiles_per_chunk * (C + OC) floats)
   // Parameters: kiln_conv_params' tiles_per_chunk, window.pads_begin[0..1] and activation.
-  __attribute__((noinline)) static int32_t RunF32(const kiln_kcall* call);
+  __attribute__((noinline)) static int32_t RunF32(const kiln_kcall* call, const kiln_conv_params& params);
 };
 
-int32_t WinogradConvKernel::RunF32(const kiln_kcall* call) {
+int32_t WinogradConvKernel::RunF32(const kiln_kcall* call, const kiln_conv_params& params) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], C = X.dims[1], H = X.dims[2], W = X.dims[3];
   const int64_t OC = Y.dims[1], OH = Y.dims[2], OW = Y.dims[3];
   if (C % kLanes != 0 || OC % gemm::kNr != 0) return KILN_KERR_UNSUPPORTED;
-  KILN_PARAMS(kiln_conv_params, params, call);
   const int64_t chunk = params.tiles_per_chunk, pad_top = params.window.pads_begin[0];
   const int64_t pad_left = params.window.pads_begin[1], activation = params.activation.code;
   const double alpha = params.activation.alpha, beta = params.activation.beta;

@@ -5,14 +5,15 @@
 #include "kiln/kernels/fp16.h"
 #include "unary_math.h"
 
+#include <utility>  // header-only: std::index_sequence
+
 using namespace kiln_kernels;
 
 namespace {
 
 struct UnaryKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_elementwise_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_elementwise_params& params) {
     const int op = static_cast<int>(params.op);
     const double alpha = params.alpha, beta = params.beta;
     const T* in = InputData<T>(call, 0);
@@ -93,6 +94,31 @@ inline bool ApplyCompareT(int op, T a, T b) {
   }
 }
 
+// Walks the output of an op with N broadcast operands (numpy rules): f(i, at_0, ...,
+// at_N-1) for each output element i, at_k the offset of operand k's element. The innermost
+// dim runs as a flat loop, each operand stepping by its own stride; the walker covers the
+// outer dims.
+template <typename F, size_t... K>
+KILN_ALWAYS_INLINE void BroadcastWalk(const kiln_ktensor* const (&operands)[sizeof...(K)], const kiln_ktensor& out,
+                                      std::index_sequence<K...>, F f) {
+  constexpr int N = sizeof...(K);
+  const int32_t r = out.rank;
+  int64_t strides[N][kMaxRank], steps[N];
+  const int64_t* stride_rows[N];
+  for (int k = 0; k < N; ++k) {
+    BroadcastStrides(*operands[k], out.dims, r, strides[k]);
+    stride_rows[k] = strides[k];
+    steps[k] = r > 0 ? strides[k][r - 1] : 0;
+  }
+  const int64_t n = Numel(out), inner = r > 0 ? out.dims[r - 1] : 1;
+  int64_t offsets[N] = {};
+  IndexWalker walker(out.dims, r > 0 ? r - 1 : 0);
+  for (int64_t base = 0; base < n; base += inner) {
+    for (int64_t j = 0; j < inner; ++j) f(base + j, (offsets[K] + j * steps[K])...);
+    walker.Next(offsets, stride_rows);
+  }
+}
+
 // Loops over the output, reading a and b with broadcast strides; `f(i, ia, ib)` does one
 // element. Equal shapes and scalar operands take a flat loop LLVM can vectorize.
 template <typename F>
@@ -111,26 +137,13 @@ inline void BroadcastLoop2(const kiln_ktensor& a, const kiln_ktensor& b, const k
     for (int64_t i = 0; i < n; ++i) f(i, 0, i);
     return;
   }
-  int64_t sa[kMaxRank], sb[kMaxRank];
-  BroadcastStrides(a, out.dims, out.rank, sa);
-  BroadcastStrides(b, out.dims, out.rank, sb);
-  // Innermost dimension as a flat loop; the walker covers the outer ones.
-  const int32_t r = out.rank;
-  const int64_t inner = r > 0 ? out.dims[r - 1] : 1;
-  const int64_t ia_step = r > 0 ? sa[r - 1] : 0, ib_step = r > 0 ? sb[r - 1] : 0;
-  int64_t offsets[2] = {0, 0};
-  const int64_t* strides[2] = {sa, sb};
-  IndexWalker walker(out.dims, r > 0 ? r - 1 : 0);
-  for (int64_t base = 0; base < n; base += inner) {
-    for (int64_t j = 0; j < inner; ++j) f(base + j, offsets[0] + j * ia_step, offsets[1] + j * ib_step);
-    walker.Next(offsets, strides);
-  }
+  const kiln_ktensor* const operands[2] = {&a, &b};
+  BroadcastWalk(operands, out, std::make_index_sequence<2>(), f);
 }
 
 struct BinaryKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_elementwise_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_elementwise_params& params) {
     const int op = static_cast<int>(params.op);
     const kiln_ktensor& a = call->inputs[0];
     const kiln_ktensor& b = call->inputs[1];
@@ -190,8 +203,7 @@ inline T ScalarBinary(int op, T a, T b) {
 // generates the loop itself.) Parameters: kiln_fused_elementwise_params.
 struct FusedElementwiseKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_fused_elementwise_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_fused_elementwise_params& params) {
     const int64_t num_ops = params.num_ops;
     const int32_t n_in = call->num_inputs;
     if (n_in > KILN_FUSED_MAX_INPUTS || num_ops > KILN_FUSED_MAX_OPS || num_ops < 1) return KILN_KERR_UNSUPPORTED;
@@ -226,26 +238,13 @@ struct FusedElementwiseKernel {
 struct WhereKernel {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
-    const kiln_ktensor& c = call->inputs[0];
-    const kiln_ktensor& x = call->inputs[1];
-    const kiln_ktensor& y = call->inputs[2];
-    const kiln_ktensor& out = call->outputs[0];
-    int64_t sc[kMaxRank], sx[kMaxRank], sy[kMaxRank];
-    BroadcastStrides(c, out.dims, out.rank, sc);
-    BroadcastStrides(x, out.dims, out.rank, sx);
-    BroadcastStrides(y, out.dims, out.rank, sy);
-    const bool* pc = static_cast<const bool*>(c.data);
-    const T* px = static_cast<const T*>(x.data);
-    const T* py = static_cast<const T*>(y.data);
-    T* po = static_cast<T*>(out.data);
-    int64_t offsets[3] = {0, 0, 0};
-    const int64_t* strides[3] = {sc, sx, sy};
-    IndexWalker walker(out.dims, out.rank);
-    const int64_t n = Numel(out);
-    for (int64_t i = 0; i < n; ++i) {
-      po[i] = pc[offsets[0]] ? px[offsets[1]] : py[offsets[2]];
-      walker.Next(offsets, strides);
-    }
+    const bool* pc = InputData<bool>(call, 0);
+    const T* px = InputData<T>(call, 1);
+    const T* py = InputData<T>(call, 2);
+    T* po = OutputData<T>(call);
+    const kiln_ktensor* const operands[3] = {&call->inputs[0], &call->inputs[1], &call->inputs[2]};
+    BroadcastWalk(operands, call->outputs[0], std::make_index_sequence<3>(),
+                  [&](int64_t i, int64_t ic, int64_t ix, int64_t iy) { po[i] = pc[ic] ? px[ix] : py[iy]; });
     return KILN_KERR_OK;
   }
 };
@@ -280,12 +279,11 @@ struct CastFrom {
 
 struct ClipKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
+  static int32_t Run(const kiln_kcall* call, const kiln_elementwise_params& params) {
     const T* in = InputData<T>(call, 0);
     T* out = OutputData<T>(call);
     // Whether a min/max bound is present; the bounds come as inputs 1/2 (opset 11+) or as
     // alpha/beta (opset 6).
-    KILN_PARAMS(kiln_elementwise_params, params, call);
     T lo = 0, hi = 0;
     const bool has_lo = params.has_min != 0, has_hi = params.has_max != 0;
     if (has_lo) {

@@ -13,19 +13,19 @@ namespace {
 struct MatMulKernel {
   // Parameters: kiln_matmul_params (kiln/kernels/gemm.h). Optional input 2: a bias [N].
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
+  static int32_t Run(const kiln_kcall* call, const kiln_matmul_params& params) {
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
-      KILN_PARAMS(kiln_matmul_params, params, call);
-      if (params.shape.K > 0) return RunShared(call);
+      if (params.shape.K > 0) return RunShared(call, params);
     }
-    return Body<T, false>(call);
+    return Body<T, false>(call, params);
   }
   // The f32 path through the register-blocked core, not inlined: one copy per artifact.
-  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call) { return Body<float, true>(call); }
+  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call, const kiln_matmul_params& params) {
+    return Body<float, true>(call, params);
+  }
 
   template <typename T, bool kBlocked>
-  static int32_t Body(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_matmul_params, params, call);
+  static int32_t Body(const kiln_kcall* call, const kiln_matmul_params& params) {
     const int64_t M = params.shape.M, K = params.shape.K, N = params.shape.N;
     const int32_t batch_rank = static_cast<int32_t>(params.shape.batch_rank);
     const int64_t* batch_dims = params.shape.batch_dims;
@@ -123,21 +123,21 @@ struct MatMulKernel {
 struct GemmKernel {
   // Parameters: kiln_gemm_params (kiln/kernels/gemm.h). C (input 2) broadcasts to [M, N].
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
+  static int32_t Run(const kiln_kcall* call, const kiln_gemm_params& params) {
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
-      KILN_PARAMS(kiln_gemm_params, params, call);
       const kiln_ktensor& A = call->inputs[0];
-      if ((params.trans_a != 0 ? A.dims[0] : A.dims[1]) > 0) return RunShared(call);
+      if ((params.trans_a != 0 ? A.dims[0] : A.dims[1]) > 0) return RunShared(call, params);
     }
-    return Body<T, false>(call);
+    return Body<T, false>(call, params);
   }
-  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call) { return Body<float, true>(call); }
+  __attribute__((noinline)) static int32_t RunShared(const kiln_kcall* call, const kiln_gemm_params& params) {
+    return Body<float, true>(call, params);
+  }
 
   template <typename T, bool kBlocked>
-  static int32_t Body(const kiln_kcall* call) {
+  static int32_t Body(const kiln_kcall* call, const kiln_gemm_params& params) {
     const kiln_ktensor& A = call->inputs[0];
     const kiln_ktensor& B = call->inputs[1];
-    KILN_PARAMS(kiln_gemm_params, params, call);
     const kiln_activation& act = params.activation;
     const bool ta = params.trans_a != 0, tb = params.trans_b != 0;
     const T alpha = static_cast<T>(params.alpha), beta = static_cast<T>(params.beta);

@@ -486,8 +486,7 @@ int32_t FastDense(const kiln_kcall* call, const BlockedConvParams& q) {
 }
 
 struct BlockedConvKernel {
-  static int32_t RunF32(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_conv_params, params, call);
+  static int32_t RunF32(const kiln_kcall* call, const kiln_conv_params& params) {
     BlockedConvParams q;
     q.Load(call, params);
     if (q.kind != kPointwise && q.kind != kDepthwise && q.kind != kDense) return KILN_KERR_UNSUPPORTED;

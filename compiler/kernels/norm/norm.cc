@@ -33,8 +33,7 @@ KILN_ALWAYS_INLINE void RowStatistics(const T* x, int64_t n, double eps, double*
 struct BatchNormKernel {
   // inputs: X, scale, bias, mean, var; parameters: kiln_norm_params' epsilon
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_norm_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_norm_params& params) {
     const double eps = params.epsilon;
     const Planes planes(call->inputs[0]);
     const int64_t batch = planes.batch, channels = planes.channels, spatial = planes.spatial;
@@ -60,8 +59,7 @@ struct BatchNormKernel {
 
 struct InstanceNormKernel {
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_norm_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_norm_params& params) {
     const double eps = params.epsilon;
     const Planes planes(call->inputs[0]);
     const int64_t channels = planes.channels, spatial = planes.spatial;
@@ -85,8 +83,7 @@ struct LayerNormKernel {
   // inputs: X, Scale, B (optional); parameters: kiln_norm_params' axis and epsilon.
   // Outputs: Y, Mean and InvStdDev (optional, shape [outer..., 1...]).
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_norm_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_norm_params& params) {
     const double eps = params.epsilon;
     // Rows of `inner` elements: the dims from axis on.
     const AxisExtents rows = FlattenAtAxis(call->inputs[0], params.axis);
@@ -147,8 +144,7 @@ struct LayerNormKernel {
 struct LrnKernel {
   // Parameters: kiln_norm_params' size, alpha, beta and bias.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_norm_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_norm_params& params) {
     const int64_t size = params.size;
     const double alpha = params.alpha, beta = params.beta, bias = params.bias;
     const Planes planes(call->inputs[0]);

@@ -173,10 +173,9 @@ struct PoolKernel {
   // Parameters: kiln_pool_params (kiln/kernels/pool.h).
   // Output 1 (MaxPool Indices) is filled when present, row-major over N, C and space.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
+  static int32_t Run(const kiln_kcall* call, const kiln_pool_params& params) {
     const kiln_ktensor& X = call->inputs[0];
     const kiln_ktensor& Y = call->outputs[0];
-    KILN_PARAMS(kiln_pool_params, params, call);
     const int op = static_cast<int>(params.op);
     const Window w(params.window, X, Y);
     const bool count_include_pad = params.count_include_pad != 0;

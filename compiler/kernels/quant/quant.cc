@@ -42,14 +42,23 @@ inline int64_t PerChannel(const kiln_ktensor& t, int64_t c) { return Numel(t) > 
 
 bool IsQuantizedType(int32_t dtype) { return dtype == kU8 || dtype == kI8; }
 
-// The integer products' (qmatmul, qconv) types: operands (inputs 0 and 1) u8 or i8, and Y
-// as `mode` (kiln_quant_mode) asks: int32 sums, requantized u8 or i8, or f32.
-bool QuantizedOperands(const kiln_kcall* call) {
-  return IsQuantizedType(call->inputs[0].dtype) && IsQuantizedType(call->inputs[1].dtype);
+// Whether a call has the integer products' (qmatmul, qconv) types: operands (inputs 0 and
+// 1) u8 or i8, and Y as `mode` (kiln_quant_mode) asks: int32 sums, requantized u8 or i8, or
+// f32.
+bool ProductTypes(const kiln_kcall* call, int64_t mode) {
+  if (!IsQuantizedType(call->inputs[0].dtype) || !IsQuantizedType(call->inputs[1].dtype)) return false;
+  const int32_t y = call->outputs[0].dtype;
+  if (mode == KILN_QUANT_REQUANTIZE) return IsQuantizedType(y);
+  return y == (mode == KILN_QUANT_TO_FLOAT ? kF32 : kI32);
 }
-bool ProductOutputType(int64_t mode, int32_t dtype) {
-  if (mode == KILN_QUANT_REQUANTIZE) return IsQuantizedType(dtype);
-  return dtype == (mode == KILN_QUANT_TO_FLOAT ? kF32 : kI32);
+
+// The integer products' entry (qmatmul, qconv): binds kiln_quant_params and checks the
+// call's types (ProductTypes), then runs Body.
+template <int32_t (*Body)(const kiln_kcall*, const kiln_quant_params&)>
+int32_t RunProduct(const kiln_kcall* call) {
+  KILN_PARAMS(kiln_quant_params, params, call);
+  if (!ProductTypes(call, params.mode)) return KILN_KERR_DTYPE;
+  return Body(call, params);
 }
 
 }  // namespace
@@ -171,9 +180,7 @@ KILN_KERNEL(dynamic_quantize_linear) {
 // and zero point (Y's type). Parameters: kiln_quant_params' shape and mode. mode 0: Y
 // int32 sums; 1: Y requantized; 2: Y f32 = sum * a_scale * b_scale + B, B an optional f32 [N] after the (unused) Y
 // scale and zero point slots (kiln.QLinearMatMulToFloat). With a constant 2-D B, artifacts take qgemm below.
-KILN_KERNEL(qmatmul) {
-  if (!QuantizedOperands(call)) return KILN_KERR_DTYPE;
-  KILN_PARAMS(kiln_quant_params, params, call);
+static int32_t QMatMul(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& A = call->inputs[0];
   const kiln_ktensor& B = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
@@ -184,7 +191,6 @@ KILN_KERNEL(qmatmul) {
   const int64_t* b_strides = params.shape.b_batch_strides;
   const int64_t mode = params.mode;
   const bool requantize = mode == KILN_QUANT_REQUANTIZE, to_float = mode == KILN_QUANT_TO_FLOAT;
-  if (!ProductOutputType(mode, Y.dtype)) return KILN_KERR_DTYPE;
   const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
   const kiln_ktensor& azp = call->inputs[2];
   const kiln_ktensor& bzp = call->inputs[3];
@@ -232,6 +238,7 @@ KILN_KERNEL(qmatmul) {
   ParallelFor(call, batches * M, 1, body);
   return KILN_KERR_OK;
 }
+KILN_KERNEL(qmatmul) { return RunProduct<QMatMul>(call); }
 
 // The int8 convolution for artifacts (lower_fast, ops/quant_ops.cc): an implicit GEMM
 // per (image, group) whose rows are output channels and whose columns are output
@@ -311,6 +318,54 @@ __attribute__((target("avx2,avxvnni"))) inline void DotStepAvxVnni(v16i* acc, co
 }
 #endif
 
+// acc + the four u8 x s8 products of the broadcast word a4 (u8 bytes) with each lane's
+// word of w (s8 bytes).
+inline v16i DotStepGenericBroadcastA(v16i acc, const v16i& w, uint32_t a4) {
+  for (int b = 0; b < 4; ++b) {
+    const int32_t ab = static_cast<int32_t>((a4 >> (8 * b)) & 0xFFu);
+    acc += ((w << (24 - 8 * b)) >> 24) * ab;  // lane byte b, sign-extended
+  }
+  return acc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnniBroadcastA(v16i* acc, const v16i* w,
+                                                                                         uint32_t a4) {
+  *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, _mm512_set1_epi32(static_cast<int32_t>(a4)), (__m512i)*w);
+}
+#endif
+
+// acc + the four u8 x s8 products in each lane of the words of `lanes` with the broadcast
+// `word`, by the target's dot product kDot. qconv's lanes are X's columns (u8) against a
+// weight word (s8); qgemm's are B's columns (s8) against a word of A (u8): kUnsignedWord.
+template <int32_t kDot, bool kUnsignedWord>
+__attribute__((always_inline)) inline void DotStep(v16i* acc, const v16i* lanes, uint32_t word) {
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    if constexpr (kUnsignedWord) {
+      DotStepVnniBroadcastA(acc, lanes, word);
+    } else {
+      DotStepVnni(acc, lanes, static_cast<int32_t>(word));
+    }
+    return;
+  }
+  if constexpr (kDot == kInt8DotAvxVnni) {
+    const v16i broadcast = v16i{} + static_cast<int32_t>(word);
+    if constexpr (kUnsignedWord) {
+      DotStepAvxVnni(acc, &broadcast, lanes);
+    } else {
+      DotStepAvxVnni(acc, lanes, &broadcast);
+    }
+    return;
+  }
+#endif
+  if constexpr (kUnsignedWord) {
+    *acc = DotStepGenericBroadcastA(*acc, *lanes, word);
+  } else {
+    *acc = DotStepGeneric(*acc, *lanes, static_cast<int32_t>(word));
+  }
+}
+
 struct QConvParams {
   const uint8_t* x4;  // the channel-quad copy of X
   const int8_t* weights;
@@ -389,20 +444,7 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
     for (int r = 0; r < kQRows; ++r) {
       int32_t w4;
       memcpy(&w4, w + (step * kQRows + r) * 4, 4);
-      for (int v = 0; v < NV; ++v) {
-#if defined(__x86_64__)
-        if constexpr (kDot == kInt8DotAvx512Vnni) {
-          DotStepVnni(&acc[r][v], &x[v], w4);
-          continue;
-        }
-        if constexpr (kDot == kInt8DotAvxVnni) {
-          const v16i wv = v16i{} + w4;
-          DotStepAvxVnni(&acc[r][v], &x[v], &wv);
-          continue;
-        }
-#endif
-        acc[r][v] = DotStepGeneric(acc[r][v], x[v], w4);
-      }
+      for (int v = 0; v < NV; ++v) DotStep<kDot, false>(&acc[r][v], &x[v], static_cast<uint32_t>(w4));
     }
   }
   QConvEpilogue<NV * 16>(q, reinterpret_cast<const int32_t*>(acc), n, grp, panel, j0, cols);
@@ -653,23 +695,6 @@ struct QGemmParams {
   float y_zero, lo, hi;
 };
 
-// acc + the four u8 x s8 products of the broadcast word a4 (u8 bytes) with each lane's
-// word of w (s8 bytes).
-inline v16i DotStepGenericBroadcastA(v16i acc, const v16i& w, uint32_t a4) {
-  for (int b = 0; b < 4; ++b) {
-    const int32_t ab = static_cast<int32_t>((a4 >> (8 * b)) & 0xFFu);
-    acc += ((w << (24 - 8 * b)) >> 24) * ab;  // lane byte b, sign-extended
-  }
-  return acc;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void DotStepVnniBroadcastA(v16i* acc, const v16i* w,
-                                                                                         uint32_t a4) {
-  *acc = (v16i)_mm512_dpbusd_epi32((__m512i)*acc, _mm512_set1_epi32(static_cast<int32_t>(a4)), (__m512i)*w);
-}
-#endif
-
 // Rows [r0, r0 + 8) (clamped to the last row) x NV column vectors from column j0.
 template <int32_t kDot, bool kFlip, int NV>
 inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols) {
@@ -687,20 +712,7 @@ inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols
       uint32_t a4;
       memcpy(&a4, words[r] + word_offset, 4);
       if constexpr (kFlip) a4 ^= 0x80808080u;
-      for (int v = 0; v < NV; ++v) {
-#if defined(__x86_64__)
-        if constexpr (kDot == kInt8DotAvx512Vnni) {
-          DotStepVnniBroadcastA(&acc[r][v], &w[v], a4);
-          continue;
-        }
-        if constexpr (kDot == kInt8DotAvxVnni) {
-          const v16i av = v16i{} + static_cast<int32_t>(a4);
-          DotStepAvxVnni(&acc[r][v], &av, &w[v]);
-          continue;
-        }
-#endif
-        acc[r][v] = DotStepGenericBroadcastA(acc[r][v], w[v], a4);
-      }
+      for (int v = 0; v < NV; ++v) DotStep<kDot, true>(&acc[r][v], &w[v], a4);
     }
   };
   for (int64_t step = 0; step < full; ++step) step_at(step, arow, step * 4);
@@ -757,30 +769,28 @@ inline void QGemmPanel(const QGemmParams& q, int64_t j0, int64_t tile_begin, int
   }
 }
 
+// QGemmPanel for q's A: s8 (flipped to u8) or u8, chosen once per panel.
+template <int32_t kDot>
+inline void QGemmPanelForA(const QGemmParams& q, int64_t j0, int64_t tile_begin, int64_t tile_end) {
+  if (q.flip) {
+    QGemmPanel<kDot, true>(q, j0, tile_begin, tile_end);
+  } else {
+    QGemmPanel<kDot, false>(q, j0, tile_begin, tile_end);
+  }
+}
+
 #if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void QGemmPanelVnni(const QGemmParams& q, int64_t j0,
                                                                                      int64_t t0, int64_t t1) {
-  if (q.flip) {
-    QGemmPanel<kInt8DotAvx512Vnni, true>(q, j0, t0, t1);
-  } else {
-    QGemmPanel<kInt8DotAvx512Vnni, false>(q, j0, t0, t1);
-  }
+  QGemmPanelForA<kInt8DotAvx512Vnni>(q, j0, t0, t1);
 }
 __attribute__((target("avx2,fma,avxvnni"), noinline)) void QGemmPanelAvxVnni(const QGemmParams& q, int64_t j0,
                                                                              int64_t t0, int64_t t1) {
-  if (q.flip) {
-    QGemmPanel<kInt8DotAvxVnni, true>(q, j0, t0, t1);
-  } else {
-    QGemmPanel<kInt8DotAvxVnni, false>(q, j0, t0, t1);
-  }
+  QGemmPanelForA<kInt8DotAvxVnni>(q, j0, t0, t1);
 }
 #endif
 __attribute__((noinline)) void QGemmPanelGeneric(const QGemmParams& q, int64_t j0, int64_t t0, int64_t t1) {
-  if (q.flip) {
-    QGemmPanel<kInt8DotPlain, true>(q, j0, t0, t1);
-  } else {
-    QGemmPanel<kInt8DotPlain, false>(q, j0, t0, t1);
-  }
+  QGemmPanelForA<kInt8DotPlain>(q, j0, t0, t1);
 }
 
 }  // namespace
@@ -842,16 +852,13 @@ KILN_KERNEL(qgemm) {
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
 // B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
 // zero point, i.e. contribute 0.
-KILN_KERNEL(qconv) {
-  if (!QuantizedOperands(call)) return KILN_KERR_DTYPE;
-  KILN_PARAMS(kiln_quant_params, params, call);
+static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& W = call->inputs[1];
   const kiln_ktensor& Y = call->outputs[0];
   const Window w(params.window, X, Y);
   const int64_t mode = params.mode;  // 0: int32 sums, 1: requantized, 2: f32 (sum * x_scale * w_scale + B)
   const bool requantize = mode == KILN_QUANT_REQUANTIZE, to_float = mode == KILN_QUANT_TO_FLOAT;
-  if (!ProductOutputType(mode, Y.dtype)) return KILN_KERR_DTYPE;
   if (params.packed_weights != 0) {
     if constexpr (kFastKernels) return QConvFast(call, w, params);
     return KILN_KERR_UNSUPPORTED;
@@ -887,22 +894,9 @@ KILN_KERNEL(qconv) {
             for (int64_t ic = 0; ic < ext.ic_per_group; ++ic) {
               const int64_t x_base = (n * ext.in_channels + g * ext.ic_per_group + ic) * ext.in_size;
               const int64_t w_base = (oc * ext.ic_per_group + ic) * ext.kernel_size;
-              for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
-                const int64_t id = od * w.stride[0] + kd * w.dilation[0] - w.pad[0];
-                if (id < 0 || id >= w.in[0]) continue;
-                for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
-                  const int64_t ih = oh * w.stride[1] + kh * w.dilation[1] - w.pad[1];
-                  if (ih < 0 || ih >= w.in[1]) continue;
-                  for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-                    const int64_t iw = ow * w.stride[2] + kw * w.dilation[2] - w.pad[2];
-                    if (iw < 0 || iw >= w.in[2]) continue;
-                    const int32_t xv = LoadInt(X.data, X.dtype, x_base + (id * w.in[1] + ih) * w.in[2] + iw) - zx;
-                    const int32_t wv =
-                        LoadInt(W.data, W.dtype, w_base + (kd * w.kernel[1] + kh) * w.kernel[2] + kw) - zw;
-                    sum += xv * wv;
-                  }
-                }
-              }
+              ForEachTapInside(w, w.in, od, oh, ow, [&](int64_t tap, int64_t at) {
+                sum += (LoadInt(X.data, X.dtype, x_base + at) - zx) * (LoadInt(W.data, W.dtype, w_base + tap) - zw);
+              });
             }
             const int64_t at = job * ext.out_size + (od * w.out[1] + oh) * w.out[2] + ow;
             if (requantize) {
@@ -922,5 +916,6 @@ KILN_KERNEL(qconv) {
   ParallelFor(call, ext.batch * ext.out_channels, 1, body);
   return KILN_KERR_OK;
 }
+KILN_KERNEL(qconv) { return RunProduct<QConv>(call); }
 
 }  // namespace kiln_kernels

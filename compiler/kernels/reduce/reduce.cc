@@ -11,9 +11,8 @@ namespace {
 struct ReduceKernel {
   // Parameters: kiln_reduce_params' op and axes_mask (kiln/kernels/reduce.h).
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
+  static int32_t Run(const kiln_kcall* call, const kiln_reduce_params& params) {
     const kiln_ktensor& in = call->inputs[0];
-    KILN_PARAMS(kiln_reduce_params, params, call);
     const int op = static_cast<int>(params.op);
     const int64_t mask = params.axes_mask;
     int64_t strides[kMaxRank];
@@ -158,28 +157,25 @@ struct ReduceKernel {
 struct ArgReduce {
   // Parameters: kiln_reduce_params' op (1: ArgMin), axis and select_last_index.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_reduce_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_reduce_params& params) {
     const bool is_min = params.op != 0, last = params.select_last_index != 0;
-    const auto [outer, len, inner] = SplitAtAxis(call->inputs[0], params.axis);
+    const AxisExtents e = SplitAtAxis(call->inputs[0], params.axis);
     const T* pi = InputData<T>(call, 0);
     int64_t* po = OutputData<int64_t>(call);
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t j = 0; j < inner; ++j) {
-        int64_t best = 0;
-        T best_value = pi[o * len * inner + j];
-        for (int64_t k = 1; k < len; ++k) {
-          const T v = pi[(o * len + k) * inner + j];
-          const bool better =
-              is_min ? (last ? v <= best_value : v < best_value) : (last ? v >= best_value : v > best_value);
-          if (better) {
-            best = k;
-            best_value = v;
-          }
+    ForEachAxisLine(e, [&](int64_t line, int64_t first) {
+      int64_t best = 0;
+      T best_value = pi[first];
+      for (int64_t k = 1; k < e.len; ++k) {
+        const T v = pi[first + k * e.inner];
+        const bool better =
+            is_min ? (last ? v <= best_value : v < best_value) : (last ? v >= best_value : v > best_value);
+        if (better) {
+          best = k;
+          best_value = v;
         }
-        po[o * inner + j] = best;
       }
-    }
+      po[line] = best;
+    });
     return KILN_KERR_OK;
   }
 };
@@ -238,8 +234,7 @@ static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len
 struct Softmax {
   // Parameters: kiln_reduce_params' op (kiln_softmax_op), axis and coerce_2d.
   template <typename T>
-  static int32_t Run(const kiln_kcall* call) {
-    KILN_PARAMS(kiln_reduce_params, params, call);
+  static int32_t Run(const kiln_kcall* call, const kiln_reduce_params& params) {
     const int op = static_cast<int>(params.op);
     const kiln_ktensor& in = call->inputs[0];
     const AxisExtents e = params.coerce_2d != 0 ? FlattenAtAxis(in, params.axis) : SplitAtAxis(in, params.axis);
