@@ -359,30 +359,37 @@ class Worker {
   std::unique_ptr<v1::Worker::Stub> worker_;
 };
 
+// A usage error as CLI11's are shown: the message, then where help is.
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "kiln-worker: %s\nRun 'kiln-worker --help' for usage.\n", message.c_str());
+  return 2;
+}
+
 int Main(int argc, char** argv) {
-  if (argc == 3 && std::strcmp(argv[1], "--run-job") == 0) return RunJob(argv[2]);
   CLI::App app(
       "kiln-worker: runs Kiln compile jobs for a kilnd server. Each job runs in a child process under the "
       "CPU-time and memory limits kilnd sets.",
       "kiln-worker");
   Flags flags;
   std::string log_format = "text", log_level = "info";
-  app.add_option("--server", flags.server, "kilnd's gRPC address (host:port)")->required();
+  std::string run_job;
+  app.add_option("--server", flags.server, "kilnd's gRPC address (host:port); required");
   app.add_option("--id", flags.id, "worker name in leases, logs and metrics (default: HOSTNAME-PID)");
   app.add_option("--work-dir", flags.work_dir, "scratch space for jobs (default: $TMPDIR or /tmp)");
   app.add_flag("--once", flags.once, "exit after one job (for tests)");
   app.add_option("--log-format", log_format, "text or json (JSON lines for log collectors)")->capture_default_str();
   app.add_option("--log-level", log_level, "debug, info, warning or error")->capture_default_str();
+  // The worker re-executes itself with this to run one job (Supervise); not for people.
+  app.add_option("--run-job", run_job, "run the job in DIR and exit")->group("");
   if (auto exit = ParseCommandLine(app, argc, argv)) return *exit;
+  if (!run_job.empty()) return RunJob(run_job);
+  if (flags.server.empty()) return UsageError("--server is required");
   log::Options log_options;
   log_options.program = "kiln-worker";
   auto format = log::ParseFormat(log_format);
   auto level = log::ParseLevel(log_level);
   for (const absl::Status& s : {format.status(), level.status()}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "kiln-worker: %s\nRun 'kiln-worker --help' for usage.\n", std::string(s.message()).c_str());
-      return 2;
-    }
+    if (!s.ok()) return UsageError(std::string(s.message()));
   }
   log_options.format = *format;
   log_options.level = *level;
