@@ -2,12 +2,14 @@
 # Two Kiln builds on the same machine in the same minutes: this checkout's against an
 # older revision's, to tell a change in the code from a change in the machine.
 #   bench/ab.sh --base REV [--base-kiln PATH] [--models a,b,...] [--threads "1 2"]
-#               [--rounds R] [--iters N]
+#               [--rounds R] [--iters N] [--no-ort]
 # Builds REV's `kiln` in build-ab/REV (a git worktree, kept for the next run) unless
 # --base-kiln names one, builds this checkout's (build/), compiles each model by both, then
-# times the two artifacts in turn R rounds (default 5), each `kiln bench` by its own build
-# (median of N runs, default 30). Prints Markdown: each build's round medians, the median of
-# each, and tip / base (above 1: this checkout is slower).
+# times the two artifacts and ONNX Runtime (bench/ort_bench.js, same inputs and threads) in
+# turn R rounds (default 5), each `kiln bench` by its own build (median of N runs, default
+# 30). Prints Markdown: the medians of the rounds, each build's ratio to ORT (below 1:
+# faster than ORT), and tip / base with its value per round (above 1: this checkout is
+# slower).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=""
@@ -16,8 +18,9 @@ models=squeezenet1_1,mobilenet_v2,resnet50,efficientnet_b0,bert_base
 threads="1 2"
 rounds=5
 iters=30
+ort=1
 source bench/lib.sh
-bench_args "$0" 10 "$@"
+bench_args "$0" 13 "$@"
 if [ -z "$base_kiln" ]; then
   [ -n "$base" ] || { echo "ab.sh: give --base REV or --base-kiln PATH (see --help)" >&2; exit 2; }
   rev=$(git rev-parse --short "$base")
@@ -28,10 +31,17 @@ if [ -z "$base_kiln" ]; then
   base_kiln=$dir/build/clients/kiln
 fi
 bench_setup "$models"
+[ $ort = 1 ] && ort_setup
 # One timed run: the median in ms of KILN's `bench` of ARTIFACT at THREADS.
 time_once() { "$1" bench "$2" --threads "$3" --iters "$iters" | field median_ms; }
-echo "| model | threads | base runs (ms) | tip runs (ms) | base median | tip median | tip / base |"
-echo "|---|---|---|---|---|---|---|"
+# The same for ONNX Runtime: MODEL at THREADS with the model's bench inputs.
+time_ort() {
+  local inputs=() f
+  for f in bench/models/"$1".input_*.pb; do inputs+=(--input "$f"); done
+  node bench/ort_bench.js "bench/models/$1.onnx" "${inputs[@]}" --threads "$2" --iters "$iters" | field median_ms
+}
+echo "| model | threads | base ms | tip ms | ORT ms | base / ORT | tip / ORT | tip / base | tip / base per round |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for m in ${models//,/ }; do
   for side in base tip; do
     compiler=$kiln
@@ -42,15 +52,21 @@ for m in ${models//,/ }; do
     fi
   done
   for t in $threads; do
-    b=() n=()
+    b=() n=() o=()
     for ((r = 1; r <= rounds; ++r)); do
       b+=("$(time_once "$base_kiln" "$tmp/$m.base.so" "$t")")
       n+=("$(time_once "$kiln" "$tmp/$m.tip.so" "$t")")
+      [ $ort = 1 ] && o+=("$(time_ort "$m" "$t")")
     done
-    bm=$(printf '%s\n' "${b[@]}" | median)
-    nm=$(printf '%s\n' "${n[@]}" | median)
-    printf '| %s | %s | %s | %s | %.2f | %.2f | %.3f |\n' "$m" "$t" \
-      "$(printf '%.2f ' "${b[@]}")" "$(printf '%.2f ' "${n[@]}")" "$bm" "$nm" \
-      "$(awk -v a="$nm" -v b="$bm" 'BEGIN {print a / b}')"
+    /usr/bin/python3 - "$m" "$t" "${b[*]}" "${n[*]}" "${o[*]}" <<'EOF'
+import statistics, sys
+m, t = sys.argv[1:3]
+b, n = [[float(v) for v in a.split()] for a in sys.argv[3:5]]
+o = [float(v) for v in sys.argv[5].split()]
+bm, nm = statistics.median(b), statistics.median(n)
+om = statistics.median(o) if o else float("nan")
+rounds = ", ".join(f"{y / x:.3f}" for x, y in zip(b, n))
+print(f"| {m} | {t} | {bm:.2f} | {nm:.2f} | {om:.2f} | {bm / om:.2f} | {nm / om:.2f} | {nm / bm:.3f} | {rounds} |")
+EOF
   done
 done

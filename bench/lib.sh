@@ -60,6 +60,13 @@ bench_setup() {
   trap 'rm -rf "$tmp"' EXIT
 }
 
+# ort_setup: installs onnxruntime-node into bench/node_modules unless it is there.
+ort_setup() {
+  [ -f bench/node_modules/onnxruntime-node/package.json ] && return 0
+  # The CPU library is bundled in the package; skip the optional CUDA download.
+  (cd bench && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund >&2)
+}
+
 # The median of the numbers on stdin, one a line.
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 

@@ -28,10 +28,7 @@ bench_args "$0" 15 "$@"
 [ $install = 1 ] && bash deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 ninja -C build kiln kiln-model-check >&2
-if [ ! -f bench/node_modules/onnxruntime-node/package.json ]; then
-  # The CPU library is bundled in the package; skip the optional CUDA download.
-  (cd bench && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund >&2)
-fi
+ort_setup
 bench_models "$models"
 kiln=build/clients/kiln
 # Runs a command and prints its peak resident memory in MiB (its stdout goes to $1).
