@@ -64,9 +64,9 @@ m, t = sys.argv[1:3]
 b, n = [[float(v) for v in a.split()] for a in sys.argv[3:5]]
 o = [float(v) for v in sys.argv[5].split()]
 bm, nm = statistics.median(b), statistics.median(n)
-om = statistics.median(o) if o else float("nan")
+ort = [f"{v:.2f}" for v in (statistics.median(o), bm / statistics.median(o), nm / statistics.median(o))] if o else ["-"] * 3
 rounds = ", ".join(f"{y / x:.3f}" for x, y in zip(b, n))
-print(f"| {m} | {t} | {bm:.2f} | {nm:.2f} | {om:.2f} | {bm / om:.2f} | {nm / om:.2f} | {nm / bm:.3f} | {rounds} |")
+print(f"| {m} | {t} | {bm:.2f} | {nm:.2f} | {' | '.join(ort)} | {nm / bm:.3f} | {rounds} |")
 EOF
   done
 done

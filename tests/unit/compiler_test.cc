@@ -200,6 +200,30 @@ TEST(PassTest, AnalysesAreCachedUntilAPassChangesTheGraph) {
   EXPECT_EQ(PlannedOrNaiveMemory(*g, ctx).in_place, 0);  // the naive plan reuses nothing
 }
 
+TEST(PassTest, LivenessAndKernelCallsAreAnalysesTheMemoryPlanShares) {
+  auto g = ConvNet();
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "plan-memory", {}, ctx).ok());
+  // The plan asked the manager for liveness and the kernel calls: both are cached now.
+  const Liveness* liveness = ctx.analyses.GetIfCached<LivenessAnalysis>();
+  const KernelCalls* calls = ctx.analyses.GetIfCached<KernelCallAnalysis>();
+  ASSERT_NE(liveness, nullptr);
+  ASSERT_NE(calls, nullptr);
+  const std::vector<Node*> nodes = g->nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* out : nodes[i]->outputs()) EXPECT_EQ(liveness->defined.at(out), i);
+    for (const Value* in : nodes[i]->inputs()) {
+      if (in != nullptr) EXPECT_GE(liveness->last_read.at(in), i);
+    }
+  }
+  EXPECT_EQ(liveness->last_read.count(g->outputs()[0]), 0u);  // no node reads the result
+  // The plan keeps the very calls it was made with, one per node, for codegen.
+  const MemoryPlan& plan = ctx.analyses.Get<MemoryPlanAnalysis>(*g);
+  EXPECT_EQ(plan.calls.get(), calls);
+  EXPECT_EQ(calls->size(), nodes.size());
+  for (const Node* node : nodes) EXPECT_TRUE(calls->at(node).ok()) << NodeLabel(*node);
+}
+
 TEST(PassTest, DefaultPipelineFoldsBatchNormAndFusesEpilogues) {
   auto g = ConvNet();
   PassContext ctx;

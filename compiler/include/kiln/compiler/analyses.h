@@ -66,8 +66,8 @@ struct UseListAnalysis {
 struct Liveness {
   // Node outputs: their producer's position (graph inputs and constants are absent).
   std::unordered_map<const Value*, size_t> defined;
-  // Values some node reads: the last reader's position (a value nothing reads is absent;
-  // graph outputs are read after the last node).
+  // Values some node reads: the last reader's position (a value no node reads is absent;
+  // a graph output lives to the end whatever it says here).
   std::unordered_map<const Value*, size_t> last_read;
 };
 struct LivenessAnalysis {
@@ -99,15 +99,9 @@ class AnalysisManager {
   template <class Analysis>
   std::shared_ptr<const typename Analysis::Result> GetShared(const Graph& graph) {
     using Result = typename Analysis::Result;
+    // A std::map slot stays put while Compute asks for (and inserts) the analyses it uses.
     std::shared_ptr<void>& slot = cache_[Key<Analysis>()];
-    if (!slot) {
-      // Computed before it is stored: Compute may ask for other analyses, which insert
-      // into the cache.
-      auto result = std::make_shared<Result>(Analysis::Compute(graph, *this));
-      std::shared_ptr<void>& stored = cache_[Key<Analysis>()];
-      stored = result;
-      return result;
-    }
+    if (!slot) slot = std::make_shared<Result>(Analysis::Compute(graph, *this));
     return std::shared_ptr<const Result>(slot, static_cast<const Result*>(slot.get()));
   }
   // The cached result, or nullptr when it was not computed since the last change.
