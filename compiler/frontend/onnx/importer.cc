@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -18,19 +19,25 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
+#include "onnx/version_converter/convert.h"
 
 namespace kiln {
 namespace {
 
 constexpr int kMinOpset = 7;
+// Older models are upgraded to kMinOpset by libonnx's version converter on import.
+constexpr int kOldestUpgradable = 1;
 constexpr int kMaxOpset = 17;
 
-// Runs libonnx's checker and strict shape inference. They run in a child process because
-// libonnx 1.12 can crash on malformed models that pass the checker (the importer fuzzer
-// found a LayerNormalization axis that makes shape inference read out of bounds); a crash
-// there must become an error for the user, not take the compiler down. Kiln's own type
-// inference is authoritative afterwards, so nothing needs to come back but the verdict.
-absl::Status CheckWithOnnx(const onnx::ModelProto& model) {
+// Runs `work` in a child process and returns what it returns: libonnx 1.12 can crash on
+// malformed models that pass its checker (the importer fuzzer found a LayerNormalization
+// axis that makes shape inference read out of bounds), and a crash there must become an
+// error for the user, not take the compiler down. `work` throws std::exception to reject
+// the model; the child is a copy of the compiler (fork), so it may change `model` in
+// place, which saves copying hundreds of megabytes of weights. The reply on the pipe is
+// 'E' and the rejection, or 'K' and the result.
+absl::StatusOr<std::string> InChildProcess(onnx::ModelProto& model,
+                                           const std::function<std::string(onnx::ModelProto&)>& work, const char* who) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("pipe() failed");
   const pid_t pid = fork();
@@ -41,40 +48,64 @@ absl::Status CheckWithOnnx(const onnx::ModelProto& model) {
   }
   if (pid == 0) {
     close(fds[0]);
-    std::string message;
+    std::string reply;
     try {
-      // This process is a copy of the compiler (fork): its model may be changed in place,
-      // which saves copying hundreds of megabytes of weights.
-      onnx::ModelProto& copy = const_cast<onnx::ModelProto&>(model);
-      onnx::checker::check_model(copy);
-      onnx::ShapeInferenceOptions options{/*check_type=*/true, /*error_mode=*/1, /*enable_data_propagation=*/false};
-      onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(), options);
+      reply = "K" + work(model);
     } catch (const std::exception& e) {
-      message = e.what();
-      if (message.empty()) message = "rejected";
+      reply = absl::StrCat("E", *e.what() != '\0' ? e.what() : "rejected");
     }
-    for (size_t done = 0; done < message.size();) {
-      ssize_t n = write(fds[1], message.data() + done, message.size() - done);
+    for (size_t done = 0; done < reply.size();) {
+      ssize_t n = write(fds[1], reply.data() + done, reply.size() - done);
       if (n <= 0) break;
       done += static_cast<size_t>(n);
     }
-    _exit(message.empty() ? 0 : 1);
+    _exit(0);
   }
   close(fds[1]);
-  std::string message;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof(buffer))) > 0;) message.append(buffer, static_cast<size_t>(n));
+  std::string reply;
+  std::string buffer(1 << 16, '\0');
+  for (ssize_t n; (n = read(fds[0], buffer.data(), buffer.size())) > 0;)
+    reply.append(buffer.data(), static_cast<size_t>(n));
   close(fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  if (!message.empty()) return absl::InvalidArgumentError(absl::StrCat("rejected by the ONNX checker: ", message));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !reply.empty()) {
+    if (reply[0] == 'K') return reply.substr(1);
+    std::string message = reply.substr(1);
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+    return absl::InvalidArgumentError(absl::StrCat("rejected by the ", who, ": ", message));
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "the ONNX checker crashed on this model (",
+      "the ", who, " crashed on this model (",
       WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status)) : absl::StrCat("exit ", WEXITSTATUS(status)),
       "); the model is malformed"));
+}
+
+// libonnx's checker and strict shape inference. Kiln's own type inference is
+// authoritative afterwards, so nothing needs to come back but the verdict.
+absl::Status CheckWithOnnx(onnx::ModelProto& model) {
+  auto check = [](onnx::ModelProto& copy) {
+    onnx::checker::check_model(copy);
+    onnx::ShapeInferenceOptions options{/*check_type=*/true, /*error_mode=*/1, /*enable_data_propagation=*/false};
+    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(), options);
+    return std::string();
+  };
+  return InChildProcess(model, check, "ONNX checker").status();
+}
+
+// A model of an opset older than Kiln reads, upgraded to `opset` by libonnx's version
+// converter (the adapters rewrite what changed: broadcast attributes, BatchNormalization's
+// spatial, ...). Old models are small, so the upgraded model comes back serialised.
+absl::Status UpgradeWithOnnx(onnx::ModelProto& model, int opset) {
+  auto convert = [opset](onnx::ModelProto& old) {
+    return onnx::version_conversion::ConvertVersion(old, opset).SerializeAsString();
+  };
+  KILN_ASSIGN_OR_RETURN(std::string upgraded, InChildProcess(model, convert, "ONNX version converter"));
+  onnx::ModelProto result;
+  if (!result.ParseFromString(upgraded)) return absl::InternalError("the upgraded model does not parse");
+  model = std::move(result);
+  return absl::OkStatus();
 }
 
 class Importer {
@@ -364,6 +395,12 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
     if (import.domain().empty() || import.domain() == "ai.onnx") opset_ = static_cast<int>(import.version());
   }
   if (model.opset_import_size() == 0) opset_ = 1;  // IR version 1 models
+  if (opset_ >= kOldestUpgradable && opset_ < kMinOpset) {
+    if (absl::Status s = UpgradeWithOnnx(model, kMinOpset); !s.ok()) {
+      return Error(absl::StrCat("opset ", opset_, " could not be upgraded to ", kMinOpset, ": ", s.message()));
+    }
+    opset_ = kMinOpset;
+  }
   if (opset_ < kMinOpset || opset_ > kMaxOpset) {
     return Error(absl::StrCat("opset ", opset_, " of the default domain is not supported (Kiln supports ", kMinOpset,
                               " to ", kMaxOpset, ")"));
