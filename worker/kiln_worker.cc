@@ -359,12 +359,6 @@ class Worker {
   std::unique_ptr<v1::Worker::Stub> worker_;
 };
 
-// A usage error as CLI11's are shown: the message, then where help is.
-int UsageError(const std::string& message) {
-  std::fprintf(stderr, "kiln-worker: %s\nRun 'kiln-worker --help' for usage.\n", message.c_str());
-  return 2;
-}
-
 int Main(int argc, char** argv) {
   CLI::App app(
       "kiln-worker: runs Kiln compile jobs for a kilnd server. Each job runs in a child process under the "
@@ -383,13 +377,13 @@ int Main(int argc, char** argv) {
   app.add_option("--run-job", run_job, "run the job in DIR and exit")->group("");
   if (auto exit = ParseCommandLine(app, argc, argv)) return *exit;
   if (!run_job.empty()) return RunJob(run_job);
-  if (flags.server.empty()) return UsageError("--server is required");
+  if (flags.server.empty()) return ReportUsageError("kiln-worker", "--server is required");
   log::Options log_options;
   log_options.program = "kiln-worker";
   auto format = log::ParseFormat(log_format);
   auto level = log::ParseLevel(log_level);
   for (const absl::Status& s : {format.status(), level.status()}) {
-    if (!s.ok()) return UsageError(std::string(s.message()));
+    if (!s.ok()) return ReportUsageError("kiln-worker", std::string(s.message()));
   }
   log_options.format = *format;
   log_options.level = *level;

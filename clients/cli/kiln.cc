@@ -298,9 +298,7 @@ CLI::App* AddModelSubcommand(CLI::App& app, const char* name, std::string& model
 }
 
 int UsageError(const std::string& command, const std::string& message) {
-  std::fprintf(stderr, "kiln: %s\nRun 'kiln %s%s--help' for usage.\n", message.c_str(), command.c_str(),
-               command.empty() ? "" : " ");
-  return 2;
+  return ReportUsageError(command.empty() ? "kiln" : "kiln " + command, message);
 }
 
 int Fail(const std::string& message) {

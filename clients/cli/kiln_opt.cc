@@ -170,8 +170,7 @@ int main(int argc, char** argv) {
       "print each pass, its summary and its options, and exit");
   if (auto exit = kiln::ParseCommandLine(app, argc, argv)) return *exit;
   if (flags.path.empty()) {
-    std::fprintf(stderr, "kiln-opt: no input file\nRun 'kiln-opt --help' for usage.\n");
-    return 2;
+    return kiln::ReportUsageError("kiln-opt", "no input file");
   }
   return Run(flags);
 }

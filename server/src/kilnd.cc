@@ -154,9 +154,8 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   AddLogFlags(app, *flags);
   if (auto exit = ParseCommandLine(app, argc, argv)) return exit;
   if (flags->lease_timeout_ms < 500) {
-    std::fprintf(stderr, "kilnd: --lease-timeout-ms must be at least 500 ms, got %lld\nRun 'kilnd --help' for usage.\n",
-                 static_cast<long long>(flags->lease_timeout_ms));
-    return 2;
+    return ReportUsageError("kilnd",
+                            absl::StrCat("--lease-timeout-ms must be at least 500 ms, got ", flags->lease_timeout_ms));
   }
   if (flags->worker_binary.empty()) flags->worker_binary = DefaultWorkerBinary();
   flags->log_options.program = "kilnd";

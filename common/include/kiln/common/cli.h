@@ -12,6 +12,14 @@
 
 namespace kiln {
 
+// A usage error as every Kiln program prints it: "PROGRAM: message" and where the help for
+// `command` ("kiln compile", "kiln-worker") is, on stderr. Returns the exit status, 2.
+inline int ReportUsageError(const std::string& command, const std::string& message) {
+  const std::string program = command.substr(0, command.find(' '));
+  std::fprintf(stderr, "%s: %s\nRun '%s --help' for usage.\n", program.c_str(), message.c_str(), command.c_str());
+  return 2;
+}
+
 // Parses argv into `app`: nullopt to go on, else the exit status to return now.
 inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   try {
@@ -26,8 +34,7 @@ inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv)
       at = at->get_subcommands().front();
       command += " " + at->get_name();
     }
-    std::fprintf(stderr, "%s: %s\nRun '%s --help' for usage.\n", app.get_name().c_str(), error.what(), command.c_str());
-    return 2;
+    return ReportUsageError(command, error.what());
   }
 }
 
