@@ -93,8 +93,10 @@ int ReadRunInputs(const RunFlags& flags, const kiln_module_desc* desc, std::vect
     if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
     auto tensor = ParseTensorProto(*bytes);
     if (!tensor.ok()) return Fail(absl::StrCat(it->second, ": ", tensor.status().message()));
-    std::vector<int64_t> want(info.dims, info.dims + info.rank);
-    if (static_cast<int32_t>(tensor->dtype()) != info.dtype || tensor->dims() != want) {
+    // A dim of -1 is known only at run time: any size.
+    bool fits = static_cast<int32_t>(tensor->dtype()) == info.dtype && tensor->rank() == info.rank;
+    for (int32_t d = 0; fits && d < info.rank; ++d) fits = info.dims[d] < 0 || tensor->dims()[d] == info.dims[d];
+    if (!fits) {
       return Fail(absl::StrCat(it->second, ": input '", info.name, "' is ",
                                PrintType(TensorType::Static(tensor->dtype(), tensor->dims())),
                                ", the artifact expects ", ShapeText(info)));
@@ -112,15 +114,21 @@ int Run(const RunFlags& flags) {
   std::string error;
   if (!Load(flags.artifact, flags.threads, loaded, error)) return Fail(error);
   const kiln_module_desc* desc = loaded.desc;
-  Buffers buffers;
-  if (int code = ReadRunInputs(flags, desc, buffers.inputs); code != 0) return code;
-  buffers.Bind(desc);
-  if (kiln_session_run(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data()) != KILN_OK)
-    return Fail(kiln_last_error());
+  std::vector<Tensor> inputs;
+  if (int code = ReadRunInputs(flags, desc, inputs); code != 0) return code;
+  // The shaped API runs every artifact, with run-time shapes or not.
+  std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
+  for (const Tensor& t : inputs) {
+    in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
+                             static_cast<int32_t>(t.dtype())});
+  }
+  if (kiln_session_run_shaped(loaded.session, in.data(), out.data()) != KILN_OK) return Fail(kiln_last_error());
   if (auto s = MakeDirectories(flags.output_dir); !s.ok()) return Fail(std::string(s.message()));
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
+    Tensor result(static_cast<DType>(out[i].dtype), std::vector<int64_t>(out[i].dims, out[i].dims + out[i].rank));
+    std::memcpy(result.data(), out[i].data, static_cast<size_t>(result.size_bytes()));
     const std::string path = absl::StrCat(flags.output_dir, "/output_", i, ".pb");
-    if (auto s = WriteFile(path, SerializeTensorProto(buffers.outputs[i], desc->outputs[i].name)); !s.ok())
+    if (auto s = WriteFile(path, SerializeTensorProto(result, desc->outputs[i].name)); !s.ok())
       return Fail(std::string(s.message()));
   }
   return 0;

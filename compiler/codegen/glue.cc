@@ -42,7 +42,8 @@ const std::map<std::string, KernelTyping>& KernelTypings() {
   return *table;
 }
 
-// The symbol of the kernel instantiation for this call: kiln_k_<name>_<suffix>.
+}  // namespace
+
 absl::StatusOr<std::string> KernelSymbol(const std::string& kernel, const TensorType* input0,
                                          const TensorType* output0) {
   auto it = KernelTypings().find(kernel);
@@ -58,6 +59,8 @@ absl::StatusOr<std::string> KernelSymbol(const std::string& kernel, const Tensor
   }
   return absl::StrCat("kiln_k_", kernel, "_", suffix);
 }
+
+namespace {
 
 absl::Status CheckNode(const Node& node, const OpSchema* schema) {
   if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
@@ -96,28 +99,26 @@ bool NeedsNoCode(const Node& node, const KernelCall& call, const MemoryPlan& mem
          });
 }
 
+}  // namespace
+
 void PlaceWeight(GluePlan& plan, const Tensor* tensor) {
   if (plan.weight_offsets.count(tensor) == 0) {
     plan.weight_offsets[tensor] = plan.weights.Add(tensor->data(), tensor->size_bytes());
   }
 }
 
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const MemoryPlan& memory,
                                                    const CodegenOptions& options) {
-  for (const Value* v : graph.inputs()) {
-    if (!v->type().IsStatic()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("graph input '", v->name(), "' has shape ", PrintType(v->type()),
-                       "; give a static shape with --input-shape ", v->name(), "=..."));
-    }
-  }
   auto plan = std::make_unique<GluePlan>();
   plan->graph = &graph;
   plan->memory = &memory;
   plan->options = &options;
   for (const Node* node : graph.nodes()) plan->nodes.push_back(node);
+  for (const Value* v : graph.values()) plan->dynamic = plan->dynamic || !v->type().IsStatic();
+  if (plan->dynamic) {
+    KILN_RETURN_IF_ERROR(PlanDynamicGlue(*plan));
+    return plan;
+  }
   // Only constants the code reads are placed: a weight that lowering replaced by its
   // packed form is not.
   auto place_input = [&](const Node* node, size_t i) {
@@ -286,14 +287,16 @@ absl::StatusOr<llvm::Value*> GlueBuilder::Address(const Value* value) {
   return address;
 }
 
-llvm::Function* GlueBuilder::BeginFunction(const std::string& name, llvm::GlobalValue::LinkageTypes linkage) {
+llvm::Function* GlueBuilder::BeginFunction(const std::string& name, llvm::GlobalValue::LinkageTypes linkage,
+                                           llvm::FunctionType* type) {
   llvm::Function* function = module_.getFunction(name);
-  if (function == nullptr) function = llvm::Function::Create(part_type_, linkage, name, module_);
+  if (function == nullptr) function = llvm::Function::Create(type ? type : part_type_, linkage, name, module_);
   function->setLinkage(linkage);
   inputs_arg_ = function->getArg(0);
   outputs_arg_ = function->getArg(1);
-  workspace_arg_ = function->getArg(2);
-  exec_arg_ = function->getArg(3);
+  // The dynamic entry has no workspace: (inputs, outputs, exec).
+  workspace_arg_ = function->arg_size() == 4 ? function->getArg(2) : nullptr;
+  exec_arg_ = function->getArg(function->arg_size() - 1);
   addresses_.clear();
   llvm::BasicBlock* allocas = llvm::BasicBlock::Create(ctx_, "allocas", function);
   alloca_builder_ = std::make_unique<llvm::IRBuilder<>>(allocas);
@@ -462,7 +465,7 @@ absl::Status GlueBuilder::EmitEntry() {
     builder_.CreateMemCpy(dest, llvm::MaybeAlign(1), source, llvm::MaybeAlign(1), bytes);
   }
   EndFunction();
-  EmitDescriptor(entry);
+  EmitDescriptor(entry, nullptr);
   return absl::OkStatus();
 }
 
@@ -481,7 +484,7 @@ llvm::Constant* GlueBuilder::TensorInfos(const std::vector<Value*>& values) {
                                   llvm::ConstantArray::get(array_type, infos), "tensor_infos");
 }
 
-void GlueBuilder::EmitDescriptor(llvm::Function* entry) {
+void GlueBuilder::EmitDescriptor(llvm::Function* entry, llvm::Function* dynamic_entry) {
   std::vector<llvm::Constant*> kernel_names;
   for (const Node* node : plan_.nodes)
     kernel_names.push_back(CString(absl::StrCat(node->name(), " (", node->op(), ")")));
@@ -491,15 +494,18 @@ void GlueBuilder::EmitDescriptor(llvm::Function* entry) {
   const CodegenOptions& options = *plan_.options;
   // Mirrors kiln_module_desc in runtime.h.
   auto* desc_type =
-      llvm::StructType::get(ctx_, {i32_, i32_, ptr_, ptr_, ptr_, i32_, i32_, ptr_, ptr_, i64_, ptr_, i32_, ptr_});
+      llvm::StructType::get(ctx_, {i32_, i32_, ptr_, ptr_, ptr_, i32_, i32_, ptr_, ptr_, i64_, ptr_, i32_, ptr_, ptr_});
+  llvm::Constant* null = llvm::ConstantPointerNull::get(ptr_);
   const uint64_t desc_size = module_.getDataLayout().getTypeAllocSize(desc_type);
   llvm::Constant* desc_init = llvm::ConstantStruct::get(
-      desc_type, {builder_.getInt32(static_cast<uint32_t>(desc_size)), builder_.getInt32(KILN_ABI_VERSION),
-                  CString(options.compiler_version), CString(CanonicalTarget(options.target)),
-                  CString(options.manifest_json), builder_.getInt32(static_cast<uint32_t>(graph_.inputs().size())),
-                  builder_.getInt32(static_cast<uint32_t>(graph_.outputs().size())), TensorInfos(graph_.inputs()),
-                  TensorInfos(graph_.outputs()), builder_.getInt64(static_cast<uint64_t>(memory_.arena_bytes)), entry,
-                  builder_.getInt32(static_cast<uint32_t>(plan_.nodes.size())), names});
+      desc_type,
+      {builder_.getInt32(static_cast<uint32_t>(desc_size)), builder_.getInt32(KILN_ABI_VERSION),
+       CString(options.compiler_version), CString(CanonicalTarget(options.target)), CString(options.manifest_json),
+       builder_.getInt32(static_cast<uint32_t>(graph_.inputs().size())),
+       builder_.getInt32(static_cast<uint32_t>(graph_.outputs().size())), TensorInfos(graph_.inputs()),
+       TensorInfos(graph_.outputs()), builder_.getInt64(static_cast<uint64_t>(plan_.dynamic ? 0 : memory_.arena_bytes)),
+       entry ? static_cast<llvm::Constant*>(entry) : null, builder_.getInt32(static_cast<uint32_t>(plan_.nodes.size())),
+       names, dynamic_entry ? static_cast<llvm::Constant*>(dynamic_entry) : null});
   auto* desc = new llvm::GlobalVariable(module_, desc_type, true, llvm::GlobalValue::PrivateLinkage, desc_init,
                                         "kiln_descriptor");
   llvm::Function* describe = llvm::Function::Create(llvm::FunctionType::get(ptr_, {}, false),
@@ -509,6 +515,7 @@ void GlueBuilder::EmitDescriptor(llvm::Function* entry) {
 }
 
 absl::Status GlueBuilder::Build(size_t first_part, size_t last_part, bool main) {
+  if (plan_.dynamic) return main ? EmitDynamicEntry() : absl::OkStatus();
   for (size_t part = first_part; part < last_part; ++part) KILN_RETURN_IF_ERROR(EmitPart(part));
   if (main) KILN_RETURN_IF_ERROR(EmitEntry());
   return absl::OkStatus();

@@ -42,6 +42,16 @@ struct GluePlan {
   // gives the same artifact on every machine.
   size_t num_modules = 1;
 
+  // Some shape is known only at run time: one function, kiln_dynamic_entry, runs every
+  // node with its dims and buffers made at run time (dynamic_glue.cc).
+  bool dynamic = false;
+  // Dynamic: per node, the shape function that computes its outputs' dims (none where
+  // they are static), and per node the buffers whose last reader it is.
+  std::vector<std::optional<KernelCall>> shape_calls;
+  std::vector<std::vector<const Value*>> releases;
+  // Dynamic: the value whose buffer each value uses (itself, or a view's source).
+  std::map<const Value*, const Value*> roots;
+
   size_t PartBegin(size_t part) const { return part * kNodesPerPart; }
   size_t PartEnd(size_t part) const { return std::min(nodes.size(), (part + 1) * kNodesPerPart); }
   size_t ModuleBegin(size_t module) const { return module * num_parts / num_modules; }
@@ -51,6 +61,16 @@ struct GluePlan {
 // Lowers every node and lays out the weights; errors name the node.
 absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const MemoryPlan& memory,
                                                    const CodegenOptions& options);
+
+// The symbol of the kernel instantiation for a call: kiln_k_<name>_<suffix>, the type
+// picked from its first input or output as kernel_list.inc says.
+absl::StatusOr<std::string> KernelSymbol(const std::string& kernel, const TensorType* input0,
+                                         const TensorType* output0);
+// Gives a constant tensor its place in the weights object (once).
+void PlaceWeight(GluePlan& plan, const Tensor* tensor);
+
+// PlanGlue's form for a graph with run-time shapes (dynamic_glue.cc).
+absl::Status PlanDynamicGlue(GluePlan& plan);
 
 // Builds module `index` of the plan into `module` (empty, with its triple and data layout set).
 absl::Status BuildGlueModule(const GluePlan& plan, size_t index, llvm::Module& module);

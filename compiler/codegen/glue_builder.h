@@ -26,7 +26,29 @@ class GlueBuilder {
   absl::Status EmitPart(size_t part);
   // kiln_entry: each part in order; then graph outputs no node wrote are copied.
   absl::Status EmitEntry();
-  void EmitDescriptor(llvm::Function* entry);
+  void EmitDescriptor(llvm::Function* entry, llvm::Function* dynamic_entry);
+  // Graphs with run-time shapes (dynamic_glue.cc): kiln_dynamic_entry(inputs, outputs,
+  // exec), every node in order with its dims and buffers made at run time.
+  absl::Status EmitDynamicEntry();
+  absl::Status EmitDynamicNode(size_t index);
+  // A buffer of `bytes` (an i64 value) from exec->alloc; a failure returns from the entry
+  // with the node's code.
+  llvm::Value* EmitAlloc(llvm::Value* bytes, size_t index, const std::string& name);
+  void EmitRelease(llvm::Value* data);
+  llvm::Value* ElementCount(llvm::Value* dims, size_t rank);
+  // A kiln_ktensor as the dynamic entry has it.
+  struct RtTensor {
+    llvm::Value* data;
+    llvm::Value* dims;  // an i64 array
+    int64_t rank;
+    DType dtype;
+  };
+  absl::StatusOr<RtTensor> RtOf(const Value* value);
+  absl::StatusOr<RtTensor> RtOfConstant(const Tensor* tensor);
+  llvm::Value* KTensors(const std::vector<RtTensor>& items, const char* name);
+  // kcall {inputs, outputs, params, params_size, exec, #inputs, #outputs} on the stack.
+  llvm::Value* KCall(llvm::Value* ins, size_t num_ins, llvm::Value* outs, size_t num_outs, llvm::Value* params,
+                     int64_t params_size);
   absl::Status EmitNode(size_t index);
   absl::Status EmitKernelCall(const Node& node, const KernelCall& call, size_t index);
   absl::Status EmitFusedElementwise(const Node& node, size_t index);
@@ -35,7 +57,8 @@ class GlueBuilder {
   void EmitKernelDone(int32_t index);
 
   // Starts a function with the glue's signature: (inputs, outputs, workspace, exec) -> i32.
-  llvm::Function* BeginFunction(const std::string& name, llvm::GlobalValue::LinkageTypes linkage);
+  llvm::Function* BeginFunction(const std::string& name, llvm::GlobalValue::LinkageTypes linkage,
+                                llvm::FunctionType* type = nullptr);
   // Returns 0 from the current block and closes the function.
   void EndFunction();
   // The address of a value's buffer in the current function.
@@ -74,6 +97,8 @@ class GlueBuilder {
   llvm::BasicBlock* fail_block_ = nullptr;
   llvm::PHINode* fail_code_ = nullptr;
   std::unique_ptr<llvm::IRBuilder<>> alloca_builder_;
+  // Dynamic entry: each value's data and dims (an i64 array) as the function has them.
+  std::map<const Value*, llvm::Value*> rt_data_, rt_dims_;
 };
 
 }  // namespace kiln::codegen

@@ -39,18 +39,62 @@ std::string KernelError(int32_t code) {
     case KILN_KERR_INDEX: return "an index is out of range";
     case KILN_KERR_UNSUPPORTED: return "parameter combination not supported by the kernel";
     case KILN_KERR_PARAMS: return "internal error: the lowering passed another parameter struct than the kernel reads";
+    case KILN_KERR_SHAPE: return "the input shapes do not agree";
     default: return absl::StrCat("kernel error ", code);
   }
 }
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape) {
+  auto kernel = KernelTable().find(shape.shape.kernel);
+  if (kernel == KernelTable().end()) {
+    return absl::InternalError(absl::StrCat("no shape function named '", shape.shape.kernel, "'"));
+  }
+  // Inputs: known dims, -1 for the unknown; data only where the input is a constant.
+  std::vector<std::vector<int64_t>> in_dims;
+  in_dims.reserve(shape.shape.inputs.size());
+  std::vector<kiln_ktensor> ins;
+  for (const KernelOperand& operand : shape.shape.inputs) {
+    const Value* v = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
+    if (v == nullptr) {
+      ins.push_back(View(operand.constant.get()));
+      continue;
+    }
+    in_dims.push_back(v->type().StaticDims());
+    const void* data = v->is_constant() ? v->constant()->data() : nullptr;
+    ins.push_back(kiln_ktensor{const_cast<void*>(data), in_dims.back().data(),
+                               static_cast<int32_t>(in_dims.back().size()), static_cast<int32_t>(v->type().dtype)});
+  }
+  std::vector<std::vector<int64_t>> out_dims;
+  std::vector<kiln_ktensor> outs;
+  for (const TensorType& type : shape.outputs) out_dims.emplace_back(type.shape.size(), -1);
+  for (size_t i = 0; i < out_dims.size(); ++i) {
+    outs.push_back(kiln_ktensor{nullptr, out_dims[i].data(), static_cast<int32_t>(out_dims[i].size()),
+                                static_cast<int32_t>(shape.outputs[i].dtype)});
+  }
+  outs.push_back(kiln_ktensor{nullptr, nullptr, 0, 0});  // no kernel parameters to complete
+  kiln_kcall kcall{};
+  kcall.inputs = ins.data();
+  kcall.outputs = outs.data();
+  kcall.num_inputs = static_cast<int32_t>(ins.size());
+  kcall.num_outputs = static_cast<int32_t>(outs.size());
+  kcall.params = shape.shape.params.data();
+  kcall.params_size = shape.shape.params.size_bytes();
+  if (int32_t rc = kernel->second(&kcall); rc != KILN_KERR_OK) {
+    return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", KernelError(rc)));
+  }
+  return out_dims;
+}
+
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs) {
   const OpSchema* schema = FindOp(node.op());
   if (schema == nullptr) {
     return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
   }
-  if (schema->from_types) return schema->from_types(node);
+  if (schema->from_types && node.input(0) != nullptr && node.input(0)->type().IsStatic()) {
+    return schema->from_types(node);
+  }
   for (const Value* out : node.outputs()) {
     if (!out->type().IsStatic()) {
       return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": output '", out->name(),

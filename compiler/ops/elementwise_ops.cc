@@ -88,6 +88,16 @@ constexpr BinaryDef kBinaryOps[] = {
     {"PRelu", KILN_BINARY_PRELU, false},
 };
 
+}  // namespace
+
+std::vector<std::string> UnaryOpNames() {
+  std::vector<std::string> names;
+  for (const UnaryDef& def : kUnaryOps) names.push_back(def.name);
+  return names;
+}
+
+namespace {
+
 absl::Status RequireNumeric(const InferContext& ctx, size_t i) {
   DType d = ctx.type(i).dtype;
   if (d == DType::kString || d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kUndefined) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
+#include "kiln/kernels/shape.h"
 
 namespace kiln::ops {
 
@@ -36,6 +38,12 @@ void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
+// The op table, by name.
+std::map<std::string, OpSchema>& Table();
+// After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.
+void AttachDynamicShapes(std::map<std::string, OpSchema>& table);
+// The unary elementwise ops (Relu, Exp, ...): one kernel, one shape.
+std::vector<std::string> UnaryOpNames();
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -9,14 +9,10 @@
 
 namespace kiln {
 namespace ops {
-namespace {
-
 std::map<std::string, OpSchema>& Table() {
   static auto* table = new std::map<std::string, OpSchema>();
   return *table;
 }
-
-}  // namespace
 
 void Registry::Add(OpSchema schema) {
   std::string name = schema.name;
@@ -209,6 +205,7 @@ void EnsureRegistered() {
     ops::RegisterNnOps(registry);
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
+    ops::AttachDynamicShapes(ops::Table());
     return true;
   }();
   (void)done;
@@ -277,6 +274,35 @@ std::string NodeLabel(const Node& node) {
   return absl::StrCat("node '", node.name(), "' (", node.op(), ", opset ", node.opset(), ")");
 }
 
+bool IsDynamicNode(const Node& node, const OpSchema& schema) {
+  for (size_t i = 0; i < node.inputs().size(); ++i) {
+    const Value* in = node.input(i);
+    if (in == nullptr) continue;
+    if (!in->type().IsStatic()) return true;
+    if ((schema.constant_inputs & (1u << i)) != 0 && !in->is_constant()) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// The output types of a node whose shapes follow at run time: element type and rank from
+// its rule, the dims its shape function gives on what is known now (-1: unknown).
+absl::Status InferAtRunTime(const OpSchema& schema, InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ctx));
+  KILN_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> dims, EvaluateShape(ctx.node, shape));
+  for (size_t i = 0; i < ctx.output_types.size() && i < shape.outputs.size(); ++i) {
+    TensorType type = shape.outputs[i];
+    for (size_t d = 0; d < type.shape.size() && i < dims.size(); ++d) {
+      if (dims[i][d] >= 0) type.shape[d] = Dim::Known(dims[i][d]);
+    }
+    ctx.output_types[i] = std::move(type);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status InferTypes(Graph& graph) {
   std::unordered_map<Value*, std::shared_ptr<const Tensor>> memo;
   for (Node* node : graph.nodes()) {
@@ -308,7 +334,15 @@ absl::Status InferTypes(Graph& graph) {
       }
     }
     ctx.output_types.resize(node->outputs().size());
-    if (absl::Status s = schema->infer(ctx); !s.ok()) return s;
+    if (schema->dynamic && IsDynamicNode(*node, *schema)) {
+      KILN_RETURN_IF_ERROR(InferAtRunTime(*schema, ctx));
+    } else if (absl::Status s = schema->infer(ctx); !s.ok()) {
+      if (!schema->dynamic && IsDynamicNode(*node, *schema)) {
+        return absl::Status(s.code(), absl::StrCat(s.message(), " (", node->op(),
+                                                   " does not compile with shapes known only at run time yet)"));
+      }
+      return s;
+    }
     for (size_t i = 0; i < node->outputs().size(); ++i) {
       node->outputs()[i]->set_type(ctx.output_types[i]);
     }

@@ -281,13 +281,28 @@ KernelCalls KernelCallAnalysis::Compute(const Graph& graph, AnalysisManager&) {
   return calls;
 }
 
+namespace {
+
+// A graph with a shape known only at run time gets its buffers at run time (the dynamic
+// glue, codegen/dynamic_glue.cc): there is nothing to plan here.
+bool HasRunTimeShapes(const Graph& graph) {
+  for (const Value* v : graph.values()) {
+    if (!v->type().IsStatic()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 MemoryPlan MemoryPlanAnalysis::Compute(const Graph& graph, AnalysisManager& analyses) {
+  if (HasRunTimeShapes(graph)) return MemoryPlan{};
   return MemoryPlanner(graph, analyses.Get<LivenessAnalysis>(graph), analyses.GetShared<KernelCallAnalysis>(graph))
       .Plan();
 }
 
 MemoryPlan NaiveMemoryPlan(const Graph& graph) {
   MemoryPlan plan;
+  if (HasRunTimeShapes(graph)) return plan;
   AnalysisManager analyses;
   plan.calls = analyses.GetShared<KernelCallAnalysis>(graph);
   int64_t offset = 0;

@@ -239,6 +239,50 @@ static pool* pool_create(int num_workers) {
   return p;
 }
 
+/* ---- buffers for run-time shapes ----
+ * Blocks in power-of-two size classes, each with a 64-byte header holding its class, kept
+ * on per-class free lists for the session's life: after the first run at a shape, later
+ * runs take every buffer from the lists without calling malloc. */
+enum { KILN_SIZE_CLASSES = 48, KILN_BLOCK_HEADER = 64 };
+typedef struct arena {
+  void* free_lists[KILN_SIZE_CLASSES];
+} arena;
+
+static void* arena_alloc(void* raw, int64_t bytes) {
+  arena* a = raw;
+  int size_class = 6; /* 64 bytes */
+  while (size_class < KILN_SIZE_CLASSES && ((int64_t)1 << size_class) < bytes) ++size_class;
+  if (size_class >= KILN_SIZE_CLASSES) return NULL;
+  char* block = a->free_lists[size_class];
+  if (block != NULL) {
+    a->free_lists[size_class] = *(void**)(block + KILN_BLOCK_HEADER);
+    return block + KILN_BLOCK_HEADER;
+  }
+  block = aligned_alloc(64, KILN_BLOCK_HEADER + ((size_t)1 << size_class));
+  if (block == NULL) return NULL;
+  *(int*)block = size_class;
+  return block + KILN_BLOCK_HEADER;
+}
+
+static void arena_release(void* raw, void* data) {
+  if (data == NULL) return;
+  arena* a = raw;
+  char* block = (char*)data - KILN_BLOCK_HEADER;
+  const int size_class = *(int*)block;
+  *(void**)data = a->free_lists[size_class];
+  a->free_lists[size_class] = block;
+}
+
+static void arena_destroy(arena* a) {
+  for (int c = 0; c < KILN_SIZE_CLASSES; ++c) {
+    for (char* block = a->free_lists[c]; block != NULL;) {
+      char* next = *(void**)(block + KILN_BLOCK_HEADER);
+      free(block);
+      block = next;
+    }
+  }
+}
+
 /* ---- sessions ---- */
 
 struct kiln_session {
@@ -247,6 +291,10 @@ struct kiln_session {
   pool* threads;
   int num_threads;
   kiln_exec_hooks hooks;
+  arena buffers;
+  /* kiln_session_run_shaped's outputs of the last run (data and dims), released at the next */
+  void** held;
+  int32_t num_held;
 };
 
 kiln_status kiln_session_create(const kiln_module* module, const kiln_session_options* options,
@@ -288,8 +336,31 @@ kiln_status kiln_session_create(const kiln_module* module, const kiln_session_op
     session->hooks.pool = session->threads;
     session->hooks.parallel_for = pool_parallel_for;
   }
+  session->hooks.arena = &session->buffers;
+  session->hooks.alloc = arena_alloc;
+  session->hooks.release = arena_release;
+  session->held = calloc((size_t)module->desc->num_outputs * 2 + 1, sizeof(void*));
+  if (session->held == NULL) {
+    kiln_session_destroy(session);
+    return fail(KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  }
   *out_session = session;
   return KILN_OK;
+}
+
+/* The entry's result: 0, or (node + 1) << 8 | kernel error code. */
+static kiln_status entry_status(const kiln_session* session, int32_t rc) {
+  if (rc == 0) return KILN_OK;
+  const int node = (rc >> 8) - 1, code = rc & 0xff;
+  const char* what = code == 2   ? "an index input is out of range"
+                     : code == 1 ? "unsupported element type"
+                     : code == 5 ? "its input shapes do not agree"
+                     : code == 6 ? "out of memory for a buffer"
+                                 : "kernel error";
+  const kiln_module_desc* desc = session->module->desc;
+  const char* name = node >= 0 && node < desc->num_kernels ? desc->kernel_names[node] : "?";
+  return fail(code == 6 ? KILN_ERROR_OUT_OF_MEMORY : KILN_ERROR_RUNTIME,
+              "node %d (%s) of the compiled graph failed: %s (code %d)", node, name, what, code);
 }
 
 static kiln_status run_with(kiln_session* session, const void* const* inputs, void* const* outputs,
@@ -304,19 +375,71 @@ static kiln_status run_with(kiln_session* session, const void* const* inputs, vo
     if (outputs == NULL || outputs[i] == NULL)
       return fail(KILN_ERROR_INVALID_ARGUMENT, "output %d ('%s') is NULL", i, desc->outputs[i].name);
   }
-  int32_t rc = desc->entry((void* const*)inputs, outputs, session->workspace, hooks);
-  if (rc != 0) {
-    const int node = (rc >> 8) - 1, code = rc & 0xff;
-    const char* what = code == 2   ? "an index input is out of range"
-                       : code == 1 ? "unsupported element type"
-                                   : "kernel error";
-    return fail(KILN_ERROR_RUNTIME, "node %d of the compiled graph failed: %s (code %d)", node, what, code);
-  }
-  return KILN_OK;
+  if (desc->entry == NULL)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "this artifact has shapes known only at run time: run it with kiln_session_run_shaped");
+  return entry_status(session, desc->entry((void* const*)inputs, outputs, session->workspace, hooks));
 }
 
 kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, void* const* outputs) {
   return run_with(session, inputs, outputs, session != NULL && session->threads ? &session->hooks : NULL);
+}
+
+/* Checks inputs[i] against the descriptor: dtype, rank, and every dim it fixes. */
+static kiln_status check_shaped_inputs(const kiln_module_desc* desc, const kiln_tensor* inputs) {
+  for (int32_t i = 0; i < desc->num_inputs; ++i) {
+    const kiln_tensor_info* info = &desc->inputs[i];
+    const kiln_tensor* t = &inputs[i];
+    if (t->dtype != info->dtype || t->rank != info->rank)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s'): expected dtype %d and rank %d, got dtype %d rank %d",
+                  i, info->name, info->dtype, info->rank, t->dtype, t->rank);
+    for (int32_t d = 0; d < info->rank; ++d) {
+      if (t->dims == NULL || t->dims[d] < 0 || (info->dims[d] >= 0 && t->dims[d] != info->dims[d]))
+        return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s'): dim %d is %lld, the artifact takes %lld", i,
+                    info->name, d, t->dims ? (long long)t->dims[d] : -1LL, (long long)info->dims[d]);
+    }
+    int64_t elements = 1;
+    for (int32_t d = 0; d < t->rank; ++d) elements *= t->dims[d];
+    if (t->data == NULL && elements > 0)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s') has no data", i, info->name);
+  }
+  return KILN_OK;
+}
+
+/* A static artifact run through the shaped API: its outputs in session buffers. */
+static kiln_status run_static_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs) {
+  const kiln_module_desc* desc = session->module->desc;
+  const void* in[desc->num_inputs > 0 ? desc->num_inputs : 1];
+  void* out[desc->num_outputs > 0 ? desc->num_outputs : 1];
+  for (int32_t i = 0; i < desc->num_inputs; ++i) in[i] = inputs[i].data;
+  for (int32_t i = 0; i < desc->num_outputs; ++i) {
+    const kiln_tensor_info* info = &desc->outputs[i];
+    int64_t bytes = (int64_t)kiln_dtype_size(info->dtype);
+    for (int32_t d = 0; d < info->rank; ++d) bytes *= info->dims[d];
+    out[i] = arena_alloc(&session->buffers, bytes > 0 ? bytes : 1);
+    if (out[i] == NULL) return fail(KILN_ERROR_OUT_OF_MEMORY, "cannot allocate output %d", i);
+    session->held[session->num_held++] = out[i];
+    outputs[i] = (kiln_tensor){out[i], info->dims, info->rank, info->dtype};
+  }
+  return kiln_session_run(session, in, out);
+}
+
+kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs) {
+  if (session == NULL || (inputs == NULL && session->module->desc->num_inputs > 0) || outputs == NULL)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "session, inputs and outputs must not be NULL");
+  const kiln_module_desc* desc = session->module->desc;
+  kiln_status status = check_shaped_inputs(desc, inputs);
+  if (status != KILN_OK) return status;
+  for (int32_t i = 0; i < session->num_held; ++i) arena_release(&session->buffers, session->held[i]);
+  session->num_held = 0;
+  if (desc->dynamic_entry == NULL) return run_static_shaped(session, inputs, outputs);
+  for (int32_t i = 0; i < desc->num_outputs; ++i) outputs[i] = (kiln_tensor){NULL, NULL, 0, 0};
+  status = entry_status(session, desc->dynamic_entry(inputs, outputs, &session->hooks));
+  for (int32_t i = 0; i < desc->num_outputs; ++i) {
+    if (outputs[i].data != NULL) session->held[session->num_held++] = outputs[i].data;
+    if (outputs[i].dims != NULL) session->held[session->num_held++] = (void*)outputs[i].dims;
+  }
+  return status;
 }
 
 /* Profiling: the time between consecutive kernel_done calls is the kernel's. */
@@ -352,6 +475,11 @@ int32_t kiln_session_num_threads(const kiln_session* session) { return session ?
 void kiln_session_destroy(kiln_session* session) {
   if (session == NULL) return;
   pool_destroy(session->threads);
+  if (session->held != NULL) {
+    for (int32_t i = 0; i < session->num_held; ++i) arena_release(&session->buffers, session->held[i]);
+  }
+  arena_destroy(&session->buffers);
+  free(session->held);
   free(session->workspace);
   free(session);
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -105,20 +106,23 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
     }
     if (outcome != Outcome::kPass) break;
     for (int32_t i = 0; i < desc->num_outputs; ++i) {
-      const kiln_tensor_info& info = desc->outputs[i];
-      outputs.emplace_back(static_cast<kiln::DType>(info.dtype),
-                           std::vector<int64_t>(info.dims, info.dims + info.rank));
       if (!read("output", i, expected)) break;
     }
     if (outcome != Outcome::kPass) break;
-    std::vector<const void*> in_ptrs;
-    std::vector<void*> out_ptrs;
-    for (auto& t : inputs) in_ptrs.push_back(t.data());
-    for (auto& t : outputs) out_ptrs.push_back(t.data());
-    if (kiln_session_run(session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) {
+    // The shaped API: every artifact, and the only one for run-time shapes.
+    std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
+    for (const kiln::Tensor& t : inputs) {
+      in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
+                               static_cast<int32_t>(t.dtype())});
+    }
+    if (kiln_session_run_shaped(session, in.data(), out.data()) != KILN_OK) {
       detail = kiln_last_error();
       outcome = Outcome::kFail;
       break;
+    }
+    for (const kiln_tensor& t : out) {
+      outputs.emplace_back(static_cast<kiln::DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank));
+      std::memcpy(outputs.back().data(), t.data, static_cast<size_t>(outputs.back().size_bytes()));
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       std::string diff = Compare(outputs[i], expected[i]);

@@ -28,6 +28,10 @@ typedef struct kiln_kexec {
   void (*parallel_for)(void* pool, int64_t n, int64_t min_chunk, kiln_range_fn fn, void* ctx);
   void (*kernel_done)(void* profile_ctx, int32_t kernel_index); /* profiling; kernels never call it */
   void* profile_ctx;
+  /* Buffers for run-time shapes (the glue calls them; kernels never do). */
+  void* arena;
+  void* (*alloc)(void* arena, int64_t bytes);
+  void (*release)(void* arena, void* data);
 } kiln_kexec;
 
 typedef struct kiln_kcall {
@@ -51,6 +55,8 @@ enum {
   KILN_KERR_INDEX = 2,       /* an index input was out of range */
   KILN_KERR_UNSUPPORTED = 3, /* parameter combination not implemented */
   KILN_KERR_PARAMS = 4,      /* the parameter struct is not the one the kernel reads */
+  KILN_KERR_SHAPE = 5,       /* input shapes that do not agree (a shape function's refusal) */
+  KILN_KERR_MEMORY = 6,      /* the glue could not get a buffer for a run-time shape */
 };
 
 #ifdef __cplusplus

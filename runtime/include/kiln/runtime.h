@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 2
+#define KILN_ABI_VERSION 3
 
 typedef enum kiln_status {
   KILN_OK = 0,
@@ -24,7 +24,8 @@ typedef enum kiln_status {
   KILN_ERROR_RUNTIME = 5, /* a kernel reported an error (e.g. index out of range) */
 } kiln_status;
 
-/* Element types use ONNX TensorProto.DataType numbers (1 = float32, 7 = int64, ...). */
+/* Element types use ONNX TensorProto.DataType numbers (1 = float32, 7 = int64, ...). In
+ * a descriptor, a dim of -1 is known only at run time (a symbolic dim such as the batch). */
 typedef struct kiln_tensor_info {
   const char* name;
   int32_t dtype;
@@ -32,19 +33,37 @@ typedef struct kiln_tensor_info {
   const int64_t* dims;
 } kiln_tensor_info;
 
-/* Hooks the artifact calls (mirrors the kernel ABI): work sharing for parallel loops, and
- * when profiling, kernel_done(profile_ctx, i) after kernel i of the entry function. */
+/* A tensor with its shape: dense row-major data, `rank` dims. */
+typedef struct kiln_tensor {
+  void* data;
+  const int64_t* dims;
+  int32_t rank;
+  int32_t dtype;
+} kiln_tensor;
+
+/* Hooks the artifact calls (mirrors the kernel ABI): work sharing for parallel loops;
+ * when profiling, kernel_done(profile_ctx, i) after kernel i of the entry function; and
+ * for artifacts with run-time shapes, the session's buffers (64-byte aligned; NULL when
+ * out of memory). */
 typedef void (*kiln_range_fn)(void* ctx, int64_t begin, int64_t end);
 typedef struct kiln_exec_hooks {
   void* pool;
   void (*parallel_for)(void* pool, int64_t n, int64_t min_chunk, kiln_range_fn fn, void* ctx);
   void (*kernel_done)(void* profile_ctx, int32_t kernel_index);
   void* profile_ctx;
+  void* arena;
+  void* (*alloc)(void* arena, int64_t bytes);
+  void (*release)(void* arena, void* data);
 } kiln_exec_hooks;
 
 /* Returns 0, or (node index + 1) << 8 | kernel error code. */
 typedef int32_t (*kiln_entry_fn)(void* const* inputs, void* const* outputs, void* workspace,
                                  const kiln_exec_hooks* exec);
+
+/* The entry of an artifact with run-time shapes: inputs with their dims; it sets each
+ * outputs[i] (data and dims from exec->alloc; the runtime releases them at the session's
+ * next run). Returns 0 or as kiln_entry_fn. */
+typedef int32_t (*kiln_dynamic_entry_fn)(const kiln_tensor* inputs, kiln_tensor* outputs, const kiln_exec_hooks* exec);
 
 /* What kiln_module_v1() in an artifact returns. */
 typedef struct kiln_module_desc {
@@ -61,6 +80,9 @@ typedef struct kiln_module_desc {
   kiln_entry_fn entry;
   int32_t num_kernels;             /* nodes of the compiled graph, in execution order */
   const char* const* kernel_names; /* "node_name (Op)" per kernel, for profiles */
+  /* Set (and entry NULL) when some shape is known only at run time: run the artifact with
+   * kiln_session_run_shaped. */
+  kiln_dynamic_entry_fn dynamic_entry;
 } kiln_module_desc;
 
 typedef struct kiln_module kiln_module;
@@ -86,6 +108,11 @@ kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, v
  * kernel_ms[i] (an array of desc->num_kernels doubles the caller zeroes). */
 kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* inputs, void* const* outputs,
                                       double* kernel_ms);
+/* Runs on inputs of any shape the artifact accepts (a descriptor dim of -1 takes any
+ * size): inputs[i] carry their dims; the runtime sets outputs[i] (data, dims, rank, dtype)
+ * to buffers the session owns, valid until its next run or its destruction. Works for
+ * every artifact; the only way to run one with run-time shapes. */
+kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs);
 int32_t kiln_session_num_threads(const kiln_session* session);
 void kiln_session_destroy(kiln_session* session);
 

@@ -79,6 +79,17 @@ struct KernelCall {
   int64_t scratch_bytes = 0;
 };
 
+// Dynamic shapes: a node whose output dims are known only at run time (symbolic input
+// dims, or dims that follow from input data such as Reshape's shape) runs a shape function
+// of the kernel library (kiln/kernels/shape.h) before its kernel. `shape` is that call:
+// a shape_* kernel over node inputs, with its kiln_shape_params; `outputs` gives each
+// output's element type and rank (its dims are filled in by running the shape function at
+// compile time on what is known).
+struct DynamicShape {
+  KernelCall shape;
+  std::vector<TensorType> outputs;
+};
+
 struct OpSchema {
   std::string name;
   int min_inputs = 1;
@@ -94,6 +105,8 @@ struct OpSchema {
   std::function<absl::StatusOr<std::optional<KernelCall>>(const Node&)> lower_fast;
   // For ops whose result follows from input types alone (Shape, Size): computes outputs.
   std::function<absl::StatusOr<std::vector<Tensor>>(const Node&)> from_types;
+  // Set for ops that compile with run-time shapes (compiler/ops/dynamic_ops.cc).
+  std::function<absl::StatusOr<DynamicShape>(const InferContext&)> dynamic;
 };
 
 const OpSchema* FindOp(std::string_view name);
@@ -132,6 +145,16 @@ inline constexpr char kFusedElementwiseOp[] = "kiln.Elementwise";
 // in elementwise_ops.cc, so that passes need no kernel header).
 inline constexpr size_t kFusedMaxInputs = 8;
 inline constexpr size_t kFusedMaxOps = 32;
+
+// Whether the node's shapes are known only at run time: an input without static dims, or a
+// shape-deciding input (OpSchema::constant_inputs) that is not a constant.
+bool IsDynamicNode(const Node& node, const OpSchema& schema);
+
+// Runs a shape function (DynamicShape::shape) on what is known at compile time: each
+// input's dims (-1 where unknown) and the data of constant inputs. Returns each output's
+// dims, -1 where they depend on an unknown; an error names the node when the known dims
+// already disagree.
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape);
 
 // Infers the types of every node output in order. Inputs listed as constant_inputs that
 // are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated

@@ -1,0 +1,362 @@
+// Glue for graphs whose shapes are known only at run time (GluePlan::dynamic): one entry,
+// kiln_dynamic_entry(inputs, outputs, exec), that runs each node in order: its shape
+// function (kiln/kernels/shape.h) fills the outputs' dims, exec->alloc gives their
+// buffers, the kernel runs, and each buffer goes back after its last reader. Static
+// nodes in such a graph run the same way with constant dims.
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "glue.h"
+#include "glue_builder.h"
+#include "kernel_abi.h"
+#include "kiln/common/status.h"
+
+namespace kiln::codegen {
+namespace {
+
+// Where a dynamic node's lowering probes an unknown dim: the kernels read dims from their
+// tensors at run time and the shape function completes the parameters that follow from
+// dims, so the probe only picks the kernel and its constant operands (packed weights).
+constexpr int64_t kProbeDim = 32;
+
+bool IsStaticNode(const Node& node) {
+  for (const Value* v : node.inputs()) {
+    if (v != nullptr && !v->type().IsStatic()) return false;
+  }
+  for (const Value* v : node.outputs()) {
+    if (!v->type().IsStatic()) return false;
+  }
+  return true;
+}
+
+InferContext ContextOf(const Node& node) {
+  InferContext ctx{node, {}, {}, {}};
+  for (const Value* in : node.inputs()) {
+    ctx.input_types.push_back(in ? &in->type() : nullptr);
+    ctx.input_constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
+  }
+  ctx.output_types.resize(node.outputs().size());
+  return ctx;
+}
+
+// Lowers `node` as if its unknown dims were kProbeDim (the outputs' probe dims follow from
+// the inputs' through the shape function), then restores the types.
+absl::StatusOr<KernelCall> LowerWithProbe(const OpSchema& schema, const Node& node, const DynamicShape& shape) {
+  std::vector<std::pair<Value*, TensorType>> saved;
+  auto probe = [&](Value* v, const std::vector<int64_t>* dims) {
+    if (v == nullptr || v->type().IsStatic()) return;
+    saved.emplace_back(v, v->type());
+    TensorType t = v->type();
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      const int64_t given = dims != nullptr && d < dims->size() ? (*dims)[d] : -1;
+      if (!t.shape[d].known()) t.shape[d] = Dim::Known(given >= 0 ? given : kProbeDim);
+    }
+    v->set_type(t);
+  };
+  for (Value* v : node.inputs()) probe(v, nullptr);
+  absl::StatusOr<std::vector<std::vector<int64_t>>> dims = EvaluateShape(node, shape);
+  for (size_t i = 0; i < node.outputs().size(); ++i) {
+    probe(node.output(i), dims.ok() && i < dims->size() ? &(*dims)[i] : nullptr);
+  }
+  absl::StatusOr<KernelCall> call = LowerForArtifact(schema, node);
+  for (auto& [v, t] : saved) v->set_type(std::move(t));
+  return call;
+}
+
+absl::StatusOr<KernelCall> LowerDynamicNode(GluePlan& plan, const Node& node, const OpSchema& schema) {
+  if (schema.from_types) {  // Shape of a run-time shape: a kernel reads the dims
+    plan.shape_calls.emplace_back();
+    return schema.lower(node);
+  }
+  if (!schema.dynamic) {
+    return absl::UnimplementedError(
+        absl::StrCat(NodeLabel(node),
+                     ": does not compile with shapes known only at run time yet; give static "
+                     "input shapes with --input-shape"));
+  }
+  KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ContextOf(node)));
+  KILN_ASSIGN_OR_RETURN(KernelCall call, LowerWithProbe(schema, node, shape));
+  // Scratch is sized for the probe; only Winograd's (a fixed number of tiles at a time,
+  // whatever the size) holds for every shape.
+  if (call.scratch_bytes > 0 && call.kernel != "conv_winograd") {
+    return absl::UnimplementedError(
+        absl::StrCat(NodeLabel(node), ": its kernel's workspace depends on shapes known only at run time"));
+  }
+  plan.shape_calls.emplace_back(std::move(shape.shape));
+  return call;
+}
+
+}  // namespace
+
+absl::Status PlanDynamicGlue(GluePlan& plan) {
+  const Graph& graph = *plan.graph;
+  std::map<const Value*, size_t> last_use;  // by root
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const Node& node = *plan.nodes[i];
+    const OpSchema* schema = FindOp(node.op());
+    if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
+    KernelCall call;
+    if (IsStaticNode(node)) {
+      if (schema->from_types) {
+        return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": must be folded before codegen"));
+      }
+      KILN_ASSIGN_OR_RETURN(call, LowerForArtifact(*schema, node));
+      plan.shape_calls.emplace_back();
+    } else {
+      KILN_ASSIGN_OR_RETURN(call, LowerDynamicNode(plan, node, *schema));
+    }
+    for (const KernelOperand& operand : call.inputs) {
+      const Value* in = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
+      if (in != nullptr && in->is_constant()) PlaceWeight(plan, in->constant().get());
+      if (operand.node_input < 0 && operand.constant != nullptr) {
+        PlaceWeight(plan, operand.constant.get());
+        plan.owned_constants.push_back(operand.constant);
+      }
+    }
+    for (const Value* in : node.inputs()) {
+      if (in == nullptr) continue;
+      if (in->is_constant()) PlaceWeight(plan, in->constant().get());  // shape functions may read it
+      auto root = plan.roots.find(in);
+      if (root != plan.roots.end()) last_use[root->second] = i;
+    }
+    for (size_t k = 0; k < node.outputs().size(); ++k) {
+      const Value* out = node.output(k);
+      const Value* source = call.is_view && k == 0 ? node.input(0) : nullptr;
+      auto root = source != nullptr ? plan.roots.find(source) : plan.roots.end();
+      plan.roots[out] = source == nullptr ? out : root != plan.roots.end() ? root->second : source;
+      last_use.emplace(plan.roots[out], i);
+    }
+    plan.calls.emplace_back(std::move(call));
+    plan.fused.push_back(false);
+  }
+  for (const Value* out : graph.outputs()) {
+    if (out->is_constant()) PlaceWeight(plan, out->constant().get());
+  }
+  // A buffer goes back after its last reader, unless a graph output holds it.
+  std::set<const Value*> escaping;
+  for (const Value* out : graph.outputs()) {
+    if (auto root = plan.roots.find(out); root != plan.roots.end()) escaping.insert(root->second);
+  }
+  plan.releases.resize(plan.nodes.size());
+  for (const auto& [root, index] : last_use) {
+    const bool owned = root->producer() != nullptr && !root->is_constant();
+    if (owned && escaping.count(root) == 0) plan.releases[index].push_back(root);
+  }
+  plan.num_parts = 1;
+  plan.num_modules = 1;
+  return absl::OkStatus();
+}
+
+llvm::Value* GlueBuilder::ElementCount(llvm::Value* dims, size_t rank) {
+  llvm::Value* n = builder_.getInt64(1);
+  for (size_t d = 0; d < rank; ++d) {
+    n = builder_.CreateMul(n, builder_.CreateLoad(i64_, builder_.CreateConstGEP1_64(i64_, dims, d)));
+  }
+  return n;
+}
+
+llvm::Value* GlueBuilder::EmitAlloc(llvm::Value* bytes, size_t index, const std::string& name) {
+  // kiln_kexec: {pool, parallel_for, kernel_done, profile_ctx, arena, alloc, release}
+  llvm::Value* arena = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 4));
+  llvm::Value* alloc = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 5));
+  auto* alloc_type = llvm::FunctionType::get(ptr_, {ptr_, i64_}, false);
+  llvm::Value* size =
+      builder_.CreateSelect(builder_.CreateICmpSGT(bytes, builder_.getInt64(0)), bytes, builder_.getInt64(1));
+  llvm::Value* data = builder_.CreateCall(alloc_type, alloc, {arena, size}, name);
+  llvm::Value* rc =
+      builder_.CreateSelect(builder_.CreateIsNull(data), builder_.getInt32(KILN_KERR_MEMORY), builder_.getInt32(0));
+  EmitFailureCheck(rc, index, name + ".alloc");
+  return data;
+}
+
+void GlueBuilder::EmitRelease(llvm::Value* data) {
+  llvm::Value* arena = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 4));
+  llvm::Value* release = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 6));
+  auto* release_type = llvm::FunctionType::get(builder_.getVoidTy(), {ptr_, ptr_}, false);
+  builder_.CreateCall(release_type, release, {arena, data});
+}
+
+absl::StatusOr<GlueBuilder::RtTensor> GlueBuilder::RtOfConstant(const Tensor* tensor) {
+  KILN_ASSIGN_OR_RETURN(llvm::Value * data, ConstantTensor(tensor));
+  return RtTensor{data, Int64Array(tensor->dims()), tensor->rank(), tensor->dtype()};
+}
+
+absl::StatusOr<GlueBuilder::RtTensor> GlueBuilder::RtOf(const Value* value) {
+  if (value == nullptr)
+    return RtTensor{llvm::ConstantPointerNull::get(ptr_), llvm::ConstantPointerNull::get(ptr_), 0, DType::kUndefined};
+  if (value->is_constant()) return RtOfConstant(value->constant().get());
+  auto data = rt_data_.find(value);
+  if (data == rt_data_.end()) return absl::InternalError(absl::StrCat("value '", value->name(), "' has no buffer"));
+  auto dims = rt_dims_.find(value);
+  return RtTensor{data->second, dims != rt_dims_.end() ? dims->second : Int64Array(value->type().StaticDims()),
+                  static_cast<int64_t>(value->type().shape.size()), value->type().dtype};
+}
+
+llvm::Value* GlueBuilder::KTensors(const std::vector<RtTensor>& items, const char* name) {
+  if (items.empty()) return llvm::ConstantPointerNull::get(ptr_);
+  llvm::Value* array =
+      alloca_builder_->CreateAlloca(ktensor_, builder_.getInt32(static_cast<uint32_t>(items.size())), name);
+  for (size_t i = 0; i < items.size(); ++i) {
+    llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, array, i);
+    builder_.CreateStore(items[i].data, builder_.CreateStructGEP(ktensor_, slot, 0));
+    builder_.CreateStore(items[i].dims, builder_.CreateStructGEP(ktensor_, slot, 1));
+    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].rank)),
+                         builder_.CreateStructGEP(ktensor_, slot, 2));
+    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].dtype)),
+                         builder_.CreateStructGEP(ktensor_, slot, 3));
+  }
+  return array;
+}
+
+llvm::Value* GlueBuilder::KCall(llvm::Value* ins, size_t num_ins, llvm::Value* outs, size_t num_outs,
+                                llvm::Value* params, int64_t params_size) {
+  llvm::Value* kcall = alloca_builder_->CreateAlloca(kcall_, nullptr, "call");
+  builder_.CreateStore(ins, builder_.CreateStructGEP(kcall_, kcall, 0));
+  builder_.CreateStore(outs, builder_.CreateStructGEP(kcall_, kcall, 1));
+  builder_.CreateStore(params, builder_.CreateStructGEP(kcall_, kcall, 2));
+  builder_.CreateStore(builder_.getInt64(static_cast<uint64_t>(params_size)),
+                       builder_.CreateStructGEP(kcall_, kcall, 3));
+  builder_.CreateStore(exec_arg_, builder_.CreateStructGEP(kcall_, kcall, 4));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(num_ins)), builder_.CreateStructGEP(kcall_, kcall, 5));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(num_outs)), builder_.CreateStructGEP(kcall_, kcall, 6));
+  return kcall;
+}
+
+absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
+  const Node& node = *plan_.nodes[index];
+  const KernelCall& call = *plan_.calls[index];
+  const std::string name = node.name();
+  // The kernel's parameters: the constant, or a copy the shape function completes.
+  llvm::Value* params = Params(call.params);
+  const std::optional<KernelCall>& shape = plan_.shape_calls[index];
+  if (shape.has_value()) {
+    if (!call.params.empty()) {
+      llvm::Value* copy =
+          alloca_builder_->CreateAlloca(i8_, builder_.getInt64(call.params.size_bytes()), name + ".params");
+      llvm::cast<llvm::AllocaInst>(copy)->setAlignment(llvm::Align(8));
+      builder_.CreateMemCpy(copy, llvm::MaybeAlign(8), params, llvm::MaybeAlign(8), call.params.size_bytes());
+      params = copy;
+    }
+    std::vector<RtTensor> ins, outs;
+    for (const KernelOperand& operand : shape->inputs) {
+      KILN_ASSIGN_OR_RETURN(RtTensor t, operand.node_input >= 0 ? RtOf(node.input(operand.node_input))
+                                                                : RtOfConstant(operand.constant.get()));
+      ins.push_back(t);
+    }
+    for (const Value* out : node.outputs()) {
+      const int64_t rank = static_cast<int64_t>(out->type().shape.size());
+      llvm::Value* dims = alloca_builder_->CreateAlloca(
+          i64_, builder_.getInt32(static_cast<uint32_t>(std::max<int64_t>(rank, 1))), out->name() + ".dims");
+      rt_dims_[out] = dims;
+      outs.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), dims, rank, out->type().dtype});
+    }
+    outs.push_back(RtTensor{call.params.empty() ? llvm::ConstantPointerNull::get(ptr_) : params,
+                            llvm::ConstantPointerNull::get(ptr_), 0, DType::kUInt8});
+    llvm::Value* kcall = KCall(KTensors(ins, "shape.in"), ins.size(), KTensors(outs, "shape.out"), outs.size(),
+                               Params(shape->params), shape->params.size_bytes());
+    llvm::FunctionCallee fn = module_.getOrInsertFunction("kiln_k_" + shape->kernel, kernel_type_);
+    EmitFailureCheck(builder_.CreateCall(fn, {kcall}), index, name + ".shape");
+  }
+  // Output buffers: a view shares its input's.
+  for (size_t k = 0; k < node.outputs().size(); ++k) {
+    const Value* out = node.output(k);
+    if (call.is_view && k == 0) {
+      KILN_ASSIGN_OR_RETURN(RtTensor source, RtOf(node.input(0)));
+      rt_data_[out] = source.data;
+      continue;
+    }
+    llvm::Value* count = rt_dims_.count(out) ? ElementCount(rt_dims_[out], out->type().shape.size())
+                                             : builder_.getInt64(NumElements(out->type().StaticDims()));
+    rt_data_[out] =
+        EmitAlloc(builder_.CreateMul(count, builder_.getInt64(DTypeSize(out->type().dtype))), index, out->name());
+  }
+  if (!call.is_view) {
+    std::vector<RtTensor> ins, outs;
+    std::vector<TensorType> constant_types;
+    for (const KernelOperand& operand : call.inputs) {
+      if (operand.node_input >= 0) {
+        KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(node.input(operand.node_input)));
+        ins.push_back(t);
+      } else if (operand.constant != nullptr) {
+        KILN_ASSIGN_OR_RETURN(RtTensor t, RtOfConstant(operand.constant.get()));
+        ins.push_back(t);
+      } else {
+        KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(nullptr));
+        ins.push_back(t);
+      }
+    }
+    for (const Value* out : node.outputs()) {
+      KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(out));
+      outs.push_back(t);
+    }
+    llvm::Value* scratch = nullptr;
+    if (call.scratch_bytes > 0) {
+      scratch = EmitAlloc(builder_.getInt64(call.scratch_bytes), index, name + ".scratch");
+      outs.push_back(RtTensor{scratch, Int64Array({call.scratch_bytes}), 1, DType::kUInt8});
+    }
+    // The instantiation follows the first input's or output's element type.
+    TensorType in0, out0;
+    if (!ins.empty()) in0.dtype = ins[0].dtype;
+    if (!outs.empty()) out0.dtype = outs[0].dtype;
+    auto symbol = KernelSymbol(call.kernel, ins.empty() ? nullptr : &in0, outs.empty() ? nullptr : &out0);
+    if (!symbol.ok()) return Annotate(symbol.status(), NodeLabel(node));
+    llvm::Value* kcall =
+        KCall(KTensors(ins, "in"), ins.size(), KTensors(outs, "out"), outs.size(), params, call.params.size_bytes());
+    llvm::FunctionCallee kernel = module_.getOrInsertFunction(*symbol, kernel_type_);
+    EmitFailureCheck(builder_.CreateCall(kernel, {kcall}), index, name);
+    if (scratch != nullptr) EmitRelease(scratch);
+  }
+  for (const Value* dead : plan_.releases[index]) EmitRelease(rt_data_.at(dead));
+  return absl::OkStatus();
+}
+
+absl::Status GlueBuilder::EmitDynamicEntry() {
+  auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
+  llvm::Function* entry = BeginFunction("kiln_dynamic_entry", llvm::GlobalValue::InternalLinkage, type);
+  rt_data_.clear();
+  rt_dims_.clear();
+  for (size_t i = 0; i < graph_.inputs().size(); ++i) {
+    const Value* v = graph_.inputs()[i];
+    llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, inputs_arg_, i);
+    rt_data_[v] = builder_.CreateLoad(ptr_, builder_.CreateStructGEP(ktensor_, slot, 0), v->name());
+    if (!v->type().IsStatic()) {
+      rt_dims_[v] = builder_.CreateLoad(ptr_, builder_.CreateStructGEP(ktensor_, slot, 1), v->name() + ".dims");
+    }
+  }
+  for (size_t i = 0; i < plan_.nodes.size(); ++i) {
+    KILN_RETURN_IF_ERROR(EmitDynamicNode(i));
+    EmitKernelDone(static_cast<int32_t>(i));
+  }
+  // Each output: the buffer that holds it, handed over, or a copy where the buffer is an
+  // input's, a constant's, or another output's; its dims in a buffer of their own.
+  std::set<const Value*> handed;
+  for (size_t i = 0; i < graph_.outputs().size(); ++i) {
+    const Value* v = graph_.outputs()[i];
+    KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(v));
+    llvm::Value* bytes =
+        builder_.CreateMul(ElementCount(t.dims, static_cast<size_t>(t.rank)), builder_.getInt64(DTypeSize(t.dtype)));
+    auto root = plan_.roots.find(v);
+    const bool owned = root != plan_.roots.end() && root->second->producer() != nullptr &&
+                       !root->second->is_constant() && handed.insert(root->second).second;
+    llvm::Value* data = t.data;
+    if (!owned) {
+      data = EmitAlloc(bytes, plan_.nodes.size(), v->name() + ".copy");
+      builder_.CreateMemCpy(data, llvm::MaybeAlign(1), t.data, llvm::MaybeAlign(1), bytes);
+    }
+    llvm::Value* dims =
+        EmitAlloc(builder_.getInt64(std::max<int64_t>(t.rank, 1) * 8), plan_.nodes.size(), v->name() + ".dims");
+    if (t.rank > 0) builder_.CreateMemCpy(dims, llvm::MaybeAlign(8), t.dims, llvm::MaybeAlign(8), t.rank * 8);
+    llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, outputs_arg_, i);
+    builder_.CreateStore(data, builder_.CreateStructGEP(ktensor_, slot, 0));
+    builder_.CreateStore(dims, builder_.CreateStructGEP(ktensor_, slot, 1));
+    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(t.rank)), builder_.CreateStructGEP(ktensor_, slot, 2));
+    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(t.dtype)),
+                         builder_.CreateStructGEP(ktensor_, slot, 3));
+  }
+  EndFunction();
+  EmitDescriptor(nullptr, entry);
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,43 @@
+/* Shape functions: the output dims of a node whose shapes are known only at run time
+ * (symbolic input dims, or dims that follow from input data such as Reshape's shape).
+ *
+ * A shape function is a kernel of the library (kiln_k_shape_<rule>, UNTYPED) called before
+ * the node's kernel: its inputs are the node's inputs (dims always, data where the rule
+ * reads it), its outputs the node's outputs, whose `dims` arrays it writes (the caller
+ * passes writable storage of each output's rank; the ranks are known at compile time),
+ * plus one last output whose `data` is a writable copy of the node kernel's parameter
+ * struct, or NULL: rules whose kernel has shape-derived parameters (matmul's batch
+ * strides, a window's SAME pads) complete them there.
+ *
+ * The compiler runs the same functions at compile time with -1 for every dim it does not
+ * know and NULL data for inputs it does not know, so one rule defines a node's shape for
+ * type inference and at run time; a rule gives -1 where the result depends on an unknown. */
+#ifndef KILN_KERNELS_SHAPE_H_
+#define KILN_KERNELS_SHAPE_H_
+#include "kiln/kernels/params.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+enum kiln_shape_flags {
+  KILN_SHAPE_TRANS_A = 1,                /* gemm */
+  KILN_SHAPE_TRANS_B = 2,                /* gemm */
+  KILN_SHAPE_CEIL_MODE = 4,              /* window */
+  KILN_SHAPE_SAME_UPPER = 8,             /* window: auto_pad */
+  KILN_SHAPE_SAME_LOWER = 16,            /* window: auto_pad */
+  KILN_SHAPE_VALID = 32,                 /* window: auto_pad */
+  KILN_SHAPE_ALLOW_ZERO = 64,            /* reshape */
+  KILN_SHAPE_CHANNELS_FROM_WEIGHT = 128, /* window: output channels are input 1's dim 0 (Conv) */
+};
+typedef struct kiln_shape_params {
+  int64_t axis;  /* flatten, concat, gather: normalised (>= 0) */
+  int64_t flags; /* kiln_shape_flags */
+  /* window: where the kiln_window lies in the kernel's parameter struct, in bytes */
+  int64_t window_offset;
+  int64_t num_ints;                /* entries of ints used */
+  int64_t ints[2 * KILN_MAX_RANK]; /* transpose: perm; unsqueeze, squeeze: axes (normalised, sorted) */
+} kiln_shape_params;
+KILN_PARAMS_LAYOUT(kiln_shape_params, 4 + 2 * KILN_MAX_RANK);
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_KERNELS_SHAPE_H_ */

@@ -1,0 +1,362 @@
+// Shape functions (kiln/kernels/shape.h): each node's output dims from its input dims and,
+// for Reshape, Range and ConstantOfShape, from input data. At compile time an unknown dim
+// is -1 and unknown data is NULL; every rule then answers -1 where its result depends on
+// one, so type inference and the artifact share these rules.
+#include "kiln/kernels/shape.h"
+#include "kernel_common.h"
+#include "kiln/kernels/movement.h"
+
+namespace {
+
+using Dims = int64_t*;
+
+Dims OutDims(const kiln_kcall* call, int32_t i) { return const_cast<int64_t*>(call->outputs[i].dims); }
+
+// The kernel's parameter struct to complete (the last output's data), or NULL.
+void* KernelParams(const kiln_kcall* call) { return call->outputs[call->num_outputs - 1].data; }
+
+int64_t ReadInt(const kiln_ktensor& t, int64_t i) {
+  switch (t.dtype) {
+    case kiln_kernels::kI32: return static_cast<const int32_t*>(t.data)[i];
+    case kiln_kernels::kI64: return static_cast<const int64_t*>(t.data)[i];
+    case kiln_kernels::kF32: return static_cast<int64_t>(static_cast<const float*>(t.data)[i]);
+    case kiln_kernels::kF64: return static_cast<int64_t>(static_cast<const double*>(t.data)[i]);
+    default: return 0;
+  }
+}
+
+double ReadDouble(const kiln_ktensor& t) {
+  switch (t.dtype) {
+    case kiln_kernels::kF32: return static_cast<const float*>(t.data)[0];
+    case kiln_kernels::kF64: return static_cast<const double*>(t.data)[0];
+    case kiln_kernels::kI16: return static_cast<const int16_t*>(t.data)[0];
+    case kiln_kernels::kI32: return static_cast<const int32_t*>(t.data)[0];
+    case kiln_kernels::kI64: return static_cast<double>(static_cast<const int64_t*>(t.data)[0]);
+    default: return 0;
+  }
+}
+
+int64_t Elements(const kiln_ktensor& t) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < t.rank; ++i) {
+    if (t.dims[i] < 0) return -1;
+    n *= t.dims[i];
+  }
+  return n;
+}
+
+// Numpy broadcasting of one more operand into `out` (rank `rank`, right-aligned).
+int32_t BroadcastInto(Dims out, int32_t rank, const kiln_ktensor& t) {
+  for (int32_t i = 0; i < t.rank; ++i) {
+    int64_t& o = out[rank - t.rank + i];
+    const int64_t d = t.dims[i];
+    if (d == 1 || d == o) continue;
+    if (o == 1 || o == -1) {
+      o = d;  // an unknown (-1, compile time only) takes the known side's value
+    } else if (d != -1) {
+      return KILN_KERR_SHAPE;
+    }
+  }
+  return KILN_KERR_OK;
+}
+
+}  // namespace
+
+// Output 0 has input 0's dims (unary ops, Softmax, Cast, normalisations).
+KILN_KERNEL(shape_same) {
+  const kiln_ktensor& x = call->inputs[0];
+  for (int32_t i = 0; i < x.rank; ++i) OutDims(call, 0)[i] = x.dims[i];
+  return KILN_KERR_OK;
+}
+
+// Output 0 is the numpy broadcast of every present input (binary ops, Where, Sum, Max...).
+KILN_KERNEL(shape_broadcast) {
+  const int32_t rank = call->outputs[0].rank;
+  Dims out = OutDims(call, 0);
+  for (int32_t i = 0; i < rank; ++i) out[i] = 1;
+  for (int32_t i = 0; i < call->num_inputs; ++i) {
+    if (call->inputs[i].dims == nullptr && call->inputs[i].rank > 0) continue;
+    if (int32_t rc = BroadcastInto(out, rank, call->inputs[i]); rc != KILN_KERR_OK) return rc;
+  }
+  return KILN_KERR_OK;
+}
+
+// numpy.matmul: A [.., M, K] x B [.., K, N]; completes kiln_matmul_params.shape.
+KILN_KERNEL(shape_matmul) {
+  const kiln_ktensor &a = call->inputs[0], &b = call->inputs[1];
+  int64_t ad[KILN_MAX_RANK + 1], bd[KILN_MAX_RANK + 1];
+  int32_t ar = a.rank, br = b.rank;
+  if (ar < 1 || br < 1 || ar > KILN_MAX_RANK || br > KILN_MAX_RANK) return KILN_KERR_SHAPE;
+  for (int32_t i = 0; i < ar; ++i) ad[i + (ar == 1)] = a.dims[i];
+  for (int32_t i = 0; i < br; ++i) bd[i] = b.dims[i];
+  if (ar == 1) ad[0] = 1, ar = 2;
+  if (br == 1) bd[1] = 1, br = 2;
+  const int64_t K = ad[ar - 1], KB = bd[br - 2];
+  if (K >= 0 && KB >= 0 && K != KB) return KILN_KERR_SHAPE;
+  const int32_t batch_rank = (ar > br ? ar : br) - 2;
+  Dims out = OutDims(call, 0);
+  const int32_t out_rank = call->outputs[0].rank;
+  // The batch dims, broadcast, then M and N unless an operand was a vector.
+  int64_t batch[KILN_MAX_RANK];
+  for (int32_t i = 0; i < batch_rank; ++i) batch[i] = 1;
+  kiln_ktensor ab{nullptr, ad, ar - 2, 0}, bb{nullptr, bd, br - 2, 0};
+  if (BroadcastInto(batch, batch_rank, ab) != KILN_KERR_OK || BroadcastInto(batch, batch_rank, bb) != KILN_KERR_OK)
+    return KILN_KERR_SHAPE;
+  int32_t o = 0;
+  for (int32_t i = 0; i < batch_rank && o < out_rank; ++i) out[o++] = batch[i];
+  if (a.rank > 1 && o < out_rank) out[o++] = ad[ar - 2];
+  if (b.rank > 1 && o < out_rank) out[o++] = bd[br - 1];
+  auto* params = static_cast<kiln_matmul_params*>(KernelParams(call));
+  if (params == nullptr) return KILN_KERR_OK;
+  kiln_matmul_shape& s = params->shape;
+  s.M = ad[ar - 2];
+  s.K = K;
+  s.N = bd[br - 1];
+  s.batch_rank = batch_rank;
+  for (int32_t i = 0; i < batch_rank; ++i) s.batch_dims[i] = batch[i];
+  // Element strides of each operand's batch dims, right-aligned; 0 along a broadcast dim.
+  auto strides = [&](const int64_t* d, int32_t rank, int64_t* st, int64_t matrix) {
+    const int32_t own = rank - 2;
+    for (int32_t i = 0; i < batch_rank; ++i) st[i] = 0;
+    int64_t step = matrix;
+    for (int32_t i = own; i-- > 0;) {
+      st[batch_rank - own + i] = d[i] == 1 ? 0 : step;
+      step *= d[i];
+    }
+  };
+  strides(ad, ar, s.a_batch_strides, s.M * s.K);
+  strides(bd, br, s.b_batch_strides, s.K * s.N);
+  return KILN_KERR_OK;
+}
+
+// Gemm: [M, N] from A and B and the transposition flags.
+KILN_KERNEL(shape_gemm) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor &a = call->inputs[0], &b = call->inputs[1];
+  if (a.rank != 2 || b.rank != 2) return KILN_KERR_SHAPE;
+  const bool ta = (p.flags & KILN_SHAPE_TRANS_A) != 0, tb = (p.flags & KILN_SHAPE_TRANS_B) != 0;
+  const int64_t K = ta ? a.dims[0] : a.dims[1], KB = tb ? b.dims[1] : b.dims[0];
+  if (K >= 0 && KB >= 0 && K != KB) return KILN_KERR_SHAPE;
+  OutDims(call, 0)[0] = ta ? a.dims[1] : a.dims[0];
+  OutDims(call, 0)[1] = tb ? b.dims[0] : b.dims[1];
+  return KILN_KERR_OK;
+}
+
+// Conv and pooling: [N, channels, out...] where each spatial extent follows from the
+// window (ints: kernel, strides, pads_begin, pads_end, dilations, num_ints each) and
+// auto_pad / ceil_mode; SAME pads are completed in the kernel's window.
+KILN_KERNEL(shape_window) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  const int64_t r = p.num_ints;
+  if (x.rank != r + 2) return KILN_KERR_SHAPE;
+  const int64_t *kernel = p.ints, *strides = p.ints + r, *pb = p.ints + 2 * r, *pe = p.ints + 3 * r,
+                *dilations = p.ints + 4 * r;
+  Dims out = OutDims(call, 0);
+  out[0] = x.dims[0];
+  out[1] = (p.flags & KILN_SHAPE_CHANNELS_FROM_WEIGHT) ? call->inputs[1].dims[0] : x.dims[1];
+  void* params = KernelParams(call);
+  auto* window = params ? reinterpret_cast<kiln_window*>(static_cast<char*>(params) + p.window_offset) : nullptr;
+  for (int64_t i = 0; i < r; ++i) {
+    const int64_t in = x.dims[2 + i], extent = (kernel[i] - 1) * dilations[i] + 1;
+    if (in < 0) {
+      out[2 + i] = -1;
+      continue;
+    }
+    int64_t begin = pb[i], end = pe[i], o;
+    if (p.flags & (KILN_SHAPE_SAME_UPPER | KILN_SHAPE_SAME_LOWER)) {
+      o = (in + strides[i] - 1) / strides[i];
+      int64_t total = (o - 1) * strides[i] + extent - in;
+      if (total < 0) total = 0;
+      begin = (p.flags & KILN_SHAPE_SAME_UPPER) ? total / 2 : total - total / 2;
+      end = total - begin;
+    } else {
+      if (p.flags & KILN_SHAPE_VALID) begin = end = 0;
+      const int64_t span = in + begin + end - extent;
+      if (span < 0) return KILN_KERR_SHAPE;
+      o = ((p.flags & KILN_SHAPE_CEIL_MODE) ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
+      if ((p.flags & KILN_SHAPE_CEIL_MODE) && (o - 1) * strides[i] >= in + begin) --o;
+    }
+    out[2 + i] = o;
+    if (window != nullptr) window->pads_begin[i] = begin, window->pads_end[i] = end;
+  }
+  return KILN_KERR_OK;
+}
+
+// GlobalAveragePool / GlobalMaxPool: [N, C, 1, ...].
+KILN_KERNEL(shape_global_pool) {
+  const kiln_ktensor& x = call->inputs[0];
+  for (int32_t i = 0; i < x.rank; ++i) OutDims(call, 0)[i] = i < 2 ? x.dims[i] : 1;
+  return KILN_KERR_OK;
+}
+
+// Flatten at `axis`: [prod(dims[:axis]), prod(dims[axis:])].
+KILN_KERNEL(shape_flatten) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  int64_t outer = 1, inner = 1;
+  for (int32_t i = 0; i < x.rank; ++i) {
+    int64_t& side = i < p.axis ? outer : inner;
+    side = side < 0 || x.dims[i] < 0 ? -1 : side * x.dims[i];
+  }
+  OutDims(call, 0)[0] = outer;
+  OutDims(call, 0)[1] = inner;
+  return KILN_KERR_OK;
+}
+
+// Reshape: input 1's data, 0 copying the input's dim (unless allowzero) and one -1
+// inferred from the element count.
+KILN_KERNEL(shape_reshape) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor &x = call->inputs[0], &shape = call->inputs[1];
+  const int32_t rank = call->outputs[0].rank;
+  Dims out = OutDims(call, 0);
+  if (shape.data == nullptr) {
+    for (int32_t i = 0; i < rank; ++i) out[i] = -1;
+    return KILN_KERR_OK;
+  }
+  int64_t known = 1, infer_at = -1;
+  for (int32_t i = 0; i < rank; ++i) {
+    int64_t d = ReadInt(shape, i);
+    if (d == 0 && !(p.flags & KILN_SHAPE_ALLOW_ZERO)) d = i < x.rank ? x.dims[i] : -2;
+    if (d == -1) {
+      if (infer_at >= 0) return KILN_KERR_SHAPE;
+      infer_at = i;
+    } else if (d < -1) {
+      return KILN_KERR_SHAPE;
+    }
+    out[i] = d;
+    if (d != -1) known = known < 0 || d < 0 ? -1 : known * d;
+  }
+  const int64_t total = Elements(x);
+  if (infer_at >= 0) {
+    out[infer_at] = total < 0 || known < 0 ? -1 : (known == 0 ? 0 : total / known);
+    if (total >= 0 && known > 0 && total % known != 0) return KILN_KERR_SHAPE;
+  } else if (total >= 0 && known >= 0 && total != known) {
+    return KILN_KERR_SHAPE;
+  }
+  return KILN_KERR_OK;
+}
+
+// Transpose by `ints` (perm); completes the strided copy's dims and strides.
+KILN_KERNEL(shape_transpose) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  if (p.num_ints != x.rank) return KILN_KERR_SHAPE;
+  int64_t strides[KILN_MAX_RANK];
+  int64_t step = 1;
+  for (int32_t i = x.rank; i-- > 0;) {
+    strides[i] = step;
+    step *= x.dims[i] < 0 ? 1 : x.dims[i];
+  }
+  for (int32_t i = 0; i < x.rank; ++i) OutDims(call, 0)[i] = x.dims[p.ints[i]];
+  auto* params = static_cast<kiln_strided_copy_params*>(KernelParams(call));
+  if (params == nullptr) return KILN_KERR_OK;
+  params->rank = x.rank;
+  params->offset = 0;
+  for (int32_t i = 0; i < x.rank; ++i) {
+    params->dims[i] = x.dims[p.ints[i]];
+    params->strides[i] = strides[p.ints[i]];
+  }
+  return KILN_KERR_OK;
+}
+
+// Concat along `axis`: the other dims must agree; the axis sums.
+KILN_KERNEL(shape_concat) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const int32_t rank = call->outputs[0].rank;
+  Dims out = OutDims(call, 0);
+  for (int32_t d = 0; d < rank; ++d) out[d] = d == p.axis ? 0 : -1;
+  for (int32_t i = 0; i < call->num_inputs; ++i) {
+    const kiln_ktensor& t = call->inputs[i];
+    if (t.rank != rank) return KILN_KERR_SHAPE;
+    for (int32_t d = 0; d < rank; ++d) {
+      if (d == p.axis) {
+        out[d] = out[d] < 0 || t.dims[d] < 0 ? -1 : out[d] + t.dims[d];
+      } else if (out[d] < 0) {
+        out[d] = t.dims[d];
+      } else if (t.dims[d] >= 0 && t.dims[d] != out[d]) {
+        return KILN_KERR_SHAPE;
+      }
+    }
+  }
+  return KILN_KERR_OK;
+}
+
+// Gather along `axis`: data dims with that axis replaced by the indices' dims.
+KILN_KERNEL(shape_gather) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor &data = call->inputs[0], &indices = call->inputs[1];
+  Dims out = OutDims(call, 0);
+  int32_t o = 0;
+  for (int32_t i = 0; i < p.axis; ++i) out[o++] = data.dims[i];
+  for (int32_t i = 0; i < indices.rank; ++i) out[o++] = indices.dims[i];
+  for (int32_t i = static_cast<int32_t>(p.axis) + 1; i < data.rank; ++i) out[o++] = data.dims[i];
+  return KILN_KERR_OK;
+}
+
+// Unsqueeze: a 1 at each output position in `ints` (sorted), the input's dims elsewhere.
+KILN_KERNEL(shape_unsqueeze) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  Dims out = OutDims(call, 0);
+  int32_t next = 0, k = 0;
+  for (int32_t i = 0; i < call->outputs[0].rank; ++i) {
+    if (k < p.num_ints && p.ints[k] == i) {
+      out[i] = 1, ++k;
+    } else {
+      out[i] = next < x.rank ? x.dims[next++] : 1;
+    }
+  }
+  return KILN_KERR_OK;
+}
+
+// Squeeze: the input's dims without the input positions in `ints` (sorted), which must be 1.
+KILN_KERNEL(shape_squeeze) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  Dims out = OutDims(call, 0);
+  int32_t o = 0, k = 0;
+  for (int32_t i = 0; i < x.rank; ++i) {
+    if (k < p.num_ints && p.ints[k] == i) {
+      if (x.dims[i] > 1) return KILN_KERR_SHAPE;
+      ++k;
+    } else {
+      out[o++] = x.dims[i];
+    }
+  }
+  return KILN_KERR_OK;
+}
+
+// Range: [max(ceil((limit - start) / delta), 0)] from the three scalars' data.
+KILN_KERNEL(shape_range) {
+  const kiln_ktensor &start = call->inputs[0], &limit = call->inputs[1], &delta = call->inputs[2];
+  if (start.data == nullptr || limit.data == nullptr || delta.data == nullptr) {
+    OutDims(call, 0)[0] = -1;
+    return KILN_KERR_OK;
+  }
+  const double d = ReadDouble(delta);
+  if (d == 0) return KILN_KERR_SHAPE;
+  const double n = ceil((ReadDouble(limit) - ReadDouble(start)) / d);
+  OutDims(call, 0)[0] = n > 0 ? static_cast<int64_t>(n) : 0;
+  return KILN_KERR_OK;
+}
+
+// ConstantOfShape: the dims are input 0's data.
+KILN_KERNEL(shape_from_data) {
+  const kiln_ktensor& shape = call->inputs[0];
+  for (int32_t i = 0; i < call->outputs[0].rank; ++i) {
+    const int64_t d = shape.data == nullptr ? -1 : ReadInt(shape, i);
+    if (shape.data != nullptr && d < 0) return KILN_KERR_SHAPE;
+    OutDims(call, 0)[i] = d;
+  }
+  return KILN_KERR_OK;
+}
+
+// Shape's kernel: input 0's dims [ints[0], ints[1]) as i64 data.
+KILN_KERNEL(shape_of) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  int64_t* out = static_cast<int64_t*>(call->outputs[0].data);
+  for (int64_t i = p.ints[0]; i < p.ints[1]; ++i) out[i - p.ints[0]] = call->inputs[0].dims[i];
+  return KILN_KERR_OK;
+}

@@ -1,0 +1,266 @@
+// Run-time shapes: which shape function (kiln/kernels/shape.h) each op runs when its
+// shapes are known only at run time, and the element type and rank of its outputs then.
+// One table here, attached to the schemas after registration, so each rule sits next to
+// the others that share its shape function.
+#include <algorithm>
+#include <map>
+
+#include "op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+using Rule = std::function<absl::StatusOr<DynamicShape>(const InferContext&)>;
+
+absl::StatusOr<int64_t> RankOf(const InferContext& ctx, size_t i) {
+  if (!ctx.has_input(i) || !ctx.type(i).has_shape) {
+    return NodeError(ctx.node, absl::StrCat("the rank of input ", i, " is unknown"));
+  }
+  return static_cast<int64_t>(ctx.type(i).shape.size());
+}
+
+TensorType RankOnly(DType dtype, int64_t rank) {
+  TensorType t;
+  t.dtype = dtype;
+  t.has_shape = true;
+  t.shape.assign(static_cast<size_t>(rank), Dim::Symbolic("?"));
+  return t;
+}
+
+// A shape function over node inputs [0, num_inputs) with `params`.
+template <typename K>
+DynamicShape ShapeCall(const InferContext& ctx, size_t num_inputs, const kiln_shape_params& params,
+                       std::vector<TensorType> outputs) {
+  return DynamicShape{CallWithParams<K>(PassInputs(ctx.node, std::min(num_inputs, ctx.node.inputs().size())), params),
+                      std::move(outputs)};
+}
+
+// Output 0 keeps input 0's dims; `dtype` from input `dtype_from`.
+Rule Same(size_t dtype_from = 0) {
+  return [dtype_from](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
+    KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+    std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(ctx.type(dtype_from).dtype, rank));
+    return ShapeCall<kernel::shape_same>(ctx, 1, kiln_shape_params{}, std::move(outs));
+  };
+}
+
+// Numpy broadcast of every input; the result's element type from input `dtype_from`, or
+// bool.
+Rule Broadcast(bool boolean, size_t dtype_from = 0) {
+  return [boolean, dtype_from](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
+    int64_t rank = 0;
+    for (size_t i = 0; i < ctx.node.inputs().size(); ++i) {
+      if (!ctx.has_input(i)) continue;
+      KILN_ASSIGN_OR_RETURN(int64_t r, RankOf(ctx, i));
+      rank = std::max(rank, r);
+    }
+    const DType dtype = boolean ? DType::kBool : ctx.type(dtype_from).dtype;
+    return ShapeCall<kernel::shape_broadcast>(ctx, ctx.node.inputs().size(), kiln_shape_params{},
+                                              {RankOnly(dtype, rank)});
+  };
+}
+
+absl::StatusOr<DynamicShape> MatMulRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t a, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(int64_t b, RankOf(ctx, 1));
+  const int64_t rank = std::max(a, b) - (a == 1) - (b == 1);
+  return ShapeCall<kernel::shape_matmul>(ctx, 2, kiln_shape_params{}, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+absl::StatusOr<DynamicShape> GemmRule(const InferContext& ctx) {
+  kiln_shape_params p{};
+  p.flags =
+      (ctx.node.GetInt("transA", 0) ? KILN_SHAPE_TRANS_A : 0) | (ctx.node.GetInt("transB", 0) ? KILN_SHAPE_TRANS_B : 0);
+  return ShapeCall<kernel::shape_gemm>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, 2)});
+}
+
+// Conv and pooling: the window's attributes as shape-function ints; `window_offset` is
+// where the kernel's parameter struct keeps its kiln_window (completed for SAME pads).
+Rule Window(bool conv, int64_t window_offset) {
+  return [conv, window_offset](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
+    KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+    const int64_t r = rank - 2;
+    if (r < 1 || r > KILN_MAX_SPATIAL) return NodeError(ctx.node, absl::StrCat("input rank ", rank, " is not 3 to 5"));
+    std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape");
+    if (kernel.empty() && conv && ctx.has_input(1) && ctx.type(1).IsStatic()) {
+      std::vector<int64_t> w = ctx.type(1).StaticDims();
+      kernel.assign(w.begin() + 2, w.end());
+    }
+    const std::vector<int64_t> strides = ctx.node.GetInts("strides", std::vector<int64_t>(r, 1));
+    const std::vector<int64_t> dilations = ctx.node.GetInts("dilations", std::vector<int64_t>(r, 1));
+    const std::vector<int64_t> pads = ctx.node.GetInts("pads", std::vector<int64_t>(2 * r, 0));
+    if (static_cast<int64_t>(kernel.size()) != r || static_cast<int64_t>(strides.size()) != r ||
+        static_cast<int64_t>(dilations.size()) != r || static_cast<int64_t>(pads.size()) != 2 * r) {
+      return NodeError(ctx.node, "kernel_shape/strides/dilations/pads do not match the spatial rank");
+    }
+    kiln_shape_params p{};
+    p.num_ints = r;
+    for (int64_t i = 0; i < r; ++i) {
+      p.ints[i] = kernel[i];
+      p.ints[r + i] = strides[i];
+      p.ints[2 * r + i] = pads[i];
+      p.ints[3 * r + i] = pads[r + i];
+      p.ints[4 * r + i] = dilations[i];
+    }
+    const std::string auto_pad = ctx.node.GetString("auto_pad", "NOTSET");
+    p.flags = (auto_pad == "SAME_UPPER" ? KILN_SHAPE_SAME_UPPER : 0) |
+              (auto_pad == "SAME_LOWER" ? KILN_SHAPE_SAME_LOWER : 0) | (auto_pad == "VALID" ? KILN_SHAPE_VALID : 0) |
+              (ctx.node.GetInt("ceil_mode", 0) ? KILN_SHAPE_CEIL_MODE : 0) |
+              (conv ? KILN_SHAPE_CHANNELS_FROM_WEIGHT : 0);
+    p.window_offset = window_offset;
+    return ShapeCall<kernel::shape_window>(ctx, conv ? 2 : 1, p, {RankOnly(ctx.type(0).dtype, rank)});
+  };
+}
+
+absl::StatusOr<DynamicShape> GlobalPoolRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  return ShapeCall<kernel::shape_global_pool>(ctx, 1, kiln_shape_params{}, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+absl::StatusOr<DynamicShape> FlattenRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  p.axis = ctx.node.GetInt("axis", 1);
+  if (p.axis < 0) p.axis += rank;
+  if (p.axis < 0 || p.axis > rank) return NodeError(ctx.node, "axis is out of range");
+  return ShapeCall<kernel::shape_flatten>(ctx, 1, p, {RankOnly(ctx.type(0).dtype, 2)});
+}
+
+absl::StatusOr<DynamicShape> ReshapeRule(const InferContext& ctx) {
+  if (!ctx.has_input(1) || !ctx.type(1).IsStatic() || ctx.type(1).shape.size() != 1) {
+    return NodeError(ctx.node, "the shape input must be 1-D with a static length");
+  }
+  kiln_shape_params p{};
+  p.flags = ctx.node.GetInt("allowzero", 0) ? KILN_SHAPE_ALLOW_ZERO : 0;
+  return ShapeCall<kernel::shape_reshape>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, ctx.type(1).shape[0].size)});
+}
+
+absl::StatusOr<DynamicShape> TransposeRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  std::vector<int64_t> perm = ctx.node.GetInts("perm");
+  if (perm.empty()) {
+    for (int64_t i = rank; i-- > 0;) perm.push_back(i);
+  }
+  if (static_cast<int64_t>(perm.size()) != rank || rank > KILN_MAX_RANK)
+    return NodeError(ctx.node, "perm does not match the rank");
+  kiln_shape_params p{};
+  p.num_ints = rank;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (perm[i] < 0 || perm[i] >= rank) return NodeError(ctx.node, "perm is out of range");
+    p.ints[i] = perm[i];
+  }
+  return ShapeCall<kernel::shape_transpose>(ctx, 1, p, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+// Concat and Gather: one axis attribute, normalised against input 0's rank.
+template <typename K>
+absl::StatusOr<DynamicShape> AxisRule(const InferContext& ctx, int64_t fallback, size_t num_inputs,
+                                      int64_t out_rank_delta) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", fallback), rank));
+  return ShapeCall<K>(ctx, num_inputs, p, {RankOnly(ctx.type(0).dtype, rank + out_rank_delta)});
+}
+
+// Unsqueeze and Squeeze: the axes (attribute before opset 13, constant input 1 since).
+Rule Axes(bool unsqueeze) {
+  return [unsqueeze](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
+    KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+    std::vector<int64_t> axes = ctx.node.GetInts("axes");
+    if (ctx.has_input(1)) {
+      if (ctx.constant(1) == nullptr) return NodeError(ctx.node, "axes must be a compile-time constant");
+      axes = ToInts(*ctx.constant(1));
+    }
+    if (axes.empty()) return NodeError(ctx.node, "axes must be given when the input dims are not known");
+    const int64_t out_rank =
+        unsqueeze ? rank + static_cast<int64_t>(axes.size()) : rank - static_cast<int64_t>(axes.size());
+    kiln_shape_params p{};
+    p.num_ints = static_cast<int64_t>(axes.size());
+    for (size_t i = 0; i < axes.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(p.ints[i], NormalizeAxis(ctx.node, axes[i], unsqueeze ? out_rank : rank));
+    }
+    std::sort(p.ints, p.ints + p.num_ints);
+    if (unsqueeze) return ShapeCall<kernel::shape_unsqueeze>(ctx, 1, p, {RankOnly(ctx.type(0).dtype, out_rank)});
+    return ShapeCall<kernel::shape_squeeze>(ctx, 1, p, {RankOnly(ctx.type(0).dtype, out_rank)});
+  };
+}
+
+absl::StatusOr<DynamicShape> RangeRule(const InferContext& ctx) {
+  return ShapeCall<kernel::shape_range>(ctx, 3, kiln_shape_params{}, {RankOnly(ctx.type(0).dtype, 1)});
+}
+
+absl::StatusOr<DynamicShape> ConstantOfShapeRule(const InferContext& ctx) {
+  if (!ctx.type(0).IsStatic() || ctx.type(0).shape.size() != 1) {
+    return NodeError(ctx.node, "the shape input must be 1-D with a static length");
+  }
+  const Tensor* value = ctx.node.GetTensor("value");
+  return ShapeCall<kernel::shape_from_data>(
+      ctx, 1, kiln_shape_params{}, {RankOnly(value ? value->dtype() : DType::kFloat32, ctx.type(0).shape[0].size)});
+}
+
+absl::StatusOr<DynamicShape> CastRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  const DType to = ctx.node.op() == "CastLike" ? ctx.type(1).dtype : static_cast<DType>(ctx.node.GetInt("to", 1));
+  return ShapeCall<kernel::shape_same>(ctx, 1, kiln_shape_params{}, {RankOnly(to, rank)});
+}
+
+// Shape of an input whose dims are known only at run time: a kernel reading them.
+absl::StatusOr<KernelCall> LowerShapeAtRunTime(const Node& node) {
+  const int64_t rank = static_cast<int64_t>(node.input(0)->type().shape.size());
+  int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  kiln_shape_params p{};
+  p.ints[0] = std::clamp<int64_t>(start, 0, rank);
+  p.ints[1] = std::max(p.ints[0], std::clamp<int64_t>(end, 0, rank));
+  return CallWithParams<kernel::shape_of>(PassInputs(node, 1), p);
+}
+
+}  // namespace
+
+void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
+  std::map<std::string, Rule> rules = {
+      {"MatMul", MatMulRule},
+      {"Gemm", GemmRule},
+      {"Conv", Window(true, offsetof(kiln_conv_params, window))},
+      {"MaxPool", Window(false, offsetof(kiln_pool_params, window))},
+      {"AveragePool", Window(false, offsetof(kiln_pool_params, window))},
+      {"GlobalAveragePool", GlobalPoolRule},
+      {"GlobalMaxPool", GlobalPoolRule},
+      {"Flatten", FlattenRule},
+      {"Reshape", ReshapeRule},
+      {"Transpose", TransposeRule},
+      {"Concat", [](const InferContext& c) { return AxisRule<kernel::shape_concat>(c, 0, c.node.inputs().size(), 0); }},
+      {"Gather",
+       [](const InferContext& c) -> absl::StatusOr<DynamicShape> {
+         KILN_ASSIGN_OR_RETURN(int64_t indices, RankOf(c, 1));
+         return AxisRule<kernel::shape_gather>(c, 0, 2, indices - 1);
+       }},
+      {"Unsqueeze", Axes(true)},
+      {"Squeeze", Axes(false)},
+      {"Range", RangeRule},
+      {"ConstantOfShape", ConstantOfShapeRule},
+      {"Cast", CastRule},
+      {"CastLike", CastRule},
+      {"Where", Broadcast(false, 1)},
+  };
+  for (const char* name : {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
+                           "InstanceNormalization", "LRN", "Dropout"}) {
+    rules[name] = Same();
+  }
+  for (const char* name : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "And", "Or", "Xor", "BitShift",
+                           "PRelu", "Sum", "Mean"}) {
+    rules[name] = Broadcast(false);
+  }
+  for (const char* name : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) rules[name] = Broadcast(true);
+  for (auto& [name, schema] : table) {
+    if (auto rule = rules.find(name); rule != rules.end()) {
+      schema.dynamic = rule->second;
+    }
+  }
+  for (const std::string& name : UnaryOpNames()) table.at(name).dynamic = Same();
+  OpSchema& shape = table.at("Shape");
+  shape.lower = LowerShapeAtRunTime;
+}
+
+}  // namespace kiln::ops
