@@ -83,7 +83,10 @@ absl::Status FillActivations(const Node& node, const CellDef& def, int64_t direc
   std::vector<std::string> names = StringsAttr(node, "activations");
   const size_t per_direction = def.default_activations.size();
   if (names.empty()) names.assign(def.default_activations.begin(), def.default_activations.end());
-  if (names.size() == per_direction && directions == 2) names.insert(names.end(), names.begin(), names.end());
+  if (names.size() == per_direction && directions == 2) {
+    const std::vector<std::string> forward = names;  // (inserting a vector's own range is undefined)
+    names.insert(names.end(), forward.begin(), forward.end());
+  }
   if (names.size() != per_direction * static_cast<size_t>(directions)) {
     return NodeError(node, absl::StrCat("has ", names.size(), " activations; expected ", per_direction,
                                         " per direction (", directions, " direction", directions == 2 ? "s" : "", ")"));
