@@ -140,6 +140,48 @@ absl::StatusOr<kiln_rnn_params> RnnParams(const Node& node) {
   return params;
 }
 
+std::string DimsText(const std::vector<Dim>& dims) {
+  std::vector<std::string> parts;
+  for (const Dim& d : dims) parts.push_back(d.known() ? std::to_string(d.size) : d.symbol);
+  return "[" + absl::StrJoin(parts, ",") + "]";
+}
+
+// The optional inputs the kernel reads, each against the shape the sizes give it:
+// B [dirs, 2*gates*hidden], sequence_lens [batch], initial_h and initial_c `state`,
+// P [dirs, 3*hidden]. Unknown dims pass.
+absl::Status CheckOptionalInputs(const InferContext& ctx, const CellDef& def, const Dim& dirs, const Dim& batch,
+                                 int64_t hidden, const std::vector<Dim>& state) {
+  const std::vector<std::pair<const char*, std::vector<Dim>>> inputs = {
+      {"X", {}},
+      {"W", {}},
+      {"R", {}},
+      {"B", {dirs, Dim::Known(2 * def.gates * hidden)}},
+      {"sequence_lens", {batch}},
+      {"initial_h", state},
+      {"initial_c", state},
+      {"P", {dirs, Dim::Known(3 * hidden)}},
+  };
+  for (size_t i = 3; i < inputs.size() && i < ctx.input_types.size(); ++i) {
+    if (!ctx.has_input(i) || !ctx.type(i).has_shape) continue;
+    const std::vector<Dim>& got = ctx.type(i).shape;
+    const std::vector<Dim>& want = inputs[i].second;
+    bool fits = got.size() == want.size();
+    for (size_t k = 0; fits && k < got.size(); ++k) fits = !got[k].known() || !want[k].known() || got[k] == want[k];
+    if (!fits) {
+      return NodeError(ctx.node, absl::StrCat("input ", i, " (", inputs[i].first, ") has shape ", DimsText(got),
+                                              "; expected ", DimsText(want)));
+    }
+    const bool integer = i == 4;
+    if (integer != (ctx.type(i).dtype == DType::kInt32 || ctx.type(i).dtype == DType::kInt64) ||
+        (!integer && ctx.type(i).dtype != ctx.type(0).dtype)) {
+      return NodeError(ctx.node, absl::StrCat("input ", i, " (", inputs[i].first, ") has element type ",
+                                              DTypeName(ctx.type(i).dtype), "; expected ",
+                                              integer ? "int32" : DTypeName(ctx.type(0).dtype)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // X [seq, batch, input] (layout 1: [batch, seq, input]), W [dirs, gates*hidden, input],
 // R [dirs, gates*hidden, hidden]; the optional inputs are checked against those sizes.
 // Outputs Y [seq, dirs, batch, hidden] and Y_h, Y_c [dirs, batch, hidden] (layout 1:
@@ -170,6 +212,7 @@ absl::Status InferRnn(InferContext& ctx) {
       params.layout == 0 ? std::vector<Dim>{seq, dirs, batch, h} : std::vector<Dim>{batch, seq, dirs, h},
       params.layout == 0 ? std::vector<Dim>{dirs, batch, h} : std::vector<Dim>{batch, dirs, h}};
   shapes.push_back(shapes[1]);
+  KILN_RETURN_IF_ERROR(CheckOptionalInputs(ctx, def, dirs, batch, hidden, shapes[1]));
   const size_t outputs = def.cell == KILN_RNN_CELL_LSTM ? 3 : 2;
   if (ctx.output_types.size() > outputs) {
     return NodeError(node, absl::StrCat("has ", ctx.output_types.size(), " outputs; ", def.op, " has ", outputs));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "artifact_test_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
@@ -186,6 +187,26 @@ TEST(RnnTest, LstmAndGruAcrossGemmTiles) {
       Check(c, target);
     }
   }
+}
+
+// Inputs that do not fit the sizes, and unknown activations, are errors naming the node,
+// the input and what was expected.
+TEST(RnnTest, ErrorsNameTheNodeAndInput) {
+  auto error_of = [](const std::vector<int64_t>& b_dims, const std::string& activation) {
+    Graph g;
+    Value* x = g.AddValue("x", TensorType::Static(DType::kFloat32, {4, 2, 3}));
+    g.AddInput(x);
+    Node* node = g.AddNode("LSTM", "lstm_7",
+                           {x, g.AddConstant("w", Random({1, 20, 3}, 1)), g.AddConstant("r", Random({1, 20, 5}, 2)),
+                            g.AddConstant("b", Random(b_dims, 3))},
+                           {"y"}, 14);
+    node->mutable_attrs()["activations"] = std::vector<std::string>{"Sigmoid", activation, "Tanh"};
+    g.AddOutput(node->output(0));
+    return std::string(InferTypes(g).message());
+  };
+  EXPECT_EQ(error_of({1, 40}, "Tanh"), "");
+  EXPECT_EQ(error_of({1, 20}, "Tanh"), "node 'lstm_7' (LSTM, opset 14): input 3 (B) has shape [1,20]; expected [1,40]");
+  EXPECT_THAT(error_of({1, 40}, "Swish"), ::testing::HasSubstr("node 'lstm_7' (LSTM, opset 14): activation 'Swish'"));
 }
 
 }  // namespace
