@@ -158,8 +158,16 @@ TEST(RnnTest, LstmBidirectionalPeepholesLengthsClip) {
 }
 
 TEST(RnnTest, LstmBatchMajorInputForgetAndActivations) {
-  Case c{.op = "LSTM", .layout = 1, .bias = false, .initial_h = true, .initial_c = true, .peephole = true};
+  Case c{.op = "LSTM",
+         .direction = "bidirectional",
+         .layout = 1,
+         .bias = false,
+         .seq_lens = true,
+         .initial_h = true,
+         .initial_c = true,
+         .peephole = true};
   c.attrs["input_forget"] = int64_t{1};
+  // One direction's list serves both; the reverse Elu finds the one alpha taken (default 1).
   c.attrs["activations"] = std::vector<std::string>{"Sigmoid", "Elu", "Softplus"};
   c.attrs["activation_alpha"] = std::vector<double>{0.9};
   Check(c);
