@@ -170,7 +170,8 @@ struct Recurrence {
     }
     Product<T>{s.seq * s.batch, s.input, Input(kX), s.input, wt, gh, xproj, gh}.Run(call, 0, gh);
     if (const T* bias = Input(kB)) {
-      // Wb + Rb, but GRU's linear_before_reset adds h's Rb inside r * (...): Step does.
+      // Wb + Rb, but with linear_before_reset GRU's h gate takes its Rb inside r * (...):
+      // GruCell adds it.
       const T* wb = bias + d * 2 * gh;
       const bool keep_rbh = params.cell == KILN_RNN_CELL_GRU && params.linear_before_reset != 0;
       for (int64_t n = 0; n < gh; ++n) gates[n] = wb[n] + (keep_rbh && n >= 2 * H ? T(0) : wb[gh + n]);
@@ -195,7 +196,11 @@ struct Recurrence {
     Product<T>{s.batch, H, h, H, rt, gh, gates, gh}.Run(call, 0, SplitProduct() ? 2 * H : gh);
     if (SplitProduct()) {
       for (int64_t b = 0; b < s.batch; ++b) {
-        if (t < Length(b)) GruResetGate(d, t, b);
+        if (t < Length(b)) {
+          GruResetGate(d, t, b);
+        } else {
+          for (int64_t j = 0; j < H; ++j) rh[b * H + j] = T(0);  // a row the product reads but no cell uses
+        }
       }
       Product<T>{s.batch, H, rh, H, rt, gh, gates, gh}.Run(call, 2 * H, gh);
     }
