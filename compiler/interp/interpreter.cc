@@ -117,6 +117,12 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   for (const Value* out : node.outputs()) outputs.emplace_back(out->type().dtype, out->type().StaticDims());
   std::vector<kiln_ktensor> out_views;
   for (const Tensor& t : outputs) out_views.push_back(View(&t));
+  // A kernel's workspace, as codegen passes it: one more u8 output after the node's.
+  std::optional<Tensor> scratch;
+  if (call->scratch_bytes > 0) {
+    scratch.emplace(DType::kUInt8, std::vector<int64_t>{call->scratch_bytes});
+    out_views.push_back(View(&*scratch));
+  }
   kiln_kcall kcall{};
   kcall.inputs = in_views.data();
   kcall.outputs = out_views.data();

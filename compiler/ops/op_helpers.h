@@ -23,6 +23,7 @@
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
+#include "kiln/kernels/rnn.h"
 #include "kiln/kernels/shape.h"
 
 namespace kiln::ops {
@@ -38,6 +39,7 @@ void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
+void RegisterRnnOps(Registry& registry);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

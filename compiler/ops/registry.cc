@@ -205,6 +205,7 @@ void EnsureRegistered() {
     ops::RegisterNnOps(registry);
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
+    ops::RegisterRnnOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

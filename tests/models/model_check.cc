@@ -3,7 +3,8 @@
 // given, against outputs recorded from the exporting framework.
 //
 //   kiln-model-check MODEL.onnx --input FILE.pb [--input ...] [--expected FILE.pb ...]
-//                    [--tolerance 1e-4] [--expected-tolerance 1e-3] [--threads N] [--pipeline P]
+//                    [--tolerance 1e-4] [--expected-tolerance 1e-3] [--expected-min-cosine C]
+//                    [--threads N] [--pipeline P]
 //   (kiln-model-check --help describes each flag.)
 // Tolerances are relative to the output's scale (max |reference|): an output passes when
 // max |compiled - reference| <= tolerance * scale. One JSON line per output; exit status 1
@@ -35,12 +36,14 @@ struct Args {
   std::string model;
   std::vector<std::string> inputs, expected;
   double tolerance = 1e-4, expected_tolerance = 1e-3;
+  double expected_min_cosine = -1;  // -1: not checked
   int threads = 2;
   std::string pipeline;  // empty: the compiler's default
 };
 
 struct Diff {
   double max_abs = 0, scale = 0;
+  double cosine = 0;  // of the two outputs as vectors (1 when both are zero)
   bool shape_ok = true;
 };
 
@@ -50,13 +53,19 @@ Diff Compare(const Tensor& got, const Tensor& want) {
     d.shape_ok = false;
     return d;
   }
+  double dot = 0, got_norm = 0, want_norm = 0;
   for (int64_t i = 0; i < want.num_elements(); ++i) {
     double w = want.GetAsDouble(i), g = got.GetAsDouble(i);
+    dot += g * w;
+    got_norm += g * g;
+    want_norm += w * w;
     d.scale = std::max(d.scale, std::fabs(w));
     double e = std::fabs(g - w);
     if (std::isnan(e)) e = INFINITY;
     d.max_abs = std::max(d.max_abs, e);
   }
+  d.cosine = got_norm == 0 && want_norm == 0 ? 1.0 : dot / std::sqrt(got_norm * want_norm);
+  if (std::isnan(d.cosine)) d.cosine = -1;
   return d;
 }
 
@@ -90,6 +99,9 @@ int Main(int argc, char** argv) {
   app.add_option("--expected", args.expected, "the framework's output TensorProto, in output order (repeatable)");
   app.add_option("--tolerance", args.tolerance, "max |compiled - reference| / output scale")->capture_default_str();
   app.add_option("--expected-tolerance", args.expected_tolerance, "the same against the framework's outputs")
+      ->capture_default_str();
+  app.add_option("--expected-min-cosine", args.expected_min_cosine,
+                 "the least cosine similarity with the framework's outputs (-1: not checked)")
       ->capture_default_str();
   app.add_option("--threads", args.threads, "artifact threads")->capture_default_str();
   app.add_option("--pipeline", args.pipeline, "pass pipeline (default: the compiler's)");
@@ -171,9 +183,10 @@ int Main(int argc, char** argv) {
     f["tolerance"].set_number_value(args.tolerance);
     if (i < expected.size()) {
       Diff e = Compare(outputs[i], expected[i]);
-      bool epass = e.shape_ok && e.max_abs <= args.expected_tolerance * e.scale;
+      bool epass = e.shape_ok && e.max_abs <= args.expected_tolerance * e.scale && e.cosine >= args.expected_min_cosine;
       pass &= epass;
       f["vs_framework_max_abs"].set_number_value(number(e.max_abs));
+      f["vs_framework_cosine"].set_number_value(e.cosine);
       f["vs_framework_ok"].set_bool_value(epass);
     }
     f["interpreter_ms"].set_number_value(interp_ms);

@@ -56,9 +56,11 @@ absl::StatusOr<ArtifactBytes> GenerateFor(Graph& graph, const std::string& targe
   return GenerateArtifact(graph, NaiveMemoryPlan(graph), CodegenOptions{*target, "{}", "test"});
 }
 
-std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
-                                const std::vector<int32_t>& thread_counts, const std::string& target_spec) {
-  std::vector<Tensor> outputs;
+std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::string& pipeline,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const std::vector<int32_t>& thread_counts,
+                                                    const std::string& target_spec) {
+  std::vector<std::vector<Tensor>> runs;
   PassContext ctx;
   auto stats = RunPipeline(graph, pipeline, {}, ctx);
   EXPECT_TRUE(stats.ok()) << stats.status();
@@ -67,24 +69,35 @@ std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const
   CodegenOptions options{*target, "{}", "test"};
   auto artifact = GenerateArtifact(graph, PlannedOrNaiveMemory(graph, ctx), options);
   EXPECT_TRUE(artifact.ok()) << artifact.status();
-  if (!artifact.ok()) return outputs;
+  if (!artifact.ok()) return runs;
   std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
   EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
   kiln_module* module = nullptr;
   EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
-  const Value* y = graph.outputs()[0];
+  std::vector<const void*> ins;
+  for (const Tensor& t : inputs) ins.push_back(t.data());
   for (int32_t threads : thread_counts) {
     kiln_session* session = nullptr;
     kiln_session_options session_options{sizeof(kiln_session_options), threads};
     EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
-    outputs.emplace_back(y->type().dtype, y->type().StaticDims());
-    const void* ins[] = {input.data()};
-    void* outs[] = {outputs.back().data()};
-    EXPECT_EQ(kiln_session_run(session, ins, outs), KILN_OK) << kiln_last_error();
+    std::vector<Tensor>& outputs = runs.emplace_back();
+    std::vector<void*> outs;
+    for (const Value* y : graph.outputs())
+      outs.push_back(outputs.emplace_back(y->type().dtype, y->type().StaticDims()).data());
+    EXPECT_EQ(kiln_session_run(session, ins.data(), outs.data()), KILN_OK) << kiln_last_error();
     kiln_session_destroy(session);
   }
   kiln_module_unload(module);
   unlink(path.c_str());
+  return runs;
+}
+
+std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
+                                const std::vector<int32_t>& thread_counts, const std::string& target_spec) {
+  std::vector<Tensor> outputs;
+  for (std::vector<Tensor>& run : RunArtifactOutputs(graph, pipeline, {input}, thread_counts, target_spec)) {
+    outputs.push_back(std::move(run[0]));
+  }
   return outputs;
 }
 

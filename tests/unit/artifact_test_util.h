@@ -36,5 +36,11 @@ absl::StatusOr<ArtifactBytes> GenerateFor(Graph& graph, const std::string& targe
 // output (graph output 0) of each run, in order.
 std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,
                                 const std::vector<int32_t>& thread_counts, const std::string& target_spec = "host");
+// RunArtifact for a graph of any inputs (in graph-input order) and outputs: every graph
+// output of each run.
+std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::string& pipeline,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const std::vector<int32_t>& thread_counts,
+                                                    const std::string& target_spec = "host");
 
 }  // namespace kiln
