@@ -224,6 +224,8 @@ std::shared_ptr<const Tensor> TryEvaluate(Value* value, std::unordered_map<Value
   if (node == nullptr || depth > 64) return nullptr;
   const OpSchema* schema = FindOp(node->op());
   if (schema == nullptr) return nullptr;
+  // Shape of a shape known only at run time is not known now.
+  if (schema->from_types && (node->input(0) == nullptr || !node->input(0)->type().IsStatic())) return nullptr;
   std::vector<std::shared_ptr<const Tensor>> holders;
   std::vector<const Tensor*> args;
   if (!schema->from_types) {
