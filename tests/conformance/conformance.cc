@@ -113,8 +113,10 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
     if (outcome != Outcome::kPass) break;
     std::vector<const void*> in_ptrs;
     std::vector<void*> out_ptrs;
-    for (auto& t : inputs) in_ptrs.push_back(t.data());
-    for (auto& t : outputs) out_ptrs.push_back(t.data());
+    // The runtime takes no NULL buffer, and an empty tensor has no storage: give it a byte.
+    static char empty_storage;
+    for (auto& t : inputs) in_ptrs.push_back(t.num_elements() > 0 ? t.data() : &empty_storage);
+    for (auto& t : outputs) out_ptrs.push_back(t.num_elements() > 0 ? t.data() : &empty_storage);
     if (kiln_session_run(session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) {
       detail = kiln_last_error();
       outcome = Outcome::kFail;
