@@ -22,6 +22,7 @@
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
+#include "kiln/kernels/resize.h"
 
 namespace kiln::ops {
 
@@ -36,6 +37,7 @@ void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
+void RegisterResizeOps(Registry& registry);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

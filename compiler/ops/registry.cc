@@ -209,6 +209,7 @@ void EnsureRegistered() {
     ops::RegisterNnOps(registry);
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
+    ops::RegisterResizeOps(registry);
     return true;
   }();
   (void)done;

@@ -15,6 +15,7 @@ const ref::RefTable& Table() {
   static const ref::RefTable* table = [] {
     auto* t = new ref::RefTable;
     ref::AddElementwiseOps(*t);
+    ref::AddResizeOps(*t);
     return t;
   }();
   return *table;
