@@ -265,6 +265,57 @@ OPSET18_CASES = [
 ]
 
 
+# Node-test-style cases of Kiln's own for what the suite leaves out: Upsample-7 (scales as
+# an attribute), Resize-10, a uint8 nearest resize, a 5-D linear one. (name, opset, op,
+# attributes, input dims, dtype, scales, sizes, roi, the reference's attributes: Resize-10
+# and Upsample resample asymmetrically, nearest rounding down when upsampling and up when
+# downsampling.)
+OWN_CASES = [
+    ("kiln_upsample7_nearest", 7, "Upsample", {"mode": "nearest", "scales": [1.0, 1.0, 2.0, 3.0]}, (1, 2, 3, 3),
+     np.float32, None, None, None, {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
+    ("kiln_upsample7_linear", 7, "Upsample", {"mode": "linear", "scales": [1.0, 1.0, 2.0, 2.5]}, (1, 1, 3, 4),
+     np.float32, None, None, None, {"coordinate_transformation_mode": "asymmetric"}),
+    ("kiln_resize10_nearest_down", 10, "Resize", {"mode": "nearest"}, (1, 1, 5, 6), np.float32,
+     [1.0, 1.0, 0.6, 0.5], None, None, {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "ceil"}),
+    ("kiln_resize10_linear", 10, "Resize", {"mode": "linear"}, (1, 2, 3, 4), np.float32, [1.0, 1.0, 1.5, 0.5],
+     None, None, {"coordinate_transformation_mode": "asymmetric"}),
+    ("kiln_resize13_nearest_uint8", 13, "Resize", {"mode": "nearest", "nearest_mode": "round_prefer_ceil"},
+     (1, 3, 4, 5), np.uint8, None, [1, 3, 7, 3], None, {"nearest_mode": "round_prefer_ceil"}),
+    ("kiln_resize13_linear_5d", 13, "Resize", {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+     (1, 2, 3, 4, 5), np.float32, [1.0, 1.0, 1.5, 0.5, 2.0], None, None,
+     {"mode": "linear", "coordinate_transformation_mode": "align_corners"}),
+]
+
+
+def write_own_cases(out_dir):
+    rng = np.random.default_rng(13)
+    for name, opset, op, attrs, dims, dtype, scales, sizes, roi, reference_attrs in OWN_CASES:
+        if dtype == np.uint8:
+            data = rng.integers(0, 256, dims).astype(dtype)
+        else:
+            data = rng.standard_normal(dims).astype(dtype)
+        reference = dict(attrs, **reference_attrs)
+        reference.pop("scales", None)
+        expected = resize_reference(data, reference, scales=attrs.get("scales", scales), sizes=sizes, roi=roi)
+        elem = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[np.dtype(dtype)]
+        given = {"roi": (roi, np.float32), "scales": (scales, np.float32), "sizes": (sizes, np.int64)}
+        slots = ["roi", "scales", "sizes"] if opset >= 11 else ["scales"] if scales is not None else []
+        inputs = ["X"] + [key if given[key][0] is not None else "" for key in slots]
+        initializers = [numpy_helper.from_array(np.array(given[key][0], dtype=given[key][1]), key)
+                        for key in slots if given[key][0] is not None]
+        node = onnx.helper.make_node(op, inputs, ["Y"], **attrs)
+        graph = onnx.helper.make_graph(
+            [node], name, [onnx.helper.make_tensor_value_info("X", elem, dims)],
+            [onnx.helper.make_tensor_value_info("Y", elem, expected.shape)], initializer=initializers)
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+        onnx.checker.check_model(model)
+        case_set = os.path.join(out_dir, name, "test_data_set_0")
+        os.makedirs(case_set, exist_ok=True)
+        onnx.save(model, os.path.join(out_dir, name, "model.onnx"))
+        onnx.save_tensor(numpy_helper.from_array(data, "X"), os.path.join(case_set, "input_0.pb"))
+        onnx.save_tensor(numpy_helper.from_array(expected, "Y"), os.path.join(case_set, "output_0.pb"))
+
+
 def write_opset18_cases(out_dir):
     rng = np.random.default_rng(21)
     for name, attrs, dims, scales, sizes, roi in OPSET18_CASES:
@@ -294,7 +345,9 @@ def main():
             rewrite_suite_case(os.path.join(args.node_data, name), os.path.join(args.out, name))
             written += 1
     checked = check_reference_on_suite(args.node_data)
-    print("make_resize_cases: %d suite cases in %s; the numpy reference matches %d" % (written, args.out, checked))
+    write_own_cases(args.out)
+    print("make_resize_cases: %d suite cases and %d of Kiln's own in %s; the numpy reference matches %d suite cases"
+          % (written, len(OWN_CASES), args.out, checked))
     if args.opset18_out:
         if check_antialias_against_torch():
             print("make_resize_cases: the antialiased linear and cubic reference matches PyTorch's")

@@ -1,9 +1,9 @@
 // Resize-18 features libonnx 1.12 cannot import (antialias, half_pixel_symmetric,
 // keep_aspect_ratio_policy, axes), built as IR and compiled into artifacts, against the
 // expected outputs tests/conformance/make_resize_cases.py computes with its numpy
-// reference of the specification (cases in $KILN_RESIZE_CASES), and against the
-// independent reference (compiler/reference). Also TopK's ties and a computed Trilu k /
-// CumSum axis in artifacts.
+// reference of the specification ($KILN_RESIZE_CASES/opset18), and the independent
+// reference (compiler/reference) against those and the suite's cases
+// ($KILN_RESIZE_CASES/suite). TopK's ties and shapes against the reference.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "artifact_test_util.h"
 #include "gtest/gtest.h"
 #include "kiln/common/file.h"
@@ -93,15 +94,23 @@ double MaxError(const Tensor& got, const Tensor& want) {
   return worst;
 }
 
+// The cases make_resize_cases.py wrote under $KILN_RESIZE_CASES/<kind>; empty when unset.
+std::vector<fs::path> Cases(const char* kind) {
+  std::vector<fs::path> cases;
+  const char* root = std::getenv("KILN_RESIZE_CASES");
+  if (root == nullptr) return cases;
+  for (const auto& entry : fs::directory_iterator(fs::path(root) / kind)) cases.push_back(entry.path());
+  return cases;
+}
+
 TEST(ResizeTest, Opset18CasesMatchTheSpecification) {
-  const char* dir = std::getenv("KILN_RESIZE_CASES");
-  if (dir == nullptr) GTEST_SKIP() << "KILN_RESIZE_CASES is not set (ctest sets it)";
+  if (std::getenv("KILN_RESIZE_CASES") == nullptr) GTEST_SKIP() << "KILN_RESIZE_CASES is not set (ctest sets it)";
   int cases = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    SCOPED_TRACE(entry.path().filename().string());
-    const Tensor x = ReadTensor(entry.path() / "input_0.pb");
-    const Tensor want = ReadTensor(entry.path() / "output_0.pb");
-    std::unique_ptr<Graph> graph = ResizeGraph(entry.path() / "attributes.txt", x);
+  for (const fs::path& dir : Cases("opset18")) {
+    SCOPED_TRACE(dir.filename().string());
+    const Tensor x = ReadTensor(dir / "input_0.pb");
+    const Tensor want = ReadTensor(dir / "output_0.pb");
+    std::unique_ptr<Graph> graph = ResizeGraph(dir / "attributes.txt", x);
     ASSERT_EQ(graph->outputs()[0]->type().StaticDims(), want.dims());
     auto reference = ReferenceRunGraph(*graph, {x});
     ASSERT_TRUE(reference.ok()) << reference.status();
@@ -110,6 +119,73 @@ TEST(ResizeTest, Opset18CasesMatchTheSpecification) {
     ++cases;
   }
   EXPECT_GT(cases, 10);
+}
+
+// Each output of a graph run by the independent reference against the expected outputs.
+void ExpectReferenceMatches(const Graph& graph, const std::vector<Tensor>& inputs, const std::vector<Tensor>& want) {
+  auto got = ReferenceRunGraph(graph, inputs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ((*got)[i].dims(), want[i].dims());
+    ASSERT_EQ((*got)[i].dtype(), want[i].dtype());
+    for (int64_t j = 0; j < want[i].num_elements(); ++j) {
+      EXPECT_NEAR((*got)[i].GetAsDouble(j), want[i].GetAsDouble(j), 1e-5 * (1 + std::fabs(want[i].GetAsDouble(j))))
+          << "output " << i << " element " << j;
+    }
+  }
+}
+
+TEST(ResizeTest, ReferenceMatchesTheSuite) {
+  if (std::getenv("KILN_RESIZE_CASES") == nullptr) GTEST_SKIP() << "KILN_RESIZE_CASES is not set (ctest sets it)";
+  int cases = 0;
+  for (const fs::path& dir : Cases("suite")) {
+    SCOPED_TRACE(dir.filename().string());
+    auto bytes = ReadFile((dir / "model.onnx").string());
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    auto graph = ImportOnnxModel(*bytes, ImportOptions{});
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::vector<Tensor> want;
+    for (int i = 0; fs::exists(dir / "test_data_set_0" / absl::StrCat("output_", i, ".pb")); ++i) {
+      want.push_back(ReadTensor(dir / "test_data_set_0" / absl::StrCat("output_", i, ".pb")));
+    }
+    ExpectReferenceMatches(**graph, {ReadTensor(dir / "test_data_set_0" / "input_0.pb")}, want);
+    ++cases;
+  }
+  EXPECT_GT(cases, 30);
+}
+
+// TopK(x, k) on axis with largest/smallest, compiled, against the reference: ties (x has
+// few distinct values) must keep the lower index first.
+void CheckTopK(std::vector<int64_t> dims, int64_t axis, int64_t k, int64_t largest) {
+  SCOPED_TRACE(absl::StrCat("axis ", axis, " k ", k, " largest ", largest));
+  Graph graph;
+  Value* x = graph.AddValue("x", TensorType::Static(DType::kFloat32, dims));
+  graph.AddInput(x);
+  Value* kv = graph.AddConstant("k", Vector1D(DType::kInt64, {static_cast<double>(k)}));
+  Node* node = graph.AddNode("TopK", "topk", {x, kv}, {"values", "indices"}, 11);
+  node->mutable_attrs()["axis"] = axis;
+  node->mutable_attrs()["largest"] = largest;
+  graph.AddOutput(node->output(1));
+  ASSERT_TRUE(InferTypes(graph).ok());
+  Tensor input(DType::kFloat32, dims);
+  for (int64_t i = 0; i < input.num_elements(); ++i) input.data_as<float>()[i] = static_cast<float>((i * 7919) % 5);
+  auto reference = ReferenceRunGraph(graph, {input});
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (const Tensor& got : RunArtifact(graph, kDefaultPipeline, input, {1, 2})) {
+    ASSERT_EQ(got.dims(), (*reference)[0].dims());
+    for (int64_t i = 0; i < got.num_elements(); ++i) {
+      EXPECT_EQ(got.data_as<int64_t>()[i], (*reference)[0].data_as<int64_t>()[i]) << "index " << i;
+    }
+  }
+}
+
+TEST(TopKTest, TiesKeepTheLowerIndexOnEveryAxis) {
+  CheckTopK({3, 17, 5}, 1, 6, 1);
+  CheckTopK({3, 17, 5}, 1, 17, 0);
+  CheckTopK({4, 31}, -1, 1, 1);
+  CheckTopK({13, 2}, 0, 13, 1);
+  CheckTopK({2, 3, 11}, 2, 2, 0);
 }
 
 }  // namespace
