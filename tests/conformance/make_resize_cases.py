@@ -260,6 +260,9 @@ OPSET18_CASES = [
     ("nearest_ceil_tf_crop", {"mode": "nearest", "nearest_mode": "ceil",
                               "coordinate_transformation_mode": "tf_crop_and_resize"},
      (1, 1, 5, 5), None, [1, 1, 3, 7], [0, 0, 0.1, 0.3, 1, 1, 0.7, 1.2]),
+    # 40 x 40 taps on the outer axes: past the kernel's 1024 per row, summed element by element.
+    ("antialias_linear_wide_outer_axes", {"mode": "linear", "antialias": 1}, (1, 1, 40, 40, 6), [1, 1, 0.05, 0.05, 0.5],
+     None, None),
     ("linear_3d_pytorch_half_pixel", {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
      (1, 1, 3, 4, 5), None, [1, 1, 1, 7, 2], None),
 ]

@@ -219,6 +219,99 @@ inline T FromDouble(double v) {
   }
 }
 
+// The outer axes' taps of one output row (all axes but the last) multiplied out: every
+// combination of one tap per axis, its offset the sum and its weight the product.
+constexpr int32_t kMaxCombinations = 1024;
+struct RowTaps {
+  int32_t count;
+  int64_t offset[kMaxCombinations];
+  double weight[kMaxCombinations];
+};
+
+enum RowKind { kRowInside, kRowOutside, kRowTooWide };
+
+// Fills `row` for output row `index`; kRowOutside where tf_crop_and_resize maps it outside
+// the input, kRowTooWide past kMaxCombinations (the caller then sums element by element).
+inline RowKind RowTapsAt(const kiln_resize_params& p, const Setup& s, const int64_t* out_dims, int64_t index,
+                         AxisTaps* axis_taps, RowTaps* row) {
+  row->count = 1;
+  row->offset[0] = 0;
+  row->weight[0] = 1;
+  for (int32_t d = s.rank - 2; d >= 0; --d) {
+    if (!TapsAt(p, s.axis[d], index % out_dims[d], axis_taps)) return kRowOutside;
+    index /= out_dims[d];
+    const int32_t n = row->count;
+    if (n * axis_taps->count > kMaxCombinations) return kRowTooWide;
+    // In place, last combination first: entry t * n + c reads entry c, written last (t = 0).
+    for (int32_t t = axis_taps->count - 1; t >= 0; --t) {
+      for (int32_t c = n - 1; c >= 0; --c) {
+        row->offset[t * n + c] = row->offset[c] + axis_taps->offset[t];
+        row->weight[t * n + c] = row->weight[c] * axis_taps->weight[t];
+      }
+    }
+    row->count = n * axis_taps->count;
+  }
+  return kRowInside;
+}
+
+// The last axis' taps for a block of output columns [begin, end), shared by every row.
+constexpr int32_t kBlockColumns = 512;
+constexpr int32_t kBlockTaps = 2048;
+struct ColumnBlock {
+  int64_t begin, end;
+  int32_t first[kBlockColumns];  // the column's first tap; -1 outside the input (extrapolate)
+  int32_t count[kBlockColumns];
+  int64_t offset[kBlockTaps];
+  double weight[kBlockTaps];
+};
+
+inline void FillColumns(const kiln_resize_params& p, const AxisSetup& a, int64_t begin, int64_t width,
+                        AxisTaps* axis_taps, ColumnBlock* block) {
+  block->begin = begin;
+  int32_t used = 0;
+  int64_t x = begin;
+  for (; x < width && x - begin < kBlockColumns; ++x) {
+    const int64_t j = x - begin;
+    if (!TapsAt(p, a, x, axis_taps)) {
+      block->first[j] = -1;
+      block->count[j] = 0;
+      continue;
+    }
+    if (used + axis_taps->count > kBlockTaps) break;  // a column has at most kMaxTaps < kBlockTaps
+    block->first[j] = used;
+    block->count[j] = axis_taps->count;
+    for (int32_t t = 0; t < axis_taps->count; ++t) {
+      block->offset[used + t] = axis_taps->offset[t];
+      block->weight[used + t] = axis_taps->weight[t];
+    }
+    used += axis_taps->count;
+  }
+  block->end = x;
+}
+
+// One output row's columns of `block`: the row's combinations times each column's taps.
+template <typename T>
+inline void ResampleRow(const T* in, const RowTaps& row, bool inside, const ColumnBlock& block, T extrapolation,
+                        T* line) {
+  for (int64_t x = block.begin; x < block.end; ++x) {
+    const int64_t j = x - block.begin;
+    if (!inside || block.first[j] < 0) {
+      line[x] = extrapolation;
+      continue;
+    }
+    const int64_t* offset = block.offset + block.first[j];
+    const double* weight = block.weight + block.first[j];
+    double sum = 0;
+    for (int32_t c = 0; c < row.count; ++c) {
+      const T* base = in + row.offset[c];
+      double column = 0;
+      for (int32_t t = 0; t < block.count[j]; ++t) column += weight[t] * static_cast<double>(base[offset[t]]);
+      sum += row.weight[c] * column;
+    }
+    line[x] = FromDouble<T>(sum);
+  }
+}
+
 struct Resize {
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_resize_params& params) {
@@ -227,29 +320,39 @@ struct Resize {
     const kiln_ktensor& out = call->outputs[0];
     const int64_t total = Numel(out);
     if (total == 0) return KILN_KERR_OK;
-    const int32_t last = setup.rank - 1;
-    const int64_t width = setup.rank > 0 ? out.dims[last] : 1;
     const T* pi = InputData<T>(call, 0);
     T* po = OutputData<T>(call);
-    const T extrapolation = FromDouble<T>(params.extrapolation_value);
     if (setup.rank == 0) {
       po[0] = pi[0];
       return KILN_KERR_OK;
     }
-    // One task per output row (all axes but the last); the outer axes' taps once per row.
+    const int32_t last = setup.rank - 1;
+    const int64_t width = out.dims[last];
+    const T extrapolation = FromDouble<T>(params.extrapolation_value);
+    // One task per range of output rows; in it, the last axis' taps once per block of
+    // columns and the outer axes' once per row and block.
     auto rows = [=](int64_t begin, int64_t end) {
+      ColumnBlock columns;
+      RowTaps row;
       AxisTaps taps[kMaxRank];
-      for (int64_t row = begin; row < end; ++row) {
-        bool outside = false;
-        int64_t rest = row;
-        for (int32_t d = last - 1; d >= 0; --d) {
-          outside |= !TapsAt(params, setup.axis[d], rest % out.dims[d], &taps[d]);
-          rest /= out.dims[d];
-        }
-        T* line = po + row * width;
-        for (int64_t x = 0; x < width; ++x) {
-          const bool inside = TapsAt(params, setup.axis[last], x, &taps[last]) && !outside;
-          line[x] = inside ? FromDouble<T>(WeightedSum(pi, taps, setup.rank)) : extrapolation;
+      for (int64_t x0 = 0; x0 < width; x0 = columns.end) {
+        FillColumns(params, setup.axis[last], x0, width, &taps[last], &columns);
+        for (int64_t r = begin; r < end; ++r) {
+          T* line = po + r * width;
+          const RowKind kind = RowTapsAt(params, setup, out.dims, r, &taps[0], &row);
+          if (kind != kRowTooWide) {
+            ResampleRow(pi, row, kind == kRowInside, columns, extrapolation, line);
+            continue;
+          }
+          int64_t rest = r;  // element by element: every axis' taps, summed over all combinations
+          for (int32_t d = last - 1; d >= 0; --d) {
+            TapsAt(params, setup.axis[d], rest % out.dims[d], &taps[d]);
+            rest /= out.dims[d];
+          }
+          for (int64_t x = columns.begin; x < columns.end; ++x) {
+            const bool inside = TapsAt(params, setup.axis[last], x, &taps[last]);
+            line[x] = inside ? FromDouble<T>(WeightedSum(pi, taps, setup.rank)) : extrapolation;
+          }
         }
       }
     };
