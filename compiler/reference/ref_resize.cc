@@ -4,6 +4,8 @@
 // them; TopK by repeatedly taking the best remaining element. Plain loops in double.
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "ref_ops.h"
@@ -13,20 +15,35 @@ namespace {
 
 using Result = absl::StatusOr<std::vector<Tensor>>;
 
-void Store(Tensor& t, int64_t i, double v) {
-  switch (t.dtype()) {
-    case DType::kFloat32: t.data_as<float>()[i] = static_cast<float>(v); return;
-    case DType::kFloat64: t.data_as<double>()[i] = v; return;
-    case DType::kInt64: t.data_as<int64_t>()[i] = static_cast<int64_t>(std::nearbyint(v)); return;
-    case DType::kInt32: t.data_as<int32_t>()[i] = static_cast<int32_t>(std::nearbyint(v)); return;
-    case DType::kInt8:
-      t.data_as<int8_t>()[i] = static_cast<int8_t>(std::fmin(127, std::fmax(-128, std::nearbyint(v))));
-      return;
-    case DType::kUInt8:
-      t.data_as<uint8_t>()[i] = static_cast<uint8_t>(std::fmin(255, std::fmax(0, std::nearbyint(v))));
-      return;
-    default: t.data_as<float>()[i] = static_cast<float>(v); return;
+// Element i of t set to v: an integer type takes v truncated toward zero (the
+// specification's reference casts its float result), saturated to the type's range.
+template <typename T>
+void StoreAs(Tensor& t, int64_t i, double v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    t.data_as<T>()[i] = static_cast<T>(v);
+  } else {
+    const double low = static_cast<double>(std::numeric_limits<T>::lowest());
+    const double high = static_cast<double>(std::numeric_limits<T>::max());
+    t.data_as<T>()[i] = static_cast<T>(std::min(high, std::max(low, std::trunc(v))));
   }
+}
+
+absl::Status Store(Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::kFloat32: StoreAs<float>(t, i, v); break;
+    case DType::kFloat64: StoreAs<double>(t, i, v); break;
+    case DType::kInt8: StoreAs<int8_t>(t, i, v); break;
+    case DType::kUInt8: StoreAs<uint8_t>(t, i, v); break;
+    case DType::kInt16: StoreAs<int16_t>(t, i, v); break;
+    case DType::kUInt16: StoreAs<uint16_t>(t, i, v); break;
+    case DType::kInt32: StoreAs<int32_t>(t, i, v); break;
+    case DType::kUInt32: StoreAs<uint32_t>(t, i, v); break;
+    case DType::kInt64: StoreAs<int64_t>(t, i, v); break;
+    case DType::kUInt64: StoreAs<uint64_t>(t, i, v); break;
+    case DType::kBool: t.data_as<bool>()[i] = v != 0; break;
+    default: return absl::UnimplementedError(absl::StrCat("element type ", static_cast<int>(t.dtype())));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<double> Doubles(const Tensor* t) {
@@ -205,7 +222,9 @@ Result EvaluateResize(const Node& node, const Inputs& in) {
   std::vector<double> data = Doubles(&x);
   for (size_t d = dims.size(); d-- > 0;) data = ResampleAxis(r, data, dims, d, (*axes)[d]);
   Tensor out(x.dtype(), dims);
-  for (int64_t i = 0; i < out.num_elements(); ++i) Store(out, i, data[i]);
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    if (absl::Status s = Store(out, i, data[i]); !s.ok()) return s;
+  }
   return std::vector<Tensor>{std::move(out)};
 }
 
@@ -237,7 +256,7 @@ Result EvaluateTopK(const Node& node, const Inputs& in) {
         }
         taken[best] = true;
         const int64_t at = (o * k + s) * inner + i;
-        Store(values, at, x.GetAsDouble((o * len + best) * inner + i));
+        if (absl::Status s = Store(values, at, x.GetAsDouble((o * len + best) * inner + i)); !s.ok()) return s;
         indices.data_as<int64_t>()[at] = best;
       }
     }

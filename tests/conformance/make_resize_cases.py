@@ -269,7 +269,8 @@ OPSET18_CASES = [
 
 
 # Node-test-style cases of Kiln's own for what the suite leaves out: Upsample-7 (scales as
-# an attribute), Resize-10, a uint8 nearest resize, a 5-D linear one. (name, opset, op,
+# an attribute), Resize-10, uint8 (nearest; linear, whose results the reference truncates
+# as it casts), a 5-D linear one. (name, opset, op,
 # attributes, input dims, dtype, scales, sizes, roi, the reference's attributes: Resize-10
 # and Upsample resample asymmetrically, nearest rounding down when upsampling and up when
 # downsampling.)
@@ -284,6 +285,8 @@ OWN_CASES = [
      None, None, {"coordinate_transformation_mode": "asymmetric"}),
     ("kiln_resize13_nearest_uint8", 13, "Resize", {"mode": "nearest", "nearest_mode": "round_prefer_ceil"},
      (1, 3, 4, 5), np.uint8, None, [1, 3, 7, 3], None, {"nearest_mode": "round_prefer_ceil"}),
+    ("kiln_resize13_linear_uint8", 13, "Resize", {"mode": "linear"}, (1, 2, 3, 5), np.uint8, None, [1, 2, 7, 8],
+     None, {}),
     ("kiln_resize13_linear_5d", 13, "Resize", {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
      (1, 2, 3, 4, 5), np.float32, [1.0, 1.0, 1.5, 0.5, 2.0], None, None,
      {"mode": "linear", "coordinate_transformation_mode": "align_corners"}),

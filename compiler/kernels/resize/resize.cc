@@ -203,7 +203,8 @@ inline double WeightedSum(const T* in, const AxisTaps* taps, int32_t rank) {
   }
 }
 
-// A double as T: integers rounded to nearest and saturated (a cubic filter overshoots).
+// A double as T: integers truncated toward zero, as the specification's reference (a cast
+// of its float result) and ONNX Runtime have it, and saturated (a cubic filter overshoots).
 template <typename T>
 inline T FromDouble(double v) {
   if constexpr (kIsFloat<T>) {
@@ -214,7 +215,7 @@ inline T FromDouble(double v) {
     constexpr double kBits = 8.0 * sizeof(T);
     const double low = std::is_signed_v<T> ? -ldexp(1.0, static_cast<int>(kBits) - 1) : 0.0;
     const double high = std::is_signed_v<T> ? ldexp(1.0, static_cast<int>(kBits) - 1) - 1 : ldexp(1.0, kBits) - 1;
-    v = floor(v + 0.5);
+    v = trunc(v);
     return static_cast<T>(v < low ? low : v > high ? high : v);
   }
 }
