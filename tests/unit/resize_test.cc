@@ -3,7 +3,8 @@
 // expected outputs tests/conformance/make_resize_cases.py computes with its numpy
 // reference of the specification ($KILN_RESIZE_CASES/opset18), and the independent
 // reference (compiler/reference) against those and the suite's cases
-// ($KILN_RESIZE_CASES/suite). TopK's ties and shapes against the reference.
+// ($KILN_RESIZE_CASES/suite). TopK's ties and shapes against the reference; CumSum's axis
+// read by its kernel at run time.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "kiln/common/file.h"
 #include "kiln/compiler/frontend.h"
+#include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/pipeline.h"
 #include "kiln/compiler/reference.h"
@@ -186,6 +188,33 @@ TEST(TopKTest, TiesKeepTheLowerIndexOnEveryAxis) {
   CheckTopK({4, 31}, -1, 1, 1);
   CheckTopK({13, 2}, 0, 13, 1);
   CheckTopK({2, 3, 11}, 2, 2, 0);
+}
+
+// CumSum with its axis a graph input: the kernel reads it, a negative one counted from the
+// end, and refuses one out of range (KILN_KERR_INDEX, an error from the interpreter).
+TEST(RuntimeInputsTest, CumSumReadsItsAxisAtRunTime) {
+  Graph graph;
+  Value* x = graph.AddValue("x", TensorType::Static(DType::kFloat32, {2, 3}));
+  Value* axis = graph.AddValue("axis", TensorType::Static(DType::kInt64, {}));
+  graph.AddInput(x);
+  graph.AddInput(axis);
+  graph.AddOutput(graph.AddNode("CumSum", "cumsum", {x, axis}, {"y"}, 14)->output(0));
+  ASSERT_TRUE(InferTypes(graph).ok());
+  Tensor input(DType::kFloat32, {2, 3});
+  for (int64_t i = 0; i < 6; ++i) input.data_as<float>()[i] = static_cast<float>(i + 1);
+  auto run = [&](int64_t a) {
+    Tensor axis_value(DType::kInt64, {});
+    axis_value.data_as<int64_t>()[0] = a;
+    return RunGraph(graph, {input, axis_value});
+  };
+  const float rows[] = {1, 3, 6, 4, 9, 15}, columns[] = {1, 2, 3, 5, 7, 9};
+  for (auto [a, want] : {std::pair<int64_t, const float*>{1, rows}, {-1, rows}, {0, columns}, {-2, columns}}) {
+    auto y = run(a);
+    ASSERT_TRUE(y.ok()) << y.status();
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ((*y)[0].data_as<float>()[i], want[i]) << "axis " << a << " at " << i;
+  }
+  EXPECT_FALSE(run(2).ok());
+  EXPECT_FALSE(run(-3).ok());
 }
 
 }  // namespace
