@@ -156,9 +156,27 @@ absl::StatusOr<kiln_resize_params> ResizeParams(const Node& node) {
   return params;
 }
 
+// An antialiased filter spans 2 (linear) or 4 (cubic) input elements per output one
+// downscaled: at most KILN_RESIZE_MAX_TAPS, checked on the scale out / in of each axis.
+absl::Status CheckFilterWidth(const Node& node, const kiln_resize_params& params) {
+  if (params.antialias == 0 || params.mode == KILN_RESIZE_NEAREST) return absl::OkStatus();
+  const std::vector<int64_t> in = StaticDims(node.input(0)), out = StaticDims(node.output(0));
+  const double radius = params.mode == KILN_RESIZE_CUBIC ? 2 : 1;
+  for (size_t d = 0; d < in.size(); ++d) {
+    const double scale = static_cast<double>(out[d]) / static_cast<double>(in[d]);
+    if (out[d] == 0 || scale >= 1) continue;
+    if (2 - 2 * (std::floor(-radius / scale) + 1) > KILN_RESIZE_MAX_TAPS) {
+      return NodeError(node, absl::StrCat("an antialiased downscale of axis ", d, " from ", in[d], " to ", out[d],
+                                          " spans more than ", KILN_RESIZE_MAX_TAPS, " inputs (not supported)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Operands X, roi, scales, sizes; Upsample-7's scales attribute becomes a constant.
 absl::StatusOr<KernelCall> LowerResize(const Node& node) {
   KILN_ASSIGN_OR_RETURN(const kiln_resize_params params, ResizeParams(node));
+  KILN_RETURN_IF_ERROR(CheckFilterWidth(node, params));
   const ResizeInputs where = InputsOf(node);
   auto operand = [&](int i) { return Given(node, i) ? KernelOperand{i, nullptr} : KernelOperand{}; };
   KernelOperand scales = operand(where.scales);

@@ -49,15 +49,14 @@ std::shared_ptr<Tensor> Vector1D(DType dtype, const std::vector<double>& values)
 
 // A Resize-18 node over x from attributes.txt: one "key value..." line per attribute,
 // and scales, sizes and roi as constant inputs.
-std::unique_ptr<Graph> ResizeGraph(const fs::path& attributes, const Tensor& x) {
+std::unique_ptr<Graph> ResizeGraph(std::istream& attributes, const Tensor& x) {
   auto graph = std::make_unique<Graph>();
   Value* input = graph->AddValue("X", TensorType::Static(x.dtype(), x.dims()));
   graph->AddInput(input);
   std::vector<Value*> inputs = {input, nullptr, nullptr, nullptr};
   std::map<std::string, AttrValue> attrs;
-  std::ifstream file(attributes);
   std::string line;
-  while (std::getline(file, line)) {
+  while (std::getline(attributes, line)) {
     std::istringstream words(line);
     std::string key, word;
     words >> key;
@@ -112,7 +111,8 @@ TEST(ResizeTest, Opset18CasesMatchTheSpecification) {
     SCOPED_TRACE(dir.filename().string());
     const Tensor x = ReadTensor(dir / "input_0.pb");
     const Tensor want = ReadTensor(dir / "output_0.pb");
-    std::unique_ptr<Graph> graph = ResizeGraph(dir / "attributes.txt", x);
+    std::ifstream attributes(dir / "attributes.txt");
+    std::unique_ptr<Graph> graph = ResizeGraph(attributes, x);
     ASSERT_EQ(graph->outputs()[0]->type().StaticDims(), want.dims());
     auto reference = ReferenceRunGraph(*graph, {x});
     ASSERT_TRUE(reference.ok()) << reference.status();
@@ -121,6 +121,15 @@ TEST(ResizeTest, Opset18CasesMatchTheSpecification) {
     ++cases;
   }
   EXPECT_GT(cases, 10);
+}
+
+TEST(ResizeTest, RefusesAnAntialiasedFilterWiderThanTheKernelHolds) {
+  std::istringstream attributes("mode cubic\nantialias 1\nsizes 1 1 1 2\n");
+  std::unique_ptr<Graph> graph = ResizeGraph(attributes, Tensor(DType::kFloat32, {1, 1, 1, 200}));
+  auto artifact = GenerateFor(*graph, "host");
+  ASSERT_FALSE(artifact.ok());
+  EXPECT_NE(artifact.status().message().find("antialiased downscale of axis 3 from 200 to 2"), std::string::npos)
+      << artifact.status();
 }
 
 // Each output of a graph run by the independent reference against the expected outputs.

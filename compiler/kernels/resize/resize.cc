@@ -9,9 +9,9 @@ using namespace kiln_kernels;
 
 namespace {
 
-// Taps of one axis' filter. An antialiased cubic filter spans 4 / scale input elements, so
-// this allows downscaling it by up to 32.
-constexpr int32_t kMaxTaps = 128;
+// Taps of one axis' filter (the lowering refuses a downscale whose antialiased filter
+// would span more).
+constexpr int32_t kMaxTaps = KILN_RESIZE_MAX_TAPS;
 
 struct AxisTaps {
   int32_t count;

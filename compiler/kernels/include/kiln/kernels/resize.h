@@ -41,6 +41,10 @@ typedef enum kiln_resize_aspect {
   KILN_ASPECT_NOT_SMALLER = 2,
 } kiln_resize_aspect;
 
+/* The most input elements one axis' filter may span: an antialiased linear filter spans
+ * 2 / scale of them, a cubic one 4 / scale (so a cubic may downscale by up to 32). */
+enum { KILN_RESIZE_MAX_TAPS = 128 };
+
 /* Inputs: X, roi, scales, sizes (each but X may be omitted: data NULL or no elements).
  * roi, scales and sizes list the axes in `axes` (all axes when num_axes is 0). A scale
  * comes from scales when given, else from sizes / input dims (keep_aspect_ratio_policy). */
