@@ -42,7 +42,10 @@ KILN_ALWAYS_INLINE int32_t ReadScales(const kiln_kcall* call, const kiln_resize_
   const kiln_ktensor& in = call->inputs[0];
   const int64_t n = p.num_axes > 0 ? p.num_axes : in.rank;
   int64_t axes[kMaxRank];
-  for (int64_t i = 0; i < n; ++i) axes[i] = p.num_axes > 0 ? p.axes[i] : i;
+  for (int64_t i = 0; i < n; ++i) {
+    axes[i] = p.num_axes > 0 ? p.axes[i] : i;
+    if (axes[i] < 0 || axes[i] >= in.rank) return KILN_KERR_INDEX;
+  }
   if (Given(call, 2) && Numel(call->inputs[2]) != n) return KILN_KERR_INDEX;
   if (!Given(call, 2) && Given(call, 3) && Numel(call->inputs[3]) != n) return KILN_KERR_INDEX;
   if (Given(call, 1) && Numel(call->inputs[1]) != 2 * n) return KILN_KERR_INDEX;
