@@ -25,6 +25,7 @@
 #include "kiln/kernels/reduce.h"
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/shape.h"
+#include "kiln/kernels/resize.h"
 
 namespace kiln::ops {
 
@@ -46,6 +47,7 @@ std::map<std::string, OpSchema>& Table();
 void AttachDynamicShapes(std::map<std::string, OpSchema>& table);
 // The unary elementwise ops (Relu, Exp, ...): one kernel, one shape.
 std::vector<std::string> UnaryOpNames();
+void RegisterResizeOps(Registry& registry);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

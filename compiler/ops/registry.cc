@@ -206,6 +206,7 @@ void EnsureRegistered() {
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
     ops::RegisterRnnOps(registry);
+    ops::RegisterResizeOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

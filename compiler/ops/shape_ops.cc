@@ -588,16 +588,14 @@ void RegisterDepthToSpaceAndBack(Registry& registry) {
   }
 }
 
+// A constant k goes into the parameters; a computed one is the kernel's input 1, read at
+// run time (the output shape does not depend on it).
 absl::StatusOr<KernelCall> LowerTrilu(const Node& node) {
-  int64_t k = 0;
-  if (node.input(1) != nullptr) {
-    if (!node.input(1)->is_constant()) return NodeError(node, "k must be a compile-time constant");
-    k = node.input(1)->constant()->GetAsInt64(0);
-  }
   kiln_movement_params params{};
   params.upper = node.GetInt("upper", 1);
-  params.k = k;
-  return CallWithParams<kernel::trilu>(PassInputs(node, 1), params);
+  const Value* k = node.inputs().size() > 1 ? node.input(1) : nullptr;
+  if (k != nullptr && k->is_constant()) params.k = k->constant()->GetAsInt64(0);
+  return CallWithParams<kernel::trilu>(PassInputs(node, k != nullptr && !k->is_constant() ? 2 : 1), params);
 }
 
 absl::Status InferConstantOfShape(InferContext& ctx) {
@@ -660,17 +658,22 @@ absl::StatusOr<KernelCall> LowerOneHot(const Node& node) {
 }
 
 absl::Status InferCumSum(InferContext& ctx) {
-  auto axis = RequireConstant(ctx, 1, "axis");
-  if (!axis.ok()) return axis.status();
+  if (const Tensor* axis = ctx.constant(1); axis != nullptr && ctx.type(0).has_shape) {
+    KILN_RETURN_IF_ERROR(
+        NormalizeAxis(ctx.node, axis->GetAsInt64(0), static_cast<int64_t>(ctx.type(0).shape.size())).status());
+  }
   return SameAsInput0(ctx);
 }
 
+// A constant axis goes into the parameters; a computed one is the kernel's input 1, read
+// and checked at run time (the output shape does not depend on it).
 absl::StatusOr<KernelCall> LowerCumSum(const Node& node) {
-  int64_t axis = node.input(1)->constant()->GetAsInt64(0);
-  if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-  kiln_movement_params params = Axis(axis);
+  kiln_movement_params params{};
   params.exclusive = node.GetInt("exclusive", 0);
   params.reverse = node.GetInt("reverse", 0);
+  if (!node.input(1)->is_constant()) return CallWithParams<kernel::cumsum>(PassInputs(node, 2), params);
+  params.axis = node.input(1)->constant()->GetAsInt64(0);
+  if (params.axis < 0) params.axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
   return CallWithParams<kernel::cumsum>(PassInputs(node, 1), params);
 }
 
@@ -695,12 +698,12 @@ void RegisterShapeOps(Registry& registry) {
       {"ScatterND", 3, 3, 0, SameAsInput0, LowerScatterND},
       {"Tile", 2, 2, 0b10, InferTile, LowerTile},
       {"Pad", 1, 4, 0b1010, InferPad, LowerPad},
-      {"Trilu", 1, 2, 0b10, SameAsInput0, LowerTrilu},
+      {"Trilu", 1, 2, 0, SameAsInput0, LowerTrilu},
       {"ConstantOfShape", 1, 1, 0b1, InferConstantOfShape, LowerConstantOfShape},
       {"Range", 3, 3, 0b111, InferRange, LowerToKernel<kernel::range>},
       {"EyeLike", 1, 1, 0, InferEyeLike, LowerEyeLike},
       {"OneHot", 3, 3, 0b10, InferOneHot, LowerOneHot},
-      {"CumSum", 2, 2, 0b10, InferCumSum, LowerCumSum},
+      {"CumSum", 2, 2, 0, InferCumSum, LowerCumSum},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);
 }
