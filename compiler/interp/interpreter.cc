@@ -73,6 +73,9 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   for (const Value* out : node.outputs()) outputs.emplace_back(out->type().dtype, out->type().StaticDims());
   std::vector<kiln_ktensor> out_views;
   for (const Tensor& t : outputs) out_views.push_back(View(&t));
+  // The kernel's workspace, one more output after the node's (as codegen passes it).
+  Tensor scratch(DType::kUInt8, {call->scratch_bytes});
+  if (call->scratch_bytes > 0) out_views.push_back(View(&scratch));
   kiln_kcall kcall{};
   kcall.inputs = in_views.data();
   kcall.outputs = out_views.data();

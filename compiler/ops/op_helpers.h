@@ -16,12 +16,15 @@
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/elementwise.h"
 #include "kiln/kernels/gemm.h"
+#include "kiln/kernels/linalg.h"
+#include "kiln/kernels/loss.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/params.h"
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
+#include "kiln/kernels/sampling.h"
 
 namespace kiln::ops {
 
@@ -36,6 +39,9 @@ void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
+void RegisterLossOps(Registry& registry);
+void RegisterSamplingOps(Registry& registry);
+void RegisterLinalgOps(Registry& registry);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -209,6 +209,9 @@ void EnsureRegistered() {
     ops::RegisterNnOps(registry);
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
+    ops::RegisterLossOps(registry);
+    ops::RegisterSamplingOps(registry);
+    ops::RegisterLinalgOps(registry);
     return true;
   }();
   (void)done;

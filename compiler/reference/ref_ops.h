@@ -19,5 +19,9 @@ using RefTable = std::map<std::string, RefFn, std::less<>>;
 
 // One function per family file (ref_<family>.cc); reference.cc calls each once.
 void AddElementwiseOps(RefTable& table);
+void AddLossOps(RefTable& table);
+void AddSamplingOps(RefTable& table);
+void AddLinalgOps(RefTable& table);
+void AddNnExtraOps(RefTable& table);
 
 }  // namespace kiln::ref

@@ -15,6 +15,10 @@ const ref::RefTable& Table() {
   static const ref::RefTable* table = [] {
     auto* t = new ref::RefTable;
     ref::AddElementwiseOps(*t);
+    ref::AddLossOps(*t);
+    ref::AddSamplingOps(*t);
+    ref::AddLinalgOps(*t);
+    ref::AddNnExtraOps(*t);
     return t;
   }();
   return *table;

@@ -12,11 +12,14 @@
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/elementwise.h"
 #include "kiln/kernels/gemm.h"
+#include "kiln/kernels/linalg.h"
+#include "kiln/kernels/loss.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
+#include "kiln/kernels/sampling.h"
 
 // Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
 // KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a

@@ -1,0 +1,70 @@
+// MeanVarianceNormalization and ReverseSequence, from the ONNX specification.
+#include <cmath>
+
+#include "ref_nn_util.h"
+#include "ref_ops.h"
+
+namespace kiln::ref {
+namespace {
+
+using Result = absl::StatusOr<std::vector<Tensor>>;
+
+// Y = (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9), the expectations over `axes`
+// (default [0, 2, 3]): the specification's function body.
+Result MeanVarianceNormalization(const Node& node, const Inputs& in) {
+  const std::vector<int64_t> dims = in[0]->dims();
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  std::vector<bool> reduced(dims.size(), false);
+  for (int64_t axis : node.GetInts("axes", {0, 2, 3})) reduced[axis < 0 ? axis + rank : axis] = true;
+  const std::vector<double> x = Doubles(*in[0]);
+  // Each element's group: its index with the reduced axes set to 0.
+  auto group = [&](int64_t i) {
+    std::vector<int64_t> index = Unflatten(dims, i);
+    for (size_t d = 0; d < dims.size(); ++d) index[d] = reduced[d] ? 0 : index[d];
+    return Flatten(dims, index);
+  };
+  std::vector<double> sum(x.size(), 0.0), squares(x.size(), 0.0), count(x.size(), 0.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t g = group(static_cast<int64_t>(i));
+    sum[g] += x[i];
+    squares[g] += x[i] * x[i];
+    count[g] += 1;
+  }
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t g = group(static_cast<int64_t>(i));
+    const double mean = sum[g] / count[g];
+    y[i] = (x[i] - mean) / (std::sqrt(squares[g] / count[g] - mean * mean) + 1e-9);
+  }
+  return std::vector<Tensor>{FloatTensor(in[0]->dtype(), dims, y)};
+}
+
+// Along time_axis, batch entry b's first sequence_lens[b] elements in reverse order, the
+// rest as they were; works on the bytes, so any element type.
+Result ReverseSequence(const Node& node, const Inputs& in) {
+  const std::vector<int64_t> dims = in[0]->dims();
+  const int64_t time = node.GetInt("time_axis", 0), batch = node.GetInt("batch_axis", 1);
+  const std::vector<int64_t> lens = Ints(*in[1]);
+  Tensor out(in[0]->dtype(), dims);
+  const int64_t size = DTypeSize(in[0]->dtype());
+  const auto* src = static_cast<const unsigned char*>(in[0]->data());
+  auto* dst = static_cast<unsigned char*>(out.data());
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    std::vector<int64_t> index = Unflatten(dims, i);
+    const int64_t len = lens[index[batch]];
+    if (len < 0 || len > dims[time]) return absl::InvalidArgumentError("a sequence length is out of range");
+    if (index[time] < len) index[time] = len - 1 - index[time];
+    const int64_t from = Flatten(dims, index);
+    for (int64_t b = 0; b < size; ++b) dst[i * size + b] = src[from * size + b];
+  }
+  return std::vector<Tensor>{std::move(out)};
+}
+
+}  // namespace
+
+void AddNnExtraOps(RefTable& table) {
+  table["MeanVarianceNormalization"] = MeanVarianceNormalization;
+  table["ReverseSequence"] = ReverseSequence;
+}
+
+}  // namespace kiln::ref
