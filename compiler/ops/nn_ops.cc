@@ -494,7 +494,6 @@ void RegisterPools(Registry& registry) {
       if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
       std::vector<int64_t> x = ctx.type(0).StaticDims();
       if (x.size() < 3 || x.size() > 5) return NodeError(ctx.node, "input must be 3-D, 4-D or 5-D");
-      if (ctx.node.GetInt("storage_order", 0) != 0) return NodeError(ctx.node, "storage_order=1 is not supported");
       auto win =
           ComputeWindow(ctx.node, Spatial(x), ctx.node.GetInts("kernel_shape"), ctx.node.GetInt("ceil_mode", 0) != 0);
       if (!win.ok()) return win.status();
@@ -512,6 +511,7 @@ void RegisterPools(Registry& registry) {
       KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
       params.count_include_pad = node.GetInt("count_include_pad", 0);
       params.p = static_cast<double>(node.GetInt("p", 2));
+      params.storage_order = node.GetInt("storage_order", 0) != 0 ? 1 : 0;
       return CallWithParams<kernel::pool>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
@@ -595,6 +595,23 @@ absl::StatusOr<KernelCall> LowerLRN(const Node& node) {
   return CallWithParams<kernel::lrn>(PassInputs(node, 1), params);
 }
 
+// Dropout as the importer leaves it: only where training_mode is not a constant false and
+// the ratio not a constant 0 (those are an Identity and an all-true mask). The mask is bool.
+absl::Status InferDropout(InferContext& ctx) {
+  if (auto st = RequireFloat(ctx); !st.ok()) return st;
+  if (ctx.output_types.size() > 1) {
+    ctx.output_types[1] = ctx.type(0);
+    ctx.output_types[1].dtype = DType::kBool;
+  }
+  return SameAsInput0(ctx);
+}
+
+absl::StatusOr<KernelCall> LowerDropout(const Node& node) {
+  kiln_elementwise_params params{};
+  params.seed = node.GetInt("seed", 0);
+  return CallWithParams<kernel::dropout>(PassAllInputs(node), params);
+}
+
 }  // namespace
 
 void RegisterNnOps(Registry& registry) {
@@ -610,6 +627,7 @@ void RegisterNnOps(Registry& registry) {
       {"InstanceNormalization", 3, 3, 0, SameFloatTypeAsInput0, LowerInstanceNormalization},
       {"LayerNormalization", 2, 3, 0, InferLayerNormalization, LowerLayerNormalization},
       {"LRN", 1, 1, 0, SameFloatTypeAsInput0, LowerLRN},
+      {"Dropout", 1, 3, 0, InferDropout, LowerDropout},
       {"MeanVarianceNormalization", 1, 1, 0, InferMeanVarianceNormalization, LowerMeanVarianceNormalization},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);

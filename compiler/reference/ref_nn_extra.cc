@@ -1,5 +1,6 @@
-// MeanVarianceNormalization and ReverseSequence, from the ONNX specification.
+// MeanVarianceNormalization, ReverseSequence and Dropout, from the ONNX specification.
 #include <cmath>
+#include <random>
 
 #include "ref_nn_util.h"
 #include "ref_ops.h"
@@ -60,9 +61,36 @@ Result ReverseSequence(const Node& node, const Inputs& in) {
   return std::vector<Tensor>{std::move(out)};
 }
 
+// Dropout: out of training (training_mode absent or false) or at ratio 0, the input and an
+// all-true mask. In training the specification leaves the draws to the implementation;
+// Kiln draws as ONNX's reference does, numpy.random.seed(seed) then uniform(0, 1) per
+// element: MT19937 (std::mt19937 shares its seeding) and numpy's 53-bit doubles.
+double NumpyUniform(std::mt19937& generator) {
+  const double a = static_cast<double>(generator() >> 5), b = static_cast<double>(generator() >> 6);
+  return (a * 67108864.0 + b) / 9007199254740992.0;
+}
+
+Result Dropout(const Node& node, const Inputs& in) {
+  const double ratio = in.size() > 1 && in[1] != nullptr ? in[1]->GetAsDouble(0) : 0.5;
+  const bool training = in.size() > 2 && in[2] != nullptr && in[2]->GetAsInt64(0) != 0;
+  const std::vector<double> x = Doubles(*in[0]);
+  std::vector<double> y(x.size());
+  Tensor mask(DType::kBool, in[0]->dims());
+  std::mt19937 generator(static_cast<uint32_t>(node.GetInt("seed", 0)));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool keep = !training || ratio == 0 || NumpyUniform(generator) >= ratio;
+    y[i] = keep ? (training && ratio != 0 ? x[i] / (1 - ratio) : x[i]) : 0.0;
+    mask.data_as<uint8_t>()[i] = keep ? 1 : 0;
+  }
+  std::vector<Tensor> results{FloatTensor(in[0]->dtype(), in[0]->dims(), y)};
+  if (node.outputs().size() > 1) results.push_back(std::move(mask));
+  return results;
+}
+
 }  // namespace
 
 void AddNnExtraOps(RefTable& table) {
+  table["Dropout"] = Dropout;
   table["MeanVarianceNormalization"] = MeanVarianceNormalization;
   table["ReverseSequence"] = ReverseSequence;
 }

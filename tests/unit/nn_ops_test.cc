@@ -1,13 +1,18 @@
-// The losses, sampling and linear-algebra ops, MeanVarianceNormalization and
-// ReverseSequence on odd shapes (primes, 1, broadcast '...' dims): the interpreter's
-// kernels and a compiled artifact against the independent reference (compiler/reference).
+// The losses, sampling and linear-algebra ops, MeanVarianceNormalization, ReverseSequence
+// and training-mode Dropout on odd shapes (primes, 1, broadcast '...' dims): the
+// interpreter's kernels and a compiled artifact against the independent reference
+// (compiler/reference). Then what the node tests leave out: bfloat16 NaN, MaxPool's
+// column-major indices beyond 2-D, training-mode BatchNormalization through the default
+// pipeline.
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "artifact_test_util.h"
 #include "gtest/gtest.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
+#include "kiln/compiler/pipeline.h"
 #include "kiln/compiler/reference.h"
 
 namespace kiln {
@@ -177,6 +182,121 @@ TEST(NnOpsTest, DetMvnAndReverseSequenceMatchTheReference) {
                          {{"time_axis", int64_t{1}}, {"batch_axis", int64_t{0}}},
                          1,
                          10});
+}
+
+TEST(NnOpsTest, TrainingDropoutMatchesTheReference) {
+  auto ratio = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+  ratio->data_as<float>()[0] = 0.3f;
+  auto training = std::make_shared<Tensor>(DType::kBool, std::vector<int64_t>{});
+  training->data_as<uint8_t>()[0] = 1;
+  CheckAgainstReference({"Dropout", {Uniform({3, 7, 5}, -1, 1, 40), ratio, training}, {{"seed", int64_t{7}}}, 2, 13});
+  training->data_as<uint8_t>()[0] = 0;
+  CheckAgainstReference({"Dropout", {Uniform({3, 7, 5}, -1, 1, 41), ratio, training}, {}, 2, 13});
+}
+
+// One node on constant inputs, evaluated by the interpreter.
+std::vector<Tensor> Evaluate(const std::string& op, std::vector<std::shared_ptr<Tensor>> inputs,
+                             std::map<std::string, AttrValue> attrs, int num_outputs, int opset) {
+  Graph g;
+  std::vector<Value*> values;
+  for (size_t i = 0; i < inputs.size(); ++i) values.push_back(g.AddConstant("in" + std::to_string(i), inputs[i]));
+  std::vector<std::string> outputs;
+  for (int i = 0; i < num_outputs; ++i) outputs.push_back("y" + std::to_string(i));
+  Node* node = g.AddNode(op, "node", values, outputs, opset);
+  node->mutable_attrs() = std::move(attrs);
+  for (Value* out : node->outputs()) g.AddOutput(out);
+  EXPECT_TRUE(InferTypes(g).ok());
+  std::vector<const Tensor*> args;
+  for (const auto& t : inputs) args.push_back(t.get());
+  absl::StatusOr<std::vector<Tensor>> results = EvaluateNode(*g.nodes()[0], args);
+  EXPECT_TRUE(results.ok()) << results.status().message();
+  return results.ok() ? *results : std::vector<Tensor>{};
+}
+
+TEST(NnOpsTest, CastToBfloat16TruncatesAndKeepsNaNQuiet) {
+  auto x = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{5});
+  const uint32_t bits[5] = {0x3f80ffffu, 0xbf7f0001u, 0x7f800001u, 0xff800000u, 0x00000001u};
+  std::memcpy(x->data(), bits, sizeof(bits));
+  const std::vector<Tensor> y = Evaluate("Cast", {x}, {{"to", int64_t{16}}}, 1, 13);
+  ASSERT_EQ(y.size(), 1u);
+  const uint16_t want[5] = {0x3f80, 0xbf7f, 0x7fc0, 0xff80, 0x0000};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(y[0].data_as<uint16_t>()[i], want[i]) << i;
+  const std::vector<Tensor> back = Evaluate("Cast", {std::make_shared<Tensor>(y[0])}, {{"to", int64_t{1}}}, 1, 13);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].data_as<float>()[0], 1.0f);
+  EXPECT_TRUE(std::isnan(back[0].data_as<float>()[2]));
+}
+
+// MaxPool's Indices with storage_order 1 over 1-D and 3-D windows: each output's argmax in
+// its window, the spatial position numbered column-major (the first spatial dim fastest).
+TEST(NnOpsTest, MaxPoolColumnMajorIndicesInEveryRank) {
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{2, 3, 7}, std::vector<int64_t>{1, 2, 5, 4, 3}}) {
+    const size_t rank = dims.size() - 2;
+    auto x = Uniform(dims, -1, 1, 50);
+    const std::vector<Tensor> y = Evaluate("MaxPool", {x},
+                                           {{"kernel_shape", std::vector<int64_t>(rank, 2)},
+                                            {"strides", std::vector<int64_t>(rank, 1)},
+                                            {"storage_order", int64_t{1}}},
+                                           2, 12);
+    ASSERT_EQ(y.size(), 2u);
+    const std::vector<int64_t> in(dims.begin() + 2, dims.end()), out(y[0].dims().begin() + 2, y[0].dims().end());
+    int64_t in_size = 1, out_size = 1;
+    for (size_t d = 0; d < rank; ++d) {
+      in_size *= in[d];
+      out_size *= out[d];
+    }
+    for (int64_t plane = 0; plane < dims[0] * dims[1]; ++plane) {
+      for (int64_t o = 0; o < out_size; ++o) {
+        std::vector<int64_t> pos(rank);  // row-major position of output o
+        for (int64_t r = o, d = static_cast<int64_t>(rank) - 1; d >= 0; r /= out[d], --d) pos[d] = r % out[d];
+        float best = -INFINITY;
+        int64_t best_col = 0;
+        for (int64_t k = 0; k < (int64_t{1} << rank); ++k) {  // the 2 x ... x 2 window
+          int64_t row = 0, col = 0, stride = 1;
+          for (size_t d = 0; d < rank; ++d) {
+            const int64_t i = pos[d] + ((k >> d) & 1);
+            row = row * in[d] + i;
+            col += i * stride;
+            stride *= in[d];
+          }
+          const float v = x->data_as<float>()[plane * in_size + row];
+          if (v > best) {
+            best = v;
+            best_col = col;
+          }
+        }
+        EXPECT_EQ(y[1].data_as<int64_t>()[plane * out_size + o], plane * in_size + best_col);
+      }
+    }
+  }
+}
+
+// fold-batchnorm must leave a training-mode BatchNormalization alone: it normalizes with
+// the batch's statistics, not its constant inputs.
+TEST(NnOpsTest, TrainingBatchNormSurvivesTheDefaultPipeline) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {3, 5, 4, 2}));
+  g->AddInput(x);
+  Node* bn = g->AddNode("BatchNormalization", "bn",
+                        {x, g->AddConstant("s", Uniform({5}, 0.5, 2, 60)), g->AddConstant("b", Uniform({5}, -1, 1, 61)),
+                         g->AddConstant("m", Uniform({5}, -1, 1, 62)), g->AddConstant("v", Uniform({5}, 0.5, 2, 63))},
+                        {"y"}, 15);
+  bn->mutable_attrs()["training_mode"] = int64_t{1};
+  g->AddOutput(bn->output(0));
+  ASSERT_TRUE(InferTypes(*g).ok());
+  auto input = Uniform({3, 5, 4, 2}, -3, 3, 64);
+  std::vector<const Tensor*> args = {input.get()};
+  for (size_t i = 1; i < 5; ++i) args.push_back(bn->input(i)->constant().get());
+  absl::StatusOr<std::vector<Tensor>> want = EvaluateNode(*bn, args);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  // The batch statistics: each channel of Y has mean b and variance s^2 (eps aside).
+  const std::vector<Tensor> got = RunArtifact(*g, kDefaultPipeline, *input, {1, 2});
+  for (const Tensor& t : got) ExpectClose(t, (*want)[0], "training BatchNormalization");
+  double mean = 0;
+  for (int64_t n = 0; n < 3; ++n) {
+    for (int64_t i = 0; i < 8; ++i) mean += (*want)[0].data_as<float>()[(n * 5 + 2) * 8 + i];
+  }
+  EXPECT_NEAR(mean / 24, args[2]->data_as<float>()[2], 1e-5);
 }
 
 }  // namespace

@@ -129,6 +129,7 @@ enum DTypeId : int32_t {
   kF64 = 11,
   kU32 = 12,
   kU64 = 13,
+  kBF16 = 16,
 };
 
 // A kernel's Run with its parameter struct bound: K::Params, the struct kernel_list.inc
@@ -246,6 +247,7 @@ inline int64_t ElementSize(int32_t dtype) {
     case kI32:
     case kU32: return 4;
     case kF16:
+    case kBF16:
     case kI16:
     case kU16: return 2;
     default: return 1;
