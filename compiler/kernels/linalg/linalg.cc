@@ -86,40 +86,76 @@ KILN_ALWAYS_INLINE int32_t PlanEinsum(const kiln_kcall* call, const kiln_einsum_
   return KILN_KERR_OK;
 }
 
+// The sum over the summed labels of the operands' product, from the operands' offsets at
+// one output element: an odometer over all but the last summed label, the last one the
+// inner loop (a dot product when it is a matrix product's inner dim).
+template <typename T>
+KILN_ALWAYS_INLINE T SumOfProducts(const kiln_kcall* call, const EinsumPlan& plan, int64_t ops, const int32_t* summed,
+                                   int32_t num_summed, const int64_t* base) {
+  const T* data[KILN_EINSUM_MAX_OPERANDS];
+  for (int64_t k = 0; k < ops; ++k) data[k] = InputData<T>(call, static_cast<int32_t>(k));
+  if (num_summed == 0) {
+    T product = T(1);
+    for (int64_t k = 0; k < ops; ++k) product *= data[k][base[k]];
+    return product;
+  }
+  const int32_t inner = summed[num_summed - 1];
+  const int64_t inner_extent = plan.extent[inner];
+  int64_t offsets[KILN_EINSUM_MAX_OPERANDS], index[kMaxLabels] = {};
+  for (int64_t k = 0; k < ops; ++k) offsets[k] = base[k];
+  T sum = T(0);
+  for (;;) {
+    for (int64_t j = 0; j < inner_extent; ++j) {
+      T product = T(1);
+      for (int64_t k = 0; k < ops; ++k) product *= data[k][offsets[k] + j * plan.strides[k][inner]];
+      sum += product;
+    }
+    int32_t d = num_summed - 2;
+    for (; d >= 0; --d) {
+      const int32_t label = summed[d];
+      for (int64_t k = 0; k < ops; ++k) offsets[k] += plan.strides[k][label];
+      if (++index[label] < plan.extent[label]) break;
+      for (int64_t k = 0; k < ops; ++k) offsets[k] -= plan.strides[k][label] * plan.extent[label];
+      index[label] = 0;
+    }
+    if (d < 0) return sum;
+  }
+}
+
+// Each output element (in parallel over them) is the sum, over the labels not in the
+// output, of the operands' product.
 struct Einsum {
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_einsum_params& p) {
     EinsumPlan plan;
     if (int32_t rc = PlanEinsum(call, p, &plan); rc != KILN_KERR_OK) return rc;
     const int64_t ops = p.num_operands;
-    // The loop nest: every used label, output labels and summed ones alike; the output
-    // (zeroed first) accumulates the product of the operands at each point.
-    int32_t labels[kMaxLabels], count = 0;
+    int32_t out_labels[KILN_MAX_RANK + KILN_EINSUM_MAX_TERM], num_out = 0, summed[kMaxLabels], num_summed = 0;
+    bool in_output[kMaxLabels] = {};
+    ForEachAxisLabel(p.terms[ops], call->outputs[0], plan.ellipsis_rank, [&](int32_t, int32_t label) {
+      out_labels[num_out++] = label;
+      in_output[label] = true;
+    });
     for (int32_t i = 0; i < kMaxLabels; ++i) {
-      if (plan.used[i]) labels[count++] = i;
+      if (plan.used[i] && !in_output[i]) {
+        if (plan.extent[i] == 0) num_summed = -1;  // an empty sum
+        if (num_summed >= 0) summed[num_summed++] = i;
+      }
     }
     T* out = OutputData<T>(call);
-    const int64_t out_n = Numel(call->outputs[0]);
-    for (int64_t i = 0; i < out_n; ++i) out[i] = T(0);
-    int64_t index[kMaxLabels] = {};
-    int64_t offsets[KILN_EINSUM_MAX_OPERANDS + 1] = {};
-    for (int32_t i = 0; i < count; ++i) {
-      if (plan.extent[labels[i]] == 0) return KILN_KERR_OK;
-    }
-    for (;;) {
-      T product = T(1);
-      for (int64_t k = 0; k < ops; ++k) product *= InputData<T>(call, static_cast<int32_t>(k))[offsets[k]];
-      out[offsets[ops]] += product;
-      int32_t d = count - 1;
-      for (; d >= 0; --d) {  // the odometer: the last label fastest
-        const int32_t label = labels[d];
-        for (int64_t k = 0; k <= ops; ++k) offsets[k] += plan.strides[k][label];
-        if (++index[label] < plan.extent[label]) break;
-        for (int64_t k = 0; k <= ops; ++k) offsets[k] -= plan.strides[k][label] * plan.extent[label];
-        index[label] = 0;
+    auto body = [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        int64_t base[KILN_EINSUM_MAX_OPERANDS] = {};
+        for (int64_t rest = o, a = num_out - 1; a >= 0; --a) {  // o's index along each output label
+          const int32_t label = out_labels[a];
+          const int64_t i = rest % plan.extent[label];
+          rest /= plan.extent[label];
+          for (int64_t k = 0; k < ops; ++k) base[k] += i * plan.strides[k][label];
+        }
+        out[o] = num_summed < 0 ? T(0) : SumOfProducts<T>(call, plan, ops, summed, num_summed, base);
       }
-      if (d < 0) break;
-    }
+    };
+    ParallelFor(call, Numel(call->outputs[0]), 16, body);
     return KILN_KERR_OK;
   }
 };
