@@ -105,18 +105,42 @@ struct GridSample {
     const T* px = InputData<T>(call, 0);
     const T* grid = InputData<T>(call, 1);
     T* py = OutputData<T>(call);
-    for (int64_t n = 0; n < x.dims[0]; ++n) {
-      for (int64_t c = 0; c < channels; ++c) {
-        const Plane<T> plane{px + (n * channels + c) * height * width, height, width};
-        T* out = py + (n * channels + c) * positions;
-        const T* g = grid + n * positions * 2;
-        for (int64_t i = 0; i < positions; ++i)
+    auto body = [&](int64_t begin, int64_t end) {  // one (image, channel) plane at a time
+      for (int64_t nc = begin; nc < end; ++nc) {
+        const Plane<T> plane{px + nc * height * width, height, width};
+        T* out = py + nc * positions;
+        const T* g = grid + nc / channels * positions * 2;
+        for (int64_t i = 0; i < positions; ++i) {
           out[i] = static_cast<T>(SampleGrid(plane, g[2 * i], g[2 * i + 1], params));
+        }
       }
-    }
+    };
+    ParallelFor(call, x.dims[0] * channels, 1, body);
     return KILN_KERR_OK;
   }
 };
+
+// One ROI's sampling grid: its corner, bin size and samples per bin on each axis.
+struct RoiBin {
+  double start_y, start_x, bin_h, bin_w;
+  int64_t grid_h, grid_w;
+};
+
+template <typename T>
+KILN_ALWAYS_INLINE RoiBin RoiGeometry(const T* roi, const kiln_sampling_params& params, int64_t out_h, int64_t out_w) {
+  const double offset = params.half_pixel ? 0.5 : 0.0, scale = params.spatial_scale;
+  RoiBin bin{roi[1] * scale - offset, roi[0] * scale - offset, 0, 0, 0, 0};
+  double roi_h = roi[3] * scale - offset - bin.start_y, roi_w = roi[2] * scale - offset - bin.start_x;
+  if (!params.half_pixel) {  // output_half_pixel: at least a pixel
+    roi_h = roi_h > 1 ? roi_h : 1;
+    roi_w = roi_w > 1 ? roi_w : 1;
+  }
+  bin.bin_h = roi_h / static_cast<double>(out_h);
+  bin.bin_w = roi_w / static_cast<double>(out_w);
+  bin.grid_h = params.sampling_ratio > 0 ? params.sampling_ratio : static_cast<int64_t>(ceil(roi_h / out_h));
+  bin.grid_w = params.sampling_ratio > 0 ? params.sampling_ratio : static_cast<int64_t>(ceil(roi_w / out_w));
+  return bin;
+}
 
 // RoiAlign's bilinear sample at (y, x): 0 more than a pixel outside the plane, else the
 // position clamped into it. Returns the four weighted corner values.
@@ -148,11 +172,6 @@ KILN_ALWAYS_INLINE void RoiCorners(const Plane<T>& p, double y, double x, double
 }
 
 // One ROI's bin (ph, pw) of a plane: the average (or the maximum) of grid_h x grid_w samples.
-struct RoiBin {
-  double start_y, start_x, bin_h, bin_w;
-  int64_t grid_h, grid_w;
-};
-
 template <typename T>
 double PoolBin(const Plane<T>& p, const RoiBin& bin, int64_t ph, int64_t pw, int64_t mode) {
   double result = 0;
@@ -190,29 +209,23 @@ struct RoiAlign {
     const T* rois = InputData<T>(call, 1);
     const int64_t* batch = InputData<int64_t>(call, 2);
     T* py = OutputData<T>(call);
-    const double offset = params.half_pixel ? 0.5 : 0.0, scale = params.spatial_scale;
     for (int64_t r = 0; r < y.dims[0]; ++r) {
       if (batch[r] < 0 || batch[r] >= x.dims[0]) return KILN_KERR_INDEX;
-      const T* roi = rois + r * 4;
-      RoiBin bin{roi[1] * scale - offset, roi[0] * scale - offset, 0, 0, 0, 0};
-      double roi_h = roi[3] * scale - offset - bin.start_y, roi_w = roi[2] * scale - offset - bin.start_x;
-      if (!params.half_pixel) {
-        roi_h = roi_h > 1 ? roi_h : 1;
-        roi_w = roi_w > 1 ? roi_w : 1;
-      }
-      bin.bin_h = roi_h / static_cast<double>(out_h);
-      bin.bin_w = roi_w / static_cast<double>(out_w);
-      bin.grid_h = params.sampling_ratio > 0 ? params.sampling_ratio : static_cast<int64_t>(ceil(roi_h / out_h));
-      bin.grid_w = params.sampling_ratio > 0 ? params.sampling_ratio : static_cast<int64_t>(ceil(roi_w / out_w));
-      for (int64_t c = 0; c < channels; ++c) {
+    }
+    auto body = [&](int64_t begin, int64_t end) {  // one (ROI, channel) plane at a time
+      for (int64_t rc = begin; rc < end; ++rc) {
+        const int64_t r = rc / channels, c = rc % channels;
+        const RoiBin bin = RoiGeometry(rois + r * 4, params, out_h, out_w);
         const Plane<T> plane{px + (batch[r] * channels + c) * height * width, height, width};
-        T* out = py + (r * channels + c) * out_h * out_w;
+        T* out = py + rc * out_h * out_w;
         for (int64_t ph = 0; ph < out_h; ++ph) {
-          for (int64_t pw = 0; pw < out_w; ++pw)
+          for (int64_t pw = 0; pw < out_w; ++pw) {
             out[ph * out_w + pw] = static_cast<T>(PoolBin(plane, bin, ph, pw, params.mode));
+          }
         }
       }
-    }
+    };
+    ParallelFor(call, y.dims[0] * channels, 1, body);
     return KILN_KERR_OK;
   }
 };
