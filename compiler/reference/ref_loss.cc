@@ -1,4 +1,5 @@
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, from the ONNX specification.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -50,12 +51,16 @@ Result SoftmaxCrossEntropyLoss(const Node& node, const Inputs& in) {
   std::vector<double> log_prob(scores.size());
   for (size_t i = 0; i < scores.size(); ++i) {
     std::vector<int64_t> index = Unflatten(dims, static_cast<int64_t>(i));
-    double sum = 0;
+    double max = -INFINITY, sum = 0;  // log(sum(exp(s))) = max + log(sum(exp(s - max))), no overflow
     for (int64_t c = 0; c < dims[1]; ++c) {
       index[1] = c;
-      sum += std::exp(scores[Flatten(dims, index)]);
+      max = std::max(max, scores[Flatten(dims, index)]);
     }
-    log_prob[i] = scores[i] - std::log(sum);
+    for (int64_t c = 0; c < dims[1]; ++c) {
+      index[1] = c;
+      sum += std::exp(scores[Flatten(dims, index)] - max);
+    }
+    log_prob[i] = scores[i] - max - std::log(sum);
   }
   Result results = Nll(node, in[0]->dtype(), dims, log_prob, *in[1], in.size() > 2 ? in[2] : nullptr);
   if (results.ok() && node.outputs().size() > 1) results->push_back(FloatTensor(in[0]->dtype(), dims, log_prob));

@@ -1,4 +1,5 @@
 // MeanVarianceNormalization, ReverseSequence and Dropout, from the ONNX specification.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -35,7 +36,9 @@ Result MeanVarianceNormalization(const Node& node, const Inputs& in) {
   for (size_t i = 0; i < x.size(); ++i) {
     const int64_t g = group(static_cast<int64_t>(i));
     const double mean = sum[g] / count[g];
-    y[i] = (x[i] - mean) / (std::sqrt(squares[g] / count[g] - mean * mean) + 1e-9);
+    // The variance cannot be negative, but E[X^2] - E[X]^2 can round below 0 (a constant
+    // group): taken as 0, as the kernel does, rather than a NaN from the square root.
+    y[i] = (x[i] - mean) / (std::sqrt(std::max(squares[g] / count[g] - mean * mean, 0.0)) + 1e-9);
   }
   return std::vector<Tensor>{FloatTensor(in[0]->dtype(), dims, y)};
 }

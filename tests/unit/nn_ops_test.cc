@@ -107,6 +107,11 @@ TEST(NnOpsTest, LossesMatchTheReference) {
     CheckAgainstReference({"SoftmaxCrossEntropyLoss",
                            {Uniform({5, 3}, -2, 2, 9), Integers({5}, 0, 2, 10)},
                            {{"reduction", std::string(reduction)}}});
+    // Logits far past exp's range: the log-softmax must shift by the maximum.
+    CheckAgainstReference({"SoftmaxCrossEntropyLoss",
+                           {Uniform({4, 6}, -900, 900, 15), Integers({4}, 0, 5, 16)},
+                           {{"reduction", std::string(reduction)}},
+                           2});
   }
 }
 
@@ -170,6 +175,9 @@ TEST(NnOpsTest, DetMvnAndReverseSequenceMatchTheReference) {
   CheckAgainstReference({"Det", {Uniform({2, 3, 5, 5}, -1, 1, 30)}, {}, 1, 11});
   CheckAgainstReference({"Det", {Uniform({1, 1}, -1, 1, 31)}, {}, 1, 11});
   CheckAgainstReference({"MeanVarianceNormalization", {Uniform({3, 4, 5, 2}, -2, 3, 32)}, {}, 1, 13});
+  auto constant_groups = Uniform({2, 3, 4}, -2, 3, 38);  // axis 1 then holds a constant value per group
+  for (int64_t i = 0; i < 24; ++i) constant_groups->data_as<float>()[i] = 0.1f * static_cast<float>(i / 12 * 4 + i % 4);
+  CheckAgainstReference({"MeanVarianceNormalization", {constant_groups}, {{"axes", std::vector<int64_t>{1}}}, 1, 13});
   CheckAgainstReference(
       {"MeanVarianceNormalization", {Uniform({3, 4, 5}, -2, 3, 33)}, {{"axes", std::vector<int64_t>{0, -1}}}, 1, 13});
   CheckAgainstReference({"ReverseSequence",

@@ -165,7 +165,7 @@ struct Det {
   template <typename T>
   static int32_t Run(const kiln_kcall* call) {
     const kiln_ktensor& x = call->inputs[0];
-    const int64_t m = x.dims[x.rank - 1], matrices = Numel(x) / (m * m > 0 ? m * m : 1);
+    const int64_t m = x.dims[x.rank - 1], matrices = Numel(call->outputs[0]);  // 0 x 0: det 1
     double* a = static_cast<double*>(call->outputs[call->num_outputs - 1].data);
     const T* px = InputData<T>(call, 0);
     T* out = OutputData<T>(call);
