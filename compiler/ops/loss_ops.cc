@@ -12,13 +12,7 @@ constexpr NamedCode kReductions[] = {
     {"mean", KILN_LOSS_MEAN},
 };
 
-absl::StatusOr<int64_t> Reduction(const Node& node) {
-  const std::string name = node.GetString("reduction", "mean");
-  for (const NamedCode& named : kReductions) {
-    if (name == named.name) return named.code;
-  }
-  return NodeError(node, absl::StrCat("reduction '", name, "' is not one of none, sum, mean"));
-}
+absl::StatusOr<int64_t> Reduction(const Node& node) { return NamedAttr(node, "reduction", "mean", kReductions); }
 
 // Both losses: X [N, C, d...] of a float type, target [N, d...] of int32 or int64, weight
 // [C] of X's type; the loss is [N, d...] for reduction none, a scalar otherwise, and a

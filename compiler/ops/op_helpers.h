@@ -60,6 +60,16 @@ struct NamedCode {
   int code;
 };
 
+// The code of string attribute `attr` (`fallback` when absent) among `names`; another name
+// is an error naming the node, the attribute and the choices.
+absl::StatusOr<int64_t> NamedAttr(const Node& node, const char* attr, const char* fallback, const NamedCode* names,
+                                  size_t count);
+template <size_t N>
+absl::StatusOr<int64_t> NamedAttr(const Node& node, const char* attr, const char* fallback,
+                                  const NamedCode (&names)[N]) {
+  return NamedAttr(node, attr, fallback, names, N);
+}
+
 inline absl::Status NodeError(const Node& node, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", message));
 }

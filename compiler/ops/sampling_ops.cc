@@ -5,20 +5,6 @@
 namespace kiln::ops {
 namespace {
 
-// The code of attribute `attr` (default `fallback`) among `names`; an unknown one is an
-// error naming the node and the choices.
-template <size_t N>
-absl::StatusOr<int64_t> NamedAttr(const Node& node, const char* attr, const char* fallback,
-                                  const NamedCode (&names)[N]) {
-  const std::string name = node.GetString(attr, fallback);
-  std::vector<std::string> known;
-  for (const NamedCode& named : names) {
-    if (name == named.name) return named.code;
-    known.push_back(named.name);
-  }
-  return NodeError(node, absl::StrCat(attr, " '", name, "' is not one of ", absl::StrJoin(known, ", ")));
-}
-
 // Opset 20 renamed bilinear and bicubic to linear and cubic; both spellings are accepted.
 constexpr NamedCode kGridModes[] = {
     {"bilinear", KILN_GRID_BILINEAR}, {"linear", KILN_GRID_BILINEAR}, {"nearest", KILN_GRID_NEAREST},
