@@ -28,6 +28,17 @@ OpSchema Schema(const char* name, int min_inputs, int max_inputs, uint32_t const
   return schema;
 }
 
+absl::StatusOr<int64_t> NamedAttr(const Node& node, const char* attr, const char* fallback, const NamedCode* names,
+                                  size_t count) {
+  const std::string name = node.GetString(attr, fallback);
+  std::vector<std::string> known;
+  for (size_t i = 0; i < count; ++i) {
+    if (name == names[i].name) return names[i].code;
+    known.push_back(names[i].name);
+  }
+  return NodeError(node, absl::StrCat(attr, " '", name, "' is not one of ", absl::StrJoin(known, ", ")));
+}
+
 absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank, const char* what) {
   if (axis < -rank || axis >= rank) {
     return NodeError(node, absl::StrCat(what, " ", axis, " is out of range for rank ", rank));
@@ -207,6 +218,9 @@ void EnsureRegistered() {
     ops::RegisterQuantOps(registry);
     ops::RegisterRnnOps(registry);
     ops::RegisterResizeOps(registry);
+    ops::RegisterLossOps(registry);
+    ops::RegisterSamplingOps(registry);
+    ops::RegisterLinalgOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

@@ -677,6 +677,27 @@ absl::StatusOr<KernelCall> LowerCumSum(const Node& node) {
   return CallWithParams<kernel::cumsum>(PassInputs(node, 1), params);
 }
 
+// ReverseSequence: X [time, batch, ...] or [batch, time, ...] (time_axis, batch_axis: 0
+// and 1 in either order) and sequence_lens [batch].
+absl::Status InferReverseSequence(InferContext& ctx) {
+  if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  const int64_t time = ctx.node.GetInt("time_axis", 0), batch = ctx.node.GetInt("batch_axis", 1);
+  if (x.size() < 2 || time + batch != 1 || time < 0 || batch < 0) {
+    return NodeError(ctx.node, "time_axis and batch_axis must be 0 and 1 (in either order) of an input of rank >= 2");
+  }
+  if (ctx.type(1).StaticDims() != std::vector<int64_t>{x[batch]} || ctx.type(1).dtype != DType::kInt64) {
+    return NodeError(ctx.node, absl::StrCat("sequence_lens must be [", x[batch], "] of int64"));
+  }
+  return SameAsInput0(ctx);
+}
+
+absl::StatusOr<KernelCall> LowerReverseSequence(const Node& node) {
+  kiln_movement_params params = Axis(node.GetInt("time_axis", 0));
+  params.batch_axis = node.GetInt("batch_axis", 1);
+  return CallWithParams<kernel::reverse_sequence>(PassInputs(node, 2), params);
+}
+
 }  // namespace
 
 void RegisterShapeOps(Registry& registry) {
@@ -704,6 +725,7 @@ void RegisterShapeOps(Registry& registry) {
       {"EyeLike", 1, 1, 0, InferEyeLike, LowerEyeLike},
       {"OneHot", 3, 3, 0b10, InferOneHot, LowerOneHot},
       {"CumSum", 2, 2, 0, InferCumSum, LowerCumSum},
+      {"ReverseSequence", 2, 2, 0, InferReverseSequence, LowerReverseSequence},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);
 }

@@ -21,5 +21,9 @@ using RefTable = std::map<std::string, RefFn, std::less<>>;
 void AddElementwiseOps(RefTable& table);
 void AddRnnOps(RefTable& table);
 void AddResizeOps(RefTable& table);
+void AddLossOps(RefTable& table);
+void AddSamplingOps(RefTable& table);
+void AddLinalgOps(RefTable& table);
+void AddNnExtraOps(RefTable& table);
 
 }  // namespace kiln::ref

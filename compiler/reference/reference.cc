@@ -17,6 +17,10 @@ const ref::RefTable& Table() {
     ref::AddElementwiseOps(*t);
     ref::AddRnnOps(*t);
     ref::AddResizeOps(*t);
+    ref::AddLossOps(*t);
+    ref::AddSamplingOps(*t);
+    ref::AddLinalgOps(*t);
+    ref::AddNnExtraOps(*t);
     return t;
   }();
   return *table;

@@ -1,6 +1,6 @@
 // ONNX import: parse, run the ONNX checker and shape inference, then build the graph IR.
 // Multi-input variadic ops (Sum, Mean, Max, Min) are expanded into binary chains and
-// Dropout into Identity here, so later stages see one form of each.
+// Dropout (unless in training mode) into Identity here, so later stages see one form of each.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -135,6 +135,10 @@ class Importer {
   absl::Status ImportConstant(const NodeParts& node);
   absl::Status ImportVariadic(const NodeParts& node);
   absl::Status ImportDropout(const NodeParts& node);
+  // Min, Max and Mod have no f16 kernels: on f16 operands they run in f32 between Casts,
+  // which is exact (the minimum, maximum and fmod of f16 values are f16 values).
+  absl::Status ImportInFloat32(const NodeParts& node);
+  absl::Status ImportParts(const NodeParts& node);
   absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& attr, const std::string& where);
   Value* Lookup(const std::string& name) const {
     auto it = values_.find(name);
@@ -352,10 +356,15 @@ absl::Status Importer::ImportVariadic(const NodeParts& node) {
 
 absl::Status Importer::ImportDropout(const NodeParts& node) {
   const auto& [op, name, where, attrs, inputs, outputs] = node;
-  if (inputs.size() > 2 && inputs[2] != nullptr) {
-    if (!inputs[2]->is_constant() || inputs[2]->constant()->GetAsInt64(0) != 0) {
-      return Error(absl::StrCat(where, ": training_mode must be a constant false for inference"));
-    }
+  auto constant_is = [&](size_t i, double value) {
+    return inputs.size() > i && inputs[i] != nullptr && inputs[i]->is_constant() &&
+           inputs[i]->constant()->GetAsDouble(0) == value;
+  };
+  const bool training = inputs.size() > 2 && inputs[2] != nullptr && !constant_is(2, 0);
+  if (training && !constant_is(1, 0)) {  // decided at run time: the dropout kernel
+    Node* dropout = Emit("Dropout", name, inputs, outputs);
+    dropout->mutable_attrs() = attrs;
+    return absl::OkStatus();
   }
   Emit("Identity", name, {inputs[0]}, {outputs[0]});
   if (outputs.size() > 1) {  // the mask: all true in inference mode
@@ -369,9 +378,35 @@ absl::Status Importer::ImportDropout(const NodeParts& node) {
   return absl::OkStatus();
 }
 
+absl::Status Importer::ImportInFloat32(const NodeParts& node) {
+  NodeParts wide = node;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (node.inputs[i] == nullptr) continue;
+    const std::string cast_name = absl::StrCat(node.name, ".in", i, ".f32");
+    Node* cast = Emit("Cast", cast_name, {node.inputs[i]}, {graph_->UniqueName(cast_name)});
+    cast->mutable_attrs()["to"] = static_cast<int64_t>(DType::kFloat32);
+    wide.inputs[i] = cast->output(0);
+  }
+  for (std::string& out : wide.outputs) out = graph_->UniqueName(out + ".f32");
+  KILN_RETURN_IF_ERROR(ImportParts(wide));
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    Node* cast = Emit("Cast", absl::StrCat(node.name, ".out", i, ".f16"), {Lookup(wide.outputs[i])}, {node.outputs[i]});
+    cast->mutable_attrs()["to"] = static_cast<int64_t>(DType::kFloat16);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
   KILN_ASSIGN_OR_RETURN(NodeParts node, ReadNode(proto, index));
+  return ImportParts(node);
+}
+
+absl::Status Importer::ImportParts(const NodeParts& node) {
   const std::string& op = node.op;
+  if ((op == "Min" || op == "Max" || op == "Mod") && !node.inputs.empty() && node.inputs[0] != nullptr &&
+      node.inputs[0]->type().dtype == DType::kFloat16) {
+    return ImportInFloat32(node);
+  }
   if (op == "Constant") return ImportConstant(node);
   if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") return ImportVariadic(node);
   if (op == "Dropout") return ImportDropout(node);

@@ -298,6 +298,26 @@ struct Tile {
   }
 };
 
+// inputs: X, sequence_lens [batch] (int32 or int64): along the time axis, each batch
+// entry's first sequence_lens[b] elements reversed, the rest copied.
+struct ReverseSequence {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
+    const kiln_ktensor& lens = call->inputs[1];
+    const int64_t time = params.axis, batch = params.batch_axis;
+    bool in_range = true;
+    int32_t rc = MapOutputIndex<T>(call, T(0), [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
+      const int64_t len = IndexAt(lens, index[batch]);
+      in_range &= len >= 0 && len <= call->inputs[0].dims[time];
+      for (int32_t d = 0; d < call->inputs[0].rank; ++d) {
+        *src += (d == time && index[d] < len ? len - 1 - index[d] : index[d]) * in_strides[d];
+      }
+      return true;
+    });
+    return in_range ? rc : KILN_KERR_INDEX;
+  }
+};
+
 struct Pad {
   // Parameters: kiln_pad_params; the constant value is input 2 when given, else 0.
   template <typename T>
@@ -455,6 +475,7 @@ KILN_BYTES_KERNEL(gather_nd, GatherND, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(scatter_elements, ScatterElements, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(scatter_nd, ScatterND, outputs[0].dtype)
 KILN_BYTES_KERNEL(tile, Tile, outputs[0].dtype)
+KILN_BYTES_KERNEL(reverse_sequence, ReverseSequence, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(pad, Pad, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(trilu, Trilu, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(range, RangeKernel, outputs[0].dtype)
