@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "kiln/compiler/ir.h"
+#include "kiln/compiler/ops.h"
 
 namespace kiln {
 
@@ -24,6 +25,13 @@ struct ImportOptions {
 };
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes, const ImportOptions& options);
+
+// Every construct of the model Kiln cannot compile, found in one walk that goes on past
+// each (kiln compile --check): node-level import errors (domain, attribute, element type,
+// unsupported op), then CheckGraph's (type inference, dynamic shapes, kernel lowering).
+// An error status only for what stops the whole model: it does not parse, its opset is
+// out of range, libonnx's checker rejects it, --input-shape names no input.
+absl::StatusOr<std::vector<NodeProblem>> CheckOnnxModel(std::string_view model_bytes, const ImportOptions& options);
 
 // An external-data resolver that reads files inside `directory` only: absolute paths and
 // paths that climb out with ".." are refused.

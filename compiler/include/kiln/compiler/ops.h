@@ -133,6 +133,25 @@ inline constexpr char kFusedElementwiseOp[] = "kiln.Elementwise";
 inline constexpr size_t kFusedMaxInputs = 8;
 inline constexpr size_t kFusedMaxOps = 32;
 
+// A construct Kiln cannot compile: the node (or, with `op` empty, the graph input) it is
+// in, and why, in words a person can act on.
+struct NodeProblem {
+  std::string node;
+  std::string op;
+  int opset = 0;
+  std::string reason;
+};
+// "node 'n' (Op, opset k): reason", or "graph input 'x': reason".
+std::string FormatProblem(const NodeProblem& problem);
+// "3 constructs cannot be compiled:" and one indented line per problem.
+std::string FormatProblems(const std::vector<NodeProblem>& problems);
+
+// InferTypes that goes on past a failure: every node whose op is unknown, whose type
+// inference fails, whose result shape is dynamic or that has no kernel lowering becomes a
+// problem, and nodes downstream of one are skipped (their cause is already listed). Graph
+// inputs without a static shape are problems too, reported once each.
+std::vector<NodeProblem> CheckGraph(Graph& graph);
+
 // Infers the types of every node output in order. Inputs listed as constant_inputs that
 // are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated
 // with the reference interpreter and replaced by constants.
