@@ -36,6 +36,7 @@ void RegisterReduceOps(Registry& registry);
 void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
+void RegisterOpset18Ops(Registry& registry);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -211,6 +211,7 @@ void EnsureRegistered() {
     ops::RegisterNnOps(registry);
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
+    ops::RegisterOpset18Ops(registry);
     return true;
   }();
   (void)done;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "expand_ops.h"
 #include "kiln/common/file.h"
 #include "kiln/common/status.h"
 #include "kiln/compiler/frontend.h"
@@ -175,6 +176,8 @@ class Importer {
   absl::Status ImportConstant(const NodeParts& node);
   absl::Status ImportVariadic(const NodeParts& node);
   absl::Status ImportDropout(const NodeParts& node);
+  // Opset 18-21 ops written as others (expand_ops.cc).
+  absl::Status ImportExpanded(const NodeParts& node, onnx_import::Expansion expand);
   absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& attr, const std::string& where);
   Value* Lookup(const std::string& name) const {
     auto it = values_.find(name);
@@ -421,11 +424,31 @@ absl::Status Importer::ImportDropout(const NodeParts& node) {
   return absl::OkStatus();
 }
 
+absl::Status Importer::ImportExpanded(const NodeParts& node, onnx_import::Expansion expand) {
+  onnx_import::ExpandBuilder builder;
+  builder.name = node.name;
+  builder.opset = opset_;
+  builder.emit = [&](const std::string& op, const std::string& suffix, std::vector<Value*> inputs,
+                     std::map<std::string, AttrValue> attrs, const std::string& output) {
+    const std::string name = suffix.empty() ? node.name : absl::StrCat(node.name, ".", suffix);
+    Node* emitted = Emit(op, name, std::move(inputs), {output.empty() ? graph_->UniqueName(name) : output});
+    emitted->mutable_attrs() = std::move(attrs);
+    return emitted->output(0);
+  };
+  builder.constant = [&](std::shared_ptr<const Tensor> tensor) {
+    return graph_->AddConstant(graph_->UniqueName(node.name + ".const"), std::move(tensor));
+  };
+  if (absl::Status s = expand(builder, node.attrs, node.inputs, node.outputs); !s.ok())
+    return Error(absl::StrCat(node.where, ": ", s.message()));
+  return absl::OkStatus();
+}
+
 absl::Status Importer::ImportParts(NodeParts& node) {
   const std::string& op = node.op;
   if (op == "Constant") return ImportConstant(node);
   if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") return ImportVariadic(node);
   if (op == "Dropout") return ImportDropout(node);
+  if (onnx_import::Expansion expand = onnx_import::FindExpansion(op, opset_)) return ImportExpanded(node, expand);
   if (FindOp(op) == nullptr && problems_ == nullptr) {  // when checking, CheckGraph lists it
     return absl::UnimplementedError(
         absl::StrCat(options_.model_label, ": ", node.where, ": op '", op, "' is not supported by Kiln"));
