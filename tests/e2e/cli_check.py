@@ -37,6 +37,8 @@ def main():
             assert any(f"{bad}: node '{node}' (" in line and ", opset 21): " in line and reason in line
                        for line in lines), (node, lines)
         assert lines[-1] == f"{bad}: 4 constructs cannot be compiled", lines[-1]
+        order = [next(n for n in UNSUPPORTED_NODES if f"node '{n}'" in line) for line in lines[:-1]]
+        assert order == list(UNSUPPORTED_NODES), f"in the model's node order: {order}"
         assert not any("after_unique" in line or "fine_" in line for line in lines), lines
 
         report = json.loads(run(kiln, "compile", "--check", "--json", bad).stdout)

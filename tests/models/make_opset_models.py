@@ -130,6 +130,24 @@ def make_cases(root):
     cases.append(save_case(root, "opset19_average_pool_dilations", 19,
                            [helper.make_node("AveragePool", ["q"], ["y"], kernel_shape=[2, 2], dilations=[2, 2])],
                            [("q", q)], [("y", pooled.reshape(1, 1, 5, 5))]))
+    flags = RNG.integers(0, 2, (3, 4)).astype(bool)
+    cases.append(save_case(root, "opset20_reduce_max_bool", 20,
+                           [helper.make_node("ReduceMax", ["b", "axes"], ["y"], keepdims=0)], [("b", flags)],
+                           [("y", flags.max(axis=1))], [("axes", np.array([1], np.int64))]))
+    data, updates = randn(3, 4), randn(2, 4)
+    indices = np.array([[0, 1, 2, 0], [0, 1, 2, 0]], np.int64)
+    scattered = data.copy()
+    for r in range(2):
+        for col in range(4):
+            scattered[indices[r, col], col] = max(scattered[indices[r, col], col], updates[r, col])
+    cases.append(save_case(root, "opset18_scatter_elements_max", 18,
+                           [helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], reduction="max")],
+                           [("d", data), ("i", indices), ("u", updates)], [("y", scattered)]))
+    scale = np.array(0.05, np.float32)
+    cases.append(save_case(root, "opset21_quantize_output_dtype", 21,
+                           [helper.make_node("QuantizeLinear", ["v", "scale"], ["y"], output_dtype=TensorProto.INT8)],
+                           [("v", data)],
+                           [("y", np.clip(np.rint(data / scale), -128, 127).astype(np.int8))], [("scale", scale)]))
     m = randn(2, 3)
     cases.append(save_case(root, "opset21_mix", 21,
                            [helper.make_node("ReduceSum", ["m", "axes"], ["r"], keepdims=1),

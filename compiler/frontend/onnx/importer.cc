@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <functional>
@@ -142,6 +143,24 @@ std::string NodeName(const onnx::NodeProto& proto, int index) {
 }
 std::string NodeWhere(const std::string& name, const std::string& op, int opset) {
   return absl::StrCat("node '", name, "' (", op, ", opset ", opset, ")");
+}
+
+// Problems in the model's node order (graph inputs first), whichever stage found them; a
+// node the importer expanded ("gn.norm") sorts with the node it came from ("gn").
+void SortByNodeOrder(const onnx::GraphProto& graph, std::vector<NodeProblem>& problems) {
+  std::map<std::string, int> position;
+  for (int i = 0; i < graph.node_size(); ++i) position.emplace(NodeName(graph.node(i), i), i);
+  auto key = [&](const NodeProblem& problem) {
+    if (problem.op.empty()) return -1;
+    for (std::string name = problem.node;;) {
+      if (auto it = position.find(name); it != position.end()) return it->second;
+      const size_t dot = name.rfind('.');
+      if (dot == std::string::npos) return graph.node_size();
+      name.resize(dot);
+    }
+  };
+  std::stable_sort(problems.begin(), problems.end(),
+                   [&](const NodeProblem& a, const NodeProblem& b) { return key(a) < key(b); });
 }
 
 class Importer {
@@ -562,6 +581,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
   }
   if (problems_ != nullptr) {
     for (NodeProblem& problem : CheckGraph(*graph_)) problems_->push_back(std::move(problem));
+    SortByNodeOrder(model.graph(), *problems_);
     return std::move(graph_);
   }
   if (auto s = InferTypes(*graph_); !s.ok()) {
