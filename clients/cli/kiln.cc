@@ -315,7 +315,9 @@ constexpr ModelCommandHelp kModelCommands[] = {
      "The flags become one CompileSpec, as `kiln submit`'s do, so the same model and flags give the same action "
      "key and artifact locally and on a kilnd server; the key is printed and written into the --report. The "
      "validation flags (--atol, --rtol, --inputs, --seed, --max-top1-drop, --skip-latency) are part of the spec "
-     "for that reason; `kiln compile` itself does not validate."},
+     "for that reason; `kiln compile` itself does not validate. Models of ONNX opsets 7 to 21 are read (1 to 6 "
+     "upgraded). A model Kiln cannot compile fails with every unsupported construct listed (node, op, opset and "
+     "why), not only the first; `--check` lists them without compiling."},
     {"quantize", "Write --precision int8's quantization as a QDQ ONNX model",
      "QuantizeLinear/DequantizeLinear around each Conv and MatMul's input, weight and result, BatchNorm folded: the "
      "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is."},
