@@ -291,6 +291,11 @@ absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
     return ops::NodeError(*node,
                           absl::StrCat("has ", n, " inputs; expected ", schema.min_inputs, " to ", schema.max_inputs));
   }
+  // The first min_inputs are required (libonnx's checker says so up to opset 17; from 18
+  // on only this stands between an omitted one and the op's inference).
+  for (int i = 0; i < schema.min_inputs; ++i) {
+    if (node->input(i) == nullptr) return ops::NodeError(*node, absl::StrCat("input ", i, " is required but left out"));
+  }
   // Shape-deciding inputs computed from other values become constants now.
   for (int i = 0; i < n; ++i) {
     Value* in = node->input(i);
@@ -354,6 +359,7 @@ std::string FormatProblem(const NodeProblem& problem) {
 }
 
 std::string FormatProblems(const std::vector<NodeProblem>& problems) {
+  if (problems.size() == 1) return FormatProblem(problems[0]);
   std::string text =
       absl::StrCat(problems.size(), problems.size() == 1 ? " construct" : " constructs", " cannot be compiled:");
   for (const NodeProblem& problem : problems) absl::StrAppend(&text, "\n  ", FormatProblem(problem));

@@ -21,12 +21,15 @@ std::shared_ptr<const Tensor> Int64s(const std::vector<int64_t>& values) {
   return t;
 }
 
-// `value` repeated `count` times (a scalar when count < 0) in x's element type: an f64
-// constant cast like x, as x's type is known only after import.
+// `value` in x's element type (an f64 constant cast like x, as x's type is known only
+// after import), repeated `count` times by an Expand when count >= 0: nothing of that size
+// is made before the graph's shapes have been checked (num_groups comes from the model).
 Value* Like(ExpandBuilder& b, Value* x, double value, int64_t count, const std::string& suffix) {
-  auto t = std::make_shared<Tensor>(DType::kFloat64, count < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{count});
-  for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<double>()[i] = value;
-  return b.emit("CastLike", suffix, {b.constant(t), x}, {}, "");
+  auto t = std::make_shared<Tensor>(DType::kFloat64, std::vector<int64_t>{});
+  t->data_as<double>()[0] = value;
+  Value* scalar = b.emit("CastLike", suffix, {b.constant(t), x}, {}, "");
+  if (count < 0) return scalar;
+  return b.emit("Expand", suffix + "_expanded", {scalar, b.constant(Int64s({count}))}, {}, "");
 }
 
 absl::Status RequireInputs(const std::vector<Value*>& inputs, size_t n, const std::vector<std::string>& outputs) {

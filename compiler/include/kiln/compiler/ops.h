@@ -143,7 +143,7 @@ struct NodeProblem {
 };
 // "node 'n' (Op, opset k): reason", or "graph input 'x': reason".
 std::string FormatProblem(const NodeProblem& problem);
-// "3 constructs cannot be compiled:" and one indented line per problem.
+// "3 constructs cannot be compiled:" and one indented line per problem (one: its line).
 std::string FormatProblems(const std::vector<NodeProblem>& problems);
 
 // InferTypes that goes on past a failure: every node whose op is unknown, whose type
