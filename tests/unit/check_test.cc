@@ -114,5 +114,29 @@ TEST(CheckOnnxModelTest, ListsEveryNodeWithOpOpsetAndReason) {
     EXPECT_THAT(compiled.status().message(), HasSubstr(absl::StrCat("\n  node '", name, "'")));
 }
 
+// From opset 18 libonnx's checker does not run (it knows opsets to 17): a required input
+// left out must still be an error naming the node, not a crash in the op's inference.
+TEST(CheckOnnxModelTest, RequiredInputLeftOutWithoutTheCheckerIsAnError) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(18);
+  auto* graph = model.mutable_graph();
+  auto* w = graph->add_input();
+  w->set_name("w");
+  w->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int d : {2, 1, 1, 1}) w->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* conv = graph->add_node();
+  conv->set_op_type("Conv");
+  conv->set_name("conv");
+  conv->add_input("");
+  conv->add_input("w");
+  conv->add_output("y");
+  graph->add_output()->set_name("y");
+  ImportOptions options;
+  auto graph_or = ImportOnnxModel(model.SerializeAsString(), options);
+  ASSERT_FALSE(graph_or.ok());
+  EXPECT_THAT(graph_or.status().message(), HasSubstr("node 'conv' (Conv, opset 18): input 0 is required but left out"));
+}
+
 }  // namespace
 }  // namespace kiln
