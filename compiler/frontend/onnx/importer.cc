@@ -31,9 +31,6 @@ constexpr int kMinOpset = 7;
 // Older models are upgraded to kMinOpset by libonnx's version converter on import.
 constexpr int kOldestUpgradable = 1;
 constexpr int kMaxOpset = 21;
-// The newest opset libonnx 1.12's checker and shape inference know: newer models skip them,
-// and Kiln's own type inference checks each node (its ops read the opset-dependent forms).
-constexpr int kMaxOnnxCheckedOpset = 17;
 
 // An ONNX element type by name, for errors about the ones Kiln does not compute with
 // (float8 and 4-bit types came with opsets 19 and 21).
@@ -560,7 +557,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
     shape->clear_dim();
     for (int64_t d : it->second) shape->add_dim()->set_dim_value(d);
   }
-  if (opset_ <= kMaxOnnxCheckedOpset) {
+  if (opset_ <= kNewestOnnxCheckedOpset) {
     if (absl::Status s = CheckWithOnnx(model); !s.ok()) return Error(std::string(s.message()));
   }
 

@@ -14,6 +14,10 @@
 
 namespace kiln {
 
+// The newest opset libonnx 1.12's checker and shape inference know: models (imported or
+// exported) of newer opsets skip them, and Kiln's own type inference checks each node.
+inline constexpr int kNewestOnnxCheckedOpset = 17;
+
 struct ImportOptions {
   // Used in error messages ("resnet50.onnx: node ...").
   std::string model_label = "model";
@@ -38,7 +42,8 @@ absl::StatusOr<std::vector<NodeProblem>> CheckOnnxModel(std::string_view model_b
 std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(std::string directory);
 
 // Graph -> serialized ONNX ModelProto (standard ops only; a kiln.* op or attribute is an
-// error), checked by the ONNX checker: `kiln quantize` writes its QDQ model with it.
+// error), checked by the ONNX checker up to kNewestOnnxCheckedOpset: `kiln quantize` writes
+// its QDQ model with it.
 absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::string& graph_name);
 
 // ONNX TensorProto <-> Tensor (the input/output file format of `kiln run`).
