@@ -148,6 +148,12 @@ def make_cases(root):
                            [helper.make_node("QuantizeLinear", ["v", "scale"], ["y"], output_dtype=TensorProto.INT8)],
                            [("v", data)],
                            [("y", np.clip(np.rint(data / scale), -128, 127).astype(np.int8))], [("scale", scale)]))
+    lp_in = randn(1, 2, 5, 5)
+    lp = np.array([[[np.sqrt((lp_in[0, c, r:r + 2, t:t + 2] ** 2).sum()) for t in range(0, 5, 2)]
+                    for r in range(0, 5, 2)] for c in range(2)], np.float32)
+    cases.append(save_case(root, "opset18_lp_pool_ceil_mode", 18,
+                           [helper.make_node("LpPool", ["l"], ["y"], kernel_shape=[2, 2], strides=[2, 2], p=2,
+                                             ceil_mode=1)], [("l", lp_in)], [("y", lp.reshape(1, 2, 3, 3))]))
     m = randn(2, 3)
     cases.append(save_case(root, "opset21_mix", 21,
                            [helper.make_node("ReduceSum", ["m", "axes"], ["r"], keepdims=1),
