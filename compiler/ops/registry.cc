@@ -360,9 +360,12 @@ std::string FormatProblem(const NodeProblem& problem) {
 
 std::string FormatProblems(const std::vector<NodeProblem>& problems) {
   if (problems.size() == 1) return FormatProblem(problems[0]);
-  std::string text =
-      absl::StrCat(problems.size(), problems.size() == 1 ? " construct" : " constructs", " cannot be compiled:");
-  for (const NodeProblem& problem : problems) absl::StrAppend(&text, "\n  ", FormatProblem(problem));
+  std::string text = absl::StrCat(problems.size(), " constructs cannot be compiled:");
+  const size_t listed = std::min(problems.size(), kMaxListedProblems);
+  for (size_t i = 0; i < listed; ++i) absl::StrAppend(&text, "\n  ", FormatProblem(problems[i]));
+  if (listed < problems.size()) {
+    absl::StrAppend(&text, "\n  ... and ", problems.size() - listed, " more (kiln compile --check lists them all)");
+  }
   return text;
 }
 

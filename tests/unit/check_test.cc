@@ -49,6 +49,15 @@ TEST(CheckGraphTest, ListsEveryProblemAndSkipsWhatFollowsOne) {
                           "node 'pad' (Pad, opset 18): unknown pad mode 'circular'"));
 }
 
+TEST(FormatProblemsTest, OneIsItsLineAndManyAreCounted) {
+  std::vector<NodeProblem> problems = {{"a", "Unique", 18, "op 'Unique' is not supported by Kiln"}};
+  EXPECT_EQ(FormatProblems(problems), "node 'a' (Unique, opset 18): op 'Unique' is not supported by Kiln");
+  problems.assign(kMaxListedProblems + 5, NodeProblem{"n", "Unique", 18, "why"});
+  const std::string text = FormatProblems(problems);
+  EXPECT_THAT(text, ::testing::StartsWith(absl::StrCat(kMaxListedProblems + 5, " constructs cannot be compiled:\n")));
+  EXPECT_THAT(text, ::testing::EndsWith("\n  ... and 5 more (kiln compile --check lists them all)"));
+}
+
 onnx::ModelProto ModelWithFourProblems() {
   onnx::ModelProto model;
   model.set_ir_version(10);

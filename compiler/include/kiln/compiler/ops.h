@@ -143,7 +143,9 @@ struct NodeProblem {
 };
 // "node 'n' (Op, opset k): reason", or "graph input 'x': reason".
 std::string FormatProblem(const NodeProblem& problem);
-// "3 constructs cannot be compiled:" and one indented line per problem (one: its line).
+// "3 constructs cannot be compiled:" and one indented line per problem (one: its line),
+// the first kMaxListedProblems of them: an error message (a job's, too) stays readable.
+inline constexpr size_t kMaxListedProblems = 100;
 std::string FormatProblems(const std::vector<NodeProblem>& problems);
 
 // InferTypes that goes on past a failure: every node whose op is unknown, whose type
