@@ -54,6 +54,7 @@ void RegisterResizeOps(Registry& registry);
 void RegisterLossOps(Registry& registry);
 void RegisterSamplingOps(Registry& registry);
 void RegisterLinalgOps(Registry& registry);
+void RegisterOpset18Ops(Registry& registry);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -394,7 +394,21 @@ absl::Status InferSplit(InferContext& ctx) {
   if (!split.ok()) return split.status();
   const int64_t n = static_cast<int64_t>(ctx.output_types.size());
   std::vector<int64_t> sizes = *split;
-  if (!present || sizes.empty()) {
+  if ((!present || sizes.empty()) && ctx.node.has_attr("num_outputs")) {
+    // Opset 18: num_outputs parts of ceil(size / num_outputs), the last one what is left.
+    const int64_t parts = ctx.node.GetInt("num_outputs", 0);
+    if (parts != n || parts <= 0 || parts > in[*axis]) {
+      return NodeError(ctx.node,
+                       absl::StrCat("num_outputs ", parts, " does not fit ", n, " outputs and axis size ", in[*axis]));
+    }
+    const int64_t part = (in[*axis] + parts - 1) / parts;
+    sizes.assign(n, part);
+    sizes.back() = in[*axis] - part * (n - 1);
+    if (sizes.back() <= 0) {
+      return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split into ", n, " parts of ", part,
+                                              " and a smaller last one"));
+    }
+  } else if (!present || sizes.empty()) {
     if (in[*axis] % n != 0)
       return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split evenly into ", n));
     sizes.assign(n, in[*axis] / n);
@@ -492,10 +506,17 @@ absl::StatusOr<std::vector<int64_t>> PadAmounts(const Node& node, const std::vec
     if (constants.size() < 2 || constants[1] == nullptr) return NodeError(node, "pads must be a compile-time constant");
     pads = ToInts(*constants[1]);
   }
-  if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
+  if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18): pads for those axes only
     std::vector<int64_t> axes = ToInts(*constants[3]), full(2 * rank, 0);
+    if (pads.size() != 2 * axes.size()) {
+      return NodeError(node, absl::StrCat("pads has ", pads.size(), " entries for ", axes.size(), " axes; expected ",
+                                          2 * axes.size()));
+    }
+    std::vector<bool> seen(rank, false);
     for (size_t i = 0; i < axes.size(); ++i) {
-      int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+      KILN_ASSIGN_OR_RETURN(const int64_t a, NormalizeAxis(node, axes[i], rank, "pad axis"));
+      if (seen[a]) return NodeError(node, absl::StrCat("pad axis ", axes[i], " is given twice"));
+      seen[a] = true;
       full[a] = pads[i];
       full[a + rank] = pads[i + axes.size()];
     }
@@ -523,10 +544,14 @@ absl::StatusOr<KernelCall> LowerPad(const Node& node) {
   const int64_t rank = static_cast<int64_t>(in.size());
   auto pads = PadAmounts(node, ConstantsOf(node), rank);
   if (!pads.ok()) return pads.status();
-  std::string mode = node.GetString("mode", "constant");
-  int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
-  if (mode != "constant" && mode != "reflect" && mode != "edge")
+  const std::string mode = node.GetString("mode", "constant");
+  constexpr NamedCode kModes[] = {
+      {"constant", KILN_PAD_CONSTANT}, {"reflect", KILN_PAD_REFLECT}, {"edge", KILN_PAD_EDGE}, {"wrap", KILN_PAD_WRAP}};
+  const NamedCode* found =
+      std::find_if(std::begin(kModes), std::end(kModes), [&](const NamedCode& m) { return mode == m.name; });
+  if (found == std::end(kModes) || (found->code == KILN_PAD_WRAP && node.opset() < 19))
     return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
+  const int64_t code = found->code;
   if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
   kiln_pad_params params{};
   params.mode = code;

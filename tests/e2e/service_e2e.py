@@ -507,6 +507,27 @@ def scenario_bad_requests(work):
         check('code="INVALID_ARGUMENT"' in codes and 'code="RESOURCE_EXHAUSTED"' in codes, "RPC codes counted")
 
 
+def scenario_unsupported_list(work):
+    """A model with several unsupported constructs fails its job with all of them listed."""
+    sys.path.insert(0, os.path.join(ARGS.root, "tests", "e2e"))
+    from make_test_models import UNSUPPORTED_NODES
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
+        model = make_model(work, "unsupported", "unsupported.onnx")
+        result = kiln("submit", model, "--server", server.address, "--wait", check_rc=False)
+        log(result.stderr)
+        check(result.returncode == 1, f"submit --wait of a failing job exits 1: {result.returncode}")
+        job_id = re.search(r"job-[0-9a-f]{16}", result.stdout + result.stderr).group(0)
+        job = server.client.get_job(job_id)
+        check(job.state == server.client.FAILED, f"the job failed: {job.state}")
+        check(f"{len(UNSUPPORTED_NODES)} constructs cannot be compiled:" in job.error, f"the error counts: {job.error}")
+        for node, reason in UNSUPPORTED_NODES.items():
+            line = next((l for l in job.error.splitlines() if f"node '{node}' (" in l), "")
+            check(", opset 21): " in line and reason in line, f"the job's error lists {node}: {job.error}")
+        shown = kiln("job", job_id, "--server", server.address, check_rc=False)
+        check(all(f"node '{node}'" in shown.stdout + shown.stderr for node in UNSUPPORTED_NODES),
+              f"kiln job shows every problem: {shown.stdout}{shown.stderr}")
+
+
 def scenario_limits(work):
     """A job over its CPU-time or memory limit is killed and fails with that reason."""
     with Kilnd(os.path.join(work, "data"), "--job-cpu-seconds", "1", workers=1) as server:

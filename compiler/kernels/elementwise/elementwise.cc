@@ -75,6 +75,15 @@ inline T ApplyArith(int op, T a, T b) {
     case KILN_BINARY_SHIFT_LEFT:
       if constexpr (!kIsFloat<T>) return static_cast<T>(a << b);
       return a;
+    case KILN_BINARY_BITWISE_AND:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a & b);
+      return a;
+    case KILN_BINARY_BITWISE_OR:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a | b);
+      return a;
+    case KILN_BINARY_BITWISE_XOR:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a ^ b);
+      return a;
     case KILN_BINARY_SHIFT_RIGHT:
       if constexpr (!kIsFloat<T>) return static_cast<T>(a >> b);
       return a;

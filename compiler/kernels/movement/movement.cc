@@ -335,6 +335,8 @@ struct Pad {
           if (mode == KILN_PAD_CONSTANT || len == 0) return false;
           if (mode == KILN_PAD_EDGE) {
             j = j < 0 ? 0 : len - 1;
+          } else if (mode == KILN_PAD_WRAP) {
+            j = ((j % len) + len) % len;
           } else {  // reflect, without repeating the edge
             const int64_t period = len > 1 ? 2 * (len - 1) : 1;
             j = j % period;

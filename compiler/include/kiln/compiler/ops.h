@@ -156,6 +156,27 @@ bool IsDynamicNode(const Node& node, const OpSchema& schema);
 // already disagree.
 absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape);
 
+// A construct Kiln cannot compile: the node (or, with `op` empty, the graph input) it is
+// in, and why, in words a person can act on.
+struct NodeProblem {
+  std::string node;
+  std::string op;
+  int opset = 0;
+  std::string reason;
+};
+// "node 'n' (Op, opset k): reason", or "graph input 'x': reason".
+std::string FormatProblem(const NodeProblem& problem);
+// "3 constructs cannot be compiled:" and one indented line per problem (one: its line),
+// the first kMaxListedProblems of them: an error message (a job's, too) stays readable.
+inline constexpr size_t kMaxListedProblems = 100;
+std::string FormatProblems(const std::vector<NodeProblem>& problems);
+
+// InferTypes that goes on past a failure: every node whose op is unknown, whose type
+// inference fails (a shape known only at run time that its op cannot take among them) or
+// that has no kernel lowering becomes a problem, and nodes downstream of one are skipped
+// (their cause is already listed).
+std::vector<NodeProblem> CheckGraph(Graph& graph);
+
 // Infers the types of every node output in order. Inputs listed as constant_inputs that
 // are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated
 // with the reference interpreter and replaced by constants.
