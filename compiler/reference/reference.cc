@@ -15,6 +15,14 @@ const ref::RefTable& Table() {
   static const ref::RefTable* table = [] {
     auto* t = new ref::RefTable;
     ref::AddElementwiseOps(*t);
+    ref::AddReduceOps(*t);
+    ref::AddMovementOps(*t);
+    ref::AddIndexingOps(*t);
+    ref::AddConvOps(*t);
+    ref::AddMatMulOps(*t);
+    ref::AddPoolOps(*t);
+    ref::AddNormOps(*t);
+    ref::AddQuantOps(*t);
     return t;
   }();
   return *table;
