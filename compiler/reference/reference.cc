@@ -55,6 +55,14 @@ absl::StatusOr<std::vector<Tensor>> ReferenceRunGraph(const Graph& graph, const 
     return absl::InvalidArgumentError(
         absl::StrCat("graph has ", graph.inputs().size(), " inputs, got ", inputs.size()));
   }
+  // Before any work: a graph with an op the reference lacks cannot be checked at all, and
+  // validation must say which node, not fall back to code that shares the kernels.
+  for (const Node* node : graph.nodes()) {
+    if (!HasReference(node->op())) {
+      return absl::UnimplementedError(
+          absl::StrCat(Label(*node), ": the reference has no evaluation of op '", node->op(), "'"));
+    }
+  }
   std::unordered_map<const Value*, const Tensor*> env;
   std::vector<std::unique_ptr<Tensor>> owned;
   for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = &inputs[i];
