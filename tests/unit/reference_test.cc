@@ -1,6 +1,7 @@
 // The independent reference (compiler/reference): it covers every ONNX op Kiln accepts,
 // rounds to narrow floats once, and evaluates ResNet-50-sized layers in seconds.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "gtest/gtest.h"
@@ -49,6 +50,34 @@ TEST(ReferenceTest, HalfResultsRoundOnceToNearestEven) {
   ASSERT_TRUE(half.ok()) << half.status();
   EXPECT_EQ(half->at(0).data_as<uint16_t>()[0], 0x3C00);  // 1.0
   EXPECT_EQ(half->at(0).data_as<uint16_t>()[1], 0x3C01);  // 1 + 2^-10
+}
+
+Tensor Floats(std::vector<int64_t> dims, std::vector<float> values) {
+  Tensor t(DType::kFloat32, std::move(dims));
+  for (size_t i = 0; i < values.size(); ++i) t.data_as<float>()[i] = values[i];
+  return t;
+}
+
+// Gelu and LpPool have no node test in the ONNX test data Kiln runs: values from the
+// specification's formulas, worked by hand.
+TEST(ReferenceTest, GeluFollowsTheSpecification) {
+  auto exact = RunOne("Gelu", {Floats({2}, {1.0f, -1.0f})});
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_NEAR(exact->at(0).data_as<float>()[0], 0.8413447460685429, 1e-7);  // 0.5 x (1 + erf(x / sqrt 2))
+  EXPECT_NEAR(exact->at(0).data_as<float>()[1], -0.15865525393145707, 1e-7);
+  std::map<std::string, AttrValue> tanh = {{"approximate", std::string("tanh")}};
+  auto approximate = RunOne("Gelu", {Floats({1}, {1.0f})}, tanh);
+  ASSERT_TRUE(approximate.ok()) << approximate.status();
+  EXPECT_NEAR(approximate->at(0).data_as<float>()[0], 0.8411919906082768, 1e-7);
+}
+
+TEST(ReferenceTest, LpPoolFollowsTheSpecification) {
+  std::map<std::string, AttrValue> attrs = {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"p", int64_t{2}}};
+  auto y = RunOne("LpPool", {Floats({1, 1, 2, 3}, {1, 2, -3, 4, 5, 6})}, attrs);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->at(0).dims(), (std::vector<int64_t>{1, 1, 1, 2}));
+  EXPECT_NEAR(y->at(0).data_as<float>()[0], std::sqrt(1.0 + 4 + 16 + 25), 1e-6);
+  EXPECT_NEAR(y->at(0).data_as<float>()[1], std::sqrt(4.0 + 9 + 25 + 36), 1e-6);
 }
 
 TEST(ReferenceTest, UnknownOpIsNamedInTheError) {
