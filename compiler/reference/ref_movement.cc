@@ -70,8 +70,7 @@ Outputs Flatten(const Node& node, const Inputs& in) {
 
 Outputs Squeeze(const Node& node, const Inputs& in) {
   KILN_REF_INPUT(x, in, 0);
-  bool present = false;
-  std::vector<int64_t> axes = AxesFromAttrOrInput(node, in, "axes", 1, &present);
+  std::vector<int64_t> axes = AxesFromAttrOrInput(node, in, "axes", 1);
   std::vector<bool> drop(x->rank(), false);
   for (int64_t a = 0; a < x->rank(); ++a) drop[a] = axes.empty() && x->dims()[a] == 1;
   for (int64_t a : axes) {
@@ -88,8 +87,7 @@ Outputs Squeeze(const Node& node, const Inputs& in) {
 
 Outputs Unsqueeze(const Node& node, const Inputs& in) {
   KILN_REF_INPUT(x, in, 0);
-  bool present = false;
-  std::vector<int64_t> axes = AxesFromAttrOrInput(node, in, "axes", 1, &present);
+  std::vector<int64_t> axes = AxesFromAttrOrInput(node, in, "axes", 1);
   const int64_t rank = x->rank() + static_cast<int64_t>(axes.size());
   std::vector<bool> inserted(rank, false);
   for (int64_t a : axes) {
@@ -192,8 +190,7 @@ Outputs Concat(const Node& node, const Inputs& in) {
 Outputs Split(const Node& node, const Inputs& in) {
   KILN_REF_INPUT(x, in, 0);
   KILN_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(node.GetInt("axis", 0), x->rank()));
-  bool present = false;
-  std::vector<int64_t> sizes = AxesFromAttrOrInput(node, in, "split", 1, &present);
+  std::vector<int64_t> sizes = AxesFromAttrOrInput(node, in, "split", 1);
   const int64_t total = x->dims()[axis];
   if (sizes.empty()) {
     const int64_t parts = static_cast<int64_t>(node.outputs().size());

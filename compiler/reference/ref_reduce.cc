@@ -59,8 +59,7 @@ double L2(const std::vector<double>& v) { return std::sqrt(SumSquare(v)); }
 // input (13 for ReduceSum, 18 for the rest). None given: all axes, unless
 // noop_with_empty_axes, which makes the op an identity.
 absl::StatusOr<std::set<int64_t>> ReduceAxes(const Node& node, const Inputs& in, int64_t rank, bool* identity) {
-  bool present = false;
-  const std::vector<int64_t> axes = AxesFromAttrOrInput(node, in, "axes", 1, &present);
+  const std::vector<int64_t> axes = AxesFromAttrOrInput(node, in, "axes", 1);
   *identity = false;
   std::set<int64_t> result;
   if (axes.empty()) {

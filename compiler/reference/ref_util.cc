@@ -215,20 +215,9 @@ std::vector<int64_t> IntsOf(const Tensor& t) {
 
 const Tensor* OptionalInput(const Inputs& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
 
-absl::StatusOr<const Tensor*> RequiredInput(const Inputs& in, size_t i) {
-  const Tensor* t = OptionalInput(in, i);
-  if (t == nullptr) return Invalid(absl::StrCat("input ", i, " is required"));
-  return t;
-}
-
-std::vector<int64_t> AxesFromAttrOrInput(const Node& node, const Inputs& in, const char* attr, size_t input,
-                                         bool* present) {
-  if (node.has_attr(attr)) {
-    *present = true;
-    return node.GetInts(attr);
-  }
+std::vector<int64_t> AxesFromAttrOrInput(const Node& node, const Inputs& in, const char* attr, size_t input) {
+  if (node.has_attr(attr)) return node.GetInts(attr);
   const Tensor* t = OptionalInput(in, input);
-  *present = t != nullptr;
   return t != nullptr ? IntsOf(*t) : std::vector<int64_t>{};
 }
 

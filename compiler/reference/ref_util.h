@@ -52,13 +52,10 @@ absl::StatusOr<int64_t> NormalizeAxis(int64_t axis, int64_t rank);
 std::vector<int64_t> IntsOf(const Tensor& t);
 // Input i, or null when it is absent (beyond the node's inputs or omitted).
 const Tensor* OptionalInput(const Inputs& in, size_t i);
-// Input i, which must be present.
-absl::StatusOr<const Tensor*> RequiredInput(const Inputs& in, size_t i);
 
-// Axes given by attribute `attr` (early opsets) or by input `input` (later ones). `present`
-// says whether either gave them: a Reduce* op with no axes reduces over all of them.
-std::vector<int64_t> AxesFromAttrOrInput(const Node& node, const Inputs& in, const char* attr, size_t input,
-                                         bool* present);
+// Axes (or sizes) given by attribute `attr` in early opsets, by input `input` in later
+// ones; empty when neither gives them (a Reduce* op then reduces over every axis).
+std::vector<int64_t> AxesFromAttrOrInput(const Node& node, const Inputs& in, const char* attr, size_t input);
 
 }  // namespace kiln::ref
 
