@@ -199,6 +199,39 @@ absl::StatusOr<std::string> BindInputs(const std::string& model, const DataSet& 
   return proto.SerializeAsString();
 }
 
+// A node test the importer refused (`import_status`) for a non-constant input, run with each
+// data set's inputs bound as initializers; still unsupported when the importer refuses that.
+Outcome RunReferenceBound(const fs::path& dir, const std::string& bytes, const absl::Status& import_status,
+                          std::string& detail) {
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(bytes)) return Refused(import_status, detail);
+  size_t num_inputs = 0;
+  std::set<std::string> initialized;
+  for (const auto& init : proto.graph().initializer()) initialized.insert(init.name());
+  for (const auto& input : proto.graph().input()) num_inputs += initialized.count(input.name()) ? 0 : 1;
+  bool refused = false;
+  absl::Status refusal;
+  auto run = [&](const DataSet& set) -> absl::StatusOr<std::vector<kiln::Tensor>> {
+    KILN_ASSIGN_OR_RETURN(std::string bound, BindInputs(bytes, set));
+    kiln::ImportOptions bound_options;
+    bound_options.model_label = dir.filename().string();
+    auto bound_graph = kiln::ImportOnnxModel(bound, bound_options);
+    if (!bound_graph.ok()) {
+      refused = true, refusal = bound_graph.status();
+      return bound_graph.status();
+    }
+    auto outputs = kiln::ReferenceRunGraph(**bound_graph, {});
+    if (!outputs.ok() && outputs.status().code() == absl::StatusCode::kUnimplemented) {
+      refused = true, refusal = outputs.status();
+    }
+    return outputs;
+  };
+  const Outcome outcome = RunDataSets(dir, num_inputs, proto.graph().output_size(), run, detail);
+  if (refused) return Refused(refusal, detail);
+  if (outcome == Outcome::kPass) detail = "(inputs bound as initializers)";
+  return outcome;
+}
+
 // The reference's self-check: the imported graph evaluated by kiln::ReferenceRunGraph; a
 // model the importer refuses for a non-constant input is retried with its inputs bound.
 Outcome RunReference(const fs::path& dir, std::string& detail) {
@@ -223,33 +256,7 @@ Outcome RunReference(const fs::path& dir, std::string& detail) {
   if (graph.status().message().find("compile-time constant") == std::string::npos) {
     return Refused(graph.status(), detail);
   }
-  onnx::ModelProto proto;
-  if (!proto.ParseFromString(*bytes)) return Refused(graph.status(), detail);
-  size_t num_inputs = 0;
-  std::set<std::string> initialized;
-  for (const auto& init : proto.graph().initializer()) initialized.insert(init.name());
-  for (const auto& input : proto.graph().input()) num_inputs += initialized.count(input.name()) ? 0 : 1;
-  bool refused = false;
-  absl::Status refusal;
-  auto run = [&](const DataSet& set) -> absl::StatusOr<std::vector<kiln::Tensor>> {
-    KILN_ASSIGN_OR_RETURN(std::string bound, BindInputs(*bytes, set));
-    kiln::ImportOptions bound_options;
-    bound_options.model_label = dir.filename().string();
-    auto bound_graph = kiln::ImportOnnxModel(bound, bound_options);
-    if (!bound_graph.ok()) {
-      refused = true, refusal = bound_graph.status();
-      return bound_graph.status();
-    }
-    auto outputs = kiln::ReferenceRunGraph(**bound_graph, {});
-    if (!outputs.ok() && outputs.status().code() == absl::StatusCode::kUnimplemented) {
-      refused = true, refusal = outputs.status();
-    }
-    return outputs;
-  };
-  const Outcome outcome = RunDataSets(dir, num_inputs, proto.graph().output_size(), run, detail);
-  if (refused) return Refused(refusal, detail);
-  if (outcome == Outcome::kPass) detail = "(inputs bound as initializers)";
-  return outcome;
+  return RunReferenceBound(dir, *bytes, graph.status(), detail);
 }
 
 }  // namespace
