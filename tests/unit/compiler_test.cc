@@ -1,5 +1,6 @@
 // Unit tests for the IR, passes and codegen: graphs built in C++, compiled with real LLVM
-// and LLD, loaded with the runtime, and compared with the reference interpreter.
+// and LLD, loaded with the runtime, and compared with the independent reference (artifacts)
+// or the interpreter (graphs before and after a pass, internal kiln.* ops included).
 #include <unistd.h>
 
 #include <cmath>
