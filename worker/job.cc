@@ -16,7 +16,7 @@
 #include "kiln/common/time.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
-#include "kiln/compiler/interp.h"
+#include "kiln/compiler/reference.h"
 #include "kiln/runtime.h"
 #include "kiln/v1/kiln.pb.h"
 #include "kiln/v1/worker.pb.h"
@@ -77,7 +77,7 @@ absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t se
   return inputs;
 }
 
-// The model as the reference interpreter runs it (validation inputs and reference
+// The model as the reference evaluator runs it (validation inputs and reference
 // outputs), imported apart from the compile's own graph.
 absl::StatusOr<std::unique_ptr<Graph>> ImportReference(const v1::CompileSpec& spec, const std::string& model) {
   ImportOptions options;
@@ -184,9 +184,9 @@ Latency MeasureLatency(LoadedArtifact& loaded) {
   return latency;
 }
 
-// Runs the artifact and the reference interpreter on the same inputs and judges the
-// outputs; measures latency when the artifact runs on this machine. Fills the context's
-// input descriptions, latency and validate_ms.
+// Runs the artifact and the independent reference (compiler/reference, which shares no code
+// with the kernels) on the same inputs and judges the outputs; measures latency when the artifact runs on this machine.
+// Fills the context's input descriptions, latency and validate_ms.
 absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const std::string& model,
                                             const CompileResult& compiled, const std::string& artifact_path,
                                             const std::string& dir, ReportContext& context) {
@@ -195,8 +195,8 @@ absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const s
   KILN_ASSIGN_OR_RETURN(auto reference_graph, ImportReference(spec, model));
   auto inputs = ValidationInputs(*reference_graph, spec.accuracy(), dir);
   if (!inputs.ok()) return Annotate(inputs.status(), "validation inputs");
-  auto reference = RunGraph(*reference_graph, *inputs);
-  if (!reference.ok()) return Annotate(reference.status(), "reference interpreter");
+  auto reference = ReferenceRunGraph(*reference_graph, *inputs);
+  if (!reference.ok()) return Annotate(reference.status(), "validation against the reference");
   LoadedArtifact loaded;
   std::vector<Tensor> outputs;
   KILN_RETURN_IF_ERROR(RunArtifact(artifact_path, *inputs, outputs, loaded));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -301,6 +302,8 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   KILN_ASSIGN_OR_RETURN(codegen.manifest_json, ToJson(result.manifest));
   codegen.compiler_version = CompilerVersion();
   codegen.output_path = inputs.output_path;
+  // Test only: see CodegenOptions::inject_kernel_bug (tests/unit/validation_test.cc).
+  if (const char* kernel = std::getenv("KILN_TEST_INJECT_KERNEL_BUG")) codegen.inject_kernel_bug = kernel;
   auto artifact = GenerateArtifact(*result.graph, result.memory_plan, codegen);
   if (!artifact.ok()) {
     return WithAllProblems(Annotate(artifact.status(), inputs.model_label), inputs.model_bytes, import_options);

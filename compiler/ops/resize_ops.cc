@@ -196,7 +196,7 @@ void RegisterResizeOps(Registry& registry) {
   // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}: scales and sizes
   // decide the shape (Resize-10's input 1 is its scales; the roi bit only folds a computed roi).
   const OpSchema ops[] = {
-      {"Resize", 2, 4, 0b1110, InferResize, LowerResize},
+      {"Resize", 1, 4, 0b1110, InferResize, LowerResize},
       {"Upsample", 1, 2, 0b10, InferResize, LowerResize},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Exports the real models the test suite checks (bench/make_models.py, fixed seed) and runs
-# kiln-model-check on each: compiled artifact vs the reference interpreter (<= 1e-4 x output
+# kiln-model-check on each: compiled artifact vs the independent reference (<= 1e-4 x output
 # scale) and vs PyTorch's own outputs (<= 1e-3 x scale). BERT-base runs only in bench/.
 #   run_models.sh KILN_MODEL_CHECK SOURCE_DIR WORK_DIR
 set -euo pipefail

@@ -16,8 +16,8 @@ namespace {
 // pass over the row's outputs whose input column is inside the image, so the inner loop
 // has no bounds checks and vectorizes (a strided load for stride 2). Max keeps the
 // reference's rule (a NaN never wins); the average sums in f32.
-// Not in the reference interpreter's build (kFastKernels), so validation compares this
-// against the plain loop below.
+// Not in the reference interpreter's build (kFastKernels); validation compares it with the
+// independent reference (compiler/reference).
 
 static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
   const float* px = InputData<float>(call, 0);
