@@ -311,11 +311,16 @@ namespace {
 // its rule, the dims its shape function gives on what is known now (-1: unknown).
 absl::Status InferAtRunTime(const OpSchema& schema, InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ctx));
-  KILN_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> dims, EvaluateShape(ctx.node, shape));
+  SymbolIds symbols;
+  KILN_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> dims, EvaluateShape(ctx.node, shape, &symbols));
+  std::map<int64_t, std::string> names;
+  for (const auto& [name, id] : symbols) names[id] = name;
   for (size_t i = 0; i < ctx.output_types.size() && i < shape.outputs.size(); ++i) {
     TensorType type = shape.outputs[i];
     for (size_t d = 0; d < type.shape.size() && i < dims.size(); ++d) {
-      if (dims[i][d] >= 0) type.shape[d] = Dim::Known(dims[i][d]);
+      const int64_t dim = dims[i][d];
+      if (dim >= 0) type.shape[d] = Dim::Known(dim);
+      if (auto name = names.find(dim); name != names.end()) type.shape[d] = Dim::Symbolic(name->second);
     }
     ctx.output_types[i] = std::move(type);
   }

@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def chain(layers, width, seed, classes=None):
+def chain(layers, width, seed, classes=None, batch=1):
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     x = "input"
@@ -42,8 +42,8 @@ def chain(layers, width, seed, classes=None):
     else:
         nodes.append(helper.make_node("Identity", [x], ["output"], name="output"))
         x = "output"
-    graph = helper.make_graph(nodes, "e2e", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, width])],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, out_width])], inits)
+    graph = helper.make_graph(nodes, "e2e", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, width])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, out_width])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-e2e")
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -82,7 +82,7 @@ def unsupported():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["chain", "classifier", "unsupported"])
+    parser.add_argument("kind", choices=["chain", "classifier", "unsupported", "dynamic"])
     parser.add_argument("out")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=64)
@@ -90,6 +90,8 @@ def main():
     args = parser.parse_args()
     if args.kind == "chain":
         model = chain(args.layers, args.width, args.seed)
+    elif args.kind == "dynamic":  # the classifier with a batch known only at run time
+        model = chain(2, 32, args.seed, classes=10, batch="batch")
     elif args.kind == "unsupported":
         model = unsupported()
     else:

@@ -13,6 +13,7 @@
 namespace kiln {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -25,8 +26,12 @@ std::vector<std::string> Lines(const std::vector<NodeProblem>& problems) {
 TEST(CheckGraphTest, ListsEveryProblemAndSkipsWhatFollowsOne) {
   Graph g;
   Value* x = g.AddValue("x", TensorType::Static(DType::kFloat32, {2, 6}));
-  Value* shape = g.AddValue("shape", TensorType::Static(DType::kInt64, {2}));
-  TensorType dynamic = TensorType::Static(DType::kFloat32, {1, 4});
+  // A shape input of unknown length: Reshape's result has no known rank.
+  TensorType unknown_length = TensorType::Static(DType::kInt64, {2});
+  unknown_length.shape[0] = Dim::Symbolic("L");
+  Value* shape = g.AddValue("shape", unknown_length);
+  // A batch known only at run time is fine; an op without a run-time shape rule on it is not.
+  TensorType dynamic = TensorType::Static(DType::kFloat32, {1, 4, 2, 2});
   dynamic.shape[0] = Dim::Symbolic("N");
   Value* d = g.AddValue("d", dynamic);
   for (Value* in : {x, shape, d}) g.AddInput(in);
@@ -38,15 +43,18 @@ TEST(CheckGraphTest, ListsEveryProblemAndSkipsWhatFollowsOne) {
                         {x, g.AddConstant("pads", std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{4}))},
                         {"p"}, 18);
   pad->mutable_attrs()["mode"] = std::string("circular");
-  Node* on_dynamic = g.AddNode("Softmax", "on_dynamic", {d}, {"m"}, 18);
+  Node* softmax = g.AddNode("Softmax", "softmax_on_dynamic", {d}, {"m"}, 18);
+  Node* on_dynamic = g.AddNode("DepthToSpace", "on_dynamic", {softmax->output(0)}, {"t"}, 18);
+  on_dynamic->mutable_attrs()["blocksize"] = int64_t{2};
   for (Node* n : {after, reshape, pad, on_dynamic}) g.AddOutput(n->output(0));
 
   EXPECT_THAT(Lines(CheckGraph(g)),
-              ElementsAre(HasSubstr("graph input 'd': has the dynamic shape f32[N,4]"),
-                          "node 'unique' (Unique, opset 18): op 'Unique' is not supported by Kiln",
-                          HasSubstr("node 'reshape' (Reshape, opset 18): input 1 (shape) must be a compile-time "
-                                    "constant"),
-                          "node 'pad' (Pad, opset 18): unknown pad mode 'circular'"));
+              ElementsAre("node 'unique' (Unique, opset 18): op 'Unique' is not supported by Kiln",
+                          HasSubstr("node 'reshape' (Reshape, opset 18): the shape input must be 1-D with a static "
+                                    "length"),
+                          "node 'pad' (Pad, opset 18): unknown pad mode 'circular'",
+                          AllOf(HasSubstr("node 'on_dynamic' (DepthToSpace, opset 18)"),
+                                HasSubstr("does not compile with shapes known only at run time yet"))));
 }
 
 TEST(FormatProblemsTest, OneIsItsLineAndManyAreCounted) {

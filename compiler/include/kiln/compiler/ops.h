@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -151,10 +152,14 @@ inline constexpr size_t kFusedMaxOps = 32;
 bool IsDynamicNode(const Node& node, const OpSchema& schema);
 
 // Runs a shape function (DynamicShape::shape) on what is known at compile time: each
-// input's dims (-1 where unknown) and the data of constant inputs. Returns each output's
-// dims, -1 where they depend on an unknown; an error names the node when the known dims
-// already disagree.
-absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape);
+// input's dims and the data of constant inputs. An unknown dim goes in as a negative id,
+// -1 for an anonymous one ("?"), -2, -3, ... for named symbols (`symbols` records which,
+// when given), and a dim the function passes through keeps its id. Returns each output's
+// dims, negative where they depend on an unknown; an error names the node when the known
+// dims already disagree.
+using SymbolIds = std::map<std::string, int64_t>;
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape,
+                                                                SymbolIds* symbols = nullptr);
 
 // A construct Kiln cannot compile: the node (or, with `op` empty, the graph input) it is
 // in, and why, in words a person can act on.
