@@ -25,10 +25,10 @@
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
-#include "kiln/kernels/rnn.h"
-#include "kiln/kernels/shape.h"
 #include "kiln/kernels/resize.h"
+#include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
+#include "kiln/kernels/shape.h"
 
 namespace kiln::ops {
 
