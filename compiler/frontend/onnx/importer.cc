@@ -426,9 +426,10 @@ absl::Status Importer::ImportVariadic(const NodeParts& node) {
 
 absl::Status Importer::ImportDropout(const NodeParts& node) {
   const auto& [op, name, where, attrs, inputs, outputs] = node;
-  auto constant_is = [&](size_t i, double value) {
-    return inputs.size() > i && inputs[i] != nullptr && inputs[i]->is_constant() &&
-           inputs[i]->constant()->GetAsDouble(0) == value;
+  // node.inputs, not the binding: clang 14 (the fuzz build) cannot capture a structured binding.
+  auto constant_is = [&node](size_t i, double value) {
+    const std::vector<Value*>& in = node.inputs;
+    return in.size() > i && in[i] != nullptr && in[i]->is_constant() && in[i]->constant()->GetAsDouble(0) == value;
   };
   const bool training = inputs.size() > 2 && inputs[2] != nullptr && !constant_is(2, 0);
   if (training && !constant_is(1, 0)) {  // decided at run time: the dropout kernel
