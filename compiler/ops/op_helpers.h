@@ -40,10 +40,14 @@ void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
 void RegisterRnnOps(Registry& registry);
+void RegisterSelectOps(Registry& registry);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.
 void AttachDynamicShapes(std::map<std::string, OpSchema>& table);
+// An infer function for ops whose run-time rule (OpSchema::dynamic) also gives their static
+// shapes: the rule's shape function run on the constant inputs.
+absl::Status InferByDynamicRule(InferContext& ctx);
 // The unary elementwise ops (Relu, Exp, ...): one kernel, one shape.
 std::vector<std::string> UnaryOpNames();
 

@@ -206,6 +206,7 @@ void EnsureRegistered() {
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
     ops::RegisterRnnOps(registry);
+    ops::RegisterSelectOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();
@@ -305,6 +306,18 @@ absl::Status InferAtRunTime(const OpSchema& schema, InferContext& ctx) {
 }
 
 }  // namespace
+
+namespace ops {
+
+absl::Status InferByDynamicRule(InferContext& ctx) {
+  const OpSchema* schema = FindOp(ctx.node.op());
+  if (schema == nullptr || !schema->dynamic) {
+    return absl::InternalError(absl::StrCat(NodeLabel(ctx.node), ": has no run-time shape rule"));
+  }
+  return InferAtRunTime(*schema, ctx);
+}
+
+}  // namespace ops
 
 absl::Status InferTypes(Graph& graph) {
   std::unordered_map<Value*, std::shared_ptr<const Tensor>> memo;

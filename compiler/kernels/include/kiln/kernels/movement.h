@@ -12,7 +12,8 @@ extern "C" {
 
 typedef struct kiln_movement_params {
   int64_t axis;               /* concat, split, gather, gather_elements, scatter_elements, one_hot,
-                                 cumsum: normalised (>= 0) */
+                                 cumsum, compress: normalised (>= 0); compress: -1 for none (the
+                                 input flattened) */
   int64_t batch_dims;         /* gather_nd */
   int64_t reduction;          /* scatter_elements, scatter_nd: 0 none, 1 add, 2 mul, 3 max, 4 min */
   int64_t upper;              /* trilu */
@@ -37,6 +38,15 @@ typedef struct kiln_pad_params {
   int64_t pads_begin[KILN_MAX_RANK];
 } kiln_pad_params;
 KILN_PARAMS_LAYOUT(kiln_pad_params, 1 + KILN_MAX_RANK);
+
+enum kiln_window_function_kind { KILN_WINDOW_HANN = 0, KILN_WINDOW_HAMMING = 1, KILN_WINDOW_BLACKMAN = 2 };
+
+/* HannWindow, HammingWindow, BlackmanWindow: output 0's length is the window's size. */
+typedef struct kiln_window_function_params {
+  int64_t kind;     /* kiln_window_function_kind */
+  int64_t periodic; /* 1: the period is the size (else the size - 1, a symmetric window) */
+} kiln_window_function_params;
+KILN_PARAMS_LAYOUT(kiln_window_function_params, 2);
 
 #ifdef __cplusplus
 }
