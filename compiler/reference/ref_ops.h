@@ -20,5 +20,6 @@ using RefTable = std::map<std::string, RefFn, std::less<>>;
 // One function per family file (ref_<family>.cc); reference.cc calls each once.
 void AddElementwiseOps(RefTable& table);
 void AddRnnOps(RefTable& table);
+void AddDynamicOps(RefTable& table);
 
 }  // namespace kiln::ref

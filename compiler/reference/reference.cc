@@ -16,6 +16,7 @@ const ref::RefTable& Table() {
     auto* t = new ref::RefTable;
     ref::AddElementwiseOps(*t);
     ref::AddRnnOps(*t);
+    ref::AddDynamicOps(*t);
     return t;
   }();
   return *table;

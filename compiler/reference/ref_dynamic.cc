@@ -1,0 +1,113 @@
+// Ops whose output size follows from input data, from the ONNX specification: NonZero,
+// Compress and the window generators HannWindow, HammingWindow, BlackmanWindow.
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "ref_ops.h"
+
+namespace kiln::ref {
+namespace {
+
+using Result = absl::StatusOr<std::vector<Tensor>>;
+
+std::vector<Tensor> One(Tensor t) {
+  std::vector<Tensor> out;
+  out.push_back(std::move(t));
+  return out;
+}
+
+// NonZero: the multi-index of every nonzero element, one column each, in row-major order.
+Result NonZero(const Node&, const Inputs& in) {
+  const Tensor& x = *in[0];
+  std::vector<int64_t> flat;
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    if (x.GetAsDouble(i) != 0) flat.push_back(i);
+  }
+  const int64_t count = static_cast<int64_t>(flat.size());
+  Tensor out(DType::kInt64, {x.rank(), count});
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t rest = flat[k];
+    for (int64_t d = x.rank(); d-- > 0;) {
+      out.data_as<int64_t>()[d * count + k] = rest % x.dims()[d];
+      rest /= x.dims()[d];
+    }
+  }
+  return One(std::move(out));
+}
+
+// Compress: the slices along `axis` (of the flattened input without one) whose condition
+// is true; the condition may be shorter than the axis, not longer.
+Result Compress(const Node& node, const Inputs& in) {
+  const Tensor &x = *in[0], &condition = *in[1];
+  std::vector<int64_t> dims = {x.num_elements()};
+  int64_t axis = 0;
+  if (node.has_attr("axis")) {
+    dims = x.dims();
+    axis = node.GetInt("axis", 0);
+    if (axis < 0) axis += x.rank();
+    if (axis < 0 || axis >= x.rank()) return absl::InvalidArgumentError("axis is out of range");
+  }
+  if (condition.num_elements() > dims[axis]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the condition has ", condition.num_elements(), " entries, the axis ", dims[axis]));
+  }
+  std::vector<int64_t> kept;
+  for (int64_t j = 0; j < condition.num_elements(); ++j) {
+    if (condition.GetAsDouble(j) != 0) kept.push_back(j);
+  }
+  int64_t outer = 1, inner = DTypeSize(x.dtype());
+  for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+  for (size_t d = axis + 1; d < dims.size(); ++d) inner *= dims[d];
+  std::vector<int64_t> out_dims = dims;
+  out_dims[axis] = static_cast<int64_t>(kept.size());
+  Tensor out(x.dtype(), out_dims);
+  const auto* src = static_cast<const char*>(x.data());
+  auto* dst = static_cast<char*>(out.data());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (size_t k = 0; k < kept.size(); ++k) {
+      std::memcpy(dst + (o * static_cast<int64_t>(kept.size()) + static_cast<int64_t>(k)) * inner,
+                  src + (o * dims[axis] + kept[k]) * inner, static_cast<size_t>(inner));
+    }
+  }
+  return One(std::move(out));
+}
+
+// The generalized cosine windows: w[n] = sum_k (-1)^k a_k cos(2 pi k n / N), N the size
+// when periodic, else the size - 1.
+RefFn CosineWindow(std::vector<double> a) {
+  return [a](const Node& node, const Inputs& in) -> Result {
+    const int64_t size = in[0]->GetAsInt64(0);
+    if (size < 0) return absl::InvalidArgumentError("size is negative");
+    const auto dtype = static_cast<DType>(node.GetInt("output_datatype", static_cast<int64_t>(DType::kFloat32)));
+    if (dtype != DType::kFloat32 && dtype != DType::kFloat64) {
+      return absl::UnimplementedError("output_datatype other than float and double");
+    }
+    const double period = static_cast<double>(node.GetInt("periodic", 1) ? size : size - 1);
+    Tensor out(dtype, {size});
+    for (int64_t n = 0; n < size; ++n) {
+      double w = 0, sign = 1;
+      for (size_t k = 0; k < a.size(); ++k, sign = -sign) {
+        w += sign * a[k] * std::cos(2 * M_PI * static_cast<double>(k * n) / period);
+      }
+      if (dtype == DType::kFloat32) {
+        out.data_as<float>()[n] = static_cast<float>(w);
+      } else {
+        out.data_as<double>()[n] = w;
+      }
+    }
+    return One(std::move(out));
+  };
+}
+
+}  // namespace
+
+void AddDynamicOps(RefTable& table) {
+  table["NonZero"] = NonZero;
+  table["Compress"] = Compress;
+  table["HannWindow"] = CosineWindow({0.5, 0.5});
+  table["HammingWindow"] = CosineWindow({25.0 / 46.0, 21.0 / 46.0});
+  table["BlackmanWindow"] = CosineWindow({0.42, 0.5, 0.08});
+}
+
+}  // namespace kiln::ref
