@@ -342,6 +342,20 @@ absl::StatusOr<DynamicShape> CompressRule(const InferContext& ctx) {
   return ShapeCall<kernel::shape_compress>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, p.flags ? rank : 1)});
 }
 
+// Unique: Y of the input's rank with an axis, else 1-D; indices, inverse_indices and
+// counts 1-D i64.
+absl::StatusOr<DynamicShape> UniqueRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  if (ctx.node.has_attr("axis")) {
+    KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), rank));
+    p.flags = KILN_SHAPE_HAS_AXIS;
+  }
+  std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(DType::kInt64, 1));
+  outs[0] = RankOnly(ctx.type(0).dtype, p.flags ? rank : 1);
+  return ShapeCall<kernel::shape_unique>(ctx, 1, p, std::move(outs));
+}
+
 // HannWindow, HammingWindow, BlackmanWindow: [size] of output_datatype.
 absl::StatusOr<DynamicShape> WindowFunctionRule(const InferContext& ctx) {
   const auto dtype = static_cast<DType>(ctx.node.GetInt("output_datatype", static_cast<int64_t>(DType::kFloat32)));
@@ -389,6 +403,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"ArgMin", ArgReduceRule},
       {"NonZero", NonZeroRule},
       {"Compress", CompressRule},
+      {"Unique", UniqueRule},
       {"HannWindow", WindowFunctionRule},
       {"HammingWindow", WindowFunctionRule},
       {"BlackmanWindow", WindowFunctionRule},

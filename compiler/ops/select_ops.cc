@@ -1,4 +1,4 @@
-// Ops whose output size follows from input data: NonZero, Compress and the window
+// Ops whose output size follows from input data: NonZero, Compress, Unique and the window
 // generators HannWindow, HammingWindow, BlackmanWindow. Their shapes come from their
 // run-time rules (dynamic_ops.cc), evaluated at compile time when the deciding input is a
 // constant, so one rule serves both; the kernels read every size from their tensors.
@@ -14,6 +14,13 @@ absl::StatusOr<KernelCall> LowerCompress(const Node& node) {
   kiln_movement_params params{};
   params.axis = node.has_attr("axis") ? AxisAttr(node, 0, node.input(0)) : -1;
   return CallWithParams<kernel::compress>(PassInputs(node, 2), params);
+}
+
+absl::StatusOr<KernelCall> LowerUnique(const Node& node) {
+  kiln_movement_params params{};
+  params.axis = node.has_attr("axis") ? AxisAttr(node, 0, node.input(0)) : -1;
+  params.sorted = node.GetInt("sorted", 1) != 0;
+  return CallWithParams<kernel::unique>(PassInputs(node, 1), params);
 }
 
 std::function<absl::StatusOr<KernelCall>(const Node&)> LowerWindowFunction(int64_t kind) {
@@ -32,6 +39,7 @@ void RegisterSelectOps(Registry& registry) {
   const OpSchema ops[] = {
       {"NonZero", 1, 1, 0b1, InferByDynamicRule, LowerNonZero},
       {"Compress", 2, 2, 0b10, InferByDynamicRule, LowerCompress},
+      {"Unique", 1, 1, 0b1, InferByDynamicRule, LowerUnique},
       {"HannWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_HANN)},
       {"HammingWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_HAMMING)},
       {"BlackmanWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_BLACKMAN)},

@@ -1,7 +1,9 @@
 // Ops whose output size follows from input data, from the ONNX specification: NonZero,
-// Compress and the window generators HannWindow, HammingWindow, BlackmanWindow.
+// Compress, Unique and the window generators HannWindow, HammingWindow, BlackmanWindow.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "ref_ops.h"
@@ -73,6 +75,62 @@ Result Compress(const Node& node, const Inputs& in) {
   return One(std::move(out));
 }
 
+// Unique: the distinct slices along `axis` (elements of the flattened input without one),
+// ascending (lexicographically) when `sorted`, else in order of first occurrence; with the
+// first index of each, each input slice's place among them, and their counts.
+Result Unique(const Node& node, const Inputs& in) {
+  const Tensor& x = *in[0];
+  std::vector<int64_t> dims = {x.num_elements()};
+  int64_t axis = 0;
+  if (node.has_attr("axis")) {
+    dims = x.dims();
+    axis = node.GetInt("axis", 0);
+    if (axis < 0) axis += x.rank();
+    if (axis < 0 || axis >= x.rank()) return absl::InvalidArgumentError("axis is out of range");
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+  for (size_t d = axis + 1; d < dims.size(); ++d) inner *= dims[d];
+  const int64_t count = dims[axis];
+  auto offset = [&](int64_t j, int64_t e) { return ((e / inner) * count + j) * inner + e % inner; };
+  std::vector<std::vector<double>> slices(count);
+  std::map<std::vector<double>, int64_t> first;  // slice -> its first index
+  std::vector<int64_t> order;                    // first indices of the distinct slices
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t e = 0; e < outer * inner; ++e) slices[j].push_back(x.GetAsDouble(offset(j, e)));
+    if (first.emplace(slices[j], j).second) order.push_back(j);
+  }
+  if (node.GetInt("sorted", 1) != 0) {
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return slices[a] < slices[b]; });
+  }
+  const int64_t distinct = static_cast<int64_t>(order.size());
+  std::map<int64_t, int64_t> place;  // first index -> place in Y
+  for (int64_t k = 0; k < distinct; ++k) place[order[k]] = k;
+  std::vector<int64_t> y_dims = dims;
+  y_dims[axis] = distinct;
+  std::vector<Tensor> out;
+  out.emplace_back(x.dtype(), y_dims);
+  out.emplace_back(DType::kInt64, std::vector<int64_t>{distinct});
+  out.emplace_back(DType::kInt64, std::vector<int64_t>{count});
+  out.emplace_back(DType::kInt64, std::vector<int64_t>{distinct});
+  const int64_t element = DTypeSize(x.dtype());
+  for (int64_t k = 0; k < distinct; ++k) {
+    for (int64_t e = 0; e < outer * inner; ++e) {
+      std::memcpy(static_cast<char*>(out[0].data()) + (((e / inner) * distinct + k) * inner + e % inner) * element,
+                  static_cast<const char*>(x.data()) + offset(order[k], e) * element, static_cast<size_t>(element));
+    }
+    out[1].data_as<int64_t>()[k] = order[k];
+    out[3].data_as<int64_t>()[k] = 0;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t k = place[first[slices[j]]];
+    out[2].data_as<int64_t>()[j] = k;
+    ++out[3].data_as<int64_t>()[k];
+  }
+  out.resize(std::min(out.size(), node.outputs().size()));
+  return out;
+}
+
 // The generalized cosine windows: w[n] = sum_k (-1)^k a_k cos(2 pi k n / N), N the size
 // when periodic, else the size - 1.
 RefFn CosineWindow(std::vector<double> a) {
@@ -105,6 +163,7 @@ RefFn CosineWindow(std::vector<double> a) {
 void AddDynamicOps(RefTable& table) {
   table["NonZero"] = NonZero;
   table["Compress"] = Compress;
+  table["Unique"] = Unique;
   table["HannWindow"] = CosineWindow({0.5, 0.5});
   table["HammingWindow"] = CosineWindow({25.0 / 46.0, 21.0 / 46.0});
   table["BlackmanWindow"] = CosineWindow({0.42, 0.5, 0.08});

@@ -1,4 +1,4 @@
-// Run-time shapes: the data-dependent ops (NonZero, Compress, the window functions)
+// Run-time shapes: the data-dependent ops (NonZero, Compress, Unique, the window functions)
 // compiled and run through kiln_session_run_shaped against the independent reference
 // (compiler/reference/ref_dynamic.cc); and ops whose shapes follow from a symbolic dim,
 // run at several sizes against the same graph compiled with those dims static.
@@ -115,6 +115,17 @@ TEST(RunTimeShapesTest, CompressAlongAnAxisAndFlattened) {
   CheckAgainstReference({"Compress", 11, {{"axis", int64_t{-1}}}}, {x, Filled(DType::kBool, {2}, {0, 1})});
   CheckAgainstReference({"Compress", 11, {{"axis", int64_t{0}}}}, {x, Filled(DType::kBool, {4}, {0})});
   CheckAgainstReference({"Compress", 11}, {x, Filled(DType::kBool, {37}, {1, 0, 1, 1, 0, 0, 1})});
+}
+
+TEST(RunTimeShapesTest, UniqueSortedAndInOrderOfOccurrence) {
+  const Tensor x = Filled(DType::kFloat32, {6, 5, 3}, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4});
+  const Tensor rows = Filled(DType::kInt64, {7, 3}, {1, 2, 3, -4, 1, 2, 3, 1, 2, 3, -4, 1, 2, 3, 1, 2, 3, -4, 9, 9, 9});
+  for (int64_t sorted : {0, 1}) {
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}}, 4}, {x});
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{0}}}, 4}, {rows});
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{-1}}}, 3}, {x});
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{1}}}, 1}, {x});
+  }
 }
 
 TEST(RunTimeShapesTest, WindowFunctionsOfARunTimeSize) {

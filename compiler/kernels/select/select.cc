@@ -1,6 +1,7 @@
-// Kernels of the ops whose output size follows from input data: NonZero, Compress and the
-// window generators (Hann, Hamming, Blackman). Their shape functions (shape/shape.cc) count
+// Kernels of the ops whose output size follows from input data: NonZero, Compress, Unique
+// and the window generators (Hann, Hamming, Blackman). Their shape functions (shape/shape.cc) count
 // what the output holds, so a kernel only fills the buffer it is given.
+#include "axis_slices.h"
 #include "kernel_common.h"
 #include "kiln/kernels/movement.h"
 
@@ -12,6 +13,21 @@ bool IsNonZero(const kiln_ktensor& t, int64_t i) { return LoadAsDouble(t.data, t
 
 void CopyBytes(char* dst, const char* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+// Copies slice j of `from` over slice k of `to` (same element type and slice shape), or
+// swaps the two.
+void MoveSlice(const AxisSlices& from, int64_t j, const AxisSlices& to, int64_t k, bool swap) {
+  const int64_t element = ElementSize(from.t.dtype);
+  for (int64_t e = 0; e < from.outer * from.inner; ++e) {
+    char* src = static_cast<char*>(from.t.data) + from.Offset(j, e) * element;
+    char* dst = static_cast<char*>(to.t.data) + to.Offset(k, e) * element;
+    for (int64_t b = 0; b < element; ++b) {
+      const char kept = dst[b];
+      dst[b] = src[b];
+      if (swap) src[b] = kept;
+    }
+  }
 }
 
 }  // namespace
@@ -86,6 +102,45 @@ KILN_KERNEL(window_function) {
       case kF64: static_cast<double*>(out.data)[n] = w; break;
       default: return KILN_KERR_DTYPE;
     }
+  }
+  return KILN_KERR_OK;
+}
+
+// Unique: the distinct slices along `axis` (elements without one) into Y in order of
+// first occurrence, then sorted in place when `sorted` (a selection sort: O(distinct^2)
+// comparisons, each slice swapped at most once); then each input slice's place in Y gives
+// inverse_indices, counts and the first indices, for the outputs the node has.
+KILN_KERNEL(unique) {
+  KILN_PARAMS(kiln_movement_params, params, call);
+  const kiln_ktensor &x = call->inputs[0], &y = call->outputs[0];
+  const AxisSlices in(x, params.axis), out(y, params.axis);
+  int64_t distinct = 0;
+  for (int64_t j = 0; j < in.count; ++j) {
+    if (!in.IsFirstOccurrence(j)) continue;
+    if (distinct >= out.count) return KILN_KERR_SHAPE;
+    MoveSlice(in, j, out, distinct++, false);
+  }
+  if (distinct != out.count) return KILN_KERR_SHAPE;
+  for (int64_t a = 0; params.sorted && a < distinct; ++a) {
+    int64_t least = a;
+    for (int64_t b = a + 1; b < distinct; ++b) least = out.Compare(b, out, least) < 0 ? b : least;
+    if (least != a) MoveSlice(out, least, out, a, true);
+  }
+  auto output = [&](int32_t k) {
+    return k < call->num_outputs ? static_cast<int64_t*>(call->outputs[k].data) : nullptr;
+  };
+  int64_t *indices = output(1), *inverse = output(2), *counts = output(3);
+  for (int64_t at = 0; at < distinct; ++at) {
+    if (indices != nullptr) indices[at] = -1;
+    if (counts != nullptr) counts[at] = 0;
+  }
+  for (int64_t j = 0; j < in.count; ++j) {
+    int64_t at = 0;
+    while (at < distinct && in.Compare(j, out, at) != 0) ++at;
+    if (at == distinct) return KILN_KERR_SHAPE;
+    if (inverse != nullptr) inverse[j] = at;
+    if (counts != nullptr) ++counts[at];
+    if (indices != nullptr && indices[at] < 0) indices[at] = j;
   }
   return KILN_KERR_OK;
 }

@@ -3,6 +3,7 @@
 // is -1 and unknown data is NULL; every rule then answers -1 where its result depends on
 // one, so type inference and the artifact share these rules.
 #include "kiln/kernels/shape.h"
+#include "axis_slices.h"
 #include "kernel_common.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/reduce.h"
@@ -646,4 +647,22 @@ KILN_KERNEL(shape_length) {
   const kiln_ktensor& size = call->inputs[0];
   OutDims(call, 0)[0] = size.data == nullptr ? -1 : ReadInt(size, 0);
   return OutDims(call, 0)[0] < -1 || (size.data != nullptr && OutDims(call, 0)[0] < 0) ? KILN_KERR_SHAPE : KILN_KERR_OK;
+}
+
+// Unique: Y is the input's dims with `axis` (or the flattened input, without
+// KILN_SHAPE_HAS_AXIS) cut to the count of distinct slices; indices and counts have that
+// length, inverse_indices the axis's.
+KILN_KERNEL(shape_unique) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  const bool has_axis = (p.flags & KILN_SHAPE_HAS_AXIS) != 0;
+  const int64_t total = Elements(x), extent = has_axis ? x.dims[p.axis] : total;
+  const int64_t distinct = total < 0 || (x.data == nullptr && total != 0)
+                               ? -1
+                               : kiln_kernels::AxisSlices(x, has_axis ? p.axis : -1).CountDistinct();
+  Dims y = OutDims(call, 0);
+  for (int32_t i = 0; i < call->outputs[0].rank; ++i) y[i] = has_axis ? x.dims[i] : -1;
+  y[has_axis ? p.axis : 0] = distinct;
+  for (int32_t k = 1; k + 1 < call->num_outputs; ++k) OutDims(call, k)[0] = k == 2 ? extent : distinct;
+  return KILN_KERR_OK;
 }
