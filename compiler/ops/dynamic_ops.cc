@@ -356,6 +356,15 @@ absl::StatusOr<DynamicShape> UniqueRule(const InferContext& ctx) {
   return ShapeCall<kernel::shape_unique>(ctx, 1, p, std::move(outs));
 }
 
+// NonMaxSuppression: [selected, 3] i64; the shape function runs the selection.
+absl::StatusOr<DynamicShape> NonMaxSuppressionRule(const InferContext& ctx) {
+  kiln_shape_params p{};
+  p.flags = ctx.node.GetInt("center_point_box", 0) ? KILN_SHAPE_CENTER_POINT_BOX : 0;
+  p.num_ints = static_cast<int64_t>(ctx.node.inputs().size());
+  for (int64_t i = 0; i < p.num_ints && i < 5; ++i) p.ints[i] = ctx.has_input(i);
+  return ShapeCall<kernel::shape_non_max_suppression>(ctx, 5, p, {RankOnly(DType::kInt64, 2)});
+}
+
 // HannWindow, HammingWindow, BlackmanWindow: [size] of output_datatype.
 absl::StatusOr<DynamicShape> WindowFunctionRule(const InferContext& ctx) {
   const auto dtype = static_cast<DType>(ctx.node.GetInt("output_datatype", static_cast<int64_t>(DType::kFloat32)));
@@ -404,6 +413,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"NonZero", NonZeroRule},
       {"Compress", CompressRule},
       {"Unique", UniqueRule},
+      {"NonMaxSuppression", NonMaxSuppressionRule},
       {"HannWindow", WindowFunctionRule},
       {"HammingWindow", WindowFunctionRule},
       {"BlackmanWindow", WindowFunctionRule},

@@ -1,7 +1,8 @@
-// Ops whose output size follows from input data: NonZero, Compress, Unique and the window
-// generators HannWindow, HammingWindow, BlackmanWindow. Their shapes come from their
-// run-time rules (dynamic_ops.cc), evaluated at compile time when the deciding input is a
-// constant, so one rule serves both; the kernels read every size from their tensors.
+// Ops whose output size follows from input data: NonZero, Compress, Unique,
+// NonMaxSuppression and the window generators HannWindow, HammingWindow, BlackmanWindow.
+// Their shapes come from their run-time rules (dynamic_ops.cc), evaluated at compile time
+// when the deciding inputs are constants, so one rule serves both; the kernels read every
+// size from their tensors.
 #include "kiln/kernels/movement.h"
 #include "op_helpers.h"
 
@@ -23,6 +24,12 @@ absl::StatusOr<KernelCall> LowerUnique(const Node& node) {
   return CallWithParams<kernel::unique>(PassInputs(node, 1), params);
 }
 
+absl::StatusOr<KernelCall> LowerNonMaxSuppression(const Node& node) {
+  kiln_nms_params params{};
+  params.center_point_box = node.GetInt("center_point_box", 0) != 0;
+  return CallWithParams<kernel::non_max_suppression>(PassInputs(node, node.inputs().size()), params);
+}
+
 std::function<absl::StatusOr<KernelCall>(const Node&)> LowerWindowFunction(int64_t kind) {
   return [kind](const Node& node) -> absl::StatusOr<KernelCall> {
     kiln_window_function_params params{};
@@ -40,6 +47,7 @@ void RegisterSelectOps(Registry& registry) {
       {"NonZero", 1, 1, 0b1, InferByDynamicRule, LowerNonZero},
       {"Compress", 2, 2, 0b10, InferByDynamicRule, LowerCompress},
       {"Unique", 1, 1, 0b1, InferByDynamicRule, LowerUnique},
+      {"NonMaxSuppression", 2, 5, 0b11111, InferByDynamicRule, LowerNonMaxSuppression},
       {"HannWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_HANN)},
       {"HammingWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_HAMMING)},
       {"BlackmanWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_BLACKMAN)},

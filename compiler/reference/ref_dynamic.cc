@@ -1,6 +1,8 @@
 // Ops whose output size follows from input data, from the ONNX specification: NonZero,
-// Compress, Unique and the window generators HannWindow, HammingWindow, BlackmanWindow.
+// Compress, Unique, NonMaxSuppression and the window generators HannWindow,
+// HammingWindow, BlackmanWindow.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -131,6 +133,62 @@ Result Unique(const Node& node, const Inputs& in) {
   return out;
 }
 
+// The intersection over union of two boxes given as [ymin, xmin, ymax, xmax]; 0 when
+// either is empty.
+double IntersectionOverUnion(const std::array<double, 4>& p, const std::array<double, 4>& q) {
+  const double area_p = (p[2] - p[0]) * (p[3] - p[1]), area_q = (q[2] - q[0]) * (q[3] - q[1]);
+  const double h = std::min(p[2], q[2]) - std::max(p[0], q[0]), w = std::min(p[3], q[3]) - std::max(p[1], q[1]);
+  if (area_p <= 0 || area_q <= 0 || h <= 0 || w <= 0) return 0;
+  return h * w / (area_p + area_q - h * w);
+}
+
+// NonMaxSuppression: per batch and class, boxes above score_threshold by descending score
+// (stable), each kept unless its IoU with a kept one exceeds iou_threshold, at most
+// max_output_boxes_per_class; rows [batch, class, box].
+Result NonMaxSuppression(const Node& node, const Inputs& in) {
+  const Tensor &boxes = *in[0], &scores = *in[1];
+  if (boxes.rank() != 3 || scores.rank() != 3 || boxes.dims()[2] != 4) {
+    return absl::InvalidArgumentError("boxes must be [batches, boxes, 4] and scores [batches, classes, boxes]");
+  }
+  auto scalar = [&](size_t i, double fallback) {
+    return in.size() > i && in[i] != nullptr && in[i]->num_elements() > 0 ? in[i]->GetAsDouble(0) : fallback;
+  };
+  const auto max_per_class = static_cast<int64_t>(scalar(2, 0));
+  const double iou_threshold = scalar(3, 0), score_threshold = scalar(4, -INFINITY);
+  const bool center = node.GetInt("center_point_box", 0) != 0;
+  const int64_t batches = boxes.dims()[0], count = boxes.dims()[1], classes = scores.dims()[1];
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < batches; ++b) {
+    std::vector<std::array<double, 4>> corners(count);
+    for (int64_t i = 0; i < count; ++i) {
+      double v[4];
+      for (int k = 0; k < 4; ++k) v[k] = boxes.GetAsDouble((b * count + i) * 4 + k);
+      corners[i] = center ? std::array<double, 4>{v[1] - v[3] / 2, v[0] - v[2] / 2, v[1] + v[3] / 2, v[0] + v[2] / 2}
+                          : std::array<double, 4>{std::min(v[0], v[2]), std::min(v[1], v[3]), std::max(v[0], v[2]),
+                                                  std::max(v[1], v[3])};
+    }
+    for (int64_t c = 0; c < classes; ++c) {
+      auto score = [&](int64_t i) { return scores.GetAsDouble((b * classes + c) * count + i); };
+      std::vector<int64_t> order;
+      for (int64_t i = 0; i < count; ++i) {
+        if (score(i) > score_threshold) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return score(i) > score(j); });
+      std::vector<int64_t> kept;
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= max_per_class) break;
+        bool suppressed = false;
+        for (int64_t j : kept) suppressed = suppressed || IntersectionOverUnion(corners[i], corners[j]) > iou_threshold;
+        if (!suppressed) kept.push_back(i);
+      }
+      for (int64_t i : kept) rows.insert(rows.end(), {b, c, i});
+    }
+  }
+  Tensor out(DType::kInt64, {static_cast<int64_t>(rows.size() / 3), 3});
+  std::copy(rows.begin(), rows.end(), out.data_as<int64_t>());
+  return One(std::move(out));
+}
+
 // The generalized cosine windows: w[n] = sum_k (-1)^k a_k cos(2 pi k n / N), N the size
 // when periodic, else the size - 1.
 RefFn CosineWindow(std::vector<double> a) {
@@ -164,6 +222,7 @@ void AddDynamicOps(RefTable& table) {
   table["NonZero"] = NonZero;
   table["Compress"] = Compress;
   table["Unique"] = Unique;
+  table["NonMaxSuppression"] = NonMaxSuppression;
   table["HannWindow"] = CosineWindow({0.5, 0.5});
   table["HammingWindow"] = CosineWindow({25.0 / 46.0, 21.0 / 46.0});
   table["BlackmanWindow"] = CosineWindow({0.42, 0.5, 0.08});

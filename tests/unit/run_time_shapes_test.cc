@@ -1,7 +1,8 @@
-// Run-time shapes: the data-dependent ops (NonZero, Compress, Unique, the window functions)
-// compiled and run through kiln_session_run_shaped against the independent reference
-// (compiler/reference/ref_dynamic.cc); and ops whose shapes follow from a symbolic dim,
-// run at several sizes against the same graph compiled with those dims static.
+// Run-time shapes: the data-dependent ops (NonZero, Compress, Unique, NonMaxSuppression,
+// the window functions) compiled and run through kiln_session_run_shaped against the
+// independent reference (compiler/reference/ref_dynamic.cc); and ops whose shapes follow
+// from a symbolic dim, run at several sizes against the same graph compiled with those
+// dims static.
 #include <cmath>
 #include <map>
 #include <string>
@@ -126,6 +127,29 @@ TEST(RunTimeShapesTest, UniqueSortedAndInOrderOfOccurrence) {
     CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{-1}}}, 3}, {x});
     CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{1}}}, 1}, {x});
   }
+}
+
+TEST(RunTimeShapesTest, NonMaxSuppressionKeepsWhatTheReferenceKeeps) {
+  // 2 batches of 11 boxes on a jittered grid, overlapping their neighbours, 3 classes.
+  Tensor boxes(DType::kFloat32, {2, 11, 4});
+  const std::shared_ptr<Tensor> jitter = Random({2, 11, 4}, 5, 0.15f);
+  for (int64_t i = 0; i < 2 * 11; ++i) {
+    const float x = static_cast<float>(i % 4) * 0.6f, y = static_cast<float>(i % 11 / 4) * 0.6f;
+    const float corners[4] = {y, x, y + 1.0f, x + 1.0f};
+    for (int k = 0; k < 4; ++k) boxes.data_as<float>()[i * 4 + k] = corners[k] + jitter->data_as<float>()[i * 4 + k];
+  }
+  Tensor scores(DType::kFloat32, {2, 3, 11});
+  const std::shared_ptr<Tensor> noise = Random({2, 3, 11}, 9, 1.0f);
+  for (int64_t i = 0; i < scores.num_elements(); ++i)
+    scores.data_as<float>()[i] = std::fabs(noise->data_as<float>()[i]);
+  for (int64_t center : {0, 1}) {
+    for (double iou : {0.0, 0.3, 0.7}) {
+      CheckAgainstReference({"NonMaxSuppression", 11, {{"center_point_box", center}}},
+                            {boxes, scores, Filled(DType::kInt64, {1}, {4}), Filled(DType::kFloat32, {1}, {iou}),
+                             Filled(DType::kFloat32, {1}, {0.4})});
+    }
+  }
+  CheckAgainstReference({"NonMaxSuppression", 11}, {boxes, scores, Filled(DType::kInt64, {1}, {20})});
 }
 
 TEST(RunTimeShapesTest, WindowFunctionsOfARunTimeSize) {

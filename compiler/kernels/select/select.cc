@@ -1,9 +1,10 @@
-// Kernels of the ops whose output size follows from input data: NonZero, Compress, Unique
-// and the window generators (Hann, Hamming, Blackman). Their shape functions (shape/shape.cc) count
+// Kernels of the ops whose output size follows from input data: NonZero, Compress, Unique,
+// NonMaxSuppression and the window generators (Hann, Hamming, Blackman). Their shape functions (shape/shape.cc) count
 // what the output holds, so a kernel only fills the buffer it is given.
 #include "axis_slices.h"
 #include "kernel_common.h"
 #include "kiln/kernels/movement.h"
+#include "non_max_suppression.h"
 
 using namespace kiln_kernels;
 
@@ -143,4 +144,24 @@ KILN_KERNEL(unique) {
     if (indices != nullptr && indices[at] < 0) indices[at] = j;
   }
   return KILN_KERR_OK;
+}
+
+// NonMaxSuppression: selected_indices [selected, 3] (batch, class, box), i64.
+KILN_KERNEL(non_max_suppression) {
+  KILN_PARAMS(kiln_nms_params, params, call);
+  NmsProblem nms(call, params.center_point_box != 0);
+  if (int32_t rc = nms.Check(); rc != KILN_KERR_OK) return rc;
+  const kiln_ktensor& out = call->outputs[0];
+  auto* po = static_cast<int64_t*>(out.data);
+  int64_t row = 0;
+  bool overflow = false;
+  nms.Select([&](int64_t b, int64_t c, int64_t i) {
+    if (row >= out.dims[0]) {
+      overflow = true;
+      return;
+    }
+    po[row * 3] = b, po[row * 3 + 1] = c, po[row * 3 + 2] = i;
+    ++row;
+  });
+  return overflow || row != out.dims[0] ? KILN_KERR_SHAPE : KILN_KERR_OK;
 }

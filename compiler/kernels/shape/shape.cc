@@ -7,6 +7,7 @@
 #include "kernel_common.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/reduce.h"
+#include "non_max_suppression.h"
 
 namespace {
 
@@ -664,5 +665,23 @@ KILN_KERNEL(shape_unique) {
   for (int32_t i = 0; i < call->outputs[0].rank; ++i) y[i] = has_axis ? x.dims[i] : -1;
   y[has_axis ? p.axis : 0] = distinct;
   for (int32_t k = 1; k + 1 < call->num_outputs; ++k) OutDims(call, k)[0] = k == 2 ? extent : distinct;
+  return KILN_KERR_OK;
+}
+
+// NonMaxSuppression: [selected boxes, 3], counted by running the selection; -1 while an
+// input given to the node (`ints`: 1 each) has no data yet.
+KILN_KERNEL(shape_non_max_suppression) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  OutDims(call, 0)[1] = 3;
+  for (int32_t i = 0; i < call->num_inputs && i < p.num_ints; ++i) {
+    if (p.ints[i] && call->inputs[i].data == nullptr && (i >= 2 || Elements(call->inputs[i]) != 0)) {
+      return OutDims(call, 0)[0] = -1, KILN_KERR_OK;
+    }
+  }
+  kiln_kernels::NmsProblem nms(call, (p.flags & KILN_SHAPE_CENTER_POINT_BOX) != 0);
+  if (int32_t rc = nms.Check(); rc != KILN_KERR_OK) return rc;
+  int64_t selected = 0;
+  nms.Select([&](int64_t, int64_t, int64_t) { ++selected; });
+  OutDims(call, 0)[0] = selected;
   return KILN_KERR_OK;
 }

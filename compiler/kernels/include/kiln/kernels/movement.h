@@ -49,6 +49,12 @@ typedef struct kiln_window_function_params {
 } kiln_window_function_params;
 KILN_PARAMS_LAYOUT(kiln_window_function_params, 2);
 
+/* NonMaxSuppression. */
+typedef struct kiln_nms_params {
+  int64_t center_point_box; /* 1: boxes are [x_center, y_center, width, height], else two corners */
+} kiln_nms_params;
+KILN_PARAMS_LAYOUT(kiln_nms_params, 1);
+
 #ifdef __cplusplus
 }
 #endif

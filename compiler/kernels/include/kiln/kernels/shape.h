@@ -30,9 +30,10 @@ enum kiln_shape_flags {
   /* unsqueeze, squeeze, reduce, pad, split: the axes (pads, sizes) are input 1's data,
    * read at run time, not `ints` */
   KILN_SHAPE_FROM_INPUT = 256,
-  KILN_SHAPE_KEEPDIMS = 512,         /* reduce */
-  KILN_SHAPE_NOOP_EMPTY_AXES = 1024, /* reduce: no axes reduce none (else all) */
-  KILN_SHAPE_HAS_AXIS = 2048,        /* compress: `axis` is given (else the input is flattened) */
+  KILN_SHAPE_KEEPDIMS = 512,          /* reduce */
+  KILN_SHAPE_NOOP_EMPTY_AXES = 1024,  /* reduce: no axes reduce none (else all) */
+  KILN_SHAPE_HAS_AXIS = 2048,         /* compress, unique: `axis` is given (else the input is flattened) */
+  KILN_SHAPE_CENTER_POINT_BOX = 4096, /* non_max_suppression: boxes are [x, y, width, height] */
 };
 typedef struct kiln_shape_params {
   int64_t axis;  /* flatten, concat, gather, one_hot, split, compress, arg_reduce: normalised (>= 0) */
@@ -41,7 +42,7 @@ typedef struct kiln_shape_params {
   int64_t window_offset;
   int64_t num_ints; /* entries of ints used */
   /* transpose: perm; unsqueeze, squeeze, reduce: axes (normalised, sorted); pad: pads
-   * (begins, then ends); split: the sizes */
+   * (begins, then ends); split: the sizes; non_max_suppression: 1 for each node input given */
   int64_t ints[2 * KILN_MAX_RANK];
 } kiln_shape_params;
 KILN_PARAMS_LAYOUT(kiln_shape_params, 4 + 2 * KILN_MAX_RANK);
