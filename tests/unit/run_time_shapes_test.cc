@@ -204,6 +204,20 @@ TEST(RunTimeShapesTest, MovementOverASymbolicDim) {
   CheckSymbolicBatch({"Split", 13, {{"axis", int64_t{2}}}, 2}, {Ints({2, 3})});
   CheckSymbolicBatch({"Unsqueeze"}, {Ints({-1, 0})});
   CheckSymbolicBatch({"Transpose", 13, {{"perm", std::vector<int64_t>{2, 0, 1}}}});
+  CheckSymbolicBatch({"Gather", 13, {{"axis", int64_t{2}}}}, {Ints({4, 0, -1, 4})});
+  auto indices = std::make_shared<Tensor>(Filled(DType::kInt64, {1, 6, 2}, {0, 4, 2, 1, 3}));
+  CheckSymbolicBatch({"GatherElements", 13, {{"axis", int64_t{2}}}}, {indices});
+  CheckSymbolicBatch({"ScatterElements", 13, {{"axis", int64_t{2}}}}, {indices, Random({1, 6, 2}, 3, 1.0f)});
+  CheckSymbolicBatch({"CumSum", 14, {{"reverse", int64_t{1}}}}, {Ints({1})});
+  CheckSymbolicBatch({"Trilu", 14}, {std::make_shared<Tensor>(Filled(DType::kInt64, {}, {1}))});
+}
+
+TEST(RunTimeShapesTest, ElementwiseAndShapeOfASymbolicDim) {
+  CheckSymbolicBatch({"Pow"}, {std::make_shared<Tensor>(Filled(DType::kInt32, {5}, {0, 1, 2, 3, 2}))});
+  CheckSymbolicBatch({"Softmax", 13, {{"axis", int64_t{0}}}});
+  CheckSymbolicBatch({"Hardmax", 13, {{"axis", int64_t{1}}}});
+  CheckSymbolicBatch({"Size"});
+  CheckSymbolicBatch({"Shape", 15, {{"start", int64_t{-3}}}});
 }
 
 }  // namespace
