@@ -44,17 +44,6 @@ Rule Same(size_t dtype_from = 0) {
   };
 }
 
-// Output 0 keeps input 0's dims; input `constant_input`, when given, must be a constant
-// (its lowering reads it at compile time: CumSum's axis, Trilu's k).
-Rule SameWithConstant(size_t constant_input, const char* what) {
-  return [constant_input, what](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
-    if (ctx.has_input(constant_input) && ctx.constant(constant_input) == nullptr) {
-      return NodeError(ctx.node, absl::StrCat(what, " must be a compile-time constant"));
-    }
-    return Same()(ctx);
-  };
-}
-
 // Numpy broadcast of every input; the result's element type from input `dtype_from`, or
 // bool.
 Rule Broadcast(bool boolean, size_t dtype_from = 0) {
@@ -424,8 +413,8 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"NonZero", NonZeroRule},
       {"Compress", CompressRule},
       {"Unique", UniqueRule},
-      {"CumSum", SameWithConstant(1, "axis")},
-      {"Trilu", SameWithConstant(1, "k")},
+      {"CumSum", Same()},
+      {"Trilu", Same()},
       {"NonMaxSuppression", NonMaxSuppressionRule},
       {"HannWindow", WindowFunctionRule},
       {"HammingWindow", WindowFunctionRule},

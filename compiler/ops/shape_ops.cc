@@ -604,15 +604,12 @@ void RegisterDepthToSpaceAndBack(Registry& registry) {
   }
 }
 
+// A computed k is the kernel's input 1, read at run time; a constant one a parameter.
 absl::StatusOr<KernelCall> LowerTrilu(const Node& node) {
-  int64_t k = 0;
-  if (node.input(1) != nullptr) {
-    if (!node.input(1)->is_constant()) return NodeError(node, "k must be a compile-time constant");
-    k = node.input(1)->constant()->GetAsInt64(0);
-  }
   kiln_movement_params params{};
   params.upper = node.GetInt("upper", 1);
-  params.k = k;
+  if (HasComputedInputs(node, 1)) return CallWithParams<kernel::trilu>(PassInputs(node, 2), params);
+  if (node.input(1) != nullptr) params.k = node.input(1)->constant()->GetAsInt64(0);
   return CallWithParams<kernel::trilu>(PassInputs(node, 1), params);
 }
 
@@ -681,12 +678,14 @@ absl::Status InferCumSum(InferContext& ctx) {
   return SameAsInput0(ctx);
 }
 
+// A computed axis is the kernel's input 1, read at run time; a constant one a parameter.
 absl::StatusOr<KernelCall> LowerCumSum(const Node& node) {
-  int64_t axis = node.input(1)->constant()->GetAsInt64(0);
-  if (axis < 0) axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
-  kiln_movement_params params = Axis(axis);
+  kiln_movement_params params{};
   params.exclusive = node.GetInt("exclusive", 0);
   params.reverse = node.GetInt("reverse", 0);
+  if (HasComputedInputs(node, 1)) return CallWithParams<kernel::cumsum>(PassInputs(node, 2), params);
+  KILN_ASSIGN_OR_RETURN(params.axis, NormalizeAxis(node, node.input(1)->constant()->GetAsInt64(0),
+                                                   static_cast<int64_t>(node.input(0)->type().shape.size())));
   return CallWithParams<kernel::cumsum>(PassInputs(node, 1), params);
 }
 

@@ -330,11 +330,13 @@ struct Pad {
 };
 
 struct Trilu {
-  // Parameters: kiln_movement_params' upper and k.
+  // Parameters: kiln_movement_params' upper and k; k is input 1 instead when the lowering
+  // passes it (computed at run time).
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const bool upper = params.upper != 0;
-    const int64_t k = params.k;
+    const bool k_given = call->num_inputs > 1 && call->inputs[1].data != nullptr;
+    const int64_t k = k_given ? IndexAt(call->inputs[1], 0) : params.k;
     const kiln_ktensor& in = call->inputs[0];
     const int64_t rows = in.dims[in.rank - 2], cols = in.dims[in.rank - 1];
     const int64_t batches = rows * cols == 0 ? 0 : Numel(in) / (rows * cols);
@@ -407,11 +409,19 @@ struct OneHot {
 };
 
 struct CumSum {
-  // Parameters: kiln_movement_params' axis, exclusive and reverse.
+  // Parameters: kiln_movement_params' axis, exclusive and reverse; the axis is input 1
+  // instead when the lowering passes it (computed at run time).
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const bool exclusive = params.exclusive != 0, reverse = params.reverse != 0;
-    const AxisExtents e = SplitAtAxis(call->inputs[0], params.axis);
+    int64_t axis = params.axis;
+    if (call->num_inputs > 1 && call->inputs[1].data != nullptr) {
+      const int32_t rank = call->inputs[0].rank;
+      axis = IndexAt(call->inputs[1], 0);
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank) return KILN_KERR_INDEX;
+    }
+    const AxisExtents e = SplitAtAxis(call->inputs[0], axis);
     const T* pi = InputData<T>(call, 0);
     T* po = OutputData<T>(call);
     ForEachAxisLine(e, [&](int64_t, int64_t first) {
