@@ -365,6 +365,18 @@ absl::StatusOr<DynamicShape> NonMaxSuppressionRule(const InferContext& ctx) {
   return ShapeCall<kernel::shape_non_max_suppression>(ctx, 5, p, {RankOnly(DType::kInt64, 2)});
 }
 
+// TopK: values and i64 indices, the input's dims with `axis` cut to k (input 1's data;
+// the attribute before opset 10).
+absl::StatusOr<DynamicShape> TopKRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), rank));
+  if (ctx.node.opset() < 10) p.ints[0] = ctx.node.GetInt("k", 0), p.num_ints = 1;
+  std::vector<TensorType> outs = {RankOnly(ctx.type(0).dtype, rank), RankOnly(DType::kInt64, rank)};
+  outs.resize(ctx.node.outputs().size(), RankOnly(DType::kInt64, rank));
+  return ShapeCall<kernel::shape_top_k>(ctx, 2, p, std::move(outs));
+}
+
 // HannWindow, HammingWindow, BlackmanWindow: [size] of output_datatype.
 absl::StatusOr<DynamicShape> WindowFunctionRule(const InferContext& ctx) {
   const auto dtype = static_cast<DType>(ctx.node.GetInt("output_datatype", static_cast<int64_t>(DType::kFloat32)));
@@ -416,6 +428,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"CumSum", Same()},
       {"Trilu", Same()},
       {"NonMaxSuppression", NonMaxSuppressionRule},
+      {"TopK", TopKRule},
       {"HannWindow", WindowFunctionRule},
       {"HammingWindow", WindowFunctionRule},
       {"BlackmanWindow", WindowFunctionRule},

@@ -1,5 +1,5 @@
 // Run-time shapes: the data-dependent ops (NonZero, Compress, Unique, NonMaxSuppression,
-// the window functions) compiled and run through kiln_session_run_shaped against the
+// TopK, the window functions) compiled and run through kiln_session_run_shaped against the
 // independent reference (compiler/reference/ref_dynamic.cc); and ops whose shapes follow
 // from a symbolic dim, run at several sizes against the same graph compiled with those
 // dims static.
@@ -150,6 +150,20 @@ TEST(RunTimeShapesTest, NonMaxSuppressionKeepsWhatTheReferenceKeeps) {
     }
   }
   CheckAgainstReference({"NonMaxSuppression", 11}, {boxes, scores, Filled(DType::kInt64, {1}, {20})});
+}
+
+TEST(RunTimeShapesTest, TopKOfARunTimeK) {
+  const Tensor x = Filled(DType::kFloat32, {3, 7, 5}, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6});
+  const Tensor ints = Filled(DType::kInt32, {4, 9}, {7, -2, 7, 0, 11, -2, 5});
+  for (int64_t largest : {0, 1}) {
+    for (int64_t k : {0, 1, 3}) {
+      const Tensor k_input = Filled(DType::kInt64, {1}, {static_cast<double>(k)});
+      CheckAgainstReference({"TopK", 11, {{"axis", int64_t{1}}, {"largest", largest}}, 2}, {x, k_input});
+      CheckAgainstReference({"TopK", 11, {{"largest", largest}}, 2}, {x, k_input});
+      CheckAgainstReference({"TopK", 11, {{"axis", int64_t{0}}, {"largest", largest}}, 2}, {ints, k_input});
+    }
+  }
+  CheckAgainstReference({"TopK", 11, {}, 2}, {ints, Filled(DType::kInt64, {1}, {9})});
 }
 
 TEST(RunTimeShapesTest, WindowFunctionsOfARunTimeSize) {

@@ -685,3 +685,17 @@ KILN_KERNEL(shape_non_max_suppression) {
   OutDims(call, 0)[0] = selected;
   return KILN_KERR_OK;
 }
+
+// TopK: the input's dims with `axis` cut to k, input 1's data (or `ints[0]` before opset
+// 10), which may not exceed it; values and indices alike.
+KILN_KERNEL(shape_top_k) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  const bool known = p.num_ints > 0 || !DataUnknown(call, 1);
+  const int64_t k = p.num_ints > 0 ? p.ints[0] : known && Present(call, 1) ? ReadInt(call->inputs[1], 0) : -1;
+  if (known && (k < 0 || (x.dims[p.axis] >= 0 && k > x.dims[p.axis]))) return KILN_KERR_SHAPE;
+  for (int32_t o = 0; o + 1 < call->num_outputs; ++o) {
+    for (int32_t i = 0; i < x.rank; ++i) OutDims(call, o)[i] = i == p.axis ? k : x.dims[i];
+  }
+  return KILN_KERR_OK;
+}

@@ -12,7 +12,7 @@ extern "C" {
 
 typedef struct kiln_movement_params {
   int64_t axis;               /* concat, split, gather, gather_elements, scatter_elements, one_hot,
-                                 cumsum, compress, unique: normalised (>= 0); compress, unique: -1
+                                 cumsum, compress, unique, top_k: normalised (>= 0); compress, unique: -1
                                  for none (the input flattened) */
   int64_t batch_dims;         /* gather_nd */
   int64_t reduction;          /* scatter_elements, scatter_nd: 0 none, 1 add, 2 mul, 3 max, 4 min */
@@ -20,8 +20,9 @@ typedef struct kiln_movement_params {
   int64_t k;                  /* trilu, eye_like: the diagonal */
   int64_t exclusive, reverse; /* cumsum */
   int64_t sorted;             /* unique: ascending (else in order of first occurrence) */
+  int64_t largest;            /* top_k: the largest k (else the smallest), best first */
 } kiln_movement_params;
-KILN_PARAMS_LAYOUT(kiln_movement_params, 8);
+KILN_PARAMS_LAYOUT(kiln_movement_params, 9);
 
 /* Output element (i_0 .. i_{rank-1}) of a row-major view with these dims reads
  * input[offset + sum(i_k * strides[k])]: Transpose, Slice, Expand, Depth/SpaceToDepth. */
