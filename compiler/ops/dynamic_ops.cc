@@ -203,6 +203,7 @@ Rule Axes(bool unsqueeze) {
 // Reduce*: axes from the attribute or input 1; keepdims and noop_with_empty_axes.
 absl::StatusOr<DynamicShape> ReduceRule(const InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  if (rank > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
   kiln_shape_params p{};
   KILN_ASSIGN_OR_RETURN(int64_t count, AxesInto(ctx, rank, false, p));
   const bool keep = ctx.node.GetInt("keepdims", 1) != 0, noop = ctx.node.GetInt("noop_with_empty_axes", 0) != 0;
@@ -324,6 +325,17 @@ absl::StatusOr<KernelCall> LowerSizeAtRunTime(const Node& node) {
   return CallWithParams<kernel::size_of>(PassInputs(node, 1), kiln_shape_params{});
 }
 
+// Compress's and Unique's optional axis: normalised, with KILN_SHAPE_HAS_AXIS; without
+// one they work on the flattened input.
+absl::StatusOr<kiln_shape_params> OptionalAxis(const InferContext& ctx, int64_t rank) {
+  kiln_shape_params p{};
+  if (ctx.node.has_attr("axis")) {
+    KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), rank));
+    p.flags = KILN_SHAPE_HAS_AXIS;
+  }
+  return p;
+}
+
 // NonZero: [rank, count], the count read from the input's data.
 absl::StatusOr<DynamicShape> NonZeroRule(const InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
@@ -334,11 +346,7 @@ absl::StatusOr<DynamicShape> NonZeroRule(const InferContext& ctx) {
 // Compress: the true conditions along `axis`, or over the flattened input without one.
 absl::StatusOr<DynamicShape> CompressRule(const InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
-  kiln_shape_params p{};
-  if (ctx.node.has_attr("axis")) {
-    KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), rank));
-    p.flags = KILN_SHAPE_HAS_AXIS;
-  }
+  KILN_ASSIGN_OR_RETURN(kiln_shape_params p, OptionalAxis(ctx, rank));
   return ShapeCall<kernel::shape_compress>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, p.flags ? rank : 1)});
 }
 
@@ -346,11 +354,7 @@ absl::StatusOr<DynamicShape> CompressRule(const InferContext& ctx) {
 // counts 1-D i64.
 absl::StatusOr<DynamicShape> UniqueRule(const InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
-  kiln_shape_params p{};
-  if (ctx.node.has_attr("axis")) {
-    KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), rank));
-    p.flags = KILN_SHAPE_HAS_AXIS;
-  }
+  KILN_ASSIGN_OR_RETURN(kiln_shape_params p, OptionalAxis(ctx, rank));
   std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(DType::kInt64, 1));
   outs[0] = RankOnly(ctx.type(0).dtype, p.flags ? rank : 1);
   return ShapeCall<kernel::shape_unique>(ctx, 1, p, std::move(outs));

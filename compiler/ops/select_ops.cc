@@ -9,17 +9,20 @@
 namespace kiln::ops {
 namespace {
 
+// Compress's and Unique's axis, normalised; -1 without one (the input flattened).
+int64_t AxisOrFlattened(const Node& node) { return node.has_attr("axis") ? AxisAttr(node, 0, node.input(0)) : -1; }
+
 absl::StatusOr<KernelCall> LowerNonZero(const Node& node) { return Call<kernel::nonzero>(PassInputs(node, 1)); }
 
 absl::StatusOr<KernelCall> LowerCompress(const Node& node) {
   kiln_movement_params params{};
-  params.axis = node.has_attr("axis") ? AxisAttr(node, 0, node.input(0)) : -1;
+  params.axis = AxisOrFlattened(node);
   return CallWithParams<kernel::compress>(PassInputs(node, 2), params);
 }
 
 absl::StatusOr<KernelCall> LowerUnique(const Node& node) {
   kiln_movement_params params{};
-  params.axis = node.has_attr("axis") ? AxisAttr(node, 0, node.input(0)) : -1;
+  params.axis = AxisOrFlattened(node);
   params.sorted = node.GetInt("sorted", 1) != 0;
   return CallWithParams<kernel::unique>(PassInputs(node, 1), params);
 }

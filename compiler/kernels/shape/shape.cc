@@ -56,10 +56,12 @@ bool DataUnknown(const kiln_kcall* call, int32_t i) {
   return Present(call, i) && call->inputs[i].data == nullptr && Elements(call->inputs[i]) != 0;
 }
 
-void AllUnknown(const kiln_kcall* call) {
+// Every output dim unknown: a compile-time answer while deciding data is not known.
+int32_t AllUnknown(const kiln_kcall* call) {
   for (int32_t o = 0; o + 1 < call->num_outputs; ++o) {
     for (int32_t i = 0; i < call->outputs[o].rank; ++i) OutDims(call, o)[i] = -1;
   }
+  return KILN_KERR_OK;
 }
 
 // The axes of unsqueeze, squeeze and reduce: `ints` (normalised, sorted by the rule), or
@@ -362,7 +364,7 @@ KILN_KERNEL(shape_unsqueeze) {
   Dims out = OutDims(call, 0);
   int64_t axes[KILN_MAX_RANK], count;
   if (int32_t rc = ReadAxes(call, p, rank, axes, &count); rc != KILN_KERR_OK) return rc;
-  if (count < 0) return AllUnknown(call), KILN_KERR_OK;
+  if (count < 0) return AllUnknown(call);
   if (count + x.rank != rank) return KILN_KERR_SHAPE;
   int32_t next = 0, k = 0;
   for (int32_t i = 0; i < rank; ++i) {
@@ -382,7 +384,7 @@ KILN_KERNEL(shape_squeeze) {
   Dims out = OutDims(call, 0);
   int64_t axes[KILN_MAX_RANK], count;
   if (int32_t rc = ReadAxes(call, p, x.rank, axes, &count); rc != KILN_KERR_OK) return rc;
-  if (count < 0) return AllUnknown(call), KILN_KERR_OK;
+  if (count < 0) return AllUnknown(call);
   if (x.rank - count != call->outputs[0].rank) return KILN_KERR_SHAPE;
   int32_t o = 0, k = 0;
   for (int32_t i = 0; i < x.rank; ++i) {
@@ -404,7 +406,7 @@ KILN_KERNEL(shape_reduce) {
   Dims out = OutDims(call, 0);
   int64_t axes[KILN_MAX_RANK], count;
   if (int32_t rc = ReadAxes(call, p, x.rank, axes, &count); rc != KILN_KERR_OK) return rc;
-  if (count < 0) return AllUnknown(call), KILN_KERR_OK;
+  if (count < 0) return AllUnknown(call);
   int64_t mask = 0;
   for (int64_t i = 0; i < count; ++i) mask |= int64_t{1} << axes[i];
   if (count == 0 && !(p.flags & KILN_SHAPE_NOOP_EMPTY_AXES)) mask = (int64_t{1} << x.rank) - 1;
@@ -429,7 +431,7 @@ KILN_KERNEL(shape_slice) {
   int64_t first[KILN_MAX_RANK], steps[KILN_MAX_RANK], in_strides[KILN_MAX_RANK], strides[KILN_MAX_RANK];
   for (int32_t i = 0; i < x.rank; ++i) out[i] = x.dims[i], first[i] = 0, steps[i] = 1;
   for (int32_t i = 1; i < 5; ++i) {
-    if (DataUnknown(call, i)) return AllUnknown(call), KILN_KERR_OK;
+    if (DataUnknown(call, i)) return AllUnknown(call);
   }
   const int64_t n = Elements(starts);
   const bool has_axes = Present(call, 3), has_steps = Present(call, 4);
@@ -473,7 +475,7 @@ KILN_KERNEL(shape_expand) {
   const kiln_ktensor &x = call->inputs[0], &shape = call->inputs[1];
   const int32_t rank = call->outputs[0].rank;
   Dims out = OutDims(call, 0);
-  if (DataUnknown(call, 1)) return AllUnknown(call), KILN_KERR_OK;
+  if (DataUnknown(call, 1)) return AllUnknown(call);
   const int64_t n = Elements(shape);
   if (n > rank || x.rank > rank) return KILN_KERR_SHAPE;
   for (int32_t i = 0; i < rank; ++i) out[i] = i < rank - n ? 1 : ReadInt(shape, i - (rank - n));
@@ -491,7 +493,7 @@ KILN_KERNEL(shape_expand) {
 // Tile: each dim times input 1's repeat.
 KILN_KERNEL(shape_tile) {
   const kiln_ktensor &x = call->inputs[0], &repeats = call->inputs[1];
-  if (DataUnknown(call, 1)) return AllUnknown(call), KILN_KERR_OK;
+  if (DataUnknown(call, 1)) return AllUnknown(call);
   if (Elements(repeats) != x.rank) return KILN_KERR_SHAPE;
   for (int32_t i = 0; i < x.rank; ++i) {
     const int64_t r = ReadInt(repeats, i);
@@ -509,7 +511,7 @@ KILN_KERNEL(shape_pad) {
   int64_t pads[2 * KILN_MAX_RANK];
   for (int32_t i = 0; i < 2 * x.rank; ++i) pads[i] = p.ints[i];
   if (p.flags & KILN_SHAPE_FROM_INPUT) {
-    if (DataUnknown(call, 1) || DataUnknown(call, 3)) return AllUnknown(call), KILN_KERR_OK;
+    if (DataUnknown(call, 1) || DataUnknown(call, 3)) return AllUnknown(call);
     const bool has_axes = Present(call, 3);
     const int64_t n = has_axes ? Elements(call->inputs[3]) : x.rank;
     if (Elements(call->inputs[1]) != 2 * n || n > x.rank) return KILN_KERR_SHAPE;
@@ -614,11 +616,10 @@ KILN_KERNEL(size_of) {
 // NonZero: [rank, count of nonzero elements], counted from the input's data.
 KILN_KERNEL(shape_nonzero) {
   const kiln_ktensor& x = call->inputs[0];
-  OutDims(call, 0)[0] = x.rank;
   const int64_t n = Elements(x);
-  if (x.data == nullptr && n != 0) return OutDims(call, 0)[1] = -1, KILN_KERR_OK;
-  int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) count += kiln_kernels::LoadAsDouble(x.data, x.dtype, i) != 0;
+  int64_t count = x.data == nullptr && n != 0 ? -1 : 0;
+  for (int64_t i = 0; i < n && count >= 0; ++i) count += kiln_kernels::LoadAsDouble(x.data, x.dtype, i) != 0;
+  OutDims(call, 0)[0] = x.rank;
   OutDims(call, 0)[1] = count;
   return KILN_KERR_OK;
 }
@@ -675,7 +676,8 @@ KILN_KERNEL(shape_non_max_suppression) {
   OutDims(call, 0)[1] = 3;
   for (int32_t i = 0; i < call->num_inputs && i < p.num_ints; ++i) {
     if (p.ints[i] && call->inputs[i].data == nullptr && (i >= 2 || Elements(call->inputs[i]) != 0)) {
-      return OutDims(call, 0)[0] = -1, KILN_KERR_OK;
+      OutDims(call, 0)[0] = -1;
+      return KILN_KERR_OK;
     }
   }
   kiln_kernels::NmsProblem nms(call, (p.flags & KILN_SHAPE_CENTER_POINT_BOX) != 0);
