@@ -120,6 +120,21 @@ def bert(layers, hidden, heads, seq, vocab, batch=1):
     return build
 
 
+class SegmentationOut(torch.nn.Module):
+    """A torchvision segmentation model's "out" map (its forward returns a dict)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
+def segmentation(factory):
+    return lambda: SegmentationOut(factory(weights=None, weights_backbone=None))
+
+
 CNNS = {
     "resnet50": lambda: torchvision.models.resnet50(),
     "mobilenet_v2": lambda: torchvision.models.mobilenet_v2(),
@@ -131,6 +146,10 @@ MODELS = {
     **{name: cnn(factory) for name, factory in CNNS.items()},
     **{name + "_b8": cnn(factory, batch=8) for name, factory in CNNS.items()},
     "resnet18_tiny": cnn(lambda: torchvision.models.resnet18(num_classes=10), size=64),
+    # Bilinear Resize (align_corners=False) to sizes computed from Shape: folded at compile time.
+    "lraspp_mobilenet_v3": cnn(segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large), size=160),
+    "deeplabv3_mobilenet_v3": cnn(segmentation(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large),
+                                  size=160),
     "bert_base": bert(**BERT_BASE),
     "bert_base_b8": bert(**BERT_BASE, batch=8),
     "bert_tiny": bert(layers=2, hidden=128, heads=2, seq=32, vocab=1000),

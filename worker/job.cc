@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <random>
 
@@ -16,7 +17,7 @@
 #include "kiln/common/time.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
-#include "kiln/compiler/interp.h"
+#include "kiln/compiler/reference.h"
 #include "kiln/runtime.h"
 #include "kiln/v1/kiln.pb.h"
 #include "kiln/v1/worker.pb.h"
@@ -47,6 +48,9 @@ std::string Describe(const std::string& name, const Tensor& t) {
   return absl::StrCat(name, ": ", DTypeName(t.dtype()), "[", absl::StrJoin(t.dims(), ","), "]");
 }
 
+constexpr int64_t kValidationBatch = 2;
+constexpr int64_t kValidationExtent = 16;
+
 // Seeded inputs from the graph's input types: N(0, 1) floats; zeros for integers (often
 // indices, where zero is always valid); alternating booleans.
 absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t seed) {
@@ -56,12 +60,11 @@ absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t se
   for (const Value* input : graph.inputs()) {
     const TensorType& type = input->type();
     std::vector<int64_t> dims;
-    for (const auto& d : type.shape) {
-      if (!d.known()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", input->name(), "' has a symbolic dimension; give its shape in the spec's input_shapes"));
-      }
-      dims.push_back(d.size);
+    // A dim known only at run time is validated at kValidationBatch when it leads (a
+    // batch), else kValidationExtent (a sequence or image size); an InputSet fixes others.
+    for (size_t k = 0; k < type.shape.size(); ++k) {
+      const Dim& d = type.shape[k];
+      dims.push_back(d.known() ? d.size : k == 0 ? kValidationBatch : kValidationExtent);
     }
     Tensor t(type.dtype, dims);
     for (int64_t i = 0; i < t.num_elements(); ++i) {
@@ -77,7 +80,7 @@ absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t se
   return inputs;
 }
 
-// The model as the reference interpreter runs it (validation inputs and reference
+// The model as the reference evaluator runs it (validation inputs and reference
 // outputs), imported apart from the compile's own graph.
 absl::StatusOr<std::unique_ptr<Graph>> ImportReference(const v1::CompileSpec& spec, const std::string& model) {
   ImportOptions options;
@@ -135,8 +138,7 @@ struct LoadedArtifact {
   kiln_module* module = nullptr;
   kiln_session* session = nullptr;
   const kiln_module_desc* desc = nullptr;
-  std::vector<const void*> in_ptrs;
-  std::vector<void*> out_ptrs;
+  std::vector<kiln_tensor> in, out;
   ~LoadedArtifact() {
     kiln_session_destroy(session);
     kiln_module_unload(module);
@@ -154,14 +156,18 @@ absl::Status RunArtifact(const std::string& path, const std::vector<Tensor>& inp
   kiln_session_options options{sizeof(kiln_session_options), 1};
   if (kiln_session_create(loaded.module, &options, &loaded.session) != KILN_OK)
     return absl::InternalError(kiln_last_error());
-  for (int i = 0; i < loaded.desc->num_outputs; ++i) {
-    const kiln_tensor_info& info = loaded.desc->outputs[i];
-    outputs.emplace_back(static_cast<DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+  // The shaped API runs every artifact (and is the only one for run-time shapes).
+  for (const Tensor& t : inputs) {
+    loaded.in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
+                                    static_cast<int32_t>(t.dtype())});
   }
-  for (const Tensor& t : inputs) loaded.in_ptrs.push_back(t.data());
-  for (Tensor& t : outputs) loaded.out_ptrs.push_back(t.data());
-  if (kiln_session_run(loaded.session, loaded.in_ptrs.data(), loaded.out_ptrs.data()) != KILN_OK)
+  loaded.out.resize(static_cast<size_t>(loaded.desc->num_outputs));
+  if (kiln_session_run_shaped(loaded.session, loaded.in.data(), loaded.out.data()) != KILN_OK)
     return absl::InvalidArgumentError(absl::StrCat("running the artifact: ", kiln_last_error()));
+  for (const kiln_tensor& t : loaded.out) {
+    outputs.emplace_back(static_cast<DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank));
+    std::memcpy(outputs.back().data(), t.data, static_cast<size_t>(outputs.back().size_bytes()));
+  }
   return absl::OkStatus();
 }
 
@@ -169,10 +175,10 @@ absl::Status RunArtifact(const std::string& path, const std::vector<Tensor>& inp
 Latency MeasureLatency(LoadedArtifact& loaded) {
   std::vector<double> times;
   Stopwatch budget;
-  kiln_session_run(loaded.session, loaded.in_ptrs.data(), loaded.out_ptrs.data());
+  kiln_session_run_shaped(loaded.session, loaded.in.data(), loaded.out.data());
   while (times.size() < 20 && (times.size() < 3 || budget.ElapsedMs() < 2000)) {
     Stopwatch run;
-    kiln_session_run(loaded.session, loaded.in_ptrs.data(), loaded.out_ptrs.data());
+    kiln_session_run_shaped(loaded.session, loaded.in.data(), loaded.out.data());
     times.push_back(run.ElapsedMs());
   }
   std::sort(times.begin(), times.end());
@@ -184,9 +190,9 @@ Latency MeasureLatency(LoadedArtifact& loaded) {
   return latency;
 }
 
-// Runs the artifact and the reference interpreter on the same inputs and judges the
-// outputs; measures latency when the artifact runs on this machine. Fills the context's
-// input descriptions, latency and validate_ms.
+// Runs the artifact and the independent reference (compiler/reference, which shares no code
+// with the kernels) on the same inputs and judges the outputs; measures latency when the artifact runs on this machine.
+// Fills the context's input descriptions, latency and validate_ms.
 absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const std::string& model,
                                             const CompileResult& compiled, const std::string& artifact_path,
                                             const std::string& dir, ReportContext& context) {
@@ -195,8 +201,8 @@ absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const s
   KILN_ASSIGN_OR_RETURN(auto reference_graph, ImportReference(spec, model));
   auto inputs = ValidationInputs(*reference_graph, spec.accuracy(), dir);
   if (!inputs.ok()) return Annotate(inputs.status(), "validation inputs");
-  auto reference = RunGraph(*reference_graph, *inputs);
-  if (!reference.ok()) return Annotate(reference.status(), "reference interpreter");
+  auto reference = ReferenceRunGraph(*reference_graph, *inputs);
+  if (!reference.ok()) return Annotate(reference.status(), "validation against the reference");
   LoadedArtifact loaded;
   std::vector<Tensor> outputs;
   KILN_RETURN_IF_ERROR(RunArtifact(artifact_path, *inputs, outputs, loaded));

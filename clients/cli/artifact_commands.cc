@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "google/protobuf/struct.pb.h"
 #include "kiln/common/file.h"
@@ -136,17 +138,45 @@ int Run(const RunFlags& flags) {
 
 struct BenchFlags {
   std::string artifact;
+  std::vector<std::string> input_shapes;  // NAME=1x3x224x224, for dims known only at run time
   int threads = 1, iters = 50, warmup = 5;
   bool profile = false;
 };
 
 // Random inputs: N(0, 1) floats; integers zero (often indices: keep them small and valid).
-void RandomInputs(const kiln_module_desc* desc, std::vector<Tensor>& inputs) {
+// A dim known only at run time (-1) takes its size from --input-shape NAME=AxBxC.
+int RandomInputs(const kiln_module_desc* desc, const std::vector<std::string>& shapes, std::vector<Tensor>& inputs) {
+  std::map<std::string, std::vector<int64_t>> given;
+  for (const std::string& spec : shapes) {
+    const size_t eq = spec.find('=');
+    std::vector<int64_t> dims;
+    bool valid = eq != std::string::npos;
+    for (absl::string_view part : absl::StrSplit(valid ? spec.substr(eq + 1) : "", 'x')) {
+      int64_t d = 0;
+      valid = valid && absl::SimpleAtoi(part, &d) && d >= 0;
+      dims.push_back(d);
+    }
+    if (!valid) return UsageError("bench", absl::StrCat("--input-shape '", spec, "': expected NAME=AxBxC"));
+    given[spec.substr(0, eq)] = dims;
+  }
   std::mt19937 rng(42);
   std::normal_distribution<float> dist(0.f, 1.f);
   for (int32_t i = 0; i < desc->num_inputs; ++i) {
     const kiln_tensor_info& info = desc->inputs[i];
-    Tensor t(static_cast<DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+    std::vector<int64_t> dims(info.dims, info.dims + info.rank);
+    if (auto it = given.find(info.name); it != given.end()) {
+      bool fits = it->second.size() == dims.size();
+      for (size_t d = 0; fits && d < dims.size(); ++d) fits = dims[d] < 0 || dims[d] == it->second[d];
+      if (!fits) {
+        return UsageError("bench", absl::StrCat("--input-shape for '", info.name, "' does not fit ", ShapeText(info)));
+      }
+      dims = it->second;
+    } else if (std::find(dims.begin(), dims.end(), -1) != dims.end()) {
+      return UsageError("bench",
+                        absl::StrCat("input '", info.name, "' is ", ShapeText(info),
+                                     " (-1: known only at run time): give --input-shape ", info.name, "=AxBx..."));
+    }
+    Tensor t(static_cast<DType>(info.dtype), dims);
     if (t.dtype() == DType::kFloat32) {
       for (int64_t k = 0; k < t.num_elements(); ++k) t.data_as<float>()[k] = dist(rng);
     } else {
@@ -154,6 +184,7 @@ void RandomInputs(const kiln_module_desc* desc, std::vector<Tensor>& inputs) {
     }
     inputs.push_back(std::move(t));
   }
+  return 0;
 }
 
 // Separate runs, so the hooks' own cost never touches the timings: time per kernel on stderr.
@@ -193,19 +224,29 @@ int Bench(const BenchFlags& flags) {
   std::string error;
   if (!Load(flags.artifact, flags.threads, loaded, error)) return Fail(error);
   Buffers buffers;
-  RandomInputs(loaded.desc, buffers.inputs);
-  buffers.Bind(loaded.desc);
+  if (int code = RandomInputs(loaded.desc, flags.input_shapes, buffers.inputs); code != 0) return code;
+  // Run-time shapes go through the shaped API, whose outputs the session owns.
+  const bool shaped = loaded.desc->dynamic_entry != nullptr;
+  std::vector<kiln_tensor> in, out(static_cast<size_t>(loaded.desc->num_outputs));
+  for (const Tensor& t : buffers.inputs) {
+    in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
+                             static_cast<int32_t>(t.dtype())});
+  }
+  if (!shaped) buffers.Bind(loaded.desc);
+  auto run_once = [&] {
+    return shaped ? kiln_session_run_shaped(loaded.session, in.data(), out.data())
+                  : kiln_session_run(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data());
+  };
   for (int i = 0; i < flags.warmup; ++i) {
-    if (kiln_session_run(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data()) != KILN_OK)
-      return Fail(kiln_last_error());
+    if (run_once() != KILN_OK) return Fail(kiln_last_error());
   }
   std::vector<double> times;
   for (int i = 0; i < flags.iters; ++i) {
     Stopwatch run;
-    if (kiln_session_run(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data()) != KILN_OK)
-      return Fail(kiln_last_error());
+    if (run_once() != KILN_OK) return Fail(kiln_last_error());
     times.push_back(run.ElapsedMs());
   }
+  if (flags.profile && shaped) return Fail("--profile does not take an artifact with run-time shapes yet");
   if (flags.profile) {
     if (int code = Profile(flags, loaded, buffers); code != 0) return code;
   }
@@ -266,6 +307,9 @@ void AddArtifactCommands(CLI::App& app, std::vector<Command>& commands) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--iters", bench->iters, "timed runs (default 50)")->check(CLI::PositiveNumber);
   c->add_option("--warmup", bench->warmup, "untimed runs first (default 5)")->check(CLI::NonNegativeNumber);
+  c->add_option("--input-shape", bench->input_shapes,
+                "NAME=AxBxC: the size of an input whose dims are known only at run time (-1 in `kiln inspect`); "
+                "repeat per input");
   c->add_flag("--profile", bench->profile,
               "also run the iterations profiled and print, on stderr, the time per kernel (each node of the "
               "compiled graph, fused ones as one), slowest first");

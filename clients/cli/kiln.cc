@@ -28,6 +28,7 @@ namespace kiln::cli {
 namespace {
 
 constexpr char kSynopsis[] = R"(Usage:
+  kiln compile MODEL.onnx --check [--input-shape NAME=1x3x224x224]... [--json]
   kiln compile MODEL.onnx -o OUT.so [--target T] [--input-shape NAME=1x3x224x224]... [--pipeline P]
                [--print-after-all] [--print-after PASS] [--report R.json] [--tune [--tune-budget S] [--tune-cache F]]
                [--precision int8 --calibration DIR [--calibration-method M] [--keep-float NODE,...]]
@@ -58,7 +59,7 @@ std::string Reference() {
 
 struct CompileFlags {
   std::string model, out, report, tune_cache;
-  bool print_after_all = false;
+  bool print_after_all = false, check = false, json = false;
   std::vector<std::string> print_after;
   SpecFlags spec;
 };
@@ -122,7 +123,48 @@ void PrintCompileSummary(const CompileFlags& flags, const CompileResult& result,
   std::fprintf(stderr, "kiln: action key %s\n", result.action_key.c_str());
 }
 
+// kiln compile --check: every construct of the model Kiln cannot compile, one a line (or
+// a kiln.check-report as JSON), found in one walk; exit 0 when there is none, 1 otherwise.
+int Check(const CompileFlags& flags) {
+  auto built = BuildSpec(flags.model, flags.spec, SpecCommand::kCompile);
+  if (!built.ok()) {
+    return absl::IsInvalidArgument(built.status()) ? UsageError("compile", std::string(built.status().message()))
+                                                   : Fail(std::string(built.status().message()));
+  }
+  ImportOptions options;
+  options.model_label = flags.model;
+  for (const v1::InputShape& shape : built->spec.input_shapes())
+    options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
+  const std::string dir = std::filesystem::path(flags.model).parent_path().string();
+  options.external_data = DirectoryExternalData(dir.empty() ? "." : dir);
+  auto problems = CheckOnnxModel(built->model, options);
+  if (!problems.ok()) return Fail(std::string(problems.status().message()));
+  if (flags.json) {
+    v1::CheckReport report;
+    report.set_schema("kiln.check-report");
+    report.set_schema_version(1);
+    report.set_model(flags.model);
+    for (const NodeProblem& p : *problems) {
+      auto* problem = report.add_problems();
+      problem->set_node(p.node);
+      problem->set_op(p.op);
+      problem->set_opset(p.opset);
+      problem->set_reason(p.reason);
+    }
+    auto json = ToJson(report);
+    if (!json.ok()) return Fail(std::string(json.status().message()));
+    std::fputs(json->c_str(), stdout);
+  } else {
+    for (const NodeProblem& p : *problems) std::printf("%s: %s\n", flags.model.c_str(), FormatProblem(p).c_str());
+    std::printf("%s: %zu %s\n", flags.model.c_str(), problems->size(),
+                problems->size() == 1 ? "construct cannot be compiled" : "constructs cannot be compiled");
+  }
+  return problems->empty() ? 0 : 1;
+}
+
 int Compile(const CompileFlags& flags) {
+  if (flags.check) return Check(flags);
+  if (flags.json) return UsageError("compile", "--json goes with --check");
   if (flags.out.empty()) return UsageError("compile", "compile needs -o OUT.so");
   if (flags.spec.Given("--tune-cache") && !flags.spec.tune)
     return UsageError("compile", "--tune-cache goes with --tune");
@@ -157,6 +199,11 @@ void AddCompile(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<CompileFlags>();
   CLI::App* c = AddModelSubcommand(app, "compile", flags->model);
   c->add_option("-o,--output", flags->out, "OUT.so, the artifact");
+  c->add_flag("--check", flags->check,
+              "compile nothing: list every node Kiln cannot compile (unsupported op, attribute, element type, input "
+              "that must be constant, dynamic shape), one a line as MODEL: node 'N' (Op, opset K): why, then their "
+              "count; exit 0 when there is none, 1 otherwise. Give --input-shape as for a compile");
+  c->add_flag("--json", flags->json, "with --check: print a kiln.check-report (JSON) instead");
   c->add_flag("--print-after-all", flags->print_after_all, "print the IR after import and after every pass (stderr)");
   // Runs while parsing, so it needs no MODEL; CLI::Success ends the parse with status 0.
   c->add_flag_callback(
@@ -268,7 +315,9 @@ constexpr ModelCommandHelp kModelCommands[] = {
      "The flags become one CompileSpec, as `kiln submit`'s do, so the same model and flags give the same action "
      "key and artifact locally and on a kilnd server; the key is printed and written into the --report. The "
      "validation flags (--atol, --rtol, --inputs, --seed, --max-top1-drop, --skip-latency) are part of the spec "
-     "for that reason; `kiln compile` itself does not validate."},
+     "for that reason; `kiln compile` itself does not validate. Models of ONNX opsets 7 to 21 are read (1 to 6 "
+     "upgraded). A model Kiln cannot compile fails with every unsupported construct listed (node, op, opset and "
+     "why), not only the first; `--check` lists them without compiling."},
     {"quantize", "Write --precision int8's quantization as a QDQ ONNX model",
      "QuantizeLinear/DequantizeLinear around each Conv and MatMul's input, weight and result, BatchNorm folded: the "
      "form ONNX Runtime fuses into integer ops. Kiln compiles such a model as it is."},

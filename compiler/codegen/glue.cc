@@ -414,7 +414,23 @@ absl::Status GlueBuilder::EmitKernelCall(const Node& node, const KernelCall& cal
   if (!symbol.ok()) return Annotate(symbol.status(), NodeLabel(node));
   llvm::FunctionCallee kernel = module_.getOrInsertFunction(*symbol, kernel_type_);
   EmitFailureCheck(builder_.CreateCall(kernel, {kcall}), index, node.name());
+  const std::string& injected = plan_.options->inject_kernel_bug;
+  if (!injected.empty() && (call.kernel == injected || call.kernel.rfind(injected + "_", 0) == 0)) {
+    EmitInjectedBug(outs[0].first, *outs[0].second);
+  }
   return absl::OkStatus();
+}
+
+// Test only (CodegenOptions::inject_kernel_bug): out[0] += 0.01 after the kernel, as if the
+// kernel computed it wrong. Emitted in the glue, so the kernel library (compiled once per
+// target and cached) stays as it is, and nothing is emitted unless a test asks.
+void GlueBuilder::EmitInjectedBug(llvm::Value* output, const TensorType& type) {
+  llvm::Type* element = type.dtype == DType::kFloat32   ? builder_.getFloatTy()
+                        : type.dtype == DType::kFloat64 ? builder_.getDoubleTy()
+                                                        : nullptr;
+  if (element == nullptr) return;  // the injected bug is defined for float outputs only
+  llvm::Value* first = builder_.CreateLoad(element, output, "injected.old");
+  builder_.CreateStore(builder_.CreateFAdd(first, llvm::ConstantFP::get(element, 0.01), "injected.new"), output);
 }
 
 // When the runtime profiles (exec->kernel_done set), tell it kernel `index` is done. One

@@ -51,6 +51,7 @@ class GlueBuilder {
                      int64_t params_size);
   absl::Status EmitNode(size_t index);
   absl::Status EmitKernelCall(const Node& node, const KernelCall& call, size_t index);
+  void EmitInjectedBug(llvm::Value* output, const TensorType& type);
   absl::Status EmitFusedElementwise(const Node& node, size_t index);
   // Branches to the part's fail block with (index + 1) << 8 | rc when rc != 0.
   void EmitFailureCheck(llvm::Value* rc, size_t index, const std::string& name);

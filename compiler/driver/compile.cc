@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -253,6 +254,16 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
   return absl::OkStatus();
 }
 
+// A failed compile's error with every problem of the model, not only the first: the
+// model is checked again (CheckOnnxModel) and, where that finds problems, they replace the
+// message; otherwise (the failure is not a node's) the error stays as it was.
+absl::Status WithAllProblems(const absl::Status& failure, std::string_view model_bytes,
+                             const ImportOptions& import_options) {
+  auto problems = CheckOnnxModel(model_bytes, import_options);
+  if (!problems.ok() || problems->empty()) return failure;
+  return absl::Status(failure.code(), absl::StrCat(import_options.model_label, ": ", FormatProblems(*problems)));
+}
+
 }  // namespace
 
 absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const CompileInputs& inputs) {
@@ -271,7 +282,9 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   for (const v1::InputShape& shape : spec.input_shapes())
     import_options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
   import_options.external_data = inputs.external_data;
-  KILN_ASSIGN_OR_RETURN(result.graph, ImportOnnxModel(inputs.model_bytes, import_options));
+  auto graph = ImportOnnxModel(inputs.model_bytes, import_options);
+  if (!graph.ok()) return WithAllProblems(graph.status(), inputs.model_bytes, import_options);
+  result.graph = std::move(*graph);
   result.import_ms = watch.ElapsedMs();
   if (inputs.print.print_stream && inputs.print.print_after_all) {
     *inputs.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(*result.graph);
@@ -289,8 +302,12 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   KILN_ASSIGN_OR_RETURN(codegen.manifest_json, ToJson(result.manifest));
   codegen.compiler_version = CompilerVersion();
   codegen.output_path = inputs.output_path;
+  // Test only: see CodegenOptions::inject_kernel_bug (tests/unit/validation_test.cc).
+  if (const char* kernel = std::getenv("KILN_TEST_INJECT_KERNEL_BUG")) codegen.inject_kernel_bug = kernel;
   auto artifact = GenerateArtifact(*result.graph, result.memory_plan, codegen);
-  if (!artifact.ok()) return Annotate(artifact.status(), inputs.model_label);
+  if (!artifact.ok()) {
+    return WithAllProblems(Annotate(artifact.status(), inputs.model_label), inputs.model_bytes, import_options);
+  }
   result.codegen_ms = watch.ElapsedMs();
   result.report = ReportFor(spec, result, *artifact, pipeline, inputs.tune_cache_path);
   result.shared_object = std::move(artifact->shared_object);

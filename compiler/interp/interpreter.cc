@@ -46,7 +46,20 @@ std::string KernelError(int32_t code) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape) {
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape,
+                                                                SymbolIds* symbols) {
+  SymbolIds local;
+  if (symbols == nullptr) symbols = &local;
+  // A named symbol's id: -2, -3, ...; an anonymous unknown ("?") is -1.
+  auto id_of = [&](const Dim& d) -> int64_t {
+    if (d.known()) return d.size;
+    if (d.symbol.empty() || d.symbol == "?") return -1;
+    auto it = symbols->find(d.symbol);
+    if (it != symbols->end()) return it->second;
+    const int64_t id = -2 - static_cast<int64_t>(symbols->size());
+    (*symbols)[d.symbol] = id;
+    return id;
+  };
   auto kernel = KernelTable().find(shape.shape.kernel);
   if (kernel == KernelTable().end()) {
     return absl::InternalError(absl::StrCat("no shape function named '", shape.shape.kernel, "'"));
@@ -61,7 +74,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node
       ins.push_back(View(operand.constant.get()));
       continue;
     }
-    in_dims.push_back(v->type().StaticDims());
+    in_dims.emplace_back();
+    for (const Dim& d : v->type().shape) in_dims.back().push_back(id_of(d));
     const void* data = v->is_constant() ? v->constant()->data() : nullptr;
     ins.push_back(kiln_ktensor{const_cast<void*>(data), in_dims.back().data(),
                                static_cast<int32_t>(in_dims.back().size()), static_cast<int32_t>(v->type().dtype)});

@@ -71,6 +71,7 @@ double Tensor::GetAsDouble(int64_t i) const {
     case DType::kFloat32: return data_as<float>()[i];
     case DType::kFloat64: return data_as<double>()[i];
     case DType::kFloat16: return HalfToFloat(data_as<uint16_t>()[i]);
+    case DType::kBFloat16: return kiln_bfloat16_to_float(data_as<uint16_t>()[i]);
     default: return static_cast<double>(GetAsInt64(i));
   }
 }
@@ -89,6 +90,7 @@ int64_t Tensor::GetAsInt64(int64_t i) const {
     case DType::kFloat32: return static_cast<int64_t>(data_as<float>()[i]);
     case DType::kFloat64: return static_cast<int64_t>(data_as<double>()[i]);
     case DType::kFloat16: return static_cast<int64_t>(HalfToFloat(data_as<uint16_t>()[i]));
+    case DType::kBFloat16: return static_cast<int64_t>(kiln_bfloat16_to_float(data_as<uint16_t>()[i]));
     default: return 0;
   }
 }

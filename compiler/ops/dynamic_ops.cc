@@ -369,8 +369,9 @@ absl::StatusOr<DynamicShape> NonMaxSuppressionRule(const InferContext& ctx) {
   return ShapeCall<kernel::shape_non_max_suppression>(ctx, 5, p, {RankOnly(DType::kInt64, 2)});
 }
 
-// TopK: values and i64 indices, the input's dims with `axis` cut to k (input 1's data;
-// the attribute before opset 10).
+// TopK (its kernel in reduce_ops.cc reads k from the output dims): values and i64
+// indices, the input's dims with `axis` cut to k (input 1's data; the attribute before
+// opset 10).
 absl::StatusOr<DynamicShape> TopKRule(const InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
   kiln_shape_params p{};

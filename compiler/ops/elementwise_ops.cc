@@ -301,7 +301,7 @@ void RegisterCastAndCastLike(Registry& registry) {
     schema.infer = [like](InferContext& ctx) -> absl::Status {
       DType to = like ? ctx.type(1).dtype : static_cast<DType>(ctx.node.GetInt("to", 0));
       for (DType d : {to, ctx.type(0).dtype}) {
-        if (d == DType::kString || d == DType::kBFloat16 || DTypeSize(d) == 0) {
+        if (d == DType::kString || DTypeSize(d) == 0) {
           return NodeError(ctx.node, absl::StrCat("cast involving ", DTypeName(d), " is not supported"));
         }
       }

@@ -494,7 +494,6 @@ void RegisterPools(Registry& registry) {
       if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
       std::vector<int64_t> x = ctx.type(0).StaticDims();
       if (x.size() < 3 || x.size() > 5) return NodeError(ctx.node, "input must be 3-D, 4-D or 5-D");
-      if (ctx.node.GetInt("storage_order", 0) != 0) return NodeError(ctx.node, "storage_order=1 is not supported");
       auto win =
           ComputeWindow(ctx.node, Spatial(x), ctx.node.GetInts("kernel_shape"), ctx.node.GetInt("ceil_mode", 0) != 0);
       if (!win.ok()) return win.status();
@@ -512,22 +511,55 @@ void RegisterPools(Registry& registry) {
       KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
       params.count_include_pad = node.GetInt("count_include_pad", 0);
       params.p = static_cast<double>(node.GetInt("p", 2));
+      params.storage_order = node.GetInt("storage_order", 0) != 0 ? 1 : 0;
       return CallWithParams<kernel::pool>(PassInputs(node, 1), params);
     };
     registry.Add(std::move(s));
   }
 }
 
+// Training mode (opset 14 on) normalizes with the batch's statistics; its running mean
+// and variance outputs have the shape and type of inputs 3 and 4.
 absl::Status InferBatchNormalization(InferContext& ctx) {
   if (auto st = RequireFloat(ctx); !st.ok()) return st;
-  if (ctx.node.GetInt("training_mode", 0) != 0 || ctx.output_types.size() > 1) {
-    return NodeError(ctx.node, "training mode (running statistics outputs) is not supported");
+  const bool training = ctx.node.GetInt("training_mode", 0) != 0;
+  if (!training && ctx.output_types.size() > 1) {
+    return NodeError(ctx.node, "running statistics outputs need training_mode = 1");
   }
+  for (size_t i = 1; i < ctx.output_types.size() && i < 3; ++i) ctx.output_types[i] = ctx.type(2 + i);
   return SameAsInput0(ctx);
 }
 
 absl::StatusOr<KernelCall> LowerBatchNormalization(const Node& node) {
-  return CallWithParams<kernel::batch_norm>(PassInputs(node, 5), NormEpsilon(node));
+  kiln_norm_params params = NormEpsilon(node);
+  params.training = node.GetInt("training_mode", 0) != 0 ? 1 : 0;
+  params.momentum = node.GetFloat("momentum", 0.9);
+  return CallWithParams<kernel::batch_norm>(PassInputs(node, 5), params);
+}
+
+// MeanVarianceNormalization: the statistics over `axes` (default [0, 2, 3]).
+absl::StatusOr<int64_t> MvnAxesMask(const Node& node, int64_t rank) {
+  int64_t mask = 0;
+  for (int64_t axis : node.GetInts("axes", {0, 2, 3})) {
+    KILN_ASSIGN_OR_RETURN(const int64_t a, NormalizeAxis(node, axis, rank, "axes"));
+    mask |= int64_t{1} << a;
+  }
+  return mask;
+}
+
+absl::Status InferMeanVarianceNormalization(InferContext& ctx) {
+  if (auto st = RequireFloat(ctx); !st.ok()) return st;
+  if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  const int64_t rank = static_cast<int64_t>(ctx.type(0).shape.size());
+  if (rank > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat("rank ", rank, " is over ", KILN_MAX_RANK));
+  if (auto mask = MvnAxesMask(ctx.node, rank); !mask.ok()) return mask.status();
+  return SameAsInput0(ctx);
+}
+
+absl::StatusOr<KernelCall> LowerMeanVarianceNormalization(const Node& node) {
+  kiln_norm_params params{};
+  KILN_ASSIGN_OR_RETURN(params.axes_mask, MvnAxesMask(node, static_cast<int64_t>(StaticDims(node.input(0)).size())));
+  return CallWithParams<kernel::mean_variance_norm>(PassInputs(node, 1), params);
 }
 
 absl::StatusOr<KernelCall> LowerInstanceNormalization(const Node& node) {
@@ -563,6 +595,23 @@ absl::StatusOr<KernelCall> LowerLRN(const Node& node) {
   return CallWithParams<kernel::lrn>(PassInputs(node, 1), params);
 }
 
+// Dropout as the importer leaves it: only where training_mode is not a constant false and
+// the ratio not a constant 0 (those are an Identity and an all-true mask). The mask is bool.
+absl::Status InferDropout(InferContext& ctx) {
+  if (auto st = RequireFloat(ctx); !st.ok()) return st;
+  if (ctx.output_types.size() > 1) {
+    ctx.output_types[1] = ctx.type(0);
+    ctx.output_types[1].dtype = DType::kBool;
+  }
+  return SameAsInput0(ctx);
+}
+
+absl::StatusOr<KernelCall> LowerDropout(const Node& node) {
+  kiln_elementwise_params params{};
+  params.seed = node.GetInt("seed", 0);
+  return CallWithParams<kernel::dropout>(PassAllInputs(node), params);
+}
+
 }  // namespace
 
 void RegisterNnOps(Registry& registry) {
@@ -578,6 +627,8 @@ void RegisterNnOps(Registry& registry) {
       {"InstanceNormalization", 3, 3, 0, SameFloatTypeAsInput0, LowerInstanceNormalization},
       {"LayerNormalization", 2, 3, 0, InferLayerNormalization, LowerLayerNormalization},
       {"LRN", 1, 1, 0, SameFloatTypeAsInput0, LowerLRN},
+      {"Dropout", 1, 3, 0, InferDropout, LowerDropout},
+      {"MeanVarianceNormalization", 1, 1, 0, InferMeanVarianceNormalization, LowerMeanVarianceNormalization},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);
 }

@@ -17,13 +17,17 @@
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/elementwise.h"
 #include "kiln/kernels/gemm.h"
+#include "kiln/kernels/linalg.h"
+#include "kiln/kernels/loss.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/params.h"
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
+#include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
+#include "kiln/kernels/sampling.h"
 #include "kiln/kernels/shape.h"
 
 namespace kiln::ops {
@@ -50,6 +54,11 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table);
 absl::Status InferByDynamicRule(InferContext& ctx);
 // The unary elementwise ops (Relu, Exp, ...): one kernel, one shape.
 std::vector<std::string> UnaryOpNames();
+void RegisterResizeOps(Registry& registry);
+void RegisterLossOps(Registry& registry);
+void RegisterSamplingOps(Registry& registry);
+void RegisterLinalgOps(Registry& registry);
+void RegisterOpset18Ops(Registry& registry);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*
@@ -67,6 +76,16 @@ struct NamedCode {
   const char* name;
   int code;
 };
+
+// The code of string attribute `attr` (`fallback` when absent) among `names`; another name
+// is an error naming the node, the attribute and the choices.
+absl::StatusOr<int64_t> NamedAttr(const Node& node, const char* attr, const char* fallback, const NamedCode* names,
+                                  size_t count);
+template <size_t N>
+absl::StatusOr<int64_t> NamedAttr(const Node& node, const char* attr, const char* fallback,
+                                  const NamedCode (&names)[N]) {
+  return NamedAttr(node, attr, fallback, names, N);
+}
 
 inline absl::Status NodeError(const Node& node, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", message));

@@ -66,8 +66,28 @@ absl::StatusOr<std::vector<int64_t>> AxisBlock(const Node& node, const std::vect
   return std::vector<int64_t>{Product(x, 0, a), x[a], Product(x, a + 1, x.size())};
 }
 
+// QuantizeLinear's result type: its zero point's, else opset 21's output_dtype, else u8.
+absl::StatusOr<DType> QuantizedType(const InferContext& ctx) {
+  DType y_type = ctx.has_input(2) ? ctx.type(2).dtype : DType::kUInt8;
+  const int64_t output_dtype = ctx.node.GetInt("output_dtype", 0);
+  if (output_dtype == 0) return y_type;
+  const DType wanted = static_cast<DType>(output_dtype);
+  if (wanted != DType::kUInt8 && wanted != DType::kInt8) {
+    return NodeError(ctx.node, absl::StrCat("output_dtype ", output_dtype, " is not supported (uint8 and int8 are)"));
+  }
+  if (ctx.has_input(2) && y_type != wanted) {
+    return NodeError(ctx.node, absl::StrCat("output_dtype ", DTypeName(wanted), " differs from the zero point's ",
+                                            DTypeName(y_type)));
+  }
+  return wanted;
+}
+
 absl::Status InferQuantizeLinear(InferContext& ctx, bool quantize) {
   if (auto st = RequireStatic(ctx, 0); !st.ok()) return st;
+  if (const int64_t block_size = ctx.node.GetInt("block_size", 0); block_size != 0) {
+    return NodeError(ctx.node, absl::StrCat("blocked quantization (block_size ", block_size,
+                                            ", opset 21) is not supported; per-tensor and per-axis scales are"));
+  }
   const TensorType& x = ctx.type(0);
   if (quantize && x.dtype != DType::kFloat32) {
     return NodeError(ctx.node,
@@ -96,7 +116,8 @@ absl::Status InferQuantizeLinear(InferContext& ctx, bool quantize) {
     }
   }
   ctx.output_types[0] = x;
-  ctx.output_types[0].dtype = quantize ? (ctx.has_input(2) ? ctx.type(2).dtype : DType::kUInt8) : DType::kFloat32;
+  KILN_ASSIGN_OR_RETURN(const DType y_type, QuantizedType(ctx));
+  ctx.output_types[0].dtype = quantize ? y_type : DType::kFloat32;
   return absl::OkStatus();
 }
 

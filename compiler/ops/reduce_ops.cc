@@ -63,6 +63,40 @@ std::vector<Dim> ReducedShape(const std::vector<Dim>& in, int64_t mask, bool kee
   return out;
 }
 
+// TopK's k: the attribute before opset 10, the constant input after (it decides the shape).
+absl::StatusOr<int64_t> TopKCount(const Node& node, const std::vector<const Tensor*>& constants) {
+  if (node.opset() < 10) return node.GetInt("k", 0);
+  if (constants.size() < 2 || constants[1] == nullptr) {
+    return NodeError(node, "k must be a compile-time constant (the output shape needs it)");
+  }
+  if (constants[1]->num_elements() != 1) return NodeError(node, "k must have one element");
+  return constants[1]->GetAsInt64(0);
+}
+
+absl::Status InferTopK(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(RequireStatic(ctx, 0));
+  std::vector<int64_t> dims = ctx.type(0).StaticDims();
+  KILN_ASSIGN_OR_RETURN(const int64_t axis,
+                        NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), static_cast<int64_t>(dims.size())));
+  KILN_ASSIGN_OR_RETURN(const int64_t k, TopKCount(ctx.node, ctx.input_constants));
+  if (k < 0 || k > dims[axis]) {
+    return NodeError(ctx.node, absl::StrCat("k ", k, " is out of range for axis ", axis, " of extent ", dims[axis]));
+  }
+  dims[axis] = k;
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, dims);
+  ctx.output_types[1] = TensorType::Static(DType::kInt64, dims);
+  return absl::OkStatus();
+}
+
+// The kernel takes k from the outputs' dims and checks the K input against it.
+absl::StatusOr<KernelCall> LowerTopK(const Node& node) {
+  kiln_topk_params params{};
+  params.axis = AxisAttr(node, -1, node.input(0));
+  params.largest = node.GetInt("largest", 1);
+  params.sorted = node.GetInt("sorted", 1);
+  return CallWithParams<kernel::topk>(PassAllInputs(node), params);
+}
+
 }  // namespace
 
 void RegisterReduceOps(Registry& registry) {
@@ -130,6 +164,8 @@ void RegisterReduceOps(Registry& registry) {
     };
     registry.Add(std::move(s));
   }
+
+  registry.Add(OpSchema{"TopK", 1, 2, 0b10, InferTopK, LowerTopK});
 
   for (NamedCode def : {NamedCode{"Softmax", KILN_SOFTMAX}, NamedCode{"LogSoftmax", KILN_LOG_SOFTMAX},
                         NamedCode{"Hardmax", KILN_HARDMAX}}) {

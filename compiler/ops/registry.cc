@@ -1,7 +1,9 @@
 // The op table and type inference over a graph.
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
@@ -26,6 +28,17 @@ OpSchema Schema(const char* name, int min_inputs, int max_inputs, uint32_t const
   schema.max_inputs = max_inputs;
   schema.constant_inputs = constant_inputs;
   return schema;
+}
+
+absl::StatusOr<int64_t> NamedAttr(const Node& node, const char* attr, const char* fallback, const NamedCode* names,
+                                  size_t count) {
+  const std::string name = node.GetString(attr, fallback);
+  std::vector<std::string> known;
+  for (size_t i = 0; i < count; ++i) {
+    if (name == names[i].name) return names[i].code;
+    known.push_back(names[i].name);
+  }
+  return NodeError(node, absl::StrCat(attr, " '", name, "' is not one of ", absl::StrJoin(known, ", ")));
 }
 
 absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank, const char* what) {
@@ -206,6 +219,11 @@ void EnsureRegistered() {
     ops::RegisterLayoutOps(registry);
     ops::RegisterQuantOps(registry);
     ops::RegisterRnnOps(registry);
+    ops::RegisterResizeOps(registry);
+    ops::RegisterLossOps(registry);
+    ops::RegisterSamplingOps(registry);
+    ops::RegisterLinalgOps(registry);
+    ops::RegisterOpset18Ops(registry);
     ops::RegisterSelectOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
@@ -294,19 +312,134 @@ namespace {
 // its rule, the dims its shape function gives on what is known now (-1: unknown).
 absl::Status InferAtRunTime(const OpSchema& schema, InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ctx));
-  KILN_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> dims, EvaluateShape(ctx.node, shape));
+  SymbolIds symbols;
+  KILN_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> dims, EvaluateShape(ctx.node, shape, &symbols));
+  std::map<int64_t, std::string> names;
+  for (const auto& [name, id] : symbols) names[id] = name;
   for (size_t i = 0; i < ctx.output_types.size() && i < shape.outputs.size(); ++i) {
     TensorType type = shape.outputs[i];
     for (size_t d = 0; d < type.shape.size() && i < dims.size(); ++d) {
-      if (dims[i][d] >= 0) type.shape[d] = Dim::Known(dims[i][d]);
+      const int64_t dim = dims[i][d];
+      if (dim >= 0) type.shape[d] = Dim::Known(dim);
+      if (auto name = names.find(dim); name != names.end()) type.shape[d] = Dim::Symbolic(name->second);
     }
     ctx.output_types[i] = std::move(type);
   }
   return absl::OkStatus();
 }
 
+// One node's type inference: the arity check, shape-deciding inputs folded to constants,
+// then the op's infer; output types are set only when it succeeds.
+absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
+                       std::unordered_map<Value*, std::shared_ptr<const Tensor>>& memo) {
+  const int n = static_cast<int>(node->inputs().size());
+  if (n < schema.min_inputs || n > schema.max_inputs) {
+    return ops::NodeError(*node,
+                          absl::StrCat("has ", n, " inputs; expected ", schema.min_inputs, " to ", schema.max_inputs));
+  }
+  // The first min_inputs are required (libonnx's checker says so up to opset 17; from 18
+  // on only this stands between an omitted one and the op's inference).
+  for (int i = 0; i < schema.min_inputs; ++i) {
+    if (node->input(i) == nullptr) return ops::NodeError(*node, absl::StrCat("input ", i, " is required but left out"));
+  }
+  // Shape-deciding inputs computed from other values become constants now.
+  for (int i = 0; i < n; ++i) {
+    Value* in = node->input(i);
+    if ((schema.constant_inputs & (1u << i)) == 0 || in == nullptr || in->is_constant()) continue;
+    auto value = TryEvaluate(in, memo, 0);
+    if (value == nullptr) continue;
+    Value* folded = graph.AddConstant(graph.UniqueName(in->name() + ".const"), value);
+    node->set_input(i, folded);
+  }
+  InferContext ctx{*node, {}, {}, {}};
+  for (Value* in : node->inputs()) {
+    ctx.input_types.push_back(in ? &in->type() : nullptr);
+    ctx.input_constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
+    if (in != nullptr && in->type().dtype == DType::kUndefined) {
+      return ops::NodeError(*node, absl::StrCat("input '", in->name(), "' has no type"));
+    }
+  }
+  ctx.output_types.resize(node->outputs().size());
+  if (schema.dynamic && IsDynamicNode(*node, schema)) {
+    KILN_RETURN_IF_ERROR(InferAtRunTime(schema, ctx));
+  } else if (absl::Status s = schema.infer(ctx); !s.ok()) {
+    if (!schema.dynamic && IsDynamicNode(*node, schema)) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (", node->op(),
+                                                 " does not compile with shapes known only at run time yet)"));
+    }
+    return s;
+  }
+  for (size_t i = 0; i < node->outputs().size(); ++i) node->outputs()[i]->set_type(ctx.output_types[i]);
+  return absl::OkStatus();
+}
+
+absl::Status UnsupportedOp(const Node& node) {
+  return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op '", node.op(), "' is not supported by Kiln"));
+}
+
+// A node's problem from its error: the message less the node's label.
+NodeProblem ProblemOf(const Node& node, const absl::Status& status) {
+  std::string reason(status.message());
+  const std::string label = NodeLabel(node) + ": ";
+  if (absl::StartsWith(reason, label)) reason.erase(0, label.size());
+  return NodeProblem{node.name(), node.op(), node.opset(), reason};
+}
+
+// CheckGraph's verdict on one node whose inputs are all typed and static.
+absl::Status CheckNode(Graph& graph, Node* node, std::unordered_map<Value*, std::shared_ptr<const Tensor>>& memo) {
+  const OpSchema* schema = FindOp(node->op());
+  if (schema == nullptr) return UnsupportedOp(*node);
+  KILN_RETURN_IF_ERROR(InferNode(graph, node, *schema, memo));
+  // Shapes known only at run time: the rule's shape function computes them, and codegen
+  // lowers the node against probe dims.
+  if (IsDynamicNode(*node, *schema)) return absl::OkStatus();
+  for (const Value* out : node->outputs()) {
+    if (!out->type().IsStatic()) {
+      return ops::NodeError(*node,
+                            absl::StrCat("output '", out->name(), "' has the dynamic shape ", PrintType(out->type()),
+                                         " (it depends on input data); Kiln compiles static shapes only"));
+    }
+  }
+  if (!schema->lower) return absl::OkStatus();  // ops that passes rewrite away
+  return schema->lower(*node).status();
+}
+
 }  // namespace
 
+std::string FormatProblem(const NodeProblem& problem) {
+  if (problem.op.empty()) return absl::StrCat("graph input '", problem.node, "': ", problem.reason);
+  return absl::StrCat("node '", problem.node, "' (", problem.op, ", opset ", problem.opset, "): ", problem.reason);
+}
+
+std::string FormatProblems(const std::vector<NodeProblem>& problems) {
+  if (problems.size() == 1) return FormatProblem(problems[0]);
+  std::string text = absl::StrCat(problems.size(), " constructs cannot be compiled:");
+  const size_t listed = std::min(problems.size(), kMaxListedProblems);
+  for (size_t i = 0; i < listed; ++i) absl::StrAppend(&text, "\n  ", FormatProblem(problems[i]));
+  if (listed < problems.size()) {
+    absl::StrAppend(&text, "\n  ... and ", problems.size() - listed, " more (kiln compile --check lists them all)");
+  }
+  return text;
+}
+
+std::vector<NodeProblem> CheckGraph(Graph& graph) {
+  std::vector<NodeProblem> problems;
+  std::unordered_map<Value*, std::shared_ptr<const Tensor>> memo;
+  for (Node* node : graph.nodes()) {
+    // Downstream of a problem (an untyped input): the cause is listed.
+    const bool typed = std::all_of(node->inputs().begin(), node->inputs().end(),
+                                   [](const Value* v) { return v == nullptr || v->type().dtype != DType::kUndefined; });
+    if (!typed) {
+      if (FindOp(node->op()) == nullptr) problems.push_back(ProblemOf(*node, UnsupportedOp(*node)));
+      continue;
+    }
+    if (absl::Status status = CheckNode(graph, node, memo); !status.ok()) {
+      problems.push_back(ProblemOf(*node, status));
+      for (Value* out : node->outputs()) out->set_type(TensorType{});
+    }
+  }
+  return problems;
+}
 namespace ops {
 
 absl::Status InferByDynamicRule(InferContext& ctx) {
@@ -323,45 +456,8 @@ absl::Status InferTypes(Graph& graph) {
   std::unordered_map<Value*, std::shared_ptr<const Tensor>> memo;
   for (Node* node : graph.nodes()) {
     const OpSchema* schema = FindOp(node->op());
-    if (schema == nullptr) {
-      return absl::UnimplementedError(
-          absl::StrCat(NodeLabel(*node), ": op '", node->op(), "' is not supported by Kiln"));
-    }
-    const int n = static_cast<int>(node->inputs().size());
-    if (n < schema->min_inputs || n > schema->max_inputs) {
-      return ops::NodeError(
-          *node, absl::StrCat("has ", n, " inputs; expected ", schema->min_inputs, " to ", schema->max_inputs));
-    }
-    // Shape-deciding inputs computed from other values become constants now.
-    for (int i = 0; i < n; ++i) {
-      Value* in = node->input(i);
-      if ((schema->constant_inputs & (1u << i)) == 0 || in == nullptr || in->is_constant()) continue;
-      auto value = TryEvaluate(in, memo, 0);
-      if (value == nullptr) continue;
-      Value* folded = graph.AddConstant(graph.UniqueName(in->name() + ".const"), value);
-      node->set_input(i, folded);
-    }
-    InferContext ctx{*node, {}, {}, {}};
-    for (Value* in : node->inputs()) {
-      ctx.input_types.push_back(in ? &in->type() : nullptr);
-      ctx.input_constants.push_back(in && in->is_constant() ? in->constant().get() : nullptr);
-      if (in != nullptr && in->type().dtype == DType::kUndefined) {
-        return ops::NodeError(*node, absl::StrCat("input '", in->name(), "' has no type"));
-      }
-    }
-    ctx.output_types.resize(node->outputs().size());
-    if (schema->dynamic && IsDynamicNode(*node, *schema)) {
-      KILN_RETURN_IF_ERROR(InferAtRunTime(*schema, ctx));
-    } else if (absl::Status s = schema->infer(ctx); !s.ok()) {
-      if (!schema->dynamic && IsDynamicNode(*node, *schema)) {
-        return absl::Status(s.code(), absl::StrCat(s.message(), " (", node->op(),
-                                                   " does not compile with shapes known only at run time yet)"));
-      }
-      return s;
-    }
-    for (size_t i = 0; i < node->outputs().size(); ++i) {
-      node->outputs()[i]->set_type(ctx.output_types[i]);
-    }
+    if (schema == nullptr) return UnsupportedOp(*node);
+    KILN_RETURN_IF_ERROR(InferNode(graph, node, *schema, memo));
   }
   graph.Compact();
   return absl::OkStatus();

@@ -1,5 +1,5 @@
 // Ops whose output size follows from input data: NonZero, Compress, Unique,
-// NonMaxSuppression, TopK and the window generators HannWindow, HammingWindow, BlackmanWindow.
+// NonMaxSuppression and the window generators HannWindow, HammingWindow, BlackmanWindow.
 // Their shapes come from their run-time rules (dynamic_ops.cc), evaluated at compile time
 // when the deciding inputs are constants, so one rule serves both; the kernels read every
 // size from their tensors.
@@ -33,13 +33,6 @@ absl::StatusOr<KernelCall> LowerNonMaxSuppression(const Node& node) {
   return CallWithParams<kernel::non_max_suppression>(PassInputs(node, node.inputs().size()), params);
 }
 
-absl::StatusOr<KernelCall> LowerTopK(const Node& node) {
-  kiln_movement_params params{};
-  params.axis = AxisAttr(node, -1, node.input(0));
-  params.largest = node.GetInt("largest", 1) != 0;
-  return CallWithParams<kernel::top_k>(PassInputs(node, 1), params);
-}
-
 std::function<absl::StatusOr<KernelCall>(const Node&)> LowerWindowFunction(int64_t kind) {
   return [kind](const Node& node) -> absl::StatusOr<KernelCall> {
     kiln_window_function_params params{};
@@ -58,7 +51,6 @@ void RegisterSelectOps(Registry& registry) {
       {"Compress", 2, 2, 0b10, InferByDynamicRule, LowerCompress},
       {"Unique", 1, 1, 0b1, InferByDynamicRule, LowerUnique},
       {"NonMaxSuppression", 2, 5, 0b11111, InferByDynamicRule, LowerNonMaxSuppression},
-      {"TopK", 1, 2, 0b10, InferByDynamicRule, LowerTopK},
       {"HannWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_HANN)},
       {"HammingWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_HAMMING)},
       {"BlackmanWindow", 1, 1, 0b1, InferByDynamicRule, LowerWindowFunction(KILN_WINDOW_BLACKMAN)},

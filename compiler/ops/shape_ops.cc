@@ -407,7 +407,21 @@ absl::Status InferSplit(InferContext& ctx) {
   if (!split.ok()) return split.status();
   const int64_t n = static_cast<int64_t>(ctx.output_types.size());
   std::vector<int64_t> sizes = *split;
-  if (!present || sizes.empty()) {
+  if ((!present || sizes.empty()) && ctx.node.has_attr("num_outputs")) {
+    // Opset 18: num_outputs parts of ceil(size / num_outputs), the last one what is left.
+    const int64_t parts = ctx.node.GetInt("num_outputs", 0);
+    if (parts != n || parts <= 0 || parts > in[*axis]) {
+      return NodeError(ctx.node,
+                       absl::StrCat("num_outputs ", parts, " does not fit ", n, " outputs and axis size ", in[*axis]));
+    }
+    const int64_t part = (in[*axis] + parts - 1) / parts;
+    sizes.assign(n, part);
+    sizes.back() = in[*axis] - part * (n - 1);
+    if (sizes.back() <= 0) {
+      return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split into ", n, " parts of ", part,
+                                              " and a smaller last one"));
+    }
+  } else if (!present || sizes.empty()) {
     if (in[*axis] % n != 0)
       return NodeError(ctx.node, absl::StrCat("axis size ", in[*axis], " does not split evenly into ", n));
     sizes.assign(n, in[*axis] / n);
@@ -505,10 +519,17 @@ absl::StatusOr<std::vector<int64_t>> PadAmounts(const Node& node, const std::vec
     if (constants.size() < 2 || constants[1] == nullptr) return NodeError(node, "pads must be a compile-time constant");
     pads = ToInts(*constants[1]);
   }
-  if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18)
+  if (constants.size() > 3 && constants[3] != nullptr) {  // axes (opset 18): pads for those axes only
     std::vector<int64_t> axes = ToInts(*constants[3]), full(2 * rank, 0);
+    if (pads.size() != 2 * axes.size()) {
+      return NodeError(node, absl::StrCat("pads has ", pads.size(), " entries for ", axes.size(), " axes; expected ",
+                                          2 * axes.size()));
+    }
+    std::vector<bool> seen(rank, false);
     for (size_t i = 0; i < axes.size(); ++i) {
-      int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+      KILN_ASSIGN_OR_RETURN(const int64_t a, NormalizeAxis(node, axes[i], rank, "pad axis"));
+      if (seen[a]) return NodeError(node, absl::StrCat("pad axis ", axes[i], " is given twice"));
+      seen[a] = true;
       full[a] = pads[i];
       full[a + rank] = pads[i + axes.size()];
     }
@@ -539,10 +560,14 @@ absl::StatusOr<KernelCall> LowerPad(const Node& node) {
   absl::StatusOr<std::vector<int64_t>> pads = std::vector<int64_t>(2 * rank, 0);
   if (!computed && !HasComputedInputs(node, 3)) pads = PadAmounts(node, ConstantsOf(node), rank);
   if (!pads.ok()) return pads.status();
-  std::string mode = node.GetString("mode", "constant");
-  int64_t code = mode == "reflect" ? KILN_PAD_REFLECT : mode == "edge" ? KILN_PAD_EDGE : KILN_PAD_CONSTANT;
-  if (mode != "constant" && mode != "reflect" && mode != "edge")
+  const std::string mode = node.GetString("mode", "constant");
+  constexpr NamedCode kModes[] = {
+      {"constant", KILN_PAD_CONSTANT}, {"reflect", KILN_PAD_REFLECT}, {"edge", KILN_PAD_EDGE}, {"wrap", KILN_PAD_WRAP}};
+  const NamedCode* found =
+      std::find_if(std::begin(kModes), std::end(kModes), [&](const NamedCode& m) { return mode == m.name; });
+  if (found == std::end(kModes) || (found->code == KILN_PAD_WRAP && node.opset() < 19))
     return NodeError(node, absl::StrCat("unknown pad mode '", mode, "'"));
+  const int64_t code = found->code;
   if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
   kiln_pad_params params{};
   params.mode = code;
@@ -604,13 +629,14 @@ void RegisterDepthToSpaceAndBack(Registry& registry) {
   }
 }
 
-// A computed k is the kernel's input 1, read at run time; a constant one a parameter.
+// A constant k goes into the parameters; a computed one is the kernel's input 1, read at
+// run time (the output shape does not depend on it).
 absl::StatusOr<KernelCall> LowerTrilu(const Node& node) {
   kiln_movement_params params{};
   params.upper = node.GetInt("upper", 1);
-  if (HasComputedInputs(node, 1)) return CallWithParams<kernel::trilu>(PassInputs(node, 2), params);
-  if (node.input(1) != nullptr) params.k = node.input(1)->constant()->GetAsInt64(0);
-  return CallWithParams<kernel::trilu>(PassInputs(node, 1), params);
+  const Value* k = node.inputs().size() > 1 ? node.input(1) : nullptr;
+  if (k != nullptr && k->is_constant()) params.k = k->constant()->GetAsInt64(0);
+  return CallWithParams<kernel::trilu>(PassInputs(node, k != nullptr && !k->is_constant() ? 2 : 1), params);
 }
 
 absl::Status InferConstantOfShape(InferContext& ctx) {
@@ -673,20 +699,44 @@ absl::StatusOr<KernelCall> LowerOneHot(const Node& node) {
 }
 
 absl::Status InferCumSum(InferContext& ctx) {
-  auto axis = RequireConstant(ctx, 1, "axis");
-  if (!axis.ok()) return axis.status();
+  if (const Tensor* axis = ctx.constant(1); axis != nullptr && ctx.type(0).has_shape) {
+    KILN_RETURN_IF_ERROR(
+        NormalizeAxis(ctx.node, axis->GetAsInt64(0), static_cast<int64_t>(ctx.type(0).shape.size())).status());
+  }
   return SameAsInput0(ctx);
 }
 
-// A computed axis is the kernel's input 1, read at run time; a constant one a parameter.
+// A constant axis goes into the parameters; a computed one is the kernel's input 1, read
+// and checked at run time (the output shape does not depend on it).
 absl::StatusOr<KernelCall> LowerCumSum(const Node& node) {
   kiln_movement_params params{};
   params.exclusive = node.GetInt("exclusive", 0);
   params.reverse = node.GetInt("reverse", 0);
-  if (HasComputedInputs(node, 1)) return CallWithParams<kernel::cumsum>(PassInputs(node, 2), params);
-  KILN_ASSIGN_OR_RETURN(params.axis, NormalizeAxis(node, node.input(1)->constant()->GetAsInt64(0),
-                                                   static_cast<int64_t>(node.input(0)->type().shape.size())));
+  if (!node.input(1)->is_constant()) return CallWithParams<kernel::cumsum>(PassInputs(node, 2), params);
+  params.axis = node.input(1)->constant()->GetAsInt64(0);
+  if (params.axis < 0) params.axis += static_cast<int64_t>(StaticDims(node.input(0)).size());
   return CallWithParams<kernel::cumsum>(PassInputs(node, 1), params);
+}
+
+// ReverseSequence: X [time, batch, ...] or [batch, time, ...] (time_axis, batch_axis: 0
+// and 1 in either order) and sequence_lens [batch].
+absl::Status InferReverseSequence(InferContext& ctx) {
+  if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
+  const std::vector<int64_t> x = ctx.type(0).StaticDims();
+  const int64_t time = ctx.node.GetInt("time_axis", 0), batch = ctx.node.GetInt("batch_axis", 1);
+  if (x.size() < 2 || time + batch != 1 || time < 0 || batch < 0) {
+    return NodeError(ctx.node, "time_axis and batch_axis must be 0 and 1 (in either order) of an input of rank >= 2");
+  }
+  if (ctx.type(1).StaticDims() != std::vector<int64_t>{x[batch]} || ctx.type(1).dtype != DType::kInt64) {
+    return NodeError(ctx.node, absl::StrCat("sequence_lens must be [", x[batch], "] of int64"));
+  }
+  return SameAsInput0(ctx);
+}
+
+absl::StatusOr<KernelCall> LowerReverseSequence(const Node& node) {
+  kiln_movement_params params = Axis(node.GetInt("time_axis", 0));
+  params.batch_axis = node.GetInt("batch_axis", 1);
+  return CallWithParams<kernel::reverse_sequence>(PassInputs(node, 2), params);
 }
 
 }  // namespace
@@ -710,12 +760,13 @@ void RegisterShapeOps(Registry& registry) {
       {"ScatterND", 3, 3, 0, SameAsInput0, LowerScatterND},
       {"Tile", 2, 2, 0b10, InferTile, LowerTile},
       {"Pad", 1, 4, 0b1010, InferPad, LowerPad},
-      {"Trilu", 1, 2, 0b10, SameAsInput0, LowerTrilu},
+      {"Trilu", 1, 2, 0, SameAsInput0, LowerTrilu},
       {"ConstantOfShape", 1, 1, 0b1, InferConstantOfShape, LowerConstantOfShape},
       {"Range", 3, 3, 0b111, InferRange, LowerToKernel<kernel::range>},
       {"EyeLike", 1, 1, 0, InferEyeLike, LowerEyeLike},
       {"OneHot", 3, 3, 0b10, InferOneHot, LowerOneHot},
-      {"CumSum", 2, 2, 0b10, InferCumSum, LowerCumSum},
+      {"CumSum", 2, 2, 0, InferCumSum, LowerCumSum},
+      {"ReverseSequence", 2, 2, 0, InferReverseSequence, LowerReverseSequence},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);
 }

@@ -27,6 +27,7 @@ class FoldBatchNorm : public Pass {
     bool changed = false;
     for (Node* bn : graph.nodes()) {
       if (bn->op() != "BatchNormalization" || bn->outputs().size() != 1 || !AllConstant(bn, 1)) continue;
+      if (bn->GetInt("training_mode", 0) != 0) continue;  // normalizes with the batch's statistics
       const Value* x = bn->input(0);
       if (x->type().dtype != DType::kFloat32 || !x->type().IsStatic() || x->type().shape.size() < 2) continue;
       const int64_t channels = x->type().shape[1].size;

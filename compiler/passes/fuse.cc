@@ -162,8 +162,7 @@ class Fuse : public Pass {
   static bool FuseResidual(Graph& graph, Node* add, const std::map<const Node*, size_t>& position) {
     if (add->inputs().size() != 2) return false;
     const TensorType& type = add->output(0)->type();
-    if (!type.IsStatic() || (type.dtype != DType::kFloat32 && type.dtype != DType::kFloat64)) return false;
-    const std::vector<int64_t> dims = type.StaticDims();
+    if (!type.has_shape || (type.dtype != DType::kFloat32 && type.dtype != DType::kFloat64)) return false;
     for (int side = 0; side < 2; ++side) {
       Value* c = add->input(side);
       Value* r = add->input(1 - side);
@@ -171,10 +170,7 @@ class Fuse : public Pass {
       Node* conv = c->producer();
       if (conv == nullptr || conv->op() != "Conv" || !IsProducer(conv) || SoleUser(graph, c) != add) continue;
       if (conv->inputs().size() > 4 || conv->has_attr("kiln.residual")) continue;
-      if (c->type().StaticDims() != dims || !r->type().IsStatic() || r->type().StaticDims() != dims ||
-          r->type().dtype != type.dtype) {
-        continue;
-      }
+      if (!SameShape(c->type(), type) || !SameShape(r->type(), type) || r->type().dtype != type.dtype) continue;
       // Depthwise Convs (fewer than 4 output channels per group) have kernels of their own
       // without a residual epilogue; the Add stays a fused elementwise loop there.
       const Value* w = conv->input(1);
@@ -241,6 +237,18 @@ class Fuse : public Pass {
       return true;
     }
     return false;
+  }
+
+  // Whether two shapes are provably one: the same rank and each dim the same size or the
+  // same named symbol (a run-time batch); an anonymous unknown proves nothing.
+  static bool SameShape(const TensorType& a, const TensorType& b) {
+    if (!a.has_shape || !b.has_shape || a.shape.size() != b.shape.size()) return false;
+    for (size_t i = 0; i < a.shape.size(); ++i) {
+      const Dim &x = a.shape[i], &y = b.shape[i];
+      if (x.known() ? !(y.known() && x.size == y.size) : (y.known() || x.symbol != y.symbol || x.symbol == "?"))
+        return false;
+    }
+    return true;
   }
 
   // The one node reading `value` (not a graph output), or null.

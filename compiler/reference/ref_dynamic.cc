@@ -1,5 +1,5 @@
 // Ops whose output size follows from input data, from the ONNX specification: NonZero,
-// Compress, Unique, NonMaxSuppression, TopK and the window generators HannWindow,
+// Compress, Unique, NonMaxSuppression and the window generators HannWindow,
 // HammingWindow, BlackmanWindow.
 #include <algorithm>
 #include <array>
@@ -189,46 +189,6 @@ Result NonMaxSuppression(const Node& node, const Inputs& in) {
   return One(std::move(out));
 }
 
-// TopK: along `axis`, the k largest (smallest) values of each line, best first, equal ones
-// by lower index, and their indices; k is input 1 (the attribute before opset 10).
-Result TopK(const Node& node, const Inputs& in) {
-  const Tensor& x = *in[0];
-  const int64_t k = node.opset() < 10 ? node.GetInt("k", 0) : in[1]->GetAsInt64(0);
-  int64_t axis = node.GetInt("axis", -1);
-  if (axis < 0) axis += x.rank();
-  if (axis < 0 || axis >= x.rank()) return absl::InvalidArgumentError("axis is out of range");
-  const int64_t len = x.dims()[axis];
-  if (k < 0 || k > len) return absl::InvalidArgumentError(absl::StrCat("k ", k, " exceeds the axis's ", len));
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dims()[d];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims()[d];
-  std::vector<int64_t> dims = x.dims();
-  dims[axis] = k;
-  std::vector<Tensor> out;
-  out.emplace_back(x.dtype(), dims);
-  out.emplace_back(DType::kInt64, dims);
-  const bool largest = node.GetInt("largest", 1) != 0;
-  const int64_t element = DTypeSize(x.dtype());
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t i = 0; i < inner; ++i) {
-      auto at = [&](int64_t j) { return (o * len + j) * inner + i; };
-      std::vector<int64_t> order(len);
-      for (int64_t j = 0; j < len; ++j) order[j] = j;
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-        return largest ? x.GetAsDouble(at(a)) > x.GetAsDouble(at(b)) : x.GetAsDouble(at(a)) < x.GetAsDouble(at(b));
-      });
-      for (int64_t r = 0; r < k; ++r) {
-        const int64_t to = (o * k + r) * inner + i;
-        std::memcpy(static_cast<char*>(out[0].data()) + to * element,
-                    static_cast<const char*>(x.data()) + at(order[r]) * element, static_cast<size_t>(element));
-        out[1].data_as<int64_t>()[to] = order[r];
-      }
-    }
-  }
-  out.resize(std::min(out.size(), node.outputs().size()));
-  return out;
-}
-
 // The generalized cosine windows: w[n] = sum_k (-1)^k a_k cos(2 pi k n / N), N the size
 // when periodic, else the size - 1.
 RefFn CosineWindow(std::vector<double> a) {
@@ -263,7 +223,6 @@ void AddDynamicOps(RefTable& table) {
   table["Compress"] = Compress;
   table["Unique"] = Unique;
   table["NonMaxSuppression"] = NonMaxSuppression;
-  table["TopK"] = TopK;
   table["HannWindow"] = CosineWindow({0.5, 0.5});
   table["HammingWindow"] = CosineWindow({25.0 / 46.0, 21.0 / 46.0});
   table["BlackmanWindow"] = CosineWindow({0.42, 0.5, 0.08});

@@ -18,8 +18,22 @@ using RefFn = std::function<absl::StatusOr<std::vector<Tensor>>(const Node&, con
 using RefTable = std::map<std::string, RefFn, std::less<>>;
 
 // One function per family file (ref_<family>.cc); reference.cc calls each once.
-void AddElementwiseOps(RefTable& table);
+void AddElementwiseOps(RefTable& table);  // ref_elementwise.cc
+void AddReduceOps(RefTable& table);       // ref_reduce.cc
+void AddMovementOps(RefTable& table);     // ref_movement.cc
+void AddIndexingOps(RefTable& table);     // ref_indexing.cc
+void AddConvOps(RefTable& table);         // ref_conv.cc
+void AddMatMulOps(RefTable& table);       // ref_matmul.cc
+void AddPoolOps(RefTable& table);         // ref_pool.cc
+void AddNormOps(RefTable& table);         // ref_norm.cc
+void AddQuantOps(RefTable& table);        // ref_quant.cc
+void AddBitwiseOps(RefTable& table);      // ref_bitwise.cc
 void AddRnnOps(RefTable& table);
 void AddDynamicOps(RefTable& table);
+void AddResizeOps(RefTable& table);
+void AddLossOps(RefTable& table);
+void AddSamplingOps(RefTable& table);
+void AddLinalgOps(RefTable& table);
+void AddNnExtraOps(RefTable& table);
 
 }  // namespace kiln::ref

@@ -17,6 +17,20 @@ const ref::RefTable& Table() {
     ref::AddElementwiseOps(*t);
     ref::AddRnnOps(*t);
     ref::AddDynamicOps(*t);
+    ref::AddResizeOps(*t);
+    ref::AddLossOps(*t);
+    ref::AddSamplingOps(*t);
+    ref::AddLinalgOps(*t);
+    ref::AddNnExtraOps(*t);
+    ref::AddReduceOps(*t);
+    ref::AddMovementOps(*t);
+    ref::AddIndexingOps(*t);
+    ref::AddConvOps(*t);
+    ref::AddMatMulOps(*t);
+    ref::AddPoolOps(*t);
+    ref::AddNormOps(*t);
+    ref::AddQuantOps(*t);
+    ref::AddBitwiseOps(*t);
     return t;
   }();
   return *table;
@@ -49,8 +63,23 @@ absl::StatusOr<std::vector<Tensor>> ReferenceRunGraph(const Graph& graph, const 
     return absl::InvalidArgumentError(
         absl::StrCat("graph has ", graph.inputs().size(), " inputs, got ", inputs.size()));
   }
+  // Before any work: a graph with an op the reference lacks cannot be checked at all, and
+  // validation must say which node, not fall back to code that shares the kernels.
+  for (const Node* node : graph.nodes()) {
+    if (!HasReference(node->op())) {
+      return absl::UnimplementedError(
+          absl::StrCat(Label(*node), ": the reference has no evaluation of op '", node->op(), "'"));
+    }
+  }
+  const std::vector<Node*> nodes = graph.nodes();
+  // Each computed value is freed after its last reader: a large model's activations would
+  // otherwise all stay alive at once, under the validation job's memory limit.
+  std::unordered_map<const Value*, size_t> last_use;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    for (const Value* in : nodes[k]->inputs()) last_use[in] = k;
+  }
   std::unordered_map<const Value*, const Tensor*> env;
-  std::vector<std::unique_ptr<Tensor>> owned;
+  std::unordered_map<const Value*, std::unique_ptr<Tensor>> owned;
   for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = &inputs[i];
   auto lookup = [&](const Value* v) -> const Tensor* {
     if (v == nullptr) return nullptr;
@@ -58,7 +87,12 @@ absl::StatusOr<std::vector<Tensor>> ReferenceRunGraph(const Graph& graph, const 
     auto it = env.find(v);
     return it == env.end() ? nullptr : it->second;
   };
-  for (const Node* node : graph.nodes()) {
+  auto release_if_dead = [&](const Value* v, size_t k) {
+    auto use = last_use.find(v);
+    if ((use == last_use.end() || use->second <= k) && !graph.IsGraphOutput(v) && owned.erase(v) != 0) env.erase(v);
+  };
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const Node* node = nodes[k];
     std::vector<const Tensor*> args;
     for (const Value* in : node->inputs()) {
       const Tensor* t = lookup(in);
@@ -69,9 +103,12 @@ absl::StatusOr<std::vector<Tensor>> ReferenceRunGraph(const Graph& graph, const 
     }
     KILN_ASSIGN_OR_RETURN(std::vector<Tensor> results, ReferenceEvaluateNode(*node, args));
     for (size_t i = 0; i < results.size(); ++i) {
-      owned.push_back(std::make_unique<Tensor>(std::move(results[i])));
-      env[node->outputs()[i]] = owned.back().get();
+      auto& slot = owned[node->outputs()[i]];
+      slot = std::make_unique<Tensor>(std::move(results[i]));
+      env[node->outputs()[i]] = slot.get();
     }
+    for (const Value* in : node->inputs()) release_if_dead(in, k);
+    for (const Value* out : node->outputs()) release_if_dead(out, k);
   }
   std::vector<Tensor> outputs;
   for (const Value* out : graph.outputs()) {

@@ -411,10 +411,9 @@ static kiln_status run_static_shaped(kiln_session* session, const kiln_tensor* i
   const kiln_module_desc* desc = session->module->desc;
   const void* in[desc->num_inputs > 0 ? desc->num_inputs : 1];
   void* out[desc->num_outputs > 0 ? desc->num_outputs : 1];
-  /* A zero-element input may come without data (check_shaped_inputs allows it), which
-   * kiln_session_run refuses; no kernel reads it, so any address will do. */
-  static const int64_t no_elements = 0;
-  for (int32_t i = 0; i < desc->num_inputs; ++i) in[i] = inputs[i].data ? inputs[i].data : &no_elements;
+  /* An empty input may come without storage; the static entry takes none as NULL. */
+  static char empty;
+  for (int32_t i = 0; i < desc->num_inputs; ++i) in[i] = inputs[i].data != NULL ? inputs[i].data : &empty;
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
     const kiln_tensor_info* info = &desc->outputs[i];
     int64_t bytes = (int64_t)kiln_dtype_size(info->dtype);

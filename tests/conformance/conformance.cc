@@ -4,7 +4,11 @@
 // integers and bools exact). Prints passed / failed / unsupported counts.
 //
 //   kiln-conformance [--data DIR] [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE] [--verbose]
+//                    [--reference]
 //
+// With --reference it checks the reference evaluator instead: each model is imported and
+// evaluated by kiln::ReferenceRunGraph, so the reference is itself held to the suite. A
+// model refused for a non-constant shape input is retried with its inputs as initializers.
 // With --pass-list, a test on the list that does not pass is a regression: exit 1.
 #include <unistd.h>
 
@@ -12,8 +16,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,9 +27,12 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/common/cli.h"
 #include "kiln/common/file.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
+#include "kiln/compiler/reference.h"
 #include "kiln/runtime.h"
+#include "onnx/onnx_pb.h"
 
 namespace fs = std::filesystem;
 
@@ -32,6 +41,17 @@ namespace {
 enum class Outcome { kPass, kFail, kUnsupported };
 
 std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
+  // ONNX 1.12 writes bfloat16 expectations as their bits in uint16 (numpy has no bfloat16):
+  // those compare bit for bit.
+  if (got.dtype() == kiln::DType::kBFloat16 && want.dtype() == kiln::DType::kUInt16 && got.dims() == want.dims()) {
+    for (int64_t i = 0; i < got.num_elements(); ++i) {
+      if (got.data_as<uint16_t>()[i] != want.data_as<uint16_t>()[i]) {
+        return absl::StrCat("element ", i, ": got bits ", got.data_as<uint16_t>()[i], ", want ",
+                            want.data_as<uint16_t>()[i]);
+      }
+    }
+    return "";
+  }
   if (got.dtype() != want.dtype())
     return absl::StrCat("dtype ", kiln::DTypeName(got.dtype()), " vs ", kiln::DTypeName(want.dtype()));
   if (got.dims() != want.dims()) return "shape differs";
@@ -50,7 +70,99 @@ std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
   return "";
 }
 
-Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detail) {
+// One test_data_set_*: its inputs and expected outputs.
+struct DataSet {
+  std::string name;
+  std::vector<kiln::Tensor> inputs, expected;
+};
+
+absl::StatusOr<kiln::Tensor> ReadTensor(const fs::path& path) {
+  auto data = kiln::ReadFile(path.string());
+  if (!data.ok()) return data.status();
+  return kiln::ParseTensorProto(*data);
+}
+
+absl::StatusOr<std::vector<DataSet>> ReadDataSets(const fs::path& dir, size_t num_inputs, size_t num_outputs) {
+  std::vector<DataSet> sets;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_directory() || entry.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
+    DataSet set{entry.path().filename().string(), {}, {}};
+    for (size_t i = 0; i < num_inputs; ++i) {
+      KILN_ASSIGN_OR_RETURN(kiln::Tensor t, ReadTensor(entry.path() / absl::StrCat("input_", i, ".pb")));
+      set.inputs.push_back(std::move(t));
+    }
+    for (size_t i = 0; i < num_outputs; ++i) {
+      KILN_ASSIGN_OR_RETURN(kiln::Tensor t, ReadTensor(entry.path() / absl::StrCat("output_", i, ".pb")));
+      set.expected.push_back(std::move(t));
+    }
+    sets.push_back(std::move(set));
+  }
+  if (sets.empty()) return absl::NotFoundError("no test_data_set_* directories");
+  return sets;
+}
+
+// "" when every output matches, else what differs first.
+std::string CompareOutputs(const DataSet& set, const std::vector<kiln::Tensor>& outputs) {
+  for (size_t i = 0; i < outputs.size() && i < set.expected.size(); ++i) {
+    std::string diff = Compare(outputs[i], set.expected[i]);
+    if (!diff.empty()) return absl::StrCat(set.name, " output ", i, ": ", diff);
+  }
+  return outputs.size() == set.expected.size() ? "" : absl::StrCat(set.name, ": wrong number of outputs");
+}
+
+// Refusals (unsupported op, dtype, dynamic shape) are "unsupported"; other errors fail.
+Outcome Refused(const absl::Status& status, std::string& detail) {
+  detail = std::string(status.message());
+  const auto code = status.code();
+  return code == absl::StatusCode::kUnimplemented || code == absl::StatusCode::kInvalidArgument ||
+                 code == absl::StatusCode::kFailedPrecondition
+             ? Outcome::kUnsupported
+             : Outcome::kFail;
+}
+
+// Runs every data set through `run` and compares with the expected outputs.
+Outcome RunDataSets(const fs::path& dir, size_t num_inputs, size_t num_outputs,
+                    const std::function<absl::StatusOr<std::vector<kiln::Tensor>>(const DataSet&)>& run,
+                    std::string& detail) {
+  auto sets = ReadDataSets(dir, num_inputs, num_outputs);
+  if (!sets.ok()) {
+    detail = std::string(sets.status().message());
+    return Outcome::kFail;
+  }
+  for (const DataSet& set : *sets) {
+    auto outputs = run(set);
+    if (!outputs.ok()) {
+      detail = std::string(outputs.status().message());
+      return Outcome::kFail;
+    }
+    detail = CompareOutputs(set, *outputs);
+    if (!detail.empty()) return Outcome::kFail;
+  }
+  return Outcome::kPass;
+}
+
+// An input as the artifact takes it. Some ONNX 1.12 cases store an input flattened, a
+// bfloat16 one as its uint16 bits, or (CastLike's `like`, read for its type only) with fewer
+// elements than the model declares: where the artifact's dims are static they stand, over a
+// copy padded with zeros when the count differs.
+kiln_tensor InputView(const kiln::Tensor& t, const kiln_tensor_info& info, std::deque<kiln::Tensor>& padded) {
+  kiln_tensor view{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
+                   static_cast<int32_t>(t.dtype())};
+  int64_t elements = 1;
+  for (int32_t d = 0; d < info.rank && elements >= 0; ++d) elements = info.dims[d] < 0 ? -1 : elements * info.dims[d];
+  const bool bf16_bits =
+      info.dtype == static_cast<int32_t>(kiln::DType::kBFloat16) && t.dtype() == kiln::DType::kUInt16;
+  if (elements < 0 || !(bf16_bits || info.dtype == view.dtype)) return view;
+  if (elements != t.num_elements()) {
+    padded.emplace_back(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+    std::memcpy(padded.back().data(), t.data(),
+                static_cast<size_t>(std::min(t.size_bytes(), padded.back().size_bytes())));
+    view.data = padded.back().data();
+  }
+  return kiln_tensor{view.data, info.dims, info.rank, info.dtype};
+}
+
+Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& detail) {
   auto bytes = kiln::ReadFile((dir / "model.onnx").string());
   if (!bytes.ok()) {
     detail = std::string(bytes.status().message());
@@ -64,16 +176,7 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
   const std::string so_path = work + "/model.so";
   inputs.output_path = so_path;  // the linker writes the artifact there
   auto result = kiln::CompileModel(spec, inputs);
-  if (!result.ok()) {
-    detail = std::string(result.status().message());
-    // Refusals (unsupported op, dtype, dynamic shape) are "unsupported"; anything else
-    // that fails to compile counts as a failure.
-    const auto code = result.status().code();
-    return code == absl::StatusCode::kUnimplemented || code == absl::StatusCode::kInvalidArgument ||
-                   code == absl::StatusCode::kFailedPrecondition
-               ? Outcome::kUnsupported
-               : Outcome::kFail;
-  }
+  if (!result.ok()) return Refused(result.status(), detail);
   kiln_module* module = nullptr;
   const kiln_module_desc* desc = nullptr;
   kiln_session* session = nullptr;
@@ -83,71 +186,119 @@ Outcome RunTest(const fs::path& dir, const std::string& work, std::string& detai
     kiln_module_unload(module);
     return Outcome::kFail;
   }
-  Outcome outcome = Outcome::kPass;
-  int sets = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (!entry.is_directory() || entry.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
-    ++sets;
-    std::vector<kiln::Tensor> inputs, outputs, expected;
-    // Reads <set>/<kind>_<i>.pb into `into`; on failure records why.
-    auto read = [&](const char* kind, int32_t i, std::vector<kiln::Tensor>& into) {
-      auto data = kiln::ReadFile((entry.path() / absl::StrCat(kind, "_", i, ".pb")).string());
-      auto t = data.ok() ? kiln::ParseTensorProto(*data) : absl::StatusOr<kiln::Tensor>(data.status());
-      if (!t.ok()) {
-        detail = std::string(t.status().message());
-        outcome = Outcome::kFail;
-        return false;
-      }
-      into.push_back(std::move(*t));
-      return true;
-    };
-    for (int32_t i = 0; i < desc->num_inputs; ++i) {
-      if (!read("input", i, inputs)) break;
-    }
-    if (outcome != Outcome::kPass) break;
-    for (int32_t i = 0; i < desc->num_outputs; ++i) {
-      if (!read("output", i, expected)) break;
-    }
-    if (outcome != Outcome::kPass) break;
-    // The shaped API: every artifact, and the only one for run-time shapes.
+  // The shaped API: every artifact, and the only one for run-time shapes.
+  auto run = [&](const DataSet& set) -> absl::StatusOr<std::vector<kiln::Tensor>> {
     std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
-    for (const kiln::Tensor& t : inputs) {
-      in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
-                               static_cast<int32_t>(t.dtype())});
+    std::deque<kiln::Tensor> padded;
+    for (size_t i = 0; i < set.inputs.size() && i < static_cast<size_t>(desc->num_inputs); ++i) {
+      in.push_back(InputView(set.inputs[i], desc->inputs[i], padded));
     }
     if (kiln_session_run_shaped(session, in.data(), out.data()) != KILN_OK) {
-      detail = kiln_last_error();
-      outcome = Outcome::kFail;
-      break;
+      return absl::InternalError(kiln_last_error());
     }
+    std::vector<kiln::Tensor> outputs;
     for (const kiln_tensor& t : out) {
       outputs.emplace_back(static_cast<kiln::DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank));
       std::memcpy(outputs.back().data(), t.data, static_cast<size_t>(outputs.back().size_bytes()));
     }
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      std::string diff = Compare(outputs[i], expected[i]);
-      if (!diff.empty()) {
-        detail = absl::StrCat(entry.path().filename().string(), " output ", i, ": ", diff);
-        outcome = Outcome::kFail;
-        break;
-      }
-    }
-    if (outcome != Outcome::kPass) break;
-  }
-  if (sets == 0 && outcome == Outcome::kPass) {
-    detail = "no test_data_set_* directories";
-    outcome = Outcome::kFail;
-  }
+    return outputs;
+  };
+  const Outcome outcome = RunDataSets(dir, desc->num_inputs, desc->num_outputs, run, detail);
   kiln_session_destroy(session);
   kiln_module_unload(module);
   return outcome;
+}
+
+// `model` with its graph inputs turned into initializers holding `set`'s inputs. Kiln imports
+// static shapes only, so a node test whose shape-deciding inputs (CumSum's axis, Pad's pads,
+// Range's limits) are graph inputs is refused; bound, the reference can still be checked on it.
+absl::StatusOr<std::string> BindInputs(const std::string& model, const DataSet& set) {
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(model)) return absl::InvalidArgumentError("model.onnx does not parse");
+  std::set<std::string> initialized;
+  for (const auto& init : proto.graph().initializer()) initialized.insert(init.name());
+  onnx::GraphProto* graph = proto.mutable_graph();
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> kept;
+  size_t next = 0;
+  for (const onnx::ValueInfoProto& input : graph->input()) {
+    if (initialized.count(input.name())) {
+      *kept.Add() = input;
+      continue;
+    }
+    if (next >= set.inputs.size()) return absl::InvalidArgumentError("more graph inputs than input_*.pb files");
+    if (!graph->add_initializer()->ParseFromString(kiln::SerializeTensorProto(set.inputs[next++], input.name()))) {
+      return absl::InternalError("an input does not serialize as a TensorProto");
+    }
+  }
+  graph->mutable_input()->Swap(&kept);
+  return proto.SerializeAsString();
+}
+
+// A node test the importer refused (`import_status`) for a non-constant input, run with each
+// data set's inputs bound as initializers; still unsupported when the importer refuses that.
+Outcome RunReferenceBound(const fs::path& dir, const std::string& bytes, const absl::Status& import_status,
+                          std::string& detail) {
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(bytes)) return Refused(import_status, detail);
+  size_t num_inputs = 0;
+  std::set<std::string> initialized;
+  for (const auto& init : proto.graph().initializer()) initialized.insert(init.name());
+  for (const auto& input : proto.graph().input()) num_inputs += initialized.count(input.name()) ? 0 : 1;
+  bool refused = false;
+  absl::Status refusal;
+  auto run = [&](const DataSet& set) -> absl::StatusOr<std::vector<kiln::Tensor>> {
+    KILN_ASSIGN_OR_RETURN(std::string bound, BindInputs(bytes, set));
+    kiln::ImportOptions bound_options;
+    bound_options.model_label = dir.filename().string();
+    auto bound_graph = kiln::ImportOnnxModel(bound, bound_options);
+    if (!bound_graph.ok()) {
+      refused = true, refusal = bound_graph.status();
+      return bound_graph.status();
+    }
+    auto outputs = kiln::ReferenceRunGraph(**bound_graph, {});
+    if (!outputs.ok() && outputs.status().code() == absl::StatusCode::kUnimplemented) {
+      refused = true, refusal = outputs.status();
+    }
+    return outputs;
+  };
+  const Outcome outcome = RunDataSets(dir, num_inputs, proto.graph().output_size(), run, detail);
+  if (refused) return Refused(refusal, detail);
+  if (outcome == Outcome::kPass) detail = "(inputs bound as initializers)";
+  return outcome;
+}
+
+// The reference's self-check: the imported graph evaluated by kiln::ReferenceRunGraph; a
+// model the importer refuses for a non-constant input is retried with its inputs bound.
+Outcome RunReference(const fs::path& dir, std::string& detail) {
+  auto bytes = kiln::ReadFile((dir / "model.onnx").string());
+  if (!bytes.ok()) {
+    detail = std::string(bytes.status().message());
+    return Outcome::kFail;
+  }
+  kiln::ImportOptions options;
+  options.model_label = dir.filename().string();
+  auto graph = kiln::ImportOnnxModel(*bytes, options);
+  if (graph.ok()) {
+    for (const kiln::Node* node : (*graph)->nodes()) {
+      if (!kiln::HasReference(node->op())) {
+        detail = absl::StrCat("the reference has no evaluation of ", node->op());
+        return Outcome::kUnsupported;
+      }
+    }
+    auto run = [&](const DataSet& set) { return kiln::ReferenceRunGraph(**graph, set.inputs); };
+    return RunDataSets(dir, (*graph)->inputs().size(), (*graph)->outputs().size(), run, detail);
+  }
+  if (graph.status().message().find("compile-time constant") == std::string::npos) {
+    return Refused(graph.status(), detail);
+  }
+  return RunReferenceBound(dir, *bytes, graph.status(), detail);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data/node", filter, pass_list, write_pass_list;
-  bool verbose = false;
+  bool verbose = false, reference = false;
   CLI::App app(
       "kiln-conformance: compile every ONNX backend node test for the host, run it and compare with the "
       "expected outputs (floats rtol 1e-3, atol 1e-5; integers exact)",
@@ -157,6 +308,8 @@ int main(int argc, char** argv) {
   app.add_option("--pass-list", pass_list, "tests that must pass: one that does not is a regression (exit 1)");
   app.add_option("--write-pass-list", write_pass_list, "write the tests that pass to FILE");
   app.add_flag("--verbose", verbose, "a line for every test, not only failures");
+  app.add_flag("--reference", reference,
+               "check the reference evaluator (kiln::ReferenceRunGraph) instead of compiled artifacts");
   if (auto exit = kiln::ParseCommandLine(app, argc, argv)) return *exit;
   std::vector<fs::path> tests;
   std::error_code ec;
@@ -179,7 +332,7 @@ int main(int argc, char** argv) {
   int failed = 0, unsupported = 0;
   for (const fs::path& test : tests) {
     std::string detail;
-    Outcome outcome = RunTest(test, work, detail);
+    Outcome outcome = reference ? RunReference(test, detail) : RunCompiled(test, work, detail);
     const std::string name = test.filename().string();
     if (outcome == Outcome::kPass) passed.insert(name);
     if (outcome == Outcome::kFail) ++failed;
@@ -193,11 +346,13 @@ int main(int argc, char** argv) {
     }
   }
   fs::remove_all(work, ec);
-  std::printf("conformance: %zu passed, %d failed, %d unsupported, of %zu node tests\n", passed.size(), failed,
-              unsupported, tests.size());
+  std::printf("conformance%s: %zu passed, %d failed, %d unsupported, of %zu node tests\n",
+              reference ? " (reference)" : "", passed.size(), failed, unsupported, tests.size());
   if (!write_pass_list.empty()) {
     std::ofstream out(write_pass_list);
-    out << "# ONNX node tests that pass compiled (kiln-conformance --write-pass-list). Only grows.\n";
+    out << (reference ? "# ONNX node tests the reference evaluator passes (kiln-conformance --reference "
+                        "--write-pass-list). Only grows.\n"
+                      : "# ONNX node tests that pass compiled (kiln-conformance --write-pass-list). Only grows.\n");
     for (const std::string& name : passed) out << name << "\n";
   }
   int regressions = 0;

@@ -7,6 +7,9 @@
       bytes, so different action keys.
   make_test_models.py classifier OUT.onnx --seed S
       a small MLP ending in Softmax over 10 classes.
+  make_test_models.py unsupported OUT.onnx
+      an opset 21 model with four constructs Kiln cannot compile, each on its own path
+      (UNSUPPORTED_NODES): kiln compile --check and a failed job must list them all.
 """
 import argparse
 
@@ -15,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def chain(layers, width, seed, classes=None):
+def chain(layers, width, seed, classes=None, batch=1):
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     x = "input"
@@ -39,17 +42,47 @@ def chain(layers, width, seed, classes=None):
     else:
         nodes.append(helper.make_node("Identity", [x], ["output"], name="output"))
         x = "output"
-    graph = helper.make_graph(nodes, "e2e", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, width])],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, out_width])], inits)
+    graph = helper.make_graph(nodes, "e2e", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, width])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, out_width])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-e2e")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
 
 
+# The nodes of `unsupported` Kiln cannot compile, and a word of each one's reason.
+UNSUPPORTED_NODES = {
+    "dft_values": "op 'DFT' is not supported",
+    "cast_to_int4": "cast to element type int4",
+    "reshape_by_input": "static length",
+    "vendor_op": "domain 'com.example' is not supported",
+}
+
+
+def unsupported():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    # A shape of unknown length: the output's rank is not known even at compile time.
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, ["n"])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="fine_relu"),
+        helper.make_node("DFT", ["r"], ["u"], name="dft_values"),
+        helper.make_node("Relu", ["u"], ["after_dft"], name="after_dft"),
+        helper.make_node("Cast", ["x"], ["c"], name="cast_to_int4", to=22),
+        helper.make_node("Reshape", ["x", "shape"], ["s"], name="reshape_by_input"),
+        helper.make_node("Gelu", ["r"], ["g"], name="fine_gelu"),
+        helper.make_node("VendorOp", ["x"], ["v"], name="vendor_op", domain="com.example"),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("after_dft", "s", "g", "v")]
+    graph = helper.make_graph(nodes, "unsupported", [x, shape], outputs)
+    # Opset 21 (int4): libonnx 1.12's checker knows opsets to 17, so none runs here.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], producer_name="kiln-e2e")
+    model.ir_version = 10
+    return model
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["chain", "classifier"])
+    parser.add_argument("kind", choices=["chain", "classifier", "unsupported", "dynamic"])
     parser.add_argument("out")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=64)
@@ -57,6 +90,10 @@ def main():
     args = parser.parse_args()
     if args.kind == "chain":
         model = chain(args.layers, args.width, args.seed)
+    elif args.kind == "dynamic":  # the classifier with a batch known only at run time
+        model = chain(2, 32, args.seed, classes=10, batch="batch")
+    elif args.kind == "unsupported":
+        model = unsupported()
     else:
         model = chain(2, 32, args.seed, classes=10)
     onnx.save(model, args.out)

@@ -45,10 +45,11 @@ def wait_until(predicate, timeout_s, what):
 class Kilnd:
     """A kilnd process in `data_dir` on a free port, with its local workers."""
 
-    def __init__(self, data_dir, *flags, workers=1):
+    def __init__(self, data_dir, *flags, workers=1, env=None):
         self.data_dir = data_dir
         self.flags = list(flags)
         self.workers = workers
+        self.env = env  # None: this process's environment
         self.process = None
         self.start()
 
@@ -64,7 +65,7 @@ class Kilnd:
         command = [os.path.join(ARGS.build, "server", "kilnd"), "--listen", "127.0.0.1:0", "--data-dir", self.data_dir,
                    "--workers", str(self.workers), "--metrics-listen", "127.0.0.1:0",
                    "--worker-binary", os.path.join(ARGS.build, "worker", "kiln-worker")] + self.flags
-        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, env=self.env)
         addr_file = os.path.join(self.data_dir, "kilnd.addr")
         wait_until(lambda: os.path.exists(addr_file) and open(addr_file).read().strip(), 20, "kilnd to listen")
         self.address = open(addr_file).read().strip()
@@ -507,6 +508,27 @@ def scenario_bad_requests(work):
         check('code="INVALID_ARGUMENT"' in codes and 'code="RESOURCE_EXHAUSTED"' in codes, "RPC codes counted")
 
 
+def scenario_unsupported_list(work):
+    """A model with several unsupported constructs fails its job with all of them listed."""
+    sys.path.insert(0, os.path.join(ARGS.root, "tests", "e2e"))
+    from make_test_models import UNSUPPORTED_NODES
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
+        model = make_model(work, "unsupported", "unsupported.onnx")
+        result = kiln("submit", model, "--server", server.address, "--wait", check_rc=False)
+        log(result.stderr)
+        check(result.returncode == 1, f"submit --wait of a failing job exits 1: {result.returncode}")
+        job_id = re.search(r"job-[0-9a-f]{16}", result.stdout + result.stderr).group(0)
+        job = server.client.get_job(job_id)
+        check(job.state == server.client.FAILED, f"the job failed: {job.state}")
+        check(f"{len(UNSUPPORTED_NODES)} constructs cannot be compiled:" in job.error, f"the error counts: {job.error}")
+        for node, reason in UNSUPPORTED_NODES.items():
+            line = next((l for l in job.error.splitlines() if f"node '{node}' (" in l), "")
+            check(", opset 21): " in line and reason in line, f"the job's error lists {node}: {job.error}")
+        shown = kiln("job", job_id, "--server", server.address, check_rc=False)
+        check(all(f"node '{node}'" in shown.stdout + shown.stderr for node in UNSUPPORTED_NODES),
+              f"kiln job shows every problem: {shown.stdout}{shown.stderr}")
+
+
 def scenario_limits(work):
     """A job over its CPU-time or memory limit is killed and fails with that reason."""
     with Kilnd(os.path.join(work, "data"), "--job-cpu-seconds", "1", workers=1) as server:
@@ -834,6 +856,85 @@ def scenario_compile_identity(work):
         # The same submit again is a cache hit on the same key.
         again = kiln("submit", model, "--server", server.address, *cases["int8"], "--wait")
         check("cache hit" in again.stderr, f"resubmit hits the cache: {again.stderr}")
+
+
+def conv_model(work):
+    """One 3x3 Conv (8 -> 16 channels, 12x12) whose output is the graph output."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    weights = np.random.default_rng(5).standard_normal((16, 8, 3, 3)).astype("float32") * 0.2
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["input", "w"], ["output"], name="conv", pads=[1, 1, 1, 1])], "conv",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 16, 12, 12])],
+        [numpy_helper.from_array(weights, "w")])
+    path = os.path.join(work, "conv.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def scenario_injected_kernel_bug(work):
+    """Validation compares the artifact with the independent reference (compiler/reference),
+    so a wrong kernel fails the accuracy report: each model passes, then fails once the
+    test-only switch KILN_TEST_INJECT_KERNEL_BUG makes one kernel add 0.01 to its first
+    output element (softmax in the sample CNN, conv in a one-Conv model)."""
+    models = {"softmax": sample_model(work), "conv": conv_model(work)}
+    flags = ["--atol", "1e-4", "--rtol", "1e-3", "--wait", "--skip-latency"]
+
+    def submit(server, kernel, model, name):
+        out = os.path.join(work, name)
+        result = kiln("submit", model, "--server", server.address, *flags, "--output", out, "--fail-on-accuracy",
+                      check_rc=False)
+        log(f"{name}: exit {result.returncode}: {result.stdout.strip()}")
+        return result, json.load(open(os.path.join(out, "report.json")))
+
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
+        for kernel, model in models.items():
+            result, report = submit(server, kernel, model, f"{kernel}-ok")
+            check(result.returncode == 0 and report["verdict"]["passed"], f"{kernel}: clean verdict {report['verdict']}")
+            check(report["outputs"][0]["max_abs_error"] < 1e-4, f"{kernel}: clean error {report['outputs'][0]}")
+    for kernel, model in models.items():
+        env = dict(os.environ, KILN_TEST_INJECT_KERNEL_BUG=kernel)
+        with Kilnd(os.path.join(work, f"data-{kernel}"), workers=1, env=env) as server:
+            result, report = submit(server, kernel, model, f"{kernel}-bug")
+            check(result.returncode == 3, f"{kernel}: a kernel bug fails --fail-on-accuracy (exit 3): {result.stderr}")
+            check("accuracy report: FAIL" in result.stdout, f"{kernel}: the CLI says FAIL: {result.stdout}")
+            output = report["outputs"][0]
+            check(not report["verdict"]["passed"], f"{kernel}: verdict {report['verdict']}")
+            check(output["max_abs_error"] > 0.005 and output["count_outside_tolerance"] >= 1,
+                  f"{kernel}: the injected error is measured: {output}")
+
+
+def scenario_dynamic_shapes(work):
+    """A model whose batch is known only at run time compiles once through the service, is
+    validated against the reference at batch 2, and the fetched artifact runs at batch 1
+    and 5 with the same outputs as the reference would give (checked by `kiln run`)."""
+    import numpy as np
+    import onnx
+    import onnx.numpy_helper as nh
+    model = make_model(work, "dynamic", "dynamic.onnx")
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
+        out = os.path.join(work, "result")
+        result = kiln("submit", model, "--server", server.address, "--wait", "--output", out, "--fail-on-accuracy")
+        log(result.stdout)
+        report = json.load(open(os.path.join(out, "report.json")))
+        check(report["verdict"]["passed"], f"the verdict passes: {report['verdict']}")
+        check(report["inputs"]["tensors"] == ["input: f32[2,32]"], f"validated at batch 2: {report['inputs']}")
+        artifact = next(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".so"))
+        for batch in (1, 5):
+            x = os.path.join(work, f"x{batch}.pb")
+            subprocess.run([sys.executable, "-c", f"""
+import numpy as np, onnx.numpy_helper as nh
+open({x!r}, 'wb').write(nh.from_array(np.random.default_rng({batch}).standard_normal(({batch}, 32)).astype(np.float32), 'input').SerializeToString())
+"""], check=True)
+            run_dir = os.path.join(work, f"run{batch}")
+            kiln("run", artifact, "--input", f"input={x}", "--output-dir", run_dir)
+            t = onnx.TensorProto()
+            t.ParseFromString(open(os.path.join(run_dir, "output_0.pb"), "rb").read())
+            probabilities = nh.to_array(t)
+            check(probabilities.shape == (batch, 10), f"batch {batch}: output shape {probabilities.shape}")
+            check(np.allclose(probabilities.sum(axis=1), 1, atol=1e-5), f"batch {batch}: rows are distributions")
 
 
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}

@@ -19,19 +19,23 @@ import torch.nn as nn
 
 
 class Cnn(nn.Module):
-    """Conv, BatchNorm (folded), MaxPool, a strided Conv, GlobalAveragePool, Flatten, Gemm, Softmax."""
+    """Conv, BatchNorm (folded), MaxPool, a strided Conv, a residual block (the Add fuses into
+    the Conv only because both sides share the symbolic batch), GlobalAveragePool, Flatten,
+    Gemm, Softmax."""
 
     def __init__(self):
         super().__init__()
         self.c1 = nn.Conv2d(3, 16, 3, padding=1)
         self.bn = nn.BatchNorm2d(16)
         self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.c3 = nn.Conv2d(32, 32, 3, padding=1)
         self.fc = nn.Linear(32, 10)
 
     def forward(self, x):
         y = torch.relu(self.bn(self.c1(x)))
         y = torch.max_pool2d(y, 2)
         y = torch.relu(self.c2(y))
+        y = torch.relu(self.c3(y) + y)
         y = nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
         return torch.softmax(self.fc(y), -1)
 

@@ -1,5 +1,5 @@
 // kiln-model-check: compiles a real model, runs the artifact, and compares every output
-// against the reference interpreter running the imported (unoptimised) graph, and when
+// against the reference evaluator (compiler/reference) running the imported (unoptimised) graph, and when
 // given, against outputs recorded from the exporting framework.
 //
 //   kiln-model-check MODEL.onnx --input FILE.pb [--input ...] [--expected FILE.pb ...]
@@ -26,7 +26,7 @@
 #include "kiln/common/json.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
-#include "kiln/compiler/interp.h"
+#include "kiln/compiler/reference.h"
 #include "kiln/runtime.h"
 
 namespace kiln {
@@ -90,7 +90,7 @@ std::vector<Tensor> ReadTensors(const std::vector<std::string>& paths) {
 int Main(int argc, char** argv) {
   CLI::App app(
       "kiln-model-check: compile a real model, run the artifact and compare every output with the reference "
-      "interpreter and, when given, with the exporting framework's outputs. One JSON line per output; exit "
+      "evaluator and, when given, with the exporting framework's outputs. One JSON line per output; exit "
       "status 1 when any output fails or is degenerate (scale < 1e-3).",
       "kiln-model-check");
   Args args;
@@ -112,7 +112,7 @@ int Main(int argc, char** argv) {
   const std::vector<Tensor> inputs = ReadTensors(args.inputs);
   const std::vector<Tensor> expected = ReadTensors(args.expected);
 
-  // The reference: the imported graph, no passes, run by the interpreter.
+  // The reference: the imported graph, no passes, run by the independent reference evaluator.
   ImportOptions import_options;
   import_options.model_label = args.model;
   auto reference_graph = ImportOnnxModel(*bytes, import_options);
@@ -122,9 +122,9 @@ int Main(int argc, char** argv) {
          std::to_string(inputs.size()) + " --input files were given");
   }
   auto start = std::chrono::steady_clock::now();
-  auto reference = RunGraph(**reference_graph, inputs);
-  if (!reference.ok()) Fail("reference interpreter: " + std::string(reference.status().message()));
-  double interp_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  auto reference = ReferenceRunGraph(**reference_graph, inputs);
+  if (!reference.ok()) Fail("reference: " + std::string(reference.status().message()));
+  double reference_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
   v1::CompileSpec spec;
   *spec.mutable_model() = DigestOf(*bytes);
@@ -189,7 +189,7 @@ int Main(int argc, char** argv) {
       f["vs_framework_cosine"].set_number_value(e.cosine);
       f["vs_framework_ok"].set_bool_value(epass);
     }
-    f["interpreter_ms"].set_number_value(interp_ms);
+    f["reference_ms"].set_number_value(reference_ms);
     f["ok"].set_bool_value(pass);
     JsonOptions compact;
     compact.pretty = false;

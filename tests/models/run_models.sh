@@ -1,11 +1,11 @@
 #!/bin/bash
 # Exports the real models the test suite checks (bench/make_models.py, fixed seed) and runs
-# kiln-model-check on each: compiled artifact vs the reference interpreter (<= 1e-4 x output
+# kiln-model-check on each: compiled artifact vs the independent reference (<= 1e-4 x output
 # scale) and vs PyTorch's own outputs (<= 1e-3 x scale). BERT-base runs only in bench/.
 #   run_models.sh KILN_MODEL_CHECK SOURCE_DIR WORK_DIR
 set -euo pipefail
 check=$1 src=$2 work=$3
-models=(squeezenet1_1 resnet18_tiny mobilenet_v2 resnet50 bert_tiny)
+models=(squeezenet1_1 resnet18_tiny mobilenet_v2 resnet50 bert_tiny lraspp_mobilenet_v3 deeplabv3_mobilenet_v3)
 mkdir -p "$work"
 # PyTorch's exporter is chatty (TracerWarnings): keep its log, show it only on failure.
 if ! /usr/bin/python3 "$src/bench/make_models.py" "$work" --only "$(IFS=,; echo "${models[*]}")" > "$work/export.log" 2>&1; then

@@ -1,17 +1,20 @@
 // ONNX import: parse, run the ONNX checker and shape inference, then build the graph IR.
 // Multi-input variadic ops (Sum, Mean, Max, Min) are expanded into binary chains and
-// Dropout into Identity here, so later stages see one form of each.
+// Dropout (unless in training mode) into Identity here, so later stages see one form of each.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "expand_ops.h"
 #include "kiln/common/file.h"
 #include "kiln/common/status.h"
 #include "kiln/compiler/frontend.h"
@@ -27,7 +30,29 @@ namespace {
 constexpr int kMinOpset = 7;
 // Older models are upgraded to kMinOpset by libonnx's version converter on import.
 constexpr int kOldestUpgradable = 1;
-constexpr int kMaxOpset = 17;
+constexpr int kMaxOpset = 21;
+
+// An ONNX element type by name, for errors about the ones Kiln does not compute with
+// (float8 and 4-bit types came with opsets 19 and 21).
+std::string ElementTypeName(int32_t elem_type) {
+  switch (elem_type) {
+    case onnx::TensorProto::STRING: return "string";
+    case onnx::TensorProto::COMPLEX64: return "complex64";
+    case onnx::TensorProto::COMPLEX128: return "complex128";
+    case 17: return "float8e4m3fn";
+    case 18: return "float8e4m3fnuz";
+    case 19: return "float8e5m2";
+    case 20: return "float8e5m2fnuz";
+    case 21: return "uint4";
+    case 22: return "int4";
+    case 23: return "float4e2m1";
+    default: break;
+  }
+  const DType dtype = static_cast<DType>(elem_type);
+  return DTypeSize(dtype) > 0 ? DTypeName(dtype) : absl::StrCat("ONNX type ", elem_type);
+}
+
+bool SupportedElementType(int32_t elem_type) { return DTypeSize(static_cast<DType>(elem_type)) > 0; }
 
 // Runs `work` in a child process and returns what it returns: libonnx 1.12 can crash on
 // malformed models that pass its checker (the importer fuzzer found a LayerNormalization
@@ -108,9 +133,39 @@ absl::Status UpgradeWithOnnx(onnx::ModelProto& model, int opset) {
   return absl::OkStatus();
 }
 
+// A node's name for errors and the IR (unnamed ones by op and position), and the label
+// errors about it start with.
+std::string NodeName(const onnx::NodeProto& proto, int index) {
+  return proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
+}
+std::string NodeWhere(const std::string& name, const std::string& op, int opset) {
+  return absl::StrCat("node '", name, "' (", op, ", opset ", opset, ")");
+}
+
+// Problems in the model's node order (graph inputs first), whichever stage found them; a
+// node the importer expanded ("gn.norm") sorts with the node it came from ("gn").
+void SortByNodeOrder(const onnx::GraphProto& graph, std::vector<NodeProblem>& problems) {
+  std::map<std::string, int> position;
+  for (int i = 0; i < graph.node_size(); ++i) position.emplace(NodeName(graph.node(i), i), i);
+  auto key = [&](const NodeProblem& problem) {
+    if (problem.op.empty()) return -1;
+    for (std::string name = problem.node;;) {
+      if (auto it = position.find(name); it != position.end()) return it->second;
+      const size_t dot = name.rfind('.');
+      if (dot == std::string::npos) return graph.node_size();
+      name.resize(dot);
+    }
+  };
+  std::stable_sort(problems.begin(), problems.end(),
+                   [&](const NodeProblem& a, const NodeProblem& b) { return key(a) < key(b); });
+}
+
 class Importer {
  public:
-  Importer(const ImportOptions& options) : options_(options) {}
+  // With `problems`, node-level errors are collected there and the import goes on (the
+  // graph is then for checking only, CheckGraph's): kiln compile --check.
+  Importer(const ImportOptions& options, std::vector<NodeProblem>* problems = nullptr)
+      : options_(options), problems_(problems) {}
 
   absl::StatusOr<std::unique_ptr<Graph>> Run(std::string_view bytes);
 
@@ -121,6 +176,7 @@ class Importer {
   absl::StatusOr<TensorType> TypeFromValueInfo(const onnx::ValueInfoProto& info);
   absl::StatusOr<Tensor> LoadTensor(const onnx::TensorProto& proto);
   absl::Status ImportNode(const onnx::NodeProto& proto, int index);
+  absl::Status ImportInitializersAndInputs(const onnx::GraphProto& graph);
   // A node as read, before it becomes IR: its name, "node 'n' (Op, opset k)" for errors,
   // attributes, inputs (nullptr: an optional one left out) and output names.
   struct NodeParts {
@@ -130,11 +186,17 @@ class Importer {
     std::vector<std::string> outputs;
   };
   absl::StatusOr<NodeParts> ReadNode(const onnx::NodeProto& proto, int index);
+  absl::Status ImportParts(NodeParts& node);
   // Ops the importer rewrites into others: a Constant becomes a graph constant; Sum, Mean,
   // Max and Min of N inputs become N-1 binary ops; Dropout an Identity.
   absl::Status ImportConstant(const NodeParts& node);
   absl::Status ImportVariadic(const NodeParts& node);
   absl::Status ImportDropout(const NodeParts& node);
+  // Min, Max and Mod have no f16 kernels: on f16 operands they run in f32 between Casts,
+  // which is exact (the minimum, maximum and fmod of f16 values are f16 values).
+  absl::Status ImportInFloat32(const NodeParts& node);
+  // Opset 18-21 ops written as others (expand_ops.cc).
+  absl::Status ImportExpanded(const NodeParts& node, onnx_import::Expansion expand);
   absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& attr, const std::string& where);
   Value* Lookup(const std::string& name) const {
     auto it = values_.find(name);
@@ -144,6 +206,10 @@ class Importer {
              const std::vector<std::string>& outputs);
 
   const ImportOptions& options_;
+  std::vector<NodeProblem>* problems_;
+  // Initializers and graph inputs of an element type Kiln does not compute with, by name:
+  // an error at the node that reads one (it can then name node, op and type).
+  std::map<std::string, std::string> unsupported_values_;
   std::unique_ptr<Graph> graph_;
   std::map<std::string, Value*> values_;
   int opset_ = 0;
@@ -188,8 +254,6 @@ absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProt
   const auto& tt = info.type().tensor_type();
   TensorType type;
   type.dtype = static_cast<DType>(tt.elem_type());
-  if (type.dtype == DType::kString)
-    return Error(absl::StrCat("value '", info.name(), "' has string elements, which are not supported"));
   if (tt.has_shape()) {
     type.has_shape = true;
     for (const auto& d : tt.shape().dim()) {
@@ -230,6 +294,10 @@ absl::StatusOr<AttrValue> Importer::ConvertAttribute(const onnx::AttributeProto&
     case onnx::AttributeProto::STRINGS:
       return AttrValue(std::vector<std::string>(attr.strings().begin(), attr.strings().end()));
     case onnx::AttributeProto::TENSOR: {
+      if (!SupportedElementType(attr.t().data_type())) {
+        return Error(absl::StrCat(where, ": attribute '", attr.name(), "' is a tensor of element type ",
+                                  ElementTypeName(attr.t().data_type()), ", which Kiln does not support"));
+      }
       auto t = LoadTensor(attr.t());
       if (!t.ok()) return t.status();
       return AttrValue(std::make_shared<const Tensor>(std::move(*t)));
@@ -250,8 +318,8 @@ Node* Importer::Emit(const std::string& op, const std::string& name, std::vector
 absl::StatusOr<Importer::NodeParts> Importer::ReadNode(const onnx::NodeProto& proto, int index) {
   NodeParts node;
   node.op = proto.op_type();
-  node.name = proto.name().empty() ? absl::StrCat(proto.op_type(), "_", index) : proto.name();
-  node.where = absl::StrCat("node '", node.name, "' (", proto.op_type(), ", opset ", opset_, ")");
+  node.name = NodeName(proto, index);
+  node.where = NodeWhere(node.name, proto.op_type(), opset_);
   const std::string& where = node.where;
   if (!proto.domain().empty() && proto.domain() != "ai.onnx") {
     return Error(
@@ -262,12 +330,18 @@ absl::StatusOr<Importer::NodeParts> Importer::ReadNode(const onnx::NodeProto& pr
     auto value = ConvertAttribute(attr, where);
     if (!value.ok()) return value.status();
     node.attrs[attr.name()] = std::move(*value);
+    if (node.op == "Cast" && attr.name() == "to" && !SupportedElementType(static_cast<int32_t>(attr.i()))) {
+      return Error(absl::StrCat(where, ": cast to element type ", ElementTypeName(static_cast<int32_t>(attr.i())),
+                                ", which Kiln does not support"));
+    }
   }
   for (const std::string& in : proto.input()) {
     if (in.empty()) {
       node.inputs.push_back(nullptr);
       continue;
     }
+    if (auto it = unsupported_values_.find(in); it != unsupported_values_.end())
+      return Error(absl::StrCat(where, ": input ", it->second, ", which Kiln does not support"));
     Value* v = Lookup(in);
     if (v == nullptr) return Error(absl::StrCat(where, ": input '", in, "' is not defined before this node"));
     node.inputs.push_back(v);
@@ -352,10 +426,15 @@ absl::Status Importer::ImportVariadic(const NodeParts& node) {
 
 absl::Status Importer::ImportDropout(const NodeParts& node) {
   const auto& [op, name, where, attrs, inputs, outputs] = node;
-  if (inputs.size() > 2 && inputs[2] != nullptr) {
-    if (!inputs[2]->is_constant() || inputs[2]->constant()->GetAsInt64(0) != 0) {
-      return Error(absl::StrCat(where, ": training_mode must be a constant false for inference"));
-    }
+  auto constant_is = [&](size_t i, double value) {
+    return inputs.size() > i && inputs[i] != nullptr && inputs[i]->is_constant() &&
+           inputs[i]->constant()->GetAsDouble(0) == value;
+  };
+  const bool training = inputs.size() > 2 && inputs[2] != nullptr && !constant_is(2, 0);
+  if (training && !constant_is(1, 0)) {  // decided at run time: the dropout kernel
+    Node* dropout = Emit("Dropout", name, inputs, outputs);
+    dropout->mutable_attrs() = attrs;
+    return absl::OkStatus();
   }
   Emit("Identity", name, {inputs[0]}, {outputs[0]});
   if (outputs.size() > 1) {  // the mask: all true in inference mode
@@ -369,18 +448,110 @@ absl::Status Importer::ImportDropout(const NodeParts& node) {
   return absl::OkStatus();
 }
 
-absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
-  KILN_ASSIGN_OR_RETURN(NodeParts node, ReadNode(proto, index));
+absl::Status Importer::ImportInFloat32(const NodeParts& node) {
+  NodeParts wide = node;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (node.inputs[i] == nullptr) continue;
+    const std::string cast_name = absl::StrCat(node.name, ".in", i, ".f32");
+    Node* cast = Emit("Cast", cast_name, {node.inputs[i]}, {graph_->UniqueName(cast_name)});
+    cast->mutable_attrs()["to"] = static_cast<int64_t>(DType::kFloat32);
+    wide.inputs[i] = cast->output(0);
+  }
+  for (std::string& out : wide.outputs) out = graph_->UniqueName(out + ".f32");
+  KILN_RETURN_IF_ERROR(ImportParts(wide));
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    Node* cast = Emit("Cast", absl::StrCat(node.name, ".out", i, ".f16"), {Lookup(wide.outputs[i])}, {node.outputs[i]});
+    cast->mutable_attrs()["to"] = static_cast<int64_t>(DType::kFloat16);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportExpanded(const NodeParts& node, onnx_import::Expansion expand) {
+  onnx_import::ExpandBuilder builder;
+  builder.name = node.name;
+  builder.opset = opset_;
+  builder.emit = [&](const std::string& op, const std::string& suffix, std::vector<Value*> inputs,
+                     std::map<std::string, AttrValue> attrs, const std::string& output) {
+    const std::string name = suffix.empty() ? node.name : absl::StrCat(node.name, ".", suffix);
+    Node* emitted = Emit(op, name, std::move(inputs), {output.empty() ? graph_->UniqueName(name) : output});
+    emitted->mutable_attrs() = std::move(attrs);
+    return emitted->output(0);
+  };
+  builder.constant = [&](std::shared_ptr<const Tensor> tensor) {
+    return graph_->AddConstant(graph_->UniqueName(node.name + ".const"), std::move(tensor));
+  };
+  if (absl::Status s = expand(builder, node.attrs, node.inputs, node.outputs); !s.ok())
+    return Error(absl::StrCat(node.where, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportParts(NodeParts& node) {
   const std::string& op = node.op;
+  if ((op == "Min" || op == "Max" || op == "Mod") && !node.inputs.empty() && node.inputs[0] != nullptr &&
+      node.inputs[0]->type().dtype == DType::kFloat16) {
+    return ImportInFloat32(node);
+  }
   if (op == "Constant") return ImportConstant(node);
   if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") return ImportVariadic(node);
   if (op == "Dropout") return ImportDropout(node);
-  if (FindOp(op) == nullptr) {
+  if (onnx_import::Expansion expand = onnx_import::FindExpansion(op, opset_)) return ImportExpanded(node, expand);
+  if (FindOp(op) == nullptr && problems_ == nullptr) {  // when checking, CheckGraph lists it
     return absl::UnimplementedError(
         absl::StrCat(options_.model_label, ": ", node.where, ": op '", op, "' is not supported by Kiln"));
   }
   Node* emitted = Emit(op, node.name, node.inputs, node.outputs);
   emitted->mutable_attrs() = std::move(node.attrs);
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
+  absl::StatusOr<NodeParts> node = ReadNode(proto, index);
+  absl::Status status = node.ok() ? ImportParts(*node) : node.status();
+  if (status.ok() || problems_ == nullptr) return status;
+  // Collected: the reason less the model's and the node's labels. The node's outputs become
+  // untyped values, so the nodes reading them import and CheckGraph skips them.
+  const std::string name = NodeName(proto, index);
+  std::string reason(status.message());
+  for (const std::string& prefix : {options_.model_label + ": ", NodeWhere(name, proto.op_type(), opset_) + ": "}) {
+    if (absl::StartsWith(reason, prefix)) reason.erase(0, prefix.size());
+  }
+  problems_->push_back({name, proto.op_type(), opset_, reason});
+  for (const std::string& out : proto.output()) {
+    if (!out.empty()) values_[out] = graph_->AddValue(graph_->UniqueName(out), TensorType{});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportInitializersAndInputs(const onnx::GraphProto& graph) {
+  for (const auto& init : graph.initializer()) {
+    if (!SupportedElementType(init.data_type())) {
+      unsupported_values_[init.name()] =
+          absl::StrCat("'", init.name(), "' is an initializer of element type ", ElementTypeName(init.data_type()));
+      continue;
+    }
+    auto tensor = LoadTensor(init);
+    if (!tensor.ok()) return tensor.status();
+    values_[init.name()] = graph_->AddConstant(init.name(), std::make_shared<const Tensor>(std::move(*tensor)));
+  }
+  for (const auto& input : graph.input()) {
+    if (values_.count(input.name()) || unsupported_values_.count(input.name())) continue;  // an initializer
+    const int32_t elem_type = input.type().tensor_type().elem_type();
+    if (input.type().has_tensor_type() && !SupportedElementType(elem_type)) {
+      unsupported_values_[input.name()] =
+          absl::StrCat("'", input.name(), "' is a graph input of element type ", ElementTypeName(elem_type));
+      continue;
+    }
+    auto type = TypeFromValueInfo(input);
+    if (!type.ok()) return type.status();
+    Value* v = graph_->AddValue(input.name(), *type);
+    graph_->AddInput(v);
+    values_[input.name()] = v;
+  }
+  for (const auto& name_shape : options_.input_shapes) {
+    if (!graph_->IsGraphInput(Lookup(name_shape.first))) {
+      return Error(absl::StrCat("--input-shape names '", name_shape.first, "', which is not a graph input"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -416,37 +587,29 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
     shape->clear_dim();
     for (int64_t d : it->second) shape->add_dim()->set_dim_value(d);
   }
-  if (absl::Status s = CheckWithOnnx(model); !s.ok()) return Error(std::string(s.message()));
+  if (opset_ <= kNewestOnnxCheckedOpset) {
+    if (absl::Status s = CheckWithOnnx(model); !s.ok()) return Error(std::string(s.message()));
+  }
 
   graph_ = std::make_unique<Graph>();
   graph_->set_opset(opset_);
   graph_->set_name(model.graph().name().empty() ? "main" : model.graph().name());
-  for (const auto& init : model.graph().initializer()) {
-    auto tensor = LoadTensor(init);
-    if (!tensor.ok()) return tensor.status();
-    values_[init.name()] = graph_->AddConstant(init.name(), std::make_shared<const Tensor>(std::move(*tensor)));
-  }
-  for (const auto& input : model.graph().input()) {
-    if (values_.count(input.name())) continue;  // an initializer with a default value
-    auto type = TypeFromValueInfo(input);
-    if (!type.ok()) return type.status();
-    Value* v = graph_->AddValue(input.name(), *type);
-    graph_->AddInput(v);
-    values_[input.name()] = v;
-  }
-  for (const auto& name_shape : options_.input_shapes) {
-    if (!graph_->IsGraphInput(Lookup(name_shape.first))) {
-      return Error(absl::StrCat("--input-shape names '", name_shape.first, "', which is not a graph input"));
-    }
-  }
+  KILN_RETURN_IF_ERROR(ImportInitializersAndInputs(model.graph()));
   int index = 0;
   for (const auto& node : model.graph().node()) {
     if (auto s = ImportNode(node, index++); !s.ok()) return s;
   }
   for (const auto& output : model.graph().output()) {
+    if (auto it = unsupported_values_.find(output.name()); it != unsupported_values_.end())
+      return Error(absl::StrCat("graph output: ", it->second, ", which Kiln does not support"));
     Value* v = Lookup(output.name());
     if (v == nullptr) return Error(absl::StrCat("graph output '", output.name(), "' is never produced"));
     graph_->AddOutput(v);
+  }
+  if (problems_ != nullptr) {
+    for (NodeProblem& problem : CheckGraph(*graph_)) problems_->push_back(std::move(problem));
+    SortByNodeOrder(model.graph(), *problems_);
+    return std::move(graph_);
   }
   if (auto s = InferTypes(*graph_); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(options_.model_label, ": ", s.message()));
@@ -462,6 +625,13 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes, const ImportOptions& options) {
   Importer importer(options);
   return importer.Run(model_bytes);
+}
+
+absl::StatusOr<std::vector<NodeProblem>> CheckOnnxModel(std::string_view model_bytes, const ImportOptions& options) {
+  std::vector<NodeProblem> problems;
+  Importer importer(options, &problems);
+  KILN_RETURN_IF_ERROR(importer.Run(model_bytes).status());
+  return problems;
 }
 
 std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(std::string directory) {
@@ -489,7 +659,7 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
   const DType dtype = static_cast<DType>(proto.data_type());
   if (DTypeSize(dtype) == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor element type ", proto.data_type(), " (", DTypeName(dtype), ") is not supported"));
+        absl::StrCat("tensor element type ", ElementTypeName(proto.data_type()), " is not supported"));
   }
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     return absl::InvalidArgumentError("tensor uses external data");

@@ -12,13 +12,17 @@
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/elementwise.h"
 #include "kiln/kernels/gemm.h"
+#include "kiln/kernels/linalg.h"
+#include "kiln/kernels/loss.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
 #include "kiln/kernels/reduce.h"
-#include "kiln/kernels/shape.h"
+#include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
+#include "kiln/kernels/sampling.h"
+#include "kiln/kernels/shape.h"
 
 // Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
 // KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a
@@ -128,6 +132,7 @@ enum DTypeId : int32_t {
   kF64 = 11,
   kU32 = 12,
   kU64 = 13,
+  kBF16 = 16,
 };
 
 // A kernel's Run with its parameter struct bound: K::Params, the struct kernel_list.inc
@@ -245,6 +250,7 @@ inline int64_t ElementSize(int32_t dtype) {
     case kI32:
     case kU32: return 4;
     case kF16:
+    case kBF16:
     case kI16:
     case kU16: return 2;
     default: return 1;

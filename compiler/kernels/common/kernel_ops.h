@@ -45,7 +45,8 @@ enum kiln_unary_op {
   KILN_UNARY_IS_INF,
   KILN_UNARY_GELU,
   KILN_UNARY_CLIP,
-  KILN_UNARY_SILU, /* x * sigmoid(x): a fused activation only (fuse.cc) */
+  KILN_UNARY_SILU,        /* x * sigmoid(x): a fused activation only (fuse.cc) */
+  KILN_UNARY_BITWISE_NOT, /* integers only (opset 18) */
   KILN_UNARY_COUNT
 };
 
@@ -70,6 +71,9 @@ enum kiln_binary_op {
   KILN_BINARY_SHIFT_LEFT,
   KILN_BINARY_SHIFT_RIGHT,
   KILN_BINARY_PRELU,
+  KILN_BINARY_BITWISE_AND, /* integers only (opset 18) */
+  KILN_BINARY_BITWISE_OR,
+  KILN_BINARY_BITWISE_XOR,
   KILN_BINARY_COUNT
 };
 
@@ -91,6 +95,6 @@ enum kiln_softmax_op { KILN_SOFTMAX, KILN_LOG_SOFTMAX, KILN_HARDMAX };
 
 enum kiln_pool_op { KILN_POOL_MAX, KILN_POOL_AVERAGE, KILN_POOL_LP };
 
-enum kiln_pad_mode { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_EDGE };
+enum kiln_pad_mode { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_EDGE, KILN_PAD_WRAP /* opset 19 */ };
 
 #endif /* KILN_KERNEL_OPS_H_ */

@@ -81,6 +81,7 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
       case KILN_UNARY_RELU: return x > 0 ? x : T(0);
       case KILN_UNARY_SIGN: return x > 0 ? T(1) : (x < 0 ? static_cast<T>(-1) : T(0));
       case KILN_UNARY_NOT: return !x;
+      case KILN_UNARY_BITWISE_NOT: return static_cast<T>(~x);
       case KILN_UNARY_SHRINK: {
         double v = static_cast<double>(x);
         return static_cast<T>(v < -a ? v + b : (v > a ? v - b : 0.0));

@@ -75,6 +75,15 @@ inline T ApplyArith(int op, T a, T b) {
     case KILN_BINARY_SHIFT_LEFT:
       if constexpr (!kIsFloat<T>) return static_cast<T>(a << b);
       return a;
+    case KILN_BINARY_BITWISE_AND:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a & b);
+      return a;
+    case KILN_BINARY_BITWISE_OR:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a | b);
+      return a;
+    case KILN_BINARY_BITWISE_XOR:
+      if constexpr (!kIsFloat<T>) return static_cast<T>(a ^ b);
+      return a;
     case KILN_BINARY_SHIFT_RIGHT:
       if constexpr (!kIsFloat<T>) return static_cast<T>(a >> b);
       return a;
@@ -303,6 +312,69 @@ struct ClipKernel {
   }
 };
 
+// MT19937 seeded as numpy.random.seed does (init_genrand), drawing doubles in [0, 1) as
+// numpy's random_sample does (27 + 26 bits): the stream ONNX's reference Dropout draws its
+// mask from, so a seeded Dropout matches it element for element.
+class Mt19937 {
+ public:
+  explicit Mt19937(uint32_t seed) {
+    state_[0] = seed;
+    for (int i = 1; i < kN; ++i) state_[i] = 1812433253u * (state_[i - 1] ^ (state_[i - 1] >> 30)) + i;
+  }
+  double NextDouble() {
+    const uint32_t a = Next() >> 5, b = Next() >> 6;
+    return (a * 67108864.0 + b) / 9007199254740992.0;
+  }
+
+ private:
+  static constexpr int kN = 624, kM = 397;
+  uint32_t Next() {
+    if (index_ >= kN) Twist();
+    uint32_t y = state_[index_++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+  }
+  void Twist() {
+    for (int i = 0; i < kN; ++i) {
+      const uint32_t y = (state_[i] & 0x80000000u) | (state_[(i + 1) % kN] & 0x7fffffffu);
+      state_[i] = state_[(i + kM) % kN] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+    }
+    index_ = 0;
+  }
+  uint32_t state_[kN];
+  int index_ = kN;
+};
+
+// Dropout with training_mode given at run time: inputs X, ratio (optional, default 0.5),
+// training_mode (optional bool, default false); outputs Y and the bool mask (optional).
+// Out of training, or at ratio 0, Y = X and the mask is all true; in training element i
+// (row-major) is kept when the i-th draw is at least the ratio, and scaled by 1 / (1 - ratio).
+struct DropoutKernel {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call, const kiln_elementwise_params& params) {
+    const bool has_ratio = call->num_inputs > 1 && call->inputs[1].data != nullptr;
+    const double ratio = has_ratio ? LoadAsDouble(call->inputs[1].data, call->inputs[1].dtype, 0) : 0.5;
+    const bool training = call->num_inputs > 2 && call->inputs[2].data != nullptr &&
+                          static_cast<const uint8_t*>(call->inputs[2].data)[0] != 0;
+    const double drop = training ? ratio : 0.0;
+    if (drop < 0 || drop > 1) return KILN_KERR_UNSUPPORTED;
+    const double scale = drop < 1 ? 1.0 / (1.0 - drop) : 0.0;
+    const T* x = InputData<T>(call, 0);
+    T* y = OutputData<T>(call);
+    uint8_t* mask = call->num_outputs > 1 && call->outputs[1].data != nullptr ? OutputData<uint8_t>(call, 1) : nullptr;
+    const int64_t n = Numel(call->outputs[0]);
+    Mt19937 draws(static_cast<uint32_t>(params.seed));
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = drop == 0 || draws.NextDouble() >= drop;
+      y[i] = keep ? (drop == 0 ? x[i] : static_cast<T>(x[i] * scale)) : T(0);
+      if (mask != nullptr) mask[i] = keep ? 1 : 0;
+    }
+    return KILN_KERR_OK;
+  }
+};
+
 }  // namespace
 
 KILN_NUMERIC_KERNEL(unary, UnaryKernel, inputs[0].dtype)
@@ -313,22 +385,38 @@ KILN_FLOAT_KERNEL(fused_elementwise, FusedElementwiseKernel, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(where, WhereKernel, outputs[0].dtype)
 
 KILN_NUMERIC_KERNEL(clip, ClipKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(dropout, DropoutKernel, outputs[0].dtype)
+
+namespace {
+
+// The 16-bit float types (f16, bf16): their bits <-> float.
+KILN_ALWAYS_INLINE bool IsFloat16(int32_t dtype) { return dtype == kF16 || dtype == kBF16; }
+KILN_ALWAYS_INLINE float Float16ToFloat(int32_t dtype, uint16_t bits) {
+  return dtype == kF16 ? kiln_half_to_float(bits) : kiln_bfloat16_to_float(bits);
+}
+KILN_ALWAYS_INLINE uint16_t FloatToFloat16(int32_t dtype, float f) {
+  return dtype == kF16 ? kiln_float_to_half(f) : kiln_float_to_bfloat16(f);
+}
+
+}  // namespace
 
 KILN_KERNEL(cast) {
   const kiln_ktensor& in = call->inputs[0];
   const kiln_ktensor& out = call->outputs[0];
   const int64_t n = Numel(out);
-  if (in.dtype == kF16) {  // half -> float -> target
+  if (IsFloat16(in.dtype)) {  // f16 or bf16 -> float -> target
     const uint16_t* src = static_cast<const uint16_t*>(in.data);
-    if (out.dtype == kF16) {
+    if (out.dtype == in.dtype) {
       memcpy(out.data, in.data, n * 2);
       return KILN_KERR_OK;
     }
     for (int64_t i = 0; i < n; ++i) {
-      float f = kiln_half_to_float(src[i]);
+      float f = Float16ToFloat(in.dtype, src[i]);
       switch (out.dtype) {
         case kF32: static_cast<float*>(out.data)[i] = f; break;
         case kF64: static_cast<double*>(out.data)[i] = f; break;
+        case kF16:
+        case kBF16: static_cast<uint16_t*>(out.data)[i] = FloatToFloat16(out.dtype, f); break;
         default: {
           kiln_ktensor one_in = {&f, nullptr, 0, kF32};
           kiln_ktensor one_out = out;
@@ -344,9 +432,11 @@ KILN_KERNEL(cast) {
     }
     return KILN_KERR_OK;
   }
-  if (out.dtype == kF16) {
+  if (IsFloat16(out.dtype)) {
     uint16_t* dst = static_cast<uint16_t*>(out.data);
-    for (int64_t i = 0; i < n; ++i) dst[i] = kiln_float_to_half(static_cast<float>(LoadAsDouble(in.data, in.dtype, i)));
+    for (int64_t i = 0; i < n; ++i) {
+      dst[i] = FloatToFloat16(out.dtype, static_cast<float>(LoadAsDouble(in.data, in.dtype, i)));
+    }
     return KILN_KERR_OK;
   }
   KILN_DISPATCH_NUMERIC(in.dtype, CastFrom, call);

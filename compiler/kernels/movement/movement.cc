@@ -298,6 +298,26 @@ struct Tile {
   }
 };
 
+// inputs: X, sequence_lens [batch] (int32 or int64): along the time axis, each batch
+// entry's first sequence_lens[b] elements reversed, the rest copied.
+struct ReverseSequence {
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
+    const kiln_ktensor& lens = call->inputs[1];
+    const int64_t time = params.axis, batch = params.batch_axis;
+    bool in_range = true;
+    int32_t rc = MapOutputIndex<T>(call, T(0), [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
+      const int64_t len = IndexAt(lens, index[batch]);
+      in_range &= len >= 0 && len <= call->inputs[0].dims[time];
+      for (int32_t d = 0; d < call->inputs[0].rank; ++d) {
+        *src += (d == time && index[d] < len ? len - 1 - index[d] : index[d]) * in_strides[d];
+      }
+      return true;
+    });
+    return in_range ? rc : KILN_KERR_INDEX;
+  }
+};
+
 struct Pad {
   // Parameters: kiln_pad_params; the constant value is input 2 when given, else 0.
   template <typename T>
@@ -315,6 +335,8 @@ struct Pad {
           if (mode == KILN_PAD_CONSTANT || len == 0) return false;
           if (mode == KILN_PAD_EDGE) {
             j = j < 0 ? 0 : len - 1;
+          } else if (mode == KILN_PAD_WRAP) {
+            j = ((j % len) + len) % len;
           } else {  // reflect, without repeating the edge
             const int64_t period = len > 1 ? 2 * (len - 1) : 1;
             j = j % period;
@@ -330,13 +352,11 @@ struct Pad {
 };
 
 struct Trilu {
-  // Parameters: kiln_movement_params' upper and k; k is input 1 instead when the lowering
-  // passes it (computed at run time).
+  // Parameters: kiln_movement_params' upper and k; k is input 1 instead when the call has it.
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const bool upper = params.upper != 0;
-    const bool k_given = call->num_inputs > 1 && call->inputs[1].data != nullptr;
-    const int64_t k = k_given ? IndexAt(call->inputs[1], 0) : params.k;
+    const int64_t k = call->num_inputs > 1 ? LoadAsInt64(call->inputs[1].data, call->inputs[1].dtype, 0) : params.k;
     const kiln_ktensor& in = call->inputs[0];
     const int64_t rows = in.dims[in.rank - 2], cols = in.dims[in.rank - 1];
     const int64_t batches = rows * cols == 0 ? 0 : Numel(in) / (rows * cols);
@@ -410,16 +430,16 @@ struct OneHot {
 
 struct CumSum {
   // Parameters: kiln_movement_params' axis, exclusive and reverse; the axis is input 1
-  // instead when the lowering passes it (computed at run time).
+  // instead when the call has it (KILN_KERR_INDEX out of range).
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
     const bool exclusive = params.exclusive != 0, reverse = params.reverse != 0;
+    const int32_t rank = call->inputs[0].rank;
     int64_t axis = params.axis;
-    if (call->num_inputs > 1 && call->inputs[1].data != nullptr) {
-      const int32_t rank = call->inputs[0].rank;
-      axis = IndexAt(call->inputs[1], 0);
+    if (call->num_inputs > 1) {
+      axis = LoadAsInt64(call->inputs[1].data, call->inputs[1].dtype, 0);
+      if (axis < -rank || axis >= rank) return KILN_KERR_INDEX;
       if (axis < 0) axis += rank;
-      if (axis < 0 || axis >= rank) return KILN_KERR_INDEX;
     }
     const AxisExtents e = SplitAtAxis(call->inputs[0], axis);
     const T* pi = InputData<T>(call, 0);
@@ -457,6 +477,7 @@ KILN_BYTES_KERNEL(gather_nd, GatherND, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(scatter_elements, ScatterElements, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(scatter_nd, ScatterND, outputs[0].dtype)
 KILN_BYTES_KERNEL(tile, Tile, outputs[0].dtype)
+KILN_BYTES_KERNEL(reverse_sequence, ReverseSequence, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(pad, Pad, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(trilu, Trilu, outputs[0].dtype)
 KILN_NUMERIC_KERNEL(range, RangeKernel, outputs[0].dtype)

@@ -1,5 +1,5 @@
-// Normalizations: BatchNormalization (inference), InstanceNormalization,
-// LayerNormalization and LRN.
+// Normalizations: BatchNormalization (inference and training mode), InstanceNormalization,
+// LayerNormalization, LRN and MeanVarianceNormalization.
 #include "kiln/kernels/norm.h"
 #include "kernel_common.h"
 
@@ -30,8 +30,38 @@ KILN_ALWAYS_INLINE void RowStatistics(const T* x, int64_t n, double eps, double*
   *inv_out = 1.0 / sqrt(var + eps);
 }
 
+// Training mode: channel c's mean and (population) variance over the batch and the
+// spatial dims, and the running statistics input_mean * momentum + mean * (1 - momentum)
+// (likewise the variance) into outputs 1 and 2 when the node has them.
+template <typename T>
+KILN_ALWAYS_INLINE void BatchStatistics(const kiln_kcall* call, const Planes& planes, int64_t c, double momentum,
+                                        double* mean_out, double* var_out) {
+  const T* px = InputData<T>(call, 0);
+  const double count = static_cast<double>(planes.batch * planes.spatial);
+  double mean = 0, var = 0;
+  for (int64_t n = 0; n < planes.batch; ++n) {
+    const T* x = px + (n * planes.channels + c) * planes.spatial;
+    for (int64_t i = 0; i < planes.spatial; ++i) mean += x[i];
+  }
+  mean /= count;
+  for (int64_t n = 0; n < planes.batch; ++n) {
+    const T* x = px + (n * planes.channels + c) * planes.spatial;
+    for (int64_t i = 0; i < planes.spatial; ++i) var += (x[i] - mean) * (x[i] - mean);
+  }
+  var /= count;
+  const double running[2] = {InputData<T>(call, 3)[c] * momentum + mean * (1 - momentum),
+                             InputData<T>(call, 4)[c] * momentum + var * (1 - momentum)};
+  for (int32_t k = 1; k <= 2; ++k) {
+    if (call->num_outputs > k && call->outputs[k].data != nullptr)
+      OutputData<T>(call, k)[c] = static_cast<T>(running[k - 1]);
+  }
+  *mean_out = mean;
+  *var_out = var;
+}
+
 struct BatchNormKernel {
-  // inputs: X, scale, bias, mean, var; parameters: kiln_norm_params' epsilon
+  // inputs: X, scale, bias, mean, var; parameters: kiln_norm_params' epsilon, training
+  // and momentum
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_norm_params& params) {
     const double eps = params.epsilon;
@@ -39,15 +69,15 @@ struct BatchNormKernel {
     const int64_t batch = planes.batch, channels = planes.channels, spatial = planes.spatial;
     const T* scale = InputData<T>(call, 1);
     const T* bias = InputData<T>(call, 2);
-    const T* mean = InputData<T>(call, 3);
-    const T* var = InputData<T>(call, 4);
     const T* px = InputData<T>(call, 0);
     T* py = OutputData<T>(call);
-    for (int64_t n = 0; n < batch; ++n) {
-      for (int64_t c = 0; c < channels; ++c) {
-        const double inv = 1.0 / sqrt(static_cast<double>(var[c]) + eps);
+    for (int64_t c = 0; c < channels; ++c) {
+      double mean = InputData<T>(call, 3)[c], var = InputData<T>(call, 4)[c];
+      if (params.training) BatchStatistics<T>(call, planes, c, params.momentum, &mean, &var);
+      const double inv = 1.0 / sqrt(var + eps);
+      for (int64_t n = 0; n < batch; ++n) {
         const T a = static_cast<T>(scale[c] * inv);
-        const T b = static_cast<T>(bias[c] - mean[c] * scale[c] * inv);
+        const T b = static_cast<T>(bias[c] - mean * scale[c] * inv);
         const T* x = px + (n * channels + c) * spatial;
         T* y = py + (n * channels + c) * spatial;
         for (int64_t i = 0; i < spatial; ++i) y[i] = a * x[i] + b;
@@ -168,9 +198,66 @@ struct LrnKernel {
   }
 };
 
+// The axes of t in mask (or not in it) as an odometer: their dims and row-major strides.
+struct AxisSet {
+  int32_t count = 0;
+  int64_t dims[KILN_MAX_RANK], strides[KILN_MAX_RANK];
+  int64_t size = 1;
+  AxisSet(const kiln_ktensor& t, int64_t mask, bool in_mask) {
+    int64_t stride = 1;
+    for (int32_t a = t.rank; a-- > 0;) {
+      if (((mask >> a) & 1) == (in_mask ? 1 : 0)) {
+        dims[count] = t.dims[a];
+        strides[count++] = stride;
+        size *= t.dims[a];
+      }
+      stride *= t.dims[a];
+    }
+  }
+  // The offset of the set's i-th combination (the first listed axis, the innermost, fastest).
+  int64_t Offset(int64_t i) const {
+    int64_t offset = 0;
+    for (int32_t k = 0; k < count; ++k) {
+      offset += (i % dims[k]) * strides[k];
+      i /= dims[k];
+    }
+    return offset;
+  }
+};
+
+struct MeanVarianceNormKernel {
+  // Y = (X - mean) / (sqrt(E[X^2] - mean^2) + 1e-9), the statistics over the axes in
+  // kiln_norm_params' axes_mask (the ONNX function's arithmetic, in double).
+  template <typename T>
+  static int32_t Run(const kiln_kcall* call, const kiln_norm_params& params) {
+    const kiln_ktensor& x = call->inputs[0];
+    const AxisSet kept(x, params.axes_mask, false), reduced(x, params.axes_mask, true);
+    const T* px = InputData<T>(call, 0);
+    T* py = OutputData<T>(call);
+    for (int64_t g = 0; g < kept.size; ++g) {
+      const int64_t base = kept.Offset(g);
+      double sum = 0, squares = 0;
+      for (int64_t i = 0; i < reduced.size; ++i) {
+        const double v = px[base + reduced.Offset(i)];
+        sum += v;
+        squares += v * v;
+      }
+      const double mean = sum / static_cast<double>(reduced.size);
+      const double var = squares / static_cast<double>(reduced.size) - mean * mean;
+      const double denominator = sqrt(var > 0 ? var : 0) + 1e-9;
+      for (int64_t i = 0; i < reduced.size; ++i) {
+        const int64_t at = base + reduced.Offset(i);
+        py[at] = static_cast<T>((px[at] - mean) / denominator);
+      }
+    }
+    return KILN_KERR_OK;
+  }
+};
+
 }  // namespace
 
 KILN_FLOAT_KERNEL(batch_norm, BatchNormKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(instance_norm, InstanceNormKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(layer_norm, LayerNormKernel, outputs[0].dtype)
 KILN_FLOAT_KERNEL(lrn, LrnKernel, outputs[0].dtype)
+KILN_FLOAT_KERNEL(mean_variance_norm, MeanVarianceNormKernel, outputs[0].dtype)

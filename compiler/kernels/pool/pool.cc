@@ -16,8 +16,8 @@ namespace {
 // pass over the row's outputs whose input column is inside the image, so the inner loop
 // has no bounds checks and vectorizes (a strided load for stride 2). Max keeps the
 // reference's rule (a NaN never wins); the average sums in f32.
-// Not in the reference interpreter's build (kFastKernels), so validation compares this
-// against the plain loop below.
+// Not in the reference interpreter's build (kFastKernels); validation compares it with the
+// independent reference (compiler/reference).
 
 static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
   const float* px = InputData<float>(call, 0);
@@ -171,7 +171,8 @@ static_assert(kDepthwiseStripFloats >= kPoolBlockedMaxWidth * 16 * 3 &&
 
 struct PoolKernel {
   // Parameters: kiln_pool_params (kiln/kernels/pool.h).
-  // Output 1 (MaxPool Indices) is filled when present, row-major over N, C and space.
+  // Output 1 (MaxPool Indices) is filled when present, row-major over N and C, space
+  // row-major or (storage_order 1) column-major.
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_pool_params& params) {
     const kiln_ktensor& X = call->inputs[0];
@@ -231,7 +232,7 @@ struct PoolKernel {
                     if (op == KILN_POOL_MAX) {
                       if (v > acc) {
                         acc = v;
-                        arg = at;
+                        arg = params.storage_order ? id + (ih + iw * w.in[1]) * w.in[0] : at;
                       }
                     } else if (op == KILN_POOL_LP) {
                       acc += pow(v < 0 ? -v : v, p);

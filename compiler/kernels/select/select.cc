@@ -1,5 +1,5 @@
 // Kernels of the ops whose output size follows from input data: NonZero, Compress, Unique,
-// NonMaxSuppression, TopK and the window generators (Hann, Hamming, Blackman). Their shape functions (shape/shape.cc)
+// NonMaxSuppression and the window generators (Hann, Hamming, Blackman). Their shape functions (shape/shape.cc)
 // count what the output holds, so a kernel only fills the buffer it is given.
 #include "axis_slices.h"
 #include "kernel_common.h"
@@ -31,46 +31,7 @@ void MoveSlice(const AxisSlices& from, int64_t j, const AxisSlices& to, int64_t 
   }
 }
 
-// TopK along `axis`: the k (output 0's extent) largest or smallest of each line, best first,
-// equal values by lower index; indices as output 1. No scratch: each next one is the best
-// after the last in that order, a scan of the line, O(k * line) per line.
-struct TopK {
-  template <typename T>
-  static int32_t Run(const kiln_kcall* call, const kiln_movement_params& params) {
-    const AxisExtents e = SplitAtAxis(call->inputs[0], params.axis);
-    const int64_t k = call->outputs[0].dims[params.axis];
-    if (k > e.len) return KILN_KERR_SHAPE;
-    const T* px = InputData<T>(call, 0);
-    T* pv = OutputData<T>(call);
-    int64_t* pi = call->num_outputs > 1 ? static_cast<int64_t*>(call->outputs[1].data) : nullptr;
-    const bool largest = params.largest != 0;
-    auto better = [&](T a, T b) { return largest ? a > b : a < b; };
-    for (int64_t o = 0; o < e.outer; ++o) {
-      for (int64_t i = 0; i < e.inner; ++i) {
-        const T* line = px + o * e.len * e.inner + i;
-        int64_t last = -1;
-        for (int64_t r = 0; r < k; ++r) {
-          int64_t best = -1;
-          for (int64_t j = 0; j < e.len; ++j) {
-            const T v = line[j * e.inner];
-            if (last >= 0 && !(better(line[last * e.inner], v) || (v == line[last * e.inner] && j > last))) continue;
-            if (best < 0 || better(v, line[best * e.inner])) best = j;
-          }
-          if (best < 0) return KILN_KERR_SHAPE;
-          const int64_t at = (o * k + r) * e.inner + i;
-          pv[at] = line[best * e.inner];
-          if (pi != nullptr) pi[at] = best;
-          last = best;
-        }
-      }
-    }
-    return KILN_KERR_OK;
-  }
-};
-
 }  // namespace
-
-KILN_NUMERIC_KERNEL(top_k, TopK, inputs[0].dtype)
 
 // NonZero: output [rank, count] (i64): column k is the multi-index of the k-th nonzero
 // element in row-major order.

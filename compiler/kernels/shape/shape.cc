@@ -1,7 +1,9 @@
 // Shape functions (kiln/kernels/shape.h): each node's output dims from its input dims and,
 // for Reshape, Range and ConstantOfShape, from input data. At compile time an unknown dim
-// is -1 and unknown data is NULL; every rule then answers -1 where its result depends on
-// one, so type inference and the artifact share these rules.
+// is negative (-1, or -2, -3, ... for a named symbol such as the batch, so that a dim
+// passed through unchanged keeps its name) and unknown data is NULL; every rule then
+// answers a negative dim where its result depends on one, so type inference and the
+// artifact share these rules.
 #include "kiln/kernels/shape.h"
 #include "axis_slices.h"
 #include "kernel_common.h"
@@ -120,9 +122,13 @@ int32_t BroadcastInto(Dims out, int32_t rank, const kiln_ktensor& t) {
     int64_t& o = out[rank - t.rank + i];
     const int64_t d = t.dims[i];
     if (d == 1 || d == o) continue;
-    if (o == 1 || o == -1) {
-      o = d;  // an unknown (-1, compile time only) takes the known side's value
-    } else if (d != -1) {
+    if (o == 1) {
+      o = d;
+    } else if (o < 0 && d < 0) {
+      o = -1;  // two different unknowns (compile time only): unknown
+    } else if (o < 0) {
+      o = d;  // the known side wins (were the unknown 1, the result would be d too)
+    } else if (d >= 0) {
       return KILN_KERR_SHAPE;
     }
   }

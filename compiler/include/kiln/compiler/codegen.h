@@ -19,6 +19,12 @@ struct CodegenOptions {
   // Where the linker writes the artifact (under a temporary name, then renamed): a large
   // model's bytes are then written once and not read back. Empty: returned as bytes.
   std::string output_path;
+  // Test only: a kernel name from kernel_list.inc ("gemm", "softmax", "binary", ...) whose
+  // calls the glue follows with a deliberate error, +0.01 on the first element of a float
+  // output, so tests can show that validation catches a wrong kernel. The name also covers
+  // its variants ("conv": conv, conv_winograd, conv_transpose). Empty (always, outside
+  // tests) emits nothing. CompileModel sets it from KILN_TEST_INJECT_KERNEL_BUG.
+  std::string inject_kernel_bug;
 };
 
 struct ArtifactBytes {

@@ -10,8 +10,13 @@
 
 #include "absl/status/statusor.h"
 #include "kiln/compiler/ir.h"
+#include "kiln/compiler/ops.h"
 
 namespace kiln {
+
+// The newest opset libonnx 1.12's checker and shape inference know: models (imported or
+// exported) of newer opsets skip them, and Kiln's own type inference checks each node.
+inline constexpr int kNewestOnnxCheckedOpset = 17;
 
 struct ImportOptions {
   // Used in error messages ("resnet50.onnx: node ...").
@@ -25,12 +30,20 @@ struct ImportOptions {
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes, const ImportOptions& options);
 
+// Every construct of the model Kiln cannot compile, found in one walk that goes on past
+// each (kiln compile --check): node-level import errors (domain, attribute, element type,
+// unsupported op), then CheckGraph's (type inference, dynamic shapes, kernel lowering).
+// An error status only for what stops the whole model: it does not parse, its opset is
+// out of range, libonnx's checker rejects it, --input-shape names no input.
+absl::StatusOr<std::vector<NodeProblem>> CheckOnnxModel(std::string_view model_bytes, const ImportOptions& options);
+
 // An external-data resolver that reads files inside `directory` only: absolute paths and
 // paths that climb out with ".." are refused.
 std::function<absl::StatusOr<std::string>(const std::string&)> DirectoryExternalData(std::string directory);
 
 // Graph -> serialized ONNX ModelProto (standard ops only; a kiln.* op or attribute is an
-// error), checked by the ONNX checker: `kiln quantize` writes its QDQ model with it.
+// error), checked by the ONNX checker up to kNewestOnnxCheckedOpset: `kiln quantize` writes
+// its QDQ model with it.
 absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::string& graph_name);
 
 // ONNX TensorProto <-> Tensor (the input/output file format of `kiln run`).

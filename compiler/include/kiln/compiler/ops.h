@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -151,10 +152,35 @@ inline constexpr size_t kFusedMaxOps = 32;
 bool IsDynamicNode(const Node& node, const OpSchema& schema);
 
 // Runs a shape function (DynamicShape::shape) on what is known at compile time: each
-// input's dims (-1 where unknown) and the data of constant inputs. Returns each output's
-// dims, -1 where they depend on an unknown; an error names the node when the known dims
-// already disagree.
-absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape);
+// input's dims and the data of constant inputs. An unknown dim goes in as a negative id,
+// -1 for an anonymous one ("?"), -2, -3, ... for named symbols (`symbols` records which,
+// when given), and a dim the function passes through keeps its id. Returns each output's
+// dims, negative where they depend on an unknown; an error names the node when the known
+// dims already disagree.
+using SymbolIds = std::map<std::string, int64_t>;
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node, const DynamicShape& shape,
+                                                                SymbolIds* symbols = nullptr);
+
+// A construct Kiln cannot compile: the node (or, with `op` empty, the graph input) it is
+// in, and why, in words a person can act on.
+struct NodeProblem {
+  std::string node;
+  std::string op;
+  int opset = 0;
+  std::string reason;
+};
+// "node 'n' (Op, opset k): reason", or "graph input 'x': reason".
+std::string FormatProblem(const NodeProblem& problem);
+// "3 constructs cannot be compiled:" and one indented line per problem (one: its line),
+// the first kMaxListedProblems of them: an error message (a job's, too) stays readable.
+inline constexpr size_t kMaxListedProblems = 100;
+std::string FormatProblems(const std::vector<NodeProblem>& problems);
+
+// InferTypes that goes on past a failure: every node whose op is unknown, whose type
+// inference fails (a shape known only at run time that its op cannot take among them) or
+// that has no kernel lowering becomes a problem, and nodes downstream of one are skipped
+// (their cause is already listed).
+std::vector<NodeProblem> CheckGraph(Graph& graph);
 
 // Infers the types of every node output in order. Inputs listed as constant_inputs that
 // are computed (for example Shape -> Gather -> Concat feeding a Reshape) are evaluated

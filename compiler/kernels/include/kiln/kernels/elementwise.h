@@ -19,8 +19,9 @@ typedef struct kiln_elementwise_params {
   /* clip: whether each bound applies; opset 11 takes it from input 1 / 2, opset 6 from
    * alpha / beta. */
   int64_t has_min, has_max;
+  int64_t seed; /* dropout: the generator's seed (the node's, else 0) */
 } kiln_elementwise_params;
-KILN_PARAMS_LAYOUT(kiln_elementwise_params, 7);
+KILN_PARAMS_LAYOUT(kiln_elementwise_params, 8);
 
 /* Op k of the chain: program[k] = {binary, code, a, b}, where operand index i names
  * external input i when i < the number of inputs, else the result of op i - inputs;

@@ -1,4 +1,4 @@
-/* IEEE binary16 <-> binary32, shared by the kernel library (Cast) and the compiler's
+/* IEEE binary16 (and bfloat16) <-> binary32, shared by the kernel library (Cast) and the compiler's
  * tensors (compiler/ir/tensor.cc), so constant folding and kernels round alike: round to
  * nearest even, overflow to infinity, NaN kept quiet, subnormals exact. Plain C, header
  * only (the kernel library is freestanding). */
@@ -52,6 +52,23 @@ static inline float kiln_half_to_float(uint16_t h) {
   } else {
     bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
   }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* bfloat16 (the high half of a binary32) <-> binary32. Narrowing truncates, as ONNX 1.12's
+ * Cast and its node tests do (later ONNX releases round to nearest even); a NaN stays a
+ * quiet NaN rather than truncating to infinity. */
+static inline uint16_t kiln_float_to_bfloat16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);
+  return (uint16_t)(x >> 16);
+}
+
+static inline float kiln_bfloat16_to_float(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
   float f;
   memcpy(&f, &bits, 4);
   return f;

@@ -1,5 +1,6 @@
 /* Parameters of the data-movement kernels: concat, split, gather, gather_elements,
- * gather_nd, scatter_elements, scatter_nd, one_hot, cumsum, trilu, eye_like (one struct),
+ * gather_nd, scatter_elements, scatter_nd, one_hot, cumsum, trilu, eye_like, reverse_sequence
+ * (one struct),
  * strided_copy and pad (their per-dim arrays). tile, fill, range and copy take none. */
 #ifndef KILN_KERNELS_MOVEMENT_H_
 #define KILN_KERNELS_MOVEMENT_H_
@@ -12,15 +13,16 @@ extern "C" {
 
 typedef struct kiln_movement_params {
   int64_t axis;               /* concat, split, gather, gather_elements, scatter_elements, one_hot,
-                                 cumsum, compress, unique, top_k: normalised (>= 0); compress, unique: -1
-                                 for none (the input flattened) */
+                                 cumsum, compress, unique, reverse_sequence (the time axis):
+                                 normalised (>= 0); compress, unique: -1 for none (the input
+                                 flattened) */
   int64_t batch_dims;         /* gather_nd */
   int64_t reduction;          /* scatter_elements, scatter_nd: 0 none, 1 add, 2 mul, 3 max, 4 min */
   int64_t upper;              /* trilu */
   int64_t k;                  /* trilu, eye_like: the diagonal */
   int64_t exclusive, reverse; /* cumsum */
   int64_t sorted;             /* unique: ascending (else in order of first occurrence) */
-  int64_t largest;            /* top_k: the largest k (else the smallest), best first */
+  int64_t batch_axis;         /* reverse_sequence */
 } kiln_movement_params;
 KILN_PARAMS_LAYOUT(kiln_movement_params, 9);
 

@@ -13,8 +13,9 @@ typedef struct kiln_pool_params {
   kiln_window window;
   int64_t count_include_pad; /* AveragePool */
   double p;                  /* LpPool's norm */
+  int64_t storage_order;     /* MaxPool: 1 numbers the Indices output's spatial positions column-major */
 } kiln_pool_params;
-KILN_PARAMS_LAYOUT(kiln_pool_params, 1 + (1 + 5 * KILN_MAX_SPATIAL) + 2);
+KILN_PARAMS_LAYOUT(kiln_pool_params, 1 + (1 + 5 * KILN_MAX_SPATIAL) + 3);
 
 #ifdef __cplusplus
 }
