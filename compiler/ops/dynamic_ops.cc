@@ -382,6 +382,14 @@ absl::StatusOr<DynamicShape> TopKRule(const InferContext& ctx) {
   return ShapeCall<kernel::shape_top_k>(ctx, 2, p, std::move(outs));
 }
 
+// Resize and Upsample: the input's rank; the resized axes' extents from scales or sizes
+// (resize_ops.cc says where they are). The kernel reads roi, scales and sizes itself.
+absl::StatusOr<DynamicShape> ResizeRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(kiln_shape_params p, ResizeShapeParams(ctx.node, rank));
+  return ShapeCall<kernel::shape_resize>(ctx, 4, p, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
 // HannWindow, HammingWindow, BlackmanWindow: [size] of output_datatype.
 absl::StatusOr<DynamicShape> WindowFunctionRule(const InferContext& ctx) {
   const auto dtype = static_cast<DType>(ctx.node.GetInt("output_datatype", static_cast<int64_t>(DType::kFloat32)));
@@ -434,6 +442,8 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"Trilu", Same()},
       {"NonMaxSuppression", NonMaxSuppressionRule},
       {"TopK", TopKRule},
+      {"Resize", ResizeRule},
+      {"Upsample", ResizeRule},
       {"HannWindow", WindowFunctionRule},
       {"HammingWindow", WindowFunctionRule},
       {"BlackmanWindow", WindowFunctionRule},

@@ -234,5 +234,16 @@ TEST(RunTimeShapesTest, ElementwiseAndShapeOfASymbolicDim) {
   CheckSymbolicBatch({"Shape", 15, {{"start", int64_t{-3}}}});
 }
 
+TEST(RunTimeShapesTest, ResizeByRunTimeScalesAndSizes) {
+  const Tensor x = Filled(DType::kFloat32, {1, 2, 3, 5}, {0.5, -1, 2, 3.25, 0, 7, -4});
+  const Tensor up = Filled(DType::kFloat32, {4}, {1, 1, 2.5, 0.6});
+  CheckAgainstReference({"Resize", 10, {{"mode", std::string("linear")}}}, {x, up});
+  CheckAgainstReference({"Upsample", 9, {{"mode", std::string("nearest")}}},
+                        {x, Filled(DType::kFloat32, {4}, {1, 2, 2, 3})});
+  auto scales = std::make_shared<Tensor>(Filled(DType::kFloat32, {3}, {1, 2.5, 0.6}));
+  CheckSymbolicBatch({"Resize", 13, {{"mode", std::string("cubic")}}}, {nullptr, scales});
+  CheckSymbolicBatch({"Resize", 13}, {nullptr, nullptr, Ints({1, 4, 11})});
+}
+
 }  // namespace
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #include "kernel_common.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/reduce.h"
+#include "kiln/kernels/resize.h"
 #include "non_max_suppression.h"
 
 namespace {
@@ -704,6 +705,48 @@ KILN_KERNEL(shape_top_k) {
   if (known && (k < 0 || (x.dims[p.axis] >= 0 && k > x.dims[p.axis]))) return KILN_KERR_SHAPE;
   for (int32_t o = 0; o + 1 < call->num_outputs; ++o) {
     for (int32_t i = 0; i < x.rank; ++i) OutDims(call, o)[i] = i == p.axis ? k : x.dims[i];
+  }
+  return KILN_KERR_OK;
+}
+
+// Resize and Upsample: each resized axis (`ints`) is floor(in * scale) from the scales
+// input; else from sizes, the size itself, or under keep_aspect_ratio_policy
+// round(in * scale) with the one scale that keeps every axis not larger (not smaller).
+KILN_KERNEL(shape_resize) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  const int64_t scales_at = p.ints[KILN_MAX_RANK], sizes_at = p.ints[KILN_MAX_RANK + 1];
+  const int64_t policy = p.ints[KILN_MAX_RANK + 2];
+  auto given = [&](int64_t i) {
+    return i >= 0 && Present(call, static_cast<int32_t>(i)) && Elements(call->inputs[i]) != 0;
+  };
+  const bool by_scales = given(scales_at);
+  const int64_t from = by_scales ? scales_at : sizes_at;
+  if (!by_scales && !given(sizes_at)) return KILN_KERR_SHAPE;
+  const kiln_ktensor& values = call->inputs[from];
+  if (Elements(values) != p.num_ints) return KILN_KERR_SHAPE;
+  Dims out = OutDims(call, 0);
+  for (int32_t i = 0; i < x.rank; ++i) out[i] = x.dims[i];
+  double scale = policy == KILN_ASPECT_NOT_LARGER ? HUGE_VAL : 0.0;  // sizes under a policy
+  for (int64_t i = 0; i < p.num_ints && values.data != nullptr; ++i) {
+    const int64_t in = x.dims[p.ints[i]];
+    const double v = kiln_kernels::LoadAsDouble(values.data, values.dtype, i);
+    if (in < 0) continue;
+    const double ratio = v / static_cast<double>(in);
+    scale = policy == KILN_ASPECT_NOT_LARGER ? (ratio < scale ? ratio : scale) : (ratio > scale ? ratio : scale);
+  }
+  for (int64_t i = 0; i < p.num_ints; ++i) {
+    const int64_t axis = p.ints[i], in = x.dims[axis];
+    if (values.data == nullptr || in < 0) {
+      out[axis] = -1;
+    } else if (by_scales) {
+      const double v = static_cast<float>(kiln_kernels::LoadAsDouble(values.data, values.dtype, i));
+      if (!(v > 0)) return KILN_KERR_SHAPE;
+      out[axis] = static_cast<int64_t>(floor(static_cast<double>(in) * v));
+    } else {
+      out[axis] = policy == KILN_ASPECT_STRETCH ? ReadInt(values, i)
+                                                : static_cast<int64_t>(floor(static_cast<double>(in) * scale + 0.5));
+    }
   }
   return KILN_KERR_OK;
 }

@@ -42,7 +42,9 @@ typedef struct kiln_shape_params {
   int64_t window_offset;
   int64_t num_ints; /* entries of ints used */
   /* transpose: perm; unsqueeze, squeeze, reduce: axes (normalised, sorted); pad: pads
-   * (begins, then ends); split: the sizes; non_max_suppression: 1 for each node input given */
+   * (begins, then ends); split: the sizes; non_max_suppression: 1 for each node input given;
+   * resize: the resized axes, then at [KILN_MAX_RANK] the scales and sizes inputs (-1: none)
+   * and the keep_aspect_ratio_policy */
   int64_t ints[2 * KILN_MAX_RANK];
 } kiln_shape_params;
 KILN_PARAMS_LAYOUT(kiln_shape_params, 4 + 2 * KILN_MAX_RANK);
