@@ -86,7 +86,7 @@ def bert_inputs(vocab, seq, gen, batch=1):
 
 def randomize_batchnorm(model, input_shape, gen):
     """Random BN affine parameters, then running statistics from train-mode passes."""
-    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    bns = [m for m in model.modules() if isinstance(m, (nn.BatchNorm2d, nn.BatchNorm3d))]
     for bn in bns:
         with torch.no_grad():
             bn.weight.uniform_(0.5, 1.5, generator=gen)
@@ -108,6 +108,17 @@ def cnn(factory, size=224, batch=1):
         shape = (1, 3, size, size)
         randomize_batchnorm(model, shape, gen)
         return model, (torch.randn(batch, *shape[1:], generator=gen),), ["input"], ["logits"], 13
+    return build
+
+
+def video(factory, frames, size):
+    """A video classifier on [1, 3, frames, size, size] (Conv3d, BatchNorm3d)."""
+    def build(gen):
+        torch.manual_seed(SEED)
+        model = factory()
+        shape = (1, 3, frames, size, size)
+        randomize_batchnorm(model, shape, gen)
+        return model, (torch.randn(*shape, generator=gen),), ["input"], ["logits"], 13
     return build
 
 
@@ -150,6 +161,13 @@ MODELS = {
     "lraspp_mobilenet_v3": cnn(segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large), size=160),
     "deeplabv3_mobilenet_v3": cnn(segmentation(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large),
                                   size=160),
+    # Issue 21's families at sizes the test suite can afford.
+    "vgg11": cnn(lambda: torchvision.models.vgg11(), size=224),
+    "resnext50_32x4d": cnn(lambda: torchvision.models.resnext50_32x4d(), size=96),
+    "mobilenet_v3_small": cnn(lambda: torchvision.models.mobilenet_v3_small(), size=128),
+    "efficientnet_v2_s": cnn(lambda: torchvision.models.efficientnet_v2_s(), size=128),
+    "swin_t": cnn(lambda: torchvision.models.swin_t(), size=224),
+    "r3d_18": video(lambda: torchvision.models.video.r3d_18(), frames=8, size=56),
     "bert_base": bert(**BERT_BASE),
     "bert_base_b8": bert(**BERT_BASE, batch=8),
     "bert_tiny": bert(layers=2, hidden=128, heads=2, seq=32, vocab=1000),
