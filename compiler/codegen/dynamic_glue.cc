@@ -240,8 +240,10 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     }
     std::vector<RtTensor> ins, outs;
     for (const KernelOperand& operand : shape->inputs) {
-      KILN_ASSIGN_OR_RETURN(RtTensor t, operand.node_input >= 0 ? RtOf(node.input(operand.node_input))
-                                                                : RtOfConstant(operand.constant.get()));
+      // An omitted optional input (no node input, no constant) is a null tensor.
+      KILN_ASSIGN_OR_RETURN(RtTensor t, operand.node_input >= 0       ? RtOf(node.input(operand.node_input))
+                                        : operand.constant != nullptr ? RtOfConstant(operand.constant.get())
+                                                                      : RtOf(nullptr));
       ins.push_back(t);
     }
     for (const Value* out : node.outputs()) {

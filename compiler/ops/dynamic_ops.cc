@@ -162,27 +162,131 @@ absl::StatusOr<DynamicShape> AxisRule(const InferContext& ctx, int64_t fallback,
   return ShapeCall<K>(ctx, num_inputs, p, {RankOnly(ctx.type(0).dtype, rank + out_rank_delta)});
 }
 
-// Unsqueeze and Squeeze: the axes (attribute before opset 13, constant input 1 since).
+// The axes of Unsqueeze, Squeeze and the reductions: the attribute or a constant input 1
+// as `ints`, normalised (against the output rank when they insert dims) and sorted; a
+// computed input 1 (1-D, static length) the shape function reads at run time. Returns
+// how many axes there are.
+absl::StatusOr<int64_t> AxesInto(const InferContext& ctx, int64_t rank, bool inserted, kiln_shape_params& p) {
+  std::vector<int64_t> axes = ctx.node.GetInts("axes");
+  if (ctx.has_input(1)) {
+    if (ctx.constant(1) == nullptr) {
+      if (!ctx.type(1).IsStatic() || ctx.type(1).shape.size() != 1) {
+        return NodeError(ctx.node, "the axes input must be 1-D with a static length");
+      }
+      p.flags |= KILN_SHAPE_FROM_INPUT;
+      return ctx.type(1).shape[0].size;
+    }
+    axes = ToInts(*ctx.constant(1));
+  }
+  const int64_t count = static_cast<int64_t>(axes.size());
+  if (count > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat(count, " axes; at most ", KILN_MAX_RANK));
+  p.num_ints = count;
+  for (int64_t i = 0; i < count; ++i) {
+    KILN_ASSIGN_OR_RETURN(p.ints[i], NormalizeAxis(ctx.node, axes[i], inserted ? rank + count : rank));
+  }
+  std::sort(p.ints, p.ints + p.num_ints);
+  return count;
+}
+
 Rule Axes(bool unsqueeze) {
   return [unsqueeze](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
     KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
-    std::vector<int64_t> axes = ctx.node.GetInts("axes");
-    if (ctx.has_input(1)) {
-      if (ctx.constant(1) == nullptr) return NodeError(ctx.node, "axes must be a compile-time constant");
-      axes = ToInts(*ctx.constant(1));
-    }
-    if (axes.empty()) return NodeError(ctx.node, "axes must be given when the input dims are not known");
-    const int64_t out_rank =
-        unsqueeze ? rank + static_cast<int64_t>(axes.size()) : rank - static_cast<int64_t>(axes.size());
     kiln_shape_params p{};
-    p.num_ints = static_cast<int64_t>(axes.size());
-    for (size_t i = 0; i < axes.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(p.ints[i], NormalizeAxis(ctx.node, axes[i], unsqueeze ? out_rank : rank));
-    }
-    std::sort(p.ints, p.ints + p.num_ints);
-    if (unsqueeze) return ShapeCall<kernel::shape_unsqueeze>(ctx, 1, p, {RankOnly(ctx.type(0).dtype, out_rank)});
-    return ShapeCall<kernel::shape_squeeze>(ctx, 1, p, {RankOnly(ctx.type(0).dtype, out_rank)});
+    KILN_ASSIGN_OR_RETURN(int64_t count, AxesInto(ctx, rank, unsqueeze, p));
+    if (count == 0 && !unsqueeze) return NodeError(ctx.node, "axes must be given when the input dims are not known");
+    const int64_t out_rank = unsqueeze ? rank + count : rank - count;
+    if (unsqueeze) return ShapeCall<kernel::shape_unsqueeze>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, out_rank)});
+    return ShapeCall<kernel::shape_squeeze>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, out_rank)});
   };
+}
+
+// Reduce*: axes from the attribute or input 1; keepdims and noop_with_empty_axes.
+absl::StatusOr<DynamicShape> ReduceRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  if (rank > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
+  kiln_shape_params p{};
+  KILN_ASSIGN_OR_RETURN(int64_t count, AxesInto(ctx, rank, false, p));
+  const bool keep = ctx.node.GetInt("keepdims", 1) != 0, noop = ctx.node.GetInt("noop_with_empty_axes", 0) != 0;
+  p.flags |= (keep ? KILN_SHAPE_KEEPDIMS : 0) | (noop ? KILN_SHAPE_NOOP_EMPTY_AXES : 0);
+  const int64_t out_rank = keep ? rank : count == 0 ? (noop ? rank : 0) : rank - count;
+  return ShapeCall<kernel::shape_reduce>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, out_rank)});
+}
+
+// ArgMax, ArgMin: a reduction over `axis` to i64 indices.
+absl::StatusOr<DynamicShape> ArgReduceRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  p.num_ints = 1;
+  KILN_ASSIGN_OR_RETURN(p.ints[0], NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), rank));
+  const bool keep = ctx.node.GetInt("keepdims", 1) != 0;
+  p.flags = keep ? KILN_SHAPE_KEEPDIMS : 0;
+  return ShapeCall<kernel::shape_reduce>(ctx, 1, p, {RankOnly(DType::kInt64, keep ? rank : rank - 1)});
+}
+
+absl::StatusOr<DynamicShape> SliceRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  if (ctx.node.opset() < 10) return NodeError(ctx.node, "Slice before opset 10 needs static input dims");
+  return ShapeCall<kernel::shape_slice>(ctx, 5, kiln_shape_params{}, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+// Expand and Tile: input 1 is a shape (repeats), 1-D of static length.
+absl::StatusOr<DynamicShape> ExpandRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  if (!ctx.type(1).IsStatic() || ctx.type(1).shape.size() != 1) {
+    return NodeError(ctx.node, "the shape input must be 1-D with a static length");
+  }
+  const int64_t out_rank = std::max(rank, ctx.type(1).shape[0].size);
+  if (out_rank > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat("rank above ", KILN_MAX_RANK));
+  return ShapeCall<kernel::shape_expand>(ctx, 2, kiln_shape_params{}, {RankOnly(ctx.type(0).dtype, out_rank)});
+}
+
+absl::StatusOr<DynamicShape> TileRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  return ShapeCall<kernel::shape_tile>(ctx, 2, kiln_shape_params{}, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+// Pad: the pads attribute before opset 11, inputs pads (and axes, opset 18) since.
+absl::StatusOr<DynamicShape> PadRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  if (rank > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat("rank above ", KILN_MAX_RANK));
+  kiln_shape_params p{};
+  if (ctx.node.opset() >= 11) {
+    p.flags = KILN_SHAPE_FROM_INPUT;
+  } else {
+    const std::vector<int64_t> pads = ctx.node.GetInts("pads");
+    if (static_cast<int64_t>(pads.size()) != 2 * rank) return NodeError(ctx.node, "pads does not match the rank");
+    std::copy(pads.begin(), pads.end(), p.ints);
+    p.num_ints = 2 * rank;
+  }
+  return ShapeCall<kernel::shape_pad>(ctx, 4, p, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+absl::StatusOr<DynamicShape> OneHotRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), rank + 1));
+  return ShapeCall<kernel::shape_one_hot>(ctx, 2, p, {RankOnly(ctx.type(2).dtype, rank + 1)});
+}
+
+// Split: sizes from the attribute (before opset 13) or input 1, else equal parts.
+absl::StatusOr<DynamicShape> SplitRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), rank));
+  const std::vector<int64_t> split = ctx.node.GetInts("split");
+  if (split.size() > std::size(p.ints)) return NodeError(ctx.node, "too many split sizes");
+  std::copy(split.begin(), split.end(), p.ints);
+  p.num_ints = static_cast<int64_t>(split.size());
+  if (ctx.has_input(1)) p.flags = KILN_SHAPE_FROM_INPUT;
+  std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(ctx.type(0).dtype, rank));
+  return ShapeCall<kernel::shape_split>(ctx, 2, p, std::move(outs));
+}
+
+// GatherElements: the indices' dims (input 1), the data's element type.
+absl::StatusOr<DynamicShape> GatherElementsRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 1));
+  return DynamicShape{CallWithParams<kernel::shape_same>({KernelOperand{1, nullptr}}, kiln_shape_params{}),
+                      {RankOnly(ctx.type(0).dtype, rank)}};
 }
 
 absl::StatusOr<DynamicShape> RangeRule(const InferContext& ctx) {
@@ -216,6 +320,85 @@ absl::StatusOr<KernelCall> LowerShapeAtRunTime(const Node& node) {
   return CallWithParams<kernel::shape_of>(PassInputs(node, 1), p);
 }
 
+// Size of an input whose dims are known only at run time: a kernel counting them.
+absl::StatusOr<KernelCall> LowerSizeAtRunTime(const Node& node) {
+  return CallWithParams<kernel::size_of>(PassInputs(node, 1), kiln_shape_params{});
+}
+
+// Compress's and Unique's optional axis: normalised, with KILN_SHAPE_HAS_AXIS; without
+// one they work on the flattened input.
+absl::StatusOr<kiln_shape_params> OptionalAxis(const InferContext& ctx, int64_t rank) {
+  kiln_shape_params p{};
+  if (ctx.node.has_attr("axis")) {
+    KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 0), rank));
+    p.flags = KILN_SHAPE_HAS_AXIS;
+  }
+  return p;
+}
+
+// NonZero: [rank, count], the count read from the input's data.
+absl::StatusOr<DynamicShape> NonZeroRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  if (rank > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat("rank above ", KILN_MAX_RANK));
+  return ShapeCall<kernel::shape_nonzero>(ctx, 1, kiln_shape_params{}, {RankOnly(DType::kInt64, 2)});
+}
+
+// Compress: the true conditions along `axis`, or over the flattened input without one.
+absl::StatusOr<DynamicShape> CompressRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(kiln_shape_params p, OptionalAxis(ctx, rank));
+  return ShapeCall<kernel::shape_compress>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, p.flags ? rank : 1)});
+}
+
+// Unique: Y of the input's rank with an axis, else 1-D; indices, inverse_indices and
+// counts 1-D i64.
+absl::StatusOr<DynamicShape> UniqueRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(kiln_shape_params p, OptionalAxis(ctx, rank));
+  std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(DType::kInt64, 1));
+  outs[0] = RankOnly(ctx.type(0).dtype, p.flags ? rank : 1);
+  return ShapeCall<kernel::shape_unique>(ctx, 1, p, std::move(outs));
+}
+
+// NonMaxSuppression: [selected, 3] i64; the shape function runs the selection.
+absl::StatusOr<DynamicShape> NonMaxSuppressionRule(const InferContext& ctx) {
+  kiln_shape_params p{};
+  p.flags = ctx.node.GetInt("center_point_box", 0) ? KILN_SHAPE_CENTER_POINT_BOX : 0;
+  p.num_ints = static_cast<int64_t>(ctx.node.inputs().size());
+  for (int64_t i = 0; i < p.num_ints && i < 5; ++i) p.ints[i] = ctx.has_input(i);
+  return ShapeCall<kernel::shape_non_max_suppression>(ctx, 5, p, {RankOnly(DType::kInt64, 2)});
+}
+
+// TopK (its kernel in reduce_ops.cc reads k from the output dims): values and i64
+// indices, the input's dims with `axis` cut to k (input 1's data; the attribute before
+// opset 10).
+absl::StatusOr<DynamicShape> TopKRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  kiln_shape_params p{};
+  KILN_ASSIGN_OR_RETURN(p.axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", -1), rank));
+  if (ctx.node.opset() < 10) p.ints[0] = ctx.node.GetInt("k", 0), p.num_ints = 1;
+  std::vector<TensorType> outs = {RankOnly(ctx.type(0).dtype, rank), RankOnly(DType::kInt64, rank)};
+  outs.resize(ctx.node.outputs().size(), RankOnly(DType::kInt64, rank));
+  return ShapeCall<kernel::shape_top_k>(ctx, 2, p, std::move(outs));
+}
+
+// Resize and Upsample: the input's rank; the resized axes' extents from scales or sizes
+// (resize_ops.cc says where they are). The kernel reads roi, scales and sizes itself.
+absl::StatusOr<DynamicShape> ResizeRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(kiln_shape_params p, ResizeShapeParams(ctx.node, rank));
+  return ShapeCall<kernel::shape_resize>(ctx, 4, p, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+// HannWindow, HammingWindow, BlackmanWindow: [size] of output_datatype.
+absl::StatusOr<DynamicShape> WindowFunctionRule(const InferContext& ctx) {
+  const auto dtype = static_cast<DType>(ctx.node.GetInt("output_datatype", static_cast<int64_t>(DType::kFloat32)));
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) {
+    return NodeError(ctx.node, "output_datatype must be float or double");
+  }
+  return ShapeCall<kernel::shape_length>(ctx, 1, kiln_shape_params{}, {RankOnly(dtype, 1)});
+}
+
 }  // namespace
 
 void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
@@ -243,9 +426,35 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"Cast", CastRule},
       {"CastLike", CastRule},
       {"Where", Broadcast(false, 1)},
+      {"Slice", SliceRule},
+      {"Expand", ExpandRule},
+      {"Tile", TileRule},
+      {"Pad", PadRule},
+      {"OneHot", OneHotRule},
+      {"Split", SplitRule},
+      {"GatherElements", GatherElementsRule},
+      {"ArgMax", ArgReduceRule},
+      {"ArgMin", ArgReduceRule},
+      {"NonZero", NonZeroRule},
+      {"Compress", CompressRule},
+      {"Unique", UniqueRule},
+      {"CumSum", Same()},
+      {"Trilu", Same()},
+      {"NonMaxSuppression", NonMaxSuppressionRule},
+      {"TopK", TopKRule},
+      {"Resize", ResizeRule},
+      {"Upsample", ResizeRule},
+      {"HannWindow", WindowFunctionRule},
+      {"HammingWindow", WindowFunctionRule},
+      {"BlackmanWindow", WindowFunctionRule},
   };
-  for (const char* name : {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
-                           "InstanceNormalization", "LRN", "Dropout"}) {
+  for (const char* name : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
+    rules[name] = ReduceRule;
+  }
+  for (const char* name :
+       {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
+        "InstanceNormalization", "LRN", "Dropout", "Hardmax", "ScatterElements", "Scatter", "ScatterND"}) {
     rules[name] = Same();
   }
   for (const char* name : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "And", "Or", "Xor", "BitShift",
@@ -259,8 +468,8 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
     }
   }
   for (const std::string& name : UnaryOpNames()) table.at(name).dynamic = Same();
-  OpSchema& shape = table.at("Shape");
-  shape.lower = LowerShapeAtRunTime;
+  table.at("Shape").lower = LowerShapeAtRunTime;
+  table.at("Size").lower = LowerSizeAtRunTime;
 }
 
 }  // namespace kiln::ops

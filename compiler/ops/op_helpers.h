@@ -44,10 +44,18 @@ void RegisterNnOps(Registry& registry);
 void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
 void RegisterRnnOps(Registry& registry);
+void RegisterSelectOps(Registry& registry);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.
 void AttachDynamicShapes(std::map<std::string, OpSchema>& table);
+// Resize's and Upsample's shape-function parameters (shape_resize): the resized axes as
+// `ints`, then at ints[KILN_MAX_RANK] the scales input, the sizes input (-1: none) and the
+// keep_aspect_ratio_policy (kiln_resize_aspect).
+absl::StatusOr<kiln_shape_params> ResizeShapeParams(const Node& node, int64_t rank);
+// An infer function for ops whose run-time rule (OpSchema::dynamic) also gives their static
+// shapes: the rule's shape function run on the constant inputs.
+absl::Status InferByDynamicRule(InferContext& ctx);
 // The unary elementwise ops (Relu, Exp, ...): one kernel, one shape.
 std::vector<std::string> UnaryOpNames();
 void RegisterResizeOps(Registry& registry);

@@ -112,7 +112,13 @@ void RegisterReduceOps(Registry& registry) {
     };
     s.lower = [def](const Node& node) -> absl::StatusOr<KernelCall> {
       const int64_t rank = static_cast<int64_t>(StaticDims(node.input(0)).size());
-      KILN_ASSIGN_OR_RETURN(int64_t mask, ReduceMask(node, ConstantsOf(node), node.input(1) != nullptr, rank));
+      // Computed axes: the shape function (shape_reduce) completes the mask at run time,
+      // unless there are none (a static [0]), which the mask says now.
+      const Value* axes = node.input(1);
+      const bool computed = axes != nullptr && !axes->is_constant();
+      const bool no_axes = computed && axes->type().IsStatic() && NumElements(axes->type().StaticDims()) == 0;
+      if (computed && !no_axes) return ReduceCall(node, def.code, 0);
+      KILN_ASSIGN_OR_RETURN(int64_t mask, ReduceMask(node, ConstantsOf(node), axes != nullptr && !no_axes, rank));
       return ReduceCall(node, def.code, mask);
     };
     registry.Add(std::move(s));

@@ -224,6 +224,7 @@ void EnsureRegistered() {
     ops::RegisterSamplingOps(registry);
     ops::RegisterLinalgOps(registry);
     ops::RegisterOpset18Ops(registry);
+    ops::RegisterSelectOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();
@@ -439,6 +440,17 @@ std::vector<NodeProblem> CheckGraph(Graph& graph) {
   }
   return problems;
 }
+namespace ops {
+
+absl::Status InferByDynamicRule(InferContext& ctx) {
+  const OpSchema* schema = FindOp(ctx.node.op());
+  if (schema == nullptr || !schema->dynamic) {
+    return absl::InternalError(absl::StrCat(NodeLabel(ctx.node), ": has no run-time shape rule"));
+  }
+  return InferAtRunTime(*schema, ctx);
+}
+
+}  // namespace ops
 
 absl::Status InferTypes(Graph& graph) {
   std::unordered_map<Value*, std::shared_ptr<const Tensor>> memo;

@@ -192,6 +192,21 @@ absl::StatusOr<KernelCall> LowerResize(const Node& node) {
 
 }  // namespace
 
+absl::StatusOr<kiln_shape_params> ResizeShapeParams(const Node& node, int64_t rank) {
+  const ResizeInputs where = InputsOf(node);
+  if (where.scales < 0) return NodeError(node, "Upsample-7 needs static input dims");
+  if (rank > KILN_MAX_RANK) return NodeError(node, absl::StrCat("rank above ", KILN_MAX_RANK, " is not supported"));
+  kiln_shape_params p{};
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> axes, ResizeAxes(node, rank));
+  p.num_ints = static_cast<int64_t>(axes.size());
+  std::copy(axes.begin(), axes.end(), p.ints);
+  p.ints[KILN_MAX_RANK] = where.scales;
+  p.ints[KILN_MAX_RANK + 1] = where.sizes;
+  KILN_ASSIGN_OR_RETURN(p.ints[KILN_MAX_RANK + 2],
+                        AttrCode(node, "keep_aspect_ratio_policy", "stretch", kAspectPolicies));
+  return p;
+}
+
 void RegisterResizeOps(Registry& registry) {
   // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}: scales and sizes
   // decide the shape (Resize-10's input 1 is its scales; the roi bit only folds a computed roi).

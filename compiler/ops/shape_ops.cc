@@ -28,6 +28,16 @@ absl::StatusOr<KernelCall> StridedCopy(const std::vector<int64_t>& dims, const s
   return CallWithParams<kernel::strided_copy>({KernelOperand{0, nullptr}}, params);
 }
 
+// Whether an input from `first` on is given but computed: then the node's shape function
+// (compiler/ops/dynamic_ops.cc) reads it at run time and completes the kernel parameters
+// that follow from it, so the lowering leaves them zero.
+bool HasComputedInputs(const Node& node, size_t first) {
+  for (size_t i = first; i < node.inputs().size(); ++i) {
+    if (node.input(i) != nullptr && !node.input(i)->is_constant()) return true;
+  }
+  return false;
+}
+
 // ScatterElements' and ScatterND's `reduction` as
 // kiln_movement_params.reduction.
 absl::StatusOr<int64_t> ScatterReduction(const Node& node) {
@@ -330,6 +340,9 @@ absl::Status InferSlice(InferContext& ctx) {
 
 absl::StatusOr<KernelCall> LowerSlice(const Node& node) {
   std::vector<int64_t> in = StaticDims(node.input(0));
+  if (node.opset() >= 10 && HasComputedInputs(node, 1)) {
+    return StridedCopy(in, std::vector<int64_t>(in.size(), 0), 0);  // completed by shape_slice
+  }
   auto p = SliceFromNode(node, in, ConstantsOf(node));
   if (!p.ok()) return p.status();
   std::vector<int64_t> in_strides = ContiguousStrides(in), strides;
@@ -542,7 +555,10 @@ absl::Status InferPad(InferContext& ctx) {
 absl::StatusOr<KernelCall> LowerPad(const Node& node) {
   std::vector<int64_t> in = StaticDims(node.input(0));
   const int64_t rank = static_cast<int64_t>(in.size());
-  auto pads = PadAmounts(node, ConstantsOf(node), rank);
+  const bool computed = node.input(1) != nullptr && !node.input(1)->is_constant();
+  // Computed pads (or axes): shape_pad completes pads_begin at run time.
+  absl::StatusOr<std::vector<int64_t>> pads = std::vector<int64_t>(2 * rank, 0);
+  if (!computed && !HasComputedInputs(node, 3)) pads = PadAmounts(node, ConstantsOf(node), rank);
   if (!pads.ok()) return pads.status();
   const std::string mode = node.GetString("mode", "constant");
   constexpr NamedCode kModes[] = {

@@ -29,6 +29,7 @@ void AddNormOps(RefTable& table);         // ref_norm.cc
 void AddQuantOps(RefTable& table);        // ref_quant.cc
 void AddBitwiseOps(RefTable& table);      // ref_bitwise.cc
 void AddRnnOps(RefTable& table);
+void AddDynamicOps(RefTable& table);
 void AddResizeOps(RefTable& table);
 void AddLossOps(RefTable& table);
 void AddSamplingOps(RefTable& table);

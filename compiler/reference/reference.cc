@@ -16,6 +16,7 @@ const ref::RefTable& Table() {
     auto* t = new ref::RefTable;
     ref::AddElementwiseOps(*t);
     ref::AddRnnOps(*t);
+    ref::AddDynamicOps(*t);
     ref::AddResizeOps(*t);
     ref::AddLossOps(*t);
     ref::AddSamplingOps(*t);

@@ -56,24 +56,38 @@ absl::StatusOr<ArtifactBytes> GenerateFor(Graph& graph, const std::string& targe
   return GenerateArtifact(graph, NaiveMemoryPlan(graph), CodegenOptions{*target, "{}", "test"});
 }
 
-std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::string& pipeline,
-                                                    const std::vector<Tensor>& inputs,
-                                                    const std::vector<int32_t>& thread_counts,
-                                                    const std::string& target_spec) {
-  std::vector<std::vector<Tensor>> runs;
+namespace {
+
+// Runs `pipeline` on the graph, compiles it for `target_spec` and loads the artifact (the
+// file is removed once loaded); nullptr after a test failure.
+kiln_module* CompileAndLoad(Graph& graph, const std::string& pipeline, const std::string& target_spec) {
   PassContext ctx;
   auto stats = RunPipeline(graph, pipeline, {}, ctx);
   EXPECT_TRUE(stats.ok()) << stats.status();
   auto target = ResolveTarget(target_spec);
   EXPECT_TRUE(target.ok());
+  if (!stats.ok() || !target.ok()) return nullptr;
   CodegenOptions options{*target, "{}", "test"};
   auto artifact = GenerateArtifact(graph, PlannedOrNaiveMemory(graph, ctx), options);
   EXPECT_TRUE(artifact.ok()) << artifact.status();
-  if (!artifact.ok()) return runs;
+  if (!artifact.ok()) return nullptr;
   std::string path = "/tmp/kiln-unit-" + std::to_string(getpid()) + ".so";
   EXPECT_TRUE(WriteFile(path, artifact->shared_object).ok());
   kiln_module* module = nullptr;
   EXPECT_EQ(kiln_module_load(path.c_str(), &module), KILN_OK) << kiln_last_error();
+  unlink(path.c_str());
+  return module;
+}
+
+}  // namespace
+
+std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::string& pipeline,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const std::vector<int32_t>& thread_counts,
+                                                    const std::string& target_spec) {
+  std::vector<std::vector<Tensor>> runs;
+  kiln_module* module = CompileAndLoad(graph, pipeline, target_spec);
+  if (module == nullptr) return runs;
   std::vector<const void*> ins;
   for (const Tensor& t : inputs) ins.push_back(t.data());
   for (int32_t threads : thread_counts) {
@@ -88,8 +102,31 @@ std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::str
     kiln_session_destroy(session);
   }
   kiln_module_unload(module);
-  unlink(path.c_str());
   return runs;
+}
+
+std::vector<Tensor> RunShapedArtifact(Graph& graph, const std::string& pipeline, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> outputs;
+  kiln_module* module = CompileAndLoad(graph, pipeline, "host");
+  if (module == nullptr) return outputs;
+  kiln_session* session = nullptr;
+  kiln_session_options session_options{sizeof(kiln_session_options), 1};
+  EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
+  std::vector<kiln_tensor> ins, outs(graph.outputs().size());
+  for (const Tensor& t : inputs) {
+    ins.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
+                              static_cast<int32_t>(t.dtype())});
+  }
+  const kiln_status status = kiln_session_run_shaped(session, ins.data(), outs.data());
+  EXPECT_EQ(status, KILN_OK) << kiln_last_error();
+  for (size_t i = 0; status == KILN_OK && i < outs.size(); ++i) {
+    Tensor& t = outputs.emplace_back(static_cast<DType>(outs[i].dtype),
+                                     std::vector<int64_t>(outs[i].dims, outs[i].dims + outs[i].rank));
+    std::copy_n(static_cast<const char*>(outs[i].data), t.size_bytes(), static_cast<char*>(t.data()));
+  }
+  kiln_session_destroy(session);
+  kiln_module_unload(module);
+  return outputs;
 }
 
 std::vector<Tensor> RunArtifact(Graph& graph, const std::string& pipeline, const Tensor& input,

@@ -43,4 +43,9 @@ std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::str
                                                     const std::vector<int32_t>& thread_counts,
                                                     const std::string& target_spec = "host");
 
+// Compiles the graph with `pipeline` for this machine (its inputs may have symbolic dims,
+// or feed inputs that decide shapes) and runs it once through kiln_session_run_shaped on
+// `inputs`: every graph output, with the dims the artifact gave it.
+std::vector<Tensor> RunShapedArtifact(Graph& graph, const std::string& pipeline, const std::vector<Tensor>& inputs);
+
 }  // namespace kiln

@@ -27,14 +27,25 @@ enum kiln_shape_flags {
   KILN_SHAPE_VALID = 32,                 /* window: auto_pad */
   KILN_SHAPE_ALLOW_ZERO = 64,            /* reshape */
   KILN_SHAPE_CHANNELS_FROM_WEIGHT = 128, /* window: output channels are input 1's dim 0 (Conv) */
+  /* unsqueeze, squeeze, reduce, pad, split: the axes (pads, sizes) are input 1's data,
+   * read at run time, not `ints` */
+  KILN_SHAPE_FROM_INPUT = 256,
+  KILN_SHAPE_KEEPDIMS = 512,          /* reduce */
+  KILN_SHAPE_NOOP_EMPTY_AXES = 1024,  /* reduce: no axes reduce none (else all) */
+  KILN_SHAPE_HAS_AXIS = 2048,         /* compress, unique: `axis` is given (else the input is flattened) */
+  KILN_SHAPE_CENTER_POINT_BOX = 4096, /* non_max_suppression: boxes are [x, y, width, height] */
 };
 typedef struct kiln_shape_params {
-  int64_t axis;  /* flatten, concat, gather: normalised (>= 0) */
+  int64_t axis;  /* flatten, concat, gather, one_hot, split, compress, arg_reduce: normalised (>= 0) */
   int64_t flags; /* kiln_shape_flags */
   /* window: where the kiln_window lies in the kernel's parameter struct, in bytes */
   int64_t window_offset;
-  int64_t num_ints;                /* entries of ints used */
-  int64_t ints[2 * KILN_MAX_RANK]; /* transpose: perm; unsqueeze, squeeze: axes (normalised, sorted) */
+  int64_t num_ints; /* entries of ints used */
+  /* transpose: perm; unsqueeze, squeeze, reduce: axes (normalised, sorted); pad: pads
+   * (begins, then ends); split: the sizes; non_max_suppression: 1 for each node input given;
+   * resize: the resized axes, then at [KILN_MAX_RANK] the scales and sizes inputs (-1: none)
+   * and the keep_aspect_ratio_policy */
+  int64_t ints[2 * KILN_MAX_RANK];
 } kiln_shape_params;
 KILN_PARAMS_LAYOUT(kiln_shape_params, 4 + 2 * KILN_MAX_RANK);
 #ifdef __cplusplus

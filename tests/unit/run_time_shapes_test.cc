@@ -1,0 +1,249 @@
+// Run-time shapes: the data-dependent ops (NonZero, Compress, Unique, NonMaxSuppression,
+// TopK, the window functions) compiled and run through kiln_session_run_shaped against the
+// independent reference (compiler/reference/ref_dynamic.cc); and ops whose shapes follow
+// from a symbolic dim, run at several sizes against the same graph compiled with those
+// dims static.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "artifact_test_util.h"
+#include "gtest/gtest.h"
+#include "kiln/compiler/ops.h"
+#include "kiln/compiler/pipeline.h"
+#include "kiln/compiler/reference.h"
+
+namespace kiln {
+namespace {
+
+struct OneOp {
+  std::string op;
+  int opset = 13;
+  std::map<std::string, AttrValue> attrs;
+  size_t outputs = 1;
+};
+
+// `op` over graph inputs of `input_types`, each with its data in `inputs`; constant
+// operands follow as constants (nullptr: an omitted input).
+std::unique_ptr<Graph> Build(const OneOp& c, const std::vector<TensorType>& input_types,
+                             const std::vector<std::shared_ptr<Tensor>>& constants = {}) {
+  auto g = std::make_unique<Graph>();
+  std::vector<Value*> ins;
+  for (size_t i = 0; i < input_types.size(); ++i) {
+    ins.push_back(g->AddValue("in" + std::to_string(i), input_types[i]));
+    g->AddInput(ins.back());
+  }
+  for (size_t i = 0; i < constants.size(); ++i) {
+    ins.push_back(constants[i] ? g->AddConstant("c" + std::to_string(i), constants[i]) : nullptr);
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < c.outputs; ++i) names.push_back("y" + std::to_string(i));
+  Node* node = g->AddNode(c.op, "node", ins, names, c.opset);
+  node->mutable_attrs() = c.attrs;
+  for (Value* out : node->outputs()) g->AddOutput(out);
+  absl::Status inferred = InferTypes(*g);
+  EXPECT_TRUE(inferred.ok()) << inferred;
+  return g;
+}
+
+std::vector<TensorType> TypesOf(const std::vector<Tensor>& inputs) {
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) types.push_back(TensorType::Static(t.dtype(), t.dims()));
+  return types;
+}
+
+void ExpectNear(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].dtype(), want[k].dtype()) << what << " output " << k;
+    ASSERT_EQ(got[k].dims(), want[k].dims()) << what << " output " << k;
+    for (int64_t i = 0; i < want[k].num_elements(); ++i) {
+      const double g = got[k].GetAsDouble(i), w = want[k].GetAsDouble(i);
+      if (std::isnan(g) && std::isnan(w)) continue;
+      ASSERT_NEAR(g, w, 1e-6 * (1 + std::fabs(w))) << what << " output " << k << " element " << i;
+    }
+  }
+}
+
+// The graph's inputs are all data (none a constant): the artifact against the reference.
+void CheckAgainstReference(const OneOp& c, const std::vector<Tensor>& inputs) {
+  std::unique_ptr<Graph> g = Build(c, TypesOf(inputs));
+  auto reference = ReferenceRunGraph(*g, inputs);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ExpectNear(RunShapedArtifact(*g, kDefaultPipeline, inputs), *reference, c.op);
+}
+
+// A tensor of `dims` from `values` repeated (cast to `dtype`).
+Tensor Filled(DType dtype, std::vector<int64_t> dims, const std::vector<double>& values) {
+  Tensor t(dtype, dims);
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    const double v = values[i % values.size()];
+    switch (dtype) {
+      case DType::kFloat32: t.data_as<float>()[i] = static_cast<float>(v); break;
+      case DType::kInt32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
+      case DType::kInt64: t.data_as<int64_t>()[i] = static_cast<int64_t>(v); break;
+      case DType::kBool: t.data_as<bool>()[i] = v != 0; break;
+      default: ADD_FAILURE() << "no filler for this dtype";
+    }
+  }
+  return t;
+}
+
+TEST(RunTimeShapesTest, NonZeroCountsAtRunTime) {
+  CheckAgainstReference({"NonZero"}, {Filled(DType::kFloat32, {5, 3, 7}, {0, 1.5, 0, 0, -2, 0.25, 0})});
+  CheckAgainstReference({"NonZero"}, {Filled(DType::kInt32, {13}, {3, 0, 0, 7, 0})});
+  CheckAgainstReference({"NonZero"}, {Filled(DType::kFloat32, {2, 3}, {0})});  // none
+}
+
+// With the deciding input a constant, the same rule gives a static shape and the node folds.
+TEST(RunTimeShapesTest, DataDependentOpsOfConstantsAreStatic) {
+  auto x = std::make_shared<Tensor>(Filled(DType::kInt64, {4, 3}, {0, 5, 0, 0, 2}));
+  auto size = std::make_shared<Tensor>(Filled(DType::kInt64, {}, {9}));
+  for (const auto& [op, input] :
+       {std::pair<const char*, std::shared_ptr<Tensor>>{"NonZero", x}, {"HannWindow", size}}) {
+    std::unique_ptr<Graph> g = Build({op, 17}, {}, {input});
+    ASSERT_TRUE(g->outputs()[0]->type().IsStatic()) << op;
+    auto reference = ReferenceRunGraph(*g, {});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    ExpectNear(RunShapedArtifact(*g, kDefaultPipeline, {}), *reference, op);
+  }
+}
+
+TEST(RunTimeShapesTest, CompressAlongAnAxisAndFlattened) {
+  const Tensor x = Filled(DType::kFloat32, {4, 5, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  CheckAgainstReference({"Compress", 11, {{"axis", int64_t{1}}}}, {x, Filled(DType::kBool, {5}, {1, 0, 0, 1, 1})});
+  CheckAgainstReference({"Compress", 11, {{"axis", int64_t{-1}}}}, {x, Filled(DType::kBool, {2}, {0, 1})});
+  CheckAgainstReference({"Compress", 11, {{"axis", int64_t{0}}}}, {x, Filled(DType::kBool, {4}, {0})});
+  CheckAgainstReference({"Compress", 11}, {x, Filled(DType::kBool, {37}, {1, 0, 1, 1, 0, 0, 1})});
+}
+
+TEST(RunTimeShapesTest, UniqueSortedAndInOrderOfOccurrence) {
+  const Tensor x = Filled(DType::kFloat32, {6, 5, 3}, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4});
+  const Tensor rows = Filled(DType::kInt64, {7, 3}, {1, 2, 3, -4, 1, 2, 3, 1, 2, 3, -4, 1, 2, 3, 1, 2, 3, -4, 9, 9, 9});
+  for (int64_t sorted : {0, 1}) {
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}}, 4}, {x});
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{0}}}, 4}, {rows});
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{-1}}}, 3}, {x});
+    CheckAgainstReference({"Unique", 11, {{"sorted", sorted}, {"axis", int64_t{1}}}, 1}, {x});
+  }
+}
+
+TEST(RunTimeShapesTest, NonMaxSuppressionKeepsWhatTheReferenceKeeps) {
+  // 2 batches of 11 boxes on a jittered grid, overlapping their neighbours, 3 classes.
+  Tensor boxes(DType::kFloat32, {2, 11, 4});
+  const std::shared_ptr<Tensor> jitter = Random({2, 11, 4}, 5, 0.15f);
+  for (int64_t i = 0; i < 2 * 11; ++i) {
+    const float x = static_cast<float>(i % 4) * 0.6f, y = static_cast<float>(i % 11 / 4) * 0.6f;
+    const float corners[4] = {y, x, y + 1.0f, x + 1.0f};
+    for (int k = 0; k < 4; ++k) boxes.data_as<float>()[i * 4 + k] = corners[k] + jitter->data_as<float>()[i * 4 + k];
+  }
+  Tensor scores(DType::kFloat32, {2, 3, 11});
+  const std::shared_ptr<Tensor> noise = Random({2, 3, 11}, 9, 1.0f);
+  for (int64_t i = 0; i < scores.num_elements(); ++i)
+    scores.data_as<float>()[i] = std::fabs(noise->data_as<float>()[i]);
+  for (int64_t center : {0, 1}) {
+    for (double iou : {0.0, 0.3, 0.7}) {
+      CheckAgainstReference({"NonMaxSuppression", 11, {{"center_point_box", center}}},
+                            {boxes, scores, Filled(DType::kInt64, {1}, {4}), Filled(DType::kFloat32, {1}, {iou}),
+                             Filled(DType::kFloat32, {1}, {0.4})});
+    }
+  }
+  CheckAgainstReference({"NonMaxSuppression", 11}, {boxes, scores, Filled(DType::kInt64, {1}, {20})});
+}
+
+TEST(RunTimeShapesTest, TopKOfARunTimeK) {
+  const Tensor x = Filled(DType::kFloat32, {3, 7, 5}, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6});
+  const Tensor ints = Filled(DType::kInt32, {4, 9}, {7, -2, 7, 0, 11, -2, 5});
+  for (int64_t largest : {0, 1}) {
+    for (int64_t k : {0, 1, 3}) {
+      const Tensor k_input = Filled(DType::kInt64, {1}, {static_cast<double>(k)});
+      CheckAgainstReference({"TopK", 11, {{"axis", int64_t{1}}, {"largest", largest}}, 2}, {x, k_input});
+      CheckAgainstReference({"TopK", 11, {{"largest", largest}}, 2}, {x, k_input});
+      CheckAgainstReference({"TopK", 11, {{"axis", int64_t{0}}, {"largest", largest}}, 2}, {ints, k_input});
+    }
+  }
+  CheckAgainstReference({"TopK", 11, {}, 2}, {ints, Filled(DType::kInt64, {1}, {9})});
+}
+
+TEST(RunTimeShapesTest, WindowFunctionsOfARunTimeSize) {
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
+    for (int64_t periodic : {0, 1}) {
+      for (int64_t dtype : {1, 11}) {
+        for (int64_t size : {2, 7, 16}) {
+          CheckAgainstReference({op, 17, {{"periodic", periodic}, {"output_datatype", dtype}}},
+                                {Filled(DType::kInt64, {}, {static_cast<double>(size)})});
+        }
+      }
+    }
+  }
+}
+
+// x [n, 6, 5] with n symbolic, run at several n, against x with n static; `constants`
+// are the op's other operands.
+void CheckSymbolicBatch(const OneOp& c, const std::vector<std::shared_ptr<Tensor>>& constants = {}) {
+  TensorType symbolic = TensorType::Static(DType::kFloat32, {1, 6, 5});
+  symbolic.shape[0] = Dim::Symbolic("n");
+  std::unique_ptr<Graph> dynamic = Build(c, {symbolic}, constants);
+  for (int64_t n : {1, 7}) {
+    const Tensor x = *Random({n, 6, 5}, static_cast<uint32_t>(n), 1.0f);
+    std::unique_ptr<Graph> fixed = Build(c, {TensorType::Static(DType::kFloat32, {n, 6, 5})}, constants);
+    const std::vector<std::vector<Tensor>> want = RunArtifactOutputs(*fixed, kDefaultPipeline, {x}, {1});
+    ASSERT_EQ(want.size(), 1u);
+    std::unique_ptr<Graph> g = Build(c, {symbolic}, constants);
+    ExpectNear(RunShapedArtifact(*g, kDefaultPipeline, {x}), want[0], c.op + " at n = " + std::to_string(n));
+  }
+}
+
+std::shared_ptr<Tensor> Ints(std::vector<int64_t> values) {
+  auto t = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t->data_as<int64_t>());
+  return t;
+}
+
+TEST(RunTimeShapesTest, ReductionsOverASymbolicDim) {
+  CheckSymbolicBatch({"ReduceMean", 13, {{"axes", std::vector<int64_t>{0, 2}}, {"keepdims", int64_t{0}}}});
+  CheckSymbolicBatch({"ReduceSum", 13, {{"keepdims", int64_t{1}}}}, {Ints({-1})});
+  CheckSymbolicBatch({"ReduceMax", 13});
+  CheckSymbolicBatch({"ArgMax", 13, {{"axis", int64_t{0}}, {"keepdims", int64_t{0}}}});
+  CheckSymbolicBatch({"ArgMin", 13, {{"axis", int64_t{-1}}}});
+}
+
+TEST(RunTimeShapesTest, MovementOverASymbolicDim) {
+  CheckSymbolicBatch({"Slice"}, {Ints({-1, 4}), Ints({-100, 0}), Ints({0, 2}), Ints({-1, -2})});
+  CheckSymbolicBatch({"Slice"}, {Ints({1}), Ints({5}), Ints({1})});
+  CheckSymbolicBatch({"Pad", 13, {{"mode", std::string("reflect")}}}, {Ints({1, 2, 0, 0, 1, 3})});
+  CheckSymbolicBatch({"Expand"}, {Ints({2, 1, 1, 5})});
+  CheckSymbolicBatch({"Tile"}, {Ints({2, 1, 3})});
+  CheckSymbolicBatch({"Split", 13, {{"axis", int64_t{2}}}, 2}, {Ints({2, 3})});
+  CheckSymbolicBatch({"Unsqueeze"}, {Ints({-1, 0})});
+  CheckSymbolicBatch({"Transpose", 13, {{"perm", std::vector<int64_t>{2, 0, 1}}}});
+  CheckSymbolicBatch({"Gather", 13, {{"axis", int64_t{2}}}}, {Ints({4, 0, -1, 4})});
+  auto indices = std::make_shared<Tensor>(Filled(DType::kInt64, {1, 6, 2}, {0, 4, 2, 1, 3}));
+  CheckSymbolicBatch({"GatherElements", 13, {{"axis", int64_t{2}}}}, {indices});
+  CheckSymbolicBatch({"ScatterElements", 13, {{"axis", int64_t{2}}}}, {indices, Random({1, 6, 2}, 3, 1.0f)});
+  CheckSymbolicBatch({"CumSum", 14, {{"reverse", int64_t{1}}}}, {Ints({1})});
+  CheckSymbolicBatch({"Trilu", 14}, {std::make_shared<Tensor>(Filled(DType::kInt64, {}, {1}))});
+}
+
+TEST(RunTimeShapesTest, ElementwiseAndShapeOfASymbolicDim) {
+  CheckSymbolicBatch({"Pow"}, {std::make_shared<Tensor>(Filled(DType::kInt32, {5}, {0, 1, 2, 3, 2}))});
+  CheckSymbolicBatch({"Softmax", 13, {{"axis", int64_t{0}}}});
+  CheckSymbolicBatch({"Hardmax", 13, {{"axis", int64_t{1}}}});
+  CheckSymbolicBatch({"Size"});
+  CheckSymbolicBatch({"Shape", 15, {{"start", int64_t{-3}}}});
+}
+
+TEST(RunTimeShapesTest, ResizeByRunTimeScalesAndSizes) {
+  const Tensor x = Filled(DType::kFloat32, {1, 2, 3, 5}, {0.5, -1, 2, 3.25, 0, 7, -4});
+  const Tensor up = Filled(DType::kFloat32, {4}, {1, 1, 2.5, 0.6});
+  CheckAgainstReference({"Resize", 10, {{"mode", std::string("linear")}}}, {x, up});
+  CheckAgainstReference({"Upsample", 9, {{"mode", std::string("nearest")}}},
+                        {x, Filled(DType::kFloat32, {4}, {1, 2, 2, 3})});
+  auto scales = std::make_shared<Tensor>(Filled(DType::kFloat32, {3}, {1, 2.5, 0.6}));
+  CheckSymbolicBatch({"Resize", 13, {{"mode", std::string("cubic")}}}, {nullptr, scales});
+  CheckSymbolicBatch({"Resize", 13}, {nullptr, nullptr, Ints({1, 4, 11})});
+}
+
+}  // namespace
+}  // namespace kiln
