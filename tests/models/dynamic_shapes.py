@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Run-time shapes end to end: models exported from torch with a dynamic batch axis are
-compiled ONCE with `kiln compile` (no --input-shape) and the one artifact is run by
-`kiln run` at batch 1, 3 and 8, each compared with torch (max abs error <= 1e-3 *
-max(1, max |ref|), cosine >= 0.9999).
+"""Run-time shapes end to end: models exported from torch with dynamic axes are compiled
+ONCE with `kiln compile` (no --input-shape) and the one artifact is run by `kiln run` at
+several sizes, each compared with torch (max abs error <= 1e-3 * max(1, max |ref|),
+cosine >= 0.9999): a CNN and an MLP at batch 1, 3 and 8, and a 2-layer
+TransformerEncoder with dynamic batch AND sequence at (1, 16), (3, 77) and (8, 128).
 
   dynamic_shapes.py WORK_DIR --kiln PATH/TO/kiln
 """
@@ -74,15 +75,18 @@ def read_tensor(path):
     return nh.to_array(t)
 
 
-def check(name, model, sample_shape, kiln, work):
+def check(name, model, sample_shape, kiln, work, sizes=((1,), (3,), (8,))):
+    """Exports with the leading len(sizes[0]) axes dynamic, compiles once, runs each size."""
     path = os.path.join(work, name + ".onnx")
+    axes = {i: ("batch", "seq")[i] for i in range(len(sizes[0]))}
     torch.onnx.export(model, torch.randn(*sample_shape), path, input_names=["x"], output_names=["y"],
-                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=13)
+                      dynamic_axes={"x": axes, "y": axes}, opset_version=14)
     artifact = os.path.join(work, name + ".so")
     subprocess.run([kiln, "compile", path, "-o", artifact], check=True)
     failures = 0
-    for batch in (1, 3, 8):
-        x = torch.randn(batch, *sample_shape[1:])
+    for size in sizes:
+        batch = "x".join(map(str, size))
+        x = torch.randn(*size, *sample_shape[len(size):])
         with torch.no_grad():
             want = model(x).numpy()
         scale = float(np.abs(want).max())
@@ -94,13 +98,13 @@ def check(name, model, sample_shape, kiln, work):
         subprocess.run([kiln, "run", artifact, "--input", f"x={x_path}", "--output-dir", out_dir], check=True)
         got = read_tensor(os.path.join(out_dir, "output_0.pb"))
         if got.shape != want.shape:
-            print(f"FAIL {name} batch {batch}: shape {got.shape}, torch {want.shape}")
+            print(f"FAIL {name} at {batch}: shape {got.shape}, torch {want.shape}")
             failures += 1
             continue
         err = float(np.abs(got - want).max())
         cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
         ok = err <= 1e-3 * max(1.0, scale) and cos >= 0.9999
-        print(f"{'ok  ' if ok else 'FAIL'} {name} batch {batch}: shape {got.shape} max error {err:.3g} cosine {cos:.7f}")
+        print(f"{'ok  ' if ok else 'FAIL'} {name} at {batch}: shape {got.shape} max error {err:.3g} cosine {cos:.7f}")
         failures += 0 if ok else 1
     return failures
 
@@ -116,6 +120,10 @@ def main():
     randomize_batchnorm(cnn, (8, 3, 24, 24))
     failures = check("cnn", cnn, (2, 3, 24, 24), args.kiln, args.work)
     failures += check("mlp", Mlp().eval(), (2, 3, 4, 4), args.kiln, args.work)
+    layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True, dropout=0.0)
+    encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+    failures += check("transformer", encoder, (2, 16, 64), args.kiln, args.work,
+                      sizes=((1, 16), (3, 77), (8, 128)))
     sys.exit(1 if failures else 0)
 
 
