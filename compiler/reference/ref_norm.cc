@@ -1,4 +1,4 @@
-// Normalizations, from the ONNX specification: BatchNormalization (inference form),
+// Normalizations, from the ONNX specification: BatchNormalization (inference and training),
 // InstanceNormalization, LayerNormalization (with its optional Mean and InvStdDev) and LRN.
 #include <cmath>
 
@@ -23,13 +23,50 @@ Outputs BatchNormalization(const Node& node, const Inputs& in) {
   KILN_REF_INPUT(var, in, 4);
   const double epsilon = node.GetFloat("epsilon", 1e-5);
   const int64_t channels = x->rank() > 1 ? x->dims()[1] : 1, plane = PlaneSize(*x);
+  // Training mode (opset 14 on, asked for by its running-statistics outputs): normalise by
+  // the batch's own per-channel mean and population variance, and blend them into the
+  // running ones with `momentum`.
+  const bool training = node.GetInt("training_mode", 0) != 0 || node.outputs().size() > 1;
+  std::vector<double> use_mean(static_cast<size_t>(channels)), use_var(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    use_mean[c] = LoadDouble(*mean, c);
+    use_var[c] = LoadDouble(*var, c);
+  }
+  std::vector<double> batch_mean(use_mean), batch_var(use_var);
+  if (training) {
+    const int64_t count = x->num_elements() / channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum = 0, squares = 0;
+      for (int64_t i = 0; i < x->num_elements(); ++i) {
+        if ((i / plane) % channels == c) sum += LoadDouble(*x, i);
+      }
+      batch_mean[c] = sum / static_cast<double>(count);
+      for (int64_t i = 0; i < x->num_elements(); ++i) {
+        if ((i / plane) % channels == c)
+          squares += (LoadDouble(*x, i) - batch_mean[c]) * (LoadDouble(*x, i) - batch_mean[c]);
+      }
+      batch_var[c] = squares / static_cast<double>(count);
+    }
+  }
   Tensor out(x->dtype(), x->dims());
   for (int64_t i = 0; i < x->num_elements(); ++i) {
     const int64_t c = (i / plane) % channels;
-    const double normalized = (LoadDouble(*x, i) - LoadDouble(*mean, c)) / std::sqrt(LoadDouble(*var, c) + epsilon);
+    const double normalized = (LoadDouble(*x, i) - batch_mean[c]) / std::sqrt(batch_var[c] + epsilon);
     StoreDouble(out, i, LoadDouble(*scale, c) * normalized + LoadDouble(*bias, c));
   }
-  return std::vector<Tensor>{std::move(out)};
+  std::vector<Tensor> results;
+  results.push_back(std::move(out));
+  if (training) {
+    const double momentum = node.GetFloat("momentum", 0.9);
+    Tensor running_mean(mean->dtype(), mean->dims()), running_var(var->dtype(), var->dims());
+    for (int64_t c = 0; c < channels; ++c) {
+      StoreDouble(running_mean, c, use_mean[c] * momentum + batch_mean[c] * (1 - momentum));
+      StoreDouble(running_var, c, use_var[c] * momentum + batch_var[c] * (1 - momentum));
+    }
+    results.push_back(std::move(running_mean));
+    results.push_back(std::move(running_var));
+  }
+  return results;
 }
 
 // Mean and variance (population, 1/n) of x[first .. first + count).

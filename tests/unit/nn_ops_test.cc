@@ -221,18 +221,23 @@ std::vector<Tensor> Evaluate(const std::string& op, std::vector<std::shared_ptr<
   return results.ok() ? *results : std::vector<Tensor>{};
 }
 
-TEST(NnOpsTest, CastToBfloat16TruncatesAndKeepsNaNQuiet) {
-  auto x = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{5});
-  const uint32_t bits[5] = {0x3f80ffffu, 0xbf7f0001u, 0x7f800001u, 0xff800000u, 0x00000001u};
+// Narrowing to bfloat16 rounds to nearest even (the specification; ONNX 1.12's node tests
+// truncated, tests/conformance/deviations.txt), keeps a NaN quiet and overflows to infinity.
+TEST(NnOpsTest, CastToBfloat16RoundsToNearestEvenAndKeepsNaNQuiet) {
+  constexpr int kCount = 8;
+  auto x = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{kCount});
+  const uint32_t bits[kCount] = {0x3f800000u, 0x3f80ffffu, 0x3f808000u, 0x3f818000u,
+                                 0xbf7f0001u, 0x7f800001u, 0xff800000u, 0x7f7fffffu};
   std::memcpy(x->data(), bits, sizeof(bits));
   const std::vector<Tensor> y = Evaluate("Cast", {x}, {{"to", int64_t{16}}}, 1, 13);
   ASSERT_EQ(y.size(), 1u);
-  const uint16_t want[5] = {0x3f80, 0xbf7f, 0x7fc0, 0xff80, 0x0000};
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(y[0].data_as<uint16_t>()[i], want[i]) << i;
+  // 1.0; up; a tie to the even 0x3f80; a tie to the even 0x3f82; down; NaN; -inf; to +inf.
+  const uint16_t want[kCount] = {0x3f80, 0x3f81, 0x3f80, 0x3f82, 0xbf7f, 0x7fc0, 0xff80, 0x7f80};
+  for (int i = 0; i < kCount; ++i) EXPECT_EQ(y[0].data_as<uint16_t>()[i], want[i]) << i;
   const std::vector<Tensor> back = Evaluate("Cast", {std::make_shared<Tensor>(y[0])}, {{"to", int64_t{1}}}, 1, 13);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].data_as<float>()[0], 1.0f);
-  EXPECT_TRUE(std::isnan(back[0].data_as<float>()[2]));
+  EXPECT_TRUE(std::isnan(back[0].data_as<float>()[5]));
 }
 
 // MaxPool's Indices with storage_order 1 over 1-D and 3-D windows: each output's argmax in
