@@ -240,12 +240,19 @@ static pool* pool_create(int num_workers) {
 }
 
 /* ---- buffers for run-time shapes ----
- * Blocks in power-of-two size classes, each with a 64-byte header holding its class, kept
- * on per-class free lists for the session's life: after the first run at a shape, later
- * runs take every buffer from the lists without calling malloc. */
+ * Blocks in power-of-two size classes, each with a 64-byte header holding its class and
+ * the next block ever made, kept on per-class free lists for the session's life: after the
+ * first run at a shape, later runs take every buffer from the lists without calling malloc.
+ * The session frees every block it made, also those a failed run never gave back. */
 enum { KILN_SIZE_CLASSES = 48, KILN_BLOCK_HEADER = 64 };
+typedef struct block_header {
+  int size_class;
+  void* next_made;
+} block_header;
+_Static_assert(sizeof(block_header) <= KILN_BLOCK_HEADER, "a block's header fits before its data");
 typedef struct arena {
   void* free_lists[KILN_SIZE_CLASSES];
+  void* made; /* every block, through block_header.next_made */
 } arena;
 
 static void* arena_alloc(void* raw, int64_t bytes) {
@@ -260,7 +267,9 @@ static void* arena_alloc(void* raw, int64_t bytes) {
   }
   block = aligned_alloc(64, KILN_BLOCK_HEADER + ((size_t)1 << size_class));
   if (block == NULL) return NULL;
-  *(int*)block = size_class;
+  ((block_header*)block)->size_class = size_class;
+  ((block_header*)block)->next_made = a->made;
+  a->made = block;
   return block + KILN_BLOCK_HEADER;
 }
 
@@ -268,18 +277,16 @@ static void arena_release(void* raw, void* data) {
   if (data == NULL) return;
   arena* a = raw;
   char* block = (char*)data - KILN_BLOCK_HEADER;
-  const int size_class = *(int*)block;
+  const int size_class = ((block_header*)block)->size_class;
   *(void**)data = a->free_lists[size_class];
   a->free_lists[size_class] = block;
 }
 
 static void arena_destroy(arena* a) {
-  for (int c = 0; c < KILN_SIZE_CLASSES; ++c) {
-    for (char* block = a->free_lists[c]; block != NULL;) {
-      char* next = *(void**)(block + KILN_BLOCK_HEADER);
-      free(block);
-      block = next;
-    }
+  for (char* block = a->made; block != NULL;) {
+    char* next = ((block_header*)block)->next_made;
+    free(block);
+    block = next;
   }
 }
 
