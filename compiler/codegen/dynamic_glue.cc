@@ -19,6 +19,8 @@ namespace {
 // tensors at run time and the shape function completes the parameters that follow from
 // dims, so the probe only picks the kernel and its constant operands (packed weights).
 constexpr int64_t kProbeDim = 32;
+// The largest constant a shape function is given the data of (shapes, axes, scales, k).
+constexpr int64_t kShapeDataElements = 4096;
 
 bool IsStaticNode(const Node& node) {
   for (const Value* v : node.inputs()) {
@@ -114,9 +116,19 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
         plan.owned_constants.push_back(operand.constant);
       }
     }
+    // The constants its shape function may read (a Reshape's shape, Resize's scales: always
+    // small). A weight it only takes the dims of (a Conv's, for the channels) is not placed
+    // again when lowering replaced it by its packed form: the function gets its dims alone.
+    if (const std::optional<KernelCall>& shape = plan.shape_calls.back(); shape.has_value()) {
+      for (const KernelOperand& operand : shape->inputs) {
+        const Value* in = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
+        if (in != nullptr && in->is_constant() && in->constant()->num_elements() <= kShapeDataElements) {
+          PlaceWeight(plan, in->constant().get());
+        }
+      }
+    }
     for (const Value* in : node.inputs()) {
       if (in == nullptr) continue;
-      if (in->is_constant()) PlaceWeight(plan, in->constant().get());  // shape functions may read it
       auto root = plan.roots.find(in);
       if (root != plan.roots.end()) last_use[root->second] = i;
     }
@@ -240,8 +252,16 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     }
     std::vector<RtTensor> ins, outs;
     for (const KernelOperand& operand : shape->inputs) {
+      const Value* in = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
+      const Tensor* constant = in != nullptr && in->is_constant() ? in->constant().get() : operand.constant.get();
+      if (constant != nullptr && plan_.weight_offsets.count(constant) == 0) {
+        // A large constant (a weight) the shape function reads the dims of only.
+        ins.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), Int64Array(constant->dims()), constant->rank(),
+                               constant->dtype()});
+        continue;
+      }
       // An omitted optional input (no node input, no constant) is a null tensor.
-      KILN_ASSIGN_OR_RETURN(RtTensor t, operand.node_input >= 0       ? RtOf(node.input(operand.node_input))
+      KILN_ASSIGN_OR_RETURN(RtTensor t, operand.node_input >= 0       ? RtOf(in)
                                         : operand.constant != nullptr ? RtOfConstant(operand.constant.get())
                                                                       : RtOf(nullptr));
       ins.push_back(t);
