@@ -18,6 +18,7 @@
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/reference.h"
+#include "kiln/compiler/runtime_tensor.h"
 #include "kiln/runtime.h"
 #include "kiln/v1/kiln.pb.h"
 #include "kiln/v1/worker.pb.h"
@@ -157,17 +158,11 @@ absl::Status RunArtifact(const std::string& path, const std::vector<Tensor>& inp
   if (kiln_session_create(loaded.module, &options, &loaded.session) != KILN_OK)
     return absl::InternalError(kiln_last_error());
   // The shaped API runs every artifact (and is the only one for run-time shapes).
-  for (const Tensor& t : inputs) {
-    loaded.in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
-                                    static_cast<int32_t>(t.dtype())});
-  }
+  for (const Tensor& t : inputs) loaded.in.push_back(RuntimeView(t));
   loaded.out.resize(static_cast<size_t>(loaded.desc->num_outputs));
   if (kiln_session_run_shaped(loaded.session, loaded.in.data(), loaded.out.data()) != KILN_OK)
     return absl::InvalidArgumentError(absl::StrCat("running the artifact: ", kiln_last_error()));
-  for (const kiln_tensor& t : loaded.out) {
-    outputs.emplace_back(static_cast<DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank));
-    std::memcpy(outputs.back().data(), t.data, static_cast<size_t>(outputs.back().size_bytes()));
-  }
+  for (const kiln_tensor& t : loaded.out) outputs.push_back(FromRuntime(t));
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 #include "kiln/common/json.h"
 #include "kiln/common/time.h"
 #include "kiln/compiler/frontend.h"
+#include "kiln/compiler/runtime_tensor.h"
 #include "kiln/compiler/tensor.h"
 #include "kiln/runtime.h"
 
@@ -120,15 +121,11 @@ int Run(const RunFlags& flags) {
   if (int code = ReadRunInputs(flags, desc, inputs); code != 0) return code;
   // The shaped API runs every artifact, with run-time shapes or not.
   std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
-  for (const Tensor& t : inputs) {
-    in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
-                             static_cast<int32_t>(t.dtype())});
-  }
+  for (const Tensor& t : inputs) in.push_back(RuntimeView(t));
   if (kiln_session_run_shaped(loaded.session, in.data(), out.data()) != KILN_OK) return Fail(kiln_last_error());
   if (auto s = MakeDirectories(flags.output_dir); !s.ok()) return Fail(std::string(s.message()));
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
-    Tensor result(static_cast<DType>(out[i].dtype), std::vector<int64_t>(out[i].dims, out[i].dims + out[i].rank));
-    std::memcpy(result.data(), out[i].data, static_cast<size_t>(result.size_bytes()));
+    const Tensor result = FromRuntime(out[i]);
     const std::string path = absl::StrCat(flags.output_dir, "/output_", i, ".pb");
     if (auto s = WriteFile(path, SerializeTensorProto(result, desc->outputs[i].name)); !s.ok())
       return Fail(std::string(s.message()));
@@ -228,10 +225,7 @@ int Bench(const BenchFlags& flags) {
   // Run-time shapes go through the shaped API, whose outputs the session owns.
   const bool shaped = loaded.desc->dynamic_entry != nullptr;
   std::vector<kiln_tensor> in, out(static_cast<size_t>(loaded.desc->num_outputs));
-  for (const Tensor& t : buffers.inputs) {
-    in.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
-                             static_cast<int32_t>(t.dtype())});
-  }
+  for (const Tensor& t : buffers.inputs) in.push_back(RuntimeView(t));
   if (!shaped) buffers.Bind(loaded.desc);
   auto run_once = [&] {
     return shaped ? kiln_session_run_shaped(loaded.session, in.data(), out.data())

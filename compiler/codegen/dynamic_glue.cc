@@ -205,36 +205,6 @@ absl::StatusOr<GlueBuilder::RtTensor> GlueBuilder::RtOf(const Value* value) {
                   static_cast<int64_t>(value->type().shape.size()), value->type().dtype};
 }
 
-llvm::Value* GlueBuilder::KTensors(const std::vector<RtTensor>& items, const char* name) {
-  if (items.empty()) return llvm::ConstantPointerNull::get(ptr_);
-  llvm::Value* array =
-      alloca_builder_->CreateAlloca(ktensor_, builder_.getInt32(static_cast<uint32_t>(items.size())), name);
-  for (size_t i = 0; i < items.size(); ++i) {
-    llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, array, i);
-    builder_.CreateStore(items[i].data, builder_.CreateStructGEP(ktensor_, slot, 0));
-    builder_.CreateStore(items[i].dims, builder_.CreateStructGEP(ktensor_, slot, 1));
-    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].rank)),
-                         builder_.CreateStructGEP(ktensor_, slot, 2));
-    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].dtype)),
-                         builder_.CreateStructGEP(ktensor_, slot, 3));
-  }
-  return array;
-}
-
-llvm::Value* GlueBuilder::KCall(llvm::Value* ins, size_t num_ins, llvm::Value* outs, size_t num_outs,
-                                llvm::Value* params, int64_t params_size) {
-  llvm::Value* kcall = alloca_builder_->CreateAlloca(kcall_, nullptr, "call");
-  builder_.CreateStore(ins, builder_.CreateStructGEP(kcall_, kcall, 0));
-  builder_.CreateStore(outs, builder_.CreateStructGEP(kcall_, kcall, 1));
-  builder_.CreateStore(params, builder_.CreateStructGEP(kcall_, kcall, 2));
-  builder_.CreateStore(builder_.getInt64(static_cast<uint64_t>(params_size)),
-                       builder_.CreateStructGEP(kcall_, kcall, 3));
-  builder_.CreateStore(exec_arg_, builder_.CreateStructGEP(kcall_, kcall, 4));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(num_ins)), builder_.CreateStructGEP(kcall_, kcall, 5));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(num_outs)), builder_.CreateStructGEP(kcall_, kcall, 6));
-  return kcall;
-}
-
 absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
   const Node& node = *plan_.nodes[index];
   const KernelCall& call = *plan_.calls[index];

@@ -346,23 +346,45 @@ absl::Status GlueBuilder::EmitNode(size_t index) {
   return EmitKernelCall(node, *plan_.calls[index], index);
 }
 
-llvm::Value* GlueBuilder::TensorArray(const std::vector<std::pair<llvm::Value*, const TensorType*>>& items,
-                                      const char* name) {
+llvm::Value* GlueBuilder::KTensors(const std::vector<RtTensor>& items, const char* name) {
   if (items.empty()) return llvm::ConstantPointerNull::get(ptr_);
   llvm::Value* array =
       alloca_builder_->CreateAlloca(ktensor_, builder_.getInt32(static_cast<uint32_t>(items.size())), name);
   for (size_t i = 0; i < items.size(); ++i) {
     llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, array, i);
-    const TensorType* type = items[i].second;
-    std::vector<int64_t> dims = type ? type->StaticDims() : std::vector<int64_t>{};
-    builder_.CreateStore(items[i].first, builder_.CreateStructGEP(ktensor_, slot, 0));
-    builder_.CreateStore(Int64Array(dims), builder_.CreateStructGEP(ktensor_, slot, 1));
-    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(dims.size())),
+    builder_.CreateStore(items[i].data, builder_.CreateStructGEP(ktensor_, slot, 0));
+    builder_.CreateStore(items[i].dims, builder_.CreateStructGEP(ktensor_, slot, 1));
+    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].rank)),
                          builder_.CreateStructGEP(ktensor_, slot, 2));
-    builder_.CreateStore(builder_.getInt32(type ? static_cast<uint32_t>(type->dtype) : 0),
+    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].dtype)),
                          builder_.CreateStructGEP(ktensor_, slot, 3));
   }
   return array;
+}
+
+llvm::Value* GlueBuilder::KCall(llvm::Value* ins, size_t num_ins, llvm::Value* outs, size_t num_outs,
+                                llvm::Value* params, int64_t params_size) {
+  llvm::Value* kcall = alloca_builder_->CreateAlloca(kcall_, nullptr, "call");
+  builder_.CreateStore(ins, builder_.CreateStructGEP(kcall_, kcall, 0));
+  builder_.CreateStore(outs, builder_.CreateStructGEP(kcall_, kcall, 1));
+  builder_.CreateStore(params, builder_.CreateStructGEP(kcall_, kcall, 2));
+  builder_.CreateStore(builder_.getInt64(static_cast<uint64_t>(params_size)),
+                       builder_.CreateStructGEP(kcall_, kcall, 3));
+  builder_.CreateStore(exec_arg_, builder_.CreateStructGEP(kcall_, kcall, 4));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(num_ins)), builder_.CreateStructGEP(kcall_, kcall, 5));
+  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(num_outs)), builder_.CreateStructGEP(kcall_, kcall, 6));
+  return kcall;
+}
+
+llvm::Value* GlueBuilder::TensorArray(const std::vector<std::pair<llvm::Value*, const TensorType*>>& items,
+                                      const char* name) {
+  std::vector<RtTensor> tensors;
+  for (const auto& [address, type] : items) {
+    const std::vector<int64_t> dims = type ? type->StaticDims() : std::vector<int64_t>{};
+    tensors.push_back(
+        RtTensor{address, Int64Array(dims), static_cast<int64_t>(dims.size()), type ? type->dtype : DType::kUndefined});
+  }
+  return KTensors(tensors, name);
 }
 
 absl::Status GlueBuilder::EmitKernelCall(const Node& node, const KernelCall& call, size_t index) {
@@ -396,19 +418,8 @@ absl::Status GlueBuilder::EmitKernelCall(const Node& node, const KernelCall& cal
     outs.push_back({builder_.CreateConstGEP1_64(i8_, workspace_arg_, slot->second.offset, node.name() + ".scratch"),
                     &scratch_type});
   }
-  llvm::Value* in_array = TensorArray(ins, "in");
-  llvm::Value* out_array = TensorArray(outs, "out");
-  llvm::Value* kcall = alloca_builder_->CreateAlloca(kcall_, nullptr, "call");
-  builder_.CreateStore(in_array, builder_.CreateStructGEP(kcall_, kcall, 0));
-  builder_.CreateStore(out_array, builder_.CreateStructGEP(kcall_, kcall, 1));
-  builder_.CreateStore(Params(call.params), builder_.CreateStructGEP(kcall_, kcall, 2));
-  builder_.CreateStore(builder_.getInt64(static_cast<uint64_t>(call.params.size_bytes())),
-                       builder_.CreateStructGEP(kcall_, kcall, 3));
-  builder_.CreateStore(exec_arg_, builder_.CreateStructGEP(kcall_, kcall, 4));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(ins.size())),
-                       builder_.CreateStructGEP(kcall_, kcall, 5));
-  builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(outs.size())),
-                       builder_.CreateStructGEP(kcall_, kcall, 6));
+  llvm::Value* kcall = KCall(TensorArray(ins, "in"), ins.size(), TensorArray(outs, "out"), outs.size(),
+                             Params(call.params), call.params.size_bytes());
   auto symbol =
       KernelSymbol(call.kernel, ins.empty() ? nullptr : ins[0].second, outs.empty() ? nullptr : outs[0].second);
   if (!symbol.ok()) return Annotate(symbol.status(), NodeLabel(node));

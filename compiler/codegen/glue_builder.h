@@ -36,7 +36,7 @@ class GlueBuilder {
   llvm::Value* EmitAlloc(llvm::Value* bytes, size_t index, const std::string& name);
   void EmitRelease(llvm::Value* data);
   llvm::Value* ElementCount(llvm::Value* dims, size_t rank);
-  // A kiln_ktensor as the dynamic entry has it.
+  // A kiln_ktensor as the glue builds it: dims constant (static) or computed (dynamic entry).
   struct RtTensor {
     llvm::Value* data;
     llvm::Value* dims;  // an i64 array

@@ -21,6 +21,27 @@ std::vector<Tensor> One(Tensor t) {
   return out;
 }
 
+// An op's `axis` (Compress, Unique) over x's dims, or, without the attribute, axis 0 of the
+// flattened x; with the element counts before (outer) and after (inner) the axis.
+struct Slices {
+  std::vector<int64_t> dims;
+  int64_t axis = 0, outer = 1, inner = 1;
+};
+
+absl::StatusOr<Slices> SlicesAlongAxis(const Node& node, const Tensor& x) {
+  Slices s;
+  s.dims = {x.num_elements()};
+  if (node.has_attr("axis")) {
+    s.dims = x.dims();
+    s.axis = node.GetInt("axis", 0);
+    if (s.axis < 0) s.axis += x.rank();
+    if (s.axis < 0 || s.axis >= x.rank()) return absl::InvalidArgumentError("axis is out of range");
+  }
+  for (int64_t d = 0; d < s.axis; ++d) s.outer *= s.dims[d];
+  for (size_t d = s.axis + 1; d < s.dims.size(); ++d) s.inner *= s.dims[d];
+  return s;
+}
+
 // NonZero: the multi-index of every nonzero element, one column each, in row-major order.
 Result NonZero(const Node&, const Inputs& in) {
   const Tensor& x = *in[0];
@@ -44,14 +65,10 @@ Result NonZero(const Node&, const Inputs& in) {
 // is true; the condition may be shorter than the axis, not longer.
 Result Compress(const Node& node, const Inputs& in) {
   const Tensor &x = *in[0], &condition = *in[1];
-  std::vector<int64_t> dims = {x.num_elements()};
-  int64_t axis = 0;
-  if (node.has_attr("axis")) {
-    dims = x.dims();
-    axis = node.GetInt("axis", 0);
-    if (axis < 0) axis += x.rank();
-    if (axis < 0 || axis >= x.rank()) return absl::InvalidArgumentError("axis is out of range");
-  }
+  absl::StatusOr<Slices> slices = SlicesAlongAxis(node, x);
+  if (!slices.ok()) return slices.status();
+  const std::vector<int64_t>& dims = slices->dims;
+  const int64_t axis = slices->axis, outer = slices->outer, inner = slices->inner * DTypeSize(x.dtype());
   if (condition.num_elements() > dims[axis]) {
     return absl::InvalidArgumentError(
         absl::StrCat("the condition has ", condition.num_elements(), " entries, the axis ", dims[axis]));
@@ -60,9 +77,6 @@ Result Compress(const Node& node, const Inputs& in) {
   for (int64_t j = 0; j < condition.num_elements(); ++j) {
     if (condition.GetAsDouble(j) != 0) kept.push_back(j);
   }
-  int64_t outer = 1, inner = DTypeSize(x.dtype());
-  for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
-  for (size_t d = axis + 1; d < dims.size(); ++d) inner *= dims[d];
   std::vector<int64_t> out_dims = dims;
   out_dims[axis] = static_cast<int64_t>(kept.size());
   Tensor out(x.dtype(), out_dims);
@@ -82,17 +96,10 @@ Result Compress(const Node& node, const Inputs& in) {
 // first index of each, each input slice's place among them, and their counts.
 Result Unique(const Node& node, const Inputs& in) {
   const Tensor& x = *in[0];
-  std::vector<int64_t> dims = {x.num_elements()};
-  int64_t axis = 0;
-  if (node.has_attr("axis")) {
-    dims = x.dims();
-    axis = node.GetInt("axis", 0);
-    if (axis < 0) axis += x.rank();
-    if (axis < 0 || axis >= x.rank()) return absl::InvalidArgumentError("axis is out of range");
-  }
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
-  for (size_t d = axis + 1; d < dims.size(); ++d) inner *= dims[d];
+  absl::StatusOr<Slices> along = SlicesAlongAxis(node, x);
+  if (!along.ok()) return along.status();
+  const std::vector<int64_t>& dims = along->dims;
+  const int64_t axis = along->axis, outer = along->outer, inner = along->inner;
   const int64_t count = dims[axis];
   auto offset = [&](int64_t j, int64_t e) { return ((e / inner) * count + j) * inner + e % inner; };
   std::vector<std::vector<double>> slices(count);

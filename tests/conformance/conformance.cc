@@ -32,6 +32,7 @@
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/reference.h"
+#include "kiln/compiler/runtime_tensor.h"
 #include "kiln/runtime.h"
 #include "onnx/onnx_pb.h"
 
@@ -147,8 +148,7 @@ Outcome RunDataSets(const fs::path& dir, size_t num_inputs, size_t num_outputs,
 // elements than the model declares: where the artifact's dims are static they stand, over a
 // copy padded with zeros when the count differs.
 kiln_tensor InputView(const kiln::Tensor& t, const kiln_tensor_info& info, std::deque<kiln::Tensor>& padded) {
-  kiln_tensor view{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
-                   static_cast<int32_t>(t.dtype())};
+  kiln_tensor view = kiln::RuntimeView(t);
   int64_t elements = 1;
   for (int32_t d = 0; d < info.rank && elements >= 0; ++d) elements = info.dims[d] < 0 ? -1 : elements * info.dims[d];
   const bool bf16_bits =
@@ -198,10 +198,7 @@ Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& d
       return absl::InternalError(kiln_last_error());
     }
     std::vector<kiln::Tensor> outputs;
-    for (const kiln_tensor& t : out) {
-      outputs.emplace_back(static_cast<kiln::DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank));
-      std::memcpy(outputs.back().data(), t.data, static_cast<size_t>(outputs.back().size_bytes()));
-    }
+    for (const kiln_tensor& t : out) outputs.push_back(kiln::FromRuntime(t));
     return outputs;
   };
   const Outcome outcome = RunDataSets(dir, desc->num_inputs, desc->num_outputs, run, detail);

@@ -12,6 +12,7 @@
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/runtime_tensor.h"
 #include "kiln/compiler/target.h"
 #include "kiln/runtime.h"
 
@@ -113,17 +114,10 @@ std::vector<Tensor> RunShapedArtifact(Graph& graph, const std::string& pipeline,
   kiln_session_options session_options{sizeof(kiln_session_options), 1};
   EXPECT_EQ(kiln_session_create(module, &session_options, &session), KILN_OK) << kiln_last_error();
   std::vector<kiln_tensor> ins, outs(graph.outputs().size());
-  for (const Tensor& t : inputs) {
-    ins.push_back(kiln_tensor{const_cast<void*>(t.data()), t.dims().data(), static_cast<int32_t>(t.rank()),
-                              static_cast<int32_t>(t.dtype())});
-  }
+  for (const Tensor& t : inputs) ins.push_back(RuntimeView(t));
   const kiln_status status = kiln_session_run_shaped(session, ins.data(), outs.data());
   EXPECT_EQ(status, KILN_OK) << kiln_last_error();
-  for (size_t i = 0; status == KILN_OK && i < outs.size(); ++i) {
-    Tensor& t = outputs.emplace_back(static_cast<DType>(outs[i].dtype),
-                                     std::vector<int64_t>(outs[i].dims, outs[i].dims + outs[i].rank));
-    std::copy_n(static_cast<const char*>(outs[i].data), t.size_bytes(), static_cast<char*>(t.data()));
-  }
+  for (size_t i = 0; status == KILN_OK && i < outs.size(); ++i) outputs.push_back(FromRuntime(outs[i]));
   kiln_session_destroy(session);
   kiln_module_unload(module);
   return outputs;
