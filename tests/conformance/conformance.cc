@@ -143,24 +143,18 @@ Outcome RunDataSets(const fs::path& dir, size_t num_inputs, size_t num_outputs,
   return Outcome::kPass;
 }
 
-// An input as the artifact takes it. Some ONNX 1.12 cases store an input flattened, a
-// bfloat16 one as its uint16 bits, or (CastLike's `like`, read for its type only) with fewer
-// elements than the model declares: where the artifact's dims are static they stand, over a
-// copy padded with zeros when the count differs.
-kiln_tensor InputView(const kiln::Tensor& t, const kiln_tensor_info& info, std::deque<kiln::Tensor>& padded) {
-  kiln_tensor view = kiln::RuntimeView(t);
-  int64_t elements = 1;
-  for (int32_t d = 0; d < info.rank && elements >= 0; ++d) elements = info.dims[d] < 0 ? -1 : elements * info.dims[d];
-  const bool bf16_bits =
-      info.dtype == static_cast<int32_t>(kiln::DType::kBFloat16) && t.dtype() == kiln::DType::kUInt16;
-  if (elements < 0 || !(bf16_bits || info.dtype == view.dtype)) return view;
-  if (elements != t.num_elements()) {
-    padded.emplace_back(static_cast<kiln::DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
-    std::memcpy(padded.back().data(), t.data(),
-                static_cast<size_t>(std::min(t.size_bytes(), padded.back().size_bytes())));
-    view.data = padded.back().data();
-  }
-  return kiln_tensor{view.data, info.dims, info.rank, info.dtype};
+// An input as the model declares it (`dtype`, static `dims`). Some ONNX 1.12 cases store an
+// input flattened, a bfloat16 one as its uint16 bits, or (CastLike's `like`, read for its
+// type only) with fewer elements than declared: where the dims are static they stand, over
+// a copy (zero-padded when the count differs) kept in `store`. Otherwise `t` as it is.
+const kiln::Tensor& AsDeclared(const kiln::Tensor& t, kiln::DType dtype, const std::vector<int64_t>& dims,
+                               std::deque<kiln::Tensor>& store) {
+  const bool fixed = std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 0; });
+  const bool bf16_bits = dtype == kiln::DType::kBFloat16 && t.dtype() == kiln::DType::kUInt16;
+  if (!fixed || !(bf16_bits || dtype == t.dtype()) || (dtype == t.dtype() && dims == t.dims())) return t;
+  kiln::Tensor& copy = store.emplace_back(dtype, dims);
+  std::memcpy(copy.data(), t.data(), static_cast<size_t>(std::min(t.size_bytes(), copy.size_bytes())));
+  return copy;
 }
 
 Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& detail) {
@@ -192,7 +186,9 @@ Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& d
     std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
     std::deque<kiln::Tensor> padded;
     for (size_t i = 0; i < set.inputs.size() && i < static_cast<size_t>(desc->num_inputs); ++i) {
-      in.push_back(InputView(set.inputs[i], desc->inputs[i], padded));
+      const kiln_tensor_info& info = desc->inputs[i];
+      in.push_back(kiln::RuntimeView(AsDeclared(set.inputs[i], static_cast<kiln::DType>(info.dtype),
+                                                std::vector<int64_t>(info.dims, info.dims + info.rank), padded)));
     }
     if (kiln_session_run_shaped(session, in.data(), out.data()) != KILN_OK) {
       return absl::InternalError(kiln_last_error());
@@ -283,17 +279,15 @@ Outcome RunReference(const fs::path& dir, std::string& detail) {
         return Outcome::kUnsupported;
       }
     }
-    // ONNX 1.12 stores a bfloat16 input as its uint16 bits: the graph's dtype stands.
+    // As the graph declares them (AsDeclared).
     auto run = [&](const DataSet& set) {
-      std::vector<kiln::Tensor> inputs = set.inputs;
-      for (size_t i = 0; i < inputs.size() && i < (*graph)->inputs().size(); ++i) {
-        const kiln::TensorType& type = (*graph)->inputs()[i]->type();
-        if (type.dtype == kiln::DType::kBFloat16 && inputs[i].dtype() == kiln::DType::kUInt16 && type.IsStatic()) {
-          kiln::Tensor bits(kiln::DType::kBFloat16, type.StaticDims());
-          std::memcpy(bits.data(), inputs[i].data(),
-                      static_cast<size_t>(std::min(bits.size_bytes(), inputs[i].size_bytes())));
-          inputs[i] = std::move(bits);
-        }
+      std::deque<kiln::Tensor> store;
+      std::vector<kiln::Tensor> inputs;
+      for (size_t i = 0; i < set.inputs.size(); ++i) {
+        const kiln::TensorType* type = i < (*graph)->inputs().size() && (*graph)->inputs()[i]->type().has_shape
+                                           ? &(*graph)->inputs()[i]->type()
+                                           : nullptr;
+        inputs.push_back(type ? AsDeclared(set.inputs[i], type->dtype, type->StaticDims(), store) : set.inputs[i]);
       }
       return kiln::ReferenceRunGraph(**graph, inputs);
     };
