@@ -90,20 +90,16 @@ Outputs GatherND(const Node& node, const Inputs& in) {
 // Writes `update` over out[at] with the scatter's reduction ("none", "add", "mul", "max", "min").
 void ScatterInto(Tensor& out, int64_t at, const Tensor& updates, int64_t from, const std::string& reduction) {
   if (reduction == "none") return CopyElement(updates, from, out, at);
-  const double old_value = LoadDouble(out, at), u = LoadDouble(updates, from);
-  double v = old_value;
-  if (reduction == "add") v = old_value + u;
-  if (reduction == "mul") v = old_value * u;
-  if (reduction == "max") v = std::max(old_value, u);
-  if (reduction == "min") v = std::min(old_value, u);
-  if (IsFloatType(out.dtype())) return StoreDouble(out, at, v);
-  const int64_t a = LoadInt(out, at), b = LoadInt(updates, from);
-  int64_t r = a;
-  if (reduction == "add") r = a + b;
-  if (reduction == "mul") r = a * b;
-  if (reduction == "max") r = std::max(a, b);
-  if (reduction == "min") r = std::min(a, b);
-  StoreInt(out, at, r);
+  // In double for floats, in int64 for integers (exact), the same rule for both.
+  auto reduce = [&reduction](auto a, auto b) {
+    if (reduction == "add") return a + b;
+    if (reduction == "mul") return a * b;
+    if (reduction == "max") return std::max(a, b);
+    if (reduction == "min") return std::min(a, b);
+    return a;
+  };
+  if (IsFloatType(out.dtype())) return StoreDouble(out, at, reduce(LoadDouble(out, at), LoadDouble(updates, from)));
+  StoreInt(out, at, reduce(LoadInt(out, at), LoadInt(updates, from)));
 }
 
 Outputs ScatterElements(const Node& node, const Inputs& in) {
