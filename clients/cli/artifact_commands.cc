@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -185,16 +186,13 @@ int RandomInputs(const kiln_module_desc* desc, const std::vector<std::string>& s
 }
 
 // Separate runs, so the hooks' own cost never touches the timings: time per kernel on stderr.
-int Profile(const BenchFlags& flags, Loaded& loaded, Buffers& buffers) {
+int Profile(const BenchFlags& flags, Loaded& loaded, const std::function<kiln_status(double*)>& run_profiled) {
   const int32_t kernels = loaded.desc->num_kernels;
   std::vector<double> kernel_ms(static_cast<size_t>(kernels), 0.0);
   double profiled_total = 0;
   for (int i = 0; i < flags.iters; ++i) {
     Stopwatch run;
-    if (kiln_session_run_profiled(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data(), kernel_ms.data()) !=
-        KILN_OK) {
-      return Fail(kiln_last_error());
-    }
+    if (run_profiled(kernel_ms.data()) != KILN_OK) return Fail(kiln_last_error());
     profiled_total += run.ElapsedMs();
   }
   std::vector<int32_t> order(static_cast<size_t>(kernels));
@@ -240,9 +238,13 @@ int Bench(const BenchFlags& flags) {
     if (run_once() != KILN_OK) return Fail(kiln_last_error());
     times.push_back(run.ElapsedMs());
   }
-  if (flags.profile && shaped) return Fail("--profile does not take an artifact with run-time shapes yet");
   if (flags.profile) {
-    if (int code = Profile(flags, loaded, buffers); code != 0) return code;
+    auto run_profiled = [&](double* kernel_ms) {
+      return shaped ? kiln_session_run_shaped_profiled(loaded.session, in.data(), out.data(), kernel_ms)
+                    : kiln_session_run_profiled(loaded.session, buffers.in_ptrs.data(), buffers.out_ptrs.data(),
+                                                kernel_ms);
+    };
+    if (int code = Profile(flags, loaded, run_profiled); code != 0) return code;
   }
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());

@@ -297,6 +297,10 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
         KCall(KTensors(ins, "in"), ins.size(), KTensors(outs, "out"), outs.size(), params, call.params.size_bytes());
     llvm::FunctionCallee kernel = module_.getOrInsertFunction(*symbol, kernel_type_);
     EmitFailureCheck(builder_.CreateCall(kernel, {kcall}), index, name);
+    const std::string& injected = plan_.options->inject_kernel_bug;
+    if (!injected.empty() && !outs.empty() && (call.kernel == injected || call.kernel.rfind(injected + "_", 0) == 0)) {
+      EmitInjectedBug(outs[0].data, node.output(0)->type());
+    }
     if (scratch != nullptr) EmitRelease(scratch);
   }
   for (const Value* dead : plan_.releases[index]) EmitRelease(rt_data_.at(dead));

@@ -414,7 +414,8 @@ static kiln_status check_shaped_inputs(const kiln_module_desc* desc, const kiln_
 }
 
 /* A static artifact run through the shaped API: its outputs in session buffers. */
-static kiln_status run_static_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs) {
+static kiln_status run_static_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs,
+                                     const kiln_exec_hooks* hooks) {
   const kiln_module_desc* desc = session->module->desc;
   const void* in[desc->num_inputs > 0 ? desc->num_inputs : 1];
   void* out[desc->num_outputs > 0 ? desc->num_outputs : 1];
@@ -430,10 +431,13 @@ static kiln_status run_static_shaped(kiln_session* session, const kiln_tensor* i
     session->held[session->num_held++] = out[i];
     outputs[i] = (kiln_tensor){out[i], info->dims, info->rank, info->dtype};
   }
-  return kiln_session_run(session, in, out);
+  return run_with(session, in, out, hooks);
 }
 
-kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs) {
+/* static_hooks: what a static artifact's entry gets (NULL: serial); a dynamic entry always
+ * gets a full set, since it allocates through them. */
+static kiln_status run_shaped_with(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs,
+                                   const kiln_exec_hooks* static_hooks, const kiln_exec_hooks* dynamic_hooks) {
   if (session == NULL || (inputs == NULL && session->module->desc->num_inputs > 0) || outputs == NULL)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "session, inputs and outputs must not be NULL");
   const kiln_module_desc* desc = session->module->desc;
@@ -441,9 +445,9 @@ kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* in
   if (status != KILN_OK) return status;
   for (int32_t i = 0; i < session->num_held; ++i) arena_release(&session->buffers, session->held[i]);
   session->num_held = 0;
-  if (desc->dynamic_entry == NULL) return run_static_shaped(session, inputs, outputs);
+  if (desc->dynamic_entry == NULL) return run_static_shaped(session, inputs, outputs, static_hooks);
   for (int32_t i = 0; i < desc->num_outputs; ++i) outputs[i] = (kiln_tensor){NULL, NULL, 0, 0};
-  status = entry_status(session, desc->dynamic_entry(inputs, outputs, &session->hooks));
+  status = entry_status(session, desc->dynamic_entry(inputs, outputs, dynamic_hooks));
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
     if (outputs[i].data != NULL) session->held[session->num_held++] = outputs[i].data;
     if (outputs[i].dims != NULL) session->held[session->num_held++] = (void*)outputs[i].dims;
@@ -477,6 +481,24 @@ kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* 
   hooks.profile_ctx = &state;
   clock_gettime(CLOCK_MONOTONIC, &state.last);
   return run_with(session, inputs, outputs, &hooks);
+}
+
+kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs) {
+  if (session == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "session must not be NULL");
+  return run_shaped_with(session, inputs, outputs, session->threads ? &session->hooks : NULL, &session->hooks);
+}
+
+kiln_status kiln_session_run_shaped_profiled(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs,
+                                             double* kernel_ms) {
+  if (session == NULL || kernel_ms == NULL)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "session and kernel_ms must not be NULL");
+  profile_state state;
+  state.kernel_ms = kernel_ms;
+  kiln_exec_hooks hooks = session->hooks;
+  hooks.kernel_done = profile_kernel_done;
+  hooks.profile_ctx = &state;
+  clock_gettime(CLOCK_MONOTONIC, &state.last);
+  return run_shaped_with(session, inputs, outputs, &hooks, &hooks);
 }
 
 int32_t kiln_session_num_threads(const kiln_session* session) { return session ? session->num_threads : 0; }

@@ -54,6 +54,14 @@ grep -q '^profile: 7 kernels, 5 runs' "$work/profile.txt"
 grep -q '#0 conv1 (Conv)' "$work/profile.txt"
 grep -q '#6 softmax (Softmax)' "$work/profile.txt"
 awk '/%  #/ {cum = $4} END {exit !(cum == "100.0%")}' "$work/profile.txt"
+# ... and for an artifact whose batch is known only at run time (the shaped API's profile).
+/usr/bin/python3 "$root/tests/e2e/make_test_models.py" dynamic "$work/dynamic.onnx"
+"$kiln" compile "$work/dynamic.onnx" -o "$work/dynamic.so" > /dev/null 2>&1
+"$kiln" bench "$work/dynamic.so" --iters 5 --input-shape input=3x32 --profile 2> "$work/profile.txt" |
+  grep -q '"median_ms"'
+grep -q '^profile: 8 kernels, 5 runs' "$work/profile.txt"
+grep -q '#7 softmax (Softmax)' "$work/profile.txt"
+awk '/%  #/ {cum = $4} END {exit !(cum == "100.0%")}' "$work/profile.txt"
 
 # Errors name the problem and exit non-zero.
 echo "not a model" > "$work/bad.onnx"

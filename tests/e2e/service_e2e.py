@@ -858,18 +858,19 @@ def scenario_compile_identity(work):
         check("cache hit" in again.stderr, f"resubmit hits the cache: {again.stderr}")
 
 
-def conv_model(work):
-    """One 3x3 Conv (8 -> 16 channels, 12x12) whose output is the graph output."""
+def conv_model(work, batch=1):
+    """One 3x3 Conv (8 -> 16 channels, 12x12) whose output is the graph output; batch "N"
+    makes its batch known only at run time (the dynamic glue runs it)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     weights = np.random.default_rng(5).standard_normal((16, 8, 3, 3)).astype("float32") * 0.2
     graph = helper.make_graph(
         [helper.make_node("Conv", ["input", "w"], ["output"], name="conv", pads=[1, 1, 1, 1])], "conv",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 12, 12])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 16, 12, 12])],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 8, 12, 12])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, 16, 12, 12])],
         [numpy_helper.from_array(weights, "w")])
-    path = os.path.join(work, "conv.onnx")
+    path = os.path.join(work, f"conv-{batch}.onnx")
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
     return path
 
@@ -878,8 +879,10 @@ def scenario_injected_kernel_bug(work):
     """Validation compares the artifact with the independent reference (compiler/reference),
     so a wrong kernel fails the accuracy report: each model passes, then fails once the
     test-only switch KILN_TEST_INJECT_KERNEL_BUG makes one kernel add 0.01 to its first
-    output element (softmax in the sample CNN, conv in a one-Conv model)."""
-    models = {"softmax": sample_model(work), "conv": conv_model(work)}
+    output element (softmax in the sample CNN, conv in a one-Conv model, and conv in that
+    model with a batch known only at run time, whose kernels the dynamic glue calls)."""
+    models = {"softmax": ("softmax", sample_model(work)), "conv": ("conv", conv_model(work)),
+              "conv-dynamic": ("conv", conv_model(work, "N"))}
     flags = ["--atol", "1e-4", "--rtol", "1e-3", "--wait", "--skip-latency"]
 
     def submit(server, kernel, model, name):
@@ -890,12 +893,12 @@ def scenario_injected_kernel_bug(work):
         return result, json.load(open(os.path.join(out, "report.json")))
 
     with Kilnd(os.path.join(work, "data"), workers=1) as server:
-        for kernel, model in models.items():
+        for kernel, (_, model) in models.items():
             result, report = submit(server, kernel, model, f"{kernel}-ok")
             check(result.returncode == 0 and report["verdict"]["passed"], f"{kernel}: clean verdict {report['verdict']}")
             check(report["outputs"][0]["max_abs_error"] < 1e-4, f"{kernel}: clean error {report['outputs'][0]}")
-    for kernel, model in models.items():
-        env = dict(os.environ, KILN_TEST_INJECT_KERNEL_BUG=kernel)
+    for kernel, (injected, model) in models.items():
+        env = dict(os.environ, KILN_TEST_INJECT_KERNEL_BUG=injected)
         with Kilnd(os.path.join(work, f"data-{kernel}"), workers=1, env=env) as server:
             result, report = submit(server, kernel, model, f"{kernel}-bug")
             check(result.returncode == 3, f"{kernel}: a kernel bug fails --fail-on-accuracy (exit 3): {result.stderr}")

@@ -113,6 +113,10 @@ kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* 
  * to buffers the session owns, valid until its next run or its destruction. Works for
  * every artifact; the only way to run one with run-time shapes. */
 kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs);
+/* Like kiln_session_run_shaped, and adds each kernel's wall time in milliseconds to
+ * kernel_ms[i] (an array of desc->num_kernels doubles the caller zeroes). */
+kiln_status kiln_session_run_shaped_profiled(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs,
+                                             double* kernel_ms);
 int32_t kiln_session_num_threads(const kiln_session* session);
 void kiln_session_destroy(kiln_session* session);
 
