@@ -11,61 +11,12 @@
 'use strict';
 const fs = require('fs');
 const ort = require('onnxruntime-node');
+const {readTensorProto} = require('./ort_tensor');
 
 function usage(problem) {
   process.stderr.write(`ort_bench: ${problem}\nusage: node ort_bench.js MODEL.onnx --input FILE.pb ` +
                        `[--input ...] [--threads N] [--iters N] [--warmup N] [--profile]\n`);
   process.exit(2);
-}
-
-// Minimal protobuf reader for the ONNX TensorProto fields numpy_helper writes:
-// dims (1), data_type (2), name (8), raw_data (9).
-function readTensorProto(path) {
-  const buf = fs.readFileSync(path);
-  let pos = 0;
-  const varint = () => {
-    let result = 0n, shift = 0n;
-    for (;;) {
-      const b = buf[pos++];
-      result |= BigInt(b & 0x7f) << shift;
-      if ((b & 0x80) === 0) return result;
-      shift += 7n;
-    }
-  };
-  const dims = [];
-  let dataType = 0, name = '', raw = null;
-  while (pos < buf.length) {
-    const key = Number(varint());
-    const field = key >> 3, wire = key & 7;
-    if (wire === 0) {
-      const v = varint();
-      if (field === 1) dims.push(Number(v));
-      else if (field === 2) dataType = Number(v);
-    } else if (wire === 2) {
-      const len = Number(varint());
-      const bytes = buf.subarray(pos, pos + len);
-      pos += len;
-      if (field === 1) {  // packed dims
-        const saved = pos;
-        let p = 0;
-        while (p < bytes.length) {
-          let r = 0n, s = 0n;
-          for (;;) { const b = bytes[p++]; r |= BigInt(b & 0x7f) << s; if ((b & 0x80) === 0) break; s += 7n; }
-          dims.push(Number(r));
-        }
-        pos = saved;
-      } else if (field === 8) name = bytes.toString('utf8');
-      else if (field === 9) raw = bytes;
-    } else if (wire === 5) pos += 4;
-    else if (wire === 1) pos += 8;
-    else throw new Error(`${path}: unsupported protobuf wire type ${wire}`);
-  }
-  if (raw === null) throw new Error(`${path}: tensor has no raw_data (write it with numpy_helper.from_array)`);
-  const copy = Uint8Array.from(raw).buffer;
-  const types = {1: ['float32', Float32Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 9: ['bool', Uint8Array]};
-  if (!types[dataType]) throw new Error(`${path}: data type ${dataType} is not supported here`);
-  const [type, Array] = types[dataType];
-  return {name, tensor: new ort.Tensor(type, new Array(copy), dims)};
 }
 
 async function main() {

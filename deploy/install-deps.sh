@@ -69,3 +69,8 @@ fi
 if [ "$only_build" = 0 ] && ! command -v npm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi
+# The model tests hold Kiln's outputs to ONNX Runtime's (bench/ort_run.js): its CPU library
+# ships in the npm package (the install script, which fetches GPU builds, is skipped).
+if [ "$only_build" = 0 ] && [ ! -d "$(dirname "$0")/../bench/node_modules/onnxruntime-node" ]; then
+  (cd "$(dirname "$0")/../bench" && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund --loglevel=error)
+fi

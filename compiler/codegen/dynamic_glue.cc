@@ -89,6 +89,56 @@ absl::StatusOr<KernelCall> LowerDynamicNode(GluePlan& plan, const Node& node, co
   return call;
 }
 
+// Bytes of a value at the probe size (an estimate, to pair buffers of like size in a slot).
+int64_t ProbeBytes(const TensorType& type) {
+  int64_t n = DTypeSize(type.dtype);
+  for (const Dim& d : type.shape) n *= d.known() ? d.size : kProbeDim;
+  return n;
+}
+
+// The symbolic memory plan: interval colouring of the buffers' lifetimes (definition to last
+// reader, by node index). A buffer takes a free slot (its occupant's last reader ran before
+// this node, so a kernel never reads and writes one slot at once), preferring the smallest
+// whose probe size fits, else the largest; a node's scratch lives for that node alone.
+void AssignSlots(GluePlan& plan, const std::map<const Value*, size_t>& last_use,
+                 const std::set<const Value*>& escaping) {
+  std::vector<int64_t> free_after;  // per slot: the last node its occupant is read by
+  std::vector<int64_t> probe_bytes;
+  auto take = [&](int64_t index, int64_t until, int64_t bytes) {
+    int32_t best = -1;
+    for (int32_t s = 0; s < static_cast<int32_t>(free_after.size()); ++s) {
+      if (free_after[s] >= index) continue;
+      const bool fits = probe_bytes[s] >= bytes;
+      const bool best_fits = best >= 0 && probe_bytes[best] >= bytes;
+      if (best < 0 || (fits && (!best_fits || probe_bytes[s] < probe_bytes[best])) ||
+          (!fits && !best_fits && probe_bytes[s] > probe_bytes[best])) {
+        best = s;
+      }
+    }
+    if (best < 0) {
+      best = static_cast<int32_t>(free_after.size());
+      free_after.push_back(-1);
+      probe_bytes.push_back(0);
+    }
+    free_after[best] = until;
+    probe_bytes[best] = std::max(probe_bytes[best], bytes);
+    return plan.slot_base + best;
+  };
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const Node& node = *plan.nodes[i];
+    const KernelCall& call = *plan.calls[i];
+    for (size_t k = 0; k < node.outputs().size(); ++k) {
+      const Value* out = node.output(k);
+      if ((call.is_view && k == 0) || escaping.count(out) > 0) continue;
+      plan.slots[out] = take(static_cast<int64_t>(i), static_cast<int64_t>(last_use.at(out)), ProbeBytes(out->type()));
+    }
+    if (call.scratch_bytes > 0) {
+      plan.scratch_slots[i] = take(static_cast<int64_t>(i), static_cast<int64_t>(i), call.scratch_bytes);
+    }
+  }
+  plan.num_slots = static_cast<int32_t>(free_after.size());
+}
+
 }  // namespace
 
 absl::Status PlanDynamicGlue(GluePlan& plan) {
@@ -150,10 +200,13 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
   for (const Value* out : graph.outputs()) {
     if (auto root = plan.roots.find(out); root != plan.roots.end()) escaping.insert(root->second);
   }
+  AssignSlots(plan, last_use, escaping);
+  // A buffer outside the slots goes back to the pool after its last reader (none today:
+  // every owned buffer that does not escape has a slot; kept for buffers a kernel makes).
   plan.releases.resize(plan.nodes.size());
   for (const auto& [root, index] : last_use) {
     const bool owned = root->producer() != nullptr && !root->is_constant();
-    if (owned && escaping.count(root) == 0) plan.releases[index].push_back(root);
+    if (owned && escaping.count(root) == 0 && plan.slots.count(root) == 0) plan.releases[index].push_back(root);
   }
   plan.num_parts = 1;
   plan.num_modules = 1;
@@ -179,6 +232,21 @@ llvm::Value* GlueBuilder::EmitAlloc(llvm::Value* bytes, size_t index, const std:
   llvm::Value* rc =
       builder_.CreateSelect(builder_.CreateIsNull(data), builder_.getInt32(KILN_KERR_MEMORY), builder_.getInt32(0));
   EmitFailureCheck(rc, index, name + ".alloc");
+  return data;
+}
+
+llvm::Value* GlueBuilder::EmitSlot(llvm::Value* bytes, int32_t slot, size_t index, const std::string& name) {
+  // kiln_kexec: {..., arena (4), alloc, release, slot (7)}
+  llvm::Value* arena = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 4));
+  llvm::Value* slot_fn = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 7));
+  auto* slot_type = llvm::FunctionType::get(ptr_, {ptr_, i32_, i64_}, false);
+  llvm::Value* size =
+      builder_.CreateSelect(builder_.CreateICmpSGT(bytes, builder_.getInt64(0)), bytes, builder_.getInt64(1));
+  llvm::Value* data =
+      builder_.CreateCall(slot_type, slot_fn, {arena, builder_.getInt32(static_cast<uint32_t>(slot)), size}, name);
+  llvm::Value* rc =
+      builder_.CreateSelect(builder_.CreateIsNull(data), builder_.getInt32(KILN_KERR_MEMORY), builder_.getInt32(0));
+  EmitFailureCheck(rc, index, name + ".slot");
   return data;
 }
 
@@ -260,8 +328,10 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     }
     llvm::Value* count = rt_dims_.count(out) ? ElementCount(rt_dims_[out], out->type().shape.size())
                                              : builder_.getInt64(NumElements(out->type().StaticDims()));
-    rt_data_[out] =
-        EmitAlloc(builder_.CreateMul(count, builder_.getInt64(DTypeSize(out->type().dtype))), index, out->name());
+    llvm::Value* bytes = builder_.CreateMul(count, builder_.getInt64(DTypeSize(out->type().dtype)));
+    auto slot = plan_.slots.find(out);
+    rt_data_[out] = slot != plan_.slots.end() ? EmitSlot(bytes, slot->second, index, out->name())
+                                              : EmitAlloc(bytes, index, out->name());
   }
   if (!call.is_view) {
     std::vector<RtTensor> ins, outs;
@@ -284,7 +354,8 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     }
     llvm::Value* scratch = nullptr;
     if (call.scratch_bytes > 0) {
-      scratch = EmitAlloc(builder_.getInt64(call.scratch_bytes), index, name + ".scratch");
+      scratch =
+          EmitSlot(builder_.getInt64(call.scratch_bytes), plan_.scratch_slots.at(index), index, name + ".scratch");
       outs.push_back(RtTensor{scratch, Int64Array({call.scratch_bytes}), 1, DType::kUInt8});
     }
     // The instantiation follows the first input's or output's element type.
@@ -301,7 +372,6 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     if (!injected.empty() && !outs.empty() && (call.kernel == injected || call.kernel.rfind(injected + "_", 0) == 0)) {
       EmitInjectedBug(outs[0].data, node.output(0)->type());
     }
-    if (scratch != nullptr) EmitRelease(scratch);
   }
   for (const Value* dead : plan_.releases[index]) EmitRelease(rt_data_.at(dead));
   return absl::OkStatus();

@@ -51,6 +51,14 @@ struct GluePlan {
   std::vector<std::vector<const Value*>> releases;
   // Dynamic: the value whose buffer each value uses (itself, or a view's source).
   std::map<const Value*, const Value*> roots;
+  // Dynamic: the memory plan, made at compile time and sized at run time. Buffers whose
+  // lifetimes do not overlap share a slot (a session buffer that grows to the largest size
+  // it is asked for, so steady-state runs allocate nothing); per root buffer and per node's
+  // scratch, its slot. A graph output's buffer is not in a slot (the caller keeps it).
+  std::map<const Value*, int32_t> slots;
+  std::map<size_t, int32_t> scratch_slots;
+  int32_t num_slots = 0;
+  int32_t slot_base = 0;  // slot numbers of this plan start here (a subgraph's follow its parent's)
 
   size_t PartBegin(size_t part) const { return part * kNodesPerPart; }
   size_t PartEnd(size_t part) const { return std::min(nodes.size(), (part + 1) * kNodesPerPart); }

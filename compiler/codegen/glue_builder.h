@@ -35,6 +35,8 @@ class GlueBuilder {
   // with the node's code.
   llvm::Value* EmitAlloc(llvm::Value* bytes, size_t index, const std::string& name);
   void EmitRelease(llvm::Value* data);
+  // Slot `slot` of the session's planned buffers, grown to `bytes` if smaller (exec->slot).
+  llvm::Value* EmitSlot(llvm::Value* bytes, int32_t slot, size_t index, const std::string& name);
   llvm::Value* ElementCount(llvm::Value* dims, size_t rank);
   // A kiln_ktensor as the glue builds it: dims constant (static) or computed (dynamic entry).
   struct RtTensor {

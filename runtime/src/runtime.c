@@ -250,9 +250,17 @@ typedef struct block_header {
   void* next_made;
 } block_header;
 _Static_assert(sizeof(block_header) <= KILN_BLOCK_HEADER, "a block's header fits before its data");
+typedef struct planned_slot {
+  void* data;
+  int64_t capacity;
+} planned_slot;
 typedef struct arena {
   void* free_lists[KILN_SIZE_CLASSES];
   void* made; /* every block, through block_header.next_made */
+  /* The slots of the artifact's memory plan (exec->slot), grown on demand. */
+  planned_slot* slots;
+  int32_t num_slots;
+  int64_t pool_bytes, slot_bytes, allocations; /* kiln_session_memory_stats */
 } arena;
 
 static void* arena_alloc(void* raw, int64_t bytes) {
@@ -267,6 +275,8 @@ static void* arena_alloc(void* raw, int64_t bytes) {
   }
   block = aligned_alloc(64, KILN_BLOCK_HEADER + ((size_t)1 << size_class));
   if (block == NULL) return NULL;
+  a->pool_bytes += (int64_t)1 << size_class;
+  a->allocations += 1;
   ((block_header*)block)->size_class = size_class;
   ((block_header*)block)->next_made = a->made;
   a->made = block;
@@ -282,7 +292,37 @@ static void arena_release(void* raw, void* data) {
   a->free_lists[size_class] = block;
 }
 
+/* A slot grows to the size asked, rounded up to 4 KiB; its old contents are dead by then
+ * (the plan gives a slot to a new buffer only after the last reader of the one before). */
+static void* arena_slot(void* raw, int32_t slot, int64_t bytes) {
+  arena* a = raw;
+  if (slot < 0) return NULL;
+  if (slot >= a->num_slots) {
+    int32_t grown = a->num_slots > 0 ? a->num_slots : 16;
+    while (grown <= slot) grown *= 2;
+    planned_slot* slots = realloc(a->slots, (size_t)grown * sizeof(planned_slot));
+    if (slots == NULL) return NULL;
+    memset(slots + a->num_slots, 0, (size_t)(grown - a->num_slots) * sizeof(planned_slot));
+    a->slots = slots;
+    a->num_slots = grown;
+    a->allocations += 1;
+  }
+  planned_slot* s = &a->slots[slot];
+  if (s->capacity < bytes) {
+    const int64_t rounded = (bytes + 4095) & ~(int64_t)4095;
+    free(s->data);
+    a->slot_bytes -= s->capacity;
+    s->data = aligned_alloc(64, (size_t)rounded);
+    s->capacity = s->data != NULL ? rounded : 0;
+    a->slot_bytes += s->capacity;
+    a->allocations += 1;
+  }
+  return s->data;
+}
+
 static void arena_destroy(arena* a) {
+  for (int32_t i = 0; i < a->num_slots; ++i) free(a->slots[i].data);
+  free(a->slots);
   for (char* block = a->made; block != NULL;) {
     char* next = ((block_header*)block)->next_made;
     free(block);
@@ -346,6 +386,7 @@ kiln_status kiln_session_create(const kiln_module* module, const kiln_session_op
   session->hooks.arena = &session->buffers;
   session->hooks.alloc = arena_alloc;
   session->hooks.release = arena_release;
+  session->hooks.slot = arena_slot;
   session->held = calloc((size_t)module->desc->num_outputs * 2 + 1, sizeof(void*));
   if (session->held == NULL) {
     kiln_session_destroy(session);
@@ -499,6 +540,15 @@ kiln_status kiln_session_run_shaped_profiled(kiln_session* session, const kiln_t
   hooks.profile_ctx = &state;
   clock_gettime(CLOCK_MONOTONIC, &state.last);
   return run_shaped_with(session, inputs, outputs, &hooks, &hooks);
+}
+
+kiln_status kiln_session_memory_stats(const kiln_session* session, kiln_memory_stats* stats) {
+  if (session == NULL || stats == NULL || stats->struct_size < sizeof(kiln_memory_stats))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "session and stats (with struct_size set) must not be NULL");
+  stats->planned_bytes = session->buffers.slot_bytes;
+  stats->pool_bytes = session->buffers.pool_bytes;
+  stats->allocations = session->buffers.allocations;
+  return KILN_OK;
 }
 
 int32_t kiln_session_num_threads(const kiln_session* session) { return session ? session->num_threads : 0; }

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Run-time shapes end to end: models exported from torch with dynamic axes are compiled
 ONCE with `kiln compile` (no --input-shape) and the one artifact is run by `kiln run` at
-several sizes, each compared with torch (max abs error <= 1e-3 * max(1, max |ref|),
-cosine >= 0.9999): a CNN and an MLP at batch 1, 3 and 8, and a 2-layer
-TransformerEncoder with dynamic batch AND sequence at (1, 16), (3, 77) and (8, 128).
+several sizes, each compared with torch and with ONNX Runtime running the same file
+(bench/ort_run.js) (max abs error <= 1e-3 * max(1, max |ref|), cosine >= 0.9999): a CNN and
+an MLP at batch 1, 3 and 8, and a 2-layer TransformerEncoder with dynamic batch AND sequence
+at (1, 16), (3, 77) and (8, 128).
 
-  dynamic_shapes.py WORK_DIR --kiln PATH/TO/kiln
+  dynamic_shapes.py WORK_DIR --kiln PATH/TO/kiln --ort-run PATH/TO/bench/ort_run.js
 """
 import argparse
 import os
@@ -75,8 +76,22 @@ def read_tensor(path):
     return nh.to_array(t)
 
 
-def check(name, model, sample_shape, kiln, work, sizes=((1,), (3,), (8,))):
+def compare(label, got, want):
+    """One line; True when got matches want (shape, error bound, cosine)."""
+    if got.shape != want.shape:
+        print(f"FAIL {label}: shape {got.shape}, want {want.shape}")
+        return False
+    scale = float(np.abs(want).max())
+    err = float(np.abs(got - want).max())
+    cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    ok = err <= 1e-3 * max(1.0, scale) and cos >= 0.9999
+    print(f"{'ok  ' if ok else 'FAIL'} {label}: shape {got.shape} max error {err:.3g} cosine {cos:.7f}")
+    return ok
+
+
+def check(name, model, sample_shape, args, sizes=((1,), (3,), (8,))):
     """Exports with the leading len(sizes[0]) axes dynamic, compiles once, runs each size."""
+    kiln, work = args.kiln, args.work
     path = os.path.join(work, name + ".onnx")
     axes = {i: ("batch", "seq")[i] for i in range(len(sizes[0]))}
     torch.onnx.export(model, torch.randn(*sample_shape), path, input_names=["x"], output_names=["y"],
@@ -97,15 +112,11 @@ def check(name, model, sample_shape, kiln, work, sizes=((1,), (3,), (8,))):
         out_dir = os.path.join(work, f"{name}_out{batch}")
         subprocess.run([kiln, "run", artifact, "--input", f"x={x_path}", "--output-dir", out_dir], check=True)
         got = read_tensor(os.path.join(out_dir, "output_0.pb"))
-        if got.shape != want.shape:
-            print(f"FAIL {name} at {batch}: shape {got.shape}, torch {want.shape}")
-            failures += 1
-            continue
-        err = float(np.abs(got - want).max())
-        cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
-        ok = err <= 1e-3 * max(1.0, scale) and cos >= 0.9999
-        print(f"{'ok  ' if ok else 'FAIL'} {name} at {batch}: shape {got.shape} max error {err:.3g} cosine {cos:.7f}")
-        failures += 0 if ok else 1
+        ort_dir = os.path.join(work, f"{name}_ort{batch}")
+        subprocess.run(["node", args.ort_run, path, "--input", x_path, "--output-dir", ort_dir], check=True)
+        ort = read_tensor(os.path.join(ort_dir, "output_0.pb"))
+        failures += 0 if compare(f"{name} at {batch} vs torch", got, want) else 1
+        failures += 0 if compare(f"{name} at {batch} vs ONNX Runtime", got, ort) else 1
     return failures
 
 
@@ -113,17 +124,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("work")
     parser.add_argument("--kiln", required=True)
+    parser.add_argument("--ort-run", required=True, help="bench/ort_run.js (ONNX Runtime from npm)")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     torch.manual_seed(0)
     cnn = Cnn()
     randomize_batchnorm(cnn, (8, 3, 24, 24))
-    failures = check("cnn", cnn, (2, 3, 24, 24), args.kiln, args.work)
-    failures += check("mlp", Mlp().eval(), (2, 3, 4, 4), args.kiln, args.work)
+    failures = check("cnn", cnn, (2, 3, 24, 24), args)
+    failures += check("mlp", Mlp().eval(), (2, 3, 4, 4), args)
     layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True, dropout=0.0)
     encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
-    failures += check("transformer", encoder, (2, 16, 64), args.kiln, args.work,
-                      sizes=((1, 16), (3, 77), (8, 128)))
+    failures += check("transformer", encoder, (2, 16, 64), args, sizes=((1, 16), (3, 77), (8, 128)))
     sys.exit(1 if failures else 0)
 
 

@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Exports recurrent torch models to ONNX at test time and checks Kiln's compiled artifacts.
 
-    make_rnn_models.py OUT_DIR [--check KILN_MODEL_CHECK]
+    make_rnn_models.py OUT_DIR [--check KILN_MODEL_CHECK [--ort-run bench/ort_run.js]]
 
 Models (random weights, fixed seed): lstm2, a 2-layer torch.nn.LSTM (sequence-major), and
 gru2_bidirectional, a 2-layer bidirectional torch.nn.GRU (batch_first). For each it writes
 OUT_DIR/NAME.onnx with NAME.input_0.pb and NAME.output_K.pb (PyTorch's outputs). With
 --check it runs kiln-model-check on each: the artifact against the reference interpreter
-and against PyTorch (max |error| <= 1e-3 * max(1, max |torch|), cosine >= 0.9999).
+and against PyTorch, and with --ort-run against ONNX Runtime too (max |error| <= 1e-3 *
+max(1, max |torch|), cosine >= 0.9999).
 
 Weights are drawn from U(-0.3, 0.3), about twice PyTorch's default for these sizes, so
 the gates are not all near their linear range and the outputs are not small; the script
@@ -82,12 +83,20 @@ def export(name, out_dir):
     return path
 
 
-def check(kiln_model_check, out_dir, name):
+def check(kiln_model_check, ort_run, out_dir, name):
+    """The artifact against the reference, torch's outputs and ONNX Runtime's (ort_run.js)."""
+    x = os.path.join(out_dir, f"{name}.input_0.pb")
+    ort_dir = os.path.join(out_dir, f"{name}.ort")
+    if ort_run:
+        subprocess.run(["node", ort_run, os.path.join(out_dir, name + ".onnx"), "--input", x, "--output-dir", ort_dir],
+                       check=True)
     args = [kiln_model_check, os.path.join(out_dir, name + ".onnx"), "--input",
             os.path.join(out_dir, f"{name}.input_0.pb"), "--expected-tolerance", "1e-3",
             "--expected-min-cosine", "0.9999"]
     for i in range(len(MODELS[name][2])):
         args += ["--expected", os.path.join(out_dir, f"{name}.output_{i}.pb")]
+        if ort_run:
+            args += ["--ort-expected", os.path.join(ort_dir, f"output_{i}.pb")]
     return subprocess.run(args).returncode == 0
 
 
@@ -95,13 +104,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--check", metavar="KILN_MODEL_CHECK", help="check each model with kiln-model-check")
+    parser.add_argument("--ort-run", metavar="ORT_RUN_JS", help="bench/ort_run.js: also hold each to ONNX Runtime")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.set_num_threads(2)
     failed = []
     for name in MODELS:
         export(name, args.out_dir)
-        if args.check and not check(args.check, args.out_dir, name):
+        if args.check and not check(args.check, args.ort_run, args.out_dir, name):
             failed.append(name)
     if failed:
         sys.exit("FAILED: " + ", ".join(failed))

@@ -34,7 +34,7 @@ namespace {
 
 struct Args {
   std::string model;
-  std::vector<std::string> inputs, expected;
+  std::vector<std::string> inputs, expected, ort_expected;
   double tolerance = 1e-4, expected_tolerance = 1e-3;
   double expected_min_cosine = -1;  // -1: not checked
   int threads = 2;
@@ -87,54 +87,19 @@ std::vector<Tensor> ReadTensors(const std::vector<std::string>& paths) {
   return tensors;
 }
 
-int Main(int argc, char** argv) {
-  CLI::App app(
-      "kiln-model-check: compile a real model, run the artifact and compare every output with the reference "
-      "evaluator and, when given, with the exporting framework's outputs. One JSON line per output; exit "
-      "status 1 when any output fails or is degenerate (scale < 1e-3).",
-      "kiln-model-check");
-  Args args;
-  app.add_option("model", args.model, "MODEL.onnx")->required();
-  app.add_option("--input", args.inputs, "an input TensorProto, in graph-input order (repeatable)");
-  app.add_option("--expected", args.expected, "the framework's output TensorProto, in output order (repeatable)");
-  app.add_option("--tolerance", args.tolerance, "max |compiled - reference| / output scale")->capture_default_str();
-  app.add_option("--expected-tolerance", args.expected_tolerance, "the same against the framework's outputs")
-      ->capture_default_str();
-  app.add_option("--expected-min-cosine", args.expected_min_cosine,
-                 "the least cosine similarity with the framework's outputs (-1: not checked)")
-      ->capture_default_str();
-  app.add_option("--threads", args.threads, "artifact threads")->capture_default_str();
-  app.add_option("--pipeline", args.pipeline, "pass pipeline (default: the compiler's)");
-  if (auto exit = ParseCommandLine(app, argc, argv)) return *exit;
-  auto bytes = ReadFile(args.model);
-  if (!bytes.ok()) Fail(std::string(bytes.status().message()));
-
-  const std::vector<Tensor> inputs = ReadTensors(args.inputs);
-  const std::vector<Tensor> expected = ReadTensors(args.expected);
-
-  // The reference: the imported graph, no passes, run by the independent reference evaluator.
-  ImportOptions import_options;
-  import_options.model_label = args.model;
-  auto reference_graph = ImportOnnxModel(*bytes, import_options);
-  if (!reference_graph.ok()) Fail(std::string(reference_graph.status().message()));
-  if (inputs.size() != (*reference_graph)->inputs().size()) {
-    Fail("the model has " + std::to_string((*reference_graph)->inputs().size()) + " inputs but " +
-         std::to_string(inputs.size()) + " --input files were given");
-  }
-  auto start = std::chrono::steady_clock::now();
-  auto reference = ReferenceRunGraph(**reference_graph, inputs);
-  if (!reference.ok()) Fail("reference: " + std::string(reference.status().message()));
-  double reference_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-
+// Compiles the model with the compiler's own entry point and runs the artifact once on
+// `inputs`: its outputs, and their names in `output_names`.
+std::vector<Tensor> CompileAndRun(const Args& args, const std::string& bytes, const std::vector<Tensor>& inputs,
+                                  std::vector<std::string>& output_names) {
   v1::CompileSpec spec;
-  *spec.mutable_model() = DigestOf(*bytes);
+  *spec.mutable_model() = DigestOf(bytes);
   spec.set_pipeline(args.pipeline);
   char path[] = "/tmp/kiln-model-check-XXXXXX.so";
   int fd = mkstemps(path, 3);
   if (fd < 0) Fail("cannot create a temporary file");
   close(fd);
   CompileInputs compile_inputs;
-  compile_inputs.model_bytes = *bytes;
+  compile_inputs.model_bytes = bytes;
   compile_inputs.model_label = args.model;
   compile_inputs.output_path = path;  // the linker writes the artifact there
   auto compiled = CompileModel(spec, compile_inputs);
@@ -154,7 +119,6 @@ int Main(int argc, char** argv) {
   std::vector<const void*> in_ptrs;
   for (const Tensor& t : inputs) in_ptrs.push_back(t.data());
   std::vector<Tensor> outputs;
-  std::vector<std::string> output_names;
   for (int i = 0; i < desc->num_outputs; ++i) {
     const kiln_tensor_info& info = desc->outputs[i];
     output_names.push_back(info.name);
@@ -166,6 +130,54 @@ int Main(int argc, char** argv) {
   kiln_session_destroy(session);
   kiln_module_unload(module);
 
+  return outputs;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "kiln-model-check: compile a real model, run the artifact and compare every output with the reference "
+      "evaluator and, when given, with the exporting framework's outputs. One JSON line per output; exit "
+      "status 1 when any output fails or is degenerate (scale < 1e-3).",
+      "kiln-model-check");
+  Args args;
+  app.add_option("model", args.model, "MODEL.onnx")->required();
+  app.add_option("--input", args.inputs, "an input TensorProto, in graph-input order (repeatable)");
+  app.add_option("--expected", args.expected, "the framework's output TensorProto, in output order (repeatable)");
+  app.add_option("--ort-expected", args.ort_expected,
+                 "ONNX Runtime's output TensorProto (bench/ort_run.js), in output order (repeatable); held to the "
+                 "framework's tolerance and cosine");
+  app.add_option("--tolerance", args.tolerance, "max |compiled - reference| / output scale")->capture_default_str();
+  app.add_option("--expected-tolerance", args.expected_tolerance, "the same against the framework's outputs")
+      ->capture_default_str();
+  app.add_option("--expected-min-cosine", args.expected_min_cosine,
+                 "the least cosine similarity with the framework's outputs (-1: not checked)")
+      ->capture_default_str();
+  app.add_option("--threads", args.threads, "artifact threads")->capture_default_str();
+  app.add_option("--pipeline", args.pipeline, "pass pipeline (default: the compiler's)");
+  if (auto exit = ParseCommandLine(app, argc, argv)) return *exit;
+  auto bytes = ReadFile(args.model);
+  if (!bytes.ok()) Fail(std::string(bytes.status().message()));
+
+  const std::vector<Tensor> inputs = ReadTensors(args.inputs);
+  const std::vector<Tensor> expected = ReadTensors(args.expected);
+  const std::vector<Tensor> ort_expected = ReadTensors(args.ort_expected);
+
+  // The reference: the imported graph, no passes, run by the independent reference evaluator.
+  ImportOptions import_options;
+  import_options.model_label = args.model;
+  auto reference_graph = ImportOnnxModel(*bytes, import_options);
+  if (!reference_graph.ok()) Fail(std::string(reference_graph.status().message()));
+  if (inputs.size() != (*reference_graph)->inputs().size()) {
+    Fail("the model has " + std::to_string((*reference_graph)->inputs().size()) + " inputs but " +
+         std::to_string(inputs.size()) + " --input files were given");
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto reference = ReferenceRunGraph(**reference_graph, inputs);
+  if (!reference.ok()) Fail("reference: " + std::string(reference.status().message()));
+  double reference_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+
+  std::vector<std::string> output_names;
+  const std::vector<Tensor> outputs = CompileAndRun(args, *bytes, inputs, output_names);
   bool ok = outputs.size() == reference->size();
   for (size_t i = 0; i < outputs.size() && i < reference->size(); ++i) {
     Diff d = Compare(outputs[i], (*reference)[i]);
@@ -181,14 +193,20 @@ int Main(int argc, char** argv) {
     f["max_abs_error"].set_number_value(number(d.max_abs));
     f["relative_to_scale"].set_number_value(number(d.scale > 0 ? d.max_abs / d.scale : INFINITY));
     f["tolerance"].set_number_value(args.tolerance);
-    if (i < expected.size()) {
-      Diff e = Compare(outputs[i], expected[i]);
-      bool epass = e.shape_ok && e.max_abs <= args.expected_tolerance * e.scale && e.cosine >= args.expected_min_cosine;
+    // Against the exporting framework's outputs and ONNX Runtime's: the same bound, with
+    // max(1, scale) so an output of small magnitude is not held to a tighter absolute error.
+    auto versus = [&](const std::vector<Tensor>& others, const std::string& label) {
+      if (i >= others.size()) return;
+      Diff e = Compare(outputs[i], others[i]);
+      bool epass = e.shape_ok && e.max_abs <= args.expected_tolerance * std::max(1.0, e.scale) &&
+                   e.cosine >= args.expected_min_cosine;
       pass &= epass;
-      f["vs_framework_max_abs"].set_number_value(number(e.max_abs));
-      f["vs_framework_cosine"].set_number_value(e.cosine);
-      f["vs_framework_ok"].set_bool_value(epass);
-    }
+      f["vs_" + label + "_max_abs"].set_number_value(number(e.max_abs));
+      f["vs_" + label + "_cosine"].set_number_value(e.cosine);
+      f["vs_" + label + "_ok"].set_bool_value(epass);
+    };
+    versus(expected, "framework");
+    versus(ort_expected, "ort");
     f["reference_ms"].set_number_value(reference_ms);
     f["ok"].set_bool_value(pass);
     JsonOptions compact;

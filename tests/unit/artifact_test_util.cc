@@ -57,10 +57,6 @@ absl::StatusOr<ArtifactBytes> GenerateFor(Graph& graph, const std::string& targe
   return GenerateArtifact(graph, NaiveMemoryPlan(graph), CodegenOptions{*target, "{}", "test"});
 }
 
-namespace {
-
-// Runs `pipeline` on the graph, compiles it for `target_spec` and loads the artifact (the
-// file is removed once loaded); nullptr after a test failure.
 kiln_module* CompileAndLoad(Graph& graph, const std::string& pipeline, const std::string& target_spec) {
   PassContext ctx;
   auto stats = RunPipeline(graph, pipeline, {}, ctx);
@@ -79,8 +75,6 @@ kiln_module* CompileAndLoad(Graph& graph, const std::string& pipeline, const std
   unlink(path.c_str());
   return module;
 }
-
-}  // namespace
 
 std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::string& pipeline,
                                                     const std::vector<Tensor>& inputs,

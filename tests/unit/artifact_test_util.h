@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "kiln/compiler/codegen.h"
 #include "kiln/compiler/ir.h"
+#include "kiln/runtime.h"
 
 namespace kiln {
 
@@ -42,6 +43,10 @@ std::vector<std::vector<Tensor>> RunArtifactOutputs(Graph& graph, const std::str
                                                     const std::vector<Tensor>& inputs,
                                                     const std::vector<int32_t>& thread_counts,
                                                     const std::string& target_spec = "host");
+
+// Runs `pipeline` on the graph, compiles it for `target_spec` and loads the artifact (the
+// file is removed once loaded); nullptr after a test failure.
+kiln_module* CompileAndLoad(Graph& graph, const std::string& pipeline, const std::string& target_spec);
 
 // Compiles the graph with `pipeline` for this machine (its inputs may have symbolic dims,
 // or feed inputs that decide shapes) and runs it once through kiln_session_run_shaped on

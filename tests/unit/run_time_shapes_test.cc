@@ -13,6 +13,7 @@
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/pipeline.h"
 #include "kiln/compiler/reference.h"
+#include "kiln/compiler/runtime_tensor.h"
 
 namespace kiln {
 namespace {
@@ -243,6 +244,66 @@ TEST(RunTimeShapesTest, ResizeByRunTimeScalesAndSizes) {
   auto scales = std::make_shared<Tensor>(Filled(DType::kFloat32, {3}, {1, 2.5, 0.6}));
   CheckSymbolicBatch({"Resize", 13, {{"mode", std::string("cubic")}}}, {nullptr, scales});
   CheckSymbolicBatch({"Resize", 13}, {nullptr, nullptr, Ints({1, 4, 11})});
+}
+
+// The symbolic memory plan: intermediate buffers whose lifetimes do not overlap share a
+// slot, each slot sized by the largest run so far. A chain MatMul, Relu, MatMul, Add
+// (residual), Relu, MatMul over a batch known only at run time: its five intermediates
+// need fewer slots than buffers, smaller runs fit the slots, and runs at sizes seen before
+// call no allocator at all.
+TEST(RunTimeShapesTest, PlannedSlotsAreReusedAndSizedPerCall) {
+  auto g = std::make_unique<Graph>();
+  TensorType x_type{DType::kFloat32, {Dim::Symbolic("N"), Dim::Known(256)}, true};
+  Value* x = g->AddValue("x", x_type);
+  g->AddInput(x);
+  auto layer = [&](const std::string& name, Value* in, uint32_t seed) {
+    return g->AddNode("MatMul", name, {in, g->AddConstant(name + ".w", Random({256, 256}, seed, 0.06f))}, {name}, 13)
+        ->output(0);
+  };
+  Value* h1 = g->AddNode("Relu", "relu1", {layer("mm1", x, 1)}, {"h1"}, 13)->output(0);
+  Value* sum = g->AddNode("Add", "residual", {layer("mm2", h1, 2), h1}, {"sum"}, 13)->output(0);
+  Value* h2 = g->AddNode("Relu", "relu2", {sum}, {"h2"}, 13)->output(0);
+  std::unique_ptr<Graph> graph = WithOutput(std::move(g), layer("mm3", h2, 3));
+  kiln_module* module = CompileAndLoad(*graph, "fold-constants,cse,dce", "host");
+  ASSERT_NE(module, nullptr);
+  kiln_session* session = nullptr;
+  kiln_session_options options{sizeof(kiln_session_options), 1};
+  ASSERT_EQ(kiln_session_create(module, &options, &session), KILN_OK) << kiln_last_error();
+  auto run = [&](int64_t batch) -> kiln_memory_stats {
+    const Tensor input = *Random({batch, 256}, static_cast<uint32_t>(batch), 1.0f);
+    kiln_tensor in = RuntimeView(input), out{};
+    EXPECT_EQ(kiln_session_run_shaped(session, &in, &out), KILN_OK) << kiln_last_error();
+    auto reference = ReferenceRunGraph(*graph, {input});
+    EXPECT_TRUE(reference.ok()) << reference.status();
+    const Tensor got = FromRuntime(out);
+    if (reference.ok()) {
+      EXPECT_EQ(got.dims(), (*reference)[0].dims());
+      for (int64_t i = 0; i < got.num_elements() && got.dims() == (*reference)[0].dims(); ++i) {
+        const double w = (*reference)[0].GetAsDouble(i);  // three 256-term dot products deep
+        EXPECT_NEAR(got.GetAsDouble(i), w, 1e-4 * (1 + std::fabs(w))) << "batch " << batch << " element " << i;
+      }
+    }
+    kiln_memory_stats stats{sizeof(kiln_memory_stats), 0, 0, 0};
+    EXPECT_EQ(kiln_session_memory_stats(session, &stats), KILN_OK);
+    return stats;
+  };
+  const kiln_memory_stats first = run(64);
+  const int64_t buffer_bytes = 64 * 256 * 4;
+  EXPECT_GE(first.planned_bytes, 2 * buffer_bytes);  // a residual keeps two alive at once
+  EXPECT_LT(first.planned_bytes, 5 * buffer_bytes);  // the five intermediates share slots
+  // Smaller runs fit the slots; the graph output's buffer comes from the pool, which may
+  // make a block of a new size class once. After that, no run calls the allocator.
+  EXPECT_EQ(run(3).planned_bytes, first.planned_bytes);
+  const kiln_memory_stats warm = run(1);
+  EXPECT_EQ(warm.planned_bytes, first.planned_bytes);
+  for (int64_t batch : {64, 3, 1, 64}) {
+    const kiln_memory_stats again = run(batch);
+    EXPECT_EQ(again.allocations, warm.allocations) << "batch " << batch;
+    EXPECT_EQ(again.planned_bytes, first.planned_bytes) << "batch " << batch;
+  }
+  EXPECT_GT(run(100).planned_bytes, first.planned_bytes);  // a larger run grows the slots
+  kiln_session_destroy(session);
+  kiln_module_unload(module);
 }
 
 }  // namespace

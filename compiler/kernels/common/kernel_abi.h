@@ -32,6 +32,7 @@ typedef struct kiln_kexec {
   void* arena;
   void* (*alloc)(void* arena, int64_t bytes);
   void (*release)(void* arena, void* data);
+  void* (*slot)(void* arena, int32_t slot, int64_t bytes);
 } kiln_kexec;
 
 typedef struct kiln_kcall {

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 3
+#define KILN_ABI_VERSION 4
 
 typedef enum kiln_status {
   KILN_OK = 0,
@@ -54,6 +54,10 @@ typedef struct kiln_exec_hooks {
   void* arena;
   void* (*alloc)(void* arena, int64_t bytes);
   void (*release)(void* arena, void* data);
+  /* Slot `slot` of the memory plan of an artifact with run-time shapes: a buffer of at
+   * least `bytes`, kept by the session and grown only when a run needs more, so runs at
+   * sizes seen before allocate nothing. NULL when out of memory. */
+  void* (*slot)(void* arena, int32_t slot, int64_t bytes);
 } kiln_exec_hooks;
 
 /* Returns 0, or (node index + 1) << 8 | kernel error code. */
@@ -117,6 +121,16 @@ kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* in
  * kernel_ms[i] (an array of desc->num_kernels doubles the caller zeroes). */
 kiln_status kiln_session_run_shaped_profiled(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs,
                                              double* kernel_ms);
+/* What a session holds for artifacts with run-time shapes: the planned slots' bytes (sized
+ * by the largest run so far), the pool's (graph outputs, copies), and how many times it has
+ * called the allocator since it was made: a run at sizes seen before adds nothing. */
+typedef struct kiln_memory_stats {
+  uint32_t struct_size; /* set by the caller: sizeof(kiln_memory_stats) */
+  int64_t planned_bytes;
+  int64_t pool_bytes;
+  int64_t allocations;
+} kiln_memory_stats;
+kiln_status kiln_session_memory_stats(const kiln_session* session, kiln_memory_stats* stats);
 int32_t kiln_session_num_threads(const kiln_session* session);
 void kiln_session_destroy(kiln_session* session);
 
