@@ -1,6 +1,6 @@
 // kiln-opt: runs passes on IR text, for golden tests and for people working on passes.
 //   kiln-opt FILE.kir [--pipeline P] [--print-after-all] [--print-after NAME]...
-//            [--synthetic-calibration N [--calibration-seed S]] | kiln-opt --list-passes
+//            [--synthetic-calibration N [--calibration-seed S]] | kiln-opt --list-passes | --list-ops
 // Reads the graph (see compiler/ir/parser.cc for the text form; "-" reads stdin), checks
 // every declared type against type inference, runs the pipeline (default: none) and prints
 // the resulting IR. What the passes report follows as comment lines: the memory plan
@@ -168,6 +168,13 @@ int main(int argc, char** argv) {
         throw CLI::Success();
       },
       "print each pass, its summary and its options, and exit");
+  app.add_flag_callback(
+      "--list-ops",
+      [] {
+        for (const std::string& op : kiln::SupportedOps()) std::printf("%s\n", op.c_str());
+        throw CLI::Success();
+      },
+      "print every op the compiler takes (ONNX default domain and Kiln's own kiln.*), one per line, and exit");
   if (auto exit = kiln::ParseCommandLine(app, argc, argv)) return *exit;
   if (flags.path.empty()) {
     return kiln::ReportUsageError("kiln-opt", "no input file");
