@@ -67,6 +67,15 @@ ort_setup() {
   (cd bench && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund >&2)
 }
 
+# input_shape FILE.pb: NAME=AxBxC of the TensorProto in FILE (for kiln bench --input-shape).
+input_shape() {
+  /usr/bin/python3 -c '
+import sys
+import onnx
+t = onnx.load_tensor(sys.argv[1])
+print(t.name + "=" + "x".join(str(d) for d in t.dims))' "$1"
+}
+
 # The median of the numbers on stdin, one a line.
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 

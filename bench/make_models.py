@@ -146,6 +146,33 @@ def segmentation(factory):
     return lambda: SegmentationOut(factory(weights=None, weights_backbone=None))
 
 
+def recurrent(name):
+    """tests/models/make_rnn_models.py's LSTM / GRU, with its weights (U(-0.3, 0.3))."""
+    def build(gen):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models"))
+        import make_rnn_models
+        factory, input_shape, output_names = make_rnn_models.MODELS[name]
+        model = factory().eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.rand(p.shape, generator=gen) * 0.6 - 0.3)
+        return model, (torch.randn(input_shape, generator=gen),), ["x"], output_names, 14
+    return build
+
+
+def transformer_dynamic(batch, seq, width=256):
+    """A 2-layer TransformerEncoder exported with batch and sequence known only at run time
+    (dynamic axes); its sample input is batch x seq."""
+    def build(gen):
+        torch.manual_seed(SEED)
+        layer = torch.nn.TransformerEncoderLayer(d_model=width, nhead=4, dim_feedforward=4 * width,
+                                                 batch_first=True, dropout=0.0)
+        model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+        axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
+        return model, (torch.randn(batch, seq, width, generator=gen),), ["x"], ["y"], 14, axes
+    return build
+
+
 CNNS = {
     "resnet50": lambda: torchvision.models.resnet50(),
     "mobilenet_v2": lambda: torchvision.models.mobilenet_v2(),
@@ -171,6 +198,10 @@ MODELS = {
     "bert_base": bert(**BERT_BASE),
     "bert_base_b8": bert(**BERT_BASE, batch=8),
     "bert_tiny": bert(layers=2, hidden=128, heads=2, seq=32, vocab=1000),
+    "lstm2": recurrent("lstm2"),
+    "gru2_bidirectional": recurrent("gru2_bidirectional"),
+    # One artifact for every size: bench/run.sh times it at its sample input's size.
+    "transformer_dyn": transformer_dynamic(batch=8, seq=128),
 }
 
 
@@ -182,7 +213,7 @@ def save_tensor(array, name, path):
 
 def export(name, out_dir, opset_override):
     gen = torch.Generator().manual_seed(SEED)
-    model, inputs, input_names, output_names, opset = MODELS[name](gen)
+    model, inputs, input_names, output_names, opset, *axes = MODELS[name](gen)
     opset = opset_override or opset
     with torch.no_grad():
         outputs = model(*inputs)
@@ -195,7 +226,7 @@ def export(name, out_dir, opset_override):
                      "refusing to write a model any comparison would pass")
     path = os.path.join(out_dir, name + ".onnx")
     torch.onnx.export(model, inputs, path, input_names=input_names, output_names=output_names,
-                      opset_version=opset, do_constant_folding=True)
+                      opset_version=opset, do_constant_folding=True, dynamic_axes=axes[0] if axes else None)
     for i, (in_name, t) in enumerate(zip(input_names, inputs)):
         save_tensor(t.numpy(), in_name, os.path.join(out_dir, f"{name}.input_{i}.pb"))
     for i, (out_name, t) in enumerate(zip(output_names, outputs)):

@@ -67,6 +67,9 @@ EOF
 )")
   inputs=()
   for f in bench/models/"$m".input_*.pb; do inputs+=(--input "$f"); done
+  # kiln bench draws random inputs of the sample's sizes (what a dim known only at run time takes).
+  shapes=()
+  for f in bench/models/"$m".input_*.pb; do shapes+=(--input-shape "$(input_shape "$f")"); done
   # Accuracy: every output within 1e-4 x its scale of the reference interpreter.
   expected=()
   for f in bench/models/"$m".output_*.pb; do expected+=(--expected "$f"); done
@@ -79,7 +82,7 @@ EOF
   for t in $threads; do
     ks=() os=()
     for ((round = 1; round <= r; ++round)); do
-      rss=$(peak_rss "$tmp/k.json" "$kiln" bench "$so" --threads "$t" --iters "$n")
+      rss=$(peak_rss "$tmp/k.json" "$kiln" bench "$so" "${shapes[@]}" --threads "$t" --iters "$n")
       [ $round = 1 ] && kiln_rss=$rss
       rss=$(peak_rss "$tmp/o.json" node bench/ort_bench.js "bench/models/$m.onnx" "${inputs[@]}" --threads "$t" --iters "$n")
       [ $round = 1 ] && ort_rss=$rss

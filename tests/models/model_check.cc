@@ -27,6 +27,7 @@
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/reference.h"
+#include "kiln/compiler/runtime_tensor.h"
 #include "kiln/runtime.h"
 
 namespace kiln {
@@ -116,17 +117,15 @@ std::vector<Tensor> CompileAndRun(const Args& args, const std::string& bytes, co
   if (kiln_session_create(module, &session_options, &session) != KILN_OK) Fail(kiln_last_error());
   const kiln_module_desc* desc = nullptr;
   if (kiln_module_describe(module, &desc) != KILN_OK) Fail(kiln_last_error());
-  std::vector<const void*> in_ptrs;
-  for (const Tensor& t : inputs) in_ptrs.push_back(t.data());
+  // The shaped API runs every artifact, with shapes known only at run time or not.
+  std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
+  for (const Tensor& t : inputs) in.push_back(RuntimeView(t));
+  if (kiln_session_run_shaped(session, in.data(), out.data()) != KILN_OK) Fail(kiln_last_error());
   std::vector<Tensor> outputs;
   for (int i = 0; i < desc->num_outputs; ++i) {
-    const kiln_tensor_info& info = desc->outputs[i];
-    output_names.push_back(info.name);
-    outputs.emplace_back(static_cast<DType>(info.dtype), std::vector<int64_t>(info.dims, info.dims + info.rank));
+    output_names.push_back(desc->outputs[i].name);
+    outputs.push_back(FromRuntime(out[static_cast<size_t>(i)]));
   }
-  std::vector<void*> out_ptrs;
-  for (Tensor& t : outputs) out_ptrs.push_back(t.data());
-  if (kiln_session_run(session, in_ptrs.data(), out_ptrs.data()) != KILN_OK) Fail(kiln_last_error());
   kiln_session_destroy(session);
   kiln_module_unload(module);
 
