@@ -462,6 +462,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
     rules[name] = Broadcast(false);
   }
   for (const char* name : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) rules[name] = Broadcast(true);
+  rules[kFusedElementwiseOp] = Broadcast(false);
   for (auto& [name, schema] : table) {
     if (auto rule = rules.find(name); rule != rules.end()) {
       schema.dynamic = rule->second;

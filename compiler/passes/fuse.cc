@@ -256,12 +256,18 @@ class Fuse : public Pass {
     const std::vector<Node*> users = graph.Users(value);
     return users.size() == 1 && !graph.IsGraphOutput(value) ? users[0] : nullptr;
   }
-  // A ReduceMean over the last axis only, keeping it, of an f32 tensor with static shape.
+  // Rows of C: an f32 tensor of known rank whose last dim is C (the others may be known
+  // only at run time: the pattern's structure, not the types, makes them the input's).
+  static bool RowsOf(const TensorType& type, int64_t c, size_t rank) {
+    return type.has_shape && type.dtype == DType::kFloat32 && type.shape.size() == rank && rank > 0 &&
+           type.shape.back().known() && type.shape.back().size == c;
+  }
+  // A ReduceMean over the last axis only, keeping it, of an f32 tensor whose last dim is known.
   static bool IsLastAxisMean(const Node* node) {
     if (node == nullptr || node->op() != "ReduceMean" || node->inputs().size() != 1 || node->GetInt("keepdims", 1) != 1)
       return false;
     const TensorType& type = node->input(0)->type();
-    if (!type.IsStatic() || type.dtype != DType::kFloat32 || type.shape.empty()) return false;
+    if (!type.has_shape || type.shape.empty() || !RowsOf(type, type.shape.back().size, type.shape.size())) return false;
     const std::vector<int64_t> axes = node->GetInts("axes");
     const int64_t rank = static_cast<int64_t>(type.shape.size());
     return axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
@@ -280,13 +286,13 @@ class Fuse : public Pass {
   }
 
   // The one node reading `value` when it is `op` with a row vector of C values (LayerNorm's
-  // gamma or beta) as its other operand and a result of `dims`; the row vector goes to *row.
-  static Node* AffineUser(const Graph& graph, const Value* value, const char* op, int64_t c,
-                          const std::vector<int64_t>& dims, Value** row) {
+  // gamma or beta) as its other operand and a result of `shape`; the row vector goes to *row.
+  static Node* AffineUser(const Graph& graph, const Value* value, const char* op, int64_t c, const TensorType& shape,
+                          Value** row) {
     Node* user = SoleUser(graph, value);
     if (user == nullptr || user->op() != op || user->inputs().size() != 2) return nullptr;
     Value* other = user->input(0) == value ? user->input(1) : user->input(0);
-    if (!IsRowVector(other, c) || user->output(0)->type().StaticDims() != dims) return nullptr;
+    if (!IsRowVector(other, c) || !RowsOf(user->output(0)->type(), c, shape.shape.size())) return nullptr;
     *row = other;
     return user;
   }
@@ -295,12 +301,12 @@ class Fuse : public Pass {
   static bool FuseLayerNorm(Graph& graph, Node* mean) {
     if (!IsLastAxisMean(mean)) return false;
     Value* x = mean->input(0);
-    const std::vector<int64_t> dims = x->type().StaticDims();
-    const int64_t c = dims.back();
+    const TensorType& shape = x->type();
+    const int64_t c = shape.shape.back().size;
     Node* sub = SoleUser(graph, mean->output(0));
     if (sub == nullptr || sub->op() != "Sub" || sub->input(0) != x || sub->input(1) != mean->output(0)) return false;
     Value* d = sub->output(0);
-    if (d->type().StaticDims() != dims || graph.IsGraphOutput(d)) return false;
+    if (!RowsOf(d->type(), c, shape.shape.size()) || graph.IsGraphOutput(d)) return false;
     // %d feeds the square and the division, nothing else.
     Node* square = nullptr;
     Node* div = nullptr;
@@ -331,9 +337,9 @@ class Fuse : public Pass {
     std::vector<Node*> fused = {mean, sub, square, var, add_eps, sqrt, div};
     Value* gamma = nullptr;
     Value* beta = nullptr;
-    if (Node* mul = AffineUser(graph, div->output(0), "Mul", c, dims, &gamma)) {
+    if (Node* mul = AffineUser(graph, div->output(0), "Mul", c, shape, &gamma)) {
       fused.push_back(mul);
-      if (Node* add = AffineUser(graph, mul->output(0), "Add", c, dims, &beta)) fused.push_back(add);
+      if (Node* add = AffineUser(graph, mul->output(0), "Add", c, shape, &beta)) fused.push_back(add);
     }
     Node* last = fused.back();
     if (gamma == nullptr) {
@@ -355,7 +361,8 @@ class Fuse : public Pass {
   bool FuseBias(Graph& graph, Node* matmul, Node* add) {
     Value* bias = add->input(1) == matmul->output(0) ? add->input(0) : add->input(1);
     const TensorType& out = matmul->output(0)->type();
-    if (bias == nullptr || !bias->is_constant() || !out.IsStatic() || out.shape.empty()) return false;
+    // The result's rows may be a run-time size; the bias length is its last dim.
+    if (bias == nullptr || !bias->is_constant() || out.shape.empty() || !out.shape.back().known()) return false;
     const std::vector<int64_t> b = bias->type().StaticDims();
     const int64_t n = out.shape.back().size;
     // Only a bias that broadcasts along rows: [N], [1, N], [1, 1, N], ...
@@ -378,7 +385,11 @@ class Fuse : public Pass {
     bool changed = false;
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       Node* root = *it;
-      if (taken.count(root) || !AsScalarOp(*root) || !root->output(0)->type().IsStatic()) continue;
+      // Shapes known only at run time fuse too: a chain of broadcasting elementwise ops
+      // computes, at each element of the result, what the fused loop computes from its
+      // operands broadcast to the result (elementwise ops commute with broadcasting), so
+      // members are taken when their types match the result's (same rank, same known dims).
+      if (taken.count(root) || !AsScalarOp(*root) || !root->output(0)->type().has_shape) continue;
       const TensorType& type = root->output(0)->type();
       std::vector<Node*> group = {root};
       auto in_group = [&](const Node* n) { return std::find(group.begin(), group.end(), n) != group.end(); };
