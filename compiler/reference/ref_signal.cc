@@ -214,7 +214,8 @@ Outputs TfIdfVectorizerOp(const Node& node, const Inputs& in) {
   }
   const std::string mode = node.GetString("mode", "TF");
   for (size_t i = 0; i < tf.size(); ++i) {
-    const double w = weights.empty() ? 1.0 : weights[i % width];
+    const size_t column = i % static_cast<size_t>(width);
+    const double w = column < weights.size() ? weights[column] : 1.0;
     if (mode == "IDF") tf[i] = tf[i] > 0 ? w : 0.0;
     if (mode == "TFIDF") tf[i] *= w;
   }

@@ -8,6 +8,23 @@ using namespace kiln_kernels;
 
 namespace {
 
+bool Storable(int32_t dtype) {
+  switch (dtype) {
+    case kF32:
+    case kF64:
+    case kI8:
+    case kU8:
+    case kI16:
+    case kU16:
+    case kI32:
+    case kU32:
+    case kI64:
+    case kU64:
+    case kBool: return true;
+    default: return false;
+  }
+}
+
 int32_t Store(const kiln_ktensor& t, int64_t i, double v) {
   switch (t.dtype) {
     case kF32: static_cast<float*>(t.data)[i] = static_cast<float>(v); break;
@@ -54,25 +71,34 @@ int32_t Multinomial(const kiln_kcall* call, uint64_t key) {
 
 }  // namespace
 
+// Element i is draw i whatever the split across threads: the generator is counter-based.
 KILN_KERNEL(random) {
   KILN_PARAMS(kiln_random_params, p, call);
   const uint64_t key = kiln_random_key(&p);
   if (p.kind == KILN_RANDOM_MULTINOMIAL) return Multinomial(call, key);
-  const kiln_ktensor& y = call->outputs[0];
+  if (p.kind != KILN_RANDOM_UNIFORM && p.kind != KILN_RANDOM_NORMAL && p.kind != KILN_RANDOM_BERNOULLI) {
+    return KILN_KERR_UNSUPPORTED;
+  }
+  const kiln_ktensor y = call->outputs[0];
+  const kiln_ktensor probabilities = p.kind == KILN_RANDOM_BERNOULLI ? call->inputs[0] : kiln_ktensor{};
+  if (!Storable(y.dtype)) return KILN_KERR_DTYPE;
   int64_t n = 1;
   for (int32_t i = 0; i < y.rank; ++i) n *= y.dims[i];
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t at = static_cast<uint64_t>(i);
-    double v;
-    switch (p.kind) {
-      case KILN_RANDOM_UNIFORM: v = p.a + (p.b - p.a) * kiln_random_uniform(key, at); break;
-      case KILN_RANDOM_NORMAL: v = p.a + p.b * kiln_random_normal(key, at); break;
-      case KILN_RANDOM_BERNOULLI:
-        v = kiln_random_uniform(key, at) < LoadAsDouble(call->inputs[0].data, call->inputs[0].dtype, i) ? 1.0 : 0.0;
-        break;
-      default: return KILN_KERR_UNSUPPORTED;
+  const kiln_random_params params = p;
+  auto body = [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t at = static_cast<uint64_t>(i);
+      double v;
+      if (params.kind == KILN_RANDOM_UNIFORM) {
+        v = params.a + (params.b - params.a) * kiln_random_uniform(key, at);
+      } else if (params.kind == KILN_RANDOM_NORMAL) {
+        v = params.a + params.b * kiln_random_normal(key, at);
+      } else {
+        v = kiln_random_uniform(key, at) < LoadAsDouble(probabilities.data, probabilities.dtype, i) ? 1.0 : 0.0;
+      }
+      Store(y, i, v);
     }
-    if (int32_t rc = Store(y, i, v); rc != KILN_KERR_OK) return rc;
-  }
+  };
+  ParallelFor(call, n, 1024, body);
   return KILN_KERR_OK;
 }

@@ -16,20 +16,24 @@ int64_t Count(const int64_t* dims, int32_t begin, int32_t end) {
   return n;
 }
 
-int32_t StoreFloat(const kiln_ktensor& t, int64_t i, double v) {
-  switch (t.dtype) {
-    case kF32: static_cast<float*>(t.data)[i] = static_cast<float>(v); return KILN_KERR_OK;
-    case kF64: static_cast<double*>(t.data)[i] = v; return KILN_KERR_OK;
-    default: return KILN_KERR_DTYPE;
+bool IsFloatTensor(const kiln_ktensor& t) { return t.dtype == kF32 || t.dtype == kF64; }
+
+// Stores into an f32 or f64 tensor (IsFloatTensor checked by the caller).
+void StoreFloat(const kiln_ktensor& t, int64_t i, double v) {
+  if (t.dtype == kF32) {
+    static_cast<float*>(t.data)[i] = static_cast<float>(v);
+  } else {
+    static_cast<double*>(t.data)[i] = v;
   }
 }
 
 // One transform: out[k] (k < count) = sum_n value(n) e^(-+2 pi i k n / length), the
 // signal read for n < min(available, length) (zero beyond: dft_length pads or cuts).
-// `value(n, re, im)` reads sample n; out gets re, im pairs at stride `out_stride` (in pairs).
+// `value(n, re, im)` reads sample n; out gets re, im pairs at stride `out_stride` (in
+// pairs). The angle takes k n mod length, so it stays exact for long transforms.
 template <typename Value>
-int32_t Transform(const Value& value, int64_t available, int64_t length, int64_t count, bool inverse,
-                  const kiln_ktensor& out, int64_t out_base, int64_t out_stride) {
+void Transform(const Value& value, int64_t available, int64_t length, int64_t count, bool inverse,
+               const kiln_ktensor& out, int64_t out_base, int64_t out_stride) {
   const int64_t n_max = available < length ? available : length;
   const double sign = inverse ? 1.0 : -1.0, scale = inverse ? 1.0 / static_cast<double>(length) : 1.0;
   for (int64_t k = 0; k < count; ++k) {
@@ -43,10 +47,9 @@ int32_t Transform(const Value& value, int64_t available, int64_t length, int64_t
       im += xr * s + xi * c;
     }
     const int64_t at = (out_base + k * out_stride) * 2;
-    if (int32_t rc = StoreFloat(out, at, re * scale); rc != KILN_KERR_OK) return rc;
+    StoreFloat(out, at, re * scale);
     StoreFloat(out, at + 1, im * scale);
   }
-  return KILN_KERR_OK;
 }
 
 int64_t ReadScalar(const kiln_ktensor& t) { return LoadAsInt64(t.data, t.dtype, 0); }
@@ -54,58 +57,61 @@ int64_t ReadScalar(const kiln_ktensor& t) { return LoadAsInt64(t.data, t.dtype, 
 }  // namespace
 
 // DFT: input 0 [..., N, ..., c] (c = 1 real, 2 complex), the transform along `axis`;
-// output [..., K, ..., 2] with K = length (length / 2 + 1 onesided).
+// output [..., K, ..., 2] with K = length (length / 2 + 1 onesided). One line per task.
 KILN_KERNEL(dft) {
   KILN_PARAMS(kiln_signal_params, p, call);
   const kiln_ktensor &x = call->inputs[0], &y = call->outputs[0];
   if (x.rank < 2 || p.axis < 0 || p.axis >= x.rank - 1) return KILN_KERR_SHAPE;
+  if (!IsFloatTensor(x) || !IsFloatTensor(y)) return KILN_KERR_DTYPE;
   const int32_t axis = static_cast<int32_t>(p.axis);
   const int64_t available = x.dims[axis], parts = x.dims[x.rank - 1];
   const int64_t length = p.has_length ? ReadScalar(call->inputs[1]) : available;
   if (length <= 0 || (parts != 1 && parts != 2)) return KILN_KERR_SHAPE;
-  const int64_t outer = Count(x.dims, 0, axis), inner = Count(x.dims, axis + 1, x.rank - 1), count = y.dims[axis];
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t j = 0; j < inner; ++j) {
+  const int64_t inner = Count(x.dims, axis + 1, x.rank - 1), count = y.dims[axis];
+  const bool inverse = p.inverse != 0;
+  auto body = [=](int64_t begin, int64_t end) {
+    for (int64_t line = begin; line < end; ++line) {
+      const int64_t o = line / inner, j = line % inner;
       auto value = [&](int64_t n, double& re, double& im) {
         const int64_t at = ((o * available + n) * inner + j) * parts;
         re = LoadAsDouble(x.data, x.dtype, at);
         im = parts == 2 ? LoadAsDouble(x.data, x.dtype, at + 1) : 0.0;
       };
-      if (int32_t rc = Transform(value, available, length, count, p.inverse != 0, y, o * count * inner + j, inner);
-          rc != KILN_KERR_OK) {
-        return rc;
-      }
+      Transform(value, available, length, count, inverse, y, o * count * inner + j, inner);
     }
-  }
+  };
+  ParallelFor(call, Count(x.dims, 0, axis) * inner, 1, body);
   return KILN_KERR_OK;
 }
 
 // STFT: signal [B, S, c], frame_step (input 1), window (input 2, optional) and
 // frame_length (input 3, optional; else the window's length); output [B, frames, K, 2].
+// One frame per task.
 KILN_KERNEL(stft) {
   KILN_PARAMS(kiln_signal_params, p, call);
   const kiln_ktensor &x = call->inputs[0], &y = call->outputs[0];
   if (x.rank != 3 || (x.dims[2] != 1 && x.dims[2] != 2)) return KILN_KERR_SHAPE;
+  if (!IsFloatTensor(x) || !IsFloatTensor(y)) return KILN_KERR_DTYPE;
   const int64_t step = ReadScalar(call->inputs[1]);
-  const kiln_ktensor* window = p.has_window ? &call->inputs[2] : nullptr;
-  const int64_t length = p.has_length ? ReadScalar(call->inputs[3]) : window != nullptr ? window->dims[0] : -1;
-  if (length <= 0 || step <= 0 || (window != nullptr && window->dims[0] != length)) return KILN_KERR_SHAPE;
+  const bool has_window = p.has_window != 0;
+  const kiln_ktensor window = has_window ? call->inputs[2] : kiln_ktensor{};
+  const int64_t length = p.has_length ? ReadScalar(call->inputs[3]) : has_window ? window.dims[0] : -1;
+  if (length <= 0 || step <= 0 || (has_window && window.dims[0] != length)) return KILN_KERR_SHAPE;
   const int64_t signal = x.dims[1], parts = x.dims[2], frames = y.dims[1], count = y.dims[2];
-  for (int64_t b = 0; b < x.dims[0]; ++b) {
-    for (int64_t f = 0; f < frames; ++f) {
-      if (f * step + length > signal) return KILN_KERR_SHAPE;
+  if (frames > 0 && (frames - 1) * step + length > signal) return KILN_KERR_SHAPE;
+  auto body = [=](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t b = t / frames, f = t % frames;
       auto value = [&](int64_t n, double& re, double& im) {
         const int64_t at = (b * signal + f * step + n) * parts;
-        const double w = window != nullptr ? LoadAsDouble(window->data, window->dtype, n) : 1.0;
+        const double w = has_window ? LoadAsDouble(window.data, window.dtype, n) : 1.0;
         re = w * LoadAsDouble(x.data, x.dtype, at);
         im = parts == 2 ? w * LoadAsDouble(x.data, x.dtype, at + 1) : 0.0;
       };
-      if (int32_t rc = Transform(value, length, length, count, false, y, (b * frames + f) * count, 1);
-          rc != KILN_KERR_OK) {
-        return rc;
-      }
+      Transform(value, length, length, count, false, y, t * count, 1);
     }
-  }
+  };
+  ParallelFor(call, x.dims[0] * frames, 1, body);
   return KILN_KERR_OK;
 }
 
@@ -132,9 +138,8 @@ KILN_KERNEL(mel_weight_matrix) {
   const double high = LoadAsDouble(call->inputs[4].data, call->inputs[4].dtype, 0);
   const int64_t rows = y.dims[0];
   if (y.dims[1] != mel_bins || rows != dft_length / 2 + 1) return KILN_KERR_SHAPE;
-  for (int64_t i = 0; i < rows * mel_bins; ++i) {
-    if (int32_t rc = StoreFloat(y, i, 0.0); rc != KILN_KERR_OK) return rc;
-  }
+  if (!IsFloatTensor(y)) return KILN_KERR_DTYPE;
+  for (int64_t i = 0; i < rows * mel_bins; ++i) StoreFloat(y, i, 0.0);
   auto set = [&](int64_t row, int64_t column, double v) {
     if (row >= 0 && row < rows) StoreFloat(y, row * mel_bins + column, v);
   };
