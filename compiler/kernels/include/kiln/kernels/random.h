@@ -11,8 +11,9 @@
  * are the same whatever the thread count or the order elements are computed in.
  *   key: with a `seed` attribute, mix(the seed's IEEE-754 double bits); without one, a
  *        fresh key per kernel call (kiln_random_unseeded_key: a process-wide call counter
- *        mixed with the CPU's time-stamp counter and that counter's address), so unseeded
- *        outputs differ from call to call, run to run and process to process.
+ *        mixed with the addresses of that counter and of the stack), so unseeded outputs
+ *        differ from call to call and run to run, and from process to process under ASLR.
+ *        Not a source of secure randomness.
  *   uniform u(i) = (bits(i) >> 11) * 2^-53, in [0, 1).
  *   normal n(i) = sqrt(-2 ln(1 - u(2i))) * cos(2 pi u(2i + 1))  (Box-Muller, one of the pair).
  *   RandomUniform: low + (high - low) u(i);  RandomNormal: mean + scale n(i);
@@ -73,24 +74,15 @@ static inline double kiln_random_normal(uint64_t key, uint64_t i) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925286766559 * u2);
 }
 
-/* The CPU's time-stamp counter (x86 rdtsc, AArch64 cntvct_el0), 0 elsewhere. */
-static inline uint64_t kiln_random_ticks(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_ia32_rdtsc();
-#elif defined(__aarch64__)
-  uint64_t ticks;
-  __asm__ volatile("mrs %0, cntvct_el0" : "=r"(ticks));
-  return ticks;
-#else
-  return 0;
-#endif
-}
-
-/* A key for an unseeded call: each call (process-wide) gets the next count. */
+/* A key for an unseeded call: each call (process-wide) gets the next count, mixed with
+ * where the counter and the caller's stack lie (ASLR moves both per process). No
+ * target-specific instruction: the kernel library's bitcode is built once and compiled for
+ * every target (x86-64 and AArch64). */
 static inline uint64_t kiln_random_unseeded_key(void) {
   static uint64_t calls;
+  volatile char here = 0;
   const uint64_t n = __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
-  return kiln_random_mix(kiln_random_mix(n ^ (uint64_t)(uintptr_t)&calls) ^ kiln_random_ticks());
+  return kiln_random_mix(kiln_random_mix(n ^ (uint64_t)(uintptr_t)&calls) ^ (uint64_t)(uintptr_t)&here);
 }
 
 static inline uint64_t kiln_random_key(const kiln_random_params* p) {
