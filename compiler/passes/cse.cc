@@ -1,5 +1,6 @@
 // cse: merges nodes that compute the same thing, and constants with equal contents.
 //   %a = Relu(%x) ; %b = Relu(%x)    =>   %a = Relu(%x) ; uses of %b read %a
+// Random ops (OpSchema::random) are never merged: two draws are two values.
 #include <cstring>
 #include <map>
 #include <sstream>
