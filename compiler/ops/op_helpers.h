@@ -24,11 +24,13 @@
 #include "kiln/kernels/params.h"
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
+#include "kiln/kernels/random.h"
 #include "kiln/kernels/reduce.h"
 #include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
 #include "kiln/kernels/shape.h"
+#include "kiln/kernels/signal.h"
 
 namespace kiln::ops {
 
@@ -63,6 +65,8 @@ void RegisterLossOps(Registry& registry);
 void RegisterSamplingOps(Registry& registry);
 void RegisterLinalgOps(Registry& registry);
 void RegisterOpset18Ops(Registry& registry);
+void RegisterRandomOps(Registry& registry);
+void RegisterSignalOps(Registry& registry);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -225,6 +225,8 @@ void EnsureRegistered() {
     ops::RegisterLinalgOps(registry);
     ops::RegisterOpset18Ops(registry);
     ops::RegisterSelectOps(registry);
+    ops::RegisterRandomOps(registry);
+    ops::RegisterSignalOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();
@@ -242,7 +244,7 @@ std::shared_ptr<const Tensor> TryEvaluate(Value* value, std::unordered_map<Value
   Node* node = value->producer();
   if (node == nullptr || depth > 64) return nullptr;
   const OpSchema* schema = FindOp(node->op());
-  if (schema == nullptr) return nullptr;
+  if (schema == nullptr || schema->random) return nullptr;
   // Shape of a shape known only at run time is not known now.
   if (schema->from_types && (node->input(0) == nullptr || !node->input(0)->type().IsStatic())) return nullptr;
   std::vector<std::shared_ptr<const Tensor>> holders;

@@ -1,10 +1,12 @@
 // cse: merges nodes that compute the same thing, and constants with equal contents.
 //   %a = Relu(%x) ; %b = Relu(%x)    =>   %a = Relu(%x) ; uses of %b read %a
+// Random ops (OpSchema::random) are never merged: two draws are two values.
 #include <cstring>
 #include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 
 namespace kiln {
@@ -64,6 +66,8 @@ class CommonSubexpressionElimination : public Pass {
     }
     std::map<std::string, Node*> seen;
     for (Node* node : graph.nodes()) {
+      // Two unseeded random draws are not the same value.
+      if (const OpSchema* schema = FindOp(node->op()); schema != nullptr && schema->random) continue;
       auto [it, inserted] = seen.emplace(AttrKey(*node), node);
       if (inserted) continue;
       for (size_t i = 0; i < node->outputs().size(); ++i) {

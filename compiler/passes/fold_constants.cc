@@ -2,6 +2,7 @@
 // interpreter, and ops decided by static types alone (Shape, Size).
 //   %s = Shape(%x : f32[1,3,4])        =>  %s = constant i64[3] [1, 3, 4]
 //   %y = Add(const [1], const [2])     =>  %y = constant [3]
+// Random ops (OpSchema::random: RandomUniform, Bernoulli, ...) stay: each run draws anew.
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
@@ -19,7 +20,7 @@ class FoldConstants : public Pass {
     bool changed = false;
     for (Node* node : graph.nodes()) {
       const OpSchema* schema = FindOp(node->op());
-      if (schema == nullptr) continue;
+      if (schema == nullptr || schema->random) continue;
       std::vector<const Tensor*> args;
       int64_t input_bytes = 0;
       bool foldable = true;

@@ -35,5 +35,7 @@ void AddLossOps(RefTable& table);
 void AddSamplingOps(RefTable& table);
 void AddLinalgOps(RefTable& table);
 void AddNnExtraOps(RefTable& table);
+void AddRandomOps(RefTable& table);  // ref_random.cc
+void AddSignalOps(RefTable& table);  // ref_signal.cc
 
 }  // namespace kiln::ref

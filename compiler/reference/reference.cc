@@ -31,6 +31,8 @@ const ref::RefTable& Table() {
     ref::AddNormOps(*t);
     ref::AddQuantOps(*t);
     ref::AddBitwiseOps(*t);
+    ref::AddRandomOps(*t);
+    ref::AddSignalOps(*t);
     return t;
   }();
   return *table;

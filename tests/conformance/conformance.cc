@@ -10,6 +10,17 @@
 // evaluated by kiln::ReferenceRunGraph, so the reference is itself held to the suite. A
 // model refused for a non-constant shape input is retried with its inputs as initializers.
 // With --pass-list, a test on the list that does not pass is a regression: exit 1.
+//
+// Random ops (RandomUniform, RandomNormal, their *Like forms, Bernoulli, Multinomial): ONNX
+// leaves the generator to the implementation, and the node tests' expected outputs were
+// drawn with numpy's, which no other implementation reproduces (ONNX Runtime skips these
+// tests). A test whose graph contains a random op is therefore checked by the random-output
+// rule instead of by value: each output must have the expected dtype and shape, finite
+// values, and values in the range of the op that produced it (Bernoulli {0, 1},
+// RandomUniform [low, high], Multinomial non-negative integers); an output computed from a
+// random op by other ops (Bernoulli's function body: RandomUniformLike, Greater, Cast) must
+// be 0 or 1 wherever the expected output is all 0 and 1. The summary says how many tests
+// were checked so.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +31,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -72,6 +85,75 @@ std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
   return "";
 }
 
+// What the random-output rule accepts of one graph output (see the header).
+struct RandomRange {
+  double low = -std::numeric_limits<double>::infinity(), high = std::numeric_limits<double>::infinity();
+  bool integral = false;
+  bool indicator_if_expected = false;  // not a random op's own output: 0/1 where the expected is
+};
+
+bool IsRandomOp(const std::string& op) {
+  static const std::set<std::string> ops = {"Bernoulli",        "Multinomial",   "RandomNormal",
+                                            "RandomNormalLike", "RandomUniform", "RandomUniformLike"};
+  return ops.count(op) != 0;
+}
+
+float FloatAttr(const onnx::NodeProto& node, const std::string& name, float fallback) {
+  for (const auto& attr : node.attribute()) {
+    if (attr.name() == name) return attr.f();
+  }
+  return fallback;
+}
+
+// The random-output rule's range for each graph output, or nullopt when the graph has no
+// random op (its outputs are compared by value).
+std::optional<std::vector<RandomRange>> RandomOutputRanges(const std::string& model_bytes) {
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(model_bytes)) return std::nullopt;
+  std::map<std::string, const onnx::NodeProto*> producer;
+  bool random = false;
+  for (const onnx::NodeProto& node : proto.graph().node()) {
+    random = random || IsRandomOp(node.op_type());
+    for (const std::string& out : node.output()) producer[out] = &node;
+  }
+  if (!random) return std::nullopt;
+  std::vector<RandomRange> ranges;
+  for (const auto& output : proto.graph().output()) {
+    RandomRange range;
+    const auto it = producer.find(output.name());
+    const std::string op = it == producer.end() ? "" : it->second->op_type();
+    if (op == "Bernoulli") {
+      range.low = 0, range.high = 1, range.integral = true;
+    } else if (op == "RandomUniform" || op == "RandomUniformLike") {
+      range.low = FloatAttr(*it->second, "low", 0.0f), range.high = FloatAttr(*it->second, "high", 1.0f);
+    } else if (op == "Multinomial") {
+      range.low = 0, range.integral = true;
+    } else if (!IsRandomOp(op)) {
+      range.indicator_if_expected = true;
+    }
+    ranges.push_back(range);
+  }
+  return ranges;
+}
+
+// The random-output rule for one output: "" when `got` passes it.
+std::string CompareRandom(const kiln::Tensor& got, const kiln::Tensor& want, const RandomRange& range) {
+  if (got.dtype() != want.dtype())
+    return absl::StrCat("dtype ", kiln::DTypeName(got.dtype()), " vs ", kiln::DTypeName(want.dtype()));
+  if (got.dims() != want.dims()) return "shape differs";
+  bool indicator = range.indicator_if_expected;
+  for (int64_t i = 0; i < want.num_elements() && indicator; ++i) {
+    indicator = want.GetAsDouble(i) == 0 || want.GetAsDouble(i) == 1;
+  }
+  for (int64_t i = 0; i < got.num_elements(); ++i) {
+    const double g = got.GetAsDouble(i);
+    const bool in_range = std::isfinite(g) && g >= range.low && g <= range.high &&
+                          (!range.integral || g == std::floor(g)) && (!indicator || g == 0 || g == 1);
+    if (!in_range) return absl::StrCat("element ", i, ": ", g, " is outside the random op's range");
+  }
+  return "";
+}
+
 // One test_data_set_*: its inputs and expected outputs.
 struct DataSet {
   std::string name;
@@ -103,10 +185,13 @@ absl::StatusOr<std::vector<DataSet>> ReadDataSets(const fs::path& dir, size_t nu
   return sets;
 }
 
-// "" when every output matches, else what differs first.
-std::string CompareOutputs(const DataSet& set, const std::vector<kiln::Tensor>& outputs) {
+// "" when every output matches (by the random-output rule where `random` is set), else
+// what differs first.
+std::string CompareOutputs(const DataSet& set, const std::vector<kiln::Tensor>& outputs,
+                           const std::optional<std::vector<RandomRange>>& random) {
   for (size_t i = 0; i < outputs.size() && i < set.expected.size(); ++i) {
-    std::string diff = Compare(outputs[i], set.expected[i]);
+    std::string diff = random && i < random->size() ? CompareRandom(outputs[i], set.expected[i], (*random)[i])
+                                                    : Compare(outputs[i], set.expected[i]);
     if (!diff.empty()) return absl::StrCat(set.name, " output ", i, ": ", diff);
   }
   return outputs.size() == set.expected.size() ? "" : absl::StrCat(set.name, ": wrong number of outputs");
@@ -122,10 +207,16 @@ Outcome Refused(const absl::Status& status, std::string& detail) {
              : Outcome::kFail;
 }
 
-// Runs every data set through `run` and compares with the expected outputs.
+// Tests checked by the random-output rule (their graph has a random op), for the summary.
+int random_rule_tests = 0;
+
+// Runs every data set through `run` and compares with the expected outputs (by the
+// random-output rule when `model_bytes` has a random op).
 Outcome RunDataSets(const fs::path& dir, size_t num_inputs, size_t num_outputs,
                     const std::function<absl::StatusOr<std::vector<kiln::Tensor>>(const DataSet&)>& run,
-                    std::string& detail) {
+                    const std::string& model_bytes, std::string& detail) {
+  const std::optional<std::vector<RandomRange>> random = RandomOutputRanges(model_bytes);
+  if (random) ++random_rule_tests;
   auto sets = ReadDataSets(dir, num_inputs, num_outputs);
   if (!sets.ok()) {
     detail = std::string(sets.status().message());
@@ -137,7 +228,7 @@ Outcome RunDataSets(const fs::path& dir, size_t num_inputs, size_t num_outputs,
       detail = std::string(outputs.status().message());
       return Outcome::kFail;
     }
-    detail = CompareOutputs(set, *outputs);
+    detail = CompareOutputs(set, *outputs, random);
     if (!detail.empty()) return Outcome::kFail;
   }
   return Outcome::kPass;
@@ -197,7 +288,7 @@ Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& d
     for (const kiln_tensor& t : out) outputs.push_back(kiln::FromRuntime(t));
     return outputs;
   };
-  const Outcome outcome = RunDataSets(dir, desc->num_inputs, desc->num_outputs, run, detail);
+  const Outcome outcome = RunDataSets(dir, desc->num_inputs, desc->num_outputs, run, *bytes, detail);
   kiln_session_destroy(session);
   kiln_module_unload(module);
   return outcome;
@@ -255,7 +346,7 @@ Outcome RunReferenceBound(const fs::path& dir, const std::string& bytes, const a
     }
     return outputs;
   };
-  const Outcome outcome = RunDataSets(dir, num_inputs, proto.graph().output_size(), run, detail);
+  const Outcome outcome = RunDataSets(dir, num_inputs, proto.graph().output_size(), run, bytes, detail);
   if (refused) return Refused(refusal, detail);
   if (outcome == Outcome::kPass) detail = "(inputs bound as initializers)";
   return outcome;
@@ -291,7 +382,7 @@ Outcome RunReference(const fs::path& dir, std::string& detail) {
       }
       return kiln::ReferenceRunGraph(**graph, inputs);
     };
-    return RunDataSets(dir, (*graph)->inputs().size(), (*graph)->outputs().size(), run, detail);
+    return RunDataSets(dir, (*graph)->inputs().size(), (*graph)->outputs().size(), run, *bytes, detail);
   }
   if (graph.status().message().find("compile-time constant") == std::string::npos) {
     return Refused(graph.status(), detail);
@@ -306,7 +397,10 @@ int main(int argc, char** argv) {
   bool verbose = false, reference = false;
   CLI::App app(
       "kiln-conformance: compile every ONNX backend node test for the host, run it and compare with the "
-      "expected outputs (floats rtol 1e-3, atol 1e-5; integers exact)",
+      "expected outputs (floats rtol 1e-3, atol 1e-5; integers exact). A test whose graph has a random op "
+      "(RandomUniform, RandomNormal, their *Like forms, Bernoulli, Multinomial) is checked by the random-output "
+      "rule instead, since its expected values come from numpy's generator: dtype, shape and each value in the "
+      "op's range (Bernoulli {0, 1}, RandomUniform [low, high], Multinomial non-negative integers)",
       "kiln-conformance");
   app.add_option("--data", data, "the node tests' directory (libonnx-testdata)")->capture_default_str();
   app.add_option("--filter", filter, "only tests whose name contains this");
@@ -375,6 +469,8 @@ int main(int argc, char** argv) {
   fs::remove_all(work, ec);
   std::printf("conformance%s: %zu passed, %d failed, %d unsupported, %d deviate as documented, of %zu node tests\n",
               reference ? " (reference)" : "", passed.size(), failed, unsupported, deviating, tests.size());
+  std::printf("random-output rule: %d tests with a random op checked for dtype, shape and range, not values\n",
+              random_rule_tests);
   if (!write_pass_list.empty()) {
     std::ofstream out(write_pass_list);
     out << (reference ? "# ONNX node tests the reference evaluator passes (kiln-conformance --reference "

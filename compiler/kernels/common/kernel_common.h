@@ -18,11 +18,13 @@
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/pool.h"
 #include "kiln/kernels/quant.h"
+#include "kiln/kernels/random.h"
 #include "kiln/kernels/reduce.h"
 #include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
 #include "kiln/kernels/shape.h"
+#include "kiln/kernels/signal.h"
 
 // Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
 // KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a

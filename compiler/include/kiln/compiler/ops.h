@@ -108,6 +108,9 @@ struct OpSchema {
   std::function<absl::StatusOr<std::vector<Tensor>>(const Node&)> from_types;
   // Set for ops that compile with run-time shapes (compiler/ops/dynamic_ops.cc).
   std::function<absl::StatusOr<DynamicShape>(const InferContext&)> dynamic;
+  // Draws random numbers (RandomUniform, Bernoulli, ...): not a function of its inputs, so
+  // fold-constants, cse and compile-time evaluation of shape inputs leave it alone.
+  bool random = false;
 };
 
 const OpSchema* FindOp(std::string_view name);
