@@ -136,10 +136,10 @@ absl::Status RewriteInChildProcess(onnx::ModelProto& model,
 }
 
 // A model of an opset older than 9, rewritten where its old meaning is not what the version
-// converter or the checker takes (legacy_opset.h), then, when older than Kiln reads,
-// upgraded to `opset` by libonnx's version converter (the adapters rewrite what changed:
-// broadcast attributes, BatchNormalization's spatial, ...). The converter needs the
-// shapes of legacy-broadcast inputs, so shapes are inferred first (as onnx's Python
+// converter or the checker takes (legacy_opset.h) and, when older than Kiln reads, upgraded
+// to `opset` by libonnx's version converter (the adapters rewrite what changed: broadcast
+// attributes, BatchNormalization's is_test, ...). The converter and the rank-dependent
+// legacy rewrites need shapes, so shapes are inferred first (as onnx's Python
 // convert_version does).
 absl::Status UpgradeWithOnnx(onnx::ModelProto& model, int model_opset, int opset) {
   if (model_opset < opset) {
@@ -149,10 +149,13 @@ absl::Status UpgradeWithOnnx(onnx::ModelProto& model, int model_opset, int opset
     };
     KILN_RETURN_IF_ERROR(RewriteInChildProcess(model, infer, "ONNX shape inference"));
   }
-  KILN_RETURN_IF_ERROR(onnx_import::RewriteLegacyOps(model, model_opset));
-  if (model_opset >= opset) return absl::OkStatus();
-  auto convert = [opset](onnx::ModelProto& old) { return onnx::version_conversion::ConvertVersion(old, opset); };
-  return RewriteInChildProcess(model, convert, "ONNX version converter");
+  onnx_import::LegacyUpgrade legacy(model_opset);
+  KILN_RETURN_IF_ERROR(legacy.BeforeConverter(model));
+  if (model_opset < opset) {
+    auto convert = [opset](onnx::ModelProto& old) { return onnx::version_conversion::ConvertVersion(old, opset); };
+    KILN_RETURN_IF_ERROR(RewriteInChildProcess(model, convert, "ONNX version converter"));
+  }
+  return legacy.AfterConverter(model);
 }
 
 // A node's name for errors and the IR (unnamed ones by op and position), and the label
