@@ -13,8 +13,8 @@ namespace kiln {
 namespace {
 
 Node* InsertCast(Graph& graph, Node* anchor, Value* in, DType to, const std::string& name) {
-  Node* cast = graph.InsertNodeBefore(anchor, "Cast", graph.UniqueName(name), {in}, {graph.UniqueName(name)},
-                                      anchor->opset());
+  Node* cast =
+      graph.InsertNodeBefore(anchor, "Cast", graph.UniqueName(name), {in}, {graph.UniqueName(name)}, anchor->opset());
   cast->mutable_attrs()["to"] = static_cast<int64_t>(to);
   TensorType type = in->type();
   type.dtype = to;
@@ -27,8 +27,8 @@ void ComputeInFloat32(Graph& graph, Node* node) {
   std::vector<Value*> inputs = node->inputs();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == nullptr || !IsNarrowFloat(inputs[i]->type().dtype)) continue;
-    inputs[i] = InsertCast(graph, node, inputs[i], DType::kFloat32, absl::StrCat(node->name(), ".in", i, ".f32"))
-                    ->output(0);
+    inputs[i] =
+        InsertCast(graph, node, inputs[i], DType::kFloat32, absl::StrCat(node->name(), ".in", i, ".f32"))->output(0);
   }
   std::vector<std::string> output_names;
   for (size_t i = 0; i < node->outputs().size(); ++i)
