@@ -7,7 +7,13 @@ constants, inputs and outputs in the narrow type, rounded to nearest even), comp
 weights. The tolerances are those of the narrow type's rounding (float16: 11 significant
 bits, bfloat16: 8) over a few layers: max abs error <= TOL * max(1, max |ref|), cosine >= COS.
 
-  half_precision_models.py WORK_DIR --kiln PATH/TO/kiln [--only cnn_float16 ...]
+With --check, each artifact is also held to the independent reference evaluator running the
+imported graph (kiln-model-check: the same per-op rounding, so within REFERENCE_TOLERANCE of
+the output's scale), and the transformer block exported with dynamic batch and sequence is
+compiled once and run at two sizes.
+
+  half_precision_models.py WORK_DIR --kiln PATH/TO/kiln [--check PATH/TO/kiln-model-check]
+                           [--only cnn_float16 ...]
 """
 import argparse
 import os
@@ -26,6 +32,9 @@ TOLERANCES = {"float16": (1e-2, 0.9999), "bfloat16": (6e-2, 0.999)}
 # checker refuses them up to 17, so such bfloat16 models are declared opset 18 (the CNN's ops
 # mean the same there).
 BFLOAT16_FROM_OPSET22 = {"Conv", "MaxPool"}
+# Compiled against the reference, relative to the output's scale: a few units in the last
+# place of the narrow type (f32 sums in another order can flip a rounding).
+REFERENCE_TOLERANCE = {"float16": 4e-3, "bfloat16": 3e-2}
 ELEM_TYPES = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
 
 
@@ -118,7 +127,64 @@ def read_output(path):
     return numpy_helper.to_array(t).astype(np.float32), TensorProto.DataType.Name(t.data_type).lower()
 
 
-def check(name, model, x, opset, dtype, kiln, work):
+def compare(label, got, got_type, want, dtype):
+    if got.shape != want.shape or got_type != dtype:
+        print(f"FAIL {label}: output {got_type} {got.shape}, want {dtype} {want.shape}")
+        return 1
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got - want).max())
+    cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    tol, min_cos = TOLERANCES[dtype]
+    ok = err <= tol * scale and cos >= min_cos and np.isfinite(got).all()
+    print(f"{'ok  ' if ok else 'FAIL'} {label}: max error {err:.3g} (limit {tol * scale:.3g}), "
+          f"cosine {cos:.6f} (limit {min_cos})")
+    return 0 if ok else 1
+
+
+def run_artifact(kiln, artifact, x, dtype, base):
+    write_input(base + "_x.pb", x, dtype)
+    ran = subprocess.run([kiln, "run", artifact, "--input", f"x={base}_x.pb", "--output-dir", base + "_out"],
+                         capture_output=True, text=True)
+    if ran.returncode != 0:
+        return None, ran.stderr.strip()
+    return read_output(os.path.join(base + "_out", "output_0.pb")), None
+
+
+def check_dynamic(model, dtype, kiln, work):
+    """The transformer block with dynamic batch and sequence: compiled once, run at two sizes."""
+    base = os.path.join(work, f"transformer_dynamic_{dtype}")
+    axes = {0: "batch", 1: "sequence"}
+    torch.onnx.export(model, torch.zeros(2, 10, 32), base + "_f32.onnx", input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": axes, "y": axes}, opset_version=17)
+    onnx.save(narrow_model(onnx.load(base + "_f32.onnx"), dtype), base + ".onnx")
+    compiled = subprocess.run([kiln, "compile", base + ".onnx", "-o", base + ".so"], capture_output=True, text=True)
+    if compiled.returncode != 0:
+        print(f"FAIL transformer_dynamic {dtype}: kiln compile: {compiled.stderr.strip()}")
+        return 1
+    failures = 0
+    for batch, sequence in ((1, 7), (3, 12)):
+        x = np.random.default_rng(batch).standard_normal((batch, sequence, 32)).astype(np.float32)
+        with torch.no_grad():
+            want = model(torch.from_numpy(x)).numpy()
+        result, error = run_artifact(kiln, base + ".so", x, dtype, f"{base}_{batch}x{sequence}")
+        if error:
+            print(f"FAIL transformer_dynamic {dtype} at {batch}x{sequence}: kiln run: {error}")
+            failures += 1
+            continue
+        failures += compare(f"transformer_dynamic {dtype} at {batch}x{sequence}", *result, want, dtype)
+    return failures
+
+
+def check_reference(model_check, base, dtype):
+    """The artifact against the independent reference on the imported graph."""
+    run = subprocess.run([model_check, base + ".onnx", "--input", base + "_x.pb", "--tolerance",
+                          str(REFERENCE_TOLERANCE[dtype])], capture_output=True, text=True)
+    print(f"{'ok  ' if run.returncode == 0 else 'FAIL'} {os.path.basename(base)} against the reference: "
+          f"{(run.stdout + run.stderr).strip()}")
+    return 0 if run.returncode == 0 else 1
+
+
+def check(name, model, x, opset, dtype, kiln, work, model_check=None):
     base = os.path.join(work, f"{name}_{dtype}")
     torch.onnx.export(model, torch.from_numpy(x), base + "_f32.onnx", input_names=["x"], output_names=["y"],
                       opset_version=opset)
@@ -132,24 +198,12 @@ def check(name, model, x, opset, dtype, kiln, work):
     if compiled.returncode != 0:
         print(f"FAIL {name} {dtype}: kiln compile: {compiled.stderr.strip()}")
         return 1
-    write_input(base + "_x.pb", x, dtype)
-    ran = subprocess.run([kiln, "run", base + ".so", "--input", f"x={base}_x.pb", "--output-dir", base + "_out"],
-                         capture_output=True, text=True)
-    if ran.returncode != 0:
-        print(f"FAIL {name} {dtype}: kiln run: {ran.stderr.strip()}")
+    result, error = run_artifact(kiln, base + ".so", x, dtype, base)
+    if error:
+        print(f"FAIL {name} {dtype}: kiln run: {error}")
         return 1
-    got, got_type = read_output(os.path.join(base + "_out", "output_0.pb"))
-    if got.shape != want.shape or got_type != dtype:
-        print(f"FAIL {name} {dtype}: output {got_type} {got.shape}, want {dtype} {want.shape}")
-        return 1
-    scale = max(1.0, float(np.abs(want).max()))
-    err = float(np.abs(got - want).max())
-    cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
-    tol, min_cos = TOLERANCES[dtype]
-    ok = err <= tol * scale and cos >= min_cos and np.isfinite(got).all()
-    print(f"{'ok  ' if ok else 'FAIL'} {name} {dtype}: max error {err:.3g} (limit {tol * scale:.3g}), "
-          f"cosine {cos:.6f} (limit {min_cos})")
-    return 0 if ok else 1
+    failures = compare(f"{name} {dtype}", *result, want, dtype)
+    return failures + (check_reference(model_check, base, dtype) if model_check else 0)
 
 
 def randomize_batchnorm(model, shape):
@@ -168,6 +222,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("work")
     parser.add_argument("--kiln", required=True)
+    parser.add_argument("--check", help="kiln-model-check: also hold each artifact to the reference")
     parser.add_argument("--only", nargs="*", help="cases NAME_DTYPE to run (all by default)")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -183,7 +238,10 @@ def main():
         for dtype in ("float16", "bfloat16"):
             if args.only and f"{name}_{dtype}" not in args.only:
                 continue
-            failures += check(name, model, x, opset, dtype, args.kiln, args.work)
+            failures += check(name, model, x, opset, dtype, args.kiln, args.work, args.check)
+    if args.check:
+        for dtype in ("float16", "bfloat16"):
+            failures += check_dynamic(block, dtype, args.kiln, args.work)
     sys.exit(1 if failures else 0)
 
 

@@ -152,6 +152,10 @@ inline constexpr size_t kFusedMaxOps = 32;
 // as the op on f32 inputs with its float outputs in the narrow type, and the compiler's
 // legalize-float16 pass writes it between Casts before anything lowers it.
 bool IsNarrowFloat(DType dtype);
+// An f32 value rounded to f16 (bf16) and back: Cast[to=f32](Cast[to=f16](x)) as one
+// elementwise op that fused loops take in.
+inline constexpr char kRoundToFloat16Op[] = "kiln.RoundToFloat16";
+inline constexpr char kRoundToBFloat16Op[] = "kiln.RoundToBFloat16";
 // The narrow float type the node computes on in f32, or kUndefined when it computes as it is.
 DType NarrowFloatComputedInFloat32(const Node& node);
 

@@ -18,10 +18,10 @@ static inline uint16_t kiln_float_to_half(float f) {
   if (abs < 0x38800000u) {
     if (abs < 0x33000000u) return (uint16_t)(sign);
     uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
-    int shift = 126 - (int)(abs >> 23);
-    uint32_t half = mantissa >> (shift + 1);
-    uint32_t rest = mantissa & ((1u << (shift + 1)) - 1);
-    uint32_t halfway = 1u << shift;
+    int shift = 126 - (int)(abs >> 23); /* the value is mantissa * 2^-shift units of 2^-24 */
+    uint32_t half = mantissa >> shift;
+    uint32_t rest = mantissa & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
     if (rest > halfway || (rest == halfway && (half & 1))) ++half;
     return (uint16_t)(sign | half);
   }
@@ -29,6 +29,24 @@ static inline uint16_t kiln_float_to_half(float f) {
   uint32_t rest = abs & 0x1fff;
   if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
   return (uint16_t)(sign | half);
+}
+
+/* kiln_half_to_float(kiln_float_to_half(f)) without branches, so that loops of it vectorize
+ * (kiln.RoundToFloat16): the low 13 mantissa bits rounded to nearest even in the normal
+ * range, multiples of 2^-24 below it, infinity past the largest half, NaN kept (checked
+ * against the round trip on every float). */
+static inline float kiln_round_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint32_t abs = x & 0x7fffffffu;
+  uint32_t normal_bits = (x + 0xfffu + ((x >> 13) & 1u)) & ~0x1fffu;
+  const uint32_t infinity_bits = (x & 0x80000000u) | 0x7f800000u;
+  normal_bits = abs >= 0x477ff000u ? (abs > 0x7f800000u ? x : infinity_bits) : normal_bits;
+  float normal;
+  memcpy(&normal, &normal_bits, 4);
+  /* below 2^-14 the sum's unit in the last place is 2^-24: the add rounds to nearest even */
+  const float subnormal = __builtin_copysignf((__builtin_fabsf(f) + 0.5f) - 0.5f, f);
+  return abs < 0x38800000u ? subnormal : normal;
 }
 
 static inline float kiln_half_to_float(uint16_t h) {
