@@ -339,15 +339,22 @@ constexpr const char* kNarrowFloatNativeOps[] = {
 };
 
 // Type inference of a node that computes in f32 on narrow floats: the rule sees f32 where
-// the inputs are narrow (and no narrow constants), and its f32 outputs become narrow.
+// the inputs are narrow (narrow constants widened: Clip's bounds, Range's limits), and its
+// f32 outputs become narrow.
 absl::Status InferInFloat32(const OpSchema& schema, InferContext& ctx, DType narrow) {
   std::vector<TensorType> widened(ctx.input_types.size());
+  std::vector<Tensor> widened_constants(ctx.input_types.size());
   for (size_t i = 0; i < ctx.input_types.size(); ++i) {
     if (ctx.input_types[i] == nullptr || !IsNarrowFloat(ctx.input_types[i]->dtype)) continue;
     widened[i] = *ctx.input_types[i];
     widened[i].dtype = DType::kFloat32;
     ctx.input_types[i] = &widened[i];
-    ctx.input_constants[i] = nullptr;
+    if (const Tensor* constant = ctx.input_constants[i]) {
+      widened_constants[i] = Tensor(DType::kFloat32, constant->dims());
+      for (int64_t k = 0; k < constant->num_elements(); ++k)
+        widened_constants[i].data_as<float>()[k] = static_cast<float>(constant->GetAsDouble(k));
+      ctx.input_constants[i] = &widened_constants[i];
+    }
   }
   KILN_RETURN_IF_ERROR(schema.infer(ctx));
   for (TensorType& out : ctx.output_types) {
