@@ -174,26 +174,40 @@ def make_cases(root):
     return cases
 
 
-def check_refusal(kiln_conformance, root):
-    """A PRelu slope per channel whose input rank nothing states cannot be rewritten: the
-    error must name the node, the op and the opset."""
+def refusal_models():
+    """(case, model, what the error must name): models Kiln cannot upgrade."""
+    # A PRelu slope per channel whose input rank nothing states cannot be rewritten.
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
     slope = helper.make_tensor_value_info("slope", TensorProto.FLOAT, [3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     graph = helper.make_graph([node("PRelu", ["x", "slope"], ["y"], name="act")], "refused", [x, slope], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
-    model.ir_version = 3
-    case = os.path.join(root, "refused", "old_prelu_unknown_rank_opset6")
-    os.makedirs(os.path.join(case, "test_data_set_0"))
-    onnx.save(model, os.path.join(case, "model.onnx"))
-    run = subprocess.run([kiln_conformance, "--data", os.path.dirname(case), "--verbose"], capture_output=True,
-                         text=True)
-    expected = "node 'act' (PRelu, opset 6)"
-    if expected not in run.stdout + run.stderr:
-        print(f"the refusal does not name {expected}:\n{run.stdout}{run.stderr}")
-        return False
-    print(f"refused as expected: {expected}")
-    return True
+    yield "old_prelu_unknown_rank_opset6", graph, 6, "node 'act' (PRelu, opset 6)"
+    # Tile-1 (tiles and axis inputs): no opset-7 form is written.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    tiles = helper.make_tensor_value_info("tiles", TensorProto.INT64, [])
+    axis = helper.make_tensor_value_info("axis", TensorProto.INT64, [])
+    graph = helper.make_graph([node("Tile", ["x", "tiles", "axis"], ["y"], name="tile")], "refused", [x, tiles, axis],
+                              [y])
+    yield "old_tile_axis_opset5", graph, 5, "node 'tile' (Tile, opset 5)"
+
+
+def check_refusal(kiln_conformance, root):
+    """Each refusal names the node, the op and the opset."""
+    ok = True
+    for name, graph, opset, expected in refusal_models():
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 3
+        case = os.path.join(root, "refused", name)
+        os.makedirs(os.path.join(case, "test_data_set_0"))
+        onnx.save(model, os.path.join(case, "model.onnx"))
+        run = subprocess.run([kiln_conformance, "--data", os.path.dirname(case), "--filter", name, "--verbose"],
+                             capture_output=True, text=True)
+        if expected not in run.stdout + run.stderr:
+            print(f"{name}: the refusal does not name {expected}:\n{run.stdout}{run.stderr}")
+            ok = False
+        else:
+            print(f"{name}: refused as expected, naming {expected}")
+    return ok
 
 
 def main():
