@@ -224,9 +224,15 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
   context.pruning_samples = std::move(samples.pruning);
   if (inputs.on_phase) inputs.on_phase("passes");
   Stopwatch watch;
+  // Whatever the pipeline: codegen lowers most ops on f16 and bf16 in f32 only. Listed in
+  // the passes when it changed the graph.
+  KILN_ASSIGN_OR_RETURN(const Pipeline legalize, ParsePipeline("legalize-float16"));
+  auto legalized = RunPipeline(*result.graph, legalize, inputs.print, context);
+  if (!legalized.ok()) return Annotate(legalized.status(), inputs.model_label);
   auto stats = RunPipeline(*result.graph, pipeline, inputs.print, context);
   if (!stats.ok()) return Annotate(stats.status(), inputs.model_label);
   result.passes = *stats;
+  if (legalized->front().changed) result.passes.insert(result.passes.begin(), legalized->front());
   result.passes_ms = watch.ElapsedMs();
   if (spec.tuning().enabled()) {
     if (!result.target.is_host) {

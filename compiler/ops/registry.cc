@@ -332,6 +332,39 @@ absl::Status InferAtRunTime(const OpSchema& schema, InferContext& ctx) {
 
 // One node's type inference: the arity check, shape-deciding inputs folded to constants,
 // then the op's infer; output types are set only when it succeeds.
+// Ops whose kernels move f16 and bf16 elements as bytes (or only look at shapes): they run
+// on narrow floats as they are. Every other op computes in f32 (legalize-float16).
+constexpr const char* kNarrowFloatNativeOps[] = {
+    "Cast",           "CastLike", "Concat",   "Constant", "DepthToSpace",    "Expand",    "Flatten", "Gather",
+    "GatherElements", "GatherND", "Identity", "Reshape",  "ReverseSequence", "Shape",     "Size",    "Slice",
+    "SpaceToDepth",   "Split",    "Squeeze",  "Tile",     "Transpose",       "Unsqueeze",
+};
+
+// Type inference of a node that computes in f32 on narrow floats: the rule sees f32 where
+// the inputs are narrow (narrow constants widened: Clip's bounds, Range's limits), and its
+// f32 outputs become narrow.
+absl::Status InferInFloat32(const OpSchema& schema, InferContext& ctx, DType narrow) {
+  std::vector<TensorType> widened(ctx.input_types.size());
+  std::vector<Tensor> widened_constants(ctx.input_types.size());
+  for (size_t i = 0; i < ctx.input_types.size(); ++i) {
+    if (ctx.input_types[i] == nullptr || !IsNarrowFloat(ctx.input_types[i]->dtype)) continue;
+    widened[i] = *ctx.input_types[i];
+    widened[i].dtype = DType::kFloat32;
+    ctx.input_types[i] = &widened[i];
+    if (const Tensor* constant = ctx.input_constants[i]) {
+      widened_constants[i] = Tensor(DType::kFloat32, constant->dims());
+      for (int64_t k = 0; k < constant->num_elements(); ++k)
+        widened_constants[i].data_as<float>()[k] = static_cast<float>(constant->GetAsDouble(k));
+      ctx.input_constants[i] = &widened_constants[i];
+    }
+  }
+  KILN_RETURN_IF_ERROR(schema.infer(ctx));
+  for (TensorType& out : ctx.output_types) {
+    if (out.dtype == DType::kFloat32) out.dtype = narrow;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
                        std::unordered_map<Value*, std::shared_ptr<const Tensor>>& memo) {
   const int n = static_cast<int>(node->inputs().size());
@@ -362,7 +395,10 @@ absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
     }
   }
   ctx.output_types.resize(node->outputs().size());
-  if (schema.dynamic && IsDynamicNode(*node, schema)) {
+  const DType narrow = NarrowFloatComputedInFloat32(*node);
+  if (narrow != DType::kUndefined && !IsDynamicNode(*node, schema)) {
+    KILN_RETURN_IF_ERROR(InferInFloat32(schema, ctx, narrow));
+  } else if (schema.dynamic && IsDynamicNode(*node, schema)) {
     KILN_RETURN_IF_ERROR(InferAtRunTime(schema, ctx));
   } else if (absl::Status s = schema.infer(ctx); !s.ok()) {
     if (!schema.dynamic && IsDynamicNode(*node, schema)) {
@@ -402,7 +438,8 @@ absl::Status CheckNode(Graph& graph, Node* node, std::unordered_map<Value*, std:
                                          " (it depends on input data); Kiln compiles static shapes only"));
     }
   }
-  if (!schema->lower) return absl::OkStatus();  // ops that passes rewrite away
+  // ops that passes rewrite away, and narrow-float ones that legalize-float16 will widen
+  if (!schema->lower || NarrowFloatComputedInFloat32(*node) != DType::kUndefined) return absl::OkStatus();
   return schema->lower(*node).status();
 }
 
@@ -453,6 +490,18 @@ absl::Status InferByDynamicRule(InferContext& ctx) {
 }
 
 }  // namespace ops
+
+bool IsNarrowFloat(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
+
+DType NarrowFloatComputedInFloat32(const Node& node) {
+  for (const char* op : kNarrowFloatNativeOps) {
+    if (node.op() == op) return DType::kUndefined;
+  }
+  for (const Value* in : node.inputs()) {
+    if (in != nullptr && IsNarrowFloat(in->type().dtype)) return in->type().dtype;
+  }
+  return DType::kUndefined;
+}
 
 absl::Status InferTypes(Graph& graph) {
   std::unordered_map<Value*, std::shared_ptr<const Tensor>> memo;

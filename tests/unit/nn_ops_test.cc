@@ -240,6 +240,21 @@ TEST(NnOpsTest, CastToBfloat16RoundsToNearestEvenAndKeepsNaNQuiet) {
   EXPECT_TRUE(std::isnan(back[0].data_as<float>()[5]));
 }
 
+// Narrowing to float16 below its normal range: multiples of 2^-24, rounded to nearest even
+// (the conversion once shifted one place too far and halved every subnormal).
+TEST(NnOpsTest, CastToFloat16RoundsSubnormalsToNearestEven) {
+  constexpr int kCount = 6;
+  auto x = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{kCount});
+  // 2^-24; 2^-25 (a tie to 0); just above 2^-25; 1e-5; 6e-5 (below 2^-14); -3 * 2^-24.
+  const float values[kCount] = {5.9604644775390625e-08f,  2.98023223876953125e-08f, 3.0e-08f, 1e-5f, 6e-5f,
+                                -1.78813934326171875e-07f};
+  std::memcpy(x->data(), values, sizeof(values));
+  const std::vector<Tensor> y = Evaluate("Cast", {x}, {{"to", int64_t{10}}}, 1, 13);
+  ASSERT_EQ(y.size(), 1u);
+  const uint16_t want[kCount] = {0x0001, 0x0000, 0x0001, 0x00a8, 0x03ef, 0x8003};
+  for (int i = 0; i < kCount; ++i) EXPECT_EQ(y[0].data_as<uint16_t>()[i], want[i]) << i;
+}
+
 // MaxPool's Indices with storage_order 1 over 1-D and 3-D windows: each output's argmax in
 // its window, the spatial position numbered column-major (the first spatial dim fastest).
 TEST(NnOpsTest, MaxPoolColumnMajorIndicesInEveryRank) {

@@ -19,6 +19,7 @@
 #include "kiln/common/status.h"
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/ops.h"
+#include "legacy_opset.h"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
@@ -30,6 +31,8 @@ namespace {
 constexpr int kMinOpset = 7;
 // Older models are upgraded to kMinOpset by libonnx's version converter on import.
 constexpr int kOldestUpgradable = 1;
+// Models below this opset get the legacy rewrites (legacy_opset.h) first.
+constexpr int kLegacyRewritesBefore = 9;
 constexpr int kMaxOpset = 21;
 
 // An ONNX element type by name, for errors about the ones Kiln does not compute with
@@ -119,18 +122,40 @@ absl::Status CheckWithOnnx(onnx::ModelProto& model) {
   return InChildProcess(model, check, "ONNX checker").status();
 }
 
-// A model of an opset older than Kiln reads, upgraded to `opset` by libonnx's version
-// converter (the adapters rewrite what changed: broadcast attributes, BatchNormalization's
-// spatial, ...). Old models are small, so the upgraded model comes back serialised.
-absl::Status UpgradeWithOnnx(onnx::ModelProto& model, int opset) {
-  auto convert = [opset](onnx::ModelProto& old) {
-    return onnx::version_conversion::ConvertVersion(old, opset).SerializeAsString();
-  };
-  KILN_ASSIGN_OR_RETURN(std::string upgraded, InChildProcess(model, convert, "ONNX version converter"));
+// `model` replaced by what `work` makes of it in a child process (old models are small, so
+// it comes back serialised).
+absl::Status RewriteInChildProcess(onnx::ModelProto& model,
+                                   const std::function<onnx::ModelProto(onnx::ModelProto&)>& work, const char* who) {
+  auto serialised = [&work](onnx::ModelProto& old) { return work(old).SerializeAsString(); };
+  KILN_ASSIGN_OR_RETURN(std::string rewritten, InChildProcess(model, serialised, who));
   onnx::ModelProto result;
-  if (!result.ParseFromString(upgraded)) return absl::InternalError("the upgraded model does not parse");
+  if (!result.ParseFromString(rewritten))
+    return absl::InternalError(absl::StrCat("the model from the ", who, " does not parse"));
   model = std::move(result);
   return absl::OkStatus();
+}
+
+// A model of an opset older than 9, rewritten where its old meaning is not what the version
+// converter or the checker takes (legacy_opset.h) and, when older than Kiln reads, upgraded
+// to `opset` by libonnx's version converter (the adapters rewrite what changed: broadcast
+// attributes, BatchNormalization's is_test, ...). The converter and the rank-dependent
+// legacy rewrites need shapes, so shapes are inferred first (as onnx's Python
+// convert_version does).
+absl::Status UpgradeWithOnnx(onnx::ModelProto& model, int model_opset, int opset) {
+  if (model_opset < opset) {
+    auto infer = [](onnx::ModelProto& old) {
+      onnx::shape_inference::InferShapes(old);
+      return old;
+    };
+    KILN_RETURN_IF_ERROR(RewriteInChildProcess(model, infer, "ONNX shape inference"));
+  }
+  onnx_import::LegacyUpgrade legacy(model_opset);
+  KILN_RETURN_IF_ERROR(legacy.BeforeConverter(model));
+  if (model_opset < opset) {
+    auto convert = [opset](onnx::ModelProto& old) { return onnx::version_conversion::ConvertVersion(old, opset); };
+    KILN_RETURN_IF_ERROR(RewriteInChildProcess(model, convert, "ONNX version converter"));
+  }
+  return legacy.AfterConverter(model);
 }
 
 // A node's name for errors and the IR (unnamed ones by op and position), and the label
@@ -567,11 +592,12 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
     if (import.domain().empty() || import.domain() == "ai.onnx") opset_ = static_cast<int>(import.version());
   }
   if (model.opset_import_size() == 0) opset_ = 1;  // IR version 1 models
-  if (opset_ >= kOldestUpgradable && opset_ < kMinOpset) {
-    if (absl::Status s = UpgradeWithOnnx(model, kMinOpset); !s.ok()) {
+  if (opset_ >= kOldestUpgradable && opset_ < kLegacyRewritesBefore) {
+    if (absl::Status s = UpgradeWithOnnx(model, opset_, kMinOpset); !s.ok()) {
+      if (absl::StartsWith(s.message(), "node '")) return Error(std::string(s.message()));
       return Error(absl::StrCat("opset ", opset_, " could not be upgraded to ", kMinOpset, ": ", s.message()));
     }
-    opset_ = kMinOpset;
+    opset_ = std::max(opset_, kMinOpset);
   }
   if (opset_ < kMinOpset || opset_ > kMaxOpset) {
     return Error(absl::StrCat("opset ", opset_, " of the default domain is not supported (Kiln supports ", kMinOpset,

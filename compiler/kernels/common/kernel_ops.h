@@ -45,8 +45,10 @@ enum kiln_unary_op {
   KILN_UNARY_IS_INF,
   KILN_UNARY_GELU,
   KILN_UNARY_CLIP,
-  KILN_UNARY_SILU,        /* x * sigmoid(x): a fused activation only (fuse.cc) */
-  KILN_UNARY_BITWISE_NOT, /* integers only (opset 18) */
+  KILN_UNARY_SILU,          /* x * sigmoid(x): a fused activation only (fuse.cc) */
+  KILN_UNARY_BITWISE_NOT,   /* integers only (opset 18) */
+  KILN_UNARY_ROUND_TO_F16,  /* kiln.RoundToFloat16: rounded to f16 and back (legalize-float16) */
+  KILN_UNARY_ROUND_TO_BF16, /* kiln.RoundToBFloat16: rounded to bf16 and back */
   KILN_UNARY_COUNT
 };
 

@@ -5,6 +5,7 @@
 #include "fast_math.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
+#include "kiln/kernels/fp16.h"
 
 namespace kiln_kernels {
 
@@ -68,6 +69,10 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
           return 0.5f * x * (1.0f + FastErf(x * 0.70710678118654752440f));
         return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
       case KILN_UNARY_CLIP: return x < a ? a : (x > b ? b : x);
+      case KILN_UNARY_ROUND_TO_F16:
+        return static_cast<T>(kiln_half_to_float(kiln_float_to_half(static_cast<float>(x))));
+      case KILN_UNARY_ROUND_TO_BF16:
+        return static_cast<T>(kiln_bfloat16_to_float(kiln_float_to_bfloat16(static_cast<float>(x))));
       case KILN_UNARY_SILU:
         if constexpr (std::is_same_v<T, float> && kFastKernels) return x * FastSigmoid(x);
         return x * (x >= 0 ? T(1) / (T(1) + exp(-x)) : exp(x) / (T(1) + exp(x)));

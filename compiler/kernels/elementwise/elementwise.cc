@@ -400,10 +400,40 @@ KILN_ALWAYS_INLINE uint16_t FloatToFloat16(int32_t dtype, float f) {
 
 }  // namespace
 
+namespace {
+
+// The conversions narrow-float models run between every pair of ops (legalize-float16), one
+// loop per pair of types so that each vectorizes.
+template <typename From, typename To, To (*convert)(From)>
+KILN_ALWAYS_INLINE void ConvertLoop(const void* in, void* out, int64_t n) {
+  const From* src = static_cast<const From*>(in);
+  To* dst = static_cast<To*>(out);
+  for (int64_t i = 0; i < n; ++i) dst[i] = convert(src[i]);
+}
+
+// Whether `in` -> `out` was one of those pairs (and is done).
+bool CastBetweenFloat32AndNarrow(const kiln_ktensor& in, const kiln_ktensor& out, int64_t n) {
+  if (in.dtype == kF16 && out.dtype == kF32) {
+    ConvertLoop<uint16_t, float, kiln_half_to_float>(in.data, out.data, n);
+  } else if (in.dtype == kBF16 && out.dtype == kF32) {
+    ConvertLoop<uint16_t, float, kiln_bfloat16_to_float>(in.data, out.data, n);
+  } else if (in.dtype == kF32 && out.dtype == kF16) {
+    ConvertLoop<float, uint16_t, kiln_float_to_half>(in.data, out.data, n);
+  } else if (in.dtype == kF32 && out.dtype == kBF16) {
+    ConvertLoop<float, uint16_t, kiln_float_to_bfloat16>(in.data, out.data, n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 KILN_KERNEL(cast) {
   const kiln_ktensor& in = call->inputs[0];
   const kiln_ktensor& out = call->outputs[0];
   const int64_t n = Numel(out);
+  if (CastBetweenFloat32AndNarrow(in, out, n)) return KILN_KERR_OK;
   if (IsFloat16(in.dtype)) {  // f16 or bf16 -> float -> target
     const uint16_t* src = static_cast<const uint16_t*>(in.data);
     if (out.dtype == in.dtype) {

@@ -150,6 +150,18 @@ inline constexpr char kFusedElementwiseOp[] = "kiln.Elementwise";
 inline constexpr size_t kFusedMaxInputs = 8;
 inline constexpr size_t kFusedMaxOps = 32;
 
+// f16 and bf16: the ops that move or reinterpret their elements natively (byte kernels,
+// views, Cast) and the rule for every other op: it computes in f32. Such a node is typed
+// as the op on f32 inputs with its float outputs in the narrow type, and the compiler's
+// legalize-float16 pass writes it between Casts before anything lowers it.
+bool IsNarrowFloat(DType dtype);
+// An f32 value rounded to f16 (bf16) and back: Cast[to=f32](Cast[to=f16](x)) as one
+// elementwise op that fused loops take in.
+inline constexpr char kRoundToFloat16Op[] = "kiln.RoundToFloat16";
+inline constexpr char kRoundToBFloat16Op[] = "kiln.RoundToBFloat16";
+// The narrow float type the node computes on in f32, or kUndefined when it computes as it is.
+DType NarrowFloatComputedInFloat32(const Node& node);
+
 // Whether the node's shapes are known only at run time: an input without static dims, or a
 // shape-deciding input (OpSchema::constant_inputs) that is not a constant.
 bool IsDynamicNode(const Node& node, const OpSchema& schema);

@@ -8,53 +8,51 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint16_t kiln_float_to_half(float f) {
+/* kiln_float_to_half's rounding without the conversion: the low 13 mantissa bits rounded to
+ * nearest even in the normal range, multiples of 2^-24 below it, infinity past the largest
+ * half, NaN kept. Branch-free (selects only), so that loops of it vectorize. */
+static inline float kiln_round_to_half(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
-  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-  if (abs < 0x38800000u) {
-    if (abs < 0x33000000u) return (uint16_t)(sign);
-    uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
-    int shift = 126 - (int)(abs >> 23);
-    uint32_t half = mantissa >> (shift + 1);
-    uint32_t rest = mantissa & ((1u << (shift + 1)) - 1);
-    uint32_t halfway = 1u << shift;
-    if (rest > halfway || (rest == halfway && (half & 1))) ++half;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t half = (abs >> 13) - ((127 - 15) << 10);
-  uint32_t rest = abs & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
-  return (uint16_t)(sign | half);
+  const uint32_t abs = x & 0x7fffffffu;
+  uint32_t normal_bits = (x + 0xfffu + ((x >> 13) & 1u)) & ~0x1fffu;
+  const uint32_t infinity_bits = (x & 0x80000000u) | 0x7f800000u;
+  normal_bits = abs >= 0x477ff000u ? (abs > 0x7f800000u ? x : infinity_bits) : normal_bits;
+  float normal;
+  memcpy(&normal, &normal_bits, 4);
+  /* below 2^-14 the sum's unit in the last place is 2^-24: the add rounds to nearest even */
+  const float subnormal = __builtin_copysignf((__builtin_fabsf(f) + 0.5f) - 0.5f, f);
+  return abs < 0x38800000u ? subnormal : normal;
 }
 
+/* binary32 -> binary16: kiln_round_to_half, then the rounded value's bits (a subnormal half
+ * is its multiple of 2^-24, a NaN a quiet NaN). Branch-free, as the Cast loops want. */
+static inline uint16_t kiln_float_to_half(float f) {
+  const float r = kiln_round_to_half(f);
+  uint32_t x;
+  memcpy(&x, &r, 4);
+  const uint32_t abs = x & 0x7fffffffu;
+  const uint32_t special = 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
+  const uint32_t normal = (abs >> 13) - ((127u - 15u) << 10);
+  const uint32_t subnormal = (uint32_t)(__builtin_fabsf(r) * 16777216.0f);
+  const uint32_t magnitude = abs >= 0x7f800000u ? special : (abs >= 0x38800000u ? normal : subnormal);
+  return (uint16_t)(((x >> 16) & 0x8000u) | magnitude);
+}
+
+/* binary16 -> binary32, exact; branch-free (a subnormal half is its mantissa times 2^-24). */
 static inline float kiln_half_to_float(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
+  const uint32_t exponent = h & 0x7c00u;
+  const uint32_t rest = (uint32_t)(h & 0x7fffu) << 13;
+  const float subnormal = (float)(h & 0x3ffu) * (1.0f / 16777216.0f);
+  uint32_t subnormal_bits;
+  memcpy(&subnormal_bits, &subnormal, 4);
+  const uint32_t bits = exponent == 0x7c00u ? (rest | 0x7f800000u)
+                        : exponent == 0     ? subnormal_bits
+                                            : rest + ((127u - 15u) << 23);
+  const uint32_t with_sign = bits | ((uint32_t)(h & 0x8000u) << 16);
+  float out;
+  memcpy(&out, &with_sign, 4);
+  return out;
 }
 
 /* bfloat16 (the high half of a binary32) <-> binary32. Narrowing rounds to nearest even, as
@@ -64,9 +62,9 @@ static inline float kiln_half_to_float(uint16_t h) {
 static inline uint16_t kiln_float_to_bfloat16(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
+  const uint32_t quiet_nan = ((x >> 16) & 0x8000u) | 0x7fc0u;
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded); /* a select: loops vectorize */
 }
 
 static inline float kiln_bfloat16_to_float(uint16_t b) {
