@@ -109,13 +109,24 @@ void PrintTuning(const TuneResult& t, const std::string& cache) {
                t.over_budget, winograd, t.decisions.size() - winograd);
 }
 
+// One line: what the artifact's bytes are (the report's artifact_size), in MB.
+void PrintArtifactSize(const v1::CompileReport::ArtifactSize& size) {
+  auto mb = [](double bytes) { return bytes / 1e6; };
+  std::fprintf(stderr,
+               "kiln: artifact size: weights %.1f MB as given %+.1f MB by packing/transforms + %.1f MB alignment, "
+               "code %.1f MB, tables %.2f MB, ELF %.2f MB\n",
+               mb(size.weights_given()), mb(size.weights_added()), mb(size.weights_alignment()), mb(size.code()),
+               mb(size.tables()), mb(size.elf_overhead()));
+}
+
 void PrintCompileSummary(const CompileFlags& flags, const CompileResult& result, const std::string& tune_cache) {
   std::fprintf(
       stderr, "kiln: compiled %s -> %s (%zu bytes, target %s, %zu nodes, arena %lld bytes vs %lld naive) in %.0f ms\n",
       flags.model.c_str(), flags.out.c_str(), static_cast<size_t>(result.artifact_bytes),
-      (result.target.triple + "/" + result.target.cpu).c_str(), result.graph->num_nodes(),
+      (result.target.triple + "/" + result.target.cpu).c_str(), static_cast<size_t>(result.report.nodes()),
       static_cast<long long>(result.memory_plan.arena_bytes), static_cast<long long>(result.memory_plan.naive_bytes),
       result.import_ms + result.passes_ms + result.codegen_ms);
+  PrintArtifactSize(result.report.artifact_size());
   const v1::CompileSpec& spec = result.manifest.spec();
   if (spec.quantization().precision() == "int8") PrintQuantization(result.quantization);
   if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0) PrintPruning(result.pruning);
@@ -175,6 +186,7 @@ int Compile(const CompileFlags& flags) {
   }
   CompileInputs inputs;
   inputs.model_bytes = built->model;
+  inputs.model_file = built->model_file.get();
   inputs.model_label = flags.model;
   const std::string dir = std::filesystem::path(flags.model).parent_path().string();
   inputs.external_data = DirectoryExternalData(dir.empty() ? "." : dir);
