@@ -29,7 +29,7 @@ assert isinstance(report["memory_plan"]["arena_bytes"], (int, float)) and report
 assert report["target"] == target and report["artifact_bytes"] > 0, report["target"]
 PY
 # What the artifact is made of: the report's parts sum to its size; kiln prints them in a line.
-grep -q '^kiln: artifact size: weights [0-9.]* MB as given' "$work/compile.txt"
+grep -q '^kiln: artifact [0-9.]* MB (ONNX file [0-9.]* MB): weights [0-9.]* MB as given' "$work/compile.txt"
 /usr/bin/python3 - "$work/report.json" "$work/sample.so" <<'PY'
 import json, os, sys
 report = json.load(open(sys.argv[1]))
