@@ -363,6 +363,25 @@ absl::StatusOr<DynamicShape> GatherNDRule(const InferContext& ctx) {
   return ShapeCall<kernel::shape_gather_nd>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, rank)});
 }
 
+// RoiAlign: [rois, channels, output_height, output_width], the rois counted at run time
+// (a detector's proposals after NMS).
+absl::StatusOr<DynamicShape> RoiAlignRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t x_rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(int64_t rois_rank, RankOf(ctx, 1));
+  KILN_ASSIGN_OR_RETURN(int64_t batch_rank, RankOf(ctx, 2));
+  const DType dtype = ctx.type(0).dtype;
+  if (x_rank != 4 || rois_rank != 2 || batch_rank != 1 || ctx.type(1).dtype != dtype ||
+      (dtype != DType::kFloat32 && dtype != DType::kFloat64) || ctx.type(2).dtype != DType::kInt64) {
+    return NodeError(ctx.node, "X, rois and batch_indices must be [N, C, H, W], [R, 4] of X's type and [R] of int64");
+  }
+  kiln_shape_params p{};
+  p.num_ints = 2;
+  p.ints[0] = ctx.node.GetInt("output_height", 1);
+  p.ints[1] = ctx.node.GetInt("output_width", 1);
+  if (p.ints[0] <= 0 || p.ints[1] <= 0) return NodeError(ctx.node, "output_height and output_width must be positive");
+  return ShapeCall<kernel::shape_roi_align>(ctx, 3, p, {RankOnly(dtype, 4)});
+}
+
 // Compress: the true conditions along `axis`, or over the flattened input without one.
 absl::StatusOr<DynamicShape> CompressRule(const InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
@@ -454,6 +473,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"Split", SplitRule},
       {"GatherElements", GatherElementsRule},
       {"GatherND", GatherNDRule},
+      {"RoiAlign", RoiAlignRule},
       {"ArgMax", ArgReduceRule},
       {"ArgMin", ArgReduceRule},
       {"NonZero", NonZeroRule},

@@ -195,6 +195,30 @@ TEST(RunTimeShapesTest, NonMaxSuppressionOfADetectorsCandidates) {
                         {boxes, scores, Filled(DType::kInt64, {1}, {6}), Filled(DType::kFloat32, {1}, {0.2})});
 }
 
+// RoiAlign over a run-time count of rois (Faster R-CNN's proposals after NMS): rois and
+// batch_indices of symbolic length, against the reference; none at all too.
+TEST(RunTimeShapesTest, RoiAlignOfRunTimeRois) {
+  TensorType rois_type = TensorType::Static(DType::kFloat32, {1, 4});
+  TensorType batch_type = TensorType::Static(DType::kInt64, {1});
+  rois_type.shape[0] = batch_type.shape[0] = Dim::Symbolic("r");
+  const Tensor x = *Random({2, 3, 10, 12}, 4, 1.0f);
+  for (int64_t r : {5, 0}) {
+    SCOPED_TRACE(::testing::Message() << r << " rois");
+    Tensor rois(DType::kFloat32, {r, 4});
+    for (int64_t i = 0; i < r; ++i) {
+      const float corners[4] = {0.5f * static_cast<float>(i), 1.0f, 4.0f + static_cast<float>(i), 9.5f};
+      for (int k = 0; k < 4; ++k) rois.data_as<float>()[i * 4 + k] = corners[k];
+    }
+    const Tensor batch = Filled(DType::kInt64, {r}, {0, 1, 1});
+    std::unique_ptr<Graph> g = Build(
+        {"RoiAlign", 16, {{"output_height", int64_t{3}}, {"output_width", int64_t{2}}, {"sampling_ratio", int64_t{2}}}},
+        {TensorType::Static(DType::kFloat32, x.dims()), rois_type, batch_type});
+    auto reference = ReferenceRunGraph(*g, {x, rois, batch});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    ExpectNear(RunShapedArtifact(*g, kDefaultPipeline, {x, rois, batch}), *reference, "RoiAlign");
+  }
+}
+
 TEST(RunTimeShapesTest, TopKOfARunTimeK) {
   const Tensor x = Filled(DType::kFloat32, {3, 7, 5}, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6});
   const Tensor ints = Filled(DType::kInt32, {4, 9}, {7, -2, 7, 0, 11, -2, 5});

@@ -381,6 +381,24 @@ KILN_KERNEL(shape_gather_nd) {
   return o == call->outputs[0].rank ? KILN_KERR_OK : KILN_KERR_SHAPE;
 }
 
+// RoiAlign: [rois, X's channels, output_height, output_width] (ints[0], ints[1]) for X
+// [N, C, H, W], rois [R, 4] and batch_indices [R].
+KILN_KERNEL(shape_roi_align) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor &x = call->inputs[0], &rois = call->inputs[1], &batch = call->inputs[2];
+  if (x.rank != 4 || rois.rank != 2 || batch.rank != 1 || p.num_ints != 2) return KILN_KERR_SHAPE;
+  if ((rois.dims[1] >= 0 && rois.dims[1] != 4) ||
+      (rois.dims[0] >= 0 && batch.dims[0] >= 0 && rois.dims[0] != batch.dims[0])) {
+    return KILN_KERR_SHAPE;
+  }
+  Dims out = OutDims(call, 0);
+  out[0] = rois.dims[0] >= 0 ? rois.dims[0] : batch.dims[0];
+  out[1] = x.dims[1];
+  out[2] = p.ints[0];
+  out[3] = p.ints[1];
+  return KILN_KERR_OK;
+}
+
 // Unsqueeze: a 1 at each output position of the axes, the input's dims elsewhere.
 KILN_KERNEL(shape_unsqueeze) {
   KILN_PARAMS(kiln_shape_params, p, call);
