@@ -6,6 +6,10 @@
 #include <climits>
 #include <cstdlib>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -289,12 +293,12 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   for (const v1::InputShape& shape : spec.input_shapes())
     import_options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
   import_options.external_data = inputs.external_data;
+  // The graph owns the weights once imported; the parsed model holds them until then, so the
+  // model's pages can go as soon as it is parsed (read again only to list a failure's problems).
+  if (inputs.model_file != nullptr) import_options.after_parse = [&] { inputs.model_file->ReleaseResidentPages(); };
   auto imported = ImportOnnxModel(inputs.model_bytes, import_options);
   if (!imported.ok()) return WithAllProblems(imported.status(), inputs.model_bytes, import_options);
   std::unique_ptr<Graph> graph = std::move(*imported);
-  // The graph owns the weights now; the model's pages are read again only to list a
-  // failure's problems.
-  if (inputs.model_file != nullptr) inputs.model_file->ReleaseResidentPages();
   result.import_ms = watch.ElapsedMs();
   if (inputs.print.print_stream && inputs.print.print_after_all) {
     *inputs.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(*graph);
@@ -321,6 +325,12 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   // and writes the artifact, which hold the weights twice more.
   const int64_t nodes = static_cast<int64_t>(graph->num_nodes());
   graph.reset();
+#ifdef __GLIBC__
+  // Weights of under 32 MB come from malloc's heap once glibc has raised its mmap threshold
+  // (it does on the first large free), and a heap with holes keeps them resident: give the
+  // free pages back now.
+  malloc_trim(0);
+#endif
   auto artifact = LinkArtifact(std::move(*objects), codegen);
   if (!artifact.ok()) return Annotate(artifact.status(), inputs.model_label);
   result.codegen_ms = watch.ElapsedMs();

@@ -579,6 +579,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return Error("not a valid ONNX model (the protobuf could not be parsed)");
   }
+  if (options_.after_parse) options_.after_parse();
   opset_ = 0;
   for (const auto& import : model.opset_import()) {
     if (import.domain().empty() || import.domain() == "ai.onnx") opset_ = static_cast<int>(import.version());

@@ -27,7 +27,7 @@ namespace kiln {
 struct CompileInputs {
   std::string_view model_bytes;  // the bytes spec.model names
   // Where model_bytes are this file's mapping: its pages are given back once the model is
-  // imported (a large model's bytes are otherwise resident through codegen and the link).
+  // parsed (a large model's bytes are otherwise resident through the rest of the compile).
   const MappedFile* model_file = nullptr;
   std::string model_label = "model";  // in error messages: a path, or "model 1a2b3c..."
   std::function<absl::StatusOr<std::string>(const std::string&)> external_data;
