@@ -83,7 +83,7 @@ absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t se
 
 // The model as the reference evaluator runs it (validation inputs and reference
 // outputs), imported apart from the compile's own graph.
-absl::StatusOr<std::unique_ptr<Graph>> ImportReference(const v1::CompileSpec& spec, const std::string& model) {
+absl::StatusOr<std::unique_ptr<Graph>> ImportReference(const v1::CompileSpec& spec, std::string_view model) {
   ImportOptions options;
   options.model_label = absl::StrCat("model ", spec.model().sha256().substr(0, 12));
   for (const v1::InputShape& shape : spec.input_shapes())
@@ -102,11 +102,12 @@ absl::StatusOr<std::vector<Tensor>> ValidationInputs(const Graph& graph, const v
 // Compiles the task's spec exactly as `kiln compile` would (the same CompileModel), with the
 // calibration samples the worker downloaded and, for pruning's per-layer breakdown, the
 // validation inputs.
-absl::StatusOr<CompileResult> CompileTask(const v1::Task& task, const std::string& model, const std::string& dir) {
+absl::StatusOr<CompileResult> CompileTask(const v1::Task& task, const MappedFile& model, const std::string& dir) {
   const v1::CompileSpec& spec = task.spec();
   CompileInputs inputs;
   inputs.output_path = dir + "/artifact.so";
-  inputs.model_bytes = model;
+  inputs.model_bytes = model.bytes();
+  inputs.model_file = &model;
   inputs.model_label = absl::StrCat("model ", spec.model().sha256().substr(0, 12));
   for (int k = 0; k < spec.quantization().calibration_size(); ++k) {
     KILN_ASSIGN_OR_RETURN(std::string bytes, ReadFile(absl::StrCat(dir, "/calibration_", k, ".pb")));
@@ -115,7 +116,7 @@ absl::StatusOr<CompileResult> CompileTask(const v1::Task& task, const std::strin
   if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0) {
     // Its own import, freed at the end of this block: keeping the reference graph through
     // the compile would double a large model's peak memory under the job's limit.
-    KILN_ASSIGN_OR_RETURN(auto graph, ImportReference(spec, model));
+    KILN_ASSIGN_OR_RETURN(auto graph, ImportReference(spec, model.bytes()));
     auto sample = ValidationInputs(*graph, spec.accuracy(), dir);
     if (!sample.ok()) return Annotate(sample.status(), "validation inputs");
     inputs.pruning_samples.push_back(std::move(*sample));
@@ -188,7 +189,7 @@ Latency MeasureLatency(LoadedArtifact& loaded) {
 // Runs the artifact and the independent reference (compiler/reference, which shares no code
 // with the kernels) on the same inputs and judges the outputs; measures latency when the artifact runs on this machine.
 // Fills the context's input descriptions, latency and validate_ms.
-absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, const std::string& model,
+absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, std::string_view model,
                                             const CompileResult& compiled, const std::string& artifact_path,
                                             const std::string& dir, ReportContext& context) {
   Phase("validating", 0.7);
@@ -234,14 +235,14 @@ absl::Status WriteOutputs(const v1::Task& task, const CompileResult& compiled, c
 
 // Compiles (the linker writes artifact.so), validates and measures; writes artifact.so, report.json, manifest.json and
 // result.pb into dir.
-absl::Status Run(const v1::Task& task, const std::string& model, const std::string& dir) {
+absl::Status Run(const v1::Task& task, const MappedFile& model, const std::string& dir) {
   Stopwatch compile_watch;
   KILN_ASSIGN_OR_RETURN(CompileResult compiled, CompileTask(task, model, dir));
   ReportContext context;
   context.compile_ms = compile_watch.ElapsedMs();
   const std::string artifact_path = dir + "/artifact.so";  // written there by the compile
   KILN_ASSIGN_OR_RETURN(const v1::AccuracyReport report,
-                        Validate(task.spec(), model, compiled, artifact_path, dir, context));
+                        Validate(task.spec(), model.bytes(), compiled, artifact_path, dir, context));
   return WriteOutputs(task, compiled, report, context, dir);
 }
 
@@ -253,7 +254,8 @@ int RunJob(const std::string& dir) {
   if (!task_bytes.ok()) return Fail(dir, task_bytes.status());
   v1::Task task;
   if (!task.ParseFromString(*task_bytes)) return Fail(dir, absl::DataLossError("task.pb does not parse"));
-  auto model = ReadFile(dir + "/model.onnx");
+  // Mapped: the compile gives its pages back once imported; validation reads them again.
+  auto model = MappedFile::Open(dir + "/model.onnx");
   if (!model.ok()) return Fail(dir, model.status());
   if (auto s = Run(task, *model, dir); !s.ok()) return Fail(dir, s);
   return kJobOk;

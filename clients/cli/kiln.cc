@@ -109,13 +109,28 @@ void PrintTuning(const TuneResult& t, const std::string& cache) {
                t.over_budget, winograd, t.decisions.size() - winograd);
 }
 
-void PrintCompileSummary(const CompileFlags& flags, const CompileResult& result, const std::string& tune_cache) {
+// One line: what the artifact's bytes are (the report's artifact_size) beside the ONNX
+// file's, in MB.
+void PrintArtifactSize(const v1::CompileReport& report, int64_t model_bytes) {
+  auto mb = [](double bytes) { return bytes / 1e6; };
+  const v1::CompileReport::ArtifactSize& size = report.artifact_size();
+  std::fprintf(stderr,
+               "kiln: artifact %.1f MB (ONNX file %.1f MB): weights %.1f MB as given %+.1f MB by packing/transforms + "
+               "%.1f MB alignment, code %.1f MB, tables %.2f MB, ELF %.2f MB\n",
+               mb(report.artifact_bytes()), mb(static_cast<double>(model_bytes)), mb(size.weights_given()),
+               mb(size.weights_added()), mb(size.weights_alignment()), mb(size.code()), mb(size.tables()),
+               mb(size.elf_overhead()));
+}
+
+void PrintCompileSummary(const CompileFlags& flags, const CompileResult& result, int64_t model_bytes,
+                         const std::string& tune_cache) {
   std::fprintf(
       stderr, "kiln: compiled %s -> %s (%zu bytes, target %s, %zu nodes, arena %lld bytes vs %lld naive) in %.0f ms\n",
       flags.model.c_str(), flags.out.c_str(), static_cast<size_t>(result.artifact_bytes),
-      (result.target.triple + "/" + result.target.cpu).c_str(), result.graph->num_nodes(),
+      (result.target.triple + "/" + result.target.cpu).c_str(), static_cast<size_t>(result.report.nodes()),
       static_cast<long long>(result.memory_plan.arena_bytes), static_cast<long long>(result.memory_plan.naive_bytes),
       result.import_ms + result.passes_ms + result.codegen_ms);
+  PrintArtifactSize(result.report, model_bytes);
   const v1::CompileSpec& spec = result.manifest.spec();
   if (spec.quantization().precision() == "int8") PrintQuantization(result.quantization);
   if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0) PrintPruning(result.pruning);
@@ -175,6 +190,7 @@ int Compile(const CompileFlags& flags) {
   }
   CompileInputs inputs;
   inputs.model_bytes = built->model;
+  inputs.model_file = built->model_file.get();
   inputs.model_label = flags.model;
   const std::string dir = std::filesystem::path(flags.model).parent_path().string();
   inputs.external_data = DirectoryExternalData(dir.empty() ? "." : dir);
@@ -191,7 +207,7 @@ int Compile(const CompileFlags& flags) {
     if (!json.ok()) return Fail(std::string(json.status().message()));
     if (auto s = WriteFile(flags.report, *json); !s.ok()) return Fail(std::string(s.message()));
   }
-  PrintCompileSummary(flags, *result, inputs.tune_cache_path);
+  PrintCompileSummary(flags, *result, static_cast<int64_t>(inputs.model_bytes.size()), inputs.tune_cache_path);
   return 0;
 }
 

@@ -171,14 +171,14 @@ struct SubmitFlags {
 
 // Uploads what the server lacks of the spec's blobs (FindMissing first).
 int UploadMissing(v1::Kiln::Stub& stub, const SpecWithData& data) {
-  std::vector<std::pair<v1::Digest, const std::string*>> blobs = {{data.spec.model(), &data.model}};
+  std::vector<std::pair<v1::Digest, std::string_view>> blobs = {{data.spec.model(), data.model}};
   std::map<std::string, const char*> what = {{data.spec.model().sha256(), "model"}};
   if (!data.input_set.empty()) {
-    blobs.emplace_back(data.spec.accuracy().input_set(), &data.input_set);
+    blobs.emplace_back(data.spec.accuracy().input_set(), data.input_set);
     what.emplace(data.spec.accuracy().input_set().sha256(), "input set");
   }
   for (int k = 0; k < data.spec.quantization().calibration_size(); ++k) {
-    blobs.emplace_back(data.spec.quantization().calibration(k), &data.calibration[static_cast<size_t>(k)]);
+    blobs.emplace_back(data.spec.quantization().calibration(k), data.calibration[static_cast<size_t>(k)]);
     what.emplace(data.spec.quantization().calibration(k).sha256(), "calibration sample");
   }
   grpc::ClientContext context;
@@ -192,7 +192,7 @@ int UploadMissing(v1::Kiln::Stub& stub, const SpecWithData& data) {
     if (blob == blobs.end()) continue;
     std::fprintf(stderr, "kiln: uploading %s (%lld bytes)\n", what[digest.sha256()],
                  static_cast<long long>(digest.size_bytes()));
-    auto uploaded = client::UploadBlob(stub, *blob->second, false);
+    auto uploaded = client::UploadBlob(stub, blob->second, false);
     if (!uploaded.ok()) {
       return Fail(
           absl::StrCat("Upload: ", client::StatusCodeName(static_cast<grpc::StatusCode>(uploaded.status().code())),

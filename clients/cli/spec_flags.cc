@@ -255,9 +255,10 @@ absl::StatusOr<SpecWithData> BuildSpec(const std::string& model_path, const Spec
   if (which == SpecCommand::kCompile && f.Given("--calibration") && f.precision != "int8" && !pruning)
     return Usage("--calibration goes with --precision int8 (or pruning: samples for its per-layer breakdown)");
   SpecWithData out;
-  auto model = ReadFile(model_path);
+  auto model = MappedFile::Open(model_path);
   if (!model.ok()) return Failed(model.status());
-  out.model = std::move(*model);
+  out.model_file = std::make_shared<const MappedFile>(std::move(*model));
+  out.model = out.model_file->bytes();
   *out.spec.mutable_model() = DigestOf(out.model);
   if (f.Given("--calibration")) {
     auto sets = CalibrationInputSets(f.calibration);

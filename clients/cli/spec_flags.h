@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kiln/common/file.h"
 #include "kiln/v1/spec.pb.h"
 
 namespace kiln::cli {
@@ -41,9 +43,10 @@ void AddSpecFlags(CLI::App& command, SpecFlags& flags, SpecCommand which);
 // it (CompileModel), kilnd does for `kiln submit` (a "host" target is kilnd's machine).
 struct SpecWithData {
   v1::CompileSpec spec;
-  std::string model;                     // the model's bytes
-  std::vector<std::string> calibration;  // InputSet blobs, one per sample (DIR's order)
-  std::string input_set;                 // the InputSet of --inputs, or empty
+  std::shared_ptr<const MappedFile> model_file;  // the model, mapped (see CompileInputs::model_file)
+  std::string_view model;                        // its bytes
+  std::vector<std::string> calibration;          // InputSet blobs, one per sample (DIR's order)
+  std::string input_set;                         // the InputSet of --inputs, or empty
 };
 
 // Reads the model and the directories and fills the spec, then checks it with Normalize

@@ -2,9 +2,11 @@
 #include "kiln/common/file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,62 @@ absl::Status ErrnoStatus(int error, std::string_view what, std::string_view path
     case EEXIST: return absl::AlreadyExistsError(message);
     default: return absl::InternalError(message);
   }
+}
+
+absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    const int error = errno;
+    close(fd);
+    return ErrnoStatus(error, "cannot stat", path);
+  }
+  if (S_ISDIR(info.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(path + " is a directory, not a file");
+  }
+  const size_t size = static_cast<size_t>(info.st_size);
+  void* data = nullptr;
+  if (size > 0) {
+    data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data == MAP_FAILED) {
+      const int error = errno;
+      close(fd);
+      return ErrnoStatus(error, "cannot map", path);
+    }
+  }
+  close(fd);  // the mapping keeps the file
+  return MappedFile(data, size);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(data_, size_);
+}
+
+void MappedFile::ReleaseResidentPages() const {
+  if (data_ != nullptr) madvise(data_, size_, MADV_DONTNEED);
+}
+
+absl::StatusOr<std::string> ReadFileRange(const std::string& path, int64_t offset, int64_t size) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  std::string bytes(static_cast<size_t>(std::max<int64_t>(size, 0)), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset) + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return ErrnoStatus(error, "cannot read", path);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  bytes.resize(done);
+  return bytes;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {

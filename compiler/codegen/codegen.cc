@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -194,46 +195,86 @@ absl::Status Link(const std::vector<std::string>& objects, const CodegenOptions&
   return absl::OkStatus();
 }
 
-absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan,
-                                               const CodegenOptions& options) {
+// The linked artifact's code, tables and ELF overhead, from its section headers; the
+// weights (already in result.size) are part of its loaded read-only data.
+absl::Status SplitCodeAndTables(const CodegenOptions& options, ArtifactBytes& result) {
+  std::function<absl::StatusOr<std::string>(int64_t, int64_t)> read;
+  if (options.output_path.empty()) {
+    read = [&](int64_t offset, int64_t size) -> absl::StatusOr<std::string> {
+      const std::string& bytes = result.shared_object;
+      if (offset < 0 || offset > static_cast<int64_t>(bytes.size())) return std::string();
+      return bytes.substr(static_cast<size_t>(offset), static_cast<size_t>(size));
+    };
+  } else {
+    read = [&](int64_t offset, int64_t size) { return ReadFileRange(options.output_path, offset, size); };
+  }
+  KILN_ASSIGN_OR_RETURN(ElfSections sections, ReadElfSections(result.artifact_bytes, read));
+  ArtifactSize& size = result.size;
+  const int64_t weights = size.weights_given + size.weights_added + size.weights_alignment;
+  size.code = sections.executable;
+  size.tables = sections.loaded - sections.executable - weights;
+  size.elf_overhead = sections.file - sections.loaded;
+  if (size.tables < 0 || size.elf_overhead < 0) {
+    return absl::InternalError(absl::StrCat("the artifact's sections (", sections.loaded, " loaded bytes of ",
+                                            sections.file, ") do not hold its ", weights, " bytes of weights"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ArtifactObjects> CompileArtifactObjects(const Graph& graph, const MemoryPlan& plan,
+                                                       const CodegenOptions& options) {
   PhaseClock clock;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine,
                         codegen::MakeTargetMachine(options.target, /*sections=*/false));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<codegen::GluePlan> glue, codegen::PlanGlue(graph, plan, options));
   clock.End("plan");
   KILN_ASSIGN_OR_RETURN(TempDirectory dir, TempDirectory::Create("kiln-link"));
-  const std::string weights_path = dir.path() + "/weights.o";
+  ArtifactObjects result{std::move(dir), {}, {}};
+  const std::string weights_path = result.directory.path() + "/weights.o";
   // The weights object is written while LLVM works on the glue.
   absl::Status weights_written;
   std::thread weights_writer(
       [&] { weights_written = glue->weights.Write(weights_path, options.target.triple, codegen::kWeightsSymbol); });
   std::vector<GlueObject> modules = CompileGlue(*glue, options.target);
   weights_writer.join();
-  std::vector<std::string> objects;
   std::set<std::string> kernels;
-  ArtifactBytes result;
+  ArtifactBytes& bytes = result.bytes;
   for (size_t i = 0; i < modules.size(); ++i) {
     KILN_RETURN_IF_ERROR(modules[i].status);
-    objects.push_back(absl::StrCat(dir.path(), "/glue", i, ".o"));
-    KILN_RETURN_IF_ERROR(WriteFile(objects.back(), modules[i].object));
+    result.paths.push_back(absl::StrCat(result.directory.path(), "/glue", i, ".o"));
+    KILN_RETURN_IF_ERROR(WriteFile(result.paths.back(), modules[i].object));
     kernels.insert(modules[i].kernels.begin(), modules[i].kernels.end());
-    result.object_bytes += static_cast<int64_t>(modules[i].object.size());
+    bytes.object_bytes += static_cast<int64_t>(modules[i].object.size());
   }
   KILN_RETURN_IF_ERROR(weights_written);
-  objects.push_back(weights_path);
+  result.paths.push_back(weights_path);
   clock.End("glue");
   // The kernels' objects: found, or compiled now for this target and cached.
   KILN_ASSIGN_OR_RETURN(KernelObjects kernel_objects,
                         GetKernelObjects(options.target, std::vector<std::string>(kernels.begin(), kernels.end())));
-  DescribeKernels(kernel_objects, codegen::TraitsOf(*machine), result);
-  objects.insert(objects.end(), kernel_objects.objects.begin(), kernel_objects.objects.end());
+  DescribeKernels(kernel_objects, codegen::TraitsOf(*machine), bytes);
+  result.paths.insert(result.paths.end(), kernel_objects.objects.begin(), kernel_objects.objects.end());
   clock.End("kernel-library");
-  KILN_RETURN_IF_ERROR(Link(objects, options, dir.path(), result));
-  clock.End("link");
-  result.object_bytes += glue->weights.size_bytes();
-  result.workspace_bytes = plan.arena_bytes;
-  result.phase_ms = clock.Take();
+  bytes.object_bytes += glue->weights.size_bytes();
+  bytes.size = codegen::WeightsSize(*glue);
+  bytes.workspace_bytes = plan.arena_bytes;
+  bytes.phase_ms = clock.Take();
   return result;
+}
+
+absl::StatusOr<ArtifactBytes> LinkArtifact(ArtifactObjects objects, const CodegenOptions& options) {
+  Stopwatch clock;
+  ArtifactBytes result = std::move(objects.bytes);
+  KILN_RETURN_IF_ERROR(Link(objects.paths, options, objects.directory.path(), result));
+  result.phase_ms.emplace_back("link", clock.ElapsedMs());
+  KILN_RETURN_IF_ERROR(SplitCodeAndTables(options, result));
+  return result;
+}
+
+absl::StatusOr<ArtifactBytes> GenerateArtifact(const Graph& graph, const MemoryPlan& plan,
+                                               const CodegenOptions& options) {
+  KILN_ASSIGN_OR_RETURN(ArtifactObjects objects, CompileArtifactObjects(graph, plan, options));
+  return LinkArtifact(std::move(objects), options);
 }
 
 }  // namespace kiln

@@ -27,6 +27,7 @@ int64_t DataObject::Add(const void* data, int64_t size) {
   const int64_t offset = AlignUp(size_, kAlignment);
   blobs_.push_back(Blob{data, size, offset});
   size_ = offset + size;
+  payload_ += size;
   return offset;
 }
 

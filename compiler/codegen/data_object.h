@@ -21,6 +21,7 @@ class DataObject {
   // until Write().
   int64_t Add(const void* data, int64_t size);
   int64_t size_bytes() const { return size_; }
+  int64_t payload_bytes() const { return payload_; }  // size_bytes() less the alignment gaps
 
   // Writes the object for `triple` (x86_64 or aarch64 Linux) with `symbol` naming the
   // start of the data.
@@ -34,6 +35,7 @@ class DataObject {
   };
   std::vector<Blob> blobs_;
   int64_t size_ = 0;
+  int64_t payload_ = 0;
 };
 
 }  // namespace kiln::codegen

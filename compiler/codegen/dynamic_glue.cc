@@ -158,14 +158,7 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
     } else {
       KILN_ASSIGN_OR_RETURN(call, LowerDynamicNode(plan, node, *schema));
     }
-    for (const KernelOperand& operand : call.inputs) {
-      const Value* in = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
-      if (in != nullptr && in->is_constant()) PlaceWeight(plan, in->constant().get());
-      if (operand.node_input < 0 && operand.constant != nullptr) {
-        PlaceWeight(plan, operand.constant.get());
-        plan.owned_constants.push_back(operand.constant);
-      }
-    }
+    PlaceCallWeights(plan, node, call);
     // The constants its shape function may read (a Reshape's shape, Resize's scales: always
     // small). A weight it only takes the dims of (a Conv's, for the channels) is not placed
     // again when lowering replaced it by its packed form: the function gets its dims alone.

@@ -101,10 +101,47 @@ bool NeedsNoCode(const Node& node, const KernelCall& call, const MemoryPlan& mem
 
 }  // namespace
 
-void PlaceWeight(GluePlan& plan, const Tensor* tensor) {
+namespace {
+
+void PlaceData(GluePlan& plan, const Tensor* tensor) {
   if (plan.weight_offsets.count(tensor) == 0) {
     plan.weight_offsets[tensor] = plan.weights.Add(tensor->data(), tensor->size_bytes());
   }
+}
+
+}  // namespace
+
+void PlaceWeight(GluePlan& plan, const Tensor* tensor) {
+  PlaceData(plan, tensor);
+  plan.given_weights.insert(tensor);
+}
+
+void PlaceCallWeights(GluePlan& plan, const Node& node, const KernelCall& call) {
+  std::set<int> read;
+  bool made = false;
+  for (const KernelOperand& operand : call.inputs) {
+    const Value* in = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
+    if (in != nullptr && in->is_constant()) PlaceWeight(plan, in->constant().get());
+    if (operand.node_input >= 0) read.insert(operand.node_input);
+    if (operand.node_input < 0 && operand.constant != nullptr) {
+      PlaceData(plan, operand.constant.get());
+      plan.owned_constants.push_back(operand.constant);
+      made = true;
+    }
+  }
+  for (size_t i = 0; made && i < node.inputs().size(); ++i) {
+    const Value* in = node.input(i);
+    if (in != nullptr && in->is_constant() && read.count(static_cast<int>(i)) == 0)
+      plan.given_weights.insert(in->constant().get());
+  }
+}
+
+ArtifactSize WeightsSize(const GluePlan& plan) {
+  ArtifactSize size;
+  for (const Tensor* given : plan.given_weights) size.weights_given += given->size_bytes();
+  size.weights_added = plan.weights.payload_bytes() - size.weights_given;
+  size.weights_alignment = plan.weights.size_bytes() - plan.weights.payload_bytes();
+  return size;
 }
 
 absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const MemoryPlan& memory,
@@ -144,14 +181,7 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
       plan->calls.emplace_back();
       continue;
     }
-    for (const KernelOperand& operand : call.inputs) {
-      if (operand.node_input >= 0) {
-        place_input(node, static_cast<size_t>(operand.node_input));
-      } else if (operand.constant != nullptr) {
-        PlaceWeight(*plan, operand.constant.get());
-        plan->owned_constants.push_back(operand.constant);
-      }
-    }
+    PlaceCallWeights(*plan, *node, call);
     plan->calls.emplace_back(std::move(call));
   }
   for (const Value* out : graph.outputs()) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct GluePlan {
   DataObject weights;
   std::map<const Tensor*, int64_t> weight_offsets;
   std::vector<std::shared_ptr<const Tensor>> owned_constants;  // made by lowering
+  // The graph's constants the weights come from, read as they are or through a made copy.
+  std::set<const Tensor*> given_weights;
   size_t num_parts = 0;
   // Decided by the graph alone (never by this machine's cores), so that the same model
   // gives the same artifact on every machine.
@@ -74,8 +77,14 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
 // picked from its first input or output as kernel_list.inc says.
 absl::StatusOr<std::string> KernelSymbol(const std::string& kernel, const TensorType* input0,
                                          const TensorType* output0);
-// Gives a constant tensor its place in the weights object (once).
+// Gives one of the graph's constants its place in the weights object (once).
 void PlaceWeight(GluePlan& plan, const Tensor* tensor);
+// Places the constants a node's kernel call reads: the graph's own, and those lowering made
+// (packed, transformed), whose sources (the node's constants the call no longer reads)
+// count as the weights they were given as.
+void PlaceCallWeights(GluePlan& plan, const Node& node, const KernelCall& call);
+// The weights' share of the artifact's size (given, added by lowering, alignment).
+ArtifactSize WeightsSize(const GluePlan& plan);
 
 // PlanGlue's form for a graph with run-time shapes (dynamic_glue.cc).
 absl::Status PlanDynamicGlue(GluePlan& plan);

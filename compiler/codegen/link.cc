@@ -1,6 +1,9 @@
 // Links the model's objects (glue, weights, the target's kernel library) into a shared
 // object with LLD, in-process. For the host the artifact records libm and libc as its only
 // dependencies; for other targets undefined libc/libm symbols are left for the loader there.
+#include <elf.h>
+
+#include <cstring>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +57,32 @@ absl::Status LinkSharedObjectTo(const std::vector<std::string>& objects, const T
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ElfSections> ReadElfSections(
+    int64_t file_size, const std::function<absl::StatusOr<std::string>(int64_t offset, int64_t size)>& read) {
+  KILN_ASSIGN_OR_RETURN(const std::string header_bytes, read(0, sizeof(Elf64_Ehdr)));
+  Elf64_Ehdr header;
+  if (header_bytes.size() != sizeof(header)) return absl::InternalError("the artifact is shorter than an ELF header");
+  std::memcpy(&header, header_bytes.data(), sizeof(header));
+  if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 || header.e_ident[EI_CLASS] != ELFCLASS64 ||
+      header.e_shentsize != sizeof(Elf64_Shdr)) {
+    return absl::InternalError("the artifact is not a 64-bit ELF file");
+  }
+  const int64_t table_size = static_cast<int64_t>(header.e_shnum) * static_cast<int64_t>(sizeof(Elf64_Shdr));
+  KILN_ASSIGN_OR_RETURN(const std::string table, read(static_cast<int64_t>(header.e_shoff), table_size));
+  if (static_cast<int64_t>(table.size()) != table_size)
+    return absl::InternalError("the artifact's section headers are cut short");
+  ElfSections sections;
+  sections.file = file_size;
+  for (int i = 0; i < header.e_shnum; ++i) {
+    Elf64_Shdr section;
+    std::memcpy(&section, table.data() + i * sizeof(Elf64_Shdr), sizeof(section));
+    if ((section.sh_flags & SHF_ALLOC) == 0 || section.sh_type == SHT_NOBITS) continue;
+    sections.loaded += static_cast<int64_t>(section.sh_size);
+    if (section.sh_flags & SHF_EXECINSTR) sections.executable += static_cast<int64_t>(section.sh_size);
+  }
+  return sections;
 }
 
 absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& objects, const TargetSpec& target,

@@ -6,6 +6,10 @@
 #include <climits>
 #include <cstdlib>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -175,8 +179,8 @@ void ReportTuning(const TuneResult& t, const std::string& cache, v1::CompileRepo
   }
 }
 
-v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& result, const ArtifactBytes& artifact,
-                            const std::string& pipeline, const std::string& tune_cache) {
+v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& result, int64_t nodes,
+                            const ArtifactBytes& artifact, const std::string& pipeline, const std::string& tune_cache) {
   v1::CompileReport report;
   report.set_schema("kiln.compile-report");
   report.set_schema_version(2);
@@ -207,18 +211,25 @@ v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& re
   memory->set_in_place(static_cast<int32_t>(plan.in_place));
   memory->set_views(static_cast<int32_t>(plan.views));
   memory->set_concats_in_place(static_cast<int32_t>(plan.concats_in_place));
-  report.set_nodes(static_cast<int32_t>(result.graph->num_nodes()));
+  report.set_nodes(static_cast<int32_t>(nodes));
   report.set_gemm_tile(artifact.gemm_tile);
   report.set_int8_dot(artifact.int8_dot);
   report.set_object_bytes(static_cast<double>(artifact.object_bytes));
   report.set_artifact_bytes(static_cast<double>(artifact.artifact_bytes));
+  auto* size = report.mutable_artifact_size();
+  size->set_weights_given(static_cast<double>(artifact.size.weights_given));
+  size->set_weights_added(static_cast<double>(artifact.size.weights_added));
+  size->set_weights_alignment(static_cast<double>(artifact.size.weights_alignment));
+  size->set_code(static_cast<double>(artifact.size.code));
+  size->set_tables(static_cast<double>(artifact.size.tables));
+  size->set_elf_overhead(static_cast<double>(artifact.size.elf_overhead));
   return report;
 }
 
 // Passes, then tuning (which may re-plan memory): fills result.passes, tuning, memory plan
 // and the passes' summaries.
 absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs, const Pipeline& pipeline,
-                       PassSamples samples, CompileResult& result) {
+                       PassSamples samples, Graph& graph, CompileResult& result) {
   PassContext context;
   context.calibration_samples = std::move(samples.calibration);
   context.pruning_samples = std::move(samples.pruning);
@@ -227,9 +238,9 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
   // Whatever the pipeline: codegen lowers most ops on f16 and bf16 in f32 only. Listed in
   // the passes when it changed the graph.
   KILN_ASSIGN_OR_RETURN(const Pipeline legalize, ParsePipeline("legalize-float16"));
-  auto legalized = RunPipeline(*result.graph, legalize, inputs.print, context);
+  auto legalized = RunPipeline(graph, legalize, inputs.print, context);
   if (!legalized.ok()) return Annotate(legalized.status(), inputs.model_label);
-  auto stats = RunPipeline(*result.graph, pipeline, inputs.print, context);
+  auto stats = RunPipeline(graph, pipeline, inputs.print, context);
   if (!stats.ok()) return Annotate(stats.status(), inputs.model_label);
   result.passes = *stats;
   if (legalized->front().changed) result.passes.insert(result.passes.begin(), legalized->front());
@@ -245,16 +256,16 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
     tune.enabled = true;
     tune.budget_seconds = spec.tuning().budget_seconds();
     tune.cache_path = inputs.tune_cache_path;
-    auto tuning = TuneGraph(*result.graph, result.target, tune);
+    auto tuning = TuneGraph(graph, result.target, tune);
     if (!tuning.ok()) return Annotate(tuning.status(), inputs.model_label);
     result.tuning = std::move(*tuning);
     // A node tuned from Winograd to the GEMM no longer needs scratch: plan again.
     if (context.analyses.GetIfCached<MemoryPlanAnalysis>() != nullptr) {
       context.analyses.Invalidate();
-      context.analyses.Get<MemoryPlanAnalysis>(*result.graph);
+      context.analyses.Get<MemoryPlanAnalysis>(graph);
     }
   }
-  result.memory_plan = PlannedOrNaiveMemory(*result.graph, context);
+  result.memory_plan = PlannedOrNaiveMemory(graph, context);
   result.quantization = context.quantization_summary;
   result.pruning = context.pruning_summary;
   return absl::OkStatus();
@@ -288,18 +299,20 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   for (const v1::InputShape& shape : spec.input_shapes())
     import_options.input_shapes[shape.name()] = std::vector<int64_t>(shape.dims().begin(), shape.dims().end());
   import_options.external_data = inputs.external_data;
-  auto graph = ImportOnnxModel(inputs.model_bytes, import_options);
-  if (!graph.ok()) return WithAllProblems(graph.status(), inputs.model_bytes, import_options);
-  result.graph = std::move(*graph);
+  // The graph owns the weights once imported; the parsed model holds them until then, so the
+  // model's pages can go as soon as it is parsed (read again only to list a failure's problems).
+  if (inputs.model_file != nullptr) import_options.after_parse = [&] { inputs.model_file->ReleaseResidentPages(); };
+  auto imported = ImportOnnxModel(inputs.model_bytes, import_options);
+  if (!imported.ok()) return WithAllProblems(imported.status(), inputs.model_bytes, import_options);
+  std::unique_ptr<Graph> graph = std::move(*imported);
   result.import_ms = watch.ElapsedMs();
   if (inputs.print.print_stream && inputs.print.print_after_all) {
-    *inputs.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(*result.graph);
+    *inputs.print.print_stream << "// ----- IR after import -----\n" << PrintGraph(*graph);
   }
 
-  KILN_ASSIGN_OR_RETURN(PassSamples samples, SamplesFor(spec, inputs, *result.graph));
-  KILN_RETURN_IF_ERROR(RunPasses(spec, inputs, passes, std::move(samples), result));
-  KILN_ASSIGN_OR_RETURN(result.manifest,
-                        ManifestFor(spec, result.action_key, pipeline, *result.graph, result.memory_plan));
+  KILN_ASSIGN_OR_RETURN(PassSamples samples, SamplesFor(spec, inputs, *graph));
+  KILN_RETURN_IF_ERROR(RunPasses(spec, inputs, passes, std::move(samples), *graph, result));
+  KILN_ASSIGN_OR_RETURN(result.manifest, ManifestFor(spec, result.action_key, pipeline, *graph, result.memory_plan));
 
   if (inputs.on_phase) inputs.on_phase("codegen");
   watch.Restart();
@@ -310,12 +323,24 @@ absl::StatusOr<CompileResult> CompileModel(const v1::CompileSpec& given, const C
   codegen.output_path = inputs.output_path;
   // Test only: see CodegenOptions::inject_kernel_bug (tests/unit/validation_test.cc).
   if (const char* kernel = std::getenv("KILN_TEST_INJECT_KERNEL_BUG")) codegen.inject_kernel_bug = kernel;
-  auto artifact = GenerateArtifact(*result.graph, result.memory_plan, codegen);
-  if (!artifact.ok()) {
-    return WithAllProblems(Annotate(artifact.status(), inputs.model_label), inputs.model_bytes, import_options);
+  auto objects = CompileArtifactObjects(*graph, result.memory_plan, codegen);
+  if (!objects.ok()) {
+    return WithAllProblems(Annotate(objects.status(), inputs.model_label), inputs.model_bytes, import_options);
   }
+  // The weights are in the weights object now: the graph goes before LLD maps that object
+  // and writes the artifact, which hold the weights twice more.
+  const int64_t nodes = static_cast<int64_t>(graph->num_nodes());
+  graph.reset();
+#ifdef __GLIBC__
+  // Weights of under 32 MB come from malloc's heap once glibc has raised its mmap threshold
+  // (it does on the first large free), and a heap with holes keeps them resident: give the
+  // free pages back now.
+  malloc_trim(0);
+#endif
+  auto artifact = LinkArtifact(std::move(*objects), codegen);
+  if (!artifact.ok()) return Annotate(artifact.status(), inputs.model_label);
   result.codegen_ms = watch.ElapsedMs();
-  result.report = ReportFor(spec, result, *artifact, pipeline, inputs.tune_cache_path);
+  result.report = ReportFor(spec, result, nodes, *artifact, pipeline, inputs.tune_cache_path);
   result.shared_object = std::move(artifact->shared_object);
   result.artifact_bytes = artifact->artifact_bytes;
   return result;

@@ -343,6 +343,45 @@ absl::StatusOr<DynamicShape> NonZeroRule(const InferContext& ctx) {
   return ShapeCall<kernel::shape_nonzero>(ctx, 1, kiln_shape_params{}, {RankOnly(DType::kInt64, 2)});
 }
 
+// GatherND: indices' rank - 1 plus data's dims after the batch dims and the indexed ones;
+// the rank needs indices' last dim (the tuple depth) known when compiled.
+absl::StatusOr<DynamicShape> GatherNDRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t data_rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(int64_t indices_rank, RankOf(ctx, 1));
+  if (indices_rank < 1 || !ctx.type(1).shape.back().known()) {
+    return NodeError(ctx.node, "the indices' last dim (the index tuple's length) must be known when compiled");
+  }
+  const int64_t depth = ctx.type(1).shape.back().size;
+  kiln_shape_params p{};
+  p.axis = ctx.node.GetInt("batch_dims", 0);
+  if (p.axis < 0 || p.axis >= indices_rank || depth < 1 || p.axis + depth > data_rank) {
+    return NodeError(ctx.node,
+                     absl::StrCat("batch_dims ", p.axis, " and index depth ", depth, " do not fit data of rank ",
+                                  data_rank, " and indices of rank ", indices_rank));
+  }
+  const int64_t rank = indices_rank - 1 + data_rank - p.axis - depth;
+  return ShapeCall<kernel::shape_gather_nd>(ctx, 2, p, {RankOnly(ctx.type(0).dtype, rank)});
+}
+
+// RoiAlign: [rois, channels, output_height, output_width], the rois counted at run time
+// (a detector's proposals after NMS).
+absl::StatusOr<DynamicShape> RoiAlignRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t x_rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(int64_t rois_rank, RankOf(ctx, 1));
+  KILN_ASSIGN_OR_RETURN(int64_t batch_rank, RankOf(ctx, 2));
+  const DType dtype = ctx.type(0).dtype;
+  if (x_rank != 4 || rois_rank != 2 || batch_rank != 1 || ctx.type(1).dtype != dtype ||
+      (dtype != DType::kFloat32 && dtype != DType::kFloat64) || ctx.type(2).dtype != DType::kInt64) {
+    return NodeError(ctx.node, "X, rois and batch_indices must be [N, C, H, W], [R, 4] of X's type and [R] of int64");
+  }
+  kiln_shape_params p{};
+  p.num_ints = 2;
+  p.ints[0] = ctx.node.GetInt("output_height", 1);
+  p.ints[1] = ctx.node.GetInt("output_width", 1);
+  if (p.ints[0] <= 0 || p.ints[1] <= 0) return NodeError(ctx.node, "output_height and output_width must be positive");
+  return ShapeCall<kernel::shape_roi_align>(ctx, 3, p, {RankOnly(dtype, 4)});
+}
+
 // Compress: the true conditions along `axis`, or over the flattened input without one.
 absl::StatusOr<DynamicShape> CompressRule(const InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
@@ -433,6 +472,8 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"OneHot", OneHotRule},
       {"Split", SplitRule},
       {"GatherElements", GatherElementsRule},
+      {"GatherND", GatherNDRule},
+      {"RoiAlign", RoiAlignRule},
       {"ArgMax", ArgReduceRule},
       {"ArgMin", ArgReduceRule},
       {"NonZero", NonZeroRule},

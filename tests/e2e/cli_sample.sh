@@ -28,6 +28,15 @@ assert manifest["outputs"][0]["shape"] == [1, 10] and isinstance(manifest["works
 assert isinstance(report["memory_plan"]["arena_bytes"], (int, float)) and report["passes"], report["memory_plan"]
 assert report["target"] == target and report["artifact_bytes"] > 0, report["target"]
 PY
+# What the artifact is made of: the report's parts sum to its size; kiln prints them in a line.
+grep -q '^kiln: artifact [0-9.]* MB (ONNX file [0-9.]* MB): weights [0-9.]* MB as given' "$work/compile.txt"
+/usr/bin/python3 - "$work/report.json" "$work/sample.so" <<'PY'
+import json, os, sys
+report = json.load(open(sys.argv[1]))
+size = report["artifact_size"]
+assert sum(size.values()) == report["artifact_bytes"] == os.path.getsize(sys.argv[2]), (size, report["artifact_bytes"])
+assert size["weights_given"] > 0 and size["code"] > 0 and 0 < size["elf_overhead"] < 65536, size
+PY
 # The same spec compiles to the same bytes (nothing in the artifact depends on when or where).
 "$kiln" compile "$work/sample.onnx" -o "$work/again.so" 2> /dev/null
 cmp "$work/sample.so" "$work/again.so"

@@ -1178,6 +1178,34 @@ TEST(CodegenTest, GemmTileFollowsTarget) {
   }
 }
 
+// The artifact's size breakdown: a 3x3 Conv lowered to Winograd reads a transformed copy
+// of its weight (36 values per 9) and its bias as given; the parts sum to the artifact's
+// bytes, the ELF overhead (headers, symbol table) being small.
+TEST(CodegenTest, ArtifactSizeBreakdownSumsToTheArtifact) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 8, 16, 16}));
+  g->AddInput(x);
+  Node* conv =
+      g->AddNode("Conv", "conv",
+                 {x, g->AddConstant("w", Random({16, 8, 3, 3}, 1)), g->AddConstant("b", Random({16}, 2))}, {"y"}, 13);
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  g = WithOutput(std::move(g), conv->output(0));
+  auto artifact = GenerateFor(*g, "x86-64-v3");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  const ArtifactSize& size = artifact->size;
+  const int64_t weight = 16 * 8 * 9 * 4, bias = 16 * 4, transformed = 36 * 16 * 8 * 4;
+  EXPECT_EQ(size.weights_given, weight + bias);
+  EXPECT_EQ(size.weights_added, transformed - weight);
+  EXPECT_GE(size.weights_alignment, 0);
+  EXPECT_LT(size.weights_alignment, 64);
+  EXPECT_GT(size.code, 0);
+  EXPECT_GT(size.tables, 0);
+  EXPECT_GT(size.elf_overhead, 0);
+  EXPECT_LT(size.elf_overhead, 64 << 10);
+  EXPECT_EQ(size.total(), artifact->artifact_bytes);
+  EXPECT_EQ(size.total(), static_cast<int64_t>(artifact->shared_object.size()));
+}
+
 TEST(TargetTest, PresetsAndErrors) {
   auto v3 = ResolveTarget("x86-64-v3");
   ASSERT_TRUE(v3.ok());

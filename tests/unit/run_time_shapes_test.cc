@@ -98,6 +98,32 @@ TEST(RunTimeShapesTest, NonZeroCountsAtRunTime) {
 }
 
 // With the deciding input a constant, the same rule gives a static shape and the node folds.
+// A detector's boolean-mask selection (torchvision's SSD exports it so): GatherND(data,
+// Transpose(NonZero(mask))), its tuple count known only at run time; tuples of one and of
+// two entries, and none selected.
+TEST(RunTimeShapesTest, GatherNDOfRunTimeIndices) {
+  const Tensor data = Filled(DType::kFloat32, {4, 5, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  for (const Tensor& mask : {Filled(DType::kFloat32, {4}, {0, 1, 1, 0}), Filled(DType::kFloat32, {4, 5}, {1, 0, 0}),
+                             Filled(DType::kFloat32, {4}, {0})}) {
+    SCOPED_TRACE(::testing::Message() << "mask of rank " << mask.rank());
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddValue("data", TensorType::Static(DType::kFloat32, data.dims()));
+    Value* m = g->AddValue("mask", TensorType::Static(DType::kFloat32, mask.dims()));
+    g->AddInput(x);
+    g->AddInput(m);
+    Node* nonzero = g->AddNode("NonZero", "nonzero", {m}, {"nz"}, 13);
+    Node* transpose = g->AddNode("Transpose", "transpose", {nonzero->output(0)}, {"idx"}, 13);
+    transpose->mutable_attrs()["perm"] = std::vector<int64_t>{1, 0};
+    Node* gather = g->AddNode("GatherND", "gather", {x, transpose->output(0)}, {"y"}, 13);
+    g->AddOutput(gather->output(0));
+    absl::Status inferred = InferTypes(*g);
+    ASSERT_TRUE(inferred.ok()) << inferred;
+    auto reference = ReferenceRunGraph(*g, {data, mask});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    ExpectNear(RunShapedArtifact(*g, kDefaultPipeline, {data, mask}), *reference, "GatherND");
+  }
+}
+
 TEST(RunTimeShapesTest, DataDependentOpsOfConstantsAreStatic) {
   auto x = std::make_shared<Tensor>(Filled(DType::kInt64, {4, 3}, {0, 5, 0, 0, 2}));
   auto size = std::make_shared<Tensor>(Filled(DType::kInt64, {}, {9}));
@@ -151,6 +177,47 @@ TEST(RunTimeShapesTest, NonMaxSuppressionKeepsWhatTheReferenceKeeps) {
     }
   }
   CheckAgainstReference({"NonMaxSuppression", 11}, {boxes, scores, Filled(DType::kInt64, {1}, {20})});
+}
+
+// SSDlite batches its 90 classes' 300 candidates into one class of 27000 boxes: more than
+// the 16384 the kernel once took. Boxes on a 150 x 180 grid, each overlapping its right
+// neighbour; the best 6 kept.
+TEST(RunTimeShapesTest, NonMaxSuppressionOfADetectorsCandidates) {
+  const int64_t count = 27000;
+  Tensor boxes(DType::kFloat32, {1, count, 4});
+  Tensor scores(DType::kFloat32, {1, 1, count});
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = static_cast<float>(i % 180) * 0.5f, y = static_cast<float>(i / 180) * 2.0f;
+    const float corners[4] = {y, x, y + 1.0f, x + 1.0f};
+    for (int k = 0; k < 4; ++k) boxes.data_as<float>()[i * 4 + k] = corners[k];
+    scores.data_as<float>()[i] = static_cast<float>((i * 7919) % count) / static_cast<float>(count);
+  }
+  CheckAgainstReference({"NonMaxSuppression", 11},
+                        {boxes, scores, Filled(DType::kInt64, {1}, {6}), Filled(DType::kFloat32, {1}, {0.2})});
+}
+
+// RoiAlign over a run-time count of rois (Faster R-CNN's proposals after NMS): rois and
+// batch_indices of symbolic length, against the reference; none at all too.
+TEST(RunTimeShapesTest, RoiAlignOfRunTimeRois) {
+  TensorType rois_type = TensorType::Static(DType::kFloat32, {1, 4});
+  TensorType batch_type = TensorType::Static(DType::kInt64, {1});
+  rois_type.shape[0] = batch_type.shape[0] = Dim::Symbolic("r");
+  const Tensor x = *Random({2, 3, 10, 12}, 4, 1.0f);
+  for (int64_t r : {5, 0}) {
+    SCOPED_TRACE(::testing::Message() << r << " rois");
+    Tensor rois(DType::kFloat32, {r, 4});
+    for (int64_t i = 0; i < r; ++i) {
+      const float corners[4] = {0.5f * static_cast<float>(i), 1.0f, 4.0f + static_cast<float>(i), 9.5f};
+      for (int k = 0; k < 4; ++k) rois.data_as<float>()[i * 4 + k] = corners[k];
+    }
+    const Tensor batch = Filled(DType::kInt64, {r}, {0, 1, 1});
+    std::unique_ptr<Graph> g = Build(
+        {"RoiAlign", 16, {{"output_height", int64_t{3}}, {"output_width", int64_t{2}}, {"sampling_ratio", int64_t{2}}}},
+        {TensorType::Static(DType::kFloat32, x.dims()), rois_type, batch_type});
+    auto reference = ReferenceRunGraph(*g, {x, rois, batch});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    ExpectNear(RunShapedArtifact(*g, kDefaultPipeline, {x, rois, batch}), *reference, "RoiAlign");
+  }
 }
 
 TEST(RunTimeShapesTest, TopKOfARunTimeK) {

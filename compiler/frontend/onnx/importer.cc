@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -53,6 +54,21 @@ std::string ElementTypeName(int32_t elem_type) {
   }
   const DType dtype = static_cast<DType>(elem_type);
   return DTypeSize(dtype) > 0 ? DTypeName(dtype) : absl::StrCat("ONNX type ", elem_type);
+}
+
+// The tensor a TensorProto holds, read straight from the message (no copy of it is
+// serialised and parsed again). `external`: the bytes of its external data, where it has some.
+absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, std::optional<std::string_view> external);
+
+// Frees an initializer's data (its tensor now owns a copy); name, type and dims stay.
+void ReleaseData(onnx::TensorProto& proto) {
+  std::string().swap(*proto.mutable_raw_data());  // swap: clear() would keep the capacity
+  proto.clear_raw_data();
+  proto.clear_float_data();
+  proto.clear_double_data();
+  proto.clear_int32_data();
+  proto.clear_int64_data();
+  proto.clear_uint64_data();
 }
 
 bool SupportedElementType(int32_t elem_type) { return DTypeSize(static_cast<DType>(elem_type)) > 0; }
@@ -201,7 +217,9 @@ class Importer {
   absl::StatusOr<TensorType> TypeFromValueInfo(const onnx::ValueInfoProto& info);
   absl::StatusOr<Tensor> LoadTensor(const onnx::TensorProto& proto);
   absl::Status ImportNode(const onnx::NodeProto& proto, int index);
-  absl::Status ImportInitializersAndInputs(const onnx::GraphProto& graph);
+  // Each initializer's data moves into the graph: the proto's copy is freed as soon as its
+  // tensor exists, so a model's weights are held twice at most one tensor at a time.
+  absl::Status ImportInitializersAndInputs(onnx::GraphProto& graph);
   // A node as read, before it becomes IR: its name, "node 'n' (Op, opset k)" for errors,
   // attributes, inputs (nullptr: an optional one left out) and output names.
   struct NodeParts {
@@ -260,13 +278,11 @@ absl::StatusOr<Tensor> Importer::LoadTensor(const onnx::TensorProto& proto) {
     if (length < 0) length = static_cast<int64_t>(bytes->size()) - offset;
     if (offset + length > static_cast<int64_t>(bytes->size()))
       return Error(absl::StrCat("tensor '", proto.name(), "': external data shorter than declared"));
-    onnx::TensorProto copy = proto;
-    copy.clear_external_data();
-    copy.set_data_location(onnx::TensorProto::DEFAULT);
-    copy.set_raw_data(bytes->substr(offset, length));
-    return ParseTensorProto(copy.SerializeAsString());
+    auto t = TensorFromProto(proto, std::string_view(*bytes).substr(offset, length));
+    if (!t.ok()) return Error(absl::StrCat("tensor '", proto.name(), "': ", t.status().message()));
+    return t;
   }
-  auto t = ParseTensorProto(proto.SerializeAsString());
+  auto t = TensorFromProto(proto, std::nullopt);
   if (!t.ok()) return Error(absl::StrCat("tensor '", proto.name(), "': ", t.status().message()));
   return t;
 }
@@ -548,8 +564,8 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
   return absl::OkStatus();
 }
 
-absl::Status Importer::ImportInitializersAndInputs(const onnx::GraphProto& graph) {
-  for (const auto& init : graph.initializer()) {
+absl::Status Importer::ImportInitializersAndInputs(onnx::GraphProto& graph) {
+  for (onnx::TensorProto& init : *graph.mutable_initializer()) {
     if (!SupportedElementType(init.data_type())) {
       unsupported_values_[init.name()] =
           absl::StrCat("'", init.name(), "' is an initializer of element type ", ElementTypeName(init.data_type()));
@@ -558,6 +574,7 @@ absl::Status Importer::ImportInitializersAndInputs(const onnx::GraphProto& graph
     auto tensor = LoadTensor(init);
     if (!tensor.ok()) return tensor.status();
     values_[init.name()] = graph_->AddConstant(init.name(), std::make_shared<const Tensor>(std::move(*tensor)));
+    ReleaseData(init);
   }
   for (const auto& input : graph.input()) {
     if (values_.count(input.name()) || unsupported_values_.count(input.name())) continue;  // an initializer
@@ -587,6 +604,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return Error("not a valid ONNX model (the protobuf could not be parsed)");
   }
+  if (options_.after_parse) options_.after_parse();
   opset_ = 0;
   for (const auto& import : model.opset_import()) {
     if (import.domain().empty() || import.domain() == "ai.onnx") opset_ = static_cast<int>(import.version());
@@ -621,7 +639,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
   graph_ = std::make_unique<Graph>();
   graph_->set_opset(opset_);
   graph_->set_name(model.graph().name().empty() ? "main" : model.graph().name());
-  KILN_RETURN_IF_ERROR(ImportInitializersAndInputs(model.graph()));
+  KILN_RETURN_IF_ERROR(ImportInitializersAndInputs(*model.mutable_graph()));
   int index = 0;
   for (const auto& node : model.graph().node()) {
     if (auto s = ImportNode(node, index++); !s.ok()) return s;
@@ -683,12 +701,18 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
     return absl::InvalidArgumentError("not a valid ONNX TensorProto");
   }
   if (name != nullptr) *name = proto.name();
+  return TensorFromProto(proto, std::nullopt);
+}
+
+namespace {
+
+absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, std::optional<std::string_view> external) {
   const DType dtype = static_cast<DType>(proto.data_type());
   if (DTypeSize(dtype) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor element type ", ElementTypeName(proto.data_type()), " is not supported"));
   }
-  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL && !external) {
     return absl::InvalidArgumentError("tensor uses external data");
   }
   std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
@@ -697,12 +721,13 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
   }
   Tensor tensor(dtype, dims);
   const int64_t n = tensor.num_elements();
-  if (proto.has_raw_data()) {
-    if (static_cast<int64_t>(proto.raw_data().size()) != tensor.size_bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor raw_data has ", proto.raw_data().size(), " bytes, dims [",
+  if (external || proto.has_raw_data()) {
+    const std::string_view raw = external ? *external : std::string_view(proto.raw_data());
+    if (static_cast<int64_t>(raw.size()) != tensor.size_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor raw_data has ", raw.size(), " bytes, dims [",
                                                      absl::StrJoin(dims, ","), "] need ", tensor.size_bytes()));
     }
-    std::memcpy(tensor.data(), proto.raw_data().data(), proto.raw_data().size());
+    if (!raw.empty()) std::memcpy(tensor.data(), raw.data(), raw.size());
     return tensor;
   }
   auto check = [&](int64_t have) -> absl::Status {
@@ -749,6 +774,8 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
   }
   return tensor;
 }
+
+}  // namespace
 
 std::string SerializeTensorProto(const Tensor& tensor, const std::string& name) {
   onnx::TensorProto proto;

@@ -3,15 +3,16 @@
 // scoring above score_threshold in descending score order (ties: lower index first),
 // each kept unless its IoU with a box kept before exceeds iou_threshold, at most
 // max_output_boxes_per_class. A kernel may not allocate, so the boxes kept in one class
-// are a bitset on the stack (kMaxNmsBoxes boxes at most) and the next box in score order
-// is found by a scan: O(boxes^2) per class.
+// are a bitset on the stack (kMaxNmsBoxes boxes at most: 32 KiB, enough for a detector's
+// per-class candidates batched into one call, SSDlite's 90 x 300) and the next box in
+// score order is found by a scan: O(boxes^2) per class.
 #pragma once
 
 #include "kernel_common.h"
 
 namespace kiln_kernels {
 
-constexpr int64_t kMaxNmsBoxes = 16384;
+constexpr int64_t kMaxNmsBoxes = int64_t{1} << 18;
 
 // Inputs: boxes [batches, boxes, 4], scores [batches, classes, boxes], then the optional
 // max_output_boxes_per_class, iou_threshold and score_threshold (data NULL: absent).

@@ -363,6 +363,42 @@ KILN_KERNEL(shape_gather) {
   return KILN_KERR_OK;
 }
 
+// GatherND (ONNX spec): indices' dims but the last, then data's dims after the batch dims
+// (p.axis) and the indexed ones (indices' last dim, the tuple depth, known when compiled).
+KILN_KERNEL(shape_gather_nd) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor &data = call->inputs[0], &indices = call->inputs[1];
+  if (indices.rank < 1 || p.axis < 0 || p.axis >= indices.rank) return KILN_KERR_SHAPE;
+  const int64_t depth = indices.dims[indices.rank - 1];
+  if (depth < 1 || p.axis + depth > data.rank) return KILN_KERR_SHAPE;
+  for (int32_t i = 0; i < p.axis; ++i) {
+    if (data.dims[i] >= 0 && indices.dims[i] >= 0 && data.dims[i] != indices.dims[i]) return KILN_KERR_SHAPE;
+  }
+  Dims out = OutDims(call, 0);
+  int32_t o = 0;
+  for (int32_t i = 0; i + 1 < indices.rank; ++i) out[o++] = indices.dims[i];
+  for (int32_t i = static_cast<int32_t>(p.axis + depth); i < data.rank; ++i) out[o++] = data.dims[i];
+  return o == call->outputs[0].rank ? KILN_KERR_OK : KILN_KERR_SHAPE;
+}
+
+// RoiAlign: [rois, X's channels, output_height, output_width] (ints[0], ints[1]) for X
+// [N, C, H, W], rois [R, 4] and batch_indices [R].
+KILN_KERNEL(shape_roi_align) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor &x = call->inputs[0], &rois = call->inputs[1], &batch = call->inputs[2];
+  if (x.rank != 4 || rois.rank != 2 || batch.rank != 1 || p.num_ints != 2) return KILN_KERR_SHAPE;
+  if ((rois.dims[1] >= 0 && rois.dims[1] != 4) ||
+      (rois.dims[0] >= 0 && batch.dims[0] >= 0 && rois.dims[0] != batch.dims[0])) {
+    return KILN_KERR_SHAPE;
+  }
+  Dims out = OutDims(call, 0);
+  out[0] = rois.dims[0] >= 0 ? rois.dims[0] : batch.dims[0];
+  out[1] = x.dims[1];
+  out[2] = p.ints[0];
+  out[3] = p.ints[1];
+  return KILN_KERR_OK;
+}
+
 // Unsqueeze: a 1 at each output position of the axes, the input's dims elsewhere.
 KILN_KERNEL(shape_unsqueeze) {
   KILN_PARAMS(kiln_shape_params, p, call);

@@ -25,7 +25,10 @@ namespace kiln {
 // What a compile needs besides its spec: the bytes the spec's digests name, and settings
 // of the caller's that never change what is produced.
 struct CompileInputs {
-  std::string_view model_bytes;       // the bytes spec.model names
+  std::string_view model_bytes;  // the bytes spec.model names
+  // Where model_bytes are this file's mapping: its pages are given back once the model is
+  // parsed (a large model's bytes are otherwise resident through the rest of the compile).
+  const MappedFile* model_file = nullptr;
   std::string model_label = "model";  // in error messages: a path, or "model 1a2b3c..."
   std::function<absl::StatusOr<std::string>(const std::string&)> external_data;
   // InputSet blobs, decoded against the imported graph (InputSetTensors). With precision
@@ -51,7 +54,6 @@ struct CompileResult {
   TargetSpec target;
   std::vector<PassStats> passes;
   MemoryPlan memory_plan;
-  std::unique_ptr<Graph> graph;  // the optimised graph
   double import_ms = 0, passes_ms = 0, codegen_ms = 0;
   TuneResult tuning;
   QuantizationSummary quantization;  // precision int8

@@ -26,6 +26,9 @@ struct ImportOptions {
   // Supplies the bytes of an external-data file named by a tensor's `location`. Unset:
   // external data is refused. Implementations must never reach outside the upload.
   std::function<absl::StatusOr<std::string>(const std::string& location)> external_data;
+  // Called once the model's bytes are parsed, when the import reads them no more: a caller
+  // whose bytes are a file mapping gives its pages back (MappedFile::ReleaseResidentPages).
+  std::function<void()> after_parse;
 };
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(std::string_view model_bytes, const ImportOptions& options);
