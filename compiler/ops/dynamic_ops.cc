@@ -410,6 +410,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"AveragePool", Window(false, offsetof(kiln_pool_params, window))},
       {"GlobalAveragePool", GlobalPoolRule},
       {"GlobalMaxPool", GlobalPoolRule},
+      {"GlobalLpPool", GlobalPoolRule},
       {"Flatten", FlattenRule},
       {"Reshape", ReshapeRule},
       {"Transpose", TransposeRule},
@@ -452,9 +453,9 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
                            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
     rules[name] = ReduceRule;
   }
-  for (const char* name :
-       {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
-        "InstanceNormalization", "LRN", "Dropout", "Hardmax", "ScatterElements", "Scatter", "ScatterND"}) {
+  for (const char* name : {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
+                           "InstanceNormalization", "LRN", "LpNormalization", "Dropout", "Hardmax", "ScatterElements",
+                           "Scatter", "ScatterND"}) {
     rules[name] = Same();
   }
   for (const char* name : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "And", "Or", "Xor", "BitShift",

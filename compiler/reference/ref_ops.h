@@ -35,5 +35,6 @@ void AddLossOps(RefTable& table);
 void AddSamplingOps(RefTable& table);
 void AddLinalgOps(RefTable& table);
 void AddNnExtraOps(RefTable& table);
+void AddSpatialOps(RefTable& table);  // ref_spatial.cc
 
 }  // namespace kiln::ref
