@@ -408,6 +408,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"Conv", Window(true, offsetof(kiln_conv_params, window))},
       {"MaxPool", Window(false, offsetof(kiln_pool_params, window))},
       {"AveragePool", Window(false, offsetof(kiln_pool_params, window))},
+      {"DeformConv", Window(true, offsetof(kiln_spatial_params, window))},
       {"GlobalAveragePool", GlobalPoolRule},
       {"GlobalMaxPool", GlobalPoolRule},
       {"GlobalLpPool", GlobalPoolRule},

@@ -151,11 +151,13 @@ def check_deform_conv_against_conv():
                        conv2d(shifted, w, b, (1, 1), (0, 0), (1, 1), 2), atol=1e-9)
 
 
-def symbolic_batch(root, case):
-    """The case's model with its inputs' and outputs' first dim named N: a run-time shape."""
+def symbolic_batch(root, case, batch_inputs=None):
+    """The case's model with the first dim of its outputs and of its inputs (those named in
+    batch_inputs, else all) named N: a run-time shape."""
     path = os.path.join(root, case, "model.onnx")
     model = onnx.load(path)
-    for value in list(model.graph.input) + list(model.graph.output):
+    inputs = [v for v in model.graph.input if batch_inputs is None or v.name in batch_inputs]
+    for value in inputs + list(model.graph.output):
         value.type.tensor_type.shape.dim[0].dim_param = "N"
     onnx.save(model, path)
     return case
@@ -255,11 +257,15 @@ def deform_conv_cases(root):
         if with_mask:
             names.append("mask")
             inputs.append(("mask", mask))
-        cases.append(save_case(root, f"opset19_deform_conv_{name}", 19,
-                               [node("DeformConv", [n for n in names if n or with_mask], strides=strides, pads=pads,
-                                     dilations=dilations, group=group, offset_group=offset_group,
-                                     kernel_shape=list(ws[2:]))],
-                               inputs, [("y", f32(expected))]))
+        case = save_case(root, f"opset19_deform_conv_{name}", 19,
+                         [node("DeformConv", [n for n in names if n or with_mask], strides=strides, pads=pads,
+                               dilations=dilations, group=group, offset_group=offset_group,
+                               kernel_shape=list(ws[2:]))],
+                         inputs, [("y", f32(expected))])
+        cases.append(case)
+        if xs[0] > 1:  # the same model with the batch known only at run time
+            shutil.copytree(os.path.join(root, case), os.path.join(root, case + "_symbolic_batch"))
+            cases.append(symbolic_batch(root, case + "_symbolic_batch", batch_inputs=("x", "offset", "mask")))
     return cases
 
 
