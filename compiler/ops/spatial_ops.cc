@@ -216,7 +216,56 @@ absl::StatusOr<KernelCall> LowerDeformConv(const Node& node) {
   return CallWithParams<kernel::deform_conv>(PassInputs(node, 5), params);
 }
 
+// Output 0 of `dtype` and `rank` whose dims shape function K computes from the node's
+// inputs [0, num_inputs) and `params`.
+template <typename K>
+DynamicShape ShapeOf(const InferContext& ctx, size_t num_inputs, const kiln_shape_params& params, DType dtype,
+                     int64_t rank) {
+  TensorType out;
+  out.dtype = dtype;
+  out.has_shape = true;
+  out.shape.assign(static_cast<size_t>(rank), Dim::Symbolic("?"));
+  return DynamicShape{CallWithParams<K>(PassInputs(ctx.node, num_inputs), params), {std::move(out)}};
+}
+
 }  // namespace
+
+absl::StatusOr<DynamicShape> MaxRoiPoolShapeRule(const InferContext& ctx) {
+  const std::vector<int64_t> pooled = ctx.node.GetInts("pooled_shape");
+  if (pooled.size() != 2 || pooled[0] <= 0 || pooled[1] <= 0) {
+    return NodeError(ctx.node, "pooled_shape must be two positive extents");
+  }
+  kiln_shape_params p{};
+  p.num_ints = 2;
+  p.ints[0] = pooled[0];
+  p.ints[1] = pooled[1];
+  return ShapeOf<kernel::shape_max_roi_pool>(ctx, 2, p, ctx.type(0).dtype, 4);
+}
+
+// Col2Im's image_shape and block_shape stay compile-time constants; only X's dims may wait.
+absl::StatusOr<DynamicShape> Col2ImShapeRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const Tensor* image, RequireConstant(ctx, 1, "image_shape"));
+  KILN_ASSIGN_OR_RETURN(const Tensor* block, RequireConstant(ctx, 2, "block_shape"));
+  KILN_ASSIGN_OR_RETURN(const WindowParams w, Col2ImWindow(ctx.node, *image, *block));
+  if (w.kernel.size() > KILN_MAX_SPATIAL) {
+    return NodeError(ctx.node, absl::StrCat(w.kernel.size(), " image dims; at most ", KILN_MAX_SPATIAL));
+  }
+  kiln_shape_params p{};
+  const std::vector<int64_t> extents = ToInts(*image);
+  p.num_ints = static_cast<int64_t>(extents.size()) + 1;
+  p.ints[0] = NumElements(w.kernel);
+  for (size_t i = 0; i < extents.size(); ++i) p.ints[i + 1] = extents[i];
+  return ShapeOf<kernel::shape_col2im>(ctx, 1, p, ctx.type(0).dtype, static_cast<int64_t>(extents.size()) + 2);
+}
+
+// AffineGrid's output rank follows from size's length (4: 2-D, 5: 3-D), its dims from
+// size's data, known at run time at the latest.
+absl::StatusOr<DynamicShape> AffineGridShapeRule(const InferContext& ctx) {
+  if (!ctx.type(1).IsStatic() || ctx.type(1).shape.size() != 1) return NodeError(ctx.node, "size must be 1-D");
+  const int64_t length = ctx.type(1).StaticDims()[0];
+  if (length != 4 && length != 5) return NodeError(ctx.node, absl::StrCat("size has ", length, " entries, not 4 or 5"));
+  return ShapeOf<kernel::shape_affine_grid>(ctx, 2, kiln_shape_params{}, ctx.type(0).dtype, length);
+}
 
 void RegisterSpatialOps(Registry& registry) {
   // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}

@@ -151,14 +151,14 @@ def check_deform_conv_against_conv():
                        conv2d(shifted, w, b, (1, 1), (0, 0), (1, 1), 2), atol=1e-9)
 
 
-def symbolic_batch(root, case, batch_inputs=None):
+def symbolic_batch(root, case, batch_inputs=None, symbol="N"):
     """The case's model with the first dim of its outputs and of its inputs (those named in
-    batch_inputs, else all) named N: a run-time shape."""
+    batch_inputs, else all) named `symbol`: a run-time shape."""
     path = os.path.join(root, case, "model.onnx")
     model = onnx.load(path)
     inputs = [v for v in model.graph.input if batch_inputs is None or v.name in batch_inputs]
     for value in inputs + list(model.graph.output):
-        value.type.tensor_type.shape.dim[0].dim_param = "N"
+        value.type.tensor_type.shape.dim[0].dim_param = symbol
     onnx.save(model, path)
     return case
 
@@ -190,6 +190,11 @@ def pool_cases(root):
         cases.append(save_case(root, f"opset17_max_roi_pool_{pooled[0]}x{pooled[1]}", 17,
                                [node("MaxRoiPool", ["x", "rois"], pooled_shape=list(pooled), spatial_scale=scale)],
                                [("x", x), ("rois", rois)], [("y", f32(max_roi_pool(x, rois, pooled, scale)))]))
+    # the number of ROIs known only at run time
+    case = save_case(root, "opset17_max_roi_pool_symbolic_rois", 17,
+                     [node("MaxRoiPool", ["x", "rois"], pooled_shape=[2, 2])], [("x", x), ("rois", rois)],
+                     [("y", f32(max_roi_pool(x, rois, (2, 2), 1.0)))])
+    cases.append(symbolic_batch(root, case, batch_inputs=("rois",), symbol="R"))
     return cases
 
 
@@ -202,6 +207,12 @@ def col2im_cases(root):
               ("1d", [13], [3], [2], [1, 1], [1], 2),
               ("3d", [3, 5, 4], [2, 1, 3], [1, 2, 1], [0, 1, 1, 1, 0, 0], [1, 1, 1], 2),
               ("unit", [1, 1], [1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 1)]
+    x = randn(3, 2 * 6, 15)  # image 5 x 4, block 2 x 3, pads 1 before: a 5 x 3 block grid
+    case = save_case(root, "opset18_col2im_symbolic_batch", 18,
+                     [node("Col2Im", ["x", "image", "block"], pads=[1, 1, 0, 0])], [("x", x)],
+                     [("y", f32(col2im(x, [5, 4], [2, 3], [1, 1], [1, 1, 0, 0], [1, 1])))],
+                     [("image", np.array([5, 4], np.int64)), ("block", np.array([2, 3], np.int64))])
+    cases.append(symbolic_batch(root, case))
     for name, image, block, strides, pads, dilations, channels in shapes:
         check_col2im_adjoint(image, block, strides, pads, dilations)
         blocks = int(np.prod(block_grid(image, block, strides, pads, dilations)))
@@ -226,6 +237,19 @@ def affine_grid_cases(root):
                                    [node("AffineGrid", ["theta", "size"], align_corners=align)],
                                    [("theta", theta)], [("y", f32(affine_grid(theta, size, align)))],
                                    [("size", np.array(size, np.int64))]))
+    # size computed at run time: Shape of an input whose dims are all symbolic
+    image = randn(2, 3, 4, 6)
+    case = save_case(root, "opset20_affine_grid_run_time_size", 20,
+                     [node("Shape", ["image"], ["size"]), node("AffineGrid", ["theta", "size"])],
+                     [("theta", theta2), ("image", image)], [("y", f32(affine_grid(theta2, image.shape, False)))])
+    path = os.path.join(root, case, "model.onnx")
+    model = onnx.load(path)
+    for value in list(model.graph.input) + list(model.graph.output):
+        for i, dim in enumerate(value.type.tensor_type.shape.dim):
+            if value.name != "theta" or i == 0:
+                dim.dim_param = f"d{i}"
+    onnx.save(model, path)
+    cases.append(case)
     return cases
 
 

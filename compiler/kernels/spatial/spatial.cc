@@ -4,6 +4,7 @@
 // compiler/ops/spatial_ops.cc states each op's semantics.
 #include "kiln/kernels/spatial.h"
 #include "kernel_common.h"
+#include "kiln/kernels/shape.h"
 
 using namespace kiln_kernels;
 
@@ -270,7 +271,53 @@ struct DeformConv {
   }
 };
 
+int64_t* OutDims(const kiln_kcall* call) { return const_cast<int64_t*>(call->outputs[0].dims); }
+
 }  // namespace
+
+// Shape functions (kiln/kernels/shape.h) of the ops above whose output dims are not a
+// pooling window's: negative (unknown) dims pass through, as the other rules do.
+
+// MaxRoiPool: [R, C, ints[0], ints[1]] (R from rois, C from X, the pooled shape).
+KILN_KERNEL(shape_max_roi_pool) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  int64_t* y = OutDims(call);
+  y[0] = call->inputs[1].dims[0];
+  y[1] = call->inputs[0].dims[1];
+  y[2] = p.ints[0];
+  y[3] = p.ints[1];
+  return KILN_KERR_OK;
+}
+
+// Col2Im: [N, C / ints[0] (the block's taps), ints[1], ...] (the image shape).
+KILN_KERNEL(shape_col2im) {
+  KILN_PARAMS(kiln_shape_params, p, call);
+  const kiln_ktensor& x = call->inputs[0];
+  int64_t* y = OutDims(call);
+  if (x.dims[1] >= 0 && x.dims[1] % p.ints[0] != 0) return KILN_KERR_SHAPE;
+  y[0] = x.dims[0];
+  y[1] = x.dims[1] < 0 ? -1 : x.dims[1] / p.ints[0];
+  for (int32_t i = 2; i < call->outputs[0].rank; ++i) y[i] = p.ints[i - 1];
+  return KILN_KERR_OK;
+}
+
+// AffineGrid: [N, (D,) H, W, 2 or 3] from size's data, N from theta; -1 while size is unknown.
+KILN_KERNEL(shape_affine_grid) {
+  const kiln_ktensor& theta = call->inputs[0];
+  const kiln_ktensor& size = call->inputs[1];
+  const int32_t rank = call->outputs[0].rank;  // spatial dims + 2
+  int64_t* y = OutDims(call);
+  y[0] = theta.dims[0];
+  y[rank - 1] = rank - 2;
+  for (int32_t i = 1; i + 1 < rank; ++i) {
+    y[i] = size.data == nullptr ? -1 : LoadAsInt64(size.data, size.dtype, i + 1);
+    if (size.data != nullptr && y[i] < 0) return KILN_KERR_SHAPE;
+  }
+  if (size.data != nullptr && theta.dims[0] >= 0 && LoadAsInt64(size.data, size.dtype, 0) != theta.dims[0]) {
+    return KILN_KERR_SHAPE;
+  }
+  return KILN_KERR_OK;
+}
 
 KILN_FLOAT_KERNEL(global_lp_pool, GlobalLpPool, inputs[0].dtype)
 KILN_FLOAT_KERNEL(lp_normalize, LpNormalize, inputs[0].dtype)
