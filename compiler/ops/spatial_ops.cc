@@ -231,6 +231,8 @@ DynamicShape ShapeOf(const InferContext& ctx, size_t num_inputs, const kiln_shap
 }  // namespace
 
 absl::StatusOr<DynamicShape> MaxRoiPoolShapeRule(const InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(RequireFloat(ctx));
+  if (ctx.type(1).dtype != ctx.type(0).dtype) return NodeError(ctx.node, "rois must have X's element type");
   const std::vector<int64_t> pooled = ctx.node.GetInts("pooled_shape");
   if (pooled.size() != 2 || pooled[0] <= 0 || pooled[1] <= 0) {
     return NodeError(ctx.node, "pooled_shape must be two positive extents");
@@ -244,6 +246,7 @@ absl::StatusOr<DynamicShape> MaxRoiPoolShapeRule(const InferContext& ctx) {
 
 // Col2Im's image_shape and block_shape stay compile-time constants; only X's dims may wait.
 absl::StatusOr<DynamicShape> Col2ImShapeRule(const InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(RequireFloat(ctx));
   KILN_ASSIGN_OR_RETURN(const Tensor* image, RequireConstant(ctx, 1, "image_shape"));
   KILN_ASSIGN_OR_RETURN(const Tensor* block, RequireConstant(ctx, 2, "block_shape"));
   KILN_ASSIGN_OR_RETURN(const WindowParams w, Col2ImWindow(ctx.node, *image, *block));
@@ -261,6 +264,7 @@ absl::StatusOr<DynamicShape> Col2ImShapeRule(const InferContext& ctx) {
 // AffineGrid's output rank follows from size's length (4: 2-D, 5: 3-D), its dims from
 // size's data, known at run time at the latest.
 absl::StatusOr<DynamicShape> AffineGridShapeRule(const InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(RequireFloat(ctx));
   if (!ctx.type(1).IsStatic() || ctx.type(1).shape.size() != 1) return NodeError(ctx.node, "size must be 1-D");
   const int64_t length = ctx.type(1).StaticDims()[0];
   if (length != 4 && length != 5) return NodeError(ctx.node, absl::StrCat("size has ", length, " entries, not 4 or 5"));

@@ -18,7 +18,7 @@ struct GlobalLpPool {
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_spatial_params& params) {
     const kiln_ktensor& x = call->inputs[0];
-    if (x.rank < 2) return KILN_KERR_UNSUPPORTED;
+    if (x.rank < 2) return KILN_KERR_SHAPE;
     const int64_t planes = x.dims[0] * x.dims[1], size = planes == 0 ? 0 : Numel(x) / planes;
     const T* px = InputData<T>(call, 0);
     T* py = OutputData<T>(call);
@@ -71,6 +71,7 @@ struct MaxRoiPool {
   static int32_t Run(const kiln_kcall* call, const kiln_spatial_params& params) {
     const kiln_ktensor& x = call->inputs[0];
     const kiln_ktensor& y = call->outputs[0];
+    if (x.rank != 4 || call->inputs[1].rank != 2 || call->inputs[1].dims[1] != 5) return KILN_KERR_SHAPE;
     const int64_t batch = x.dims[0], channels = x.dims[1], height = x.dims[2], width = x.dims[3];
     const int64_t rois = y.dims[0], out_h = y.dims[2], out_w = y.dims[3];
     const T* px = InputData<T>(call, 0);
@@ -133,7 +134,7 @@ struct Col2Im {
       blocks *= per_dim[d];
       pixels *= y.dims[2 + d];
     }
-    if (x.dims[2] != blocks || x.dims[1] != y.dims[1] * taps) return KILN_KERR_SHAPE;
+    if (x.rank != 3 || x.dims[2] != blocks || x.dims[1] != y.dims[1] * taps) return KILN_KERR_SHAPE;
     const T* px = InputData<T>(call, 0);
     T* py = OutputData<T>(call);
     const int64_t rank = w.rank;
@@ -182,6 +183,8 @@ struct AffineGrid {
     if (dims != 2 && dims != 3) return KILN_KERR_UNSUPPORTED;
     const int64_t depth = dims == 3 ? y.dims[1] : 1, height = y.dims[dims == 3 ? 2 : 1],
                   width = y.dims[dims == 3 ? 3 : 2];
+    const kiln_ktensor& t = call->inputs[0];
+    if (t.rank != 3 || t.dims[0] != y.dims[0] || t.dims[1] != dims || t.dims[2] != dims + 1) return KILN_KERR_SHAPE;
     const T* theta = InputData<T>(call, 0);
     T* py = OutputData<T>(call);
     const bool align = params.align_corners != 0;
@@ -230,16 +233,28 @@ struct DeformConv {
     const kiln_ktensor& y = call->outputs[0];
     const kiln_window& w = params.window;
     if (x.rank != 4 || w.rank != 2 || params.group < 1 || params.offset_group < 1) return KILN_KERR_UNSUPPORTED;
+    if (wt.rank != 4 || call->inputs[2].rank != 4) return KILN_KERR_SHAPE;
     const int64_t channels = x.dims[1], height = x.dims[2], width = x.dims[3];
     const int64_t out_c = y.dims[1], out_h = y.dims[2], out_w = y.dims[3], kh = wt.dims[2], kw = wt.dims[3];
     const int64_t group_in = wt.dims[1], group_out = out_c / params.group, taps = kh * kw;
     const int64_t offset_channels = channels / params.offset_group, positions = out_h * out_w;
+    // With run-time shapes no type inference has checked the operands: the kernel does.
+    const kiln_ktensor& off = call->inputs[2];
+    if (group_in * params.group != channels || out_c % params.group != 0 || channels % params.offset_group != 0 ||
+        off.rank != 4 || off.dims[0] != x.dims[0] || off.dims[1] != params.offset_group * taps * 2 ||
+        off.dims[2] != out_h || off.dims[3] != out_w) {
+      return KILN_KERR_SHAPE;
+    }
     const T* px = InputData<T>(call, 0);
     const T* pw = InputData<T>(call, 1);
     const T* poff = InputData<T>(call, 2);
     const T* pbias = call->num_inputs > 3 && call->inputs[3].data != nullptr ? InputData<T>(call, 3) : nullptr;
     const T* pmask = call->num_inputs > 4 && call->inputs[4].data != nullptr ? InputData<T>(call, 4) : nullptr;
     T* py = OutputData<T>(call);
+    if ((pbias && Numel(call->inputs[3]) != out_c) ||
+        (pmask && Numel(call->inputs[4]) != x.dims[0] * params.offset_group * taps * positions)) {
+      return KILN_KERR_SHAPE;
+    }
     auto body = [=, &w](int64_t begin, int64_t end) {  // one (image, output channel) plane at a time
       for (int64_t no = begin; no < end; ++no) {
         const int64_t n = no / out_c, o = no % out_c, g = o / group_out;
@@ -281,6 +296,7 @@ int64_t* OutDims(const kiln_kcall* call) { return const_cast<int64_t*>(call->out
 // MaxRoiPool: [R, C, ints[0], ints[1]] (R from rois, C from X, the pooled shape).
 KILN_KERNEL(shape_max_roi_pool) {
   KILN_PARAMS(kiln_shape_params, p, call);
+  if (call->inputs[0].rank != 4 || call->inputs[1].rank != 2) return KILN_KERR_SHAPE;
   int64_t* y = OutDims(call);
   y[0] = call->inputs[1].dims[0];
   y[1] = call->inputs[0].dims[1];
@@ -294,7 +310,7 @@ KILN_KERNEL(shape_col2im) {
   KILN_PARAMS(kiln_shape_params, p, call);
   const kiln_ktensor& x = call->inputs[0];
   int64_t* y = OutDims(call);
-  if (x.dims[1] >= 0 && x.dims[1] % p.ints[0] != 0) return KILN_KERR_SHAPE;
+  if (x.rank != 3 || (x.dims[1] >= 0 && x.dims[1] % p.ints[0] != 0)) return KILN_KERR_SHAPE;
   y[0] = x.dims[0];
   y[1] = x.dims[1] < 0 ? -1 : x.dims[1] / p.ints[0];
   for (int32_t i = 2; i < call->outputs[0].rank; ++i) y[i] = p.ints[i - 1];
@@ -306,6 +322,7 @@ KILN_KERNEL(shape_affine_grid) {
   const kiln_ktensor& theta = call->inputs[0];
   const kiln_ktensor& size = call->inputs[1];
   const int32_t rank = call->outputs[0].rank;  // spatial dims + 2
+  if (theta.rank != 3) return KILN_KERR_SHAPE;
   int64_t* y = OutDims(call);
   y[0] = theta.dims[0];
   y[rank - 1] = rank - 2;
