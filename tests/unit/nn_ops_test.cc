@@ -366,6 +366,44 @@ TEST(NnOpsTest, DeformConvMatchesTheReference) {
        19});
 }
 
+// The spatial ops' type inference refuses what their kernels cannot run, saying why.
+TEST(NnOpsTest, SpatialOpsRejectBadOperandsWithReasons) {
+  struct Bad {
+    OpCase c;
+    const char* reason;
+  };
+  const Bad cases[] = {
+      {{"LpNormalization", {Uniform({2, 3}, -1, 1, 90)}, {{"p", int64_t{3}}}, 1, 17}, "takes 1 or 2"},
+      {{"Col2Im", {Uniform({1, 6, 10}, -1, 1, 91), Int64s({5, 5}), Int64s({2, 3})}, {}, 1, 18},
+       "must be [N, C * 6, 12]"},
+      {{"AffineGrid", {Uniform({2, 2, 3}, -1, 1, 92), Int64s({3, 1, 4, 4})}, {}, 1, 20}, "must be [N, 2, 3]"},
+      {{"MaxRoiPool", {Uniform({1, 2, 5, 5}, -1, 1, 93), Uniform({3, 4}, 0, 4, 94)}, {}, 1, 17}, "[R, 5]"},
+      {{"DeformConv",
+        {Uniform({1, 2, 5, 5}, -1, 1, 95), Uniform({3, 2, 2, 2}, -1, 1, 96), Uniform({1, 8, 3, 3}, -1, 1, 97)},
+        {},
+        1,
+        19},
+       "offset is [1,8,3,3]; expected [1,8,4,4]"},
+  };
+  for (const Bad& bad : cases) {
+    SCOPED_TRACE(bad.c.op);
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddValue("x", TensorType::Static(bad.c.inputs[0]->dtype(), bad.c.inputs[0]->dims()));
+    g->AddInput(x);
+    std::vector<Value*> inputs = {x};
+    for (size_t i = 1; i < bad.c.inputs.size(); ++i) {
+      inputs.push_back(g->AddConstant("in" + std::to_string(i), bad.c.inputs[i]));
+    }
+    Node* node = g->AddNode(bad.c.op, "node", inputs, {"y"}, bad.c.opset);
+    node->mutable_attrs() = bad.c.attrs;
+    if (bad.c.op == "MaxRoiPool") node->mutable_attrs()["pooled_shape"] = std::vector<int64_t>{2, 2};
+    g->AddOutput(node->output(0));
+    const absl::Status status = InferTypes(*g);
+    ASSERT_FALSE(status.ok());
+    EXPECT_NE(status.message().find(bad.reason), std::string::npos) << status.message();
+  }
+}
+
 // fold-batchnorm must leave a training-mode BatchNormalization alone: it normalizes with
 // the batch's statistics, not its constant inputs.
 TEST(NnOpsTest, TrainingBatchNormSurvivesTheDefaultPipeline) {
