@@ -447,8 +447,13 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"Conv", Window(true, offsetof(kiln_conv_params, window))},
       {"MaxPool", Window(false, offsetof(kiln_pool_params, window))},
       {"AveragePool", Window(false, offsetof(kiln_pool_params, window))},
+      {"DeformConv", Window(true, offsetof(kiln_spatial_params, window))},
+      {"MaxRoiPool", MaxRoiPoolShapeRule},
+      {"Col2Im", Col2ImShapeRule},
+      {"AffineGrid", AffineGridShapeRule},
       {"GlobalAveragePool", GlobalPoolRule},
       {"GlobalMaxPool", GlobalPoolRule},
+      {"GlobalLpPool", GlobalPoolRule},
       {"Flatten", FlattenRule},
       {"Reshape", ReshapeRule},
       {"Transpose", TransposeRule},
@@ -493,9 +498,9 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
                            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
     rules[name] = ReduceRule;
   }
-  for (const char* name :
-       {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
-        "InstanceNormalization", "LRN", "Dropout", "Hardmax", "ScatterElements", "Scatter", "ScatterND"}) {
+  for (const char* name : {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
+                           "InstanceNormalization", "LRN", "LpNormalization", "Dropout", "Hardmax", "ScatterElements",
+                           "Scatter", "ScatterND"}) {
     rules[name] = Same();
   }
   for (const char* name : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "And", "Or", "Xor", "BitShift",

@@ -31,6 +31,7 @@
 #include "kiln/kernels/sampling.h"
 #include "kiln/kernels/shape.h"
 #include "kiln/kernels/signal.h"
+#include "kiln/kernels/spatial.h"
 
 namespace kiln::ops {
 
@@ -67,6 +68,11 @@ void RegisterLinalgOps(Registry& registry);
 void RegisterOpset18Ops(Registry& registry);
 void RegisterRandomOps(Registry& registry);
 void RegisterSignalOps(Registry& registry);
+void RegisterSpatialOps(Registry& registry);
+// Run-time shape rules of spatial_ops.cc, attached with the others in dynamic_ops.cc.
+absl::StatusOr<DynamicShape> MaxRoiPoolShapeRule(const InferContext& ctx);
+absl::StatusOr<DynamicShape> Col2ImShapeRule(const InferContext& ctx);
+absl::StatusOr<DynamicShape> AffineGridShapeRule(const InferContext& ctx);
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -227,6 +227,7 @@ void EnsureRegistered() {
     ops::RegisterSelectOps(registry);
     ops::RegisterRandomOps(registry);
     ops::RegisterSignalOps(registry);
+    ops::RegisterSpatialOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

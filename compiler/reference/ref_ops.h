@@ -37,5 +37,6 @@ void AddLinalgOps(RefTable& table);
 void AddNnExtraOps(RefTable& table);
 void AddRandomOps(RefTable& table);  // ref_random.cc
 void AddSignalOps(RefTable& table);  // ref_signal.cc
+void AddSpatialOps(RefTable& table);  // ref_spatial.cc
 
 }  // namespace kiln::ref

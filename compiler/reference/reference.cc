@@ -33,6 +33,7 @@ const ref::RefTable& Table() {
     ref::AddBitwiseOps(*t);
     ref::AddRandomOps(*t);
     ref::AddSignalOps(*t);
+    ref::AddSpatialOps(*t);
     return t;
   }();
   return *table;

@@ -1,8 +1,7 @@
-// The losses, sampling and linear-algebra ops, MeanVarianceNormalization, ReverseSequence
-// and training-mode Dropout on odd shapes (primes, 1, broadcast '...' dims): the
-// interpreter's kernels and a compiled artifact against the independent reference
-// (compiler/reference). Then what the node tests leave out: bfloat16 NaN, MaxPool's
-// column-major indices beyond 2-D, training-mode BatchNormalization through the default
+// The losses, sampling, spatial (Col2Im, DeformConv, ...) and linear-algebra ops, MeanVarianceNormalization,
+// ReverseSequence and training-mode Dropout on odd shapes (primes, 1, broadcast '...' dims): the interpreter's kernels
+// and a compiled artifact against the independent reference (compiler/reference). Then what the node tests leave out:
+// bfloat16 NaN, MaxPool's column-major indices beyond 2-D, training-mode BatchNormalization through the default
 // pipeline.
 #include <cmath>
 #include <cstring>
@@ -296,6 +295,127 @@ TEST(NnOpsTest, MaxPoolColumnMajorIndicesInEveryRank) {
         EXPECT_EQ(y[1].data_as<int64_t>()[plane * out_size + o], plane * in_size + best_col);
       }
     }
+  }
+}
+
+// A constant int64 tensor of `values`.
+std::shared_ptr<Tensor> Int64s(const std::vector<int64_t>& values) {
+  auto t = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t->data_as<int64_t>());
+  return t;
+}
+
+TEST(NnOpsTest, LpPoolAndLpNormalizationMatchTheReferenceOnOddShapes) {
+  for (int64_t p : {1, 2, 3}) {
+    SCOPED_TRACE(p);
+    CheckAgainstReference({"GlobalLpPool", {Uniform({2, 3, 7, 1}, -2, 2, 70)}, {{"p", p}}, 1, 17});
+    CheckAgainstReference({"GlobalLpPool", {Uniform({1, 1, 1, 1}, -2, 2, 71)}, {{"p", p}}, 1, 17});
+    CheckAgainstReference({"GlobalLpPool", {Uniform({3, 5, 11}, -2, 2, 72)}, {{"p", p}}, 1, 17});
+  }
+  for (int64_t p : {1, 2}) {
+    SCOPED_TRACE(p);
+    CheckAgainstReference(
+        {"LpNormalization", {Uniform({7, 1, 5}, -2, 2, 73)}, {{"p", p}, {"axis", int64_t{1}}}, 1, 17});
+    CheckAgainstReference({"LpNormalization", {Uniform({13}, -2, 2, 74)}, {{"p", p}, {"axis", int64_t{0}}}, 1, 17});
+    CheckAgainstReference(
+        {"LpNormalization", {Uniform({2, 3, 5, 7}, -2, 2, 75)}, {{"p", p}, {"axis", int64_t{-2}}}, 1, 17});
+  }
+}
+
+TEST(NnOpsTest, MaxRoiPoolMatchesTheReference) {
+  auto rois = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{4, 5});
+  const float boxes[20] = {0, 0, 0, 6, 10, 1, 1.4f, 2.6f, 6, 5, 1, 3, 7, 3.5f, 7.2f, 0, -2, -3, 12, 13};
+  std::copy(boxes, boxes + 20, rois->data_as<float>());
+  for (double scale : {1.0, 0.5}) {
+    SCOPED_TRACE(scale);
+    CheckAgainstReference({"MaxRoiPool",
+                           {Uniform({2, 3, 11, 7}, -1, 1, 76), rois},
+                           {{"pooled_shape", std::vector<int64_t>{3, 2}}, {"spatial_scale", scale}},
+                           1,
+                           17});
+  }
+}
+
+TEST(NnOpsTest, Col2ImMatchesTheReferenceOnOddShapes) {
+  // 2-D: image 7 x 5, block 2 x 3, strides 2, 1, pads (1, 0) (0, 2), dilations 1, 2: the
+  // blocks lie on a 4 x 3 grid.
+  CheckAgainstReference({"Col2Im",
+                         {Uniform({2, 3 * 6, 12}, -1, 1, 77), Int64s({7, 5}), Int64s({2, 3})},
+                         {{"strides", std::vector<int64_t>{2, 1}},
+                          {"pads", std::vector<int64_t>{1, 0, 0, 2}},
+                          {"dilations", std::vector<int64_t>{1, 2}}},
+                         1,
+                         18});
+  CheckAgainstReference({"Col2Im", {Uniform({1, 1, 1}, -1, 1, 78), Int64s({1}), Int64s({1})}, {}, 1, 18});
+  CheckAgainstReference(
+      {"Col2Im", {Uniform({1, 2 * 4, 3 * 1 * 2}, -1, 1, 79), Int64s({4, 1, 3}), Int64s({2, 1, 2})}, {}, 1, 18});
+}
+
+TEST(NnOpsTest, AffineGridMatchesTheReference) {
+  for (int64_t align : {0, 1}) {
+    SCOPED_TRACE(align);
+    CheckAgainstReference(
+        {"AffineGrid", {Uniform({3, 2, 3}, -1, 1, 80), Int64s({3, 1, 7, 1})}, {{"align_corners", align}}, 1, 20});
+    CheckAgainstReference(
+        {"AffineGrid", {Uniform({1, 3, 4}, -1, 1, 81), Int64s({1, 2, 1, 5, 3})}, {{"align_corners", align}}, 1, 20});
+  }
+}
+
+TEST(NnOpsTest, DeformConvMatchesTheReference) {
+  // X [1, 3, 7, 5], W [6, 1, 3, 2] in 3 groups, pads 1, strides 2, 1: Y [1, 6, 4, 6].
+  CheckAgainstReference(
+      {"DeformConv",
+       {Uniform({1, 3, 7, 5}, -1, 1, 82), Uniform({6, 1, 3, 2}, -1, 1, 83), Uniform({1, 3 * 6 * 2, 4, 6}, -2, 2, 84),
+        Uniform({6}, -1, 1, 85), Uniform({1, 3 * 6, 4, 6}, 0, 1, 86)},
+       {{"group", int64_t{3}},
+        {"offset_group", int64_t{3}},
+        {"strides", std::vector<int64_t>{2, 1}},
+        {"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+       1,
+       19});
+  CheckAgainstReference(
+      {"DeformConv",
+       {Uniform({2, 1, 1, 1}, -1, 1, 87), Uniform({1, 1, 1, 1}, -1, 1, 88), Uniform({2, 2, 1, 1}, -1, 1, 89)},
+       {},
+       1,
+       19});
+}
+
+// The spatial ops' type inference refuses what their kernels cannot run, saying why.
+TEST(NnOpsTest, SpatialOpsRejectBadOperandsWithReasons) {
+  struct Bad {
+    OpCase c;
+    const char* reason;
+  };
+  const Bad cases[] = {
+      {{"LpNormalization", {Uniform({2, 3}, -1, 1, 90)}, {{"p", int64_t{3}}}, 1, 17}, "takes 1 or 2"},
+      {{"Col2Im", {Uniform({1, 6, 10}, -1, 1, 91), Int64s({5, 5}), Int64s({2, 3})}, {}, 1, 18},
+       "must be [N, C * 6, 12]"},
+      {{"AffineGrid", {Uniform({2, 2, 3}, -1, 1, 92), Int64s({3, 1, 4, 4})}, {}, 1, 20}, "must be [N, 2, 3]"},
+      {{"MaxRoiPool", {Uniform({1, 2, 5, 5}, -1, 1, 93), Uniform({3, 4}, 0, 4, 94)}, {}, 1, 17}, "[R, 5]"},
+      {{"DeformConv",
+        {Uniform({1, 2, 5, 5}, -1, 1, 95), Uniform({3, 2, 2, 2}, -1, 1, 96), Uniform({1, 8, 3, 3}, -1, 1, 97)},
+        {},
+        1,
+        19},
+       "offset is [1,8,3,3]; expected [1,8,4,4]"},
+  };
+  for (const Bad& bad : cases) {
+    SCOPED_TRACE(bad.c.op);
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddValue("x", TensorType::Static(bad.c.inputs[0]->dtype(), bad.c.inputs[0]->dims()));
+    g->AddInput(x);
+    std::vector<Value*> inputs = {x};
+    for (size_t i = 1; i < bad.c.inputs.size(); ++i) {
+      inputs.push_back(g->AddConstant("in" + std::to_string(i), bad.c.inputs[i]));
+    }
+    Node* node = g->AddNode(bad.c.op, "node", inputs, {"y"}, bad.c.opset);
+    node->mutable_attrs() = bad.c.attrs;
+    if (bad.c.op == "MaxRoiPool") node->mutable_attrs()["pooled_shape"] = std::vector<int64_t>{2, 2};
+    g->AddOutput(node->output(0));
+    const absl::Status status = InferTypes(*g);
+    ASSERT_FALSE(status.ok());
+    EXPECT_NE(status.message().find(bad.reason), std::string::npos) << status.message();
   }
 }
 
