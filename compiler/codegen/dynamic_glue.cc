@@ -125,6 +125,8 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
         if (in != nullptr && in->is_constant() && in->constant()->num_elements() <= kShapeDataElements) {
           PlaceWeight(plan, in->constant().get());
         }
+        // One the lowering made (StringNormalizer's stopwords).
+        if (operand.node_input < 0 && operand.constant != nullptr) PlaceWeight(plan, operand.constant.get());
       }
     }
     for (const Value* in : node.inputs()) {

@@ -114,7 +114,14 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
   plan->memory = &memory;
   plan->options = &options;
   for (const Node* node : graph.nodes()) plan->nodes.push_back(node);
-  for (const Value* v : graph.values()) plan->dynamic = plan->dynamic || !v->type().IsStatic();
+  for (const Value* v : graph.values()) {
+    plan->dynamic = plan->dynamic || !v->type().IsStatic();
+    // The weights object holds bytes, and a string's element is a pointer to its text.
+    if (v->is_constant() && v->constant()->dtype() == DType::kString) {
+      return absl::UnimplementedError(
+          absl::StrCat("constant '", v->name(), "' is a string tensor: artifacts cannot hold string constants yet"));
+    }
+  }
   if (plan->dynamic) {
     KILN_RETURN_IF_ERROR(PlanDynamicGlue(*plan));
     return plan;

@@ -225,6 +225,7 @@ void EnsureRegistered() {
     ops::RegisterLinalgOps(registry);
     ops::RegisterOpset18Ops(registry);
     ops::RegisterSelectOps(registry);
+    ops::RegisterStringOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

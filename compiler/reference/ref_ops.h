@@ -35,5 +35,7 @@ void AddLossOps(RefTable& table);
 void AddSamplingOps(RefTable& table);
 void AddLinalgOps(RefTable& table);
 void AddNnExtraOps(RefTable& table);
+// Last: it extends Cast, CastLike and the movement ops of the others to strings.
+void AddStringOps(RefTable& table);  // ref_strings.cc
 
 }  // namespace kiln::ref

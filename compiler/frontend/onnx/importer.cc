@@ -671,6 +671,14 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
   }
   Tensor tensor(dtype, dims);
   const int64_t n = tensor.num_elements();
+  if (dtype == DType::kString) {  // always in string_data (raw_data cannot hold strings)
+    if (proto.string_data_size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("string tensor has ", proto.string_data_size(), " values, dims [",
+                                                     absl::StrJoin(dims, ","), "] need ", n));
+    }
+    for (int64_t i = 0; i < n; ++i) tensor.SetString(i, proto.string_data(static_cast<int>(i)));
+    return tensor;
+  }
   if (proto.has_raw_data()) {
     if (static_cast<int64_t>(proto.raw_data().size()) != tensor.size_bytes()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor raw_data has ", proto.raw_data().size(), " bytes, dims [",
@@ -729,6 +737,10 @@ std::string SerializeTensorProto(const Tensor& tensor, const std::string& name) 
   proto.set_name(name);
   proto.set_data_type(static_cast<int32_t>(tensor.dtype()));
   for (int64_t d : tensor.dims()) proto.add_dims(d);
+  if (tensor.dtype() == DType::kString) {
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) proto.add_string_data(std::string(tensor.GetString(i)));
+    return proto.SerializeAsString();
+  }
   proto.set_raw_data(std::string(static_cast<const char*>(tensor.data()), tensor.size_bytes()));
   return proto.SerializeAsString();
 }

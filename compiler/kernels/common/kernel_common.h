@@ -23,6 +23,7 @@
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
 #include "kiln/kernels/shape.h"
+#include "kiln/kernels/strings.h"
 
 // Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
 // KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a
