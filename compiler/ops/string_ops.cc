@@ -30,8 +30,8 @@ void ExtendCast(const char* name) {
     if (to != DType::kString && from != DType::kString) return numeric_infer(ctx);
     for (DType d : {to, from}) {
       if (!Castable(d)) {
-        return NodeError(ctx.node, absl::StrCat("cast between ", DTypeName(from), " and ", DTypeName(to),
-                                                " is not supported"));
+        return NodeError(ctx.node,
+                         absl::StrCat("cast between ", DTypeName(from), " and ", DTypeName(to), " is not supported"));
       }
     }
     ctx.output_types[0] = ctx.type(0);

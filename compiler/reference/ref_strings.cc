@@ -74,8 +74,7 @@ std::string FormatFloat(double value, DType dtype) {
   std::string out = mantissa_digits.substr(0, 1);
   if (mantissa_digits.size() > 1) out += "." + mantissa_digits.substr(1);
   const int magnitude_exponent = exponent < 0 ? -exponent : exponent;
-  return absl::StrCat(sign, out, "e", exponent < 0 ? "-" : "+", magnitude_exponent < 10 ? "0" : "",
-                      magnitude_exponent);
+  return absl::StrCat(sign, out, "e", exponent < 0 ? "-" : "+", magnitude_exponent < 10 ? "0" : "", magnitude_exponent);
 }
 
 std::string FormatElement(const Tensor& x, int64_t i) {
@@ -121,8 +120,8 @@ Outputs FromStrings(const Tensor& x, DType to, const RefFn& cast_numbers, const 
 RefFn CastWithStrings(RefFn cast_numbers, bool like) {
   return [cast_numbers, like](const Node& node, const Inputs& in) -> Outputs {
     KILN_REF_INPUT(x, in, 0);
-    const DType to = like ? (in.size() > 1 && in[1] ? in[1]->dtype() : DType::kUndefined)
-                          : static_cast<DType>(node.GetInt("to", 0));
+    const DType to =
+        like ? (in.size() > 1 && in[1] ? in[1]->dtype() : DType::kUndefined) : static_cast<DType>(node.GetInt("to", 0));
     if (x->dtype() == DType::kString && to == DType::kString) return std::vector<Tensor>{*x};
     if (x->dtype() == DType::kString) return FromStrings(*x, to, cast_numbers, node, in);
     if (to != DType::kString) return cast_numbers(node, in);
@@ -178,7 +177,8 @@ Outputs StringNormalizer(const Node& node, const Inputs& in) {
 // (numbered on across inputs), then each string output's numbers picked back as texts.
 RefFn MoveStrings(RefFn move) {
   return [move](const Node& node, const Inputs& in) -> Outputs {
-    const bool any = std::any_of(in.begin(), in.end(), [](const Tensor* t) { return t && t->dtype() == DType::kString; });
+    const bool any =
+        std::any_of(in.begin(), in.end(), [](const Tensor* t) { return t && t->dtype() == DType::kString; });
     if (!any) return move(node, in);
     std::vector<std::string> texts;
     std::vector<Tensor> numbered;

@@ -22,18 +22,31 @@ inline constexpr FloatFormat kF64Format{53, -1074, 1023};
 inline constexpr FloatFormat kF16Format{11, -24, 15};
 inline constexpr FloatFormat kBF16Format{8, -133, 127};
 
+// Significant digits parsing keeps exactly (beyond them only "more" is kept): enough for
+// every tie between two doubles, whose decimal expansions have at most 767 digits.
+inline constexpr int32_t kMaxParsedDigits = 780;
+
 // A non-negative integer of up to kWords 32-bit words, least significant first. Sized for
 // a double's subnormal written out exactly (53 + 2.33 * 1074 bits) and for parsing's
-// scaled values (64 + ~1140 bits).
+// scaled values (3.33 * kMaxParsedDigits + ~1140 bits).
 class BigInt {
  public:
-  static constexpr int kWords = 96;
+  static constexpr int kWords = 160;
   explicit BigInt(uint64_t v) {
     words_[0] = static_cast<uint32_t>(v);
     words_[1] = static_cast<uint32_t>(v >> 32);
     size_ = words_[1] != 0 ? 2 : words_[0] != 0 ? 1 : 0;
   }
   bool IsZero() const { return size_ == 0; }
+  void AddSmall(uint32_t v) {
+    uint64_t carry = v;
+    for (int i = 0; i < size_ && carry != 0; ++i) {
+      const uint64_t sum = static_cast<uint64_t>(words_[i]) + carry;
+      words_[i] = static_cast<uint32_t>(sum);
+      carry = sum >> 32;
+    }
+    if (carry != 0 && size_ < kWords) words_[size_++] = static_cast<uint32_t>(carry);
+  }
   void MulSmall(uint32_t factor) {
     uint64_t carry = 0;
     for (int i = 0; i < size_; ++i) {
@@ -106,15 +119,15 @@ inline constexpr uint32_t kPow10[10] = {1, 10, 100, 1000, 10000, 100000, 1000000
 // digits * 10^exp10 (plus a little more when `more`: nonzero digits were dropped) rounded
 // to the nearest value of `format` (ties to even), as a double (exact: every such value is
 // one); HUGE_VAL past the largest.
-inline double DecimalToFloat(uint64_t digits, int32_t exp10, bool more, const FloatFormat& format) {
-  if (digits == 0) return 0;
-  const int digit_bits = 64 - __builtin_clzll(digits);
+inline double DecimalToFloat(const BigInt& digits, int32_t exp10, bool more, const FloatFormat& format) {
+  if (digits.IsZero()) return 0;
+  const int digit_bits = digits.BitLength();
   const double log2_value = (digit_bits - 1) + exp10 * 3.321928094887362;
   if (log2_value > format.max_exponent + 2) return HUGE_VAL;
   if (log2_value < format.min_unit_exponent - 2) return 0;
   // q = floor(value * 2^scale) with a few bits more than the significand and a round bit.
   const int scale = format.precision + 4 - static_cast<int>(floor(log2_value));
-  BigInt q(digits);
+  BigInt q = digits;
   bool inexact = more;
   for (int32_t k = exp10; k > 0; k -= 9) q.MulSmall(kPow10[k >= 9 ? 9 : k]);
   if (scale > 0) q.ShiftLeft(scale);
@@ -157,7 +170,7 @@ inline bool ParseNumber(const char* s, const FloatFormat& format, double* out) {
     *out = negative ? -HUGE_VAL : HUGE_VAL;
     return true;
   }
-  uint64_t digits = 0;
+  BigInt digits(0);
   int32_t kept = 0, exp10 = 0;
   bool more = false, any = false, point = false;
   for (;; ++s) {
@@ -168,11 +181,12 @@ inline bool ParseNumber(const char* s, const FloatFormat& format, double* out) {
     if (*s < '0' || *s > '9') break;
     any = true;
     const int d = *s - '0';
-    if (kept < 19 && (kept > 0 || d != 0)) {
-      digits = digits * 10 + static_cast<uint64_t>(d);
+    if (kept < kMaxParsedDigits && (kept > 0 || d != 0)) {
+      digits.MulSmall(10);
+      digits.AddSmall(static_cast<uint32_t>(d));
       ++kept;
       if (point) --exp10;
-    } else if (kept >= 19) {
+    } else if (kept >= kMaxParsedDigits) {
       more = more || d != 0;
       if (!point) ++exp10;
     } else if (point) {
@@ -219,8 +233,12 @@ inline ShortestDigits Shortest(double value, const FloatFormat& format) {
   // value = m * 2^e exactly, written out in decimal: value = n * 10^decimal_exponent.
   int binary_exponent = 0;
   const double fraction = frexp(value, &binary_exponent);
-  const uint64_t m = static_cast<uint64_t>(ldexp(fraction, 53));
-  const int32_t e = binary_exponent - 53;
+  uint64_t m = static_cast<uint64_t>(ldexp(fraction, 53));
+  int32_t e = binary_exponent - 53;
+  while ((m & 1) == 0 && e < 0) {  // fewer digits to write out (a subnormal's stay < 800)
+    m >>= 1;
+    ++e;
+  }
   BigInt n(m);
   int32_t decimal_exponent = 0;
   if (e >= 0) {
@@ -236,7 +254,7 @@ inline ShortestDigits Shortest(double value, const FloatFormat& format) {
     for (int i = 0; i < 9 && length < 800; ++i, group /= 10) exact[length++] = static_cast<char>('0' + group % 10);
   }
   while (length > 1 && exact[length - 1] == '0') --length;  // leading zeros (reversed)
-  const int32_t first = length - 1 + decimal_exponent;     // exponent of the first digit
+  const int32_t first = length - 1 + decimal_exponent;      // exponent of the first digit
   auto digit = [&](int32_t i) { return i < length ? exact[length - 1 - i] - '0' : 0; };
   for (int32_t count = 1; count <= 17; ++count) {
     uint64_t d = 0;
@@ -250,7 +268,7 @@ inline ShortestDigits Shortest(double value, const FloatFormat& format) {
       d /= 10;
       ++exponent;
     }
-    if (DecimalToFloat(d, exponent - count + 1, false, format) == value) {
+    if (DecimalToFloat(BigInt(d), exponent - count + 1, false, format) == value) {
       int32_t kept = count;
       while (kept > 1 && d % 10 == 0) {
         d /= 10;

@@ -1,9 +1,9 @@
 // The string kernels: Cast to and from strings and StringNormalizer. A string tensor's
 // data is an array of `const char*` (kernel_abi.h); the texts a kernel makes come from
 // exec->alloc_text and live until the session's next run.
+#include "kiln/kernels/strings.h"
 #include "kernel_common.h"
 #include "kiln/kernels/fp16.h"
-#include "kiln/kernels/strings.h"
 #include "number_text.h"
 
 using namespace kiln_kernels;
@@ -81,8 +81,9 @@ int32_t StoreParsed(const kiln_ktensor& out, int64_t i, double v) {
     case kU32: static_cast<uint32_t*>(data)[i] = static_cast<uint32_t>(static_cast<int64_t>(whole)); break;
     case kI64: static_cast<int64_t*>(data)[i] = static_cast<int64_t>(whole); break;
     case kU64:
-      static_cast<uint64_t*>(data)[i] =
-          whole >= 9223372036854775808.0 ? static_cast<uint64_t>(whole) : static_cast<uint64_t>(static_cast<int64_t>(whole));
+      static_cast<uint64_t*>(data)[i] = whole >= 9223372036854775808.0
+                                            ? static_cast<uint64_t>(whole)
+                                            : static_cast<uint64_t>(static_cast<int64_t>(whole));
       break;
     default: return KILN_KERR_DTYPE;
   }
@@ -177,7 +178,8 @@ KILN_KERNEL(string_normalizer) {
       continue;
     }
     po[kept++] = texts;
-    for (const char* s = pi[i]; *s != 0; ++s) *texts++ = p.case_change == KILN_CASE_UPPER ? AsciiUpper(*s) : AsciiLower(*s);
+    for (const char* s = pi[i]; *s != 0; ++s)
+      *texts++ = p.case_change == KILN_CASE_UPPER ? AsciiUpper(*s) : AsciiLower(*s);
     *texts++ = 0;
   }
   if (kept == 0 && capacity == 1) po[kept++] = kEmptyText;
