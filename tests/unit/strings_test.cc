@@ -4,8 +4,8 @@
 // ignoring case, and floats at the edges of numpy's formatting.
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -54,19 +54,32 @@ TEST(StringsTest, TensorCopiesKeepTheirTexts) {
 }
 
 TEST(StringsTest, NormalizerKeepsNonAsciiAndDropsStopwordsIgnoringCase) {
-  const Tensor x = Strings({"", "Stra\xc3\x9f" "e", "MONDAY", "h\xc3\xa9llo", "monday"});
+  const Tensor x = Strings({"",
+                            "Stra\xc3\x9f"
+                            "e",
+                            "MONDAY", "h\xc3\xa9llo", "monday"});
   for (bool kernel : {true, false}) {
     std::map<std::string, AttrValue> attrs = {{"case_change_action", std::string("UPPER")},
                                               {"stopwords", std::vector<std::string>{"Monday"}}};
     auto upper = RunOne("StringNormalizer", x, attrs, kernel);
     ASSERT_TRUE(upper.ok()) << upper.status();
-    EXPECT_EQ(Texts(*upper), (std::vector<std::string>{"", "STRA\xc3\x9f" "E", "H\xc3\xa9LLO"})) << kernel;
+    EXPECT_EQ(Texts(*upper), (std::vector<std::string>{"",
+                                                       "STRA\xc3\x9f"
+                                                       "E",
+                                                       "H\xc3\xa9LLO"}))
+        << kernel;
     attrs["case_change_action"] = std::string("LOWER");
     attrs["is_case_sensitive"] = int64_t{1};
     auto lower = RunOne("StringNormalizer", x, attrs, kernel);
     ASSERT_TRUE(lower.ok()) << lower.status();
-    EXPECT_EQ(Texts(*lower), (std::vector<std::string>{"", "stra\xc3\x9f" "e", "monday", "h\xc3\xa9llo", "monday"}));
-    attrs["stopwords"] = std::vector<std::string>{"", "Stra\xc3\x9f" "e", "MONDAY", "h\xc3\xa9llo", "monday"};
+    EXPECT_EQ(Texts(*lower), (std::vector<std::string>{"",
+                                                       "stra\xc3\x9f"
+                                                       "e",
+                                                       "monday", "h\xc3\xa9llo", "monday"}));
+    attrs["stopwords"] = std::vector<std::string>{"",
+                                                  "Stra\xc3\x9f"
+                                                  "e",
+                                                  "MONDAY", "h\xc3\xa9llo", "monday"};
     auto none = RunOne("StringNormalizer", x, attrs, kernel);
     ASSERT_TRUE(none.ok()) << none.status();
     EXPECT_EQ(Texts(*none), (std::vector<std::string>{""}));  // all dropped: one empty string
@@ -74,9 +87,20 @@ TEST(StringsTest, NormalizerKeepsNonAsciiAndDropsStopwordsIgnoringCase) {
 }
 
 TEST(StringsTest, FloatsFormatLikeNumpyInKernelAndReference) {
-  const std::vector<float> f32 = {1e-5f, 100.0f, 1.5e20f, 0.1f, -0.0f, 1e-45f, std::numeric_limits<float>::max(),
-                                  1e16f, 9.9999e-5f, 1e-4f, 123456789.0f, 0.039187793f,
-                                  std::numeric_limits<float>::infinity(), std::nanf("")};
+  const std::vector<float> f32 = {1e-5f,
+                                  100.0f,
+                                  1.5e20f,
+                                  0.1f,
+                                  -0.0f,
+                                  1e-45f,
+                                  std::numeric_limits<float>::max(),
+                                  1e16f,
+                                  9.9999e-5f,
+                                  1e-4f,
+                                  123456789.0f,
+                                  0.039187793f,
+                                  std::numeric_limits<float>::infinity(),
+                                  std::nanf("")};
   Tensor x(DType::kFloat32, {static_cast<int64_t>(f32.size())});
   for (size_t i = 0; i < f32.size(); ++i) x.data_as<float>()[i] = f32[i];
   auto kernel = RunOne("Cast", x, {{"to", int64_t{8}}}, true);
