@@ -150,6 +150,15 @@ TEST(StringsTest, TextParsesToTheNearestFloatInKernelAndReference) {
   }
 }
 
+TEST(StringsTest, IdentityCopiesTheTexts) {
+  const Tensor x = Strings({"a", "", "d\xc3\xa9", "a text longer than a pointer"});
+  for (bool kernel : {true, false}) {
+    auto y = RunOne("Identity", x, {}, kernel);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(Texts(*y), Texts(x)) << kernel;
+  }
+}
+
 // Random bit patterns of every exponent: the kernel's exact formatting (big integers) and
 // the reference's (snprintf and strtod) print the same text, and it parses back exactly.
 TEST(StringsTest, RandomFloatsFormatAlikeAndRoundTrip) {

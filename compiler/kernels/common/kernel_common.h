@@ -128,6 +128,7 @@ enum DTypeId : int32_t {
   kI16 = 5,
   kI32 = 6,
   kI64 = 7,
+  kString = 8,
   kBool = 9,
   kF16 = 10,
   kF64 = 11,
@@ -246,7 +247,8 @@ inline int64_t ElementSize(int32_t dtype) {
   switch (dtype) {
     case kF64:
     case kI64:
-    case kU64: return 8;
+    case kU64:
+    case kString: return 8;  // a const char* (kernel_abi.h)
     case kF32:
     case kI32:
     case kU32: return 4;
