@@ -102,6 +102,12 @@ bool NeedsNoCode(const Node& node, const KernelCall& call, const MemoryPlan& mem
 }  // namespace
 
 void PlaceWeight(GluePlan& plan, const Tensor* tensor) {
+  // The weights object holds bytes; a string constant's pointers need relocations, so it
+  // becomes an LLVM constant where the glue reads it (GlueBuilder::ConstantTensor).
+  if (tensor->dtype() == DType::kString) {
+    plan.weight_offsets.emplace(tensor, -1);
+    return;
+  }
   if (plan.weight_offsets.count(tensor) == 0) {
     plan.weight_offsets[tensor] = plan.weights.Add(tensor->data(), tensor->size_bytes());
   }
@@ -114,14 +120,7 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
   plan->memory = &memory;
   plan->options = &options;
   for (const Node* node : graph.nodes()) plan->nodes.push_back(node);
-  for (const Value* v : graph.values()) {
-    plan->dynamic = plan->dynamic || !v->type().IsStatic();
-    // The weights object holds bytes, and a string's element is a pointer to its text.
-    if (v->is_constant() && v->constant()->dtype() == DType::kString) {
-      return absl::UnimplementedError(
-          absl::StrCat("constant '", v->name(), "' is a string tensor: artifacts cannot hold string constants yet"));
-    }
-  }
+  for (const Value* v : graph.values()) plan->dynamic = plan->dynamic || !v->type().IsStatic();
   if (plan->dynamic) {
     KILN_RETURN_IF_ERROR(PlanDynamicGlue(*plan));
     return plan;
@@ -246,6 +245,22 @@ llvm::Constant* GlueBuilder::CString(const std::string& text) {
 absl::StatusOr<llvm::Value*> GlueBuilder::ConstantTensor(const Tensor* tensor) {
   auto offset = plan_.weight_offsets.find(tensor);
   if (offset == plan_.weight_offsets.end()) return absl::InternalError("a constant tensor has no place in the weights");
+  if (tensor->dtype() == DType::kString) {  // an array of pointers to private texts
+    std::vector<llvm::Constant*> texts;
+    for (int64_t i = 0; i < tensor->num_elements(); ++i) {
+      llvm::Constant* text = llvm::ConstantDataArray::getString(ctx_, std::string(tensor->GetString(i)), true);
+      auto* gv =
+          new llvm::GlobalVariable(module_, text->getType(), true, llvm::GlobalValue::PrivateLinkage, text, "text");
+      gv->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+      texts.push_back(gv);
+    }
+    if (texts.empty()) texts.push_back(llvm::ConstantPointerNull::get(ptr_));
+    auto* type = llvm::ArrayType::get(ptr_, texts.size());
+    auto* gv = new llvm::GlobalVariable(module_, type, true, llvm::GlobalValue::PrivateLinkage,
+                                        llvm::ConstantArray::get(type, texts), "strings");
+    gv->setAlignment(llvm::Align(8));
+    return gv;
+  }
   if (weights_symbol_ == nullptr) {
     weights_symbol_ = new llvm::GlobalVariable(module_, llvm::ArrayType::get(i8_, 0), true,
                                                llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);
