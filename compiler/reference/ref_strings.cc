@@ -208,14 +208,32 @@ RefFn MoveStrings(RefFn move) {
   };
 }
 
+// Any other op refuses strings rather than read their pointers as numbers.
+RefFn NoStrings(RefFn evaluate) {
+  return [evaluate](const Node& node, const Inputs& in) -> Outputs {
+    for (const Tensor* t : in) {
+      if (t != nullptr && t->dtype() == DType::kString) {
+        return Invalid(absl::StrCat(node.op(), " on string tensors is not supported"));
+      }
+    }
+    return evaluate(node, in);
+  };
+}
+
 }  // namespace
 
 void AddStringOps(RefTable& table) {
+  for (auto& [op, evaluate] : table) evaluate = NoStrings(evaluate);
   table["Cast"] = CastWithStrings(table.at("Cast"), false);
   table["CastLike"] = CastWithStrings(table.at("CastLike"), true);
   table["StringNormalizer"] = StringNormalizer;
-  for (const char* op : {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Gather",
-                         "Slice", "Expand", "Tile", "Split"}) {
+  // Identity copies the tensor, texts included; the others move element numbers.
+  table["Identity"] = [](const Node&, const Inputs& in) -> Outputs {
+    if (in.empty() || in[0] == nullptr) return Invalid("input 0 is required");
+    return std::vector<Tensor>{*in[0]};
+  };
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Gather", "Slice",
+                         "Expand", "Tile", "Split"}) {
     if (auto it = table.find(op); it != table.end()) it->second = MoveStrings(it->second);
   }
 }

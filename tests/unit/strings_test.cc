@@ -150,13 +150,16 @@ TEST(StringsTest, TextParsesToTheNearestFloatInKernelAndReference) {
   }
 }
 
-TEST(StringsTest, IdentityCopiesTheTexts) {
+TEST(StringsTest, MovementOpsCarryTheTexts) {
   const Tensor x = Strings({"a", "", "d\xc3\xa9", "a text longer than a pointer"});
   for (bool kernel : {true, false}) {
-    auto y = RunOne("Identity", x, {}, kernel);
-    ASSERT_TRUE(y.ok()) << y.status();
-    EXPECT_EQ(Texts(*y), Texts(x)) << kernel;
+    for (const char* op : {"Identity", "Flatten"}) {
+      auto y = RunOne(op, x, {}, kernel);
+      ASSERT_TRUE(y.ok()) << y.status();
+      EXPECT_EQ(Texts(*y), Texts(x)) << op << " " << kernel;
+    }
   }
+  EXPECT_FALSE(RunOne("Neg", x, {}, false).ok());  // no op reads a text as a number
 }
 
 // Random bit patterns of every exponent: the kernel's exact formatting (big integers) and
