@@ -53,7 +53,7 @@ constexpr int64_t kValidationBatch = 2;
 constexpr int64_t kValidationExtent = 16;
 
 // Seeded inputs from the graph's input types: N(0, 1) floats; zeros for integers (often
-// indices, where zero is always valid); alternating booleans.
+// indices, where zero is always valid); alternating booleans; strings of N(0, 1) numbers.
 absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -73,7 +73,8 @@ absl::StatusOr<std::vector<Tensor>> RandomInputs(const Graph& graph, uint64_t se
         case DType::kFloat32: t.data_as<float>()[i] = normal(rng); break;
         case DType::kFloat64: t.data_as<double>()[i] = normal(rng); break;
         case DType::kBool: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(i & 1); break;
-        default: break;  // storage starts zeroed
+        case DType::kString: t.SetString(i, std::to_string(normal(rng))); break;  // a number: Cast reads it
+        default: break;                                                           // storage starts zeroed
       }
     }
     inputs.push_back(std::move(t));

@@ -40,6 +40,15 @@ v1::OutputAccuracy CompareOutput(const std::string& name, const Tensor& got, con
     out.set_max_abs_error(INFINITY);
     return out;
   }
+  if (reference.dtype() == DType::kString) {  // texts match exactly or not at all
+    int64_t outside = 0;
+    for (int64_t i = 0; i < n; ++i) outside += got.GetString(i) != reference.GetString(i) ? 1 : 0;
+    out.set_count_outside_tolerance(static_cast<double>(outside));
+    out.set_max_abs_error(outside > 0 ? INFINITY : 0);
+    out.set_cosine_similarity(outside > 0 ? 0.0 : 1.0);
+    out.set_snr_db(outside > 0 ? -200.0 : 200.0);
+    return out;
+  }
   double scale = 0;
   for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(reference.GetAsDouble(i)));
   double max_abs = 0, sum_abs = 0, max_rel = 0, dot = 0, norm_ref = 0, norm_got = 0, signal = 0, noise = 0;

@@ -104,6 +104,12 @@ bool NeedsNoCode(const Node& node, const KernelCall& call, const MemoryPlan& mem
 namespace {
 
 void PlaceData(GluePlan& plan, const Tensor* tensor) {
+  // The weights object holds bytes; a string constant's pointers need relocations, so it
+  // becomes an LLVM constant where the glue reads it (GlueBuilder::ConstantTensor).
+  if (tensor->dtype() == DType::kString) {
+    plan.weight_offsets.emplace(tensor, -1);
+    return;
+  }
   if (plan.weight_offsets.count(tensor) == 0) {
     plan.weight_offsets[tensor] = plan.weights.Add(tensor->data(), tensor->size_bytes());
   }
@@ -269,6 +275,22 @@ llvm::Constant* GlueBuilder::CString(const std::string& text) {
 absl::StatusOr<llvm::Value*> GlueBuilder::ConstantTensor(const Tensor* tensor) {
   auto offset = plan_.weight_offsets.find(tensor);
   if (offset == plan_.weight_offsets.end()) return absl::InternalError("a constant tensor has no place in the weights");
+  if (tensor->dtype() == DType::kString) {  // an array of pointers to private texts
+    std::vector<llvm::Constant*> texts;
+    for (int64_t i = 0; i < tensor->num_elements(); ++i) {
+      llvm::Constant* text = llvm::ConstantDataArray::getString(ctx_, std::string(tensor->GetString(i)), true);
+      auto* gv =
+          new llvm::GlobalVariable(module_, text->getType(), true, llvm::GlobalValue::PrivateLinkage, text, "text");
+      gv->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+      texts.push_back(gv);
+    }
+    if (texts.empty()) texts.push_back(llvm::ConstantPointerNull::get(ptr_));
+    auto* type = llvm::ArrayType::get(ptr_, texts.size());
+    auto* gv = new llvm::GlobalVariable(module_, type, true, llvm::GlobalValue::PrivateLinkage,
+                                        llvm::ConstantArray::get(type, texts), "strings");
+    gv->setAlignment(llvm::Align(8));
+    return gv;
+  }
   if (weights_symbol_ == nullptr) {
     weights_symbol_ = new llvm::GlobalVariable(module_, llvm::ArrayType::get(i8_, 0), true,
                                                llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);

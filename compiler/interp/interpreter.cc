@@ -3,6 +3,7 @@
 #include "kiln/compiler/interp.h"
 
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -40,6 +41,7 @@ std::string KernelError(int32_t code) {
     case KILN_KERR_UNSUPPORTED: return "parameter combination not supported by the kernel";
     case KILN_KERR_PARAMS: return "internal error: the lowering passed another parameter struct than the kernel reads";
     case KILN_KERR_SHAPE: return "the input shapes do not agree";
+    case KILN_KERR_VALUE: return "an input value cannot be converted (a string that is no number)";
     default: return absl::StrCat("kernel error ", code);
   }
 }
@@ -137,6 +139,14 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
     scratch.emplace(DType::kUInt8, std::vector<int64_t>{call->scratch_bytes});
     out_views.push_back(View(&*scratch));
   }
+  // String kernels take their texts from exec->alloc_text; the outputs copy them before
+  // `texts` goes.
+  std::deque<std::string> texts;
+  kiln_kexec exec{};
+  exec.text_arena = &texts;
+  exec.alloc_text = [](void* arena, int64_t bytes) -> char* {
+    return static_cast<std::deque<std::string>*>(arena)->emplace_back(static_cast<size_t>(bytes), '\0').data();
+  };
   kiln_kcall kcall{};
   kcall.inputs = in_views.data();
   kcall.outputs = out_views.data();
@@ -144,9 +154,13 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   kcall.num_outputs = static_cast<int32_t>(out_views.size());
   kcall.params = call->params.data();
   kcall.params_size = call->params.size_bytes();
+  kcall.exec = &exec;
   int32_t rc = kernel->second(&kcall);
   if (rc != KILN_KERR_OK) {
     return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", KernelError(rc)));
+  }
+  for (Tensor& t : outputs) {
+    if (t.dtype() == DType::kString) t.AdoptStrings();
   }
   return outputs;
 }

@@ -18,7 +18,7 @@ struct DTypeInfo {
 constexpr DTypeInfo kDTypes[] = {
     {DType::kFloat32, "f32", 4}, {DType::kUInt8, "u8", 1},      {DType::kInt8, "i8", 1},
     {DType::kUInt16, "u16", 2},  {DType::kInt16, "i16", 2},     {DType::kInt32, "i32", 4},
-    {DType::kInt64, "i64", 8},   {DType::kString, "string", 0}, {DType::kBool, "bool", 1},
+    {DType::kInt64, "i64", 8},   {DType::kString, "string", 8}, {DType::kBool, "bool", 1},
     {DType::kFloat16, "f16", 2}, {DType::kFloat64, "f64", 8},   {DType::kUInt32, "u32", 4},
     {DType::kUInt64, "u64", 8},  {DType::kBFloat16, "bf16", 2},
 };
@@ -64,6 +64,44 @@ int64_t NumElements(const std::vector<int64_t>& dims) {
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(std::move(dims)) {
   storage_.resize((size_bytes() + sizeof(Block) - 1) / sizeof(Block));
+  if (dtype_ == DType::kString) {
+    strings_.resize(static_cast<size_t>(num_elements()));
+    PointAtStrings();
+  }
+}
+
+Tensor::Tensor(const Tensor& other)
+    : dtype_(other.dtype_), dims_(other.dims_), storage_(other.storage_), strings_(other.strings_) {
+  PointAtStrings();
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this == &other) return *this;
+  dtype_ = other.dtype_;
+  dims_ = other.dims_;
+  storage_ = other.storage_;
+  strings_ = other.strings_;
+  PointAtStrings();
+  return *this;
+}
+
+void Tensor::PointAtStrings() {
+  if (dtype_ != DType::kString) return;
+  auto** pointers = data_as<const char*>();
+  for (size_t i = 0; i < strings_.size(); ++i) pointers[i] = strings_[i].c_str();
+}
+
+void Tensor::SetString(int64_t i, std::string_view text) {
+  strings_[static_cast<size_t>(i)].assign(text.data(), text.size());
+  data_as<const char*>()[i] = strings_[static_cast<size_t>(i)].c_str();
+}
+
+void Tensor::AdoptStrings() {
+  const char* const* pointers = data_as<const char*>();
+  std::vector<std::string> texts(strings_.size());
+  for (size_t i = 0; i < texts.size(); ++i) texts[i] = pointers[i] != nullptr ? pointers[i] : "";
+  strings_ = std::move(texts);
+  PointAtStrings();
 }
 
 double Tensor::GetAsDouble(int64_t i) const {

@@ -32,6 +32,7 @@
 #include "kiln/kernels/shape.h"
 #include "kiln/kernels/signal.h"
 #include "kiln/kernels/spatial.h"
+#include "kiln/kernels/strings.h"
 
 namespace kiln::ops {
 
@@ -48,6 +49,8 @@ void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
 void RegisterRnnOps(Registry& registry);
 void RegisterSelectOps(Registry& registry);
+// After the others: it extends Cast and CastLike to strings.
+void RegisterStringOps(Registry& registry);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

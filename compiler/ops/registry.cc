@@ -228,6 +228,7 @@ void EnsureRegistered() {
     ops::RegisterRandomOps(registry);
     ops::RegisterSignalOps(registry);
     ops::RegisterSpatialOps(registry);
+    ops::RegisterStringOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

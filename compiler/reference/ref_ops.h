@@ -38,5 +38,7 @@ void AddNnExtraOps(RefTable& table);
 void AddRandomOps(RefTable& table);  // ref_random.cc
 void AddSignalOps(RefTable& table);  // ref_signal.cc
 void AddSpatialOps(RefTable& table);  // ref_spatial.cc
+// Last: it extends Cast, CastLike and the movement ops of the others to strings.
+void AddStringOps(RefTable& table);  // ref_strings.cc
 
 }  // namespace kiln::ref

@@ -34,6 +34,7 @@ const ref::RefTable& Table() {
     ref::AddRandomOps(*t);
     ref::AddSignalOps(*t);
     ref::AddSpatialOps(*t);
+    ref::AddStringOps(*t);
     return t;
   }();
   return *table;

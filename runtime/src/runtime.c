@@ -40,6 +40,7 @@ size_t kiln_dtype_size(int32_t dtype) {
     case 10:
     case 16: return 2;
     case 7:
+    case 8: /* string: a const char* */
     case 11:
     case 13: return 8;
     default: return 0;
@@ -330,6 +331,65 @@ static void arena_destroy(arena* a) {
   }
 }
 
+/* ---- the text of string outputs ----
+ * Chunks from malloc, bump-allocated; a run's texts stay until the session's next run,
+ * which frees every chunk but the largest and starts that one over. */
+typedef struct text_chunk {
+  struct text_chunk* next;
+  size_t size, used;
+} text_chunk;
+typedef struct text_arena {
+  text_chunk* chunks; /* newest first */
+} text_arena;
+
+static char* text_alloc(void* raw, int64_t bytes) {
+  text_arena* a = raw;
+  if (bytes < 0) return NULL;
+  const size_t need = ((size_t)bytes + 15) / 16 * 16;
+  text_chunk* c = a->chunks;
+  if (c == NULL || c->size - c->used < need) {
+    size_t size = c != NULL && c->size * 2 > need ? c->size * 2 : need;
+    if (size < 4096) size = 4096;
+    c = malloc(sizeof(text_chunk) + size);
+    if (c == NULL) return NULL;
+    c->next = a->chunks;
+    c->size = size;
+    c->used = 0;
+    a->chunks = c;
+  }
+  char* text = (char*)(c + 1) + c->used;
+  c->used += need;
+  return text;
+}
+
+static void text_reset(text_arena* a) {
+  text_chunk* keep = NULL;
+  for (text_chunk* c = a->chunks; c != NULL;) {
+    text_chunk* next = c->next;
+    if (keep == NULL || c->size > keep->size) {
+      free(keep);
+      keep = c;
+    } else {
+      free(c);
+    }
+    c = next;
+  }
+  if (keep != NULL) {
+    keep->next = NULL;
+    keep->used = 0;
+  }
+  a->chunks = keep;
+}
+
+static void text_destroy(text_arena* a) {
+  for (text_chunk* c = a->chunks; c != NULL;) {
+    text_chunk* next = c->next;
+    free(c);
+    c = next;
+  }
+  a->chunks = NULL;
+}
+
 /* ---- sessions ---- */
 
 struct kiln_session {
@@ -339,6 +399,7 @@ struct kiln_session {
   int num_threads;
   kiln_exec_hooks hooks;
   arena buffers;
+  text_arena texts;
   /* kiln_session_run_shaped's outputs of the last run (data and dims), released at the next */
   void** held;
   int32_t num_held;
@@ -387,6 +448,8 @@ kiln_status kiln_session_create(const kiln_module* module, const kiln_session_op
   session->hooks.alloc = arena_alloc;
   session->hooks.release = arena_release;
   session->hooks.slot = arena_slot;
+  session->hooks.text_arena = &session->texts;
+  session->hooks.alloc_text = text_alloc;
   session->held = calloc((size_t)module->desc->num_outputs * 2 + 1, sizeof(void*));
   if (session->held == NULL) {
     kiln_session_destroy(session);
@@ -404,6 +467,7 @@ static kiln_status entry_status(const kiln_session* session, int32_t rc) {
                      : code == 1 ? "unsupported element type"
                      : code == 5 ? "its input shapes do not agree"
                      : code == 6 ? "out of memory for a buffer"
+                     : code == 7 ? "an input value cannot be converted (a string that is no number)"
                                  : "kernel error";
   const kiln_module_desc* desc = session->module->desc;
   const char* name = node >= 0 && node < desc->num_kernels ? desc->kernel_names[node] : "?";
@@ -426,11 +490,13 @@ static kiln_status run_with(kiln_session* session, const void* const* inputs, vo
   if (desc->entry == NULL)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "this artifact has shapes known only at run time: run it with kiln_session_run_shaped");
+  text_reset(&session->texts);
   return entry_status(session, desc->entry((void* const*)inputs, outputs, session->workspace, hooks));
 }
 
 kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, void* const* outputs) {
-  return run_with(session, inputs, outputs, session != NULL && session->threads ? &session->hooks : NULL);
+  /* The hooks always: string kernels take their text from them (no pool: serial loops). */
+  return run_with(session, inputs, outputs, session != NULL ? &session->hooks : NULL);
 }
 
 /* Checks inputs[i] against the descriptor: dtype, rank, and every dim it fixes. */
@@ -488,6 +554,7 @@ static kiln_status run_shaped_with(kiln_session* session, const kiln_tensor* inp
   session->num_held = 0;
   if (desc->dynamic_entry == NULL) return run_static_shaped(session, inputs, outputs, static_hooks);
   for (int32_t i = 0; i < desc->num_outputs; ++i) outputs[i] = (kiln_tensor){NULL, NULL, 0, 0};
+  text_reset(&session->texts);
   status = entry_status(session, desc->dynamic_entry(inputs, outputs, dynamic_hooks));
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
     if (outputs[i].data != NULL) session->held[session->num_held++] = outputs[i].data;
@@ -526,7 +593,7 @@ kiln_status kiln_session_run_profiled(kiln_session* session, const void* const* 
 
 kiln_status kiln_session_run_shaped(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs) {
   if (session == NULL) return fail(KILN_ERROR_INVALID_ARGUMENT, "session must not be NULL");
-  return run_shaped_with(session, inputs, outputs, session->threads ? &session->hooks : NULL, &session->hooks);
+  return run_shaped_with(session, inputs, outputs, &session->hooks, &session->hooks);
 }
 
 kiln_status kiln_session_run_shaped_profiled(kiln_session* session, const kiln_tensor* inputs, kiln_tensor* outputs,
@@ -560,6 +627,7 @@ void kiln_session_destroy(kiln_session* session) {
     for (int32_t i = 0; i < session->num_held; ++i) arena_release(&session->buffers, session->held[i]);
   }
   arena_destroy(&session->buffers);
+  text_destroy(&session->texts);
   free(session->held);
   free(session->workspace);
   free(session);

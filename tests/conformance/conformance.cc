@@ -70,6 +70,14 @@ std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
   if (got.dtype() != want.dtype())
     return absl::StrCat("dtype ", kiln::DTypeName(got.dtype()), " vs ", kiln::DTypeName(want.dtype()));
   if (got.dims() != want.dims()) return "shape differs";
+  if (got.dtype() == kiln::DType::kString) {  // texts compare byte for byte
+    for (int64_t i = 0; i < got.num_elements(); ++i) {
+      if (got.GetString(i) != want.GetString(i))
+        return absl::StrCat("element ", i, ": got '", std::string(got.GetString(i)), "', want '",
+                            std::string(want.GetString(i)), "'");
+    }
+    return "";
+  }
   const bool is_float = kiln::IsFloat(got.dtype());
   for (int64_t i = 0; i < got.num_elements(); ++i) {
     if (is_float) {
@@ -242,6 +250,7 @@ const kiln::Tensor& AsDeclared(const kiln::Tensor& t, kiln::DType dtype, const s
                                std::deque<kiln::Tensor>& store) {
   const bool fixed = std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 0; });
   const bool bf16_bits = dtype == kiln::DType::kBFloat16 && t.dtype() == kiln::DType::kUInt16;
+  if (t.dtype() == kiln::DType::kString) return t;  // its pointers belong to its own texts
   if (!fixed || !(bf16_bits || dtype == t.dtype()) || (dtype == t.dtype() && dims == t.dims())) return t;
   kiln::Tensor& copy = store.emplace_back(dtype, dims);
   std::memcpy(copy.data(), t.data(), static_cast<size_t>(std::min(t.size_bytes(), copy.size_bytes())));

@@ -721,6 +721,14 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, std::opti
   }
   Tensor tensor(dtype, dims);
   const int64_t n = tensor.num_elements();
+  if (dtype == DType::kString) {  // always in string_data (raw_data cannot hold strings)
+    if (proto.string_data_size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("string tensor has ", proto.string_data_size(), " values, dims [",
+                                                     absl::StrJoin(dims, ","), "] need ", n));
+    }
+    for (int64_t i = 0; i < n; ++i) tensor.SetString(i, proto.string_data(static_cast<int>(i)));
+    return tensor;
+  }
   if (external || proto.has_raw_data()) {
     const std::string_view raw = external ? *external : std::string_view(proto.raw_data());
     if (static_cast<int64_t>(raw.size()) != tensor.size_bytes()) {
@@ -782,6 +790,10 @@ std::string SerializeTensorProto(const Tensor& tensor, const std::string& name) 
   proto.set_name(name);
   proto.set_data_type(static_cast<int32_t>(tensor.dtype()));
   for (int64_t d : tensor.dims()) proto.add_dims(d);
+  if (tensor.dtype() == DType::kString) {
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) proto.add_string_data(std::string(tensor.GetString(i)));
+    return proto.SerializeAsString();
+  }
   proto.set_raw_data(std::string(static_cast<const char*>(tensor.data()), tensor.size_bytes()));
   return proto.SerializeAsString();
 }

@@ -13,6 +13,8 @@
 extern "C" {
 #endif
 
+/* A string tensor's data is an array of `const char*`, one NUL-terminated UTF-8 text per
+ * element (the texts a kernel makes come from exec->alloc_text). */
 typedef struct kiln_ktensor {
   void* data; /* NULL for an omitted optional input */
   const int64_t* dims;
@@ -33,6 +35,10 @@ typedef struct kiln_kexec {
   void* (*alloc)(void* arena, int64_t bytes);
   void (*release)(void* arena, void* data);
   void* (*slot)(void* arena, int32_t slot, int64_t bytes);
+  /* The text of string outputs (kernels call it, from the calling thread): bytes that stay
+   * valid until the session's next run; NULL when out of memory. */
+  void* text_arena;
+  char* (*alloc_text)(void* text_arena, int64_t bytes);
 } kiln_kexec;
 
 typedef struct kiln_kcall {
@@ -58,6 +64,7 @@ enum {
   KILN_KERR_PARAMS = 4,      /* the parameter struct is not the one the kernel reads */
   KILN_KERR_SHAPE = 5,       /* input shapes that do not agree (a shape function's refusal) */
   KILN_KERR_MEMORY = 6,      /* the glue could not get a buffer for a run-time shape */
+  KILN_KERR_VALUE = 7,       /* an input value the op cannot convert (a string that is no number) */
 };
 
 #ifdef __cplusplus

@@ -26,6 +26,7 @@
 #include "kiln/kernels/shape.h"
 #include "kiln/kernels/signal.h"
 #include "kiln/kernels/spatial.h"
+#include "kiln/kernels/strings.h"
 
 // Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns
 // KILN_KERR_PARAMS when the call carries another struct. In artifacts the size is a
@@ -130,6 +131,7 @@ enum DTypeId : int32_t {
   kI16 = 5,
   kI32 = 6,
   kI64 = 7,
+  kString = 8,
   kBool = 9,
   kF16 = 10,
   kF64 = 11,
@@ -248,7 +250,8 @@ inline int64_t ElementSize(int32_t dtype) {
   switch (dtype) {
     case kF64:
     case kI64:
-    case kU64: return 8;
+    case kU64:
+    case kString: return 8;  // a const char* (kernel_abi.h)
     case kF32:
     case kI32:
     case kU32: return 4;

@@ -25,7 +25,14 @@ typedef enum kiln_status {
 } kiln_status;
 
 /* Element types use ONNX TensorProto.DataType numbers (1 = float32, 7 = int64, ...). In
- * a descriptor, a dim of -1 is known only at run time (a symbolic dim such as the batch). */
+ * a descriptor, a dim of -1 is known only at run time (a symbolic dim such as the batch).
+ *
+ * Strings (dtype 8): an element is a `const char*` to a NUL-terminated UTF-8 text, so a
+ * string tensor's data is an array of pointers (8 bytes each; 64-bit targets only). The
+ * caller owns its inputs' texts. An output's texts live in memory the session owns, valid
+ * until its next run or its destruction; an output element an op passes through unchanged
+ * (Identity, Reshape, a StringNormalizer that changes no case) may point at an input's
+ * text instead, so keep the inputs as long as the outputs. */
 typedef struct kiln_tensor_info {
   const char* name;
   int32_t dtype;
@@ -42,9 +49,9 @@ typedef struct kiln_tensor {
 } kiln_tensor;
 
 /* Hooks the artifact calls (mirrors the kernel ABI): work sharing for parallel loops;
- * when profiling, kernel_done(profile_ctx, i) after kernel i of the entry function; and
- * for artifacts with run-time shapes, the session's buffers (64-byte aligned; NULL when
- * out of memory). */
+ * when profiling, kernel_done(profile_ctx, i) after kernel i of the entry function; for
+ * artifacts with run-time shapes, the session's buffers (64-byte aligned; NULL when out of
+ * memory); and the text of string outputs (ABI 4). */
 typedef void (*kiln_range_fn)(void* ctx, int64_t begin, int64_t end);
 typedef struct kiln_exec_hooks {
   void* pool;
@@ -58,6 +65,9 @@ typedef struct kiln_exec_hooks {
    * least `bytes`, kept by the session and grown only when a run needs more, so runs at
    * sizes seen before allocate nothing. NULL when out of memory. */
   void* (*slot)(void* arena, int32_t slot, int64_t bytes);
+  /* The text of string outputs: bytes valid until the session's next run. */
+  void* text_arena;
+  char* (*alloc_text)(void* text_arena, int64_t bytes);
 } kiln_exec_hooks;
 
 /* Returns 0, or (node index + 1) << 8 | kernel error code. */
@@ -134,7 +144,7 @@ kiln_status kiln_session_memory_stats(const kiln_session* session, kiln_memory_s
 int32_t kiln_session_num_threads(const kiln_session* session);
 void kiln_session_destroy(kiln_session* session);
 
-/* Bytes per element of a dtype, 0 if unknown. */
+/* Bytes per element of a dtype, 0 if unknown (a string element is a pointer: 8). */
 size_t kiln_dtype_size(int32_t dtype);
 
 /* The message of the last failed call on this thread ("" if none). */

@@ -17,10 +17,12 @@ inline kiln_tensor RuntimeView(const Tensor& t) {
                      static_cast<int32_t>(t.dtype())};
 }
 
-// A copy of an output the session owns (valid only until its next run).
+// A copy of an output the session owns (valid only until its next run); a string output's
+// texts are copied too.
 inline Tensor FromRuntime(const kiln_tensor& t) {
   Tensor copy(static_cast<DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank));
   if (copy.size_bytes() > 0) std::memcpy(copy.data(), t.data, static_cast<size_t>(copy.size_bytes()));
+  if (copy.dtype() == DType::kString) copy.AdoptStrings();  // the texts, not the session's pointers
   return copy;
 }
 

@@ -29,7 +29,8 @@ enum class DType : int32_t {
   kBFloat16 = 16,
 };
 
-// Bytes per element; 0 for kUndefined and kString (not a fixed-size type).
+// Bytes per element; 0 for kUndefined. A kString element is a pointer (8 bytes) to its
+// NUL-terminated UTF-8 text, in host Tensors as in artifacts (64-bit targets only).
 int64_t DTypeSize(DType dtype);
 // Short printable name ("f32", "i64", "bool"), used by the IR printer and the manifest.
 const char* DTypeName(DType dtype);
@@ -42,10 +43,16 @@ inline bool IsInteger(DType dtype) { return IsSignedInt(dtype) || IsUnsignedInt(
 int64_t NumElements(const std::vector<int64_t>& dims);
 
 // A dense, row-major host tensor. Bytes are 64-byte aligned so kernels may use aligned loads.
+// A kString tensor owns its texts; its data() is the array of `const char*` to them (as a
+// kernel sees a string tensor), kept pointing at the owned copies through copies.
 class Tensor {
  public:
   Tensor() = default;
   Tensor(DType dtype, std::vector<int64_t> dims);
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& dims() const { return dims_; }
@@ -68,7 +75,16 @@ class Tensor {
   double GetAsDouble(int64_t i) const;
   int64_t GetAsInt64(int64_t i) const;
 
+  // kString only: element i's text, and setting it (a copy is kept).
+  std::string_view GetString(int64_t i) const { return strings_[static_cast<size_t>(i)]; }
+  void SetString(int64_t i, std::string_view text);
+  // kString only: takes a copy of the text each element's pointer points at (a kernel wrote
+  // the pointers into data()), so the tensor owns them again.
+  void AdoptStrings();
+
  private:
+  void PointAtStrings();
+
   struct alignas(64) Block {
     unsigned char bytes[64];
   };
@@ -76,6 +92,7 @@ class Tensor {
   std::vector<int64_t> dims_;
   // Block-typed so the allocation is 64-byte aligned; data() reinterprets it as bytes.
   std::vector<Block> storage_;
+  std::vector<std::string> strings_;  // kString: element texts, data() points at them
 };
 
 // IEEE half <-> float conversion (round to nearest even).
