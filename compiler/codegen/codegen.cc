@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include <unistd.h>
@@ -155,6 +157,17 @@ GlueObject CompileGlueModule(const codegen::GluePlan& plan, size_t index, const 
   return result;
 }
 
+// Runs `work` on a new thread, or on this one when no thread can be made (under a job's
+// memory limit a thread's stack may not fit): the result is the same, only later.
+std::optional<std::thread> StartOrRun(const std::function<void()>& work) {
+  try {
+    return std::thread(work);
+  } catch (const std::system_error&) {
+    work();
+    return std::nullopt;
+  }
+}
+
 // The plan's modules on up to as many threads as the machine has cores (the split itself
 // depends on the graph only, so the artifact does not depend on the machine).
 std::vector<GlueObject> CompileGlue(const codegen::GluePlan& plan, const TargetSpec& target) {
@@ -164,10 +177,12 @@ std::vector<GlueObject> CompileGlue(const codegen::GluePlan& plan, const TargetS
     for (size_t i = next++; i < objects.size(); i = next++) objects[i] = CompileGlueModule(plan, i, target);
   };
   const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), plan.num_modules);
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  std::vector<std::optional<std::thread>> pool;
+  for (size_t t = 1; t < threads; ++t) pool.push_back(StartOrRun(work));
   work();
-  for (std::thread& thread : pool) thread.join();
+  for (std::optional<std::thread>& thread : pool) {
+    if (thread.has_value()) thread->join();
+  }
   return objects;
 }
 
@@ -233,10 +248,10 @@ absl::StatusOr<ArtifactObjects> CompileArtifactObjects(const Graph& graph, const
   const std::string weights_path = result.directory.path() + "/weights.o";
   // The weights object is written while LLVM works on the glue.
   absl::Status weights_written;
-  std::thread weights_writer(
+  std::optional<std::thread> weights_writer = StartOrRun(
       [&] { weights_written = glue->weights.Write(weights_path, options.target.triple, codegen::kWeightsSymbol); });
   std::vector<GlueObject> modules = CompileGlue(*glue, options.target);
-  weights_writer.join();
+  if (weights_writer.has_value()) weights_writer->join();
   std::set<std::string> kernels;
   ArtifactBytes& bytes = result.bytes;
   for (size_t i = 0; i < modules.size(); ++i) {

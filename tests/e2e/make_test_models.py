@@ -52,7 +52,7 @@ def chain(layers, width, seed, classes=None, batch=1):
 
 # The nodes of `unsupported` Kiln cannot compile, and a word of each one's reason.
 UNSUPPORTED_NODES = {
-    "dft_values": "op 'DFT' is not supported",
+    "decode_image": "op 'ImageDecoder' is not supported",
     "cast_to_int4": "cast to element type int4",
     "reshape_by_input": "static length",
     "vendor_op": "domain 'com.example' is not supported",
@@ -65,14 +65,14 @@ def unsupported():
     shape = helper.make_tensor_value_info("shape", TensorProto.INT64, ["n"])
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="fine_relu"),
-        helper.make_node("DFT", ["r"], ["u"], name="dft_values"),
-        helper.make_node("Relu", ["u"], ["after_dft"], name="after_dft"),
+        helper.make_node("ImageDecoder", ["r"], ["u"], name="decode_image"),
+        helper.make_node("Relu", ["u"], ["after_decode"], name="after_decode"),
         helper.make_node("Cast", ["x"], ["c"], name="cast_to_int4", to=22),
         helper.make_node("Reshape", ["x", "shape"], ["s"], name="reshape_by_input"),
         helper.make_node("Gelu", ["r"], ["g"], name="fine_gelu"),
         helper.make_node("VendorOp", ["x"], ["v"], name="vendor_op", domain="com.example"),
     ]
-    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("after_dft", "s", "g", "v")]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("after_decode", "s", "g", "v")]
     graph = helper.make_graph(nodes, "unsupported", [x, shape], outputs)
     # Opset 21 (int4): libonnx 1.12's checker knows opsets to 17, so none runs here.
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], producer_name="kiln-e2e")
