@@ -16,7 +16,7 @@ TensorType TensorType::Static(DType dtype, const std::vector<int64_t>& dims) {
 }
 
 bool TensorType::IsStatic() const {
-  if (!has_shape) return false;
+  if (!has_shape || kind != ValueKind::kTensor) return false;
   for (const Dim& d : shape) {
     if (!d.known()) return false;
   }

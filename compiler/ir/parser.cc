@@ -44,6 +44,12 @@ class Parser {
     KILN_RETURN_IF_ERROR(ParseGraph());
     return std::move(graph_);
   }
+  absl::StatusOr<TensorType> ParseWholeType() {
+    KILN_ASSIGN_OR_RETURN(TensorType type, Type());
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("unexpected text after the type");
+    return type;
+  }
 
  private:
   // --- lexing -------------------------------------------------------------------------
@@ -135,8 +141,20 @@ class Parser {
   }
 
   // --- grammar ------------------------------------------------------------------------
+  // f32[2,?], or a sequence / optional of one: seq<T>, opt<T>, opt<seq<T>>.
   absl::StatusOr<TensorType> Type() {
     std::string dtype_name = Word();
+    if (dtype_name == "seq" || dtype_name == "opt") {
+      KILN_RETURN_IF_ERROR(Expect('<'));
+      KILN_ASSIGN_OR_RETURN(TensorType inner, Type());
+      KILN_RETURN_IF_ERROR(Expect('>'));
+      if (dtype_name == "seq" && inner.is_tensor()) return inner.WithKind(ValueKind::kSequence);
+      if (dtype_name == "opt" && inner.kind == ValueKind::kTensor) return inner.WithKind(ValueKind::kOptional);
+      if (dtype_name == "opt" && inner.kind == ValueKind::kSequence) {
+        return inner.WithKind(ValueKind::kOptionalSequence);
+      }
+      return Error("a sequence holds tensors and an optional a tensor or a sequence");
+    }
     auto dtype = DTypeFromName(dtype_name);
     if (!dtype.ok()) return Error(std::string(dtype.status().message()));
     TensorType type;
@@ -378,5 +396,7 @@ absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(std::string_view text) {
   KILN_RETURN_IF_ERROR(VerifyGraph(*graph));
   return graph;
 }
+
+absl::StatusOr<TensorType> ParseType(std::string_view text) { return Parser(text).ParseWholeType(); }
 
 }  // namespace kiln

@@ -94,6 +94,12 @@ std::string AttrText(const AttrValue& value) {
 }  // namespace
 
 std::string PrintType(const TensorType& type) {
+  switch (type.kind) {
+    case ValueKind::kTensor: break;
+    case ValueKind::kSequence: return "seq<" + PrintType(type.Element()) + ">";
+    case ValueKind::kOptional: return "opt<" + PrintType(type.Element()) + ">";
+    case ValueKind::kOptionalSequence: return "opt<seq<" + PrintType(type.Element()) + ">>";
+  }
   std::string text(DTypeName(type.dtype));
   if (!type.has_shape) return text + "[*]";
   std::vector<std::string> dims;

@@ -19,6 +19,10 @@ absl::Status VerifyGraph(const Graph& graph) {
     if (v->type().dtype == DType::kUndefined) {
       return absl::InternalError(absl::StrCat("value '", v->name(), "' has no element type (", where, ")"));
     }
+    if (v->is_constant() && !v->type().is_tensor()) {
+      return absl::InternalError(absl::StrCat("value '", v->name(), "' is a constant ", ValueKindName(v->type().kind),
+                                              " (", where, "); constants are tensors"));
+    }
     return absl::OkStatus();
   };
   for (const Value* in : graph.inputs()) {

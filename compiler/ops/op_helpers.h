@@ -28,6 +28,7 @@
 #include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
+#include "kiln/kernels/sequence.h"
 #include "kiln/kernels/shape.h"
 
 namespace kiln::ops {
@@ -63,6 +64,7 @@ void RegisterLossOps(Registry& registry);
 void RegisterSamplingOps(Registry& registry);
 void RegisterLinalgOps(Registry& registry);
 void RegisterOpset18Ops(Registry& registry);
+void RegisterSequenceOps(Registry& registry);  // sequence_ops.cc
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -225,6 +225,7 @@ void EnsureRegistered() {
     ops::RegisterLinalgOps(registry);
     ops::RegisterOpset18Ops(registry);
     ops::RegisterSelectOps(registry);
+    ops::RegisterSequenceOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();
@@ -360,7 +361,11 @@ absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
     }
   }
   ctx.output_types.resize(node->outputs().size());
-  if (schema.dynamic && IsDynamicNode(*node, schema)) {
+  // A sequence or an optional among the inputs: the op's own inference (Identity's
+  // run-time rule is for tensors).
+  const bool tensors_only = std::all_of(node->inputs().begin(), node->inputs().end(),
+                                        [](const Value* v) { return v == nullptr || v->type().is_tensor(); });
+  if (schema.dynamic && tensors_only && IsDynamicNode(*node, schema)) {
     KILN_RETURN_IF_ERROR(InferAtRunTime(schema, ctx));
   } else if (absl::Status s = schema.infer(ctx); !s.ok()) {
     if (!schema.dynamic && IsDynamicNode(*node, schema)) {

@@ -35,5 +35,6 @@ void AddLossOps(RefTable& table);
 void AddSamplingOps(RefTable& table);
 void AddLinalgOps(RefTable& table);
 void AddNnExtraOps(RefTable& table);
+void AddSequenceOps(RefTable& table);  // ref_sequence.cc
 
 }  // namespace kiln::ref

@@ -246,10 +246,44 @@ absl::StatusOr<Tensor> Importer::LoadTensor(const onnx::TensorProto& proto) {
   return t;
 }
 
+// A tensor, a sequence of tensors, or an optional of either: the element's dtype and
+// shape, with the kind (ir.h). Maps, sparse tensors and nested sequences are refused.
+absl::StatusOr<TensorType> TypeFromProto(const onnx::TypeProto& proto) {
+  auto unsupported = absl::UnimplementedError(
+      "is a map, a sparse tensor or a sequence of non-tensors; Kiln supports tensors, sequences of tensors and "
+      "optionals of those");
+  if (proto.has_sequence_type()) {
+    if (!proto.sequence_type().elem_type().has_tensor_type()) return unsupported;
+    KILN_ASSIGN_OR_RETURN(TensorType element, TypeFromProto(proto.sequence_type().elem_type()));
+    return element.WithKind(ValueKind::kSequence);
+  }
+  if (proto.has_optional_type()) {
+    KILN_ASSIGN_OR_RETURN(TensorType inner, TypeFromProto(proto.optional_type().elem_type()));
+    if (inner.is_optional()) return unsupported;
+    return inner.WithKind(inner.kind == ValueKind::kSequence ? ValueKind::kOptionalSequence : ValueKind::kOptional);
+  }
+  if (!proto.has_tensor_type()) return unsupported;
+  const auto& tt = proto.tensor_type();
+  TensorType type;
+  type.dtype = static_cast<DType>(tt.elem_type());
+  if (tt.has_shape()) {
+    type.has_shape = true;
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value()) {
+        type.shape.push_back(Dim::Known(d.dim_value()));
+      } else {
+        type.shape.push_back(Dim::Symbolic(d.has_dim_param() ? d.dim_param() : "?"));
+      }
+    }
+  }
+  return type;
+}
+
 absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProto& info) {
   if (!info.type().has_tensor_type()) {
-    return Error(
-        absl::StrCat("value '", info.name(), "' is not a tensor (sequences, maps and optionals are not supported)"));
+    absl::StatusOr<TensorType> other = TypeFromProto(info.type());
+    if (!other.ok()) return Error(absl::StrCat("value '", info.name(), "' ", other.status().message()));
+    return other;
   }
   const auto& tt = info.type().tensor_type();
   TensorType type;
@@ -302,9 +336,14 @@ absl::StatusOr<AttrValue> Importer::ConvertAttribute(const onnx::AttributeProto&
       if (!t.ok()) return t.status();
       return AttrValue(std::make_shared<const Tensor>(std::move(*t)));
     }
+    case onnx::AttributeProto::TYPE_PROTO: {  // Optional's type: kept as its IR text (ParseType reads it)
+      auto type = TypeFromProto(attr.tp());
+      if (!type.ok()) return Error(absl::StrCat(where, ": attribute '", attr.name(), "' ", type.status().message()));
+      return AttrValue(PrintType(*type));
+    }
     default:
       return Error(absl::StrCat(where, ": attribute '", attr.name(),
-                                "' has a type Kiln does not support (graphs, sparse tensors and type protos)"));
+                                "' has a type Kiln does not support (graphs and sparse tensors)"));
   }
 }
 

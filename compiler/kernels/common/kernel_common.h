@@ -22,6 +22,7 @@
 #include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
+#include "kiln/kernels/sequence.h"
 #include "kiln/kernels/shape.h"
 
 // Binds `name` to the call's parameter struct P (kiln/kernels/<family>.h), or returns

@@ -26,17 +26,36 @@ struct Dim {
   bool operator==(const Dim& other) const { return size == other.size && symbol == other.symbol; }
 };
 
+// A value's type. For a sequence or an optional (`kind`), dtype and shape describe the
+// element (a sequence's tensors, an optional's tensor or its sequence's tensors); such a
+// type is never static, so the static paths see tensors only.
 struct TensorType {
   DType dtype = DType::kUndefined;
   std::vector<Dim> shape;
   bool has_shape = false;  // false: rank unknown
+  ValueKind kind = ValueKind::kTensor;
 
   static TensorType Static(DType dtype, const std::vector<int64_t>& dims);
+  bool is_tensor() const { return kind == ValueKind::kTensor; }
+  // A sequence, or an optional sequence: its run-time value holds tensors.
+  bool holds_sequence() const { return kind == ValueKind::kSequence || kind == ValueKind::kOptionalSequence; }
+  bool is_optional() const { return kind == ValueKind::kOptional || kind == ValueKind::kOptionalSequence; }
+  // The same type as a plain tensor (a sequence's or an optional's element).
+  TensorType Element() const {
+    TensorType t = *this;
+    t.kind = ValueKind::kTensor;
+    return t;
+  }
+  TensorType WithKind(ValueKind k) const {
+    TensorType t = *this;
+    t.kind = k;
+    return t;
+  }
   bool IsStatic() const;
   // Static dims; only valid when IsStatic().
   std::vector<int64_t> StaticDims() const;
   bool operator==(const TensorType& other) const {
-    return dtype == other.dtype && has_shape == other.has_shape && shape == other.shape;
+    return dtype == other.dtype && has_shape == other.has_shape && shape == other.shape && kind == other.kind;
   }
 };
 
@@ -181,5 +200,7 @@ std::string PrintType(const TensorType& type);
 // Reads PrintGraph's text back (plus splat(v)/random(seed) constants and `opset N`); the
 // error names the line. The result is verified.
 absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(std::string_view text);
+// Reads PrintType's text back (a type given as an attribute, Optional's `type`).
+absl::StatusOr<TensorType> ParseType(std::string_view text);
 
 }  // namespace kiln
