@@ -354,8 +354,9 @@ llvm::Value* GlueBuilder::KTensors(const std::vector<RtTensor>& items, const cha
     llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, array, i);
     builder_.CreateStore(items[i].data, builder_.CreateStructGEP(ktensor_, slot, 0));
     builder_.CreateStore(items[i].dims, builder_.CreateStructGEP(ktensor_, slot, 1));
-    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].rank)),
-                         builder_.CreateStructGEP(ktensor_, slot, 2));
+    builder_.CreateStore(
+        items[i].rank_value != nullptr ? items[i].rank_value : builder_.getInt32(static_cast<uint32_t>(items[i].rank)),
+        builder_.CreateStructGEP(ktensor_, slot, 2));
     builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].dtype)),
                          builder_.CreateStructGEP(ktensor_, slot, 3));
   }
@@ -497,14 +498,21 @@ absl::Status GlueBuilder::EmitEntry() {
 }
 
 llvm::Constant* GlueBuilder::TensorInfos(const std::vector<Value*>& values) {
-  // Mirrors kiln_tensor_info: {name, dtype, rank, dims}.
-  auto* info_type = llvm::StructType::get(ctx_, {ptr_, i32_, i32_, ptr_});
+  // Mirrors kiln_tensor_info: {name, dtype, rank, dims, kind, element_dtype}; a sequence's
+  // slot is rank 1, its length known at run time.
+  auto* info_type = llvm::StructType::get(ctx_, {ptr_, i32_, i32_, ptr_, i32_, i32_});
+  static_assert(static_cast<int>(ValueKind::kOptionalSequence) == KILN_VALUE_OPTIONAL_SEQUENCE);
   std::vector<llvm::Constant*> infos;
   for (const Value* v : values) {
-    std::vector<int64_t> dims = v->type().StaticDims();
+    const TensorType& type = v->type();
+    const bool sequence = type.holds_sequence();
+    std::vector<int64_t> dims = sequence ? std::vector<int64_t>{-1} : type.StaticDims();
+    const int32_t dtype = sequence ? KILN_DTYPE_SEQUENCE : static_cast<int32_t>(type.dtype);
     infos.push_back(llvm::ConstantStruct::get(
-        info_type, {CString(v->name()), builder_.getInt32(static_cast<uint32_t>(v->type().dtype)),
-                    builder_.getInt32(static_cast<uint32_t>(dims.size())), Int64Array(dims)}));
+        info_type,
+        {CString(v->name()), builder_.getInt32(static_cast<uint32_t>(dtype)),
+         builder_.getInt32(static_cast<uint32_t>(dims.size())), Int64Array(dims),
+         builder_.getInt32(static_cast<uint32_t>(type.kind)), builder_.getInt32(static_cast<uint32_t>(type.dtype))}));
   }
   auto* array_type = llvm::ArrayType::get(info_type, infos.size());
   return new llvm::GlobalVariable(module_, array_type, true, llvm::GlobalValue::PrivateLinkage,

@@ -47,11 +47,9 @@ KernelCall SequenceCall(const char* kernel, const Node& node, const kiln_sequenc
 }
 
 // A lowering to `kernel` over all the node's inputs with these parameters.
-std::function<absl::StatusOr<KernelCall>(const Node&)> Lower(const char* kernel,
-                                                             kiln_sequence_params params = {}) {
-  return [kernel, params](const Node& node) -> absl::StatusOr<KernelCall> {
-    return SequenceCall(kernel, node, params);
-  };
+std::function<absl::StatusOr<KernelCall>(const Node&)> Lower(const char* kernel, kiln_sequence_params params = {}) {
+  return
+      [kernel, params](const Node& node) -> absl::StatusOr<KernelCall> { return SequenceCall(kernel, node, params); };
 }
 
 void RegisterSequenceBuilders(Registry& registry) {
@@ -249,3 +247,14 @@ void RegisterSequenceOps(Registry& registry) {
 }
 
 }  // namespace kiln::ops
+
+namespace kiln {
+
+KernelCall ValueExportCall() {
+  KernelCall call{ops::kernel::value_export::kName, {KernelOperand{0, nullptr}}};
+  call.params.Set(kiln_sequence_params{});
+  call.allocates_outputs = true;
+  return call;
+}
+
+}  // namespace kiln

@@ -167,8 +167,7 @@ void AddSequenceReaders(RefTable& table) {
   table["SequenceAt"] = [](const Node&, const Inputs& in) -> Outputs {
     KILN_ASSIGN_OR_RETURN(const Tensor* seq, SequenceInput(in, 0));
     KILN_REF_INPUT(position, in, 1);
-    KILN_ASSIGN_OR_RETURN(int64_t at,
-                          Position(*position, static_cast<int64_t>(seq->elements().size()), false));
+    KILN_ASSIGN_OR_RETURN(int64_t at, Position(*position, static_cast<int64_t>(seq->elements().size()), false));
     return One(seq->elements()[at]);
   };
   table["SequenceLength"] = [](const Node&, const Inputs& in) -> Outputs {
@@ -186,22 +185,22 @@ void AddOptionalOps(RefTable& table) {
     const Tensor* x = OptionalInput(in, 0);
     if (x == nullptr) {
       KILN_ASSIGN_OR_RETURN(TensorType type, ParseType(node.GetString("type", "")));
-      return One(Tensor::Optional(type.is_tensor() ? ValueKind::kOptional : ValueKind::kOptionalSequence,
-                                  type.dtype, nullptr));
+      return One(Tensor::Optional(type.is_tensor() ? ValueKind::kOptional : ValueKind::kOptionalSequence, type.dtype,
+                                  nullptr));
     }
     if (x->kind() != ValueKind::kTensor && x->kind() != ValueKind::kSequence) {
       return Invalid("Optional takes a tensor or a sequence");
     }
-    return One(Tensor::Optional(x->is_tensor() ? ValueKind::kOptional : ValueKind::kOptionalSequence,
-                                x->element_dtype(), x));
+    return One(
+        Tensor::Optional(x->is_tensor() ? ValueKind::kOptional : ValueKind::kOptionalSequence, x->element_dtype(), x));
   };
   // Opset 18 lets both take a tensor or a sequence (present) or nothing (empty).
   table["OptionalHasElement"] = [](const Node&, const Inputs& in) -> Outputs {
     const Tensor* x = OptionalInput(in, 0);
     Tensor out(DType::kBool, {});
-    const bool empty = x == nullptr || ((x->kind() == ValueKind::kOptional ||
-                                         x->kind() == ValueKind::kOptionalSequence) &&
-                                        x->elements().empty());
+    const bool empty =
+        x == nullptr ||
+        ((x->kind() == ValueKind::kOptional || x->kind() == ValueKind::kOptionalSequence) && x->elements().empty());
     out.data_as<bool>()[0] = !empty;
     return One(std::move(out));
   };

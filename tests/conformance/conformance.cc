@@ -232,8 +232,13 @@ Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& d
   auto run = [&](const DataSet& set) -> absl::StatusOr<std::vector<kiln::Tensor>> {
     std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
     std::deque<kiln::Tensor> padded;
+    kiln::RuntimeSequences sequences;
     for (size_t i = 0; i < set.inputs.size() && i < static_cast<size_t>(desc->num_inputs); ++i) {
       const kiln_tensor_info& info = desc->inputs[i];
+      if (info.kind != KILN_VALUE_TENSOR) {
+        in.push_back(kiln::RuntimeValue(set.inputs[i], sequences));
+        continue;
+      }
       in.push_back(kiln::RuntimeView(AsDeclared(set.inputs[i], static_cast<kiln::DType>(info.dtype),
                                                 std::vector<int64_t>(info.dims, info.dims + info.rank), padded)));
     }
@@ -241,7 +246,7 @@ Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& d
       return absl::InternalError(kiln_last_error());
     }
     std::vector<kiln::Tensor> outputs;
-    for (const kiln_tensor& t : out) outputs.push_back(kiln::FromRuntime(t));
+    for (size_t i = 0; i < out.size(); ++i) outputs.push_back(kiln::FromRuntimeValue(out[i], desc->outputs[i]));
     return outputs;
   };
   const Outcome outcome = RunDataSets(dir, desc->num_inputs, desc->num_outputs, run, detail);

@@ -15,8 +15,8 @@ constexpr int64_t kAlign = 64;
 KILN_ALWAYS_INLINE int64_t RoundUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // The one way a kernel here sets an output: the glue reads data, dims, rank and dtype back.
-KILN_ALWAYS_INLINE void SetOutput(const kiln_kcall* call, int32_t index, void* data, const int64_t* dims,
-                                  int32_t rank, int32_t dtype) {
+KILN_ALWAYS_INLINE void SetOutput(const kiln_kcall* call, int32_t index, void* data, const int64_t* dims, int32_t rank,
+                                  int32_t dtype) {
   kiln_ktensor* out = const_cast<kiln_ktensor*>(&call->outputs[index]);
   out->data = data;
   out->dims = dims;
@@ -227,8 +227,9 @@ KILN_KERNEL(split_to_sequence) {
       return chunk < extent - *start ? chunk : extent - *start;
     }
     *start = 0;
-    for (int64_t k = 0; k < i; ++k) *start += split->dtype == kI32 ? static_cast<const int32_t*>(split->data)[k]
-                                                                    : static_cast<const int64_t*>(split->data)[k];
+    for (int64_t k = 0; k < i; ++k)
+      *start += split->dtype == kI32 ? static_cast<const int32_t*>(split->data)[k]
+                                     : static_cast<const int64_t*>(split->data)[k];
     return split->dtype == kI32 ? static_cast<int64_t>(static_cast<const int32_t*>(split->data)[i])
                                 : static_cast<const int64_t*>(split->data)[i];
   };

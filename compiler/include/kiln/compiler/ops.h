@@ -116,6 +116,11 @@ struct OpSchema {
 
 const OpSchema* FindOp(std::string_view name);
 
+// The call the run-time-shape glue copies a sequence, an optional or a tensor of run-time
+// rank out to a graph output with (sequence_ops.cc): one input, the value; one output, the
+// slot.
+KernelCall ValueExportCall();
+
 // The kernel call codegen (and plan-memory, for its scratch) uses: lower_fast where it
 // applies, otherwise lower.
 absl::StatusOr<KernelCall> LowerForArtifact(const OpSchema& schema, const Node& node);
