@@ -19,7 +19,7 @@ class FoldConstants : public Pass {
     bool changed = false;
     for (Node* node : graph.nodes()) {
       const OpSchema* schema = FindOp(node->op());
-      if (schema == nullptr) continue;
+      if (schema == nullptr || node->has_subgraphs()) continue;
       std::vector<const Tensor*> args;
       int64_t input_bytes = 0;
       bool foldable = true;
