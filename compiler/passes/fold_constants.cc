@@ -2,6 +2,7 @@
 // interpreter, and ops decided by static types alone (Shape, Size).
 //   %s = Shape(%x : f32[1,3,4])        =>  %s = constant i64[3] [1, 3, 4]
 //   %y = Add(const [1], const [2])     =>  %y = constant [3]
+#include "kiln/common/status.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
@@ -15,11 +16,19 @@ constexpr int64_t kSmallResultBytes = 64 * 1024;
 
 class FoldConstants : public Pass {
  public:
-  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     bool changed = false;
     for (Node* node : graph.nodes()) {
       const OpSchema* schema = FindOp(node->op());
-      if (schema == nullptr || node->has_subgraphs()) continue;
+      if (schema == nullptr) continue;
+      if (node->has_subgraphs()) {  // folded inside: a body's Shape of a static value, say
+        for (const auto& [key, body] : node->subgraphs()) {
+          KILN_ASSIGN_OR_RETURN(bool folded, Run(*body, context));
+          if (folded) body->Compact();
+          changed |= folded;
+        }
+        continue;
+      }
       std::vector<const Tensor*> args;
       int64_t input_bytes = 0;
       bool foldable = true;
