@@ -9,6 +9,7 @@
 #include "kiln/compiler/frontend.h"
 #include "kiln/compiler/ir.h"
 #include "kiln/compiler/ops.h"
+#include "kiln/compiler/passes.h"
 #include "kiln/compiler/reference.h"
 #include "onnx/onnx_pb.h"
 
@@ -192,6 +193,50 @@ TEST(ControlFlowInferTest, IfMergesBranchShapes) {
   auto graph = ImportOnnxModel(model.SerializeAsString(), options);
   ASSERT_TRUE(graph.ok()) << graph.status();
   EXPECT_EQ(PrintType((*graph)->outputs()[0]->type()), "f32[2,?]");
+}
+
+// fold-constants inlines an If whose condition is a constant: the taken branch's nodes on
+// the captured values; dce keeps what a body reads (its captured inputs are node inputs).
+TEST(ControlFlowPassesTest, ConstantConditionInlinesTheTakenBranch) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  auto* g = model.mutable_graph();
+  g->set_name("fold");
+  SetTensorType(g->add_input(), "a", onnx::TensorProto::FLOAT, {2});
+  auto* no = g->add_initializer();
+  no->set_name("no");
+  no->set_data_type(onnx::TensorProto::BOOL);
+  no->add_int32_data(0);
+  AddNode(g, "Neg", "neg", {"a"}, {"na"});  // read by the else branch only
+  auto* node = AddNode(g, "If", "pick", {"no"}, {"y"});
+  auto* then_graph = AddGraphAttr(node, "then_branch");
+  AddNode(then_graph, "Identity", "same", {"a"}, {"ya"});
+  SetTensorType(then_graph->add_output(), "ya", onnx::TensorProto::FLOAT, {2});
+  auto* else_graph = AddGraphAttr(node, "else_branch");
+  AddNode(else_graph, "Relu", "relu", {"na"}, {"yb"});
+  SetTensorType(else_graph->add_output(), "yb", onnx::TensorProto::FLOAT, {2});
+  SetTensorType(g->add_output(), "y", onnx::TensorProto::FLOAT, {2});
+  ImportOptions options;
+  auto graph = ImportOnnxModel(model.SerializeAsString(), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  PassContext context;
+  auto dce = RunPipeline(**graph, "dce", PipelineOptions{}, context);
+  ASSERT_TRUE(dce.ok()) << dce.status();
+  EXPECT_EQ((*graph)->num_nodes(), 2u);  // Neg stays: the If's else branch reads it
+  auto folded = RunPipeline(**graph, "fold-constants,dce", PipelineOptions{}, context);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  std::vector<std::string> ops;
+  for (const Node* n : (*graph)->nodes()) ops.push_back(n->op());
+  EXPECT_THAT(ops, ::testing::ElementsAre("Neg", "Relu"));
+  EXPECT_EQ((*graph)->outputs()[0]->name(), "y");
+  Tensor a(DType::kFloat32, {2});
+  a.data_as<float>()[0] = 1.5f;
+  a.data_as<float>()[1] = -2.0f;
+  auto outputs = ReferenceRunGraph(**graph, {a});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_FLOAT_EQ((*outputs)[0].data_as<float>()[0], 0.0f);
+  EXPECT_FLOAT_EQ((*outputs)[0].data_as<float>()[1], 2.0f);
 }
 
 }  // namespace
