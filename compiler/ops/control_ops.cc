@@ -15,7 +15,8 @@ namespace {
 // turns at least one dim unknown, so a stable type comes well before this.
 constexpr int kMaxWidenings = 16;
 
-Dim Unknown() { return Dim::Symbolic("?"); }
+// An unknown dim, as the IR parser reads "?".
+Dim Unknown() { return Dim{}; }
 
 // The type both `a` and `b` fit: the same element type and rank, dims that agree kept.
 absl::StatusOr<TensorType> MergeTypes(const Node& node, const TensorType& a, const TensorType& b, const char* what,
