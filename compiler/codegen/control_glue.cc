@@ -31,7 +31,7 @@ absl::Status PlanBodies(GluePlan& plan, const Node& node) {
     body.function_name = absl::StrCat("kiln_body_", root.bodies.size() - 1);
     for (const Node* n : graph->nodes()) body.nodes.push_back(n);
     if (absl::Status s = PlanDynamicGlue(body); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(NodeLabel(node), ", subgraph '", key, "': ", s.message()));
+      return absl::Status(s.code(), absl::StrCat(NodeLabel(node), ": subgraph '", key, "': ", s.message()));
     }
     plans.push_back(&body);
   }

@@ -42,7 +42,7 @@ absl::Status VerifyGraph(const Graph& graph) {
         return absl::InternalError(absl::StrCat(where, " captures more values than it has inputs"));
       }
       if (auto s = VerifyGraph(*body); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat(where, ", subgraph '", key, "': ", s.message()));
+        return absl::Status(s.code(), absl::StrCat(where, ": subgraph '", key, "': ", s.message()));
       }
     }
     for (size_t i = 0; i < node->outputs().size(); ++i) {

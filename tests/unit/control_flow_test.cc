@@ -160,7 +160,7 @@ TEST(ControlFlowImportTest, UndefinedValueInABodyNamesNodeOpAndOpset) {
   auto graph = ImportOnnxModel(NestedModel(18, "nowhere").SerializeAsString(), options);
   ASSERT_FALSE(graph.ok());
   EXPECT_THAT(graph.status().message(),
-              HasSubstr("m.onnx: node 'loop' (Loop, opset 18), subgraph 'body': node 'branch' (If, opset 18), "
+              HasSubstr("m.onnx: node 'loop' (Loop, opset 18): subgraph 'body': node 'branch' (If, opset 18): "
                         "subgraph 'then_branch': node 'add' (Add, opset 18): input 'nowhere' is not defined before "
                         "this node"));
 }

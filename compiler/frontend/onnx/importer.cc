@@ -419,7 +419,7 @@ absl::StatusOr<Importer::Body> Importer::ImportBody(const onnx::AttributeProto& 
     std::string reason(status.message());
     if (absl::StartsWith(reason, options_.model_label + ": ")) reason.erase(0, options_.model_label.size() + 2);
     return absl::Status(status.code(),
-                        absl::StrCat(options_.model_label, ": ", where, ", subgraph '", attr.name(), "': ", reason));
+                        absl::StrCat(options_.model_label, ": ", where, ": subgraph '", attr.name(), "': ", reason));
   }
   return body;
 }
