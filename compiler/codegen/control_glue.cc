@@ -101,11 +101,16 @@ absl::Status GlueBuilder::EmitControlNode(size_t index) {
     KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(in));
     ins.push_back(t);
   }
-  // The outputs' dims live in this function's frame; the driver fills them and the data.
+  // The outputs' dims live in this function's frame, the known ones set (what an empty
+  // Loop or Scan output keeps; 0 where unknown); the driver fills them and the data.
   for (const Value* out : node.outputs()) {
     const int64_t rank = static_cast<int64_t>(out->type().shape.size());
     llvm::Value* dims = alloca_builder_->CreateAlloca(
         i64_, builder_.getInt32(static_cast<uint32_t>(std::max<int64_t>(rank, 1))), out->name() + ".dims");
+    for (int64_t d = 0; d < rank; ++d) {
+      const Dim& dim = out->type().shape[static_cast<size_t>(d)];
+      builder_.CreateStore(builder_.getInt64(dim.known() ? dim.size : 0), builder_.CreateConstGEP1_64(i64_, dims, d));
+    }
     rt_dims_[out] = dims;
     outs.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), dims, rank, out->type().dtype});
   }

@@ -5,7 +5,8 @@ outputs in the node-test layout, run by kiln-conformance compiled and with --ref
                       reverse, scan outputs on axes 1 and -1 (one stacked in reverse) and a
                       main-graph value read in the body;
   test_cf_loop_while  Loop (opset 13) with no trip count (a while loop ended by its
-                      condition), a scan output, and an If in the body reading loop inputs.
+                      condition), a scan output, and an If in the body reading loop inputs;
+  test_cf_loop_zero   the same loop run no time: an empty scan output.
 
   make_control_models.py KILN_CONFORMANCE [--keep DIR]
 """
@@ -22,7 +23,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-CASES = ["test_cf_loop_while", "test_cf_scan_axes"]
+CASES = ["test_cf_loop_while", "test_cf_loop_zero", "test_cf_scan_axes"]
 
 
 def save(root, dirname, model, inputs, outputs):
@@ -93,6 +94,10 @@ def make_cases(root):
         if i > 100: break
     save(root, "test_cf_loop_while", lm, [("c0", np.array(True)), ("x0", x0), ("step", step), ("half", half), ("limit", limit)],
          [("xf", x), ("sqs", np.stack(sq))])
+    # The same loop with a false condition: no iteration, the carried value as given and an
+    # empty scan output of shape [0, 3].
+    save(root, "test_cf_loop_zero", lm, [("c0", np.array(False)), ("x0", x0), ("step", step), ("half", half),
+                                         ("limit", limit)], [("xf", x0), ("sqs", np.zeros((0, 3), np.float32))])
 
 
 def main():

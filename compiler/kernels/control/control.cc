@@ -194,11 +194,8 @@ extern "C" int32_t kiln_k_control_loop(const kiln_control_call* call) {
   }
   for (int64_t k = 0; k < s.num_scans; ++k) {
     kiln_ktensor& out = call->outputs[s.num_carried + k];
-    int64_t* dims = const_cast<int64_t*>(out.dims);
-    if (s.stacks[k].count == 0) {
-      for (int32_t d = 0; d < out.rank; ++d) dims[d] = 0;  // no iteration: the element dims are unknown
-    }
-    dims[0] = s.stacks[k].count;
+    // (No iteration: the element dims stay as the glue set them, the known ones.)
+    const_cast<int64_t*>(out.dims)[0] = s.stacks[k].count;
     out.data = s.stacks[k].data != nullptr ? s.stacks[k].data : s.buffers.Alloc(1);
     if (rc != KILN_KERR_OK) s.buffers.Release(out.data);
   }
@@ -360,11 +357,13 @@ extern "C" int32_t kiln_k_control_scan(const kiln_control_call* call) {
     if (slices[k] == nullptr) rc = KILN_KERR_MEMORY;
   }
   for (int64_t b = 0; b < batches && rc == KILN_KERR_OK; ++b) rc = ScanOnce(s, b, batches, slices);
-  // No iteration at all: empty scan outputs.
+  // No iteration at all: empty scan outputs, their dims the known ones the glue set (0 for
+  // the scanned axis, whose length is 0, and for what only a body would have told).
   for (int64_t k = s.num_states; k < call->num_outputs && rc == KILN_KERR_OK; ++k) {
     kiln_ktensor& out = call->outputs[k];
     if (out.data != nullptr) continue;
-    for (int32_t d = 0; d < out.rank; ++d) const_cast<int64_t*>(out.dims)[d] = 0;
+    if (s.batched && out.rank > 1) const_cast<int64_t*>(out.dims)[1] = 0;
+    if (!s.batched) const_cast<int64_t*>(out.dims)[s.out_axes[k - s.num_states]] = 0;
     out.data = s.buffers.Alloc(1);
   }
   for (int64_t k = 0; k < s.num_scan_inputs; ++k) s.buffers.Release(slices[k]);
