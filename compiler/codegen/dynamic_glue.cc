@@ -111,7 +111,10 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
     const OpSchema* schema = FindOp(node.op());
     if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
     KernelCall call;
-    if (TouchesNonTensor(node)) {
+    if (node.has_subgraphs()) {  // a driver calls the bodies' functions
+      KILN_RETURN_IF_ERROR(PlanBodies(plan, node));
+      plan.shape_calls.emplace_back();
+    } else if (TouchesNonTensor(node)) {
       KILN_ASSIGN_OR_RETURN(call, LowerForArtifact(*schema, node));
       if (!call.allocates_outputs) {
         return absl::UnimplementedError(
@@ -158,7 +161,11 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
       plan.roots[out] = source == nullptr ? out : root != plan.roots.end() ? root->second : source;
       last_use.emplace(plan.roots[out], i);
     }
-    plan.calls.emplace_back(std::move(call));
+    if (node.has_subgraphs()) {
+      plan.calls.emplace_back();
+    } else {
+      plan.calls.emplace_back(std::move(call));
+    }
     plan.fused.push_back(false);
   }
   for (const Value* out : graph.outputs()) {
@@ -271,8 +278,9 @@ absl::Status GlueBuilder::EmitValueExport(size_t i, const Value* value) {
 }
 
 absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
-  if (plan_.calls[index]->allocates_outputs) return EmitAllocatingNode(index);
   const Node& node = *plan_.nodes[index];
+  if (node.has_subgraphs()) return EmitControlNode(index);
+  if (plan_.calls[index]->allocates_outputs) return EmitAllocatingNode(index);
   const KernelCall& call = *plan_.calls[index];
   const std::string name = node.name();
   // The kernel's parameters: the constant, or a copy the shape function completes.
@@ -290,7 +298,7 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     for (const KernelOperand& operand : shape->inputs) {
       const Value* in = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
       const Tensor* constant = in != nullptr && in->is_constant() ? in->constant().get() : operand.constant.get();
-      if (constant != nullptr && plan_.weight_offsets.count(constant) == 0) {
+      if (constant != nullptr && plan_.weights_owner().weight_offsets.count(constant) == 0) {
         // A large constant (a weight) the shape function reads the dims of only.
         ins.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), Int64Array(constant->dims()), constant->rank(),
                                constant->dtype()});
@@ -370,8 +378,20 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
 }
 
 absl::Status GlueBuilder::EmitDynamicEntry() {
+  // Every body's function first, each by a builder of its own plan (bodies call each other
+  // by name).
+  for (const auto& body : plan_.bodies) {
+    GlueBuilder builder(*body, module_);
+    KILN_RETURN_IF_ERROR(builder.EmitDynamicFunction(body->function_name).status());
+  }
+  KILN_ASSIGN_OR_RETURN(llvm::Function * entry, EmitDynamicFunction("kiln_dynamic_entry"));
+  EmitDescriptor(nullptr, entry);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<llvm::Function*> GlueBuilder::EmitDynamicFunction(const std::string& name) {
   auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
-  llvm::Function* entry = BeginFunction("kiln_dynamic_entry", llvm::GlobalValue::InternalLinkage, type);
+  llvm::Function* entry = BeginFunction(name, llvm::GlobalValue::InternalLinkage, type);
   rt_data_.clear();
   rt_dims_.clear();
   rt_rank_.clear();
@@ -388,7 +408,8 @@ absl::Status GlueBuilder::EmitDynamicEntry() {
   }
   for (size_t i = 0; i < plan_.nodes.size(); ++i) {
     KILN_RETURN_IF_ERROR(EmitDynamicNode(i));
-    EmitKernelDone(static_cast<int32_t>(i));
+    // (The profile's kernels are the outermost graph's nodes; a body's run inside its node's.)
+    if (plan_.root == nullptr) EmitKernelDone(static_cast<int32_t>(i));
   }
   // Each output: the buffer that holds it, handed over, or a copy where the buffer is an
   // input's, a constant's, or another output's; its dims in a buffer of their own.
@@ -430,8 +451,7 @@ absl::Status GlueBuilder::EmitDynamicEntry() {
   }
   for (const Value* v : exported) EmitRelease(rt_data_.at(v));
   EndFunction();
-  EmitDescriptor(nullptr, entry);
-  return absl::OkStatus();
+  return entry;
 }
 
 }  // namespace kiln::codegen

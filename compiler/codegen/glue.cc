@@ -102,8 +102,9 @@ bool NeedsNoCode(const Node& node, const KernelCall& call, const MemoryPlan& mem
 }  // namespace
 
 void PlaceWeight(GluePlan& plan, const Tensor* tensor) {
-  if (plan.weight_offsets.count(tensor) == 0) {
-    plan.weight_offsets[tensor] = plan.weights.Add(tensor->data(), tensor->size_bytes());
+  GluePlan& owner = plan.weights_owner();
+  if (owner.weight_offsets.count(tensor) == 0) {
+    owner.weight_offsets[tensor] = owner.weights.Add(tensor->data(), tensor->size_bytes());
   }
 }
 
@@ -115,6 +116,8 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
   plan->options = &options;
   for (const Node* node : graph.nodes()) plan->nodes.push_back(node);
   for (const Value* v : graph.values()) plan->dynamic = plan->dynamic || !v->type().IsStatic();
+  // Control flow: bodies whose shapes may change per iteration, so the dynamic glue.
+  for (const Node* node : plan->nodes) plan->dynamic = plan->dynamic || node->has_subgraphs();
   if (plan->dynamic) {
     KILN_RETURN_IF_ERROR(PlanDynamicGlue(*plan));
     return plan;
@@ -237,8 +240,11 @@ llvm::Constant* GlueBuilder::CString(const std::string& text) {
 // Constant tensors live in the weights object (data_object.h), not in the IR: the address
 // is kiln_weights + the tensor's offset there.
 absl::StatusOr<llvm::Value*> GlueBuilder::ConstantTensor(const Tensor* tensor) {
-  auto offset = plan_.weight_offsets.find(tensor);
-  if (offset == plan_.weight_offsets.end()) return absl::InternalError("a constant tensor has no place in the weights");
+  const GluePlan& owner = plan_.weights_owner();
+  auto offset = owner.weight_offsets.find(tensor);
+  if (offset == owner.weight_offsets.end()) return absl::InternalError("a constant tensor has no place in the weights");
+  // (A body's builder shares the module, and so the symbol, with the graph's.)
+  if (weights_symbol_ == nullptr) weights_symbol_ = module_.getNamedGlobal(kWeightsSymbol);
   if (weights_symbol_ == nullptr) {
     weights_symbol_ = new llvm::GlobalVariable(module_, llvm::ArrayType::get(i8_, 0), true,
                                                llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);

@@ -52,6 +52,19 @@ struct GluePlan {
   // Dynamic: the value whose buffer each value uses (itself, or a view's source).
   std::map<const Value*, const Value*> roots;
 
+  // Control flow (If, Loop, Scan): each body is a graph of its own, planned like a dynamic
+  // graph and compiled to its own function, `function_name`(inputs, outputs, exec) with the
+  // dynamic entry's signature, in the same module; the node calls a driver of the kernel
+  // library (kiln/kernels/control.h) with those functions. `bodies` holds every body's plan
+  // at any depth (in the outermost plan), `body_plans` each control node's, in its
+  // subgraphs() order. A body's plan places its constants in its `root`'s weights.
+  std::vector<std::unique_ptr<GluePlan>> bodies;
+  std::map<const Node*, std::vector<const GluePlan*>> body_plans;
+  GluePlan* root = nullptr;
+  std::string function_name;
+  GluePlan& weights_owner() { return root != nullptr ? *root : *this; }
+  const GluePlan& weights_owner() const { return root != nullptr ? *root : *this; }
+
   size_t PartBegin(size_t part) const { return part * kNodesPerPart; }
   size_t PartEnd(size_t part) const { return std::min(nodes.size(), (part + 1) * kNodesPerPart); }
   size_t ModuleBegin(size_t module) const { return module * num_parts / num_modules; }
@@ -71,6 +84,8 @@ void PlaceWeight(GluePlan& plan, const Tensor* tensor);
 
 // PlanGlue's form for a graph with run-time shapes (dynamic_glue.cc).
 absl::Status PlanDynamicGlue(GluePlan& plan);
+// Plans each subgraph of a control-flow node (control_glue.cc).
+absl::Status PlanBodies(GluePlan& plan, const Node& node);
 
 // Builds module `index` of the plan into `module` (empty, with its triple and data layout set).
 absl::Status BuildGlueModule(const GluePlan& plan, size_t index, llvm::Module& module);

@@ -30,6 +30,8 @@ class GlueBuilder {
   // Graphs with run-time shapes (dynamic_glue.cc): kiln_dynamic_entry(inputs, outputs,
   // exec), every node in order with its dims and buffers made at run time.
   absl::Status EmitDynamicEntry();
+  // The plan's graph as one function `name`(inputs, outputs, exec): the entry, or a body.
+  absl::StatusOr<llvm::Function*> EmitDynamicFunction(const std::string& name);
   absl::Status EmitDynamicNode(size_t index);
   // A node whose kernel makes its outputs (KernelCall::allocates_outputs): sequences,
   // optionals and what is read out of them; their data, dims and rank are read back.
@@ -37,6 +39,8 @@ class GlueBuilder {
   // Graph output i when it is a sequence, an optional or a tensor of unknown rank: the
   // value_export kernel writes a copy into the output slot.
   absl::Status EmitValueExport(size_t i, const Value* value);
+  // If, Loop or Scan: the node's driver called with its bodies' functions (control_glue.cc).
+  absl::Status EmitControlNode(size_t index);
   // A buffer of `bytes` (an i64 value) from exec->alloc; a failure returns from the entry
   // with the node's code.
   llvm::Value* EmitAlloc(llvm::Value* bytes, size_t index, const std::string& name);

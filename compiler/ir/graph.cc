@@ -76,6 +76,28 @@ const Tensor* Node::GetTensor(const std::string& key) const {
   return nullptr;
 }
 
+Graph* Node::GetGraph(const std::string& key) const {
+  auto it = attrs_.find(key);
+  if (it == attrs_.end()) return nullptr;
+  if (auto* v = std::get_if<Subgraph>(&it->second)) return v->get();
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, Graph*>> Node::subgraphs() const {
+  std::vector<std::pair<std::string, Graph*>> result;
+  for (const auto& [key, value] : attrs_) {
+    if (auto* v = std::get_if<Subgraph>(&value); v != nullptr && *v != nullptr) result.emplace_back(key, v->get());
+  }
+  return result;
+}
+
+bool Node::has_subgraphs() const {
+  for (const auto& [key, value] : attrs_) {
+    if (std::holds_alternative<Subgraph>(value)) return true;
+  }
+  return false;
+}
+
 void Value::RemoveUse(Node* user) {
   auto it = std::find(uses_.begin(), uses_.end(), user);
   if (it != uses_.end()) uses_.erase(it);

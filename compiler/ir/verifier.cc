@@ -40,6 +40,15 @@ absl::Status VerifyGraph(const Graph& graph) {
         return absl::InternalError(absl::StrCat(where, " reads '", in->name(), "' before it is defined"));
       }
     }
+    // A subgraph is verified on its own: its definitions are its inputs, constants and nodes.
+    for (const auto& [key, body] : node->subgraphs()) {
+      if (node->num_captured() > node->inputs().size()) {
+        return absl::InternalError(absl::StrCat(where, " captures more values than it has inputs"));
+      }
+      if (auto s = VerifyGraph(*body); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(where, ": subgraph '", key, "': ", s.message()));
+      }
+    }
     for (size_t i = 0; i < node->outputs().size(); ++i) {
       const Value* out = node->outputs()[i];
       if (out->producer() != node || out->producer_output() != static_cast<int>(i)) {

@@ -46,6 +46,7 @@ void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
 void RegisterRnnOps(Registry& registry);
 void RegisterSelectOps(Registry& registry);
+void RegisterControlOps(Registry& registry);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

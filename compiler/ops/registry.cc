@@ -225,6 +225,7 @@ void EnsureRegistered() {
     ops::RegisterLinalgOps(registry);
     ops::RegisterOpset18Ops(registry);
     ops::RegisterSelectOps(registry);
+    ops::RegisterControlOps(registry);
     ops::RegisterSequenceOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
@@ -395,6 +396,8 @@ absl::Status CheckNode(Graph& graph, Node* node, std::unordered_map<Value*, std:
   const OpSchema* schema = FindOp(node->op());
   if (schema == nullptr) return UnsupportedOp(*node);
   KILN_RETURN_IF_ERROR(InferNode(graph, node, *schema, memo));
+  // Control flow: its inference checked the bodies; codegen compiles them.
+  if (node->has_subgraphs()) return absl::OkStatus();
   // Shapes known only at run time: the rule's shape function computes them, and codegen
   // lowers the node against probe dims.
   if (IsDynamicNode(*node, *schema)) return absl::OkStatus();

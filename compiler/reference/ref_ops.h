@@ -28,6 +28,7 @@ void AddPoolOps(RefTable& table);         // ref_pool.cc
 void AddNormOps(RefTable& table);         // ref_norm.cc
 void AddQuantOps(RefTable& table);        // ref_quant.cc
 void AddBitwiseOps(RefTable& table);      // ref_bitwise.cc
+void AddControlOps(RefTable& table);      // ref_control.cc
 void AddRnnOps(RefTable& table);
 void AddDynamicOps(RefTable& table);
 void AddResizeOps(RefTable& table);

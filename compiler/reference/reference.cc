@@ -31,6 +31,7 @@ const ref::RefTable& Table() {
     ref::AddNormOps(*t);
     ref::AddQuantOps(*t);
     ref::AddBitwiseOps(*t);
+    ref::AddControlOps(*t);
     ref::AddSequenceOps(*t);
     return t;
   }();

@@ -59,10 +59,19 @@ struct TensorType {
   }
 };
 
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
-                               std::vector<std::string>, std::shared_ptr<const Tensor>>;
-
+class Graph;
 class Node;
+
+// A graph-valued attribute (If's branches, Loop's and Scan's body): a closed graph. The
+// importer turns every value a body reads from an enclosing graph into an explicit input:
+// the node gets the outer values appended to its inputs (their number in the attribute
+// kCapturedAttr), and each body gets matching graph inputs after its own, so no stage
+// ever sees a reference across graphs.
+using Subgraph = std::shared_ptr<Graph>;
+inline constexpr char kCapturedAttr[] = "kiln.captured";
+
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
+                               std::vector<std::string>, std::shared_ptr<const Tensor>, Subgraph>;
 
 class Value {
  public:
@@ -113,6 +122,12 @@ class Node {
   std::vector<int64_t> GetInts(const std::string& key, const std::vector<int64_t>& fallback = {}) const;
   std::vector<double> GetFloats(const std::string& key, const std::vector<double>& fallback = {}) const;
   const Tensor* GetTensor(const std::string& key) const;
+  // A graph attribute (null when absent), and every one the node has, by attribute name.
+  Graph* GetGraph(const std::string& key) const;
+  std::vector<std::pair<std::string, Graph*>> subgraphs() const;
+  bool has_subgraphs() const;
+  // How many of the node's inputs, at the end, are values its subgraphs capture.
+  size_t num_captured() const { return static_cast<size_t>(GetInt(kCapturedAttr, 0)); }
 
   // Opset of the default domain the node was imported under.
   int opset() const { return opset_; }
@@ -161,6 +176,7 @@ class Graph {
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
   void AddInput(Value* value) { inputs_.push_back(value); }
+  void set_inputs(std::vector<Value*> values) { inputs_ = std::move(values); }
   void AddOutput(Value* value) { outputs_.push_back(value); }
   void set_output(size_t i, Value* value) { outputs_[i] = value; }
   std::vector<Value*> values() const;
@@ -190,11 +206,13 @@ class Graph {
   double next_order_ = 0;
 };
 
-// Checks SSA form, topological order, arity and that every type is set; the message names
-// the offending node.
+// Checks SSA form, topological order, arity and that every type is set, in subgraphs too
+// (each closed: it reads only its own inputs, constants and nodes); the message names the
+// offending node.
 absl::Status VerifyGraph(const Graph& graph);
 
-// Stable text form: one line per node, constants summarised by shape and a short digest.
+// Stable text form: one line per node, constants summarised by shape and a short digest;
+// a node's subgraphs follow its line, indented.
 std::string PrintGraph(const Graph& graph);
 std::string PrintType(const TensorType& type);
 // Reads PrintGraph's text back (plus splat(v)/random(seed) constants and `opset N`); the
