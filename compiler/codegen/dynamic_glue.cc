@@ -112,6 +112,12 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
     if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
     KernelCall call;
     if (node.has_subgraphs()) {  // a driver calls the bodies' functions
+      // If takes its branch's outputs over whatever they are; the Loop and Scan drivers copy
+      // carried values as tensors.
+      if (node.op() != "If" && TouchesNonTensor(node)) {
+        return absl::UnimplementedError(
+            absl::StrCat(NodeLabel(node), ": does not compile with sequences or optionals among its values yet"));
+      }
       KILN_RETURN_IF_ERROR(PlanBodies(plan, node));
       plan.shape_calls.emplace_back();
     } else if (TouchesNonTensor(node)) {

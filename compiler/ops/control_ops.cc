@@ -25,6 +25,24 @@ absl::StatusOr<TensorType> MergeTypes(const Node& node, const TensorType& a, con
     return NodeError(node, absl::StrCat(what, " ", index, " is ", DTypeName(a.dtype), " in one place and ",
                                         DTypeName(b.dtype), " in another"));
   }
+  // A value that is present in one place and optional in another is optional.
+  const auto plain = [](ValueKind k) { return k == ValueKind::kOptionalSequence ? ValueKind::kSequence : k; };
+  if (a.kind != b.kind && a.is_optional() != b.is_optional() && plain(a.kind) == plain(b.kind)) {
+    const TensorType& optional = a.is_optional() ? a : b;
+    const TensorType& present = a.is_optional() ? b : a;
+    return MergeTypes(node, optional, present.WithKind(optional.kind), what, index);
+  }
+  if (a.kind != b.kind) {
+    return NodeError(node, absl::StrCat(what, " ", index, " is a ", ValueKindName(a.kind), " in one place and a ",
+                                        ValueKindName(b.kind), " in another"));
+  }
+  // A sequence's (or an optional's) element may change rank from one element to the next.
+  if (!a.is_tensor() && (!a.has_shape || !b.has_shape || a.shape.size() != b.shape.size())) {
+    TensorType merged = a;
+    merged.has_shape = false;
+    merged.shape.clear();
+    return merged;
+  }
   if (!a.has_shape || !b.has_shape || a.shape.size() != b.shape.size()) {
     return NodeError(node, absl::StrCat(what, " ", index, " has ranks that differ (", PrintType(a), " and ",
                                         PrintType(b), "); Kiln needs one rank"));
@@ -47,7 +65,7 @@ absl::Status InferBody(const Node& node, const std::string& key, Graph& body, co
     return absl::Status(s.code(), absl::StrCat(NodeLabel(node), ": subgraph '", key, "': ", s.message()));
   }
   for (const Value* out : body.outputs()) {
-    if (out->type().dtype == DType::kUndefined || !out->type().has_shape) {
+    if (out->type().dtype == DType::kUndefined || (!out->type().has_shape && out->type().is_tensor())) {
       return NodeError(node, absl::StrCat("subgraph '", key, "' output '", out->name(), "' has no type"));
     }
   }
