@@ -1,6 +1,6 @@
 // Sequence and optional ops: SequenceEmpty/Construct/Insert/Erase/At/Length,
 // SplitToSequence, ConcatFromSequence, Optional, OptionalHasElement, OptionalGetElement,
-// and Identity over sequences and optionals. Their values exist only at run time, so every
+// SequenceMap (typed only) and Identity over sequences and optionals. Their values exist only at run time, so every
 // one runs in the run-time-shape glue as a kernel of kernels/sequence/ that makes its own
 // outputs (kiln/kernels/sequence.h); type inference tracks the element's dtype and what
 // is known of its shape.
@@ -224,6 +224,39 @@ void RegisterOptionals(Registry& registry) {
   registry.Add(std::move(get));
 }
 
+// SequenceMap(sequence, additional...): its body over each position's elements (a tensor
+// input whole), one sequence per body output. Runs in the reference; compiles not yet.
+absl::Status InferSequenceMap(InferContext& ctx) {
+  Graph* body = ctx.node.GetGraph("body");
+  if (body == nullptr) return NodeError(ctx.node, "needs the graph attribute 'body'");
+  const size_t own = ctx.input_types.size() - std::min(ctx.input_types.size(), ctx.node.num_captured());
+  KILN_RETURN_IF_ERROR(RequireKind(ctx, 0, true));
+  if (body->inputs().size() != ctx.input_types.size()) {
+    return NodeError(ctx.node,
+                     absl::StrCat("body has ", body->inputs().size(), " inputs; expected ", ctx.input_types.size()));
+  }
+  for (size_t i = 0; i < ctx.input_types.size(); ++i) {
+    const TensorType& t = ctx.type(i);
+    if (i < own && t.kind != ValueKind::kSequence && !t.is_tensor()) {
+      return NodeError(ctx.node, absl::StrCat("input ", i, " is a ", ValueKindName(t.kind)));
+    }
+    body->inputs()[i]->set_type(i < own ? t.Element() : t);
+  }
+  if (absl::Status s = InferTypes(*body); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(NodeLabel(ctx.node), ": subgraph 'body': ", s.message()));
+  }
+  if (body->outputs().size() != ctx.output_types.size()) {
+    return NodeError(ctx.node,
+                     absl::StrCat("body has ", body->outputs().size(), " outputs, the node ", ctx.output_types.size()));
+  }
+  for (size_t k = 0; k < ctx.output_types.size(); ++k) {
+    const TensorType& t = body->outputs()[k]->type();
+    if (!t.is_tensor()) return NodeError(ctx.node, absl::StrCat("body output ", k, " is not a tensor"));
+    ctx.output_types[k] = t.WithKind(ValueKind::kSequence);
+  }
+  return absl::OkStatus();
+}
+
 // Identity keeps its tensor lowering; on a sequence or an optional it copies the value.
 void ExtendIdentity() {
   OpSchema& identity = Table().at("Identity");
@@ -243,6 +276,9 @@ void RegisterSequenceOps(Registry& registry) {
   RegisterSequenceReaders(registry);
   RegisterSplitConcat(registry);
   RegisterOptionals(registry);
+  OpSchema map = Schema("SequenceMap", 1, 1 << 16);
+  map.infer = InferSequenceMap;
+  registry.Add(std::move(map));
   ExtendIdentity();
 }
 

@@ -1,6 +1,9 @@
 // Reference: sequence and optional ops, from the ONNX specification (opsets 11-21).
 // Values are Tensors of kind kSequence / kOptional* (tensor.h); element data is copied.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "kiln/compiler/reference.h"
 #include "ref_util.h"
 
 namespace kiln::ref {
@@ -212,9 +215,41 @@ void AddOptionalOps(RefTable& table) {
   };
 }
 
+// SequenceMap: the body on each position's elements (a tensor input whole, captured values
+// after), each body output gathered into a sequence.
+Outputs SequenceMap(const Node& node, const Inputs& in) {
+  const Graph* body = node.GetGraph("body");
+  if (body == nullptr) return Invalid("no graph attribute 'body'");
+  KILN_ASSIGN_OR_RETURN(const Tensor* first, SequenceInput(in, 0));
+  const size_t own = in.size() - std::min(in.size(), node.num_captured());
+  const size_t n = first->elements().size();
+  for (size_t i = 1; i < own; ++i) {
+    if (in[i]->kind() == ValueKind::kSequence && in[i]->elements().size() != n) {
+      return Invalid("the input sequences differ in length");
+    }
+  }
+  std::vector<std::vector<Tensor>> results(body->outputs().size());
+  for (size_t position = 0; position < n; ++position) {
+    std::vector<Tensor> args;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const bool element = i < own && in[i]->kind() == ValueKind::kSequence;
+      args.push_back(element ? in[i]->elements()[position] : *in[i]);
+    }
+    absl::StatusOr<std::vector<Tensor>> outputs = ReferenceRunGraph(*body, args);
+    if (!outputs.ok()) return Invalid(absl::StrCat("subgraph 'body': ", outputs.status().message()));
+    for (size_t k = 0; k < outputs->size() && k < results.size(); ++k) results[k].push_back((*outputs)[k]);
+  }
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < results.size(); ++k) {
+    out.push_back(Tensor::Sequence(node.output(k)->type().dtype, std::move(results[k])));
+  }
+  return out;
+}
+
 }  // namespace
 
 void AddSequenceOps(RefTable& table) {
+  table["SequenceMap"] = SequenceMap;
   AddSequenceBuilders(table);
   AddSequenceReaders(table);
   AddOptionalOps(table);
