@@ -402,7 +402,7 @@ absl::Status CheckNode(Graph& graph, Node* node, std::unordered_map<Value*, std:
   // lowers the node against probe dims.
   if (IsDynamicNode(*node, *schema)) return absl::OkStatus();
   for (const Value* out : node->outputs()) {
-    if (!out->type().IsStatic()) {
+    if (!out->type().IsStatic() && out->type().is_tensor()) {  // a sequence's size is its own
       return ops::NodeError(*node,
                             absl::StrCat("output '", out->name(), "' has the dynamic shape ", PrintType(out->type()),
                                          " (it depends on input data); Kiln compiles static shapes only"));
