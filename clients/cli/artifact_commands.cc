@@ -55,8 +55,14 @@ bool Load(const std::string& path, int threads, Loaded& loaded, std::string& err
 }
 
 std::string ShapeText(const kiln_tensor_info& info) {
+  if (info.kind == KILN_VALUE_SEQUENCE || info.kind == KILN_VALUE_OPTIONAL_SEQUENCE) {
+    return absl::StrCat(info.kind == KILN_VALUE_SEQUENCE ? "seq<" : "opt<seq<",
+                        DTypeName(static_cast<DType>(info.element_dtype)),
+                        info.kind == KILN_VALUE_SEQUENCE ? ">" : ">>");
+  }
   std::vector<int64_t> dims(info.dims, info.dims + info.rank);
-  return absl::StrCat(DTypeName(static_cast<DType>(info.dtype)), "[", absl::StrJoin(dims, ","), "]");
+  const std::string text = absl::StrCat(DTypeName(static_cast<DType>(info.dtype)), "[", absl::StrJoin(dims, ","), "]");
+  return info.kind == KILN_VALUE_OPTIONAL ? absl::StrCat("opt<", text, ">") : text;
 }
 
 // Output tensors of the artifact's shapes, and the pointer arrays a run takes.
@@ -95,8 +101,14 @@ int ReadRunInputs(const RunFlags& flags, const kiln_module_desc* desc, std::vect
       return UsageError("run", absl::StrCat("missing --input ", info.name, "=FILE.pb (", ShapeText(info), ")"));
     auto bytes = ReadFile(it->second);
     if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
-    auto tensor = ParseTensorProto(*bytes);
+    // A sequence or an optional input is a SequenceProto or an OptionalProto file.
+    auto tensor = ParseValueProto(*bytes, static_cast<ValueKind>(info.kind));
     if (!tensor.ok()) return Fail(absl::StrCat(it->second, ": ", tensor.status().message()));
+    if (info.kind != KILN_VALUE_TENSOR) {
+      inputs.push_back(std::move(*tensor));
+      files.erase(it);
+      continue;
+    }
     // A dim of -1 is known only at run time: any size.
     bool fits = static_cast<int32_t>(tensor->dtype()) == info.dtype && tensor->rank() == info.rank;
     for (int32_t d = 0; fits && d < info.rank; ++d) fits = info.dims[d] < 0 || tensor->dims()[d] == info.dims[d];
@@ -122,13 +134,14 @@ int Run(const RunFlags& flags) {
   if (int code = ReadRunInputs(flags, desc, inputs); code != 0) return code;
   // The shaped API runs every artifact, with run-time shapes or not.
   std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
-  for (const Tensor& t : inputs) in.push_back(RuntimeView(t));
+  RuntimeSequences sequences;
+  for (const Tensor& t : inputs) in.push_back(RuntimeValue(t, sequences));
   if (kiln_session_run_shaped(loaded.session, in.data(), out.data()) != KILN_OK) return Fail(kiln_last_error());
   if (auto s = MakeDirectories(flags.output_dir); !s.ok()) return Fail(std::string(s.message()));
   for (int32_t i = 0; i < desc->num_outputs; ++i) {
-    const Tensor result = FromRuntime(out[i]);
+    const Tensor result = FromRuntimeValue(out[i], desc->outputs[i]);
     const std::string path = absl::StrCat(flags.output_dir, "/output_", i, ".pb");
-    if (auto s = WriteFile(path, SerializeTensorProto(result, desc->outputs[i].name)); !s.ok())
+    if (auto s = WriteFile(path, SerializeValueProto(result, desc->outputs[i].name)); !s.ok())
       return Fail(std::string(s.message()));
   }
   return 0;

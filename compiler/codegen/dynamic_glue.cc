@@ -11,6 +11,7 @@
 #include "glue_builder.h"
 #include "kernel_abi.h"
 #include "kiln/common/status.h"
+#include "kiln/runtime.h"
 
 namespace kiln::codegen {
 namespace {
@@ -21,6 +22,17 @@ namespace {
 constexpr int64_t kProbeDim = 32;
 // The largest constant a shape function is given the data of (shapes, axes, scales, k).
 constexpr int64_t kShapeDataElements = 4096;
+
+// A node over sequences or optionals: its kernel makes its outputs (sequence_ops.cc).
+bool TouchesNonTensor(const Node& node) {
+  for (const Value* v : node.inputs()) {
+    if (v != nullptr && !v->type().is_tensor()) return true;
+  }
+  for (const Value* v : node.outputs()) {
+    if (!v->type().is_tensor()) return true;
+  }
+  return false;
+}
 
 bool IsStaticNode(const Node& node) {
   for (const Value* v : node.inputs()) {
@@ -122,10 +134,12 @@ void AssignSlots(GluePlan& plan, const std::map<const Value*, size_t>& last_use,
     }
     free_after[best] = until;
     probe_bytes[best] = std::max(probe_bytes[best], bytes);
-    return plan.slot_base + best;
+    return best;
   };
   for (size_t i = 0; i < plan.nodes.size(); ++i) {
     const Node& node = *plan.nodes[i];
+    // A control-flow driver and a sequence kernel make their outputs from exec->alloc.
+    if (!plan.calls[i].has_value() || plan.calls[i]->allocates_outputs) continue;
     const KernelCall& call = *plan.calls[i];
     for (size_t k = 0; k < node.outputs().size(); ++k) {
       const Value* out = node.output(k);
@@ -149,7 +163,23 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
     const OpSchema* schema = FindOp(node.op());
     if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
     KernelCall call;
-    if (IsStaticNode(node)) {
+    if (node.has_subgraphs()) {  // a driver calls the bodies' functions
+      // If takes its branch's outputs over whatever they are; the Loop and Scan drivers copy
+      // carried values as tensors.
+      if (node.op() != "If" && TouchesNonTensor(node)) {
+        return absl::UnimplementedError(
+            absl::StrCat(NodeLabel(node), ": does not compile with sequences or optionals among its values yet"));
+      }
+      KILN_RETURN_IF_ERROR(PlanBodies(plan, node));
+      plan.shape_calls.emplace_back();
+    } else if (TouchesNonTensor(node)) {
+      KILN_ASSIGN_OR_RETURN(call, LowerForArtifact(*schema, node));
+      if (!call.allocates_outputs) {
+        return absl::UnimplementedError(
+            absl::StrCat(NodeLabel(node), ": does not compile over sequences or optionals yet"));
+      }
+      plan.shape_calls.emplace_back();
+    } else if (IsStaticNode(node)) {
       if (schema->from_types) {
         return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": must be folded before codegen"));
       }
@@ -184,7 +214,11 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
       plan.roots[out] = source == nullptr ? out : root != plan.roots.end() ? root->second : source;
       last_use.emplace(plan.roots[out], i);
     }
-    plan.calls.emplace_back(std::move(call));
+    if (node.has_subgraphs()) {
+      plan.calls.emplace_back();
+    } else {
+      plan.calls.emplace_back(std::move(call));
+    }
     plan.fused.push_back(false);
   }
   for (const Value* out : graph.outputs()) {
@@ -196,6 +230,17 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
     if (auto root = plan.roots.find(out); root != plan.roots.end()) escaping.insert(root->second);
   }
   AssignSlots(plan, last_use, escaping);
+  // Bodies run while their graph's buffers are live: every plan of the module gets slots of
+  // its own, numbered after the outermost graph's (bodies are planned inside it, so here).
+  if (plan.root == nullptr) {
+    int32_t base = plan.num_slots;
+    for (const std::unique_ptr<GluePlan>& body : plan.bodies) {
+      body->slot_base = base;
+      for (auto& [value, slot] : body->slots) slot += base;
+      for (auto& [index, slot] : body->scratch_slots) slot += base;
+      base += body->num_slots;
+    }
+  }
   // A buffer outside the slots goes back to the pool after its last reader (none today:
   // every owned buffer that does not escape has a slot; kept for buffers a kernel makes).
   plan.releases.resize(plan.nodes.size());
@@ -264,12 +309,60 @@ absl::StatusOr<GlueBuilder::RtTensor> GlueBuilder::RtOf(const Value* value) {
   auto data = rt_data_.find(value);
   if (data == rt_data_.end()) return absl::InternalError(absl::StrCat("value '", value->name(), "' has no buffer"));
   auto dims = rt_dims_.find(value);
-  return RtTensor{data->second, dims != rt_dims_.end() ? dims->second : Int64Array(value->type().StaticDims()),
-                  static_cast<int64_t>(value->type().shape.size()), value->type().dtype};
+  const TensorType& type = value->type();
+  RtTensor t{data->second, dims != rt_dims_.end() ? dims->second : Int64Array(type.StaticDims()),
+             static_cast<int64_t>(type.shape.size()), type.dtype};
+  if (type.holds_sequence()) t.rank = 1, t.dtype = static_cast<DType>(KILN_DTYPE_SEQUENCE);
+  if (auto rank = rt_rank_.find(value); rank != rt_rank_.end()) t.rank_value = rank->second;
+  return t;
+}
+
+absl::Status GlueBuilder::EmitAllocatingNode(size_t index) {
+  const Node& node = *plan_.nodes[index];
+  const KernelCall& call = *plan_.calls[index];
+  std::vector<RtTensor> ins, outs;
+  for (const KernelOperand& operand : call.inputs) {
+    KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(operand.node_input >= 0 ? node.input(operand.node_input) : nullptr));
+    ins.push_back(t);
+  }
+  for (const Value* out : node.outputs()) {
+    const TensorType& type = out->type();
+    outs.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), llvm::ConstantPointerNull::get(ptr_),
+                            type.holds_sequence() ? 1 : static_cast<int64_t>(type.shape.size()),
+                            type.holds_sequence() ? static_cast<DType>(KILN_DTYPE_SEQUENCE) : type.dtype});
+  }
+  llvm::Value* out_array = KTensors(outs, "out");
+  llvm::Value* kcall =
+      KCall(KTensors(ins, "in"), ins.size(), out_array, outs.size(), Params(call.params), call.params.size_bytes());
+  llvm::FunctionCallee kernel = module_.getOrInsertFunction("kiln_k_" + call.kernel, kernel_type_);
+  EmitFailureCheck(builder_.CreateCall(kernel, {kcall}), index, node.name());
+  for (size_t k = 0; k < node.outputs().size(); ++k) {
+    const Value* out = node.output(k);
+    llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, out_array, k);
+    rt_data_[out] = builder_.CreateLoad(ptr_, builder_.CreateStructGEP(ktensor_, slot, 0), out->name());
+    rt_dims_[out] = builder_.CreateLoad(ptr_, builder_.CreateStructGEP(ktensor_, slot, 1), out->name() + ".dims");
+    if (!out->type().has_shape && !out->type().holds_sequence()) {
+      rt_rank_[out] = builder_.CreateLoad(i32_, builder_.CreateStructGEP(ktensor_, slot, 2), out->name() + ".rank");
+    }
+  }
+  for (const Value* dead : plan_.releases[index]) EmitRelease(rt_data_.at(dead));
+  return absl::OkStatus();
+}
+
+absl::Status GlueBuilder::EmitValueExport(size_t i, const Value* value) {
+  KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(value));
+  const KernelCall call = ValueExportCall();
+  llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, outputs_arg_, i);
+  llvm::Value* kcall = KCall(KTensors({t}, "export.in"), 1, slot, 1, Params(call.params), call.params.size_bytes());
+  llvm::FunctionCallee kernel = module_.getOrInsertFunction("kiln_k_" + call.kernel, kernel_type_);
+  EmitFailureCheck(builder_.CreateCall(kernel, {kcall}), plan_.nodes.size(), value->name() + ".export");
+  return absl::OkStatus();
 }
 
 absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
   const Node& node = *plan_.nodes[index];
+  if (node.has_subgraphs()) return EmitControlNode(index);
+  if (plan_.calls[index]->allocates_outputs) return EmitAllocatingNode(index);
   const KernelCall& call = *plan_.calls[index];
   const std::string name = node.name();
   // The kernel's parameters: the constant, or a copy the shape function completes.
@@ -287,7 +380,7 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     for (const KernelOperand& operand : shape->inputs) {
       const Value* in = operand.node_input >= 0 ? node.input(operand.node_input) : nullptr;
       const Tensor* constant = in != nullptr && in->is_constant() ? in->constant().get() : operand.constant.get();
-      if (constant != nullptr && plan_.weight_offsets.count(constant) == 0) {
+      if (constant != nullptr && plan_.weights_owner().weight_offsets.count(constant) == 0) {
         // A large constant (a weight) the shape function reads the dims of only.
         ins.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), Int64Array(constant->dims()), constant->rank(),
                                constant->dtype()});
@@ -373,10 +466,23 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
 }
 
 absl::Status GlueBuilder::EmitDynamicEntry() {
+  // Every body's function first, each by a builder of its own plan (bodies call each other
+  // by name).
+  for (const auto& body : plan_.bodies) {
+    GlueBuilder builder(*body, module_);
+    KILN_RETURN_IF_ERROR(builder.EmitDynamicFunction(body->function_name).status());
+  }
+  KILN_ASSIGN_OR_RETURN(llvm::Function * entry, EmitDynamicFunction("kiln_dynamic_entry"));
+  EmitDescriptor(nullptr, entry);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<llvm::Function*> GlueBuilder::EmitDynamicFunction(const std::string& name) {
   auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
-  llvm::Function* entry = BeginFunction("kiln_dynamic_entry", llvm::GlobalValue::InternalLinkage, type);
+  llvm::Function* entry = BeginFunction(name, llvm::GlobalValue::InternalLinkage, type);
   rt_data_.clear();
   rt_dims_.clear();
+  rt_rank_.clear();
   for (size_t i = 0; i < graph_.inputs().size(); ++i) {
     const Value* v = graph_.inputs()[i];
     llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, inputs_arg_, i);
@@ -384,16 +490,32 @@ absl::Status GlueBuilder::EmitDynamicEntry() {
     if (!v->type().IsStatic()) {
       rt_dims_[v] = builder_.CreateLoad(ptr_, builder_.CreateStructGEP(ktensor_, slot, 1), v->name() + ".dims");
     }
+    if (!v->type().is_tensor() && !v->type().has_shape && !v->type().holds_sequence()) {
+      rt_rank_[v] = builder_.CreateLoad(i32_, builder_.CreateStructGEP(ktensor_, slot, 2), v->name() + ".rank");
+    }
   }
   for (size_t i = 0; i < plan_.nodes.size(); ++i) {
     KILN_RETURN_IF_ERROR(EmitDynamicNode(i));
-    EmitKernelDone(static_cast<int32_t>(i));
+    // (The profile's kernels are the outermost graph's nodes; a body's run inside its node's.)
+    if (plan_.root == nullptr) EmitKernelDone(static_cast<int32_t>(i));
   }
   // Each output: the buffer that holds it, handed over, or a copy where the buffer is an
   // input's, a constant's, or another output's; its dims in a buffer of their own.
+  // Sequences, optionals and tensors of a rank known at run time only are copied out by a
+  // kernel (value_export); the values they came from go back once every output is out.
   std::set<const Value*> handed;
+  std::vector<const Value*> exported;
   for (size_t i = 0; i < graph_.outputs().size(); ++i) {
     const Value* v = graph_.outputs()[i];
+    if (!v->type().is_tensor() || !v->type().has_shape) {
+      KILN_RETURN_IF_ERROR(EmitValueExport(i, v));
+      auto root = plan_.roots.find(v);
+      if (root != plan_.roots.end() && root->second->producer() != nullptr && !root->second->is_constant() &&
+          handed.insert(root->second).second) {
+        exported.push_back(root->second);
+      }
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(v));
     llvm::Value* bytes =
         builder_.CreateMul(ElementCount(t.dims, static_cast<size_t>(t.rank)), builder_.getInt64(DTypeSize(t.dtype)));
@@ -415,9 +537,9 @@ absl::Status GlueBuilder::EmitDynamicEntry() {
     builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(t.dtype)),
                          builder_.CreateStructGEP(ktensor_, slot, 3));
   }
+  for (const Value* v : exported) EmitRelease(rt_data_.at(v));
   EndFunction();
-  EmitDescriptor(nullptr, entry);
-  return absl::OkStatus();
+  return entry;
 }
 
 }  // namespace kiln::codegen

@@ -104,14 +104,15 @@ bool NeedsNoCode(const Node& node, const KernelCall& call, const MemoryPlan& mem
 namespace {
 
 void PlaceData(GluePlan& plan, const Tensor* tensor) {
+  GluePlan& owner = plan.weights_owner();  // a body's constants go with its graph's
   // The weights object holds bytes; a string constant's pointers need relocations, so it
   // becomes an LLVM constant where the glue reads it (GlueBuilder::ConstantTensor).
   if (tensor->dtype() == DType::kString) {
-    plan.weight_offsets.emplace(tensor, -1);
+    owner.weight_offsets.emplace(tensor, -1);
     return;
   }
-  if (plan.weight_offsets.count(tensor) == 0) {
-    plan.weight_offsets[tensor] = plan.weights.Add(tensor->data(), tensor->size_bytes());
+  if (owner.weight_offsets.count(tensor) == 0) {
+    owner.weight_offsets[tensor] = owner.weights.Add(tensor->data(), tensor->size_bytes());
   }
 }
 
@@ -119,7 +120,7 @@ void PlaceData(GluePlan& plan, const Tensor* tensor) {
 
 void PlaceWeight(GluePlan& plan, const Tensor* tensor) {
   PlaceData(plan, tensor);
-  plan.given_weights.insert(tensor);
+  plan.weights_owner().given_weights.insert(tensor);
 }
 
 void PlaceCallWeights(GluePlan& plan, const Node& node, const KernelCall& call) {
@@ -138,7 +139,7 @@ void PlaceCallWeights(GluePlan& plan, const Node& node, const KernelCall& call) 
   for (size_t i = 0; made && i < node.inputs().size(); ++i) {
     const Value* in = node.input(i);
     if (in != nullptr && in->is_constant() && read.count(static_cast<int>(i)) == 0)
-      plan.given_weights.insert(in->constant().get());
+      plan.weights_owner().given_weights.insert(in->constant().get());
   }
 }
 
@@ -158,6 +159,8 @@ absl::StatusOr<std::unique_ptr<GluePlan>> PlanGlue(const Graph& graph, const Mem
   plan->options = &options;
   for (const Node* node : graph.nodes()) plan->nodes.push_back(node);
   for (const Value* v : graph.values()) plan->dynamic = plan->dynamic || !v->type().IsStatic();
+  // Control flow: bodies whose shapes may change per iteration, so the dynamic glue.
+  for (const Node* node : plan->nodes) plan->dynamic = plan->dynamic || node->has_subgraphs();
   if (plan->dynamic) {
     KILN_RETURN_IF_ERROR(PlanDynamicGlue(*plan));
     return plan;
@@ -273,8 +276,9 @@ llvm::Constant* GlueBuilder::CString(const std::string& text) {
 // Constant tensors live in the weights object (data_object.h), not in the IR: the address
 // is kiln_weights + the tensor's offset there.
 absl::StatusOr<llvm::Value*> GlueBuilder::ConstantTensor(const Tensor* tensor) {
-  auto offset = plan_.weight_offsets.find(tensor);
-  if (offset == plan_.weight_offsets.end()) return absl::InternalError("a constant tensor has no place in the weights");
+  const GluePlan& owner = plan_.weights_owner();
+  auto offset = owner.weight_offsets.find(tensor);
+  if (offset == owner.weight_offsets.end()) return absl::InternalError("a constant tensor has no place in the weights");
   if (tensor->dtype() == DType::kString) {  // an array of pointers to private texts
     std::vector<llvm::Constant*> texts;
     for (int64_t i = 0; i < tensor->num_elements(); ++i) {
@@ -291,6 +295,8 @@ absl::StatusOr<llvm::Value*> GlueBuilder::ConstantTensor(const Tensor* tensor) {
     gv->setAlignment(llvm::Align(8));
     return gv;
   }
+  // (A body's builder shares the module, and so the symbol, with the graph's.)
+  if (weights_symbol_ == nullptr) weights_symbol_ = module_.getNamedGlobal(kWeightsSymbol);
   if (weights_symbol_ == nullptr) {
     weights_symbol_ = new llvm::GlobalVariable(module_, llvm::ArrayType::get(i8_, 0), true,
                                                llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);
@@ -406,8 +412,9 @@ llvm::Value* GlueBuilder::KTensors(const std::vector<RtTensor>& items, const cha
     llvm::Value* slot = builder_.CreateConstGEP1_64(ktensor_, array, i);
     builder_.CreateStore(items[i].data, builder_.CreateStructGEP(ktensor_, slot, 0));
     builder_.CreateStore(items[i].dims, builder_.CreateStructGEP(ktensor_, slot, 1));
-    builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].rank)),
-                         builder_.CreateStructGEP(ktensor_, slot, 2));
+    builder_.CreateStore(
+        items[i].rank_value != nullptr ? items[i].rank_value : builder_.getInt32(static_cast<uint32_t>(items[i].rank)),
+        builder_.CreateStructGEP(ktensor_, slot, 2));
     builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(items[i].dtype)),
                          builder_.CreateStructGEP(ktensor_, slot, 3));
   }
@@ -549,14 +556,21 @@ absl::Status GlueBuilder::EmitEntry() {
 }
 
 llvm::Constant* GlueBuilder::TensorInfos(const std::vector<Value*>& values) {
-  // Mirrors kiln_tensor_info: {name, dtype, rank, dims}.
-  auto* info_type = llvm::StructType::get(ctx_, {ptr_, i32_, i32_, ptr_});
+  // Mirrors kiln_tensor_info: {name, dtype, rank, dims, kind, element_dtype}; a sequence's
+  // slot is rank 1, its length known at run time.
+  auto* info_type = llvm::StructType::get(ctx_, {ptr_, i32_, i32_, ptr_, i32_, i32_});
+  static_assert(static_cast<int>(ValueKind::kOptionalSequence) == KILN_VALUE_OPTIONAL_SEQUENCE);
   std::vector<llvm::Constant*> infos;
   for (const Value* v : values) {
-    std::vector<int64_t> dims = v->type().StaticDims();
+    const TensorType& type = v->type();
+    const bool sequence = type.holds_sequence();
+    std::vector<int64_t> dims = sequence ? std::vector<int64_t>{-1} : type.StaticDims();
+    const int32_t dtype = sequence ? KILN_DTYPE_SEQUENCE : static_cast<int32_t>(type.dtype);
     infos.push_back(llvm::ConstantStruct::get(
-        info_type, {CString(v->name()), builder_.getInt32(static_cast<uint32_t>(v->type().dtype)),
-                    builder_.getInt32(static_cast<uint32_t>(dims.size())), Int64Array(dims)}));
+        info_type,
+        {CString(v->name()), builder_.getInt32(static_cast<uint32_t>(dtype)),
+         builder_.getInt32(static_cast<uint32_t>(dims.size())), Int64Array(dims),
+         builder_.getInt32(static_cast<uint32_t>(type.kind)), builder_.getInt32(static_cast<uint32_t>(type.dtype))}));
   }
   auto* array_type = llvm::ArrayType::get(info_type, infos.size());
   return new llvm::GlobalVariable(module_, array_type, true, llvm::GlobalValue::PrivateLinkage,

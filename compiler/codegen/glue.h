@@ -61,7 +61,20 @@ struct GluePlan {
   std::map<const Value*, int32_t> slots;
   std::map<size_t, int32_t> scratch_slots;
   int32_t num_slots = 0;
-  int32_t slot_base = 0;  // slot numbers of this plan start here (a subgraph's follow its parent's)
+  int32_t slot_base = 0;  // this plan's first slot (a body's follow the outermost graph's)
+
+  // Control flow (If, Loop, Scan): each body is a graph of its own, planned like a dynamic
+  // graph and compiled to its own function, `function_name`(inputs, outputs, exec) with the
+  // dynamic entry's signature, in the same module; the node calls a driver of the kernel
+  // library (kiln/kernels/control.h) with those functions. `bodies` holds every body's plan
+  // at any depth (in the outermost plan), `body_plans` each control node's, in its
+  // subgraphs() order. A body's plan places its constants in its `root`'s weights.
+  std::vector<std::unique_ptr<GluePlan>> bodies;
+  std::map<const Node*, std::vector<const GluePlan*>> body_plans;
+  GluePlan* root = nullptr;
+  std::string function_name;
+  GluePlan& weights_owner() { return root != nullptr ? *root : *this; }
+  const GluePlan& weights_owner() const { return root != nullptr ? *root : *this; }
 
   size_t PartBegin(size_t part) const { return part * kNodesPerPart; }
   size_t PartEnd(size_t part) const { return std::min(nodes.size(), (part + 1) * kNodesPerPart); }
@@ -88,6 +101,8 @@ ArtifactSize WeightsSize(const GluePlan& plan);
 
 // PlanGlue's form for a graph with run-time shapes (dynamic_glue.cc).
 absl::Status PlanDynamicGlue(GluePlan& plan);
+// Plans each subgraph of a control-flow node (control_glue.cc).
+absl::Status PlanBodies(GluePlan& plan, const Node& node);
 
 // Builds module `index` of the plan into `module` (empty, with its triple and data layout set).
 absl::Status BuildGlueModule(const GluePlan& plan, size_t index, llvm::Module& module);

@@ -30,7 +30,17 @@ class GlueBuilder {
   // Graphs with run-time shapes (dynamic_glue.cc): kiln_dynamic_entry(inputs, outputs,
   // exec), every node in order with its dims and buffers made at run time.
   absl::Status EmitDynamicEntry();
+  // The plan's graph as one function `name`(inputs, outputs, exec): the entry, or a body.
+  absl::StatusOr<llvm::Function*> EmitDynamicFunction(const std::string& name);
   absl::Status EmitDynamicNode(size_t index);
+  // A node whose kernel makes its outputs (KernelCall::allocates_outputs): sequences,
+  // optionals and what is read out of them; their data, dims and rank are read back.
+  absl::Status EmitAllocatingNode(size_t index);
+  // Graph output i when it is a sequence, an optional or a tensor of unknown rank: the
+  // value_export kernel writes a copy into the output slot.
+  absl::Status EmitValueExport(size_t i, const Value* value);
+  // If, Loop or Scan: the node's driver called with its bodies' functions (control_glue.cc).
+  absl::Status EmitControlNode(size_t index);
   // A buffer of `bytes` (an i64 value) from exec->alloc; a failure returns from the entry
   // with the node's code.
   llvm::Value* EmitAlloc(llvm::Value* bytes, size_t index, const std::string& name);
@@ -44,6 +54,9 @@ class GlueBuilder {
     llvm::Value* dims;  // an i64 array
     int64_t rank;
     DType dtype;
+    // The rank as an i32 known only at run time (a tensor a sequence kernel made, whose
+    // type has no rank): stands for `rank` when set.
+    llvm::Value* rank_value = nullptr;
   };
   absl::StatusOr<RtTensor> RtOf(const Value* value);
   absl::StatusOr<RtTensor> RtOfConstant(const Tensor* tensor);
@@ -102,6 +115,7 @@ class GlueBuilder {
   std::unique_ptr<llvm::IRBuilder<>> alloca_builder_;
   // Dynamic entry: each value's data and dims (an i64 array) as the function has them.
   std::map<const Value*, llvm::Value*> rt_data_, rt_dims_;
+  std::map<const Value*, llvm::Value*> rt_rank_;  // values whose rank is known at run time only
 };
 
 }  // namespace kiln::codegen

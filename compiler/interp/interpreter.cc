@@ -118,6 +118,9 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
                                                         "); give input shapes with --input-shape"));
     }
   }
+  if (!schema->lower) {  // control flow: its bodies are compiled, not interpreted
+    return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": the interpreter does not run this op"));
+  }
   absl::StatusOr<KernelCall> call = schema->lower(node);
   if (!call.ok()) return call.status();
   auto kernel = KernelTable().find(call->kernel);

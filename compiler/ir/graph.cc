@@ -16,7 +16,7 @@ TensorType TensorType::Static(DType dtype, const std::vector<int64_t>& dims) {
 }
 
 bool TensorType::IsStatic() const {
-  if (!has_shape) return false;
+  if (!has_shape || kind != ValueKind::kTensor) return false;
   for (const Dim& d : shape) {
     if (!d.known()) return false;
   }
@@ -74,6 +74,28 @@ const Tensor* Node::GetTensor(const std::string& key) const {
   if (it == attrs_.end()) return nullptr;
   if (auto* v = std::get_if<std::shared_ptr<const Tensor>>(&it->second)) return v->get();
   return nullptr;
+}
+
+Graph* Node::GetGraph(const std::string& key) const {
+  auto it = attrs_.find(key);
+  if (it == attrs_.end()) return nullptr;
+  if (auto* v = std::get_if<Subgraph>(&it->second)) return v->get();
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, Graph*>> Node::subgraphs() const {
+  std::vector<std::pair<std::string, Graph*>> result;
+  for (const auto& [key, value] : attrs_) {
+    if (auto* v = std::get_if<Subgraph>(&value); v != nullptr && *v != nullptr) result.emplace_back(key, v->get());
+  }
+  return result;
+}
+
+bool Node::has_subgraphs() const {
+  for (const auto& [key, value] : attrs_) {
+    if (std::holds_alternative<Subgraph>(value)) return true;
+  }
+  return false;
 }
 
 void Value::RemoveUse(Node* user) {

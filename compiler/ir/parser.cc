@@ -4,6 +4,8 @@
 //   constant f32[64] splat(0.5)    every element the same
 //   constant f32[4,3,3,3] random(7)  deterministic values in [-1, 1) from seed 7
 //   // comment lines                 (FileCheck directives live there)
+// A node's graph attribute (`body=graph NAME`) is read from the block after its line,
+// `body: graph NAME(...) { ... }`, a graph of its own (closed: its own names only).
 // The printer's "#digest" form of a large constant names no values and is refused.
 #include <cctype>
 #include <cstdlib>
@@ -40,9 +42,16 @@ class Parser {
   explicit Parser(std::string_view text) : text_(text) {}
 
   absl::StatusOr<std::unique_ptr<Graph>> Parse() {
-    graph_ = std::make_unique<Graph>();
-    KILN_RETURN_IF_ERROR(ParseGraph());
-    return std::move(graph_);
+    auto graph = std::make_unique<Graph>();
+    graph_ = graph.get();
+    KILN_RETURN_IF_ERROR(ParseGraph(/*top=*/true));
+    return graph;
+  }
+  absl::StatusOr<TensorType> ParseWholeType() {
+    KILN_ASSIGN_OR_RETURN(TensorType type, Type());
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("unexpected text after the type");
+    return type;
   }
 
  private:
@@ -135,8 +144,20 @@ class Parser {
   }
 
   // --- grammar ------------------------------------------------------------------------
+  // f32[2,?], or a sequence / optional of one: seq<T>, opt<T>, opt<seq<T>>.
   absl::StatusOr<TensorType> Type() {
     std::string dtype_name = Word();
+    if (dtype_name == "seq" || dtype_name == "opt") {
+      KILN_RETURN_IF_ERROR(Expect('<'));
+      KILN_ASSIGN_OR_RETURN(TensorType inner, Type());
+      KILN_RETURN_IF_ERROR(Expect('>'));
+      if (dtype_name == "seq" && inner.is_tensor()) return inner.WithKind(ValueKind::kSequence);
+      if (dtype_name == "opt" && inner.kind == ValueKind::kTensor) return inner.WithKind(ValueKind::kOptional);
+      if (dtype_name == "opt" && inner.kind == ValueKind::kSequence) {
+        return inner.WithKind(ValueKind::kOptionalSequence);
+      }
+      return Error("a sequence holds tensors and an optional a tensor or a sequence");
+    }
     auto dtype = DTypeFromName(dtype_name);
     if (!dtype.ok()) return Error(std::string(dtype.status().message()));
     TensorType type;
@@ -233,6 +254,11 @@ class Parser {
       if (any_float) return AttrValue(values);
       return AttrValue(std::vector<int64_t>(values.begin(), values.end()));
     }
+    if (AcceptWord("graph")) {  // read from the block after the node's line
+      auto subgraph = std::make_shared<Graph>();
+      subgraph->set_name(Word());
+      return AttrValue(Subgraph(subgraph));
+    }
     SkipSpace();
     if (pos_ < text_.size() && std::isalpha(static_cast<unsigned char>(text_[pos_])) &&
         text_.substr(pos_, 3) != "inf" && text_.substr(pos_, 3) != "nan") {
@@ -266,9 +292,11 @@ class Parser {
     return absl::OkStatus();
   }
 
-  absl::Status ParseGraph() {
+  absl::Status ParseGraph(bool top) {
     if (!AcceptWord("graph")) return Error("expected 'graph'");
-    graph_->set_name(Word());
+    const std::string name = Word();
+    if (!top && name != graph_->name()) return Error("expected graph " + graph_->name() + ", found " + name);
+    graph_->set_name(name);
     KILN_RETURN_IF_ERROR(Expect('('));
     if (!Accept(')')) {
       do {
@@ -300,7 +328,7 @@ class Parser {
         }
         KILN_RETURN_IF_ERROR(Expect('}'));
         SkipSpace();
-        if (pos_ != text_.size()) return Error("text after the end of the graph");
+        if (top && pos_ != text_.size()) return Error("text after the end of the graph");
         return absl::OkStatus();
       }
       KILN_RETURN_IF_ERROR(Statement(opset));
@@ -360,13 +388,28 @@ class Parser {
       node->output(i)->set_type(types[i]);
       KILN_RETURN_IF_ERROR(Define(outs[i], node->output(i)));
     }
+    for (const auto& [key, body] : node->subgraphs()) KILN_RETURN_IF_ERROR(SubgraphBlock(key, *body));
     return absl::OkStatus();
+  }
+
+  // `key: graph NAME(...) { ... }`, read into `body` with names of its own.
+  absl::Status SubgraphBlock(const std::string& key, Graph& body) {
+    if (Word() != key) return Error("expected the block of graph attribute '" + key + "'");
+    KILN_RETURN_IF_ERROR(Expect(':'));
+    Graph* outer = graph_;
+    std::map<std::string, Value*> outer_values = std::move(values_);
+    values_.clear();
+    graph_ = &body;
+    absl::Status status = ParseGraph(/*top=*/false);
+    graph_ = outer;
+    values_ = std::move(outer_values);
+    return status;
   }
 
   std::string_view text_;
   size_t pos_ = 0;
   int line_ = 1;
-  std::unique_ptr<Graph> graph_;
+  Graph* graph_ = nullptr;  // the graph being read (a subgraph's while in its block)
   std::map<std::string, Value*> values_;
 };
 
@@ -378,5 +421,7 @@ absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(std::string_view text) {
   KILN_RETURN_IF_ERROR(VerifyGraph(*graph));
   return graph;
 }
+
+absl::StatusOr<TensorType> ParseType(std::string_view text) { return Parser(text).ParseWholeType(); }
 
 }  // namespace kiln

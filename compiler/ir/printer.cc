@@ -87,6 +87,8 @@ std::string AttrText(const AttrValue& value) {
     std::string operator()(const std::shared_ptr<const Tensor>& t) const {
       return absl::StrCat(PrintType(TensorType::Static(t->dtype(), t->dims())), " ", ConstantText(*t));
     }
+    // The graph itself follows the node's line (PrintGraph).
+    std::string operator()(const Subgraph& g) const { return absl::StrCat("graph ", g ? g->name() : "null"); }
   };
   return std::visit(Visitor{}, value);
 }
@@ -94,6 +96,12 @@ std::string AttrText(const AttrValue& value) {
 }  // namespace
 
 std::string PrintType(const TensorType& type) {
+  switch (type.kind) {
+    case ValueKind::kTensor: break;
+    case ValueKind::kSequence: return "seq<" + PrintType(type.Element()) + ">";
+    case ValueKind::kOptional: return "opt<" + PrintType(type.Element()) + ">";
+    case ValueKind::kOptionalSequence: return "opt<seq<" + PrintType(type.Element()) + ">>";
+  }
   std::string text(DTypeName(type.dtype));
   if (!type.has_shape) return text + "[*]";
   std::vector<std::string> dims;
@@ -143,6 +151,16 @@ std::string PrintGraph(const Graph& graph) {
     out << "  " << absl::StrJoin(outs, ", ") << " = " << node->op() << "(" << absl::StrJoin(ins, ", ") << ")";
     if (!attrs.empty()) out << " {" << absl::StrJoin(attrs, ", ") << "}";
     out << " : " << absl::StrJoin(types, ", ") << "\n";
+    for (const auto& [key, body] : node->subgraphs()) {
+      // Each line of the subgraph's text, indented under the node: "    graph then(...) {".
+      const std::string text = PrintGraph(*body);
+      out << "    " << key << ": ";
+      for (size_t begin = 0; begin < text.size();) {
+        const size_t end = text.find('\n', begin);
+        out << (begin == 0 ? "" : "    ") << text.substr(begin, end - begin + 1);
+        begin = end == std::string::npos ? text.size() : end + 1;
+      }
+    }
   }
   std::vector<std::string> outs;
   for (const Value* v : graph.outputs()) outs.push_back(ValueRef(v));

@@ -25,6 +25,32 @@ constexpr DTypeInfo kDTypes[] = {
 
 }  // namespace
 
+const char* ValueKindName(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kTensor: return "tensor";
+    case ValueKind::kSequence: return "sequence";
+    case ValueKind::kOptional: return "optional tensor";
+    case ValueKind::kOptionalSequence: return "optional sequence";
+  }
+  return "?";
+}
+
+Tensor Tensor::Sequence(DType element_dtype, std::vector<Tensor> elements) {
+  Tensor t;
+  t.kind_ = ValueKind::kSequence;
+  t.element_dtype_ = element_dtype;
+  t.elements_ = std::move(elements);
+  return t;
+}
+
+Tensor Tensor::Optional(ValueKind kind, DType element_dtype, const Tensor* value) {
+  Tensor t;
+  t.kind_ = kind;
+  t.element_dtype_ = element_dtype;
+  if (value != nullptr) t.elements_.push_back(*value);
+  return t;
+}
+
 int64_t DTypeSize(DType dtype) {
   for (const auto& info : kDTypes) {
     if (info.dtype == dtype) return info.size;

@@ -19,6 +19,10 @@ absl::Status VerifyGraph(const Graph& graph) {
     if (v->type().dtype == DType::kUndefined) {
       return absl::InternalError(absl::StrCat("value '", v->name(), "' has no element type (", where, ")"));
     }
+    if (v->is_constant() && !v->type().is_tensor()) {
+      return absl::InternalError(absl::StrCat("value '", v->name(), "' is a constant ", ValueKindName(v->type().kind),
+                                              " (", where, "); constants are tensors"));
+    }
     return absl::OkStatus();
   };
   for (const Value* in : graph.inputs()) {
@@ -34,6 +38,15 @@ absl::Status VerifyGraph(const Graph& graph) {
     for (const Value* in : node->inputs()) {
       if (in != nullptr && defined.count(in) == 0) {
         return absl::InternalError(absl::StrCat(where, " reads '", in->name(), "' before it is defined"));
+      }
+    }
+    // A subgraph is verified on its own: its definitions are its inputs, constants and nodes.
+    for (const auto& [key, body] : node->subgraphs()) {
+      if (node->num_captured() > node->inputs().size()) {
+        return absl::InternalError(absl::StrCat(where, " captures more values than it has inputs"));
+      }
+      if (auto s = VerifyGraph(*body); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(where, ": subgraph '", key, "': ", s.message()));
       }
     }
     for (size_t i = 0; i < node->outputs().size(); ++i) {

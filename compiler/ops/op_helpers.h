@@ -29,6 +29,7 @@
 #include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
+#include "kiln/kernels/sequence.h"
 #include "kiln/kernels/shape.h"
 #include "kiln/kernels/signal.h"
 #include "kiln/kernels/spatial.h"
@@ -49,6 +50,7 @@ void RegisterLayoutOps(Registry& registry);
 void RegisterQuantOps(Registry& registry);
 void RegisterRnnOps(Registry& registry);
 void RegisterSelectOps(Registry& registry);
+void RegisterControlOps(Registry& registry);
 // After the others: it extends Cast and CastLike to strings.
 void RegisterStringOps(Registry& registry);
 // The op table, by name.
@@ -76,6 +78,7 @@ void RegisterSpatialOps(Registry& registry);
 absl::StatusOr<DynamicShape> MaxRoiPoolShapeRule(const InferContext& ctx);
 absl::StatusOr<DynamicShape> Col2ImShapeRule(const InferContext& ctx);
 absl::StatusOr<DynamicShape> AffineGridShapeRule(const InferContext& ctx);
+void RegisterSequenceOps(Registry& registry);  // sequence_ops.cc
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

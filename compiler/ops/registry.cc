@@ -228,6 +228,8 @@ void EnsureRegistered() {
     ops::RegisterRandomOps(registry);
     ops::RegisterSignalOps(registry);
     ops::RegisterSpatialOps(registry);
+    ops::RegisterControlOps(registry);
+    ops::RegisterSequenceOps(registry);
     ops::RegisterStringOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
@@ -398,9 +400,13 @@ absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
   }
   ctx.output_types.resize(node->outputs().size());
   const DType narrow = NarrowFloatComputedInFloat32(*node);
+  // A sequence or an optional among the inputs: the op's own inference (Identity's
+  // run-time rule is for tensors).
+  const bool tensors_only = std::all_of(node->inputs().begin(), node->inputs().end(),
+                                        [](const Value* v) { return v == nullptr || v->type().is_tensor(); });
   if (narrow != DType::kUndefined && !IsDynamicNode(*node, schema)) {
     KILN_RETURN_IF_ERROR(InferInFloat32(schema, ctx, narrow));
-  } else if (schema.dynamic && IsDynamicNode(*node, schema)) {
+  } else if (schema.dynamic && tensors_only && IsDynamicNode(*node, schema)) {
     KILN_RETURN_IF_ERROR(InferAtRunTime(schema, ctx));
   } else if (absl::Status s = schema.infer(ctx); !s.ok()) {
     if (!schema.dynamic && IsDynamicNode(*node, schema)) {
@@ -430,11 +436,13 @@ absl::Status CheckNode(Graph& graph, Node* node, std::unordered_map<Value*, std:
   const OpSchema* schema = FindOp(node->op());
   if (schema == nullptr) return UnsupportedOp(*node);
   KILN_RETURN_IF_ERROR(InferNode(graph, node, *schema, memo));
+  // Control flow: its inference checked the bodies; codegen compiles them.
+  if (node->has_subgraphs()) return absl::OkStatus();
   // Shapes known only at run time: the rule's shape function computes them, and codegen
   // lowers the node against probe dims.
   if (IsDynamicNode(*node, *schema)) return absl::OkStatus();
   for (const Value* out : node->outputs()) {
-    if (!out->type().IsStatic()) {
+    if (!out->type().IsStatic() && out->type().is_tensor()) {  // a sequence's size is its own
       return ops::NodeError(*node,
                             absl::StrCat("output '", out->name(), "' has the dynamic shape ", PrintType(out->type()),
                                          " (it depends on input data); Kiln compiles static shapes only"));

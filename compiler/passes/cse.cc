@@ -26,6 +26,8 @@ std::string AttrKey(const Node& node) {
           using V = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, double> || std::is_same_v<V, std::string>) {
             key << v;
+          } else if constexpr (std::is_same_v<V, Subgraph>) {
+            key << "graph@" << static_cast<const void*>(v.get());  // the same body only
           } else if constexpr (std::is_same_v<V, std::shared_ptr<const Tensor>>) {
             key << static_cast<int>(v->dtype()) << ":";
             key.write(static_cast<const char*>(v->data()), v->size_bytes());

@@ -3,6 +3,7 @@
 //   =>  (node removed)
 #include <unordered_set>
 
+#include "kiln/common/status.h"
 #include "kiln/compiler/passes.h"
 
 namespace kiln {
@@ -10,7 +11,7 @@ namespace {
 
 class DeadCodeElimination : public Pass {
  public:
-  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     std::unordered_set<const Value*> live(graph.outputs().begin(), graph.outputs().end());
     std::vector<Node*> nodes = graph.nodes();
     bool changed = false;
@@ -23,8 +24,13 @@ class DeadCodeElimination : public Pass {
         changed = true;
         continue;
       }
-      for (const Value* in : node->inputs()) {
+      for (const Value* in : node->inputs()) {  // a control node's captured values among them
         if (in != nullptr) live.insert(in);
+      }
+      for (const auto& [key, body] : node->subgraphs()) {
+        KILN_ASSIGN_OR_RETURN(bool removed, Run(*body, context));
+        if (removed) body->Compact();
+        changed |= removed;
       }
     }
     return changed;

@@ -2,7 +2,13 @@
 // interpreter, and ops decided by static types alone (Shape, Size).
 //   %s = Shape(%x : f32[1,3,4])        =>  %s = constant i64[3] [1, 3, 4]
 //   %y = Add(const [1], const [2])     =>  %y = constant [3]
-// Random ops (OpSchema::random: RandomUniform, Bernoulli, ...) stay: each run draws anew.
+//   %y = If(const [1], %a) {then_branch=graph t(%a'), ...}  =>  t's nodes on %a, %y their result
+// and folds inside the bodies of If, Loop and Scan. Random ops (OpSchema::random:
+// RandomUniform, Bernoulli, ...) stay: each run draws anew.
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
@@ -14,13 +20,66 @@ namespace {
 // it stays small (Expand or ConstantOfShape of a big shape stay as code).
 constexpr int64_t kSmallResultBytes = 64 * 1024;
 
+// An If whose condition is a constant becomes the taken branch's nodes, placed before it
+// and reading the If's captured inputs (the branch's inputs, in order).
+void InlineTakenBranch(Graph& graph, Node* node) {
+  const bool taken = node->input(0)->constant()->GetAsInt64(0) != 0;
+  const Graph& branch = *node->GetGraph(taken ? "then_branch" : "else_branch");
+  std::map<const Value*, Value*> mapped;
+  for (size_t i = 0; i < branch.inputs().size(); ++i) mapped[branch.inputs()[i]] = node->input(1 + i);
+  auto map = [&](const Value* v) -> Value* {
+    if (v == nullptr) return nullptr;
+    if (auto it = mapped.find(v); it != mapped.end()) return it->second;
+    Value* constant = graph.AddConstant(graph.UniqueName(v->name()), v->constant());  // a branch constant
+    return mapped[v] = constant;
+  };
+  for (const Node* inner : branch.nodes()) {
+    std::vector<Value*> inputs;
+    for (const Value* in : inner->inputs()) inputs.push_back(map(in));
+    std::vector<std::string> names;
+    for (const Value* out : inner->outputs()) names.push_back(graph.UniqueName(out->name()));
+    Node* copy = graph.InsertNodeBefore(node, inner->op(), absl::StrCat(node->name(), ".", inner->name()), inputs,
+                                        names, inner->opset());
+    copy->mutable_attrs() = inner->attrs();  // nested bodies are closed: shared as they are
+    for (size_t k = 0; k < inner->outputs().size(); ++k) {
+      copy->output(k)->set_type(inner->output(k)->type());
+      mapped[inner->output(k)] = copy->output(k);
+    }
+  }
+  for (size_t k = 0; k < node->outputs().size(); ++k) {
+    Value* result = map(branch.outputs()[k]);
+    if (result->producer() == nullptr || result->producer() == node) {  // an input or a constant
+      Node* identity = graph.InsertNodeBefore(node, "Identity", absl::StrCat(node->name(), ".out", k), {result},
+                                              {graph.UniqueName(node->output(k)->name())}, node->opset());
+      identity->output(0)->set_type(result->type());
+      result = identity->output(0);
+    }
+    graph.TakeOver(node->output(k), result);
+  }
+  graph.RemoveNode(node);
+}
+
 class FoldConstants : public Pass {
  public:
-  absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
+  absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {
     bool changed = false;
     for (Node* node : graph.nodes()) {
       const OpSchema* schema = FindOp(node->op());
       if (schema == nullptr || schema->random) continue;
+      if (node->op() == "If" && node->input(0) != nullptr && node->input(0)->is_constant() &&
+          node->GetGraph("then_branch") != nullptr && node->GetGraph("else_branch") != nullptr) {
+        InlineTakenBranch(graph, node);
+        changed = true;
+        continue;
+      }
+      if (node->has_subgraphs()) {  // folded inside: a body's Shape of a static value, say
+        for (const auto& [key, body] : node->subgraphs()) {
+          KILN_ASSIGN_OR_RETURN(bool folded, Run(*body, context));
+          if (folded) body->Compact();
+          changed |= folded;
+        }
+        continue;
+      }
       std::vector<const Tensor*> args;
       int64_t input_bytes = 0;
       bool foldable = true;

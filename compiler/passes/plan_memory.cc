@@ -284,10 +284,13 @@ KernelCalls KernelCallAnalysis::Compute(const Graph& graph, AnalysisManager&) {
 namespace {
 
 // A graph with a shape known only at run time gets its buffers at run time (the dynamic
-// glue, codegen/dynamic_glue.cc): there is nothing to plan here.
+// glue, codegen/dynamic_glue.cc), as does one with control flow: nothing to plan here.
 bool HasRunTimeShapes(const Graph& graph) {
   for (const Value* v : graph.values()) {
     if (!v->type().IsStatic()) return true;
+  }
+  for (const Node* node : graph.nodes()) {
+    if (node->has_subgraphs()) return true;
   }
   return false;
 }

@@ -28,6 +28,7 @@ void AddPoolOps(RefTable& table);         // ref_pool.cc
 void AddNormOps(RefTable& table);         // ref_norm.cc
 void AddQuantOps(RefTable& table);        // ref_quant.cc
 void AddBitwiseOps(RefTable& table);      // ref_bitwise.cc
+void AddControlOps(RefTable& table);      // ref_control.cc
 void AddRnnOps(RefTable& table);
 void AddDynamicOps(RefTable& table);
 void AddResizeOps(RefTable& table);
@@ -38,6 +39,7 @@ void AddNnExtraOps(RefTable& table);
 void AddRandomOps(RefTable& table);  // ref_random.cc
 void AddSignalOps(RefTable& table);  // ref_signal.cc
 void AddSpatialOps(RefTable& table);  // ref_spatial.cc
+void AddSequenceOps(RefTable& table);  // ref_sequence.cc
 // Last: it extends Cast, CastLike and the movement ops of the others to strings.
 void AddStringOps(RefTable& table);  // ref_strings.cc
 

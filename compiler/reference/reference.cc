@@ -34,6 +34,8 @@ const ref::RefTable& Table() {
     ref::AddRandomOps(*t);
     ref::AddSignalOps(*t);
     ref::AddSpatialOps(*t);
+    ref::AddControlOps(*t);
+    ref::AddSequenceOps(*t);
     ref::AddStringOps(*t);
     return t;
   }();

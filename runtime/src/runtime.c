@@ -499,11 +499,34 @@ kiln_status kiln_session_run(kiln_session* session, const void* const* inputs, v
   return run_with(session, inputs, outputs, session != NULL ? &session->hooks : NULL);
 }
 
+/* A sequence input: its length and each element's dtype and dims. */
+static kiln_status check_sequence_input(int32_t i, const kiln_tensor_info* info, const kiln_tensor* t) {
+  if (t->dtype != KILN_DTYPE_SEQUENCE || t->rank != 1 || t->dims == NULL || t->dims[0] < 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s'): expected a sequence (dtype %d, rank 1, a length)", i,
+                info->name, KILN_DTYPE_SEQUENCE);
+  const kiln_tensor* elements = t->data;
+  if (elements == NULL && t->dims[0] > 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s') has no elements", i, info->name);
+  for (int64_t k = 0; k < t->dims[0]; ++k) {
+    if (elements[k].dtype != info->element_dtype || (elements[k].rank > 0 && elements[k].dims == NULL))
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s'): element %lld is not a tensor of dtype %d", i,
+                  info->name, (long long)k, info->element_dtype);
+  }
+  return KILN_OK;
+}
+
 /* Checks inputs[i] against the descriptor: dtype, rank, and every dim it fixes. */
 static kiln_status check_shaped_inputs(const kiln_module_desc* desc, const kiln_tensor* inputs) {
   for (int32_t i = 0; i < desc->num_inputs; ++i) {
     const kiln_tensor_info* info = &desc->inputs[i];
     const kiln_tensor* t = &inputs[i];
+    const int optional = info->kind == KILN_VALUE_OPTIONAL || info->kind == KILN_VALUE_OPTIONAL_SEQUENCE;
+    if (optional && t->data == NULL) continue; /* empty */
+    if (info->kind == KILN_VALUE_SEQUENCE || info->kind == KILN_VALUE_OPTIONAL_SEQUENCE) {
+      kiln_status status = check_sequence_input(i, info, t);
+      if (status != KILN_OK) return status;
+      continue;
+    }
     if (t->dtype != info->dtype || t->rank != info->rank)
       return fail(KILN_ERROR_INVALID_ARGUMENT, "input %d ('%s'): expected dtype %d and rank %d, got dtype %d rank %d",
                   i, info->name, info->dtype, info->rank, t->dtype, t->rank);

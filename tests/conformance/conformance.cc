@@ -55,7 +55,25 @@ namespace {
 
 enum class Outcome { kPass, kFail, kUnsupported };
 
+std::string CompareTensors(const kiln::Tensor& got, const kiln::Tensor& want);
+
+// Sequences and optionals: the same kind, as many elements, each equal.
 std::string Compare(const kiln::Tensor& got, const kiln::Tensor& want) {
+  if (got.is_tensor() && want.is_tensor()) return CompareTensors(got, want);
+  if (got.kind() != want.kind()) {
+    return absl::StrCat("a ", kiln::ValueKindName(got.kind()), ", want a ", kiln::ValueKindName(want.kind()));
+  }
+  if (got.elements().size() != want.elements().size()) {
+    return absl::StrCat(got.elements().size(), " elements, want ", want.elements().size());
+  }
+  for (size_t i = 0; i < got.elements().size(); ++i) {
+    std::string diff = Compare(got.elements()[i], want.elements()[i]);
+    if (!diff.empty()) return absl::StrCat("element ", i, ": ", diff);
+  }
+  return "";
+}
+
+std::string CompareTensors(const kiln::Tensor& got, const kiln::Tensor& want) {
   // ONNX 1.12 writes bfloat16 expectations as their bits in uint16 (numpy has no bfloat16):
   // those compare bit for bit.
   if (got.dtype() == kiln::DType::kBFloat16 && want.dtype() == kiln::DType::kUInt16 && got.dims() == want.dims()) {
@@ -168,23 +186,52 @@ struct DataSet {
   std::vector<kiln::Tensor> inputs, expected;
 };
 
-absl::StatusOr<kiln::Tensor> ReadTensor(const fs::path& path) {
+// A value's file: a TensorProto, or a SequenceProto / OptionalProto where the model declares
+// a sequence or an optional.
+absl::StatusOr<kiln::Tensor> ReadTensor(const fs::path& path, kiln::ValueKind kind) {
   auto data = kiln::ReadFile(path.string());
   if (!data.ok()) return data.status();
-  return kiln::ParseTensorProto(*data);
+  return kiln::ParseValueProto(*data, kind);
+}
+
+kiln::ValueKind KindOf(const onnx::TypeProto& type) {
+  if (type.has_sequence_type()) return kiln::ValueKind::kSequence;
+  if (!type.has_optional_type()) return kiln::ValueKind::kTensor;
+  return type.optional_type().elem_type().has_sequence_type() ? kiln::ValueKind::kOptionalSequence
+                                                              : kiln::ValueKind::kOptional;
+}
+
+// The kinds of the model's graph inputs (initializers aside) and outputs, as declared.
+void DeclaredKinds(const fs::path& dir, std::vector<kiln::ValueKind>& inputs, std::vector<kiln::ValueKind>& outputs) {
+  onnx::ModelProto model;
+  auto bytes = kiln::ReadFile((dir / "model.onnx").string());
+  if (!bytes.ok() || !model.ParseFromString(*bytes)) return;
+  std::set<std::string> initialized;
+  for (const auto& init : model.graph().initializer()) initialized.insert(init.name());
+  for (const auto& in : model.graph().input()) {
+    if (!initialized.count(in.name())) inputs.push_back(KindOf(in.type()));
+  }
+  for (const auto& out : model.graph().output()) outputs.push_back(KindOf(out.type()));
 }
 
 absl::StatusOr<std::vector<DataSet>> ReadDataSets(const fs::path& dir, size_t num_inputs, size_t num_outputs) {
+  std::vector<kiln::ValueKind> input_kinds, output_kinds;
+  DeclaredKinds(dir, input_kinds, output_kinds);
+  auto kind = [](const std::vector<kiln::ValueKind>& kinds, size_t i) {
+    return i < kinds.size() ? kinds[i] : kiln::ValueKind::kTensor;
+  };
   std::vector<DataSet> sets;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (!entry.is_directory() || entry.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
     DataSet set{entry.path().filename().string(), {}, {}};
     for (size_t i = 0; i < num_inputs; ++i) {
-      KILN_ASSIGN_OR_RETURN(kiln::Tensor t, ReadTensor(entry.path() / absl::StrCat("input_", i, ".pb")));
+      KILN_ASSIGN_OR_RETURN(kiln::Tensor t,
+                            ReadTensor(entry.path() / absl::StrCat("input_", i, ".pb"), kind(input_kinds, i)));
       set.inputs.push_back(std::move(t));
     }
     for (size_t i = 0; i < num_outputs; ++i) {
-      KILN_ASSIGN_OR_RETURN(kiln::Tensor t, ReadTensor(entry.path() / absl::StrCat("output_", i, ".pb")));
+      KILN_ASSIGN_OR_RETURN(kiln::Tensor t,
+                            ReadTensor(entry.path() / absl::StrCat("output_", i, ".pb"), kind(output_kinds, i)));
       set.expected.push_back(std::move(t));
     }
     sets.push_back(std::move(set));
@@ -285,8 +332,13 @@ Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& d
   auto run = [&](const DataSet& set) -> absl::StatusOr<std::vector<kiln::Tensor>> {
     std::vector<kiln_tensor> in, out(static_cast<size_t>(desc->num_outputs));
     std::deque<kiln::Tensor> padded;
+    kiln::RuntimeSequences sequences;
     for (size_t i = 0; i < set.inputs.size() && i < static_cast<size_t>(desc->num_inputs); ++i) {
       const kiln_tensor_info& info = desc->inputs[i];
+      if (info.kind != KILN_VALUE_TENSOR) {
+        in.push_back(kiln::RuntimeValue(set.inputs[i], sequences));
+        continue;
+      }
       in.push_back(kiln::RuntimeView(AsDeclared(set.inputs[i], static_cast<kiln::DType>(info.dtype),
                                                 std::vector<int64_t>(info.dims, info.dims + info.rank), padded)));
     }
@@ -294,7 +346,7 @@ Outcome RunCompiled(const fs::path& dir, const std::string& work, std::string& d
       return absl::InternalError(kiln_last_error());
     }
     std::vector<kiln::Tensor> outputs;
-    for (const kiln_tensor& t : out) outputs.push_back(kiln::FromRuntime(t));
+    for (size_t i = 0; i < out.size(); ++i) outputs.push_back(kiln::FromRuntimeValue(out[i], desc->outputs[i]));
     return outputs;
   };
   const Outcome outcome = RunDataSets(dir, desc->num_inputs, desc->num_outputs, run, *bytes, detail);
@@ -384,9 +436,10 @@ Outcome RunReference(const fs::path& dir, std::string& detail) {
       std::deque<kiln::Tensor> store;
       std::vector<kiln::Tensor> inputs;
       for (size_t i = 0; i < set.inputs.size(); ++i) {
-        const kiln::TensorType* type = i < (*graph)->inputs().size() && (*graph)->inputs()[i]->type().has_shape
-                                           ? &(*graph)->inputs()[i]->type()
-                                           : nullptr;
+        const kiln::TensorType* type =
+            i < (*graph)->inputs().size() && (*graph)->inputs()[i]->type().has_shape && set.inputs[i].is_tensor()
+                ? &(*graph)->inputs()[i]->type()
+                : nullptr;
         inputs.push_back(type ? AsDeclared(set.inputs[i], type->dtype, type->StaticDims(), store) : set.inputs[i]);
       }
       return kiln::ReferenceRunGraph(**graph, inputs);

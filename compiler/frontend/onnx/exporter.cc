@@ -50,6 +50,9 @@ absl::Status SetAttribute(onnx::AttributeProto* attr, const std::string& name, c
     if (!attr->mutable_t()->ParseFromString(SerializeTensorProto(**v, name))) {
       return absl::InternalError(absl::StrCat("attribute '", name, "': tensor does not serialize"));
     }
+  } else if (std::holds_alternative<Subgraph>(value)) {
+    // Subgraphs hold their captured values as inputs, which ONNX bodies do not have.
+    return absl::UnimplementedError(absl::StrCat("attribute '", name, "': subgraphs are not exported"));
   }
   return absl::OkStatus();
 }

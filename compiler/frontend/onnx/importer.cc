@@ -217,9 +217,9 @@ class Importer {
   absl::StatusOr<TensorType> TypeFromValueInfo(const onnx::ValueInfoProto& info);
   absl::StatusOr<Tensor> LoadTensor(const onnx::TensorProto& proto);
   absl::Status ImportNode(const onnx::NodeProto& proto, int index);
-  // Each initializer's data moves into the graph: the proto's copy is freed as soon as its
-  // tensor exists, so a model's weights are held twice at most one tensor at a time.
-  absl::Status ImportInitializersAndInputs(onnx::GraphProto& graph);
+  // Each initializer's data moves into the graph: the main graph's proto gives up its copy
+  // as soon as the tensor exists, so a model's weights are held twice at most one at a time.
+  absl::Status ImportInitializersAndInputs(const onnx::GraphProto& graph, bool main);
   // A node as read, before it becomes IR: its name, "node 'n' (Op, opset k)" for errors,
   // attributes, inputs (nullptr: an optional one left out) and output names.
   struct NodeParts {
@@ -241,10 +241,30 @@ class Importer {
   // Opset 18-21 ops written as others (expand_ops.cc).
   absl::Status ImportExpanded(const NodeParts& node, onnx_import::Expansion expand);
   absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& attr, const std::string& where);
-  Value* Lookup(const std::string& name) const {
-    auto it = values_.find(name);
-    return it == values_.end() ? nullptr : it->second;
-  }
+  // The value a name has where the importer is. In a subgraph, a name of an enclosing
+  // graph becomes a captured value: an input of this graph (and of each graph between).
+  Value* Lookup(const std::string& name) { return LookupAt(scopes_.size() - 1, name); }
+  Value* LookupAt(size_t level, const std::string& name);
+  // A graph being imported: the main graph, or a subgraph with the outer names it captured
+  // (its last inputs, in that order).
+  struct Scope {
+    Graph* graph = nullptr;
+    std::map<std::string, Value*> values;
+    std::vector<std::string> captured;
+  };
+  Scope& scope() { return scopes_.back(); }
+  absl::Status ImportGraph(const onnx::GraphProto& graph, bool main);
+  // A graph attribute: the subgraph, imported in a scope of its own, and the outer names it
+  // captured.
+  struct Body {
+    std::string attr;
+    Subgraph graph;
+    std::vector<std::string> captured;
+  };
+  absl::StatusOr<Body> ImportBody(const onnx::AttributeProto& attr, const std::string& where);
+  // Gives every body of a node the same captured inputs (the union, in order) and appends
+  // the outer values to the node's inputs.
+  absl::Status CaptureForNode(std::vector<Body>& bodies, NodeParts& node);
   Node* Emit(const std::string& op, const std::string& name, std::vector<Value*> inputs,
              const std::vector<std::string>& outputs);
 
@@ -253,8 +273,9 @@ class Importer {
   // Initializers and graph inputs of an element type Kiln does not compute with, by name:
   // an error at the node that reads one (it can then name node, op and type).
   std::map<std::string, std::string> unsupported_values_;
-  std::unique_ptr<Graph> graph_;
-  std::map<std::string, Value*> values_;
+  std::unique_ptr<Graph> main_graph_;
+  Graph* graph_ = nullptr;  // the graph being imported (the innermost scope's)
+  std::vector<Scope> scopes_;
   int opset_ = 0;
 };
 
@@ -287,10 +308,44 @@ absl::StatusOr<Tensor> Importer::LoadTensor(const onnx::TensorProto& proto) {
   return t;
 }
 
+// A tensor, a sequence of tensors, or an optional of either: the element's dtype and
+// shape, with the kind (ir.h). Maps, sparse tensors and nested sequences are refused.
+absl::StatusOr<TensorType> TypeFromProto(const onnx::TypeProto& proto) {
+  auto unsupported = absl::UnimplementedError(
+      "is a map, a sparse tensor or a sequence of non-tensors; Kiln supports tensors, sequences of tensors and "
+      "optionals of those");
+  if (proto.has_sequence_type()) {
+    if (!proto.sequence_type().elem_type().has_tensor_type()) return unsupported;
+    KILN_ASSIGN_OR_RETURN(TensorType element, TypeFromProto(proto.sequence_type().elem_type()));
+    return element.WithKind(ValueKind::kSequence);
+  }
+  if (proto.has_optional_type()) {
+    KILN_ASSIGN_OR_RETURN(TensorType inner, TypeFromProto(proto.optional_type().elem_type()));
+    if (inner.is_optional()) return unsupported;
+    return inner.WithKind(inner.kind == ValueKind::kSequence ? ValueKind::kOptionalSequence : ValueKind::kOptional);
+  }
+  if (!proto.has_tensor_type()) return unsupported;
+  const auto& tt = proto.tensor_type();
+  TensorType type;
+  type.dtype = static_cast<DType>(tt.elem_type());
+  if (tt.has_shape()) {
+    type.has_shape = true;
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value()) {
+        type.shape.push_back(Dim::Known(d.dim_value()));
+      } else {
+        type.shape.push_back(Dim::Symbolic(d.has_dim_param() ? d.dim_param() : "?"));
+      }
+    }
+  }
+  return type;
+}
+
 absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProto& info) {
   if (!info.type().has_tensor_type()) {
-    return Error(
-        absl::StrCat("value '", info.name(), "' is not a tensor (sequences, maps and optionals are not supported)"));
+    absl::StatusOr<TensorType> other = TypeFromProto(info.type());
+    if (!other.ok()) return Error(absl::StrCat("value '", info.name(), "' ", other.status().message()));
+    return other;
   }
   const auto& tt = info.type().tensor_type();
   TensorType type;
@@ -306,7 +361,7 @@ absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProt
     }
   }
   auto it = options_.input_shapes.find(info.name());
-  if (it != options_.input_shapes.end()) {
+  if (it != options_.input_shapes.end() && graph_ == main_graph_.get()) {
     if (type.has_shape && type.shape.size() != it->second.size()) {
       return Error(absl::StrCat("--input-shape for '", info.name(), "' has rank ", it->second.size(),
                                 ", the model declares rank ", type.shape.size()));
@@ -343,16 +398,21 @@ absl::StatusOr<AttrValue> Importer::ConvertAttribute(const onnx::AttributeProto&
       if (!t.ok()) return t.status();
       return AttrValue(std::make_shared<const Tensor>(std::move(*t)));
     }
+    case onnx::AttributeProto::TYPE_PROTO: {  // Optional's type: kept as its IR text (ParseType reads it)
+      auto type = TypeFromProto(attr.tp());
+      if (!type.ok()) return Error(absl::StrCat(where, ": attribute '", attr.name(), "' ", type.status().message()));
+      return AttrValue(PrintType(*type));
+    }
     default:
       return Error(absl::StrCat(where, ": attribute '", attr.name(),
-                                "' has a type Kiln does not support (graphs, sparse tensors and type protos)"));
+                                "' has a type Kiln does not support (graphs and sparse tensors)"));
   }
 }
 
 Node* Importer::Emit(const std::string& op, const std::string& name, std::vector<Value*> inputs,
                      const std::vector<std::string>& outputs) {
   Node* node = graph_->AddNode(op, name, std::move(inputs), outputs, opset_);
-  for (size_t i = 0; i < outputs.size(); ++i) values_[outputs[i]] = node->output(i);
+  for (size_t i = 0; i < outputs.size(); ++i) scope().values[outputs[i]] = node->output(i);
   return node;
 }
 
@@ -366,8 +426,15 @@ absl::StatusOr<Importer::NodeParts> Importer::ReadNode(const onnx::NodeProto& pr
     return Error(
         absl::StrCat(where, ": domain '", proto.domain(), "' is not supported (only the default ONNX domain is)"));
   }
+  std::vector<Body> bodies;
   for (const auto& attr : proto.attribute()) {
     if (!attr.ref_attr_name().empty()) return Error(absl::StrCat(where, ": attribute references are not supported"));
+    if (attr.type() == onnx::AttributeProto::GRAPH) {
+      KILN_ASSIGN_OR_RETURN(Body body, ImportBody(attr, where));
+      node.attrs[attr.name()] = body.graph;
+      bodies.push_back(std::move(body));
+      continue;
+    }
     auto value = ConvertAttribute(attr, where);
     if (!value.ok()) return value.status();
     node.attrs[attr.name()] = std::move(*value);
@@ -387,7 +454,9 @@ absl::StatusOr<Importer::NodeParts> Importer::ReadNode(const onnx::NodeProto& pr
     if (v == nullptr) return Error(absl::StrCat(where, ": input '", in, "' is not defined before this node"));
     node.inputs.push_back(v);
   }
-  while (!node.inputs.empty() && node.inputs.back() == nullptr) node.inputs.pop_back();
+  // (A node with subgraphs keeps them: the captured values come after its own inputs.)
+  while (bodies.empty() && !node.inputs.empty() && node.inputs.back() == nullptr) node.inputs.pop_back();
+  if (!bodies.empty()) KILN_RETURN_IF_ERROR(CaptureForNode(bodies, node));
   // Optional outputs left unnamed are dropped from the end; interior ones get a name.
   std::vector<std::string>& outputs = node.outputs;
   outputs.assign(proto.output().begin(), proto.output().end());
@@ -396,6 +465,76 @@ absl::StatusOr<Importer::NodeParts> Importer::ReadNode(const onnx::NodeProto& pr
     if (outputs[i].empty()) outputs[i] = graph_->UniqueName(absl::StrCat(node.name, ".unused", i));
   }
   return node;
+}
+
+Value* Importer::LookupAt(size_t level, const std::string& name) {
+  Scope& here = scopes_[level];
+  if (auto it = here.values.find(name); it != here.values.end()) return it->second;
+  if (level == 0) return nullptr;
+  Value* outer = LookupAt(level - 1, name);
+  if (outer == nullptr) return nullptr;
+  // Its type is the outer value's, set again by type inference from the node's input.
+  Value* input = here.graph->AddValue(name, outer->type());
+  here.graph->AddInput(input);
+  here.values[name] = input;
+  here.captured.push_back(name);
+  return input;
+}
+
+absl::StatusOr<Importer::Body> Importer::ImportBody(const onnx::AttributeProto& attr, const std::string& where) {
+  Body body{attr.name(), std::make_shared<Graph>(), {}};
+  body.graph->set_opset(opset_);
+  body.graph->set_name(attr.g().name().empty() ? attr.name() : attr.g().name());
+  Graph* outer_graph = graph_;
+  std::vector<NodeProblem>* outer_problems = problems_;
+  scopes_.push_back(Scope{body.graph.get(), {}, {}});
+  graph_ = body.graph.get();
+  problems_ = nullptr;  // a body's problem is its node's: the first one, whole
+  absl::Status status = ImportGraph(attr.g(), /*main=*/false);
+  body.captured = std::move(scope().captured);
+  scopes_.pop_back();
+  graph_ = outer_graph;
+  problems_ = outer_problems;
+  if (!status.ok()) {
+    std::string reason(status.message());
+    if (absl::StartsWith(reason, options_.model_label + ": ")) reason.erase(0, options_.model_label.size() + 2);
+    return absl::Status(status.code(),
+                        absl::StrCat(options_.model_label, ": ", where, ": subgraph '", attr.name(), "': ", reason));
+  }
+  return body;
+}
+
+absl::Status Importer::CaptureForNode(std::vector<Body>& bodies, NodeParts& node) {
+  std::vector<std::string> all;
+  for (const Body& body : bodies) {
+    for (const std::string& name : body.captured) {
+      if (std::find(all.begin(), all.end(), name) == all.end()) all.push_back(name);
+    }
+  }
+  if (all.empty()) return absl::OkStatus();
+  std::vector<Value*> outer;
+  for (const std::string& name : all) {
+    Value* v = Lookup(name);
+    if (v == nullptr) return Error(absl::StrCat(node.where, ": captured value '", name, "' is not defined"));
+    outer.push_back(v);
+  }
+  for (Body& body : bodies) {
+    Graph& graph = *body.graph;
+    const size_t own = graph.inputs().size() - body.captured.size();
+    std::vector<Value*> inputs(graph.inputs().begin(), graph.inputs().begin() + static_cast<std::ptrdiff_t>(own));
+    for (size_t k = 0; k < all.size(); ++k) {
+      auto it = std::find(body.captured.begin(), body.captured.end(), all[k]);
+      if (it != body.captured.end()) {
+        inputs.push_back(graph.inputs()[own + static_cast<size_t>(it - body.captured.begin())]);
+      } else {  // captured by another body of the node only: an input this one does not read
+        inputs.push_back(graph.AddValue(graph.UniqueName(all[k]), outer[k]->type()));
+      }
+    }
+    graph.set_inputs(std::move(inputs));
+  }
+  node.inputs.insert(node.inputs.end(), outer.begin(), outer.end());
+  node.attrs[kCapturedAttr] = static_cast<int64_t>(all.size());
+  return absl::OkStatus();
 }
 
 absl::Status Importer::ImportConstant(const NodeParts& node) {
@@ -430,7 +569,7 @@ absl::Status Importer::ImportConstant(const NodeParts& node) {
   }
   if (tensor == nullptr || outputs.size() != 1)
     return Error(absl::StrCat(where, ": Constant needs one value attribute and one output"));
-  values_[outputs[0]] = graph_->AddConstant(outputs[0], tensor);
+  scope().values[outputs[0]] = graph_->AddConstant(outputs[0], tensor);
   return absl::OkStatus();
 }
 
@@ -559,13 +698,13 @@ absl::Status Importer::ImportNode(const onnx::NodeProto& proto, int index) {
   }
   problems_->push_back({name, proto.op_type(), opset_, reason});
   for (const std::string& out : proto.output()) {
-    if (!out.empty()) values_[out] = graph_->AddValue(graph_->UniqueName(out), TensorType{});
+    if (!out.empty()) scope().values[out] = graph_->AddValue(graph_->UniqueName(out), TensorType{});
   }
   return absl::OkStatus();
 }
 
-absl::Status Importer::ImportInitializersAndInputs(onnx::GraphProto& graph) {
-  for (onnx::TensorProto& init : *graph.mutable_initializer()) {
+absl::Status Importer::ImportInitializersAndInputs(const onnx::GraphProto& graph, bool main) {
+  for (const auto& init : graph.initializer()) {
     if (!SupportedElementType(init.data_type())) {
       unsupported_values_[init.name()] =
           absl::StrCat("'", init.name(), "' is an initializer of element type ", ElementTypeName(init.data_type()));
@@ -573,24 +712,28 @@ absl::Status Importer::ImportInitializersAndInputs(onnx::GraphProto& graph) {
     }
     auto tensor = LoadTensor(init);
     if (!tensor.ok()) return tensor.status();
-    values_[init.name()] = graph_->AddConstant(init.name(), std::make_shared<const Tensor>(std::move(*tensor)));
-    ReleaseData(init);
+    scope().values[init.name()] = graph_->AddConstant(init.name(), std::make_shared<const Tensor>(std::move(*tensor)));
+    // The importer owns the main graph's proto (ImportOnnxModel holds the model mutable).
+    if (main) ReleaseData(const_cast<onnx::TensorProto&>(init));
   }
   for (const auto& input : graph.input()) {
-    if (values_.count(input.name()) || unsupported_values_.count(input.name())) continue;  // an initializer
+    if (scope().values.count(input.name()) || unsupported_values_.count(input.name())) continue;  // an initializer
     const int32_t elem_type = input.type().tensor_type().elem_type();
-    if (input.type().has_tensor_type() && !SupportedElementType(elem_type)) {
+    if (input.type().has_tensor_type() && !SupportedElementType(elem_type) && (main || elem_type != 0)) {
       unsupported_values_[input.name()] =
           absl::StrCat("'", input.name(), "' is a graph input of element type ", ElementTypeName(elem_type));
       continue;
     }
-    auto type = TypeFromValueInfo(input);
+    // A subgraph's inputs may leave their types out (inference takes them from the node).
+    const bool untyped = !input.type().has_tensor_type() && input.type().value_case() == onnx::TypeProto::VALUE_NOT_SET;
+    auto type = !main && untyped ? absl::StatusOr<TensorType>(TensorType{}) : TypeFromValueInfo(input);
     if (!type.ok()) return type.status();
     Value* v = graph_->AddValue(input.name(), *type);
     graph_->AddInput(v);
-    values_[input.name()] = v;
+    scope().values[input.name()] = v;
   }
   for (const auto& name_shape : options_.input_shapes) {
+    if (!main) break;
     if (!graph_->IsGraphInput(Lookup(name_shape.first))) {
       return Error(absl::StrCat("--input-shape names '", name_shape.first, "', which is not a graph input"));
     }
@@ -636,25 +779,16 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
     if (absl::Status s = CheckWithOnnx(model); !s.ok()) return Error(std::string(s.message()));
   }
 
-  graph_ = std::make_unique<Graph>();
+  main_graph_ = std::make_unique<Graph>();
+  graph_ = main_graph_.get();
   graph_->set_opset(opset_);
   graph_->set_name(model.graph().name().empty() ? "main" : model.graph().name());
-  KILN_RETURN_IF_ERROR(ImportInitializersAndInputs(*model.mutable_graph()));
-  int index = 0;
-  for (const auto& node : model.graph().node()) {
-    if (auto s = ImportNode(node, index++); !s.ok()) return s;
-  }
-  for (const auto& output : model.graph().output()) {
-    if (auto it = unsupported_values_.find(output.name()); it != unsupported_values_.end())
-      return Error(absl::StrCat("graph output: ", it->second, ", which Kiln does not support"));
-    Value* v = Lookup(output.name());
-    if (v == nullptr) return Error(absl::StrCat("graph output '", output.name(), "' is never produced"));
-    graph_->AddOutput(v);
-  }
+  scopes_.assign(1, Scope{graph_, {}, {}});
+  KILN_RETURN_IF_ERROR(ImportGraph(model.graph(), /*main=*/true));
   if (problems_ != nullptr) {
     for (NodeProblem& problem : CheckGraph(*graph_)) problems_->push_back(std::move(problem));
     SortByNodeOrder(model.graph(), *problems_);
-    return std::move(graph_);
+    return std::move(main_graph_);
   }
   if (auto s = InferTypes(*graph_); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(options_.model_label, ": ", s.message()));
@@ -662,7 +796,23 @@ absl::StatusOr<std::unique_ptr<Graph>> Importer::Run(std::string_view bytes) {
   if (auto s = VerifyGraph(*graph_); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(options_.model_label, ": ", s.message()));
   }
-  return std::move(graph_);
+  return std::move(main_graph_);
+}
+
+absl::Status Importer::ImportGraph(const onnx::GraphProto& graph, bool main) {
+  KILN_RETURN_IF_ERROR(ImportInitializersAndInputs(graph, main));
+  int index = 0;
+  for (const auto& node : graph.node()) {
+    if (auto s = ImportNode(node, index++); !s.ok()) return s;
+  }
+  for (const auto& output : graph.output()) {
+    if (auto it = unsupported_values_.find(output.name()); it != unsupported_values_.end())
+      return Error(absl::StrCat("graph output: ", it->second, ", which Kiln does not support"));
+    Value* v = Lookup(output.name());
+    if (v == nullptr) return Error(absl::StrCat("graph output '", output.name(), "' is never produced"));
+    graph_->AddOutput(v);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

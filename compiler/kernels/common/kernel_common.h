@@ -23,6 +23,7 @@
 #include "kiln/kernels/resize.h"
 #include "kiln/kernels/rnn.h"
 #include "kiln/kernels/sampling.h"
+#include "kiln/kernels/sequence.h"
 #include "kiln/kernels/shape.h"
 #include "kiln/kernels/signal.h"
 #include "kiln/kernels/spatial.h"

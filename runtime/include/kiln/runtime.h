@@ -35,10 +35,26 @@ typedef enum kiln_status {
  * text instead, so keep the inputs as long as the outputs. */
 typedef struct kiln_tensor_info {
   const char* name;
-  int32_t dtype;
+  int32_t dtype; /* KILN_DTYPE_SEQUENCE for a sequence (or an optional one) */
   int32_t rank;
   const int64_t* dims;
+  int32_t kind;          /* kiln_value_kind */
+  int32_t element_dtype; /* a sequence's tensors' dtype; else dtype */
 } kiln_tensor_info;
+
+/* What a graph input or output is. A sequence of tensors travels as one kiln_tensor of
+ * dtype KILN_DTYPE_SEQUENCE and rank 1: dims[0] is its length and data an array of that
+ * many element kiln_tensors. An optional travels as its tensor or its sequence, with data
+ * NULL when it is empty. Sequences and optionals run through kiln_session_run_shaped only;
+ * a sequence output, like any shaped output, is the session's (elements included) until
+ * its next run. */
+typedef enum kiln_value_kind {
+  KILN_VALUE_TENSOR = 0,
+  KILN_VALUE_SEQUENCE = 1,
+  KILN_VALUE_OPTIONAL = 2,          /* an optional tensor */
+  KILN_VALUE_OPTIONAL_SEQUENCE = 3, /* an optional sequence */
+} kiln_value_kind;
+#define KILN_DTYPE_SEQUENCE 1000
 
 /* A tensor with its shape: dense row-major data, `rank` dims. */
 typedef struct kiln_tensor {

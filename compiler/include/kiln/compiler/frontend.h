@@ -52,5 +52,9 @@ absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::strin
 // ONNX TensorProto <-> Tensor (the input/output file format of `kiln run`).
 absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* name = nullptr);
 std::string SerializeTensorProto(const Tensor& tensor, const std::string& name);
+// A value of any kind (tensor.h ValueKind) from its file: a TensorProto, a SequenceProto or
+// an OptionalProto as `kind` says (value_proto.cc), and back.
+absl::StatusOr<Tensor> ParseValueProto(std::string_view bytes, ValueKind kind, std::string* name = nullptr);
+std::string SerializeValueProto(const Tensor& value, const std::string& name);
 
 }  // namespace kiln

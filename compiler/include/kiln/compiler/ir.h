@@ -26,24 +26,52 @@ struct Dim {
   bool operator==(const Dim& other) const { return size == other.size && symbol == other.symbol; }
 };
 
+// A value's type. For a sequence or an optional (`kind`), dtype and shape describe the
+// element (a sequence's tensors, an optional's tensor or its sequence's tensors); such a
+// type is never static, so the static paths see tensors only.
 struct TensorType {
   DType dtype = DType::kUndefined;
   std::vector<Dim> shape;
   bool has_shape = false;  // false: rank unknown
+  ValueKind kind = ValueKind::kTensor;
 
   static TensorType Static(DType dtype, const std::vector<int64_t>& dims);
+  bool is_tensor() const { return kind == ValueKind::kTensor; }
+  // A sequence, or an optional sequence: its run-time value holds tensors.
+  bool holds_sequence() const { return kind == ValueKind::kSequence || kind == ValueKind::kOptionalSequence; }
+  bool is_optional() const { return kind == ValueKind::kOptional || kind == ValueKind::kOptionalSequence; }
+  // The same type as a plain tensor (a sequence's or an optional's element).
+  TensorType Element() const {
+    TensorType t = *this;
+    t.kind = ValueKind::kTensor;
+    return t;
+  }
+  TensorType WithKind(ValueKind k) const {
+    TensorType t = *this;
+    t.kind = k;
+    return t;
+  }
   bool IsStatic() const;
   // Static dims; only valid when IsStatic().
   std::vector<int64_t> StaticDims() const;
   bool operator==(const TensorType& other) const {
-    return dtype == other.dtype && has_shape == other.has_shape && shape == other.shape;
+    return dtype == other.dtype && has_shape == other.has_shape && shape == other.shape && kind == other.kind;
   }
 };
 
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
-                               std::vector<std::string>, std::shared_ptr<const Tensor>>;
-
+class Graph;
 class Node;
+
+// A graph-valued attribute (If's branches, Loop's and Scan's body): a closed graph. The
+// importer turns every value a body reads from an enclosing graph into an explicit input:
+// the node gets the outer values appended to its inputs (their number in the attribute
+// kCapturedAttr), and each body gets matching graph inputs after its own, so no stage
+// ever sees a reference across graphs.
+using Subgraph = std::shared_ptr<Graph>;
+inline constexpr char kCapturedAttr[] = "kiln.captured";
+
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
+                               std::vector<std::string>, std::shared_ptr<const Tensor>, Subgraph>;
 
 class Value {
  public:
@@ -94,6 +122,12 @@ class Node {
   std::vector<int64_t> GetInts(const std::string& key, const std::vector<int64_t>& fallback = {}) const;
   std::vector<double> GetFloats(const std::string& key, const std::vector<double>& fallback = {}) const;
   const Tensor* GetTensor(const std::string& key) const;
+  // A graph attribute (null when absent), and every one the node has, by attribute name.
+  Graph* GetGraph(const std::string& key) const;
+  std::vector<std::pair<std::string, Graph*>> subgraphs() const;
+  bool has_subgraphs() const;
+  // How many of the node's inputs, at the end, are values its subgraphs capture.
+  size_t num_captured() const { return static_cast<size_t>(GetInt(kCapturedAttr, 0)); }
 
   // Opset of the default domain the node was imported under.
   int opset() const { return opset_; }
@@ -142,6 +176,7 @@ class Graph {
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
   void AddInput(Value* value) { inputs_.push_back(value); }
+  void set_inputs(std::vector<Value*> values) { inputs_ = std::move(values); }
   void AddOutput(Value* value) { outputs_.push_back(value); }
   void set_output(size_t i, Value* value) { outputs_[i] = value; }
   std::vector<Value*> values() const;
@@ -171,15 +206,19 @@ class Graph {
   double next_order_ = 0;
 };
 
-// Checks SSA form, topological order, arity and that every type is set; the message names
-// the offending node.
+// Checks SSA form, topological order, arity and that every type is set, in subgraphs too
+// (each closed: it reads only its own inputs, constants and nodes); the message names the
+// offending node.
 absl::Status VerifyGraph(const Graph& graph);
 
-// Stable text form: one line per node, constants summarised by shape and a short digest.
+// Stable text form: one line per node, constants summarised by shape and a short digest;
+// a node's subgraphs follow its line, indented.
 std::string PrintGraph(const Graph& graph);
 std::string PrintType(const TensorType& type);
 // Reads PrintGraph's text back (plus splat(v)/random(seed) constants and `opset N`); the
 // error names the line. The result is verified.
 absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(std::string_view text);
+// Reads PrintType's text back (a type given as an attribute, Optional's `type`).
+absl::StatusOr<TensorType> ParseType(std::string_view text);
 
 }  // namespace kiln

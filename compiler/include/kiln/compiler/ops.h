@@ -78,6 +78,10 @@ struct KernelCall {
   // u8 tensor of this many bytes after the node's outputs, placed in the arena by
   // plan-memory for the node's duration.
   int64_t scratch_bytes = 0;
+  // The kernel takes its outputs' buffers from exec->alloc and sets their data and dims
+  // itself (sequence and optional kernels, kiln/kernels/sequence.h): the run-time-shape
+  // glue only reads them back.
+  bool allocates_outputs = false;
 };
 
 // Dynamic shapes: a node whose output dims are known only at run time (symbolic input
@@ -114,6 +118,11 @@ struct OpSchema {
 };
 
 const OpSchema* FindOp(std::string_view name);
+
+// The call the run-time-shape glue copies a sequence, an optional or a tensor of run-time
+// rank out to a graph output with (sequence_ops.cc): one input, the value; one output, the
+// slot.
+KernelCall ValueExportCall();
 
 // The kernel call codegen (and plan-memory, for its scratch) uses: lower_fast where it
 // applies, otherwise lower.

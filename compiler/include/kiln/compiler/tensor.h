@@ -42,6 +42,12 @@ inline bool IsInteger(DType dtype) { return IsSignedInt(dtype) || IsUnsignedInt(
 
 int64_t NumElements(const std::vector<int64_t>& dims);
 
+// What a value is (ONNX's TypeProto kinds, maps aside): a tensor, a sequence of tensors, or
+// an optional holding a tensor or a sequence. Tensors are by far the common case; the
+// other kinds exist only at the edges of sequence and optional ops.
+enum class ValueKind : uint8_t { kTensor = 0, kSequence = 1, kOptional = 2, kOptionalSequence = 3 };
+const char* ValueKindName(ValueKind kind);
+
 // A dense, row-major host tensor. Bytes are 64-byte aligned so kernels may use aligned loads.
 // A kString tensor owns its texts; its data() is the array of `const char*` to them (as a
 // kernel sees a string tensor), kept pointing at the owned copies through copies.
@@ -53,6 +59,17 @@ class Tensor {
   Tensor& operator=(const Tensor& other);
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
+  // A sequence of tensors of `element_dtype`.
+  static Tensor Sequence(DType element_dtype, std::vector<Tensor> elements);
+  // An optional (kOptional or kOptionalSequence): empty, or holding a copy of `value`.
+  static Tensor Optional(ValueKind kind, DType element_dtype, const Tensor* value);
+
+  // A sequence or optional has no data of its own: dtype kUndefined, no dims, no bytes;
+  // elements() holds a sequence's tensors, or an optional's value (none when empty).
+  ValueKind kind() const { return kind_; }
+  bool is_tensor() const { return kind_ == ValueKind::kTensor; }
+  DType element_dtype() const { return is_tensor() ? dtype_ : element_dtype_; }
+  const std::vector<Tensor>& elements() const { return elements_; }
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& dims() const { return dims_; }
@@ -89,7 +106,10 @@ class Tensor {
     unsigned char bytes[64];
   };
   DType dtype_ = DType::kUndefined;
+  ValueKind kind_ = ValueKind::kTensor;
+  DType element_dtype_ = DType::kUndefined;  // sequences and optionals only
   std::vector<int64_t> dims_;
+  std::vector<Tensor> elements_;
   // Block-typed so the allocation is 64-byte aligned; data() reinterprets it as bytes.
   std::vector<Block> storage_;
   std::vector<std::string> strings_;  // kString: element texts, data() points at them
