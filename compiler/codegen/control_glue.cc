@@ -1,8 +1,8 @@
-// Control flow in the dynamic glue: each If/Loop/Scan body is planned as a graph of its own
+// Control flow in the dynamic glue: each If/Loop/Scan/SequenceMap body is planned as a graph of its own
 // and compiled to a native function kiln_body_N(inputs, outputs, exec) in the same module
 // (the dynamic entry's code, dims and buffers made at run time, since a body's input
 // shapes may change per iteration). The node itself becomes one call of its driver in the
-// kernel library (kiln_k_control_if/loop/scan, kiln/kernels/control.h) with the node's
+// kernel library (kiln_k_control_if/loop/scan/sequence_map, kiln/kernels/control.h) with the node's
 // inputs, its outputs' dims storage and the bodies' function pointers.
 #include <cstddef>
 
@@ -11,6 +11,7 @@
 #include "glue_builder.h"
 #include "kiln/common/status.h"
 #include "kiln/kernels/control.h"
+#include "kiln/runtime.h"
 
 namespace kiln::codegen {
 
@@ -51,7 +52,7 @@ absl::StatusOr<std::vector<int64_t>> ControlParams(const Node& node) {
   const int64_t captured = static_cast<int64_t>(node.num_captured());
   const int64_t num_inputs = static_cast<int64_t>(node.inputs().size());
   const int64_t num_outputs = static_cast<int64_t>(node.outputs().size());
-  if (node.op() == "If") return std::vector<int64_t>{captured};
+  if (node.op() == "If" || node.op() == "SequenceMap") return std::vector<int64_t>{captured};
   if (node.op() == "Loop") return std::vector<int64_t>{num_inputs - 2 - captured, captured};
   if (node.op() != "Scan") return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": no control-flow driver"));
   const bool batched = node.opset() < 9;
@@ -103,16 +104,19 @@ absl::Status GlueBuilder::EmitControlNode(size_t index) {
   }
   // The outputs' dims live in this function's frame, the known ones set (what an empty
   // Loop or Scan output keeps; 0 where unknown); the driver fills them and the data.
+  // A sequence's dims are its length alone (rank 1).
   for (const Value* out : node.outputs()) {
-    const int64_t rank = static_cast<int64_t>(out->type().shape.size());
+    const bool sequence = out->type().holds_sequence();
+    const int64_t rank = sequence ? 1 : static_cast<int64_t>(out->type().shape.size());
     llvm::Value* dims = alloca_builder_->CreateAlloca(
         i64_, builder_.getInt32(static_cast<uint32_t>(std::max<int64_t>(rank, 1))), out->name() + ".dims");
     for (int64_t d = 0; d < rank; ++d) {
-      const Dim& dim = out->type().shape[static_cast<size_t>(d)];
+      const Dim& dim = sequence ? Dim{} : out->type().shape[static_cast<size_t>(d)];
       builder_.CreateStore(builder_.getInt64(dim.known() ? dim.size : 0), builder_.CreateConstGEP1_64(i64_, dims, d));
     }
     rt_dims_[out] = dims;
-    outs.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), dims, rank, out->type().dtype});
+    outs.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), dims, rank,
+                            sequence ? static_cast<DType>(KILN_DTYPE_SEQUENCE) : out->type().dtype});
   }
   llvm::Value* in_array = KTensors(ins, "control.in");
   llvm::Value* out_array = KTensors(outs, "control.out");
@@ -140,6 +144,7 @@ absl::Status GlueBuilder::EmitControlNode(size_t index) {
   std::string driver = "kiln_k_control_if";
   if (node.op() == "Loop") driver = "kiln_k_control_loop";
   if (node.op() == "Scan") driver = "kiln_k_control_scan";
+  if (node.op() == "SequenceMap") driver = "kiln_k_control_sequence_map";
   llvm::FunctionCallee fn = module_.getOrInsertFunction(driver, kernel_type_);
   EmitFailureCheck(builder_.CreateCall(fn, {call}), index, node.name());
   for (size_t k = 0; k < node.outputs().size(); ++k) {

@@ -34,6 +34,22 @@ bool TouchesNonTensor(const Node& node) {
   return false;
 }
 
+// Whether a control-flow node's driver handles its values (see PlanDynamicGlue).
+bool ControlTakesNonTensors(const Node& node) {
+  if (node.op() == "If" || node.op() == "SequenceMap" || !TouchesNonTensor(node)) return true;
+  if (node.op() != "Loop") return false;
+  const Graph* body = node.GetGraph("body");
+  if (body == nullptr) return false;
+  const size_t carried = node.inputs().size() - std::min(node.inputs().size(), 2 + node.num_captured());
+  for (size_t k = 1 + carried; k < body->outputs().size(); ++k) {
+    if (!body->outputs()[k]->type().is_tensor()) return false;
+  }
+  for (size_t k = carried; k < node.outputs().size(); ++k) {
+    if (!node.output(k)->type().is_tensor()) return false;
+  }
+  return true;
+}
+
 bool IsStaticNode(const Node& node) {
   for (const Value* v : node.inputs()) {
     if (v != nullptr && !v->type().IsStatic()) return false;
@@ -164,9 +180,10 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
     if (schema == nullptr) return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
     KernelCall call;
     if (node.has_subgraphs()) {  // a driver calls the bodies' functions
-      // If takes its branch's outputs over whatever they are; the Loop and Scan drivers copy
-      // carried values as tensors.
-      if (node.op() != "If" && TouchesNonTensor(node)) {
+      // If takes its branch's outputs over whatever they are, Loop's carried values and
+      // SequenceMap's values may be sequences or optionals too (the drivers copy them as
+      // one-block values); Loop's scan outputs and Scan's values are stacked as tensors.
+      if (!ControlTakesNonTensors(node)) {
         return absl::UnimplementedError(
             absl::StrCat(NodeLabel(node), ": does not compile with sequences or optionals among its values yet"));
       }

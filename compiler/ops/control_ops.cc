@@ -157,7 +157,17 @@ absl::Status InferLoop(InferContext& ctx) {
   if (cond.dtype != DType::kBool || !cond.IsStatic() || NumElements(cond.StaticDims()) != 1) {
     return NodeError(node, absl::StrCat("the body's condition output must be one bool, is ", PrintType(cond)));
   }
-  for (size_t k = 0; k < num_carried; ++k) ctx.output_types[k] = types[2 + k];
+  // ONNX types Loop's outputs as the body's: a carried optional sequence the body returns
+  // as a sequence is a sequence out of the loop (a run of no iteration hands the input over
+  // as is: an empty one reads as the empty sequence, its length the glue's 0).
+  for (size_t k = 0; k < num_carried; ++k) {
+    ctx.output_types[k] = types[2 + k];
+    const ValueKind last = body->outputs()[1 + k]->type().kind;
+    const ValueKind kind = ctx.output_types[k].kind;
+    if (kind == ValueKind::kOptionalSequence && last == ValueKind::kSequence) {
+      ctx.output_types[k] = ctx.output_types[k].WithKind(last);
+    }
+  }
   for (size_t k = num_carried; k < ctx.output_types.size(); ++k) {
     TensorType scan = body->outputs()[1 + k]->type();
     scan.shape.insert(scan.shape.begin(), Unknown());

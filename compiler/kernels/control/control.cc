@@ -3,6 +3,8 @@
 // exec->release, the previous iteration's loop-carried values once the next has read them.
 #include "kiln/kernels/control.h"
 
+#include "value_block.h"
+
 namespace {
 
 constexpr int64_t kMaxRank = 16;
@@ -55,17 +57,20 @@ struct Buffers {
 };
 
 // out's dims from `from` (the glue gave out its rank and dims storage).
+// (An empty optional has no dims: out's stay.)
 void SetDims(kiln_ktensor& out, const kiln_ktensor& from) {
+  if (from.dims == nullptr) return;
   int64_t* dims = const_cast<int64_t*>(out.dims);
   for (int32_t d = 0; d < out.rank && d < from.rank; ++d) dims[d] = from.dims[d];
 }
 
-// `out` a fresh copy of `from` (its dims and data).
+// `out` a fresh copy of `from` (its dims and data): one block, as value_block.h lays a
+// tensor, a sequence or an optional out (an empty optional stays empty).
 int32_t CopyOut(const Buffers& buffers, kiln_ktensor& out, const kiln_ktensor& from) {
-  SetDims(out, from);
-  out.data = buffers.Alloc(Bytes(from));
-  if (out.data == nullptr) return KILN_KERR_MEMORY;
-  Copy(out.data, from.data, Bytes(from));
+  kiln_ktensor copy{nullptr, nullptr, 0, 0};
+  if (const int32_t rc = kiln_kernels::CopyValue(buffers.exec, &copy, from); rc != KILN_KERR_OK) return rc;
+  SetDims(out, copy);
+  out.data = copy.data;
   return KILN_KERR_OK;
 }
 
@@ -371,6 +376,69 @@ extern "C" int32_t kiln_k_control_scan(const kiln_control_call* call) {
   s.buffers.Release(s.body_out);
   if (rc != KILN_KERR_OK) {
     for (int32_t k = 0; k < call->num_outputs; ++k) s.buffers.Release(call->outputs[k].data);
+  }
+  return rc;
+}
+
+namespace {
+
+// SequenceMap: the body at each position, its own inputs' elements there (a tensor input
+// whole) and the captured values; each body output gathered into an output sequence.
+struct MapState {
+  const kiln_control_call* call;
+  Buffers buffers;
+  int64_t own, length;
+  kiln_ktensor *body_in, *results;  // results: per position, the body's outputs
+};
+
+int32_t MapPositions(MapState& s) {
+  const kiln_control_call* call = s.call;
+  for (int64_t k = s.own; k < call->num_inputs; ++k) s.body_in[k] = call->inputs[k];
+  for (int64_t i = 0; i < s.length; ++i) {
+    for (int64_t k = 0; k < s.own; ++k) {
+      const kiln_ktensor& in = call->inputs[k];
+      s.body_in[k] = kiln_kernels::IsSequence(in) ? kiln_kernels::ElementOf(in, i) : in;
+    }
+    const int32_t rc = call->bodies[0](s.body_in, s.results + i * call->num_outputs, call->exec);
+    if (rc != 0) return BodyError(rc);
+  }
+  return KILN_KERR_OK;
+}
+
+}  // namespace
+
+extern "C" int32_t kiln_k_control_sequence_map(const kiln_control_call* call) {
+  MapState s{call, Buffers{call->exec}, call->num_inputs - call->params[0], 0, nullptr, nullptr};
+  if (s.own < 1 || !kiln_kernels::IsSequence(call->inputs[0])) return KILN_KERR_UNSUPPORTED;
+  s.length = kiln_kernels::Length(call->inputs[0]);
+  for (int64_t k = 1; k < s.own; ++k) {
+    const kiln_ktensor& in = call->inputs[k];
+    if (kiln_kernels::IsSequence(in) && kiln_kernels::Length(in) != s.length) return KILN_KERR_SHAPE;
+  }
+  for (int32_t k = 0; k < call->num_outputs; ++k) call->outputs[k].data = nullptr;
+  s.body_in = Tensors(s.buffers, call->num_inputs);
+  s.results = Tensors(s.buffers, s.length * call->num_outputs + 1);
+  int32_t rc = s.body_in != nullptr && s.results != nullptr ? MapPositions(s) : KILN_KERR_MEMORY;
+  for (int32_t k = 0; k < call->num_outputs && rc == KILN_KERR_OK; ++k) {
+    kiln_ktensor seq{nullptr, nullptr, 0, 0};
+    rc = kiln_kernels::CopySequence(call->exec, &seq, s.length, [&](int64_t i) -> const kiln_ktensor& {
+      return s.results[i * call->num_outputs + k];
+    });
+    if (rc != KILN_KERR_OK) break;
+    kiln_ktensor& out = call->outputs[k];
+    out.data = seq.data;
+    if (out.rank > 0) const_cast<int64_t*>(out.dims)[0] = s.length;
+  }
+  for (int64_t i = 0; s.results != nullptr && i < s.length * call->num_outputs; ++i) {
+    s.buffers.ReleaseTensor(s.results[i]);
+  }
+  s.buffers.Release(s.body_in);
+  s.buffers.Release(s.results);
+  if (rc != KILN_KERR_OK) {
+    for (int32_t k = 0; k < call->num_outputs; ++k) {
+      s.buffers.Release(call->outputs[k].data);
+      call->outputs[k].data = nullptr;
+    }
   }
   return rc;
 }

@@ -5,133 +5,48 @@
 #include "kiln/kernels/sequence.h"
 
 #include "kernel_common.h"
+#include "value_block.h"
 
 using namespace kiln_kernels;
 
 namespace {
 
-constexpr int64_t kAlign = 64;
-
-KILN_ALWAYS_INLINE int64_t RoundUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+kiln_ktensor* Out(const kiln_kcall* call, int32_t index) { return const_cast<kiln_ktensor*>(&call->outputs[index]); }
 
 // The one way a kernel here sets an output: the glue reads data, dims, rank and dtype back.
 KILN_ALWAYS_INLINE void SetOutput(const kiln_kcall* call, int32_t index, void* data, const int64_t* dims, int32_t rank,
                                   int32_t dtype) {
-  kiln_ktensor* out = const_cast<kiln_ktensor*>(&call->outputs[index]);
-  out->data = data;
-  out->dims = dims;
-  out->rank = rank;
-  out->dtype = dtype;
+  SetValue(Out(call, index), data, dims, rank, dtype);
 }
 
-void* Alloc(const kiln_kcall* call, int64_t bytes) {
-  if (call->exec == nullptr || call->exec->alloc == nullptr) return nullptr;
-  return call->exec->alloc(call->exec->arena, bytes > 0 ? bytes : 1);
-}
-
-int64_t TensorBytes(const kiln_ktensor& t) { return Numel(t) * ElementSize(t.dtype); }
-
-bool IsSequence(const kiln_ktensor& t) { return t.dtype == KILN_DTYPE_SEQUENCE_CODE; }
-int64_t Length(const kiln_ktensor& seq) { return seq.dims[0]; }
-const kiln_ktensor& ElementOf(const kiln_ktensor& seq, int64_t i) {
-  return static_cast<const kiln_ktensor*>(seq.data)[i];
-}
+void* Alloc(const kiln_kcall* call, int64_t bytes) { return ValueAlloc(call->exec, bytes); }
 
 // A scalar position input (int32 or int64).
 int64_t ReadIndex(const kiln_ktensor& t) {
   return t.dtype == kI32 ? *static_cast<const int32_t*>(t.data) : *static_cast<const int64_t*>(t.data);
 }
 
-// One element of a sequence being built: its shape, and how to fill its bytes.
-struct ElementShape {
-  int32_t rank;
-  int32_t dtype;
-  int64_t dims[KILN_MAX_RANK];
-};
-
-// Makes output `index` a sequence of `n` elements: describe(i, shape) gives element i's
-// shape, fill(i, bytes) writes its data. One block: elements, length, dims, data.
+// Output `index` built as value_block.h lays values out.
 template <typename Describe, typename Fill>
 int32_t BuildSequence(const kiln_kcall* call, int32_t index, int64_t n, Describe describe, Fill fill) {
-  int64_t dims_words = 0, data_bytes = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ElementShape s;
-    if (int32_t rc = describe(i, s); rc != KILN_KERR_OK) return rc;
-    int64_t count = 1;
-    for (int32_t d = 0; d < s.rank; ++d) count *= s.dims[d];
-    dims_words += s.rank;
-    data_bytes += RoundUp(count * ElementSize(s.dtype));
-  }
-  const int64_t header = RoundUp(n * static_cast<int64_t>(sizeof(kiln_ktensor)) + 8 * (1 + dims_words));
-  char* block = static_cast<char*>(Alloc(call, header + data_bytes));
-  if (block == nullptr) return KILN_KERR_MEMORY;
-  kiln_ktensor* elements = reinterpret_cast<kiln_ktensor*>(block);
-  int64_t* length = reinterpret_cast<int64_t*>(block + n * static_cast<int64_t>(sizeof(kiln_ktensor)));
-  *length = n;
-  int64_t* dims = length + 1;
-  char* data = block + header;
-  for (int64_t i = 0; i < n; ++i) {
-    ElementShape s;
-    describe(i, s);
-    int64_t count = 1;
-    for (int32_t d = 0; d < s.rank; ++d) count *= dims[d] = s.dims[d];
-    elements[i] = kiln_ktensor{data, dims, s.rank, s.dtype};
-    fill(i, data);
-    dims += s.rank;
-    data += RoundUp(count * ElementSize(s.dtype));
-  }
-  SetOutput(call, index, block, length, 1, KILN_DTYPE_SEQUENCE_CODE);
-  return KILN_KERR_OK;
+  return kiln_kernels::BuildSequence(call->exec, Out(call, index), n, describe, fill);
 }
 
-// A sequence of copies of `count` tensors, source(i) giving the i-th.
 template <typename Source>
 int32_t CopySequence(const kiln_kcall* call, int32_t index, int64_t count, Source source) {
-  auto describe = [&](int64_t i, ElementShape& s) -> int32_t {
-    const kiln_ktensor& t = source(i);
-    if (t.rank > KILN_MAX_RANK) return KILN_KERR_UNSUPPORTED;
-    s.rank = t.rank;
-    s.dtype = t.dtype;
-    for (int32_t d = 0; d < t.rank; ++d) s.dims[d] = t.dims[d];
-    return KILN_KERR_OK;
-  };
-  auto fill = [&](int64_t i, char* bytes) {
-    const kiln_ktensor& t = source(i);
-    if (TensorBytes(t) > 0) memcpy(bytes, t.data, static_cast<size_t>(TensorBytes(t)));
-  };
-  return BuildSequence(call, index, count, describe, fill);
+  return kiln_kernels::CopySequence(call->exec, Out(call, index), count, source);
 }
 
-// Makes output `index` a tensor: one block, data then dims. Returns its data (null: memory).
 char* BuildTensor(const kiln_kcall* call, int32_t index, int32_t rank, const int64_t* dims, int32_t dtype) {
-  int64_t count = 1;
-  for (int32_t d = 0; d < rank; ++d) count *= dims[d];
-  const int64_t data_bytes = RoundUp(count * ElementSize(dtype));
-  char* block = static_cast<char*>(Alloc(call, data_bytes + 8 * (rank > 0 ? rank : 1)));
-  if (block == nullptr) return nullptr;
-  int64_t* out_dims = reinterpret_cast<int64_t*>(block + data_bytes);
-  for (int32_t d = 0; d < rank; ++d) out_dims[d] = dims[d];
-  SetOutput(call, index, block, out_dims, rank, dtype);
-  return block;
+  return kiln_kernels::BuildTensor(call->exec, Out(call, index), rank, dims, dtype);
 }
 
 int32_t CopyTensor(const kiln_kcall* call, int32_t index, const kiln_ktensor& t) {
-  char* data = BuildTensor(call, index, t.rank, t.dims, t.dtype);
-  if (data == nullptr) return KILN_KERR_MEMORY;
-  if (TensorBytes(t) > 0) memcpy(data, t.data, static_cast<size_t>(TensorBytes(t)));
-  return KILN_KERR_OK;
+  return kiln_kernels::CopyTensor(call->exec, Out(call, index), t);
 }
 
-// A copy of any value; an empty optional stays empty (data and dims null).
 int32_t CopyValue(const kiln_kcall* call, int32_t index, const kiln_ktensor& v) {
-  if (v.data == nullptr) {
-    SetOutput(call, index, nullptr, nullptr, v.rank, v.dtype);
-    return KILN_KERR_OK;
-  }
-  if (IsSequence(v)) {
-    return CopySequence(call, index, Length(v), [&](int64_t i) -> const kiln_ktensor& { return ElementOf(v, i); });
-  }
-  return CopyTensor(call, index, v);
+  return kiln_kernels::CopyValue(call->exec, Out(call, index), v);
 }
 
 }  // namespace

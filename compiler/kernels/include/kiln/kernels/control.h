@@ -21,7 +21,11 @@ typedef int32_t (*kiln_body_fn)(const kiln_ktensor* inputs, kiln_ktensor* output
  *   If:   [num_captured]                                  bodies: then, else
  *   Loop: [num_carried, num_captured]                     body
  *   Scan: [num_states, num_scan_inputs, num_captured, batched (opset 8), then per scan
- *          input its axis and reverse flag, per scan output its axis and reverse flag] */
+ *          input its axis and reverse flag, per scan output its axis and reverse flag]
+ *   SequenceMap: [num_captured]                       body (run per position; each output
+ *          a sequence gathering the body's output at every position)
+ * Loop's carried values and SequenceMap's values may be sequences or optionals: the drivers
+ * copy those as kiln/kernels/sequence.h lays them out (one owning block). */
 typedef struct kiln_control_call {
   const kiln_ktensor* inputs;
   kiln_ktensor* outputs;
@@ -35,6 +39,7 @@ typedef struct kiln_control_call {
 int32_t kiln_k_control_if(const kiln_control_call* call);
 int32_t kiln_k_control_loop(const kiln_control_call* call);
 int32_t kiln_k_control_scan(const kiln_control_call* call);
+int32_t kiln_k_control_sequence_map(const kiln_control_call* call);
 
 #ifdef __cplusplus
 }
