@@ -6,7 +6,10 @@ outputs in the node-test layout, run by kiln-conformance compiled and with --ref
                       main-graph value read in the body;
   test_cf_loop_while  Loop (opset 13) with no trip count (a while loop ended by its
                       condition), a scan output, and an If in the body reading loop inputs;
-  test_cf_loop_zero   the same loop run no time: an empty scan output.
+  test_cf_loop_zero   the same loop run no time: an empty scan output;
+  test_cf_loop_seq_zero  Loop carrying a sequence run no time: the sequence given back;
+  test_cf_seq_map_capture  SequenceMap with two outputs, a tensor input taken whole and a
+                      main-graph value read in the body.
 
   make_control_models.py KILN_CONFORMANCE [--keep DIR]
 """
@@ -23,7 +26,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-CASES = ["test_cf_loop_while", "test_cf_loop_zero", "test_cf_scan_axes"]
+CASES = ["test_cf_loop_seq_zero", "test_cf_loop_while", "test_cf_loop_zero", "test_cf_scan_axes",
+         "test_cf_seq_map_capture"]
 
 
 def save(root, dirname, model, inputs, outputs):
@@ -32,8 +36,9 @@ def save(root, dirname, model, inputs, outputs):
     onnx.save(model, os.path.join(root, dirname, "model.onnx"))
     for kind, items in (("input", inputs), ("output", outputs)):
         for i, (n, a) in enumerate(items):
+            proto = nh.from_list(a, n) if isinstance(a, list) else nh.from_array(a, n)
             with open(os.path.join(data, f"{kind}_{i}.pb"), "wb") as f:
-                f.write(nh.from_array(a, n).SerializeToString())
+                f.write(proto.SerializeToString())
 
 
 def make_cases(root):
@@ -98,6 +103,41 @@ def make_cases(root):
     # empty scan output of shape [0, 3].
     save(root, "test_cf_loop_zero", lm, [("c0", np.array(False)), ("x0", x0), ("step", step), ("half", half),
                                          ("limit", limit)], [("xf", x0), ("sqs", np.zeros((0, 3), np.float32))])
+    make_sequence_cases(root, rng)
+
+
+def make_sequence_cases(root, rng):
+    seq_f = h.make_tensor_sequence_value_info  # (name, elem_type, shape)
+    # Loop carrying a sequence, run no time (trip count 0): the given sequence comes back.
+    body = h.make_graph([
+        h.make_node("Identity", ["c"], ["c_out"]),
+        h.make_node("SequenceInsert", ["s_in", "x"], ["s_out"]),
+    ], "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []),
+                seq_f("s_in", T.FLOAT, None)], [h.make_tensor_value_info("c_out", T.BOOL, []), seq_f("s_out", T.FLOAT, None)])
+    g = h.make_graph([h.make_node("Loop", ["n", "", "s0"], ["s"], body=body)], "loop_seq",
+                     [h.make_tensor_value_info("n", T.INT64, []), seq_f("s0", T.FLOAT, None),
+                      h.make_tensor_value_info("x", T.FLOAT, [2])], [seq_f("s", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    s0 = [rng.standard_normal([3]).astype(np.float32), rng.standard_normal([1, 2]).astype(np.float32)]
+    x = rng.standard_normal([2]).astype(np.float32)
+    save(root, "test_cf_loop_seq_zero", m, [("n", np.array(0, np.int64)), ("s0", s0), ("x", x)], [("s", s0)])
+    # SequenceMap: y = e * t + w and the shape of e, per element e of a; t taken whole, w a
+    # main-graph value.
+    body = h.make_graph([
+        h.make_node("Mul", ["e", "t_in"], ["et"]),
+        h.make_node("Add", ["et", "w"], ["y"]),
+        h.make_node("Shape", ["e"], ["shape"]),
+    ], "body", [h.make_tensor_value_info("e", T.FLOAT, ["N"]), h.make_tensor_value_info("t_in", T.FLOAT, [1])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["N"]), h.make_tensor_value_info("shape", T.INT64, [1])])
+    g = h.make_graph([h.make_node("Neg", ["v"], ["w"]), h.make_node("SequenceMap", ["a", "t"], ["ys", "shapes"], body=body)],
+                     "seq_map", [seq_f("a", T.FLOAT, ["N"]), h.make_tensor_value_info("t", T.FLOAT, [1]),
+                                 h.make_tensor_value_info("v", T.FLOAT, [1])],
+                     [seq_f("ys", T.FLOAT, ["N"]), seq_f("shapes", T.INT64, [1])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    a = [rng.standard_normal([n]).astype(np.float32) for n in (3, 1, 4)]
+    t = rng.standard_normal([1]).astype(np.float32); v = rng.standard_normal([1]).astype(np.float32)
+    save(root, "test_cf_seq_map_capture", m, [("a", a), ("t", t), ("v", v)],
+         [("ys", [e * t - v for e in a]), ("shapes", [np.array([len(e)], np.int64) for e in a])])
 
 
 def main():
