@@ -225,7 +225,7 @@ void RegisterOptionals(Registry& registry) {
 }
 
 // SequenceMap(sequence, additional...): its body over each position's elements (a tensor
-// input whole), one sequence per body output. Runs in the reference; compiles not yet.
+// input whole), one sequence per body output. Compiles to a driver call (kiln_k_control_sequence_map).
 absl::Status InferSequenceMap(InferContext& ctx) {
   Graph* body = ctx.node.GetGraph("body");
   if (body == nullptr) return NodeError(ctx.node, "needs the graph attribute 'body'");
