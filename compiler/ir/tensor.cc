@@ -97,7 +97,13 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(st
 }
 
 Tensor::Tensor(const Tensor& other)
-    : dtype_(other.dtype_), dims_(other.dims_), storage_(other.storage_), strings_(other.strings_) {
+    : dtype_(other.dtype_),
+      kind_(other.kind_),
+      element_dtype_(other.element_dtype_),
+      dims_(other.dims_),
+      elements_(other.elements_),
+      storage_(other.storage_),
+      strings_(other.strings_) {
   PointAtStrings();
 }
 
@@ -106,6 +112,9 @@ Tensor& Tensor::operator=(const Tensor& other) {
   dtype_ = other.dtype_;
   dims_ = other.dims_;
   storage_ = other.storage_;
+  kind_ = other.kind_;
+  element_dtype_ = other.element_dtype_;
+  elements_ = other.elements_;
   strings_ = other.strings_;
   PointAtStrings();
   return *this;

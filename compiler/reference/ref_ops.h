@@ -36,9 +36,9 @@ void AddLossOps(RefTable& table);
 void AddSamplingOps(RefTable& table);
 void AddLinalgOps(RefTable& table);
 void AddNnExtraOps(RefTable& table);
-void AddRandomOps(RefTable& table);  // ref_random.cc
-void AddSignalOps(RefTable& table);  // ref_signal.cc
-void AddSpatialOps(RefTable& table);  // ref_spatial.cc
+void AddRandomOps(RefTable& table);    // ref_random.cc
+void AddSignalOps(RefTable& table);    // ref_signal.cc
+void AddSpatialOps(RefTable& table);   // ref_spatial.cc
 void AddSequenceOps(RefTable& table);  // ref_sequence.cc
 // Last: it extends Cast, CastLike and the movement ops of the others to strings.
 void AddStringOps(RefTable& table);  // ref_strings.cc
