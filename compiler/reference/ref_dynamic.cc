@@ -160,7 +160,10 @@ Result NonMaxSuppression(const Node& node, const Inputs& in) {
   auto scalar = [&](size_t i, double fallback) {
     return in.size() > i && in[i] != nullptr && in[i]->num_elements() > 0 ? in[i]->GetAsDouble(0) : fallback;
   };
-  const auto max_per_class = static_cast<int64_t>(scalar(2, 0));
+  // An int64 read as such: exporters pass INT64_MAX for "no limit" (torchvision's
+  // batched_nms), which a double cannot hold.
+  const int64_t max_per_class =
+      in.size() > 2 && in[2] != nullptr && in[2]->num_elements() > 0 ? in[2]->GetAsInt64(0) : 0;
   const double iou_threshold = scalar(3, 0), score_threshold = scalar(4, -INFINITY);
   const bool center = node.GetInt("center_point_box", 0) != 0;
   const int64_t batches = boxes.dims()[0], count = boxes.dims()[1], classes = scores.dims()[1];
