@@ -205,7 +205,7 @@ absl::StatusOr<v1::AccuracyReport> Validate(const v1::CompileSpec& spec, std::st
   KILN_RETURN_IF_ERROR(RunArtifact(artifact_path, *inputs, outputs, loaded));
   std::vector<std::string> output_names;
   for (int i = 0; i < loaded.desc->num_outputs; ++i) output_names.push_back(loaded.desc->outputs[i].name);
-  v1::AccuracyReport report = Judge(spec, output_names, outputs, *reference);
+  v1::AccuracyReport report = Judge(spec, output_names, outputs, *reference, DrawnAtRandom(*reference_graph));
   report.set_artifact_size_bytes(static_cast<double>(compiled.artifact_bytes));
   for (size_t i = 0; i < inputs->size(); ++i)
     context.input_descriptions.push_back(Describe(reference_graph->inputs()[i]->name(), (*inputs)[i]));

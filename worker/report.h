@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/compiler/ir.h"
 #include "kiln/compiler/tensor.h"
 #include "kiln/v1/report.pb.h"
 #include "kiln/v1/spec.pb.h"
@@ -26,9 +27,14 @@ namespace kiln::worker {
 v1::OutputAccuracy CompareOutput(const std::string& name, const Tensor& got, const Tensor& reference, double atol,
                                  double rtol, bool* shape_ok);
 
-// Every output compared, and the verdict by the spec's accuracy section.
+// Every output compared, and the verdict by the spec's accuracy section; an output marked in
+// `drawn_at_random` (by DrawnAtRandom) is held to the reference's shape and dtype only.
 v1::AccuracyReport Judge(const v1::CompileSpec& spec, const std::vector<std::string>& output_names,
-                         const std::vector<Tensor>& outputs, const std::vector<Tensor>& reference);
+                         const std::vector<Tensor>& outputs, const std::vector<Tensor>& reference,
+                         const std::vector<bool>& drawn_at_random = {});
+
+// Per graph output: whether its values depend on a random op without a seed.
+std::vector<bool> DrawnAtRandom(const Graph& graph);
 
 struct Latency {
   double median_ms = 0, p90_ms = 0;

@@ -909,6 +909,34 @@ def scenario_injected_kernel_bug(work):
                   f"{kernel}: the injected error is measured: {output}")
 
 
+def scenario_random_outputs(work):
+    """An output drawn by an unseeded random op (RandomNormalLike) differs between the artifact
+    and the reference by design: validation compares its shape and dtype only and says so,
+    while the model's other output is compared as usual."""
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("RandomNormalLike", ["x"], ["r"], name="draw", scale=0.5),
+         helper.make_node("Add", ["x", "r"], ["noisy"], name="add_noise"),
+         helper.make_node("Relu", ["x"], ["clean"], name="relu")], "random",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("noisy", TensorProto.FLOAT, [4, 8]),
+         helper.make_tensor_value_info("clean", TensorProto.FLOAT, [4, 8])])
+    model = os.path.join(work, "random.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = os.path.join(work, "out")
+    with Kilnd(os.path.join(work, "data"), workers=1) as server:
+        result = kiln("submit", model, "--server", server.address, "--atol", "1e-4", "--rtol", "1e-3", "--wait",
+                      "--skip-latency", "--output", out, "--fail-on-accuracy", check_rc=False)
+    log(f"random outputs: exit {result.returncode}: {result.stdout.strip()}")
+    report = json.load(open(os.path.join(out, "report.json")))
+    outputs = {o["name"]: o for o in report["outputs"]}
+    check(result.returncode == 0 and report["verdict"]["passed"], f"verdict {report['verdict']}: {result.stderr}")
+    check(outputs["noisy"].get("drawn_at_random") is True, f"noisy is marked drawn at random: {outputs['noisy']}")
+    check(not outputs["clean"].get("drawn_at_random", False) and outputs["clean"]["max_abs_error"] < 1e-6,
+          f"clean is compared: {outputs['clean']}")
+
+
 def scenario_dynamic_shapes(work):
     """A model whose batch is known only at run time compiles once through the service, is
     validated against the reference at batch 2, and the fetched artifact runs at batch 1
