@@ -279,7 +279,7 @@ llvm::Value* GlueBuilder::ElementCount(llvm::Value* dims, size_t rank) {
 }
 
 llvm::Value* GlueBuilder::EmitAlloc(llvm::Value* bytes, size_t index, const std::string& name) {
-  // kiln_kexec: {pool, parallel_for, kernel_done, profile_ctx, arena, alloc, release, text_arena, alloc_text}
+  // kiln_kexec: {pool, parallel_for, kernel_done, profile_ctx, arena, alloc, release, slot, text_arena, alloc_text}
   llvm::Value* arena = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 4));
   llvm::Value* alloc = builder_.CreateLoad(ptr_, builder_.CreateConstGEP1_64(ptr_, exec_arg_, 5));
   auto* alloc_type = llvm::FunctionType::get(ptr_, {ptr_, i64_}, false);
