@@ -8,9 +8,6 @@
 #include "op_helpers.h"
 
 namespace kiln::ops {
-namespace {
-
-using Rule = std::function<absl::StatusOr<DynamicShape>(const InferContext&)>;
 
 absl::StatusOr<int64_t> RankOf(const InferContext& ctx, size_t i) {
   if (!ctx.has_input(i) || !ctx.type(i).has_shape) {
@@ -26,6 +23,10 @@ TensorType RankOnly(DType dtype, int64_t rank) {
   t.shape.assign(static_cast<size_t>(rank), Dim::Symbolic("?"));
   return t;
 }
+
+namespace {
+
+using Rule = std::function<absl::StatusOr<DynamicShape>(const InferContext&)>;
 
 // A shape function over node inputs [0, num_inputs) with `params`.
 template <typename K>

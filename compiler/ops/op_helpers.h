@@ -76,6 +76,10 @@ void RegisterSignalOps(Registry& registry);
 void RegisterSpatialOps(Registry& registry);
 // Run-time shape rules of spatial_ops.cc, attached with the others in dynamic_ops.cc.
 absl::StatusOr<DynamicShape> MaxRoiPoolShapeRule(const InferContext& ctx);
+// For run-time shape rules (defined in dynamic_ops.cc): input i's rank, an error naming the
+// node when it is unknown; and a type of `rank` dims all known only at run time.
+absl::StatusOr<int64_t> RankOf(const InferContext& ctx, size_t i);
+TensorType RankOnly(DType dtype, int64_t rank);
 absl::StatusOr<DynamicShape> Col2ImShapeRule(const InferContext& ctx);
 absl::StatusOr<DynamicShape> AffineGridShapeRule(const InferContext& ctx);
 void RegisterSequenceOps(Registry& registry);  // sequence_ops.cc

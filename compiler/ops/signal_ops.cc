@@ -10,21 +10,8 @@
 namespace kiln::ops {
 namespace {
 
-TensorType RankOnly(DType dtype, int64_t rank) {
-  TensorType t;
-  t.dtype = dtype;
-  t.has_shape = true;
-  t.shape.assign(static_cast<size_t>(rank), Dim::Symbolic("?"));
-  return t;
-}
-
-absl::StatusOr<int64_t> RankOf(const InferContext& ctx, size_t i) {
-  if (!ctx.has_input(i) || !ctx.type(i).has_shape) {
-    return NodeError(ctx.node, absl::StrCat("the rank of input ", i, " is unknown"));
-  }
-  return static_cast<int64_t>(ctx.type(i).shape.size());
-}
-
+// Unlike dynamic_ops.cc's, passes all `num_inputs` operands, omitted ones as null tensors:
+// these shape functions index their optional inputs by position.
 template <typename K>
 DynamicShape ShapeCall(const InferContext& ctx, size_t num_inputs, const kiln_shape_params& params, TensorType out) {
   return DynamicShape{CallWithParams<K>(PassInputs(ctx.node, num_inputs), params), {std::move(out)}};
