@@ -342,24 +342,10 @@ absl::StatusOr<TensorType> TypeFromProto(const onnx::TypeProto& proto) {
 }
 
 absl::StatusOr<TensorType> Importer::TypeFromValueInfo(const onnx::ValueInfoProto& info) {
-  if (!info.type().has_tensor_type()) {
-    absl::StatusOr<TensorType> other = TypeFromProto(info.type());
-    if (!other.ok()) return Error(absl::StrCat("value '", info.name(), "' ", other.status().message()));
-    return other;
-  }
-  const auto& tt = info.type().tensor_type();
-  TensorType type;
-  type.dtype = static_cast<DType>(tt.elem_type());
-  if (tt.has_shape()) {
-    type.has_shape = true;
-    for (const auto& d : tt.shape().dim()) {
-      if (d.has_dim_value()) {
-        type.shape.push_back(Dim::Known(d.dim_value()));
-      } else {
-        type.shape.push_back(Dim::Symbolic(d.has_dim_param() ? d.dim_param() : "?"));
-      }
-    }
-  }
+  absl::StatusOr<TensorType> parsed = TypeFromProto(info.type());
+  if (!parsed.ok()) return Error(absl::StrCat("value '", info.name(), "' ", parsed.status().message()));
+  if (!info.type().has_tensor_type()) return parsed;
+  TensorType type = *std::move(parsed);
   auto it = options_.input_shapes.find(info.name());
   if (it != options_.input_shapes.end() && graph_ == main_graph_.get()) {
     if (type.has_shape && type.shape.size() != it->second.size()) {
