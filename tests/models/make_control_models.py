@@ -13,12 +13,8 @@ outputs in the node-test layout, run by kiln-conformance compiled and with --ref
 
   make_control_models.py KILN_CONFORMANCE [--keep DIR]
 """
-import argparse
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import onnx
@@ -141,28 +137,13 @@ def make_sequence_cases(root, rng):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("conformance", help="the kiln-conformance binary")
-    parser.add_argument("--keep", help="write the cases here and keep them")
-    args = parser.parse_args()
-    root = args.keep or tempfile.mkdtemp(prefix="kiln-control-models-")
-    if args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(root, exist_ok=True)
-    try:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_opset_models import run_cases
+
+    def cases(root):
         make_cases(root)
-        pass_list = os.path.join(root, "pass_list.txt")
-        with open(pass_list, "w") as f:
-            f.write("\n".join(CASES) + "\n")
-        rc = 0
-        for mode in ([], ["--reference"]):
-            run = subprocess.run([args.conformance, *mode, "--data", root, "--pass-list", pass_list, "--verbose"],
-                                 timeout=300)
-            rc = rc or run.returncode
-        return rc
-    finally:
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+        return CASES
+    return run_cases(cases, "kiln-control-models-", modes=([], ["--reference"]))
 
 
 if __name__ == "__main__":

@@ -165,12 +165,15 @@ def make_cases(root):
     return cases
 
 
-def main():
+def run_cases(make_cases, prefix, modes=([],)):
+    """The command line these scripts share (CONFORMANCE [--keep DIR]): writes the cases that
+    make_cases(root) names into a scratch directory and runs kiln-conformance on them in each
+    mode ([] compiled, ["--reference"]), each case on the pass list; returns the exit status."""
     parser = argparse.ArgumentParser()
     parser.add_argument("conformance", help="the kiln-conformance binary")
     parser.add_argument("--keep", help="write the cases here and keep them")
     args = parser.parse_args()
-    root = args.keep or tempfile.mkdtemp(prefix="kiln-opset-models-")
+    root = args.keep or tempfile.mkdtemp(prefix=prefix)
     if args.keep:
         shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root, exist_ok=True)
@@ -179,11 +182,19 @@ def main():
         pass_list = os.path.join(root, "pass_list.txt")
         with open(pass_list, "w") as f:
             f.write("\n".join(cases) + "\n")
-        run = subprocess.run([args.conformance, "--data", root, "--pass-list", pass_list, "--verbose"])
-        return run.returncode
+        status = 0
+        for mode in modes:
+            run = subprocess.run([args.conformance, *mode, "--data", root, "--pass-list", pass_list, "--verbose"],
+                                 timeout=300)
+            status = status or run.returncode
+        return status
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def main():
+    return run_cases(make_cases, "kiln-opset-models-")
 
 
 if __name__ == "__main__":

@@ -8,20 +8,17 @@ case runs through kiln-conformance twice, compiled and with --reference, and mus
 
   make_spatial_models.py KILN_CONFORMANCE [--keep DIR]
 """
-import argparse
 import itertools
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import onnx
 from onnx import helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_opset_models import save_case  # noqa: E402
+from make_opset_models import run_cases, save_case  # noqa: E402
 
 RNG = np.random.default_rng(17)
 
@@ -302,27 +299,7 @@ def make_cases(root):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("conformance", help="the kiln-conformance binary")
-    parser.add_argument("--keep", help="write the cases here and keep them")
-    args = parser.parse_args()
-    root = args.keep or tempfile.mkdtemp(prefix="kiln-spatial-models-")
-    if args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(root, exist_ok=True)
-    try:
-        cases = make_cases(root)
-        pass_list = os.path.join(root, "pass_list.txt")
-        with open(pass_list, "w") as f:
-            f.write("\n".join(cases) + "\n")
-        status = 0
-        for mode in ([], ["--reference"]):
-            run = subprocess.run([args.conformance, "--data", root, "--pass-list", pass_list, "--verbose"] + mode)
-            status = status or run.returncode
-        return status
-    finally:
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+    return run_cases(make_cases, "kiln-spatial-models-", modes=([], ["--reference"]))
 
 
 if __name__ == "__main__":
