@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node
   // A named symbol's id: -2, -3, ...; an anonymous unknown ("?") is -1.
   auto id_of = [&](const Dim& d) -> int64_t {
     if (d.known()) return d.size;
-    if (d.symbol.empty() || d.symbol == "?") return -1;
+    if (d.symbol.empty()) return -1;
     auto it = symbols->find(d.symbol);
     if (it != symbols->end()) return it->second;
     const int64_t id = -2 - static_cast<int64_t>(symbols->size());

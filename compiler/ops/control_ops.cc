@@ -110,6 +110,14 @@ absl::Status InferIf(InferContext& ctx) {
     return NodeError(node, absl::StrCat("has ", n, " outputs, its branches ", then_branch->outputs().size(), " and ",
                                         else_branch->outputs().size()));
   }
+  // A condition known now (computed from known dims, say: torch's squeeze of a dim that
+  // may be 1) takes one branch, so the other's types need not fit: fold-constants inlines
+  // the taken one.
+  if (const Tensor* cond = ctx.input_constants[0]; cond != nullptr && cond->num_elements() == 1) {
+    const Graph& taken = cond->GetAsInt64(0) != 0 ? *then_branch : *else_branch;
+    for (size_t i = 0; i < n; ++i) ctx.output_types[i] = taken.outputs()[i]->type();
+    return absl::OkStatus();
+  }
   for (size_t i = 0; i < n; ++i) {
     KILN_ASSIGN_OR_RETURN(ctx.output_types[i], MergeTypes(node, then_branch->outputs()[i]->type(),
                                                           else_branch->outputs()[i]->type(), "output", i));
@@ -261,6 +269,7 @@ void RegisterControlOps(Registry& registry) {
   constexpr int kMany = 1 << 16;
   OpSchema if_op = Schema("If", 1, kMany);
   if_op.infer = InferIf;
+  if_op.decided_inputs = 1u << 0;
   registry.Add(std::move(if_op));
   OpSchema loop = Schema("Loop", 0, kMany);
   loop.infer = InferLoop;

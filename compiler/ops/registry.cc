@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(const Node& node, const std::ve
     }
     auto text = [](const std::vector<Dim>& s) {
       std::vector<std::string> parts;
-      for (const Dim& d : s) parts.push_back(d.known() ? std::to_string(d.size) : d.symbol);
+      for (const Dim& d : s) parts.push_back(d.known() ? std::to_string(d.size) : d.symbol.empty() ? "?" : d.symbol);
       return "[" + absl::StrJoin(parts, ",") + "]";
     };
     return NodeError(node,
@@ -249,6 +249,9 @@ std::shared_ptr<const Tensor> TryEvaluate(Value* value, std::unordered_map<Value
   if (node == nullptr || depth > 64) return nullptr;
   const OpSchema* schema = FindOp(node->op());
   if (schema == nullptr || schema->random) return nullptr;
+  if (std::optional<Tensor> dims = KnownDimsPicked(*node); dims.has_value()) {
+    return memo[value] = std::make_shared<const Tensor>(std::move(*dims));
+  }
   // Shape of a shape known only at run time is not known now.
   if (schema->from_types && (node->input(0) == nullptr || !node->input(0)->type().IsStatic())) return nullptr;
   std::vector<std::shared_ptr<const Tensor>> holders;
@@ -274,6 +277,27 @@ std::shared_ptr<const Tensor> TryEvaluate(Value* value, std::unordered_map<Value
 }
 
 }  // namespace
+
+std::optional<Tensor> KnownDimsPicked(const Node& node) {
+  if (node.op() != "Gather" || node.inputs().size() != 2 || node.GetInt("axis", 0) != 0) return std::nullopt;
+  const Node* shape = node.input(0) != nullptr ? node.input(0)->producer() : nullptr;
+  const Value* indices = node.input(1);
+  if (shape == nullptr || shape->op() != "Shape" || indices == nullptr || !indices->is_constant()) return std::nullopt;
+  const TensorType& x = shape->input(0)->type();
+  if (!x.has_shape) return std::nullopt;
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
+  const int64_t start = clamp(shape->GetInt("start", 0)), end = clamp(shape->GetInt("end", rank));
+  const Tensor& picks = *indices->constant();
+  Tensor dims(DType::kInt64, picks.dims());
+  for (int64_t i = 0; i < picks.num_elements(); ++i) {
+    int64_t k = picks.GetAsInt64(i);
+    if (k < 0) k += end - start;
+    if (k < 0 || start + k >= end || !x.shape[static_cast<size_t>(start + k)].known()) return std::nullopt;
+    dims.data_as<int64_t>()[i] = x.shape[static_cast<size_t>(start + k)].size;
+  }
+  return dims;
+}
 
 const OpSchema* FindOp(std::string_view name) {
   EnsureRegistered();
@@ -381,10 +405,12 @@ absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
   for (int i = 0; i < schema.min_inputs; ++i) {
     if (node->input(i) == nullptr) return ops::NodeError(*node, absl::StrCat("input ", i, " is required but left out"));
   }
-  // Shape-deciding inputs computed from other values become constants now.
+  // Shape-deciding inputs computed from other values become constants now, and so do
+  // decided ones that follow from what is known.
   for (int i = 0; i < n; ++i) {
     Value* in = node->input(i);
-    if ((schema.constant_inputs & (1u << i)) == 0 || in == nullptr || in->is_constant()) continue;
+    if (((schema.constant_inputs | schema.decided_inputs) & (1u << i)) == 0 || in == nullptr || in->is_constant())
+      continue;
     auto value = TryEvaluate(in, memo, 0);
     if (value == nullptr) continue;
     Value* folded = graph.AddConstant(graph.UniqueName(in->name() + ".const"), value);

@@ -142,7 +142,7 @@ absl::StatusOr<kiln_rnn_params> RnnParams(const Node& node) {
 
 std::string DimsText(const std::vector<Dim>& dims) {
   std::vector<std::string> parts;
-  for (const Dim& d : dims) parts.push_back(d.known() ? std::to_string(d.size) : d.symbol);
+  for (const Dim& d : dims) parts.push_back(d.known() ? std::to_string(d.size) : d.symbol.empty() ? "?" : d.symbol);
   return "[" + absl::StrJoin(parts, ",") + "]";
 }
 

@@ -62,31 +62,6 @@ void InlineTakenBranch(Graph& graph, Node* node) {
   graph.RemoveNode(node);
 }
 
-// Gather(Shape(%x), k) where the dims it picks are known, though others of %x are not (a
-// run-time batch): the dims as a constant, so what decides on them (a squeeze when a dim is
-// 1, say) folds too.
-//   %s = Shape(%x : f32[?,1]) ; %d = Gather(%s, 1)  =>  %d = constant i64[] 1
-std::optional<Tensor> KnownDimsPicked(const Node& node) {
-  if (node.op() != "Gather" || node.inputs().size() != 2 || node.GetInt("axis", 0) != 0) return std::nullopt;
-  const Node* shape = node.input(0) != nullptr ? node.input(0)->producer() : nullptr;
-  const Value* indices = node.input(1);
-  if (shape == nullptr || shape->op() != "Shape" || indices == nullptr || !indices->is_constant()) return std::nullopt;
-  const TensorType& x = shape->input(0)->type();
-  if (!x.has_shape) return std::nullopt;
-  const auto rank = static_cast<int64_t>(x.shape.size());
-  auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
-  const int64_t start = clamp(shape->GetInt("start", 0)), end = clamp(shape->GetInt("end", rank));
-  const Tensor& picks = *indices->constant();
-  Tensor dims(DType::kInt64, picks.dims());
-  for (int64_t i = 0; i < picks.num_elements(); ++i) {
-    int64_t k = picks.GetAsInt64(i);
-    if (k < 0) k += end - start;
-    if (k < 0 || start + k >= end || !x.shape[static_cast<size_t>(start + k)].known()) return std::nullopt;
-    dims.data_as<int64_t>()[i] = x.shape[static_cast<size_t>(start + k)].size;
-  }
-  return dims;
-}
-
 class FoldConstants : public Pass {
  public:
   absl::StatusOr<bool> Run(Graph& graph, PassContext& context) override {

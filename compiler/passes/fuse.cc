@@ -245,7 +245,7 @@ class Fuse : public Pass {
     if (!a.has_shape || !b.has_shape || a.shape.size() != b.shape.size()) return false;
     for (size_t i = 0; i < a.shape.size(); ++i) {
       const Dim &x = a.shape[i], &y = b.shape[i];
-      if (x.known() ? !(y.known() && x.size == y.size) : (y.known() || x.symbol != y.symbol || x.symbol == "?"))
+      if (x.known() ? !(y.known() && x.size == y.size) : (y.known() || x.symbol != y.symbol || x.symbol.empty()))
         return false;
     }
     return true;

@@ -19,7 +19,7 @@ void SetType(onnx::ValueInfoProto* info, const Value* value) {
     auto* dim = shape->add_dim();
     if (d.known()) {
       dim->set_dim_value(d.size);
-    } else {
+    } else if (!d.symbol.empty()) {
       dim->set_dim_param(d.symbol);
     }
   }

@@ -21,7 +21,8 @@ struct Dim {
   int64_t size = -1;
   std::string symbol;
   static Dim Known(int64_t n) { return Dim{n, ""}; }
-  static Dim Symbolic(std::string name) { return Dim{-1, std::move(name)}; }
+  // "?" (or "") is the anonymous unknown: no symbol, as the IR parser reads "?".
+  static Dim Symbolic(std::string name) { return Dim{-1, name == "?" ? std::string() : std::move(name)}; }
   bool known() const { return size >= 0; }
   bool operator==(const Dim& other) const { return size == other.size && symbol == other.symbol; }
 };

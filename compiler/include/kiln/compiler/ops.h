@@ -115,9 +115,17 @@ struct OpSchema {
   // Draws random numbers (RandomUniform, Bernoulli, ...): not a function of its inputs, so
   // fold-constants, cse and compile-time evaluation of shape inputs leave it alone.
   bool random = false;
+  // Inputs folded to constants at type inference when compile-time facts decide them (If's
+  // condition computed from dims that are known), though the op compiles either way (bitmask).
+  uint32_t decided_inputs = 0;
 };
 
 const OpSchema* FindOp(std::string_view name);
+
+// Gather(Shape(%x), k) where the dims it picks are known, though others of %x are not (a
+// run-time batch): those dims, as the Gather's value; std::nullopt for any other node.
+//   %s = Shape(%x : f32[?,1]) ; %d = Gather(%s, 1)  =>  i64[] 1
+std::optional<Tensor> KnownDimsPicked(const Node& node);
 
 // The call the run-time-shape glue copies a sequence, an optional or a tensor of run-time
 // rank out to a graph output with (sequence_ops.cc): one input, the value; one output, the
