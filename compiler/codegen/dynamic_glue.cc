@@ -376,6 +376,24 @@ absl::Status GlueBuilder::EmitValueExport(size_t i, const Value* value) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A fused elementwise chain whose shapes are all known, in a graph with run-time shapes
+// elsewhere (a detector's backbone before its NMS): the generated loop the static glue
+// emits, not the library's op-by-op evaluation of the chain.
+bool IsStaticFusedLoop(const Node& node, bool has_shape_call) {
+  if (node.op() != kFusedElementwiseOp || has_shape_call) return false;
+  const DType dtype = node.output(0)->type().dtype;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return false;
+  if (!node.output(0)->type().IsStatic()) return false;
+  for (const Value* in : node.inputs()) {
+    if (in == nullptr || !in->type().IsStatic() || in->type().dtype != dtype) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
   const Node& node = *plan_.nodes[index];
   if (node.has_subgraphs()) return EmitControlNode(index);
@@ -438,7 +456,9 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     rt_data_[out] = slot != plan_.slots.end() ? EmitSlot(bytes, slot->second, index, out->name())
                                               : EmitAlloc(bytes, index, out->name());
   }
-  if (!call.is_view) {
+  if (IsStaticFusedLoop(node, shape.has_value())) {
+    KILN_RETURN_IF_ERROR(EmitFusedElementwise(node, index, /*run_time_buffers=*/true));
+  } else if (!call.is_view) {
     std::vector<RtTensor> ins, outs;
     std::vector<TensorType> constant_types;
     for (const KernelOperand& operand : call.inputs) {

@@ -257,7 +257,14 @@ llvm::Function* EmitLoop(llvm::Module& module, llvm::Function* body, size_t oper
 
 }  // namespace
 
-absl::Status GlueBuilder::EmitFusedElementwise(const Node& node, size_t index) {
+absl::Status GlueBuilder::EmitFusedElementwise(const Node& node, size_t index, bool run_time_buffers) {
+  // Static glue: arena addresses. Run-time-shape glue: the buffers it took for this call
+  // (never one of the inputs': a slot frees only after its last reader).
+  auto address = [&](const Value* value) -> absl::StatusOr<llvm::Value*> {
+    if (!run_time_buffers) return Address(value);
+    KILN_ASSIGN_OR_RETURN(RtTensor t, RtOf(value));
+    return t.data;
+  };
   const Value* out = node.output(0);
   const DType dtype = out->type().dtype;
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64) {
@@ -273,7 +280,7 @@ absl::Status GlueBuilder::EmitFusedElementwise(const Node& node, size_t index) {
   }
   // Operands: the output, then inputs. One-element constants become immediates.
   std::vector<std::vector<int64_t>> operand_dims = {out->type().StaticDims()};
-  KILN_ASSIGN_OR_RETURN(llvm::Value * out_address, Address(out));
+  KILN_ASSIGN_OR_RETURN(llvm::Value * out_address, address(out));
   std::vector<llvm::Value*> addresses = {out_address};
   for (const Value* in : node.inputs()) {
     operand_dims.push_back(in->type().StaticDims());
@@ -284,8 +291,8 @@ absl::Status GlueBuilder::EmitFusedElementwise(const Node& node, size_t index) {
       continue;
     }
     spec.immediates.push_back(std::nullopt);
-    KILN_ASSIGN_OR_RETURN(llvm::Value * address, Address(in));
-    addresses.push_back(address);
+    KILN_ASSIGN_OR_RETURN(llvm::Value * in_address, address(in));
+    addresses.push_back(in_address);
   }
   for (size_t i = 1; i < addresses.size(); ++i) spec.in_place |= addresses[i] == addresses[0];
   spec.space = CollapseLoops(operand_dims[0], operand_dims);

@@ -67,7 +67,9 @@ class GlueBuilder {
   absl::Status EmitNode(size_t index);
   absl::Status EmitKernelCall(const Node& node, const KernelCall& call, size_t index);
   void EmitInjectedBug(llvm::Value* output, const TensorType& type);
-  absl::Status EmitFusedElementwise(const Node& node, size_t index);
+  // kiln.Elementwise as a generated loop (fused_loop.cc) over static shapes; its buffers
+  // are arena addresses, or with `run_time_buffers` those the run-time-shape glue took.
+  absl::Status EmitFusedElementwise(const Node& node, size_t index, bool run_time_buffers = false);
   // Branches to the part's fail block with (index + 1) << 8 | rc when rc != 0.
   void EmitFailureCheck(llvm::Value* rc, size_t index, const std::string& name);
   void EmitKernelDone(int32_t index);

@@ -196,6 +196,68 @@ TEST(RunTimeShapesTest, NonMaxSuppressionOfADetectorsCandidates) {
                         {boxes, scores, Filled(DType::kInt64, {1}, {6}), Filled(DType::kFloat32, {1}, {0.2})});
 }
 
+// In a graph with run-time shapes, an elementwise chain whose shapes are all known (a
+// detector's backbone before its NMS) fuses and compiles to the static glue's generated
+// loop: x * sigmoid(x) + b with b broadcast over rows, 3 x 37 x 129 (rows longer than one
+// vector, a ragged tail), then NonZero of it: both outputs against the reference.
+TEST(RunTimeShapesTest, StaticElementwiseChainInARunTimeShapedGraph) {
+  const std::shared_ptr<Tensor> x = Random({3, 37, 129}, 31, 2.0f);
+  const std::shared_ptr<Tensor> b = Random({129}, 37, 1.0f);
+  auto g = std::make_unique<Graph>();
+  Value* in = g->AddValue("x", TensorType::Static(DType::kFloat32, x->dims()));
+  Value* bias = g->AddValue("b", TensorType::Static(DType::kFloat32, b->dims()));
+  g->AddInput(in);
+  g->AddInput(bias);
+  Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {in}, {"s"}, 13);
+  Node* mul = g->AddNode("Mul", "mul", {in, sigmoid->output(0)}, {"m"}, 13);
+  Node* add = g->AddNode("Add", "add", {mul->output(0), bias}, {"y"}, 13);
+  Node* relu = g->AddNode("Relu", "relu", {add->output(0)}, {"r"}, 13);
+  Node* nonzero = g->AddNode("NonZero", "nonzero", {relu->output(0)}, {"nz"}, 13);
+  g->AddOutput(add->output(0));
+  g->AddOutput(nonzero->output(0));
+  absl::Status inferred = InferTypes(*g);
+  ASSERT_TRUE(inferred.ok()) << inferred;
+  const std::vector<Tensor> inputs = {*x, *b};
+  auto reference = ReferenceRunGraph(*g, inputs);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ExpectNear(RunShapedArtifact(*g, kDefaultPipeline, inputs), *reference, "fused chain and NonZero");
+}
+
+// Many boxes kept (the kernel then checks each candidate only against kept boxes whose
+// ymin lies within the tallest box's height of its own): 3000 boxes of random place and
+// size in four bands offset apart, as torchvision's batched NMS offsets its classes, each
+// class's boxes crowded so that some are suppressed. Then one tall box, which widens every
+// search, and one NaN box, which turns the ordered search off: the same selection as the
+// reference's in each case.
+TEST(RunTimeShapesTest, NonMaxSuppressionOfManyKeptBoxes) {
+  const int64_t count = 3000;
+  const std::shared_ptr<Tensor> place = Random({count, 4}, 17, 1.0f);
+  const std::shared_ptr<Tensor> noise = Random({count}, 23, 1.0f);
+  Tensor boxes(DType::kFloat32, {1, count, 4});
+  Tensor scores(DType::kFloat32, {1, 1, count});
+  for (int64_t i = 0; i < count; ++i) {
+    const float* r = place->data_as<float>() + 4 * i;
+    const float band = static_cast<float>(i % 4) * 1000.0f;
+    const float y = band + std::fabs(r[0]) * 60.0f, x = band + std::fabs(r[1]) * 60.0f;
+    const float h = 2.0f + std::fabs(r[2]) * 8.0f, w = 2.0f + std::fabs(r[3]) * 8.0f;
+    const float corners[4] = {y, x, y + h, x + w};
+    for (int k = 0; k < 4; ++k) boxes.data_as<float>()[i * 4 + k] = corners[k];
+    scores.data_as<float>()[i] = std::fabs(noise->data_as<float>()[i]);
+  }
+  auto check = [&](const Tensor& b) {
+    CheckAgainstReference({"NonMaxSuppression", 11},
+                          {b, scores, Filled(DType::kInt64, {1}, {count}), Filled(DType::kFloat32, {1}, {0.3})});
+  };
+  check(boxes);
+  Tensor tall = boxes;
+  const float tall_box[4] = {-50.0f, 10.0f, 3000.0f, 20.0f};
+  for (int k = 0; k < 4; ++k) tall.data_as<float>()[4 * 7 + k] = tall_box[k];
+  check(tall);
+  Tensor nan = boxes;
+  nan.data_as<float>()[4 * 11] = std::nanf("");
+  check(nan);
+}
+
 // RoiAlign over a run-time count of rois (Faster R-CNN's proposals after NMS): rois and
 // batch_indices of symbolic length, against the reference; none at all too.
 TEST(RunTimeShapesTest, RoiAlignOfRunTimeRois) {
