@@ -146,6 +146,13 @@ TEST(NnOpsTest, RoiAlignMatchesTheReference) {
                                 {"spatial_scale", 0.75}}});
       }
     }
+    // 17 x 16 bins of 2 x 2 samples: more than the kernel tabulates once per ROI (1024).
+    CheckAgainstReference({"RoiAlign",
+                           {Uniform({2, 3, 11, 9}, -1, 1, 15), rois, Integers({4}, 0, 1, 16)},
+                           {{"mode", std::string(mode)},
+                            {"output_height", int64_t{17}},
+                            {"output_width", int64_t{16}},
+                            {"sampling_ratio", int64_t{2}}}});
   }
 }
 
