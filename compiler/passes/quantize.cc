@@ -231,12 +231,16 @@ class Quantize : public Pass {
   // Why `node` (a Conv or MatMul) stays in f32, or "" to quantize it.
   std::string KeptFloatBecause(const Node* node) const {
     if (config_.keep_float.count(node->name())) return "--keep-float";
-    if (const Value* x = node->input(0); x != nullptr && x->type().is_tensor() && !x->type().IsStatic()) {
-      // Calibration runs such a graph; the int8 kernels compile with static shapes only.
-      return absl::StrCat("its input's shape ", PrintType(x->type()),
-                          " is known only at run time: int8 needs static shapes (--input-shape)");
+    if (!IsQuantizable(node)) {
+      const Value* x = node->input(0);
+      const Value* w = node->input(1);
+      if (x != nullptr && x->type().is_tensor() && !x->type().IsStatic() && w != nullptr && w->is_constant()) {
+        // Calibration runs such a graph; the int8 kernels compile with static shapes only.
+        return absl::StrCat("its input's shape ", PrintType(x->type()),
+                            " is known only at run time: int8 needs static shapes (--input-shape)");
+      }
+      return "not a 2-D/1-D Conv or MatMul with a constant f32 weight";
     }
-    if (!IsQuantizable(node)) return "not a 2-D/1-D Conv or MatMul with a constant f32 weight";
     // The int8 convolution computes 8 output channels of one group per tile over quads
     // of its input channels: a depthwise conv (1 channel per group) would use 1/32 of
     // it and run several times slower than the f32 depthwise kernel.
