@@ -339,5 +339,67 @@ TEST(InterpreterSequenceTest, SequenceMapAndOptionalsMatchReference) {
   EXPECT_EQ(out[4].GetAsInt64(0), 0);
 }
 
+// A sequence carried through a Loop (SequenceInsert each iteration), then stacked; and an
+// If whose branches return different shapes.
+constexpr char kSequenceLoop[] = R"(
+graph main(%x: f32[3], %n: i64[], %pick: bool[]) {
+  %yes = constant bool[] [1]
+  %empty = SequenceEmpty() {dtype=1} : seq<f32[*]>
+  %seq = Loop(%n, %yes, %empty, %x) {body=graph body, kiln.captured=1} : seq<f32[*]>
+    body: graph body(%i: i64[], %c: bool[], %s: seq<f32[*]>, %x: f32[3]) {
+      %fi = Cast(%i) {to=1} : f32[]
+      %v = Mul(%x, %fi) : f32[3]
+      %t = SequenceInsert(%s, %v) : seq<f32[3]>
+      return %c, %t
+    }
+  %stacked = ConcatFromSequence(%seq) {axis=0, new_axis=1} : f32[?,3]
+  %r = If(%pick, %x) {kiln.captured=1, then_branch=graph then, else_branch=graph else} : f32[?]
+    else_branch: graph else(%x: f32[3]) {
+      %starts = constant i64[1] [1]
+      %ends = constant i64[1] [3]
+      %e = Slice(%x, %starts, %ends) : f32[2]
+      return %e
+    }
+    then_branch: graph then(%x: f32[3]) {
+      %t = Neg(%x) : f32[3]
+      return %t
+    }
+  return %seq, %stacked, %r
+}
+)";
+
+TEST(InterpreterSequenceTest, SequenceCarriedThroughLoopAndIfOfTwoShapesMatchReference) {
+  auto graph = Parse(kSequenceLoop);
+  ASSERT_NE(graph, nullptr);
+  for (int64_t n : {1, 3}) {
+    for (uint8_t pick : {0, 1}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " pick " + std::to_string(pick));
+      std::vector<Tensor> out = ExpectMatchesReference(
+          *graph, {Random({3}, 2), Scalar<int64_t>(DType::kInt64, n), Scalar<uint8_t>(DType::kBool, pick)});
+      ASSERT_EQ(out.size(), 3u);
+      EXPECT_EQ(out[0].elements().size(), static_cast<size_t>(n));
+      EXPECT_EQ(out[1].dims(), (std::vector<int64_t>{n, 3}));
+      EXPECT_EQ(out[2].dims(), (std::vector<int64_t>{pick ? 3 : 2}));
+    }
+  }
+}
+
+// Scan at opset 8: a batch dim before everything (one scan per batch entry).
+TEST(InterpreterControlFlowTest, Opset8ScanMatchesReference) {
+  auto graph = Parse(R"(
+graph main(%s0: f32[2,3], %x: f32[2,4,3]) opset 8 {
+  %state, %ys = Scan(_, %s0, %x) {body=graph body, num_scan_inputs=1} : f32[2,3], f32[2,4,3]
+    body: graph body(%s: f32[3], %xt: f32[3]) {
+      %sum = Add(%s, %xt) : f32[3]
+      %y = Mul(%sum, %xt) : f32[3]
+      return %sum, %y
+    }
+  return %state, %ys
+}
+)");
+  ASSERT_NE(graph, nullptr);
+  ExpectMatchesReference(*graph, {Random({2, 3}, 1), Random({2, 4, 3}, 2)});
+}
+
 }  // namespace
 }  // namespace kiln
