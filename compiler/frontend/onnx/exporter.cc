@@ -91,7 +91,9 @@ absl::StatusOr<std::string> ExportOnnxModel(const Graph& graph, const std::strin
         return absl::FailedPreconditionError(
             absl::StrCat(NodeLabel(*node), ": attribute '", key, "' has no ONNX form"));
       }
-      if (auto s = SetAttribute(n->add_attribute(), key, value); !s.ok()) return s;
+      if (auto s = SetAttribute(n->add_attribute(), key, value); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(NodeLabel(*node), ": ", s.message()));
+      }
     }
   }
   if (opset > kNewestOnnxCheckedOpset) return model.SerializeAsString();
