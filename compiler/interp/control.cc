@@ -158,7 +158,17 @@ absl::StatusOr<std::vector<Tensor>> RunLoop(const Node& node, const Inputs& in, 
     for (size_t k = 0; k < num_scans; ++k) scans[k].push_back(std::move(outputs[1 + num_carried + k]));
   }
   std::vector<Tensor> results;
-  for (size_t k = 0; k < num_carried; ++k) results.push_back(*carried[k]);
+  for (size_t k = 0; k < num_carried; ++k) {
+    // A carried optional sequence the body returns as a sequence is a sequence out of the
+    // loop (InferLoop); after no iteration, an empty one is the empty sequence.
+    const Tensor& value = *carried[k];
+    const TensorType& type = node.output(k)->type();
+    if (type.kind == ValueKind::kSequence && value.kind() == ValueKind::kOptionalSequence) {
+      results.push_back(value.elements().empty() ? Tensor::Sequence(type.dtype, {}) : value.elements()[0]);
+    } else {
+      results.push_back(value);
+    }
+  }
   for (size_t k = 0; k < num_scans; ++k) {
     const TensorType& element = body->outputs()[1 + num_carried + k]->type();
     KILN_ASSIGN_OR_RETURN(Tensor stacked, StackAlong(node, scans[k], 0, element));
