@@ -343,6 +343,10 @@ struct ConcreteNode {
 
 absl::StatusOr<ConcreteNode> Concretize(const Node& node, const OpSchema& schema,
                                         const std::vector<const Tensor*>& inputs) {
+  if (!schema.infer) {
+    return absl::UnimplementedError(
+        absl::StrCat(NodeLabel(node), ": the op has no type inference to size its outputs"));
+  }
   ConcreteNode concrete{std::make_unique<Graph>(), nullptr};
   Graph& graph = *concrete.graph;
   std::map<const Value*, Value*> copies;
