@@ -251,9 +251,25 @@ class Quantize : public Pass {
     return "";
   }
 
+  // Conv and MatMul nodes inside control-flow bodies stay f32: calibration runs the bodies
+  // (a body value's range is taken over all iterations), but the QDQ rewrite and fold-qdq
+  // work on the main graph.
+  static void ListBodyNodes(const Node& node, QuantizationSummary& summary) {
+    for (const auto& [key, body] : node.subgraphs()) {
+      for (const Node* inner : body->nodes()) {
+        if (inner->op() == "Conv" || inner->op() == "MatMul") {
+          summary.kept_float.push_back(absl::StrCat(inner->name(), " (inside subgraph '", key, "' of ", node.op(), " '",
+                                                    node.name(), "': bodies stay f32)"));
+        }
+        ListBodyNodes(*inner, summary);
+      }
+    }
+  }
+
   Targets SelectTargets(Graph& graph, QuantizationSummary& summary) const {
     Targets targets;
     for (Node* node : graph.nodes()) {
+      ListBodyNodes(*node, summary);
       if (node->op() != "Conv" && node->op() != "MatMul") continue;
       if (const std::string why = KeptFloatBecause(node); !why.empty()) {
         summary.kept_float.push_back(node->name() + " (" + why + ")");

@@ -127,6 +127,8 @@ def check(kiln, work, name, model, cal_shapes, run_shape, quantized):
         print(f"{name} {build}: " + " | ".join(l for l in log.splitlines() if "int8" in l or "prun" in l))
         if build == "int8" and quantized:
             assert "Conv/MatMul quantized" in log and " 0 Conv/MatMul quantized" not in log, log
+            assert "then_conv (inside subgraph 'then_branch' of If 'branch': bodies stay f32)" in log, log
+            assert "body_conv (inside subgraph 'body' of Loop 'loop': bodies stay f32)" in log, log
         if build == "int8" and not quantized:
             assert " 0 Conv/MatMul quantized" in log and "conv1 (its input's shape f32[batch,3,8,8] is known only " \
                 "at run time" in log, log
