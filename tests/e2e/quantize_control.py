@@ -6,7 +6,9 @@
   dynamic:  the same main-graph Convs and MatMul with a symbolic batch axis, calibrated
             with samples of two batch sizes
 The calibration run goes through the interpreter's If/Loop and run-time shapes; the int8
-and pruned artifacts must run (`kiln run`) and stay close to the fp32 one.
+and pruned artifacts, and the control model's `kiln quantize --emit-qdq` QDQ model
+(its bodies exported as ONNX subgraphs) compiled, must run (`kiln run`) and stay close to
+the fp32 one.
 
   quantize_control.py PATH/TO/kiln [--work DIR]
 """
@@ -135,9 +137,19 @@ def check(kiln, work, name, model, cal_shapes, run_shape, quantized):
         out_dir = f"{work}/{name}_{build}_out"
         run([kiln, "run", so, "--input", f"x={work}/{name}_x.pb", "--output-dir", out_dir])
         outputs[build] = load(f"{out_dir}/output_0.pb")
+    if quantized:
+        # kiln quantize --emit-qdq writes the bodies back as ONNX subgraphs reading the
+        # enclosing values by name; the QDQ model checks and compiles.
+        qdq = f"{work}/{name}_qdq.onnx"
+        run([kiln, "quantize", path, "--emit-qdq", qdq, "--calibration", f"{work}/{name}_cal"])
+        onnx.checker.check_model(onnx.load(qdq), full_check=True)
+        run([kiln, "compile", qdq, "-o", f"{work}/{name}_qdq.so"])
+        run([kiln, "run", f"{work}/{name}_qdq.so", "--input", f"x={work}/{name}_x.pb", "--output-dir",
+             f"{work}/{name}_qdq_out"])
+        outputs["qdq"] = load(f"{work}/{name}_qdq_out/output_0.pb")
     want = outputs["fp32"]
     scale = max(1.0, float(np.abs(want).max()))
-    for build in ("int8", "sparse", "pruned"):
+    for build in [b for b in ("int8", "sparse", "pruned", "qdq") if b in outputs]:
         err = float(np.abs(outputs[build] - want).max()) / scale
         print(f"{name} {build}: max error {err:.4f} (relative to {scale:.2f})")
         assert outputs[build].shape == want.shape, (build, outputs[build].shape, want.shape)
