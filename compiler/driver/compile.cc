@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <map>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -395,10 +396,23 @@ absl::Status CheckCalibrationSamples(const Graph& graph, const std::vector<std::
       return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, " has ", samples[s].size(),
                                                      " tensors; the model has ", graph.inputs().size(), " inputs"));
     }
+    // A symbolic dim (a dynamic batch) takes any size, the same wherever its name recurs.
+    std::map<std::string, int64_t> symbols;
     for (size_t i = 0; i < samples[s].size(); ++i) {
       const Value* in = graph.inputs()[i];
       const Tensor& t = samples[s][i];
-      if (t.dtype() != in->type().dtype || !in->type().IsStatic() || t.dims() != in->type().StaticDims()) {
+      const TensorType& type = in->type();
+      bool fits = t.is_tensor() && type.is_tensor() && t.dtype() == type.dtype && type.has_shape &&
+                  t.rank() == static_cast<int64_t>(type.shape.size());
+      for (size_t d = 0; fits && d < type.shape.size(); ++d) {
+        const Dim& dim = type.shape[d];
+        if (dim.known()) {
+          fits = t.dims()[d] == dim.size;
+        } else if (!dim.symbol.empty() && dim.symbol != "?") {
+          fits = symbols.emplace(dim.symbol, t.dims()[d]).first->second == t.dims()[d];
+        }
+      }
+      if (!fits) {
         return absl::InvalidArgumentError(absl::StrCat("calibration sample ", s, ", input ", i, " ('", in->name(),
                                                        "'): ", DTypeName(t.dtype()), "[", absl::StrJoin(t.dims(), ","),
                                                        "] where the model takes ", PrintType(in->type())));

@@ -1,16 +1,25 @@
 // The reference interpreter: a plain walk over the nodes, each run through its op's
-// lowering and the natively compiled kernel library.
+// lowering and the natively compiled kernel library. A node whose shapes are known only at
+// run time is lowered as a copy of itself typed by the tensors it is given (its shape
+// inputs made constants, its data-dependent output dims from its run-time shape function);
+// sequence and optional kernels make their outputs from a host exec's allocator; control
+// flow runs its bodies by the same walk (control.cc).
 #include "kiln/compiler/interp.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "interp_internal.h"
 #include "kernel_abi.h"
+#include "kiln/common/status.h"
 #include "kiln/compiler/ops.h"
+#include "kiln/kernels/sequence.h"
 
 #define X(name, typing, source, params) extern "C" int32_t kiln_k_##name(const kiln_kcall* call);
 #include "kernel_list.inc"
@@ -103,32 +112,161 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluateShape(const Node& node
   return out_dims;
 }
 
-absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs) {
-  const OpSchema* schema = FindOp(node.op());
-  if (schema == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
+namespace interp {
+namespace {
+
+// The buffers kernels take from exec->alloc (the sequence and optional kernels make their
+// outputs so): 64-byte aligned, and whatever is still held freed with the arena.
+class HostArena {
+ public:
+  HostArena() = default;
+  HostArena(const HostArena&) = delete;
+  HostArena& operator=(const HostArena&) = delete;
+  ~HostArena() {
+    for (void* p : live_) std::free(p);
   }
-  if (schema->from_types && node.input(0) != nullptr && node.input(0)->type().IsStatic()) {
-    return schema->from_types(node);
+  static void* Alloc(void* arena, int64_t bytes) {
+    const size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, size);
+    if (p != nullptr) static_cast<HostArena*>(arena)->live_.insert(p);
+    return p;
   }
-  for (const Value* out : node.outputs()) {
-    if (!out->type().IsStatic()) {
-      return absl::FailedPreconditionError(absl::StrCat(NodeLabel(node), ": output '", out->name(),
-                                                        "' has no static shape (", PrintType(out->type()),
-                                                        "); give input shapes with --input-shape"));
+  static void Release(void* arena, void* data) {
+    if (static_cast<HostArena*>(arena)->live_.erase(data) > 0) std::free(data);
+  }
+
+ private:
+  std::set<void*> live_;
+};
+
+// What a kernel call gets as its exec: string texts (copied out by the outputs before it
+// goes) and run-time buffers. Not movable: the exec points at its members.
+struct HostExec {
+  std::deque<std::string> texts;
+  HostArena arena;
+  kiln_kexec exec{};
+  HostExec() {
+    exec.text_arena = &texts;
+    exec.alloc_text = [](void* texts, int64_t bytes) -> char* {
+      return static_cast<std::deque<std::string>*>(texts)->emplace_back(static_cast<size_t>(bytes), '\0').data();
+    };
+    exec.arena = &arena;
+    exec.alloc = &HostArena::Alloc;
+    exec.release = &HostArena::Release;
+  }
+  HostExec(const HostExec&) = delete;
+  HostExec& operator=(const HostExec&) = delete;
+};
+
+// Sequences as kernels see them (kiln/kernels/sequence.h): element arrays and lengths kept
+// here while the call runs.
+struct ValueViews {
+  std::deque<std::vector<kiln_ktensor>> elements;
+  std::deque<int64_t> lengths;
+};
+
+kiln_ktensor ValueView(const Tensor* t, ValueViews& store) {
+  if (t == nullptr || t->is_tensor()) return View(t);
+  if (t->kind() == ValueKind::kSequence) {
+    std::vector<kiln_ktensor>& elements = store.elements.emplace_back();
+    elements.reserve(t->elements().size() + 1);  // an empty sequence's data is not null
+    for (const Tensor& e : t->elements()) elements.push_back(View(&e));
+    const int64_t& length = store.lengths.emplace_back(static_cast<int64_t>(elements.size()));
+    return kiln_ktensor{elements.data(), &length, 1, KILN_DTYPE_SEQUENCE_CODE};
+  }
+  if (!t->elements().empty()) return ValueView(&t->elements()[0], store);
+  const bool sequence = t->kind() == ValueKind::kOptionalSequence;
+  return kiln_ktensor{nullptr, nullptr, 0,
+                      sequence ? KILN_DTYPE_SEQUENCE_CODE : static_cast<int32_t>(t->element_dtype())};
+}
+
+Tensor CopyTensor(const kiln_ktensor& t) {
+  Tensor copy(static_cast<DType>(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank));
+  if (copy.size_bytes() > 0) std::memcpy(copy.data(), t.data, static_cast<size_t>(copy.size_bytes()));
+  if (copy.dtype() == DType::kString) copy.AdoptStrings();
+  return copy;
+}
+
+// A kernel-made value of `type`'s kind copied into a host value.
+Tensor FromKernelValue(const kiln_ktensor& t, const TensorType& type) {
+  switch (type.kind) {
+    case ValueKind::kTensor: return CopyTensor(t);
+    case ValueKind::kSequence: {
+      std::vector<Tensor> elements;
+      const auto* items = static_cast<const kiln_ktensor*>(t.data);
+      for (int64_t i = 0; items != nullptr && t.dims != nullptr && i < t.dims[0]; ++i) {
+        elements.push_back(CopyTensor(items[i]));
+      }
+      return Tensor::Sequence(type.dtype, std::move(elements));
+    }
+    case ValueKind::kOptional:
+    case ValueKind::kOptionalSequence: {
+      if (t.data == nullptr) return Tensor::Optional(type.kind, type.dtype, nullptr);
+      const Tensor value =
+          FromKernelValue(t, type.WithKind(type.holds_sequence() ? ValueKind::kSequence : ValueKind::kTensor));
+      return Tensor::Optional(type.kind, type.dtype, &value);
     }
   }
-  if (!schema->lower) {  // control flow: its bodies are compiled, not interpreted
+  return Tensor();
+}
+
+absl::Status CallKernel(const Node& node, const std::string& name, std::vector<kiln_ktensor>& ins,
+                        std::vector<kiln_ktensor>& outs, const KernelParams& params, const kiln_kexec* exec) {
+  auto kernel = KernelTable().find(name);
+  if (kernel == KernelTable().end()) return absl::InternalError(absl::StrCat("no kernel named '", name, "'"));
+  kiln_kcall kcall{};
+  kcall.inputs = ins.data();
+  kcall.outputs = outs.data();
+  kcall.num_inputs = static_cast<int32_t>(ins.size());
+  kcall.num_outputs = static_cast<int32_t>(outs.size());
+  kcall.params = params.data();
+  kcall.params_size = params.size_bytes();
+  kcall.exec = exec;
+  if (int32_t rc = kernel->second(&kcall); rc != KILN_KERR_OK) {
+    return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", KernelError(rc)));
+  }
+  return absl::OkStatus();
+}
+
+// A node over sequences or optionals: its kernel makes its outputs (KernelCall::
+// allocates_outputs), which are copied out before its buffers go.
+absl::StatusOr<std::vector<Tensor>> RunValueNode(const Node& node, const OpSchema& schema,
+                                                 const std::vector<const Tensor*>& inputs) {
+  if (!schema.lower) {
     return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": the interpreter does not run this op"));
   }
-  absl::StatusOr<KernelCall> call = schema->lower(node);
-  if (!call.ok()) return call.status();
-  auto kernel = KernelTable().find(call->kernel);
-  if (kernel == KernelTable().end()) {
-    return absl::InternalError(absl::StrCat("no kernel named '", call->kernel, "'"));
+  KILN_ASSIGN_OR_RETURN(KernelCall call, schema.lower(node));
+  if (!call.allocates_outputs) {
+    return absl::UnimplementedError(
+        absl::StrCat(NodeLabel(node), ": the interpreter does not run this op over sequences or optionals"));
   }
+  ValueViews views;
+  std::vector<kiln_ktensor> ins, outs;
+  for (const KernelOperand& operand : call.inputs) {
+    ins.push_back(ValueView(operand.node_input >= 0 ? inputs[operand.node_input] : operand.constant.get(), views));
+  }
+  for (const Value* out : node.outputs()) {
+    const TensorType& type = out->type();
+    outs.push_back(kiln_ktensor{nullptr, nullptr, type.holds_sequence() ? 1 : static_cast<int32_t>(type.shape.size()),
+                                type.holds_sequence() ? KILN_DTYPE_SEQUENCE_CODE : static_cast<int32_t>(type.dtype)});
+  }
+  HostExec host;
+  KILN_RETURN_IF_ERROR(CallKernel(node, call.kernel, ins, outs, call.params, &host.exec));
+  std::vector<Tensor> outputs;
+  for (size_t k = 0; k < outs.size(); ++k) outputs.push_back(FromKernelValue(outs[k], node.output(k)->type()));
+  return outputs;
+}
+
+// A node whose types are static: its lowering and kernel, outputs allocated from its types.
+absl::StatusOr<std::vector<Tensor>> RunStaticNode(const Node& node, const OpSchema& schema,
+                                                  const std::vector<const Tensor*>& inputs) {
+  if (schema.from_types) return schema.from_types(node);
+  if (!schema.lower) {
+    return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": the interpreter does not run this op"));
+  }
+  KILN_ASSIGN_OR_RETURN(KernelCall call, schema.lower(node));
   std::vector<kiln_ktensor> in_views;
-  for (const KernelOperand& operand : call->inputs) {
+  for (const KernelOperand& operand : call.inputs) {
     in_views.push_back(View(operand.node_input >= 0 ? inputs[operand.node_input] : operand.constant.get()));
   }
   std::vector<Tensor> outputs;
@@ -138,38 +276,154 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::ve
   for (const Tensor& t : outputs) out_views.push_back(View(&t));
   // A kernel's workspace, as codegen passes it: one more u8 output after the node's.
   std::optional<Tensor> scratch;
-  if (call->scratch_bytes > 0) {
-    scratch.emplace(DType::kUInt8, std::vector<int64_t>{call->scratch_bytes});
+  if (call.scratch_bytes > 0) {
+    scratch.emplace(DType::kUInt8, std::vector<int64_t>{call.scratch_bytes});
     out_views.push_back(View(&*scratch));
   }
-  // String kernels take their texts from exec->alloc_text; the outputs copy them before
-  // `texts` goes.
-  std::deque<std::string> texts;
-  kiln_kexec exec{};
-  exec.text_arena = &texts;
-  exec.alloc_text = [](void* arena, int64_t bytes) -> char* {
-    return static_cast<std::deque<std::string>*>(arena)->emplace_back(static_cast<size_t>(bytes), '\0').data();
-  };
-  kiln_kcall kcall{};
-  kcall.inputs = in_views.data();
-  kcall.outputs = out_views.data();
-  kcall.num_inputs = static_cast<int32_t>(in_views.size());
-  kcall.num_outputs = static_cast<int32_t>(out_views.size());
-  kcall.params = call->params.data();
-  kcall.params_size = call->params.size_bytes();
-  kcall.exec = &exec;
-  int32_t rc = kernel->second(&kcall);
-  if (rc != KILN_KERR_OK) {
-    return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": ", KernelError(rc)));
-  }
+  HostExec host;  // string kernels' texts: the outputs copy them before it goes
+  KILN_RETURN_IF_ERROR(CallKernel(node, call.kernel, in_views, out_views, call.params, &host.exec));
   for (Tensor& t : outputs) {
     if (t.dtype() == DType::kString) t.AdoptStrings();
   }
   return outputs;
 }
 
-absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph, const std::vector<Tensor>& inputs,
-                                             const std::function<void(const Value*, const Tensor&)>& observe) {
+bool TouchesNonTensor(const Node& node) {
+  for (const Value* v : node.inputs()) {
+    if (v != nullptr && !v->type().is_tensor()) return true;
+  }
+  for (const Value* v : node.outputs()) {
+    if (!v->type().is_tensor()) return true;
+  }
+  return false;
+}
+
+bool HasStaticTypes(const Node& node) {
+  for (const Value* v : node.inputs()) {
+    if (v != nullptr && !v->type().IsStatic()) return false;
+  }
+  for (const Value* v : node.outputs()) {
+    if (!v->type().IsStatic()) return false;
+  }
+  return true;
+}
+
+// Runs a shape function (DynamicShape::shape) on the tensors the node is given: their dims
+// and data. Returns each output's dims.
+absl::StatusOr<std::vector<std::vector<int64_t>>> RunShapeFunction(const Node& node, const DynamicShape& shape,
+                                                                   const std::vector<const Tensor*>& inputs) {
+  std::vector<kiln_ktensor> ins, outs;
+  for (const KernelOperand& operand : shape.shape.inputs) {
+    ins.push_back(View(operand.node_input >= 0 ? inputs[operand.node_input] : operand.constant.get()));
+  }
+  std::vector<std::vector<int64_t>> dims;
+  for (const TensorType& type : shape.outputs) dims.emplace_back(type.shape.size(), -1);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    outs.push_back(kiln_ktensor{nullptr, dims[i].data(), static_cast<int32_t>(dims[i].size()),
+                                static_cast<int32_t>(shape.outputs[i].dtype)});
+  }
+  outs.push_back(kiln_ktensor{nullptr, nullptr, 0, 0});  // no kernel parameters to complete
+  KILN_RETURN_IF_ERROR(CallKernel(node, shape.shape.kernel, ins, outs, shape.shape.params, nullptr));
+  for (const std::vector<int64_t>& d : dims) {
+    for (int64_t size : d) {
+      if (size < 0) return absl::InternalError(absl::StrCat(NodeLabel(node), ": its shape function left a dim open"));
+    }
+  }
+  return dims;
+}
+
+// A copy of `node` alone in a graph, typed by the tensors it is given now: static input
+// types, its shape-deciding inputs (OpSchema::constant_inputs) constants holding their
+// values, and its output types inferred from those, or, where they follow from input
+// data (NonZero's count), from its run-time shape function.
+struct ConcreteNode {
+  std::unique_ptr<Graph> graph;
+  Node* node = nullptr;
+};
+
+absl::StatusOr<ConcreteNode> Concretize(const Node& node, const OpSchema& schema,
+                                        const std::vector<const Tensor*>& inputs) {
+  if (!schema.infer) {
+    return absl::UnimplementedError(
+        absl::StrCat(NodeLabel(node), ": the op has no type inference to size its outputs"));
+  }
+  ConcreteNode concrete{std::make_unique<Graph>(), nullptr};
+  Graph& graph = *concrete.graph;
+  std::map<const Value*, Value*> copies;
+  std::vector<Value*> ins;
+  for (size_t i = 0; i < node.inputs().size(); ++i) {
+    const Value* v = node.input(i);
+    if (v == nullptr || inputs[i] == nullptr) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    const bool shape_input = i < 32 && (schema.constant_inputs & (1u << i)) != 0;
+    Value*& copy = copies[v];
+    if (copy == nullptr && v->is_constant()) copy = graph.AddConstant(v->name(), v->constant());
+    if (copy == nullptr && shape_input) copy = graph.AddConstant(v->name(), std::make_shared<const Tensor>(*inputs[i]));
+    if (copy == nullptr) copy = graph.AddValue(v->name(), TensorType::Static(inputs[i]->dtype(), inputs[i]->dims()));
+    ins.push_back(copy);
+  }
+  std::vector<std::string> names;
+  for (const Value* out : node.outputs()) names.push_back(out->name());
+  concrete.node = graph.AddNode(node.op(), node.name(), ins, names, node.opset());
+  concrete.node->mutable_attrs() = node.attrs();
+  InferContext ctx{*concrete.node, {}, {}, {}};
+  for (const Value* in : ins) {
+    ctx.input_types.push_back(in != nullptr ? &in->type() : nullptr);
+    ctx.input_constants.push_back(in != nullptr && in->is_constant() ? in->constant().get() : nullptr);
+  }
+  ctx.output_types.resize(node.outputs().size());
+  KILN_RETURN_IF_ERROR(schema.infer(ctx));
+  const bool all_static =
+      std::all_of(ctx.output_types.begin(), ctx.output_types.end(), [](const TensorType& t) { return t.IsStatic(); });
+  if (!all_static && schema.dynamic) {
+    KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ctx));
+    KILN_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> dims, RunShapeFunction(*concrete.node, shape, inputs));
+    for (size_t k = 0; k < ctx.output_types.size() && k < dims.size(); ++k) {
+      ctx.output_types[k] = TensorType::Static(shape.outputs[k].dtype, dims[k]);
+    }
+  }
+  for (size_t k = 0; k < ctx.output_types.size(); ++k) {
+    if (!ctx.output_types[k].IsStatic()) {
+      return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": output '", node.output(k)->name(),
+                                                   "' depends on input data (", PrintType(ctx.output_types[k]),
+                                                   ") and the op has no run-time shape rule"));
+    }
+    concrete.node->output(k)->set_type(ctx.output_types[k]);
+  }
+  return concrete;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> EvaluateNodeObserved(const Node& node, const std::vector<const Tensor*>& given,
+                                                         const Observer& observe) {
+  const OpSchema* schema = FindOp(node.op());
+  if (schema == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(NodeLabel(node), ": op is not supported"));
+  }
+  // (Callers folding Shape or Size pass no values: those need types only.)
+  std::vector<const Tensor*> inputs = given;
+  inputs.resize(std::max(inputs.size(), node.inputs().size()), nullptr);
+  if (node.has_subgraphs()) return RunControlNode(node, inputs, observe);
+  if (TouchesNonTensor(node)) return RunValueNode(node, *schema, inputs);
+  if (schema->from_types && node.input(0) != nullptr && node.input(0)->type().IsStatic()) {
+    return schema->from_types(node);
+  }
+  if (HasStaticTypes(node)) return RunStaticNode(node, *schema, inputs);
+  for (size_t i = 0; i < node.inputs().size(); ++i) {
+    if (node.input(i) != nullptr && (inputs[i] == nullptr || !inputs[i]->is_tensor())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(NodeLabel(node), ": input '", node.input(i)->name(), "' holds no tensor"));
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(ConcreteNode concrete, Concretize(node, *schema, inputs));
+  return RunStaticNode(*concrete.node, *schema, inputs);
+}
+
+absl::StatusOr<std::vector<Tensor>> RunGraphOn(const Graph& graph, const std::vector<const Tensor*>& inputs,
+                                               const Observer& observe) {
   if (inputs.size() != graph.inputs().size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("graph has ", graph.inputs().size(), " inputs, got ", inputs.size()));
@@ -177,8 +431,11 @@ absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph, const std::vect
   std::unordered_map<const Value*, const Tensor*> env;
   std::vector<std::unique_ptr<Tensor>> owned;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    env[graph.inputs()[i]] = &inputs[i];
-    if (observe) observe(graph.inputs()[i], inputs[i]);
+    if (inputs[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("graph input '", graph.inputs()[i]->name(), "' has no value"));
+    }
+    env[graph.inputs()[i]] = inputs[i];
+    if (observe) observe(graph.inputs()[i], *inputs[i]);
   }
   auto lookup = [&](const Value* v) -> const Tensor* {
     if (v == nullptr) return nullptr;
@@ -195,8 +452,12 @@ absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph, const std::vect
       }
       args.push_back(t);
     }
-    absl::StatusOr<std::vector<Tensor>> results = EvaluateNode(*node, args);
+    absl::StatusOr<std::vector<Tensor>> results = EvaluateNodeObserved(*node, args, observe);
     if (!results.ok()) return results.status();
+    if (results->size() != node->outputs().size()) {
+      return absl::InternalError(
+          absl::StrCat(NodeLabel(*node), ": ", results->size(), " values for ", node->outputs().size(), " outputs"));
+    }
     for (size_t i = 0; i < results->size(); ++i) {
       owned.push_back(std::make_unique<Tensor>(std::move((*results)[i])));
       env[node->outputs()[i]] = owned.back().get();
@@ -210,6 +471,20 @@ absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph, const std::vect
     outputs.push_back(*t);
   }
   return outputs;
+}
+
+}  // namespace interp
+
+absl::StatusOr<std::vector<Tensor>> EvaluateNode(const Node& node, const std::vector<const Tensor*>& inputs) {
+  return interp::EvaluateNodeObserved(node, inputs, nullptr);
+}
+
+absl::StatusOr<std::vector<Tensor>> RunGraph(const Graph& graph, const std::vector<Tensor>& inputs,
+                                             const std::function<void(const Value*, const Tensor&)>& observe) {
+  std::vector<const Tensor*> borrowed;
+  borrowed.reserve(inputs.size());
+  for (const Tensor& t : inputs) borrowed.push_back(&t);
+  return interp::RunGraphOn(graph, borrowed, observe);
 }
 
 }  // namespace kiln

@@ -231,7 +231,16 @@ class Quantize : public Pass {
   // Why `node` (a Conv or MatMul) stays in f32, or "" to quantize it.
   std::string KeptFloatBecause(const Node* node) const {
     if (config_.keep_float.count(node->name())) return "--keep-float";
-    if (!IsQuantizable(node)) return "not a 2-D/1-D Conv or MatMul with a constant f32 weight";
+    if (!IsQuantizable(node)) {
+      const Value* x = node->input(0);
+      const Value* w = node->input(1);
+      if (x != nullptr && x->type().is_tensor() && !x->type().IsStatic() && w != nullptr && w->is_constant()) {
+        // Calibration runs such a graph; the int8 kernels compile with static shapes only.
+        return absl::StrCat("its input's shape ", PrintType(x->type()),
+                            " is known only at run time: int8 needs static shapes (--input-shape)");
+      }
+      return "not a 2-D/1-D Conv or MatMul with a constant f32 weight";
+    }
     // The int8 convolution computes 8 output channels of one group per tile over quads
     // of its input channels: a depthwise conv (1 channel per group) would use 1/32 of
     // it and run several times slower than the f32 depthwise kernel.
@@ -242,9 +251,25 @@ class Quantize : public Pass {
     return "";
   }
 
+  // Conv and MatMul nodes inside control-flow bodies stay f32: calibration runs the bodies
+  // (a body value's range is taken over all iterations), but the QDQ rewrite and fold-qdq
+  // work on the main graph.
+  static void ListBodyNodes(const Node& node, QuantizationSummary& summary) {
+    for (const auto& [key, body] : node.subgraphs()) {
+      for (const Node* inner : body->nodes()) {
+        if (inner->op() == "Conv" || inner->op() == "MatMul") {
+          summary.kept_float.push_back(absl::StrCat(inner->name(), " (inside subgraph '", key, "' of ", node.op(), " '",
+                                                    node.name(), "': bodies stay f32)"));
+        }
+        ListBodyNodes(*inner, summary);
+      }
+    }
+  }
+
   Targets SelectTargets(Graph& graph, QuantizationSummary& summary) const {
     Targets targets;
     for (Node* node : graph.nodes()) {
+      ListBodyNodes(*node, summary);
       if (node->op() != "Conv" && node->op() != "MatMul") continue;
       if (const std::string why = KeptFloatBecause(node); !why.empty()) {
         summary.kept_float.push_back(node->name() + " (" + why + ")");

@@ -4,11 +4,13 @@
 // integers and bools exact). Prints passed / failed / unsupported counts.
 //
 //   kiln-conformance [--data DIR] [--filter SUBSTR] [--pass-list FILE] [--write-pass-list FILE] [--verbose]
-//                    [--reference]
+//                    [--reference | --interpreter]
 //
 // With --reference it checks the reference evaluator instead: each model is imported and
 // evaluated by kiln::ReferenceRunGraph, so the reference is itself held to the suite. A
 // model refused for a non-constant shape input is retried with its inputs as initializers.
+// With --interpreter it checks the interpreter (kiln::RunGraph: the host walk calibration,
+// pruning and folding use) the same way, on the imported graph with no pass run.
 // With --pass-list, a test on the list that does not pass is a regression: exit 1.
 //
 // Random ops (RandomUniform, RandomNormal, their *Like forms, Bernoulli, Multinomial): ONNX
@@ -44,6 +46,7 @@
 #include "kiln/common/status.h"
 #include "kiln/compiler/compile.h"
 #include "kiln/compiler/frontend.h"
+#include "kiln/compiler/interp.h"
 #include "kiln/compiler/reference.h"
 #include "kiln/compiler/runtime_tensor.h"
 #include "kiln/runtime.h"
@@ -383,7 +386,7 @@ absl::StatusOr<std::string> BindInputs(const std::string& model, const DataSet& 
 // A node test the importer refused (`import_status`) for a non-constant input, run with each
 // data set's inputs bound as initializers; still unsupported when the importer refuses that.
 Outcome RunReferenceBound(const fs::path& dir, const std::string& bytes, const absl::Status& import_status,
-                          std::string& detail) {
+                          bool interpreter, std::string& detail) {
   onnx::ModelProto proto;
   if (!proto.ParseFromString(bytes)) return Refused(import_status, detail);
   size_t num_inputs = 0;
@@ -401,7 +404,7 @@ Outcome RunReferenceBound(const fs::path& dir, const std::string& bytes, const a
       refused = true, refusal = bound_graph.status();
       return bound_graph.status();
     }
-    auto outputs = kiln::ReferenceRunGraph(**bound_graph, {});
+    auto outputs = interpreter ? kiln::RunGraph(**bound_graph, {}) : kiln::ReferenceRunGraph(**bound_graph, {});
     if (!outputs.ok() && outputs.status().code() == absl::StatusCode::kUnimplemented) {
       refused = true, refusal = outputs.status();
     }
@@ -413,9 +416,10 @@ Outcome RunReferenceBound(const fs::path& dir, const std::string& bytes, const a
   return outcome;
 }
 
-// The reference's self-check: the imported graph evaluated by kiln::ReferenceRunGraph; a
-// model the importer refuses for a non-constant input is retried with its inputs bound.
-Outcome RunReference(const fs::path& dir, std::string& detail) {
+// The reference's self-check: the imported graph evaluated by kiln::ReferenceRunGraph (or,
+// `interpreter`, by kiln::RunGraph); a model the importer refuses for a non-constant input
+// is retried with its inputs bound.
+Outcome RunReference(const fs::path& dir, bool interpreter, std::string& detail) {
   auto bytes = kiln::ReadFile((dir / "model.onnx").string());
   if (!bytes.ok()) {
     detail = std::string(bytes.status().message());
@@ -426,7 +430,7 @@ Outcome RunReference(const fs::path& dir, std::string& detail) {
   auto graph = kiln::ImportOnnxModel(*bytes, options);
   if (graph.ok()) {
     for (const kiln::Node* node : (*graph)->nodes()) {
-      if (!kiln::HasReference(node->op())) {
+      if (!interpreter && !kiln::HasReference(node->op())) {
         detail = absl::StrCat("the reference has no evaluation of ", node->op());
         return Outcome::kUnsupported;
       }
@@ -442,21 +446,21 @@ Outcome RunReference(const fs::path& dir, std::string& detail) {
                 : nullptr;
         inputs.push_back(type ? AsDeclared(set.inputs[i], type->dtype, type->StaticDims(), store) : set.inputs[i]);
       }
-      return kiln::ReferenceRunGraph(**graph, inputs);
+      return interpreter ? kiln::RunGraph(**graph, inputs) : kiln::ReferenceRunGraph(**graph, inputs);
     };
     return RunDataSets(dir, (*graph)->inputs().size(), (*graph)->outputs().size(), run, *bytes, detail);
   }
   if (graph.status().message().find("compile-time constant") == std::string::npos) {
     return Refused(graph.status(), detail);
   }
-  return RunReferenceBound(dir, *bytes, graph.status(), detail);
+  return RunReferenceBound(dir, *bytes, graph.status(), interpreter, detail);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string data = "/usr/share/libonnx-testdata/data/node", filter, pass_list, write_pass_list, deviations_file;
-  bool verbose = false, reference = false;
+  bool verbose = false, reference = false, interpreter = false;
   CLI::App app(
       "kiln-conformance: compile every ONNX backend node test for the host, run it and compare with the "
       "expected outputs (floats rtol 1e-3, atol 1e-5; integers exact). A test whose graph has a random op "
@@ -474,6 +478,9 @@ int main(int argc, char** argv) {
   app.add_flag("--verbose", verbose, "a line for every test, not only failures");
   app.add_flag("--reference", reference,
                "check the reference evaluator (kiln::ReferenceRunGraph) instead of compiled artifacts");
+  app.add_flag("--interpreter", interpreter,
+               "check the interpreter (kiln::RunGraph, what calibration and pruning run) on the imported graph "
+               "instead of compiled artifacts");
   if (auto exit = kiln::ParseCommandLine(app, argc, argv)) return *exit;
   std::vector<fs::path> tests;
   std::error_code ec;
@@ -510,7 +517,8 @@ int main(int argc, char** argv) {
   int failed = 0, unsupported = 0, deviating = 0;
   for (const fs::path& test : tests) {
     std::string detail;
-    Outcome outcome = reference ? RunReference(test, detail) : RunCompiled(test, work, detail);
+    Outcome outcome =
+        reference || interpreter ? RunReference(test, interpreter, detail) : RunCompiled(test, work, detail);
     const std::string name = test.filename().string();
     if (outcome == Outcome::kPass) passed.insert(name);
     if (outcome == Outcome::kFail && deviations.count(name)) {
@@ -530,14 +538,19 @@ int main(int argc, char** argv) {
   }
   fs::remove_all(work, ec);
   std::printf("conformance%s: %zu passed, %d failed, %d unsupported, %d deviate as documented, of %zu node tests\n",
-              reference ? " (reference)" : "", passed.size(), failed, unsupported, deviating, tests.size());
+              interpreter ? " (interpreter)"
+              : reference ? " (reference)"
+                          : "",
+              passed.size(), failed, unsupported, deviating, tests.size());
   std::printf("random-output rule: %d tests with a random op checked for dtype, shape and range, not values\n",
               random_rule_tests);
   if (!write_pass_list.empty()) {
     std::ofstream out(write_pass_list);
-    out << (reference ? "# ONNX node tests the reference evaluator passes (kiln-conformance --reference "
-                        "--write-pass-list). Only grows.\n"
-                      : "# ONNX node tests that pass compiled (kiln-conformance --write-pass-list). Only grows.\n");
+    out << (interpreter ? "# ONNX node tests the interpreter passes (kiln-conformance --interpreter "
+                          "--write-pass-list). Only grows.\n"
+            : reference ? "# ONNX node tests the reference evaluator passes (kiln-conformance --reference "
+                          "--write-pass-list). Only grows.\n"
+                        : "# ONNX node tests that pass compiled (kiln-conformance --write-pass-list). Only grows.\n");
     for (const std::string& name : passed) out << name << "\n";
   }
   int regressions = 0;
