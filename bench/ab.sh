@@ -50,6 +50,12 @@ for m in ${models//,/ }; do
       cat "$tmp/compile.log" >&2
       exit 1
     fi
+    # The same page-cache state for both: how a file came to be cached (written through a
+    # mapping, one write, read back after eviction) decides whether its weights are mapped
+    # in 2 MiB pages, which moved a DRAM-bound classifier head by 20 % (bench/RESULTS.md).
+    # A fresh copy written in small pieces is what both get.
+    cat "$tmp/$m.$side.so" > "$tmp/$m.$side.copy.so"
+    mv "$tmp/$m.$side.copy.so" "$tmp/$m.$side.so"
   done
   for t in $threads; do
     b=() n=() o=()
