@@ -46,9 +46,13 @@ def elem_type(a):
     return TensorProto.STRING if a.dtype == object else onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype]
 
 
-def save_case(root, name, nodes, inputs, outputs, opset=OPSET):
-    """inputs/outputs: [(name, array)]; string arrays are numpy object arrays of str."""
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, elem_type(a), a.shape) for n, a in inputs],
+def save_case(root, name, nodes, inputs, outputs, opset=OPSET, symbolic=False):
+    """inputs/outputs: [(name, array)]; string arrays are numpy object arrays of str. With
+    `symbolic` the inputs' dims are declared as names (d0_x, d1_x, ...): run-time shapes."""
+    def dims(n, a):
+        return [f"d{i}_{n}" for i in range(a.ndim)] if symbolic else a.shape
+
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, elem_type(a), dims(n, a)) for n, a in inputs],
                               [helper.make_tensor_value_info(n, elem_type(a), None) for n, a in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
@@ -114,6 +118,8 @@ REGEX_CASES = [
                                                ("HELLO  x", False), ("hello \u017ftar", True)]),
     ("scoped_flags", r"a(?i:b)c", [("aBc", True), ("abc", True), ("abC", False), ("ABc", False)]),
     ("anchors", r"^ab$", [("ab", True), ("ab\n", False)]),
+    ("inner_anchors", r"a$b?|b?^c|x\By|x\b.", [("a", True), ("ab", False), ("c", True), ("bc", False),
+                                                ("xy", True), ("x!", True), ("x", False)]),
     ("multiline", r"(?m)a$\n^b", [("a\nb", True), ("ab", False)]),
     ("word_boundary", r"\bfoo\b.*", [("foo bar", True), ("foobar", False), ("foo", True)]),
     ("escapes", r"\.\*\x41\x{e9}\t\\\101\Qa+b\E", [(".*A\u00e9\t\\Aa+b", True), (".*A\u00e9\t\\Aaab", False)]),
@@ -188,6 +194,16 @@ def make_cases(root):
         [("x", words), ("bang", strings("!")), ("probe", strings("red!"))],
         [("y", joined), ("hit", joined.astype(str) == "red!"),
          ("colour", np.isin(pieces.astype(str), ["red", "green", "blue"]))]))
+    # Every input's dims known only at run time: the broadcast and same-shape rules.
+    s, t = strings("ab", "a1", "", "xyz", shape=(4, 1)), strings("1", "", "b", shape=(3,))
+    st = np.char.add(s.astype(str), t.astype(str))
+    cases.append(save_case(root, "string_ops_symbolic_dims", [
+        helper.make_node("StringConcat", ["s", "t"], ["y"]),
+        helper.make_node("Equal", ["y", "t"], ["same"]),
+        helper.make_node("RegexFullMatch", ["y"], ["letters"], pattern="[a-z]+")],
+        [("s", s), ("t", t)],
+        [("y", st.astype(object)), ("same", st == t.astype(str)),
+         ("letters", np.vectorize(lambda v: v.isalpha() and v.isascii() and v.islower())(st))], symbolic=True))
     for name, pattern, examples in REGEX_CASES:
         x = strings(*[t for t, _ in examples])
         cases.append(save_case(root, f"regex_full_match_{name}",
