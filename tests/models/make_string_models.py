@@ -167,7 +167,8 @@ def make_cases(root):
     for name, delimiter, maxsplit in (("whitespace", None, None), ("empty_delimiter", "", None),
                                       ("comma", ",", None), ("comma_maxsplit_1", ",", 1),
                                       ("whitespace_maxsplit_1", None, 1), ("maxsplit_0", None, 0),
-                                      ("multibyte_delimiter", "語 ", None), ("long_delimiter", "  ", 2)):
+                                      ("multibyte_delimiter", "語 ", None), ("long_delimiter", "  ", 2),
+                                      ("comma_maxsplit_negative", ",", -1)):
         attrs = {k: v for k, v in (("delimiter", delimiter), ("maxsplit", maxsplit)) if v is not None}
         y, z = split_outputs(TEXTS, delimiter, maxsplit)
         cases.append(save_case(root, f"string_split_{name}", [helper.make_node("StringSplit", ["x"], ["y", "z"],
@@ -182,6 +183,13 @@ def make_cases(root):
     cases.append(save_case(root, "string_split_all_empty", [helper.make_node("StringSplit", ["x"], ["y", "z"],
                                                                              delimiter=",")],
                            [("x", empties)], [("y", y), ("z", z)]))
+    nothing = np.zeros((0,), dtype=object)
+    y, z = split_outputs(nothing, None, None)
+    cases.append(save_case(root, "string_split_empty_tensor", [helper.make_node("StringSplit", ["x"], ["y", "z"])],
+                           [("x", nothing)], [("y", y), ("z", z)]))
+    wide, row = np.zeros((0, 3), dtype=object), strings("a", "b", "c")
+    cases.append(save_case(root, "string_concat_empty_tensor", [helper.make_node("StringConcat", ["w", "r"], ["y"])],
+                           [("w", wide), ("r", row)], [("y", np.zeros((0, 3), dtype=object))]))
     # StringSplit's pieces go on through StringConcat and Equal: a run-time last dim downstream.
     words = strings("red green", "blue", "green red")
     pieces, _ = split_outputs(words, None, None)
