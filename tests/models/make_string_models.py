@@ -146,6 +146,58 @@ BAD_PATTERNS = [
 ]
 
 
+# Random patterns: atoms, repeats and groups of the RE2 syntax Kiln takes, odd corners included
+# ('{' as a literal, ']' and '-' first or last in a class, octal and \x{} escapes, flags).
+RANDOM_ATOMS = ["a", "b", "A", "K", "k", "s", " ", r"\n", ".", "[ab]", "[^a]", "[a-z]", r"[^\s]", r"\w", r"\W", r"\d",
+                r"\D", r"\s", r"\S", "^", "$", r"\b", r"\B", r"\x41", r"\x{e9}", "[[:upper:]]", "[[:^alpha:]]",
+                "[[:punct:]]", r"\.", "_", "1", r"\_", r"\-", "[]a]", "[a-]", "[^-a]", r"[\d-z]", "a{", "a{,2}", "{",
+                "}", "]", r"\Qa.\E", r"\101", r"\t", "[[:space:]]", "[[:xdigit:]]", r"[\x00-\x{10FFFF}]", r"\A",
+                r"\z", "-", "[--a]", "[a-b-c]", "(?i)", "(?-i)", "(?s)", "(?m)", "(?i-s)", "(?U)", "é", "日", "[é-ÿ]",
+                "[^é]"]
+RANDOM_REPEATS = ["*", "+", "?", "{2}", "{1,}", "{0,2}", "{1,3}", "*?", "+?", "??", "{2,3}?", "{0}", "{0,}"]
+RANDOM_PIECES = ["a", "b", "A", "B", "K", "k", " ", "\n", "\t", "1", "_", ".", "é", "\u212a", "\u017f", "s", "-", "{",
+                 "}", "]", "\x0b", "日", "\u00a0", "!", "a{,2}", "a."]
+
+
+def random_pattern(rng, depth=0):
+    atoms = []
+    for _ in range(rng.randint(0, 4)):
+        if rng.random() < 0.15 and depth < 3:
+            opener = rng.choice(["(", "(?:", "(?i:", f"(?P<g{rng.randint(0, 10**6)}>", "(?s:"])
+            atom = opener + random_pattern(rng, depth + 1) + ")"
+        else:
+            atom = rng.choice(RANDOM_ATOMS)
+        flags_only = atom.startswith("(?") and atom.endswith(")") and ":" not in atom and "<" not in atom
+        if not flags_only and rng.random() < 0.3:
+            atom += rng.choice(RANDOM_REPEATS)
+        atoms.append(atom)
+    pattern = "".join(atoms)
+    return pattern + "|" + random_pattern(rng, depth + 1) if rng.random() < 0.2 else pattern
+
+
+def random_regex_case(root, ort_run, count=60):
+    """One model of `count` RegexFullMatch nodes with random patterns (none that Kiln refuses:
+    no non-ASCII under (?i)) over 40 random texts; the expected outputs are ONNX Runtime's."""
+    import random
+    rng = random.Random(20261126)
+    patterns = []
+    while len(patterns) < count:
+        pattern = random_pattern(rng)
+        if not ("(?i" in pattern and any(ord(c) > 127 for c in pattern)):
+            patterns.append(pattern)
+    texts = strings(*["".join(rng.choice(RANDOM_PIECES) for _ in range(rng.randint(0, 5))) for _ in range(40)])
+    nodes = [helper.make_node("RegexFullMatch", ["x"], [f"y{i}"], pattern=p) for i, p in enumerate(patterns)]
+    name = save_case(root, "regex_full_match_random", nodes, [("x", texts)],
+                     [(f"y{i}", np.zeros(texts.shape, bool)) for i in range(count)])
+    ort_dir = os.path.join(root, "..", "work", name + ".expected")
+    ran = run_ort(ort_run, root, name, ort_dir)
+    if ran.returncode != 0:
+        sys.exit(f"{name}: ONNX Runtime: {ran.stderr.strip()}")
+    for i in range(count):
+        shutil.copy(os.path.join(ort_dir, f"output_{i}.pb"), os.path.join(root, name, "test_data_set_0"))
+    return name
+
+
 def make_cases(root):
     cases = []
     a = strings("x", "", "日本", "é", shape=(2, 2))
@@ -314,6 +366,8 @@ def main():
     os.makedirs(work)
     try:
         cases = make_cases(root)
+        if args.ort_run:  # random patterns, ONNX Runtime's answers expected
+            cases.append(random_regex_case(root, args.ort_run))
         failed = []
         for case in cases:
             if args.ort_run:
