@@ -582,7 +582,7 @@ class Compiler {
   void Add(int32_t op, int32_t a, int32_t b) { instructions_.insert(instructions_.end(), {op, a, b}); }
   void Patch(int32_t pc, int slot, int32_t target) { instructions_[3 * pc + slot] = target; }
   absl::Status TooLong() const {
-    return absl::InvalidArgumentError(absl::StrCat("the pattern needs more than ", KILN_REGEX_MAX_INSTRUCTIONS,
+    return absl::InvalidArgumentError(absl::StrCat("needs more than ", KILN_REGEX_MAX_INSTRUCTIONS,
                                                    " NFA states, the most Kiln's matcher takes (smaller counts help)"));
   }
 
