@@ -1,7 +1,9 @@
-// RegexFullMatch: the kernel's NFA (run natively through the interpreter) against the
-// reference's own matcher on random patterns of the RE2 syntax Kiln takes and random texts
-// (ASCII, non-ASCII, the Kelvin sign, newlines), and the compile-time checks: what the
-// pattern compiler refuses, and at which byte.
+// The string ops of opsets 19 and 20, kernels (run natively through the interpreter)
+// against the reference: RegexFullMatch's NFA against the reference's own matcher on random
+// patterns of the RE2 syntax Kiln takes and random texts (ASCII, non-ASCII, the Kelvin sign,
+// newlines), its compile-time checks (what the pattern compiler refuses, and at which byte);
+// StringSplit, StringConcat and Equal on random texts.
+#include <map>
 #include <random>
 #include <string>
 
@@ -194,6 +196,77 @@ TEST(RegexTest, RefusedPatternsNameTheByte) {
     EXPECT_NE(std::string(s.message()).find("node 'match' (RegexFullMatch, opset 20): pattern"), std::string::npos)
         << s;
     EXPECT_NE(std::string(s.message()).find(words), std::string::npos) << pattern << ": " << s;
+  }
+}
+
+// One node over constant inputs, typed; every output from the kernels and from the reference.
+absl::Status RunBoth(const std::string& op, const std::vector<Tensor>& inputs,
+                     const std::map<std::string, AttrValue>& attrs, int outputs, std::vector<Tensor>* kernel,
+                     std::vector<Tensor>* reference) {
+  Graph graph;
+  std::vector<Value*> values;
+  std::vector<const Tensor*> pointers;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    values.push_back(graph.AddConstant("in" + std::to_string(i), std::make_shared<const Tensor>(inputs[i])));
+    pointers.push_back(&inputs[i]);
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < outputs; ++i) names.push_back("out" + std::to_string(i));
+  Node* node = graph.AddNode(op, "node", values, names, 20);
+  node->mutable_attrs() = attrs;
+  for (int i = 0; i < outputs; ++i) graph.AddOutput(node->output(i));
+  if (absl::Status s = InferTypes(graph); !s.ok()) return s;
+  auto k = EvaluateNode(*node, pointers);
+  if (!k.ok()) return k.status();
+  auto r = ReferenceEvaluateNode(*node, pointers);
+  if (!r.ok()) return r.status();
+  *kernel = std::move(*k);
+  *reference = std::move(*r);
+  return absl::OkStatus();
+}
+
+void ExpectSameTensors(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t k = 0; k < a.size(); ++k) {
+    ASSERT_EQ(a[k].dtype(), b[k].dtype()) << what;
+    ASSERT_EQ(a[k].dims(), b[k].dims()) << what << " output " << k;
+    for (int64_t i = 0; i < a[k].num_elements(); ++i) {
+      if (a[k].dtype() == DType::kString) {
+        EXPECT_EQ(a[k].GetString(i), b[k].GetString(i)) << what << " output " << k << " element " << i;
+      } else {
+        EXPECT_EQ(a[k].GetAsInt64(i), b[k].GetAsInt64(i)) << what << " output " << k << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(TextOpsTest, SplitConcatEqualAgreeWithReference) {
+  static const char* kPieces[] = {"a", "b", " ", "  ", ",", ",,", "\xc3\xa9", "\t", "ab", ""};
+  static const char* kDelimiters[] = {"", ",", " ", ",,", "ab", "\xc3\xa9"};
+  std::mt19937 rng(11);
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  for (int round = 0; round < 300; ++round) {
+    std::vector<std::string> texts;
+    for (int t = 0, n = pick(6); t < n; ++t) {
+      std::string text;
+      for (int i = 0, m = pick(7); i < m; ++i) text += kPieces[pick(10)];
+      texts.push_back(text);
+    }
+    const Tensor x = Strings(texts);
+    std::map<std::string, AttrValue> attrs;
+    if (pick(4) != 0) attrs["delimiter"] = std::string(kDelimiters[pick(6)]);
+    if (pick(2) != 0) attrs["maxsplit"] = static_cast<int64_t>(pick(4) - 1);
+    std::vector<Tensor> kernel, reference;
+    absl::Status s = RunBoth("StringSplit", {x}, attrs, 2, &kernel, &reference);
+    ASSERT_TRUE(s.ok()) << s;
+    ExpectSameTensors(kernel, reference, "StringSplit round " + std::to_string(round));
+    // The pieces against the texts, broadcast: [n, width] with [n, 1].
+    Tensor column(DType::kString, {x.dims()[0], 1});
+    for (int64_t i = 0; i < x.num_elements(); ++i) column.SetString(i, x.GetString(i));
+    ASSERT_TRUE(RunBoth("StringConcat", {kernel[0], column}, {}, 1, &kernel, &reference).ok());
+    ExpectSameTensors(kernel, reference, "StringConcat round " + std::to_string(round));
+    ASSERT_TRUE(RunBoth("Equal", {kernel[0], column}, {}, 1, &kernel, &reference).ok());
+    ExpectSameTensors(kernel, reference, "Equal round " + std::to_string(round));
   }
 }
 
