@@ -4,11 +4,14 @@
 const fs = require('fs');
 const ort = require('onnxruntime-node');
 
-// ONNX data_type -> ORT's type name and the typed array that holds it.
-const TYPES = {1: ['float32', Float32Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 9: ['bool', Uint8Array]};
+// ONNX data_type -> ORT's type name and the typed array that holds it (strings: an Array of
+// JS strings, kept in string_data as UTF-8).
+const TYPES = {1: ['float32', Float32Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 8: ['string', Array],
+               9: ['bool', Uint8Array]};
+const STRING = 8;
 
 // Minimal protobuf reader for the ONNX TensorProto fields numpy_helper writes:
-// dims (1), data_type (2), name (8), raw_data (9).
+// dims (1), data_type (2), string_data (6), name (8), raw_data (9).
 function readTensorProto(path) {
   const buf = fs.readFileSync(path);
   let pos = 0;
@@ -23,6 +26,7 @@ function readTensorProto(path) {
   };
   const dims = [];
   let dataType = 0, name = '', raw = null;
+  const strings = [];
   while (pos < buf.length) {
     const key = Number(varint());
     const field = key >> 3, wire = key & 7;
@@ -43,12 +47,14 @@ function readTensorProto(path) {
           dims.push(Number(r));
         }
         pos = saved;
-      } else if (field === 8) name = bytes.toString('utf8');
+      } else if (field === 6) strings.push(bytes.toString('utf8'));
+      else if (field === 8) name = bytes.toString('utf8');
       else if (field === 9) raw = bytes;
     } else if (wire === 5) pos += 4;
     else if (wire === 1) pos += 8;
     else throw new Error(`${path}: unsupported protobuf wire type ${wire}`);
   }
+  if (dataType === STRING) return {name, tensor: new ort.Tensor('string', strings, dims)};
   if (raw === null) throw new Error(`${path}: tensor has no raw_data (write it with numpy_helper.from_array)`);
   const copy = Uint8Array.from(raw).buffer;
   if (!TYPES[dataType]) throw new Error(`${path}: data type ${dataType} is not supported here`);
@@ -68,7 +74,8 @@ function varintBytes(value) {
   return out;
 }
 
-// Writes an ORT tensor as a TensorProto: dims (1), data_type (2), name (8), raw_data (9).
+// Writes an ORT tensor as a TensorProto: dims (1), data_type (2), name (8), raw_data (9), or
+// for strings string_data (6).
 function writeTensorProto(path, name, tensor) {
   const code = Object.keys(TYPES).find((k) => TYPES[k][0] === tensor.type);
   if (code === undefined) throw new Error(`output '${name}': type ${tensor.type} is not supported here`);
@@ -78,6 +85,14 @@ function writeTensorProto(path, name, tensor) {
   const nameBytes = Buffer.from(name, 'utf8');
   parts.push(Buffer.from([0x42, ...varintBytes(nameBytes.length)]), nameBytes);
   const data = tensor.data;
+  if (tensor.type === 'string') {
+    for (const text of data) {
+      const bytes = Buffer.from(text, 'utf8');
+      parts.push(Buffer.from([0x32, ...varintBytes(bytes.length)]), bytes);
+    }
+    fs.writeFileSync(path, Buffer.concat(parts));
+    return;
+  }
   const raw = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
   parts.push(Buffer.from([0x4a, ...varintBytes(raw.length)]), raw);
   fs.writeFileSync(path, Buffer.concat(parts));

@@ -53,6 +53,8 @@ void RegisterSelectOps(Registry& registry);
 void RegisterControlOps(Registry& registry);
 // After the others: it extends Cast and CastLike to strings.
 void RegisterStringOps(Registry& registry);
+// After the elementwise ops: it extends Equal to strings (text_ops.cc).
+void RegisterTextOps(Registry& registry);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

@@ -231,6 +231,7 @@ void EnsureRegistered() {
     ops::RegisterControlOps(registry);
     ops::RegisterSequenceOps(registry);
     ops::RegisterStringOps(registry);
+    ops::RegisterTextOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

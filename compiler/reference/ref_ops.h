@@ -42,5 +42,7 @@ void AddSpatialOps(RefTable& table);   // ref_spatial.cc
 void AddSequenceOps(RefTable& table);  // ref_sequence.cc
 // Last: it extends Cast, CastLike and the movement ops of the others to strings.
 void AddStringOps(RefTable& table);  // ref_strings.cc
+// After AddStringOps: Equal on strings, StringConcat, StringSplit, RegexFullMatch.
+void AddTextOps(RefTable& table);  // ref_text.cc, ref_regex.cc
 
 }  // namespace kiln::ref
