@@ -22,15 +22,22 @@ absl::Status InferGridSample(InferContext& ctx) {
   if (auto st = RequireFloat(ctx); !st.ok()) return st;
   if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
   const std::vector<int64_t> x = ctx.type(0).StaticDims(), grid = ctx.type(1).StaticDims();
-  if (x.size() != 4 || grid.size() != 4 || grid[0] != x[0] || grid[3] != 2 || ctx.type(1).dtype != ctx.type(0).dtype) {
+  // Opset 20 made it N-D; the kernel samples 2-D images and 3-D volumes.
+  const size_t spatial = x.size() - 2;
+  if ((x.size() != 4 && x.size() != 5) || grid.size() != x.size() || grid[0] != x[0] ||
+      grid.back() != static_cast<int64_t>(spatial) || ctx.type(1).dtype != ctx.type(0).dtype) {
     return NodeError(ctx.node, absl::StrCat("X [", absl::StrJoin(x, ","), "] and grid [", absl::StrJoin(grid, ","),
-                                            "] must be [N, C, H, W] and [N, H_out, W_out, 2] of one type"));
+                                            "] must be [N, C, H, W] and [N, H_out, W_out, 2] (or [N, C, D, H, W] and "
+                                            "[N, D_out, H_out, W_out, 3]) of one type"));
   }
-  if (auto mode = NamedAttr(ctx.node, "mode", "bilinear", kGridModes); !mode.ok()) return mode.status();
+  KILN_ASSIGN_OR_RETURN(const int64_t mode, NamedAttr(ctx.node, "mode", "bilinear", kGridModes));
+  if (mode == KILN_GRID_BICUBIC && spatial != 2) return NodeError(ctx.node, "cubic mode samples 2-D images only");
   if (auto padding = NamedAttr(ctx.node, "padding_mode", "zeros", kGridPaddings); !padding.ok()) {
     return padding.status();
   }
-  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {x[0], x[1], grid[1], grid[2]});
+  std::vector<int64_t> out = {x[0], x[1]};
+  out.insert(out.end(), grid.begin() + 1, grid.end() - 1);
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
   return absl::OkStatus();
 }
 
