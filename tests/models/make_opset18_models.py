@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Every default-domain op that opsets 18 to 21 added or changed and ONNX Runtime's CPU
+provider runs, one small model per op and attribute combination, held to ONNX Runtime's
+outputs (bench/ort_run.js --cases writes them), compiled and in the reference. A case ONNX
+Runtime refuses keeps numpy's expected outputs where it has them and is dropped (and named)
+where it has none.
+
+  make_opset18_models.py KILN_CONFORMANCE --ort-run bench/ort_run.js [--keep DIR]
+
+libonnx 1.12 has no schemas past opset 17, so the models are built with onnx.helper and
+never checked.
+"""
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import make_opset_models
+
+RNG = np.random.default_rng(1821)
+F, F16, D, I64 = np.float32, np.float16, np.float64, np.int64
+
+
+def randn(*shape, dtype=F):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def ints(*shape, dtype=np.int32, low=-100, high=100):
+    return RNG.integers(low, high, shape).astype(dtype)
+
+
+def distinct(*shape):
+    """Floats with no ties (max/min reductions and scatters pick one value each)."""
+    return (RNG.permutation(int(np.prod(shape))).reshape(shape) * 0.37 - 3.1).astype(F)
+
+
+class Cases:
+    """Writes each case (model.onnx, test_data_set_0/input_N.pb and, where numpy knows them,
+    output_N.pb) under root and keeps their names."""
+
+    def __init__(self, root):
+        self.root = root
+        self.names = []
+
+    def add(self, name, opset, nodes, inputs, outputs, initializers=(), ort_wrong=None):
+        """inputs: [(name, array)]; outputs: [(name, dtype or expected array[, shape])] (a shape
+        for onnx 1.12's checker, which Kiln runs below opset 18); ort_wrong: why ONNX Runtime's
+        answer is wrong, numpy's expected outputs stand."""
+        def info(n, dtype, shape=None):
+            return helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[np.dtype(dtype)], shape)
+
+        outs = [info(n, v.dtype, v.shape) if isinstance(v, np.ndarray) else info(n, v, *shape)
+                for n, v, *shape in outputs]
+        graph = helper.make_graph(nodes, name, [info(n, a.dtype, a.shape) for n, a in inputs], outs,
+                                  [numpy_helper.from_array(np.asarray(a), n) for n, a in initializers])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 3 if opset < 7 else 8 if opset < 18 else 9 if opset < 21 else 10  # 8: onnx 1.12's checker
+        case = f"opset{opset}_{name}"
+        data = f"{self.root}/{case}/test_data_set_0"
+        make_opset_models.os.makedirs(data)
+        onnx.save(model, f"{self.root}/{case}/model.onnx")
+        if ort_wrong:
+            with open(f"{self.root}/{case}/ort_wrong.txt", "w") as f:
+                f.write(ort_wrong + "\n")
+        expected = [(n, v) for n, v, *_ in outputs if isinstance(v, np.ndarray)]
+        for kind, tensors in (("input", inputs), ("output", expected if len(expected) == len(outputs) else [])):
+            for i, (n, a) in enumerate(tensors):
+                with open(f"{data}/{kind}_{i}.pb", "wb") as f:
+                    f.write(numpy_helper.from_array(np.asarray(a), n).SerializeToString())
+        self.names.append(case)
+
+    def unary(self, name, opset, op, x, out_dtype=None, extra_inputs=(), expected=None, ort_wrong=None, **attrs):
+        """One node op(x, *extra_inputs) -> y; extra_inputs are initializers ('' for omitted)."""
+        names = ["x"] + [n for n, _ in extra_inputs]
+        self.add(name, opset, [helper.make_node(op, names, ["y"], **attrs)], [("x", x)],
+                 [("y", out_dtype or x.dtype) if expected is None else ("y", expected)],
+                 [(n, a) for n, a in extra_inputs if n], ort_wrong)
+
+
+def new_ops(c):
+    g = randn(3, 5)
+    c.unary("mish", 18, "Mish", g * 3)
+    c.unary("mish_double", 18, "Mish", g.astype(D))
+    c.unary("gelu", 20, "Gelu", g * 3)
+    c.unary("gelu_tanh", 20, "Gelu", g * 3, approximate="tanh")
+    gx = randn(2, 6, 3, 4)
+    for opset, n in ((18, 3), (21, 6)):
+        for groups in (3, 1, 6):
+            per = n if opset == 21 else groups
+            c.unary(f"group_normalization_g{groups}", opset, "GroupNormalization", gx,
+                    extra_inputs=[("scale", randn(per)), ("bias", randn(per))], num_groups=groups, epsilon=1e-3)
+    c.unary("group_normalization_3d_stash", 21, "GroupNormalization", randn(2, 4, 5),
+            extra_inputs=[("scale", randn(4)), ("bias", randn(4))], num_groups=2, stash_type=1)
+    for dtype in (np.int32, np.int64, np.uint8, np.int8, np.uint16):
+        i, j = ints(3, 4, dtype=dtype, low=0, high=100), ints(4, dtype=dtype, low=0, high=100)
+        for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+            c.add(f"{op.lower()}_{np.dtype(dtype).name}", 18, [helper.make_node(op, ["i", "j"], ["y"])],
+                  [("i", i), ("j", j)], [("y", dtype)])
+        c.unary(f"bitwisenot_{np.dtype(dtype).name}", 18, "BitwiseNot", i)
+    cc = randn(3, 5, 4)
+    for tag, shape, axes in (("all", [2, 7, 4], None), ("axes", [3, 7], [1, 2]), ("neg_axes", [1], [-3]),
+                             ("odd", [4, 2], [-1, 1])):
+        c.unary(f"center_crop_pad_{tag}", 18, "CenterCropPad", cc, extra_inputs=[("shape", np.array(shape, I64))],
+                **({"axes": axes} if axes else {}))
+    im = randn(1, 2 * 2 * 3, 12)  # C=2, kernel 2x3, 12 blocks
+    for tag, image, attrs in (("basic", [4, 6], {}), ("strides", [4, 9], {"strides": [1, 2]}),
+                              ("pads_dilations", [3, 5], {"pads": [1, 0, 1, 1], "dilations": [2, 1]})):
+        c.unary(f"col2im_{tag}", 18, "Col2Im", im,
+                extra_inputs=[("image_shape", np.array(image, I64)), ("block_shape", np.array([2, 3], I64))], **attrs)
+    affine(c)
+    deform(c)
+
+
+def affine(c):
+    theta2 = randn(2, 2, 3) * 0.5 + np.array([[1, 0, 0], [0, 1, 0]], F)
+    theta3 = randn(1, 3, 4) * 0.3 + np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]], F)
+    for align in (0, 1):
+        c.unary(f"affine_grid_2d_align{align}", 20, "AffineGrid", theta2,
+                extra_inputs=[("size", np.array([2, 3, 4, 5], I64))], align_corners=align)
+        c.unary(f"affine_grid_3d_align{align}", 20, "AffineGrid", theta3,
+                extra_inputs=[("size", np.array([1, 2, 3, 4, 2], I64))], align_corners=align)
+
+
+def deform(c):
+    x = randn(1, 4, 5, 6)
+    w = randn(2, 2, 3, 3)  # group 2
+    off = randn(1, 2 * 2 * 9, 3, 4) * 0.7  # offset_group 2
+    mask = RNG.random((1, 2 * 9, 3, 4)).astype(F)
+    c.add("deform_conv_groups_mask", 19,
+          [helper.make_node("DeformConv", ["x", "w", "off", "b", "mask"], ["y"], group=2, offset_group=2)],
+          [("x", x), ("off", off), ("mask", mask)], [("y", F)], [("w", w), ("b", randn(2))])
+    c.add("deform_conv_strides_pads", 19,
+          [helper.make_node("DeformConv", ["x", "w", "off"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1],
+                            dilations=[1, 2])],
+          [("x", x), ("off", randn(1, 18, 3, 2))], [("y", F)], [("w", randn(3, 4, 3, 3))])
+    v = randn(1, 2, 4, 4, 3)
+    c.add("deform_conv_3d", 19, [helper.make_node("DeformConv", ["x", "w", "off"], ["y"])],
+          [("x", v), ("off", randn(1, 3 * 8, 3, 3, 2) * 0.5)], [("y", F)], [("w", randn(2, 2, 2, 2, 2))])
+
+
+def reductions(c):
+    a = distinct(3, 4, 5)
+    pos = np.abs(a) + 0.5
+    for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+               "ReduceProd", "ReduceSum", "ReduceSumSquare"):
+        x = pos if op == "ReduceLogSum" else a * 0.3 if op == "ReduceProd" else a
+        short = op[6:].lower()
+        c.unary(f"reduce_{short}_axes", 18, op, x, extra_inputs=[("axes", np.array([0, -1], I64))])
+        c.unary(f"reduce_{short}_axes_nokeep", 18, op, x, extra_inputs=[("axes", np.array([1], I64))], keepdims=0)
+        c.unary(f"reduce_{short}_all", 18, op, x, keepdims=0)
+        c.unary(f"reduce_{short}_noop", 18, op, x, noop_with_empty_axes=1)
+        c.unary(f"reduce_{short}_empty_axes", 18, op, x, extra_inputs=[("axes", np.zeros(0, I64))])
+    flags = RNG.integers(0, 2, (3, 4)).astype(bool)
+    flags[0] = True
+    flags[1] = False
+    for op in ("ReduceMax", "ReduceMin"):
+        c.unary(f"{op.lower()}_bool", 20, op, flags, extra_inputs=[("axes", np.array([1], I64))], keepdims=0)
+        c.unary(f"{op.lower()}_bool_all", 20, op, flags)
+        for dtype in (np.int8, np.uint8):
+            c.unary(f"{op.lower()}_{np.dtype(dtype).name}", 18, op, ints(3, 4, dtype=dtype, low=0, high=100),
+                    extra_inputs=[("axes", np.array([0], I64))])
+
+
+def movement(c):
+    p = randn(2, 3, 4)
+    for mode in ("constant", "reflect", "edge"):
+        c.unary(f"pad_axes_{mode}", 18, "Pad", p, mode=mode,
+                extra_inputs=[("pads", np.array([1, 0, 2, 1], I64)), ("", None), ("axes", np.array([2, 0], I64))])
+    c.unary("pad_neg_axes_value", 18, "Pad", p,
+            extra_inputs=[("pads", np.array([2, -1], I64)), ("value", np.array(1.5, F)), ("axes", np.array([-1], I64))])
+    c.unary("pad_wrap", 19, "Pad", p, mode="wrap", extra_inputs=[("pads", np.array([0, 1, 2, 0, 1, 3], I64))])
+    # Pads wider than the axis wrap round it again: y[i] = x[(i - begin) mod n] on each axis
+    # (numpy 1.24's np.pad wraps a padded axis again on the next and differs).
+    large, wrapped = [1, 4, 5, 0, 2, 6], p
+    for axis in range(3):
+        n = p.shape[axis]
+        wrapped = np.take(wrapped, np.arange(-large[axis], n + large[axis + 3]), axis=axis, mode="wrap")
+    c.unary("pad_wrap_large", 19, "Pad", p, mode="wrap", extra_inputs=[("pads", np.array(large, I64))],
+            expected=wrapped,
+            ort_wrong="ONNX Runtime 1.30 reads outside the input where a wrap pad is wider than its axis")
+    c.unary("pad_wrap_axes", 19, "Pad", p, mode="wrap",
+            extra_inputs=[("pads", np.array([3, 2], I64)), ("", None), ("axes", np.array([1], I64))])
+    c.unary("pad", 21, "Pad", p, extra_inputs=[("pads", np.array([0, 1, 0, 1, 0, 2], I64))])
+    s = randn(2, 7, 3)
+    for n in (3, 7, 4):
+        outs = [f"y{i}" for i in range(n)]
+        c.add(f"split_num_outputs_{n}", 18, [helper.make_node("Split", ["s"], outs, axis=1, num_outputs=n)],
+              [("s", s)], [(o, F) for o in outs])
+    c.add("split_num_outputs_neg_axis", 18, [helper.make_node("Split", ["s"], ["a", "b"], axis=-1, num_outputs=2)],
+          [("s", s)], [("a", F), ("b", F)])
+    c.add("split_sizes", 18, [helper.make_node("Split", ["s", "sizes"], ["a", "b"], axis=1)], [("s", s)],
+          [("a", F), ("b", F)], [("sizes", np.array([5, 2], I64))])
+    shape_ops(c)
+
+
+def shape_ops(c):
+    x = randn(2, 3, 4)
+    for opset in (19, 21):
+        c.unary("identity", opset, "Identity", x)
+        c.unary("shape_start_end", opset, "Shape", x, out_dtype=I64, start=1, end=-1)
+        c.unary("shape_neg_start", opset, "Shape", x, out_dtype=I64, start=-2)
+        c.unary("size", opset, "Size", x, out_dtype=I64)
+        c.unary("reshape_allowzero_empty", opset, "Reshape", np.zeros((0, 3), F),
+                extra_inputs=[("shape", np.array([3, 0], I64))], allowzero=1)
+        c.unary("reshape_zero_copies", opset, "Reshape", x, extra_inputs=[("shape", np.array([0, -1], I64))])
+    c.unary("flatten", 21, "Flatten", x, axis=2)
+    c.unary("squeeze", 21, "Squeeze", randn(2, 1, 3, 1), extra_inputs=[("axes", np.array([-1], I64))])
+    c.unary("unsqueeze", 21, "Unsqueeze", x, extra_inputs=[("axes", np.array([0, 4], I64))])
+    c.unary("transpose", 21, "Transpose", x, perm=[2, 0, 1])
+    for opset in (20, 21):
+        for dtype, code in ((F16, TensorProto.FLOAT16), (np.int8, TensorProto.INT8), (D, TensorProto.DOUBLE),
+                            (np.uint16, TensorProto.UINT16), (bool, TensorProto.BOOL)):
+            value = helper.make_tensor("value", code, [1], [1 if dtype is bool else 3])
+            c.add(f"constant_of_shape_{np.dtype(dtype).name}", opset,
+                  [helper.make_node("ConstantOfShape", ["shape"], ["y"], value=value)], [],
+                  [("y", dtype)], [("shape", np.array([2, 3], I64))])
+    for opset in (18, 21):
+        c.add("optional_has_element_tensor", opset, [helper.make_node("OptionalHasElement", ["x"], ["y"])],
+              [("x", x)], [("y", bool)])
+        c.add("optional_get_element_tensor", opset, [helper.make_node("OptionalGetElement", ["x"], ["y"])],
+              [("x", x)], [("y", F)])
+        c.add("optional_roundtrip", opset,
+              [helper.make_node("Optional", ["x"], ["o"]), helper.make_node("OptionalHasElement", ["o"], ["h"]),
+               helper.make_node("OptionalGetElement", ["o"], ["y"])], [("x", x)], [("h", bool), ("y", F)])
+    c.add("if", 21, [helper.make_node("If", ["cond"], ["y"], then_branch=branch("t", x, 2.0),
+                                      else_branch=branch("e", x, -1.0))],
+          [("cond", np.array(True))], [("y", F)])
+
+
+def branch(name, x, scale):
+    """A subgraph that yields the constant x * scale."""
+    node = helper.make_node("Constant", [], [f"{name}_c"], value=numpy_helper.from_array(x * scale, f"{name}_v"))
+    return helper.make_graph([node], name, [], [helper.make_tensor_value_info(f"{name}_c", TensorProto.FLOAT, x.shape)])
+
+
+def scatters(c):
+    data = distinct(4, 5)
+    idx = np.array([[0, 1, 3, 0, 2], [0, 1, 1, 0, 3], [2, 1, 3, 0, 2]], I64)
+    updates = distinct(3, 5)
+    for red in ("max", "min", "add", "mul", "none"):
+        c.add(f"scatter_elements_{red}", 18,
+              [helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=0, reduction=red)],
+              [("d", data), ("i", idx), ("u", updates)], [("y", F)])
+        nd_idx = np.array([[1], [3], [1]] if red != "none" else [[1], [3], [0]], I64)
+        c.add(f"scatter_nd_{red}", 18, [helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction=red)],
+              [("d", data), ("i", nd_idx), ("u", distinct(3, 5))], [("y", F)])
+    c.add("scatter_nd_max_int", 18, [helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction="max")],
+          [("d", ints(4, 3, dtype=I64)), ("i", np.array([[0, 1], [0, 1], [3, 2]], I64)), ("u", ints(3, dtype=I64))],
+          [("y", I64)])
+
+
+def pools(c):
+    q = randn(1, 2, 7, 8)
+    c.unary("average_pool_dilations", 19, "AveragePool", q, kernel_shape=[2, 3], dilations=[2, 2])
+    c.unary("average_pool_dilations_pads", 19, "AveragePool", q, kernel_shape=[3, 2], dilations=[2, 1],
+            pads=[1, 1, 2, 0], strides=[2, 1])
+    c.unary("average_pool_dilations_count_pad", 19, "AveragePool", q, kernel_shape=[3, 2], dilations=[2, 2],
+            pads=[2, 1, 2, 1], count_include_pad=1)
+    c.unary("average_pool_dilations_ceil", 19, "AveragePool", q, kernel_shape=[2, 2], dilations=[2, 2],
+            strides=[2, 2], ceil_mode=1)
+    c.unary("average_pool_1d_dilations", 19, "AveragePool", randn(1, 3, 11), kernel_shape=[3], dilations=[3])
+    for p in (1, 2, 3):
+        c.unary(f"lp_pool_p{p}_ceil", 18, "LpPool", q, kernel_shape=[2, 3], strides=[2, 2], p=p, ceil_mode=1)
+    c.unary("lp_pool_dilations", 18, "LpPool", q, kernel_shape=[2, 2], dilations=[2, 3], p=2)
+    c.unary("lp_pool_pads_dilations", 18, "LpPool", q, kernel_shape=[3, 3], dilations=[1, 2], pads=[1, 1, 1, 1], p=2)
+    c.unary("lp_pool_auto_pad", 18, "LpPool", q, kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER", p=2)
+    c.unary("global_lp_pool", 18, "GlobalLpPool", q, p=3)
+    # Opset 1: p was a float (numpy's answer stands in where ORT has no opset-1 kernel).
+    glp = (np.abs(q) ** 2).sum(axis=(2, 3), keepdims=True) ** 0.5
+    c.add("global_lp_pool_float_p", 1, [helper.make_node("GlobalLpPool", ["x"], ["y"], p=2.0)], [("x", q)],
+          [("y", glp.astype(F))])
+
+
+def resizes(c):
+    x = randn(1, 2, 8, 9)
+    down = np.array([1, 1, 0.5, 0.6], F)
+    for mode in ("linear", "cubic"):
+        c.unary(f"resize_antialias_{mode}", 18, "Resize", x, mode=mode, antialias=1,
+                extra_inputs=[("", None), ("scales", down)])
+        c.unary(f"resize_antialias_{mode}_sizes", 18, "Resize", x, mode=mode, antialias=1,
+                extra_inputs=[("", None), ("", None), ("sizes", np.array([1, 2, 3, 5], I64))])
+    c.unary("resize_antialias_upscale", 18, "Resize", x, mode="linear", antialias=1,
+            extra_inputs=[("", None), ("scales", np.array([1, 1, 1.5, 2], F))])
+    c.unary("resize_axes_scales", 18, "Resize", x, mode="linear", axes=[3, 2],
+            extra_inputs=[("", None), ("scales", np.array([0.7, 1.5], F))])
+    c.unary("resize_axes_sizes_nearest", 18, "Resize", x, mode="nearest", axes=[-1],
+            extra_inputs=[("", None), ("", None), ("sizes", np.array([4], I64))])
+    for policy in ("stretch", "not_larger", "not_smaller"):
+        c.unary(f"resize_keep_aspect_{policy}", 18, "Resize", x, mode="linear", keep_aspect_ratio_policy=policy,
+                axes=[2, 3], extra_inputs=[("", None), ("", None), ("sizes", np.array([5, 7], I64))])
+    c.unary("resize_keep_aspect_nearest_all_axes", 18, "Resize", x, mode="nearest",
+            keep_aspect_ratio_policy="not_smaller",
+            extra_inputs=[("", None), ("", None), ("sizes", np.array([1, 2, 12, 12], I64))])
+    for mode in ("nearest", "linear", "cubic"):
+        c.unary(f"resize_half_pixel_symmetric_{mode}", 19, "Resize", x, mode=mode,
+                coordinate_transformation_mode="half_pixel_symmetric",
+                extra_inputs=[("", None), ("scales", np.array([1, 1, 1.7, 0.7], F))])
+    c.unary("resize_tf_crop_and_resize_axes", 18, "Resize", x, mode="linear",
+            coordinate_transformation_mode="tf_crop_and_resize", axes=[2, 3],
+            extra_inputs=[("roi", np.array([0.1, 0.2, 0.8, 0.9], F)), ("", None), ("sizes", np.array([4, 4], I64))])
+
+
+def grid_samples(c):
+    x4 = randn(1, 2, 5, 6)
+    grid4 = (RNG.random((1, 4, 3, 2)) * 2.4 - 1.2).astype(F)
+    for mode in ("linear", "nearest", "cubic"):
+        for pad in ("zeros", "border", "reflection"):
+            for align in (0, 1):
+                c.add(f"grid_sample_{mode}_{pad}_align{align}", 20,
+                      [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad,
+                                        align_corners=align)], [("x", x4), ("g", grid4)], [("y", F)])
+    x5 = randn(1, 2, 3, 4, 5)
+    grid5 = (RNG.random((1, 2, 3, 4, 3)) * 2.4 - 1.2).astype(F)
+    for mode in ("linear", "nearest"):
+        for pad in ("zeros", "border", "reflection"):
+            c.add(f"grid_sample_3d_{mode}_{pad}", 20,
+                  [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad)],
+                  [("x", x5), ("g", grid5)], [("y", F)])
+    c.add("grid_sample_bilinear_16", 16, [helper.make_node("GridSample", ["x", "g"], ["y"], mode="bilinear")],
+          [("x", x4), ("g", grid4)], [("y", F, (1, 2, 4, 3))])
+
+
+def signals(c):
+    real = randn(2, 8, 1)
+    cplx = randn(2, 8, 2)
+    c.unary("dft_axis_input", 20, "DFT", cplx, extra_inputs=[("", None), ("axis", np.array(1, I64))])
+    c.unary("dft_default_axis", 20, "DFT", randn(3, 6, 2))
+    c.unary("dft_real_onesided", 20, "DFT", real, onesided=1, extra_inputs=[("", None), ("axis", np.array(1, I64))])
+    c.unary("dft_inverse", 20, "DFT", cplx, inverse=1, extra_inputs=[("", None), ("axis", np.array(-2, I64))])
+    c.unary("dft_length_pad", 20, "DFT", cplx, extra_inputs=[("len", np.array(10, I64)), ("axis", np.array(1, I64))])
+    c.unary("dft_length_crop", 20, "DFT", real, extra_inputs=[("len", np.array(5, I64)), ("axis", np.array(1, I64))])
+    c.unary("dft_axis0", 20, "DFT", randn(5, 3, 2), extra_inputs=[("", None), ("axis", np.array(0, I64))])
+    c.add("dft_17", 17, [helper.make_node("DFT", ["x"], ["y"], axis=1)], [("x", cplx)], [("y", F, (2, 8, 2))])
+
+
+def predicates(c):
+    v = np.array([1.0, np.inf, -np.inf, np.nan, 0.0, -2.5], F)
+    for dtype in (F, D, F16):
+        name = np.dtype(dtype).name
+        c.unary(f"isinf_{name}", 20, "IsInf", v.astype(dtype), out_dtype=bool)
+        c.unary(f"isinf_pos_{name}", 20, "IsInf", v.astype(dtype), out_dtype=bool, detect_negative=0)
+        c.unary(f"isinf_neg_{name}", 20, "IsInf", v.astype(dtype), out_dtype=bool, detect_positive=0)
+        c.unary(f"isnan_{name}", 20, "IsNaN", v.astype(dtype), out_dtype=bool)
+
+
+def make_cases(root):
+    c = Cases(root)
+    for family in (new_ops, reductions, movement, scatters, pools, resizes, grid_samples, signals, predicates):
+        family(c)
+    return c.names
+
+
+def main():
+    return make_opset_models.run_cases(make_cases, "kiln-opset18-models-", modes=([], ["--reference"]), ort=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
