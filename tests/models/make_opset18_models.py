@@ -10,6 +10,7 @@ where it has none.
 libonnx 1.12 has no schemas past opset 17, so the models are built with onnx.helper and
 never checked.
 """
+import math
 import sys
 
 import numpy as np
@@ -91,7 +92,9 @@ def new_ops(c):
               [("a", randn(4, 6))], [("y", F)], [("w", randn(6, 5)), ("bias", randn(5))])
     for dtype in (D, F16):
         c.unary(f"mish_{np.dtype(dtype).name}", 18, "Mish", (g * 3).astype(dtype))
-        c.unary(f"gelu_{np.dtype(dtype).name}", 20, "Gelu", (g * 3).astype(dtype))
+        erf_gelu = 0.5 * g * 3 * (1 + np.vectorize(math.erf)(g * 3 / math.sqrt(2)))  # ORT has no double Erf
+        c.unary(f"gelu_{np.dtype(dtype).name}", 20, "Gelu", (g * 3).astype(dtype),
+                expected=erf_gelu.astype(D) if dtype == D else None)
         c.unary(f"gelu_tanh_{np.dtype(dtype).name}", 20, "Gelu", (g * 3).astype(dtype), approximate="tanh")
     gx = randn(2, 6, 3, 4)
     for opset, n in ((18, 3), (21, 6)):
@@ -432,9 +435,95 @@ def predicates(c):
         c.unary(f"isnan_{name}", 20, "IsNaN", v.astype(dtype), out_dtype=bool)
 
 
+def more_types_and_edges(c):
+    """Other element types, ranks and edge values of the same ops."""
+    x = randn(2, 3, 4)
+    seq = [helper.make_node("SequenceConstruct", ["x", "x"], ["s"])]
+    for opset in (18, 21):
+        c.add("optional_has_element_sequence", opset, seq + [helper.make_node("OptionalHasElement", ["s"], ["y"])],
+              [("x", x)], [("y", bool)])
+        c.add("optional_get_element_sequence", opset,
+              seq + [helper.make_node("OptionalGetElement", ["s"], ["e"]),
+                     helper.make_node("ConcatFromSequence", ["e"], ["y"], axis=0)], [("x", x)], [("y", F)])
+        c.add("optional_empty", opset,
+              [helper.make_node("Optional", [], ["o"], type=helper.make_tensor_type_proto(TensorProto.FLOAT, None)),
+               helper.make_node("OptionalHasElement", ["o"], ["y"])], [], [("y", bool)])
+        c.add("identity_sequence", opset,
+              seq + [helper.make_node("Identity", ["s"], ["t"]),
+                     helper.make_node("ConcatFromSequence", ["t"], ["y"], axis=1, new_axis=1)], [("x", x)],
+              [("y", F)])
+    c.unary("mish_extremes", 18, "Mish", np.array([-100, -20, -1e-3, 0, 1e-3, 15, 25, 100], F))
+    i64 = ints(3, 4, 5, dtype=I64, low=-9, high=9)
+    for op in ("ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceL1", "ReduceSumSquare"):
+        c.unary(f"{op[6:].lower()}_int64", 18, op, i64 if op != "ReduceProd" else i64 % 3,
+                extra_inputs=[("axes", np.array([-1, 0], I64))], keepdims=0)
+    c.unary("reduce_sum_int32_noop", 18, "ReduceSum", i64.astype(np.int32), noop_with_empty_axes=1)
+    c.unary("reduce_log_sum_exp_double", 18, "ReduceLogSumExp", x.astype(D) * 30,
+            extra_inputs=[("axes", np.array([1], I64))])
+    c.unary("pad_reflect_neg_axes_int", 18, "Pad", i64, mode="reflect",
+            extra_inputs=[("pads", np.array([2, 1, 3, 0], I64)), ("", None), ("axes", np.array([-1, -3], I64))])
+    c.unary("pad_wrap_int64", 19, "Pad", i64, mode="wrap", extra_inputs=[("pads", np.array([1, 0, 2, 0, 3, 1], I64))])
+    c.unary("pad_edge_axes_double", 18, "Pad", x.astype(D), mode="edge",
+            extra_inputs=[("pads", np.array([3, 2], I64)), ("", None), ("axes", np.array([1], I64))])
+    c.unary("center_crop_pad_int", 18, "CenterCropPad", i64, extra_inputs=[("shape", np.array([2, 7], I64))],
+            axes=[0, 2])
+    for dtype in (np.int16, np.uint32, np.uint64):
+        c.unary(f"bitwisenot_{np.dtype(dtype).name}", 18, "BitwiseNot", ints(7, dtype=dtype, low=0, high=1000))
+    c.unary("shape_start_after_end", 19, "Shape", x, out_dtype=I64, start=2, end=1)
+    c.unary("shape_clamped", 19, "Shape", x, out_dtype=I64, start=-10, end=10)
+    c.add("constant_of_shape_scalar", 20,
+          [helper.make_node("ConstantOfShape", ["shape"], ["y"], value=helper.make_tensor("v", TensorProto.INT32,
+                                                                                         [1], [7]))],
+          [], [("y", np.int32)], [("shape", np.zeros(0, I64))])
+    c.add("constant_of_shape_empty", 20, [helper.make_node("ConstantOfShape", ["shape"], ["y"])], [], [("y", F)],
+          [("shape", np.array([2, 0], I64))])
+    data, idx = ints(3, 5, dtype=np.int32), np.array([[-1, 0, 4], [2, -5, 1]], I64)
+    for red in ("max", "min"):
+        c.add(f"scatter_elements_{red}_axis1_neg_indices", 18,
+              [helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1, reduction=red)],
+              [("d", data), ("i", idx), ("u", ints(2, 3, dtype=np.int32))], [("y", np.int32)])
+    q3 = randn(1, 2, 6, 7, 5)
+    c.unary("average_pool_3d_dilations", 19, "AveragePool", q3, kernel_shape=[2, 2, 2], dilations=[2, 1, 2])
+    same_in = randn(1, 2, 7, 8)
+    c.unary("average_pool_dilations_same_upper", 19, "AveragePool", same_in, kernel_shape=[3, 3], dilations=[2, 2],
+            auto_pad="SAME_UPPER", expected=dilated_same_average(same_in, 3, 2),
+            ort_wrong="ONNX Runtime 1.30 sizes SAME padding for the undilated kernel (its output is 5x6, not 7x8)")
+    c.unary("lp_pool_1d_dilations", 18, "LpPool", randn(1, 3, 12), kernel_shape=[3], dilations=[2], p=2, ceil_mode=1,
+            strides=[2])
+    c.unary("lp_pool_3d", 18, "LpPool", q3, kernel_shape=[2, 2, 2], p=1)
+    c.unary("group_normalization_1d_groups_c", 21, "GroupNormalization", randn(3, 4, 7),
+            extra_inputs=[("scale", randn(4)), ("bias", randn(4))], num_groups=4)
+    c.unary("col2im_batch", 18, "Col2Im", randn(2, 3 * 4, 6),
+            extra_inputs=[("image_shape", np.array([3, 4], I64)), ("block_shape", np.array([2, 2], I64))])
+    c.add("grid_sample_double", 20, [helper.make_node("GridSample", ["x", "g"], ["y"], mode="linear")],
+          [("x", randn(1, 2, 5, 6, dtype=D)), ("g", (RNG.random((1, 3, 4, 2)) * 2 - 1).astype(D))], [("y", D)])
+    c.unary("affine_grid_double", 20, "AffineGrid", randn(2, 2, 3, dtype=D),
+            extra_inputs=[("size", np.array([2, 1, 3, 4], I64))])
+    c.unary("deform_conv_bias_only", 19, "DeformConv", randn(2, 3, 5, 5),
+            extra_inputs=[("w", randn(4, 3, 2, 2)), ("off", randn(2, 8, 4, 4)), ("b", randn(4))])
+    c.add("split_num_outputs_int", 18, [helper.make_node("Split", ["s"], ["a", "b"], axis=0, num_outputs=2)],
+          [("s", ints(4, 6, dtype=I64))], [("a", I64), ("b", I64)])
+
+
+def dilated_same_average(x, k, d):
+    """AveragePool, stride 1, SAME_UPPER, square kernel k dilated by d, padding not counted: the
+    output keeps the input's extent and the (k - 1) d pad is split evenly (odd: more at the end)."""
+    total = (k - 1) * d
+    begin = total // 2
+    h, w = x.shape[2:]
+    y = np.zeros_like(x)
+    for r in range(h):
+        for col in range(w):
+            rows = [r - begin + i * d for i in range(k) if 0 <= r - begin + i * d < h]
+            cols = [col - begin + j * d for j in range(k) if 0 <= col - begin + j * d < w]
+            y[:, :, r, col] = x[:, :, rows][:, :, :, cols].mean(axis=(2, 3))
+    return y
+
+
 def make_cases(root):
     c = Cases(root)
-    for family in (new_ops, reductions, movement, scatters, pools, resizes, grid_samples, signals, predicates):
+    for family in (new_ops, reductions, movement, scatters, pools, resizes, grid_samples, signals, predicates,
+                   more_types_and_edges):
         family(c)
     return c.names
 
