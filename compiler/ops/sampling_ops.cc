@@ -1,5 +1,6 @@
 // Sampling ops: GridSample and RoiAlign (kernels/sampling/sampling.cc).
 #include "kiln/kernels/sampling.h"
+#include "kiln/kernels/shape.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -85,6 +86,21 @@ absl::StatusOr<KernelCall> LowerRoiAlign(const Node& node) {
 }
 
 }  // namespace
+
+// GridSample with shapes known at run time: X and grid of one rank, 4 or 5, of one float type.
+absl::StatusOr<DynamicShape> GridSampleShapeRule(const InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(RequireFloat(ctx));
+  KILN_ASSIGN_OR_RETURN(const int64_t rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(const int64_t grid_rank, RankOf(ctx, 1));
+  if ((rank != 4 && rank != 5) || grid_rank != rank || ctx.type(1).dtype != ctx.type(0).dtype) {
+    return NodeError(ctx.node, "X and grid must be [N, C, H, W] and [N, H_out, W_out, 2] (or 5-D) of one type");
+  }
+  KILN_ASSIGN_OR_RETURN(const int64_t mode, NamedAttr(ctx.node, "mode", "bilinear", kGridModes));
+  if (mode == KILN_GRID_BICUBIC && rank != 4) return NodeError(ctx.node, "cubic mode samples 2-D images only");
+  KILN_RETURN_IF_ERROR(NamedAttr(ctx.node, "padding_mode", "zeros", kGridPaddings).status());
+  return DynamicShape{CallWithParams<kernel::shape_grid_sample>(PassInputs(ctx.node, 2), kiln_shape_params{}),
+                      {RankOnly(ctx.type(0).dtype, rank)}};
+}
 
 void RegisterSamplingOps(Registry& registry) {
   // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}

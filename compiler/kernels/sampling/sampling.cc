@@ -4,6 +4,7 @@
 // ONNX specification describes.
 #include "kiln/kernels/sampling.h"
 #include "kernel_common.h"
+#include "kiln/kernels/shape.h"
 
 using namespace kiln_kernels;
 
@@ -292,3 +293,18 @@ struct RoiAlign {
 
 KILN_FLOAT_KERNEL(grid_sample, GridSample, inputs[0].dtype)
 KILN_FLOAT_KERNEL(roi_align, RoiAlign, inputs[0].dtype)
+
+// GridSample's run-time shape: [N, C] of X, then the grid's dims between its first and last.
+KILN_KERNEL(shape_grid_sample) {
+  const kiln_ktensor& x = call->inputs[0];
+  const kiln_ktensor& grid = call->inputs[1];
+  const int32_t rank = call->outputs[0].rank;
+  if (x.rank != rank || grid.rank != rank) return KILN_KERR_SHAPE;
+  if (x.dims[0] >= 0 && grid.dims[0] >= 0 && x.dims[0] != grid.dims[0]) return KILN_KERR_SHAPE;
+  if (grid.dims[rank - 1] >= 0 && grid.dims[rank - 1] != rank - 2) return KILN_KERR_SHAPE;
+  int64_t* y = const_cast<int64_t*>(call->outputs[0].dims);
+  y[0] = x.dims[0];
+  y[1] = x.dims[1];
+  for (int32_t i = 2; i < rank; ++i) y[i] = grid.dims[i - 1];
+  return KILN_KERR_OK;
+}

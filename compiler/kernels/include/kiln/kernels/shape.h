@@ -21,7 +21,7 @@ extern "C" {
 enum kiln_shape_flags {
   KILN_SHAPE_TRANS_A = 1,                /* gemm */
   KILN_SHAPE_TRANS_B = 2,                /* gemm */
-  KILN_SHAPE_CEIL_MODE = 4,              /* window */
+  KILN_SHAPE_CEIL_MODE = 4,              /* window; split: num_outputs' rounded-up parts */
   KILN_SHAPE_SAME_UPPER = 8,             /* window: auto_pad */
   KILN_SHAPE_SAME_LOWER = 16,            /* window: auto_pad */
   KILN_SHAPE_VALID = 32,                 /* window: auto_pad */
