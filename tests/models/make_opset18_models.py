@@ -38,7 +38,12 @@ def distinct(*shape):
 
 class Cases:
     """Writes each case (model.onnx, test_data_set_0/input_N.pb and, where numpy knows them,
-    output_N.pb) under root and keeps their names."""
+    output_N.pb) under root and keeps their names. From opset 18 each case with a tensor input
+    has a twin, CASE_dynamic, whose inputs' first dims are named (n0, n1, ...) and whose
+    outputs have no shape: Kiln compiles it for shapes known at run time."""
+
+    # Ops Kiln compiles with static shapes only: their cases have no dynamic twin.
+    STATIC_ONLY = {"CenterCropPad", "QLinearMatMul"}
 
     def __init__(self, root):
         self.root = root
@@ -53,11 +58,19 @@ class Cases:
 
         outs = [info(n, v.dtype, v.shape) if isinstance(v, np.ndarray) else info(n, v, *shape)
                 for n, v, *shape in outputs]
-        graph = helper.make_graph(nodes, name, [info(n, a.dtype, a.shape) for n, a in inputs], outs,
+        ins = [info(n, a.dtype, a.shape) for n, a in inputs]
+        self._write(f"opset{opset}_{name}", opset, nodes, ins, outs, inputs, outputs, initializers, ort_wrong)
+        if opset >= 18 and any(a.ndim for _, a in inputs) and not {n.op_type for n in nodes} & self.STATIC_ONLY:
+            ins = [info(n, a.dtype, [f"n{i}", *a.shape[1:]] if a.ndim else []) for i, (n, a) in enumerate(inputs)]
+            outs = [info(n, v.dtype if isinstance(v, np.ndarray) else v) for n, v, *_ in outputs]
+            self._write(f"opset{opset}_{name}_dynamic", opset, nodes, ins, outs, inputs, outputs, initializers,
+                        ort_wrong)
+
+    def _write(self, case, opset, nodes, ins, outs, inputs, outputs, initializers, ort_wrong):
+        graph = helper.make_graph(nodes, case, ins, outs,
                                   [numpy_helper.from_array(np.asarray(a), n) for n, a in initializers])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 3 if opset < 7 else 8 if opset < 18 else 9 if opset < 21 else 10  # 8: onnx 1.12's checker
-        case = f"opset{opset}_{name}"
         data = f"{self.root}/{case}/test_data_set_0"
         make_opset_models.os.makedirs(data)
         onnx.save(model, f"{self.root}/{case}/model.onnx")
