@@ -461,6 +461,7 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"Col2Im", Col2ImShapeRule},
       {"AffineGrid", AffineGridShapeRule},
       {"GridSample", GridSampleShapeRule},
+      {"CenterCropPad", CenterCropPadShapeRule},
       {"LpPool", Window(false, offsetof(kiln_pool_params, window))},
       {"OptionalHasElement", OptionalHasElementRule},
       {"IsNaN", Same(0, DType::kBool)},

@@ -572,6 +572,14 @@ KILN_KERNEL(shape_pad) {
       pads[x.rank + axis] = ReadInt(call->inputs[1], n + i);
     }
   }
+  if (p.flags & KILN_SHAPE_CENTER_CROP_PAD) {  // crop starts (in - out) / 2 in, pad puts (out - in) / 2 first
+    for (int32_t i = 0; i < x.rank; ++i) {
+      const int64_t in = x.dims[i], out = p.ints[i];
+      if (out >= 0 && in < 0) return AllUnknown(call);
+      pads[i] = out < 0 ? 0 : out >= in ? (out - in) / 2 : -((in - out) / 2);
+      pads[x.rank + i] = out < 0 ? 0 : out - in - pads[i];
+    }
+  }
   auto* params = static_cast<kiln_pad_params*>(KernelParams(call));
   for (int32_t i = 0; i < x.rank; ++i) {
     const int64_t d = x.dims[i] < 0 ? -1 : x.dims[i] + pads[i] + pads[x.rank + i];

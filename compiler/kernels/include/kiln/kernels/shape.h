@@ -34,6 +34,7 @@ enum kiln_shape_flags {
   KILN_SHAPE_NOOP_EMPTY_AXES = 1024,  /* reduce: no axes reduce none (else all) */
   KILN_SHAPE_HAS_AXIS = 2048,         /* compress, unique: `axis` is given (else the input is flattened) */
   KILN_SHAPE_CENTER_POINT_BOX = 4096, /* non_max_suppression: boxes are [x, y, width, height] */
+  KILN_SHAPE_CENTER_CROP_PAD = 8192,  /* pad: `ints` are CenterCropPad's extents (-1: kept), centred */
 };
 typedef struct kiln_shape_params {
   int64_t axis;  /* flatten, concat, gather, one_hot, split, compress, arg_reduce: normalised (>= 0) */
