@@ -5,9 +5,14 @@ const fs = require('fs');
 const ort = require('onnxruntime-node');
 
 // ONNX data_type -> ORT's type name and the typed array that holds it (strings: an Array of
-// JS strings, kept in string_data as UTF-8).
-const TYPES = {1: ['float32', Float32Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 8: ['string', Array],
-               9: ['bool', Uint8Array]};
+// JS strings, kept in string_data as UTF-8). float16 travels as its bits (Node has no
+// Float16Array before 24).
+const TYPES = {
+  1: ['float32', Float32Array], 2: ['uint8', Uint8Array], 3: ['int8', Int8Array], 4: ['uint16', Uint16Array],
+  5: ['int16', Int16Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 8: ['string', Array],
+  9: ['bool', Uint8Array], 10: ['float16', Uint16Array], 11: ['float64', Float64Array], 12: ['uint32', Uint32Array],
+  13: ['uint64', BigUint64Array],
+};
 const STRING = 8;
 
 // Minimal protobuf reader for the ONNX TensorProto fields numpy_helper writes:
@@ -55,6 +60,7 @@ function readTensorProto(path) {
     else throw new Error(`${path}: unsupported protobuf wire type ${wire}`);
   }
   if (dataType === STRING) return {name, tensor: new ort.Tensor('string', strings, dims)};
+  if (raw === null && dims.includes(0)) raw = Buffer.alloc(0);  // proto3 leaves an empty raw_data out
   if (raw === null) throw new Error(`${path}: tensor has no raw_data (write it with numpy_helper.from_array)`);
   const copy = Uint8Array.from(raw).buffer;
   if (!TYPES[dataType]) throw new Error(`${path}: data type ${dataType} is not supported here`);

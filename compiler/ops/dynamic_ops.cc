@@ -36,11 +36,12 @@ DynamicShape ShapeCall(const InferContext& ctx, size_t num_inputs, const kiln_sh
                       std::move(outputs)};
 }
 
-// Output 0 keeps input 0's dims; `dtype` from input `dtype_from`.
-Rule Same(size_t dtype_from = 0) {
-  return [dtype_from](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
+// Output 0 keeps input 0's dims; `dtype` from input `dtype_from`, or `fixed` (IsNaN's bool).
+Rule Same(size_t dtype_from = 0, DType fixed = DType::kUndefined) {
+  return [dtype_from, fixed](const InferContext& ctx) -> absl::StatusOr<DynamicShape> {
     KILN_ASSIGN_OR_RETURN(int64_t rank, RankOf(ctx, 0));
-    std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(ctx.type(dtype_from).dtype, rank));
+    const DType dtype = fixed != DType::kUndefined ? fixed : ctx.type(dtype_from).dtype;
+    std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(dtype, rank));
     return ShapeCall<kernel::shape_same>(ctx, 1, kiln_shape_params{}, std::move(outs));
   };
 }
@@ -59,6 +60,12 @@ Rule Broadcast(bool boolean, size_t dtype_from = 0) {
     return ShapeCall<kernel::shape_broadcast>(ctx, ctx.node.inputs().size(), kiln_shape_params{},
                                               {RankOnly(dtype, rank)});
   };
+}
+
+// OptionalHasElement of a tensor (opset 18): a bool scalar whatever the tensor's dims (the
+// shape function reads no input for rank 0).
+absl::StatusOr<DynamicShape> OptionalHasElementRule(const InferContext& ctx) {
+  return ShapeCall<kernel::shape_from_data>(ctx, 1, kiln_shape_params{}, {RankOnly(DType::kBool, 0)});
 }
 
 absl::StatusOr<DynamicShape> MatMulRule(const InferContext& ctx) {
@@ -279,6 +286,7 @@ absl::StatusOr<DynamicShape> SplitRule(const InferContext& ctx) {
   std::copy(split.begin(), split.end(), p.ints);
   p.num_ints = static_cast<int64_t>(split.size());
   if (ctx.has_input(1)) p.flags = KILN_SHAPE_FROM_INPUT;
+  if (ctx.node.has_attr("num_outputs")) p.flags |= KILN_SHAPE_CEIL_MODE;
   std::vector<TensorType> outs(ctx.node.outputs().size(), RankOnly(ctx.type(0).dtype, rank));
   return ShapeCall<kernel::shape_split>(ctx, 2, p, std::move(outs));
 }
@@ -452,6 +460,12 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
       {"MaxRoiPool", MaxRoiPoolShapeRule},
       {"Col2Im", Col2ImShapeRule},
       {"AffineGrid", AffineGridShapeRule},
+      {"GridSample", GridSampleShapeRule},
+      {"CenterCropPad", CenterCropPadShapeRule},
+      {"LpPool", Window(false, offsetof(kiln_pool_params, window))},
+      {"OptionalHasElement", OptionalHasElementRule},
+      {"IsNaN", Same(0, DType::kBool)},
+      {"IsInf", Same(0, DType::kBool)},
       {"GlobalAveragePool", GlobalPoolRule},
       {"GlobalMaxPool", GlobalPoolRule},
       {"GlobalLpPool", GlobalPoolRule},
@@ -501,11 +515,11 @@ void AttachDynamicShapes(std::map<std::string, OpSchema>& table) {
   }
   for (const char* name : {"Identity", "Softmax", "LogSoftmax", "Clip", "LayerNormalization", "BatchNormalization",
                            "InstanceNormalization", "LRN", "LpNormalization", "Dropout", "Hardmax", "ScatterElements",
-                           "Scatter", "ScatterND"}) {
+                           "Scatter", "ScatterND", "BitwiseNot", "OptionalGetElement"}) {
     rules[name] = Same();
   }
   for (const char* name : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "And", "Or", "Xor", "BitShift",
-                           "PRelu", "Sum", "Mean"}) {
+                           "PRelu", "Sum", "Mean", "BitwiseAnd", "BitwiseOr", "BitwiseXor"}) {
     rules[name] = Broadcast(false);
   }
   for (const char* name : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) rules[name] = Broadcast(true);

@@ -59,6 +59,8 @@ constexpr UnaryDef kUnaryOps[] = {
     {"Shrink", KILN_UNARY_SHRINK, "lambd", 0.5, "bias", 0.0, false},
     {"Not", KILN_UNARY_NOT, nullptr, 0, nullptr, 0, false},
     {"Gelu", KILN_UNARY_GELU, nullptr, 0, nullptr, 0, true},  // kiln-internal (fusion)
+    // kiln-internal: Gelu-20 with approximate=tanh (compiler/frontend/onnx/expand_ops.cc)
+    {"kiln.GeluTanh", KILN_UNARY_GELU_TANH, nullptr, 0, nullptr, 0, true},
     // kiln-internal (legalize-float16): an f32 value rounded to a narrow float and back
     {"kiln.RoundToFloat16", KILN_UNARY_ROUND_TO_F16, nullptr, 0, nullptr, 0, true},
     {"kiln.RoundToBFloat16", KILN_UNARY_ROUND_TO_BF16, nullptr, 0, nullptr, 0, true},

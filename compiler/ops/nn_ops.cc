@@ -77,6 +77,7 @@ constexpr NamedCode kNamedActivations[] = {
     {"hard_swish", KILN_UNARY_HARD_SWISH},
     {"elu", KILN_UNARY_ELU},
     {"gelu", KILN_UNARY_GELU},
+    {"gelu_tanh", KILN_UNARY_GELU_TANH},
     {"clip", KILN_UNARY_CLIP},
     {"silu", KILN_UNARY_SILU},
 };

@@ -84,7 +84,9 @@ absl::StatusOr<int64_t> RankOf(const InferContext& ctx, size_t i);
 TensorType RankOnly(DType dtype, int64_t rank);
 absl::StatusOr<DynamicShape> Col2ImShapeRule(const InferContext& ctx);
 absl::StatusOr<DynamicShape> AffineGridShapeRule(const InferContext& ctx);
-void RegisterSequenceOps(Registry& registry);  // sequence_ops.cc
+absl::StatusOr<DynamicShape> GridSampleShapeRule(const InferContext& ctx);     // sampling_ops.cc
+absl::StatusOr<DynamicShape> CenterCropPadShapeRule(const InferContext& ctx);  // opset18_ops.cc
+void RegisterSequenceOps(Registry& registry);                                  // sequence_ops.cc
 
 // Each op file lists its single ops as rows of an OpSchema table, {name, min_inputs,
 // max_inputs, constant_inputs, infer, lower[, lower_fast]} over named Infer*/Lower*

@@ -6,6 +6,7 @@
 
 #include "kiln/kernels/elementwise.h"
 #include "kiln/kernels/movement.h"
+#include "kiln/kernels/shape.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -97,6 +98,22 @@ absl::StatusOr<KernelCall> LowerCenterCropPad(const Node& node) {
 }
 
 }  // namespace
+
+// CenterCropPad with shapes known at run time: the pad kernel's shape function (shape_pad)
+// centres the target extents (-1 for the kept axes) on the run-time dims and sets the
+// kernel's pads_begin.
+absl::StatusOr<DynamicShape> CenterCropPadShapeRule(const InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const int64_t rank, RankOf(ctx, 0));
+  if (rank > KILN_MAX_RANK) return NodeError(ctx.node, absl::StrCat("rank above ", KILN_MAX_RANK));
+  KILN_ASSIGN_OR_RETURN(const Tensor* shape, RequireConstant(ctx, 1, "shape"));
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> targets, CropPadTargets(ctx.node, *shape, rank));
+  kiln_shape_params p{};
+  p.flags = KILN_SHAPE_CENTER_CROP_PAD;
+  p.num_ints = rank;
+  std::copy(targets.begin(), targets.end(), p.ints);
+  return DynamicShape{CallWithParams<kernel::shape_pad>(PassInputs(ctx.node, 1), p),
+                      {RankOnly(ctx.type(0).dtype, rank)}};
+}
 
 void RegisterOpset18Ops(Registry& registry) {
   for (const NamedCode& def : kBitwiseBinary) {

@@ -1,5 +1,6 @@
 // Sampling ops: GridSample and RoiAlign (kernels/sampling/sampling.cc).
 #include "kiln/kernels/sampling.h"
+#include "kiln/kernels/shape.h"
 #include "op_helpers.h"
 
 namespace kiln::ops {
@@ -22,15 +23,22 @@ absl::Status InferGridSample(InferContext& ctx) {
   if (auto st = RequireFloat(ctx); !st.ok()) return st;
   if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
   const std::vector<int64_t> x = ctx.type(0).StaticDims(), grid = ctx.type(1).StaticDims();
-  if (x.size() != 4 || grid.size() != 4 || grid[0] != x[0] || grid[3] != 2 || ctx.type(1).dtype != ctx.type(0).dtype) {
+  // Opset 20 made it N-D; the kernel samples 2-D images and 3-D volumes.
+  const size_t spatial = x.size() - 2;
+  if ((x.size() != 4 && x.size() != 5) || grid.size() != x.size() || grid[0] != x[0] ||
+      grid.back() != static_cast<int64_t>(spatial) || ctx.type(1).dtype != ctx.type(0).dtype) {
     return NodeError(ctx.node, absl::StrCat("X [", absl::StrJoin(x, ","), "] and grid [", absl::StrJoin(grid, ","),
-                                            "] must be [N, C, H, W] and [N, H_out, W_out, 2] of one type"));
+                                            "] must be [N, C, H, W] and [N, H_out, W_out, 2] (or [N, C, D, H, W] and "
+                                            "[N, D_out, H_out, W_out, 3]) of one type"));
   }
-  if (auto mode = NamedAttr(ctx.node, "mode", "bilinear", kGridModes); !mode.ok()) return mode.status();
+  KILN_ASSIGN_OR_RETURN(const int64_t mode, NamedAttr(ctx.node, "mode", "bilinear", kGridModes));
+  if (mode == KILN_GRID_BICUBIC && spatial != 2) return NodeError(ctx.node, "cubic mode samples 2-D images only");
   if (auto padding = NamedAttr(ctx.node, "padding_mode", "zeros", kGridPaddings); !padding.ok()) {
     return padding.status();
   }
-  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, {x[0], x[1], grid[1], grid[2]});
+  std::vector<int64_t> out = {x[0], x[1]};
+  out.insert(out.end(), grid.begin() + 1, grid.end() - 1);
+  ctx.output_types[0] = TensorType::Static(ctx.type(0).dtype, out);
   return absl::OkStatus();
 }
 
@@ -78,6 +86,21 @@ absl::StatusOr<KernelCall> LowerRoiAlign(const Node& node) {
 }
 
 }  // namespace
+
+// GridSample with shapes known at run time: X and grid of one rank, 4 or 5, of one float type.
+absl::StatusOr<DynamicShape> GridSampleShapeRule(const InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(RequireFloat(ctx));
+  KILN_ASSIGN_OR_RETURN(const int64_t rank, RankOf(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(const int64_t grid_rank, RankOf(ctx, 1));
+  if ((rank != 4 && rank != 5) || grid_rank != rank || ctx.type(1).dtype != ctx.type(0).dtype) {
+    return NodeError(ctx.node, "X and grid must be [N, C, H, W] and [N, H_out, W_out, 2] (or 5-D) of one type");
+  }
+  KILN_ASSIGN_OR_RETURN(const int64_t mode, NamedAttr(ctx.node, "mode", "bilinear", kGridModes));
+  if (mode == KILN_GRID_BICUBIC && rank != 4) return NodeError(ctx.node, "cubic mode samples 2-D images only");
+  KILN_RETURN_IF_ERROR(NamedAttr(ctx.node, "padding_mode", "zeros", kGridPaddings).status());
+  return DynamicShape{CallWithParams<kernel::shape_grid_sample>(PassInputs(ctx.node, 2), kiln_shape_params{}),
+                      {RankOnly(ctx.type(0).dtype, rank)}};
+}
 
 void RegisterSamplingOps(Registry& registry) {
   // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower}

@@ -4,6 +4,7 @@
 // one runs in the run-time-shape glue as a kernel of kernels/sequence/ that makes its own
 // outputs (kiln/kernels/sequence.h); type inference tracks the element's dtype and what
 // is known of its shape.
+#include "kiln/kernels/movement.h"
 #include "kiln/kernels/sequence.h"
 #include "op_helpers.h"
 
@@ -209,7 +210,15 @@ void RegisterOptionals(Registry& registry) {
     ctx.output_types[0] = TensorType::Static(DType::kBool, {});
     return absl::OkStatus();
   };
-  has.lower = Lower(kernel::optional_has_element::kName);
+  // From opset 18 the input may be a plain tensor (always present) or omitted (never): a
+  // constant then, filled into the static bool output.
+  has.lower = [](const Node& node) -> absl::StatusOr<KernelCall> {
+    const Value* x = node.inputs().empty() ? nullptr : node.input(0);
+    if (x != nullptr && !x->type().is_tensor()) return SequenceCall(kernel::optional_has_element::kName, node, {});
+    auto present = std::make_shared<Tensor>(DType::kBool, std::vector<int64_t>{});
+    present->data_as<bool>()[0] = x != nullptr;
+    return Call<kernel::fill>({KernelOperand{-1, present}});
+  };
   registry.Add(std::move(has));
 
   OpSchema get = Schema("OptionalGetElement", 1, 1);
@@ -220,7 +229,11 @@ void RegisterOptionals(Registry& registry) {
   };
   kiln_sequence_params require{};
   require.require_value = 1;
-  get.lower = Lower(kernel::value_copy::kName, require);
+  // From opset 18 a plain tensor input is its own element: a copy, as Identity.
+  get.lower = [require](const Node& node) -> absl::StatusOr<KernelCall> {
+    if (node.input(0)->type().is_tensor()) return Call<kernel::copy>({KernelOperand{0, nullptr}});
+    return SequenceCall(kernel::value_copy::kName, node, require);
+  };
   registry.Add(std::move(get));
 }
 

@@ -54,6 +54,7 @@ constexpr Activation kActivations[] = {
     {"HardSwish", "hard_swish", nullptr, 0, nullptr, 0},
     {"Elu", "elu", "alpha", 1.0, nullptr, 0},
     {"Gelu", "gelu", nullptr, 0, nullptr, 0},
+    {"kiln.GeluTanh", "gelu_tanh", nullptr, 0, nullptr, 0},
 };
 
 bool IsProducer(const Node* node) {

@@ -119,6 +119,9 @@ void AddActivationOps(RefTable& table) {
     }
     return [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); };
   });
+  AddUnaryFloat(table, "kiln.GeluTanh", [](const Node&) -> RealFn {
+    return [](double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); };
+  });
   table["IsNaN"] = [](const Node&, const Inputs& in) -> Outputs {
     KILN_REF_INPUT(x, in, 0);
     return Unary(*x, [](double v) { return std::isnan(v) ? 1.0 : 0.0; }, DType::kBool);

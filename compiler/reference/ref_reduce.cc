@@ -57,13 +57,14 @@ double L2(const std::vector<double>& v) { return std::sqrt(SumSquare(v)); }
 
 // The axes a Reduce* node reduces over: an attribute before the opset that made them an
 // input (13 for ReduceSum, 18 for the rest). None given: all axes, unless
-// noop_with_empty_axes, which makes the op an identity.
-absl::StatusOr<std::set<int64_t>> ReduceAxes(const Node& node, const Inputs& in, int64_t rank, bool* identity) {
+// noop_with_empty_axes, which reduces over none: each element is a group of its own, so the
+// op's per-element part still applies (ReduceL1 gives |x|, ReduceSumSquare x*x, as the ONNX
+// reference and ONNX Runtime do), not an identity.
+absl::StatusOr<std::set<int64_t>> ReduceAxes(const Node& node, const Inputs& in, int64_t rank) {
   const std::vector<int64_t> axes = AxesFromAttrOrInput(node, in, "axes", 1);
-  *identity = false;
   std::set<int64_t> result;
   if (axes.empty()) {
-    if (node.GetInt("noop_with_empty_axes", 0) != 0) *identity = true;
+    if (node.GetInt("noop_with_empty_axes", 0) != 0) return result;
     for (int64_t a = 0; a < rank; ++a) result.insert(a);
     return result;
   }
@@ -76,9 +77,7 @@ absl::StatusOr<std::set<int64_t>> ReduceAxes(const Node& node, const Inputs& in,
 
 Outputs Reduce(const Node& node, const Inputs& in, ReduceFn fn) {
   KILN_REF_INPUT(x, in, 0);
-  bool identity = false;
-  KILN_ASSIGN_OR_RETURN(std::set<int64_t> axes, ReduceAxes(node, in, x->rank(), &identity));
-  if (identity) return std::vector<Tensor>{*x};
+  KILN_ASSIGN_OR_RETURN(std::set<int64_t> axes, ReduceAxes(node, in, x->rank()));
   const bool keepdims = node.GetInt("keepdims", 1) != 0;
   std::vector<int64_t> kept_dims, out_dims;
   for (int64_t a = 0; a < x->rank(); ++a) {

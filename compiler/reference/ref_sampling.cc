@@ -85,7 +85,71 @@ double Sample(const Image& image, double y, double x, const std::string& mode, c
          ty * tx * PixelAt(image, y0 + 1, x0 + 1, padding, align);
 }
 
+// A volume's value at integer (z, y, x) under the padding mode, each axis padded as
+// PixelAt pads an image's.
+double VoxelAt(const std::vector<double>& x, int64_t offset, const std::vector<int64_t>& dims, int64_t z, int64_t y,
+               int64_t w, const std::string& padding, bool align_corners) {
+  int64_t at[3] = {z, y, w};
+  for (int a = 0; a < 3; ++a) {
+    const int64_t n = dims[2 + a];
+    if (padding == "border") at[a] = std::min(std::max<int64_t>(at[a], 0), n - 1);
+    if (padding == "reflection") {
+      const double edge = align_corners ? 0.0 : 0.5;
+      at[a] = static_cast<int64_t>(ReflectInto(static_cast<double>(at[a]), -edge, n - 1 + edge));
+    }
+    if (at[a] < 0 || at[a] >= n) return 0.0;
+  }
+  return x[offset + (at[0] * dims[3] + at[1]) * dims[4] + at[2]];
+}
+
+// Opset 20's volumetric GridSample: X [N, C, D, H, W], grid [N, Do, Ho, Wo, 3] of (x, y, z),
+// nearest or trilinear.
+Result GridSampleVolume(const Node& node, const Inputs& in) {
+  const std::vector<int64_t> xd = in[0]->dims(), gd = in[1]->dims();
+  const std::vector<double> x = Doubles(*in[0]), grid = Doubles(*in[1]);
+  const std::string mode = node.GetString("mode", "bilinear"), padding = node.GetString("padding_mode", "zeros");
+  if (mode == "cubic" || mode == "bicubic") return absl::InvalidArgumentError("GridSample: cubic on a volume");
+  const bool align = node.GetInt("align_corners", 0) != 0;
+  auto position = [&](double g, int64_t size) { return align ? (g + 1) / 2 * (size - 1) : ((g + 1) * size - 1) / 2; };
+  const int64_t positions = gd[1] * gd[2] * gd[3], volume = xd[2] * xd[3] * xd[4];
+  std::vector<double> out;
+  for (int64_t n = 0; n < xd[0]; ++n) {
+    for (int64_t c = 0; c < xd[1]; ++c) {
+      const int64_t offset = (n * xd[1] + c) * volume;
+      for (int64_t i = 0; i < positions; ++i) {
+        const double* g = &grid[(n * positions + i) * 3];
+        const double pos[3] = {position(g[2], xd[2]), position(g[1], xd[3]), position(g[0], xd[4])};
+        if (mode == "nearest") {
+          out.push_back(VoxelAt(x, offset, xd, static_cast<int64_t>(std::nearbyint(pos[0])),
+                                static_cast<int64_t>(std::nearbyint(pos[1])),
+                                static_cast<int64_t>(std::nearbyint(pos[2])), padding, align));
+          continue;
+        }
+        int64_t base[3];
+        double t[3];
+        for (int a = 0; a < 3; ++a) {
+          base[a] = static_cast<int64_t>(std::floor(pos[a]));
+          t[a] = pos[a] - base[a];
+        }
+        double sum = 0;
+        for (int dz = 0; dz < 2; ++dz) {
+          for (int dy = 0; dy < 2; ++dy) {
+            for (int dx = 0; dx < 2; ++dx) {
+              const double w = (dz ? t[0] : 1 - t[0]) * (dy ? t[1] : 1 - t[1]) * (dx ? t[2] : 1 - t[2]);
+              sum += w * VoxelAt(x, offset, xd, base[0] + dz, base[1] + dy, base[2] + dx, padding, align);
+            }
+          }
+        }
+        out.push_back(sum);
+      }
+    }
+  }
+  std::vector<int64_t> out_dims = {xd[0], xd[1], gd[1], gd[2], gd[3]};
+  return std::vector<Tensor>{FloatTensor(in[0]->dtype(), out_dims, out)};
+}
+
 Result GridSample(const Node& node, const Inputs& in) {
+  if (in[0]->rank() == 5) return GridSampleVolume(node, in);
   const std::vector<int64_t> xd = in[0]->dims(), gd = in[1]->dims();
   const std::vector<double> x = Doubles(*in[0]), grid = Doubles(*in[1]);
   const std::string mode = node.GetString("mode", "bilinear"), padding = node.GetString("padding_mode", "zeros");

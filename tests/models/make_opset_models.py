@@ -165,13 +165,48 @@ def make_cases(root):
     return cases
 
 
-def run_cases(make_cases, prefix, modes=([],)):
-    """The command line these scripts share (CONFORMANCE [--keep DIR]): writes the cases that
-    make_cases(root) names into a scratch directory and runs kiln-conformance on them in each
-    mode ([] compiled, ["--reference"]), each case on the pass list; returns the exit status."""
+def expect_ort_outputs(ort_run, root, cases):
+    """Runs every case with ONNX Runtime (ort_run.js --cases), whose outputs replace numpy's;
+    returns the cases that have expected outputs: those ONNX Runtime ran, and those it refuses
+    that numpy answered."""
+    wrong = {}  # case -> why ONNX Runtime's answer is wrong (CASE/ort_wrong.txt): numpy's stands
+    for case in cases:
+        if os.path.exists(os.path.join(root, case, "ort_wrong.txt")):
+            with open(os.path.join(root, case, "ort_wrong.txt")) as f:
+                wrong[case] = f.read().strip()
+    skips = [a for case in wrong for a in ("--skip", case)]
+    run = subprocess.run(["node", ort_run, "--cases", root, *skips], stdout=subprocess.PIPE, text=True, timeout=300,
+                         check=True)
+    refused = {}
+    for line in run.stdout.splitlines():
+        name, _, why = line.removeprefix("ORT refuses ").partition(": ")
+        refused[name] = why
+    kept = []
+    for case, why in wrong.items():
+        print(f"numpy's outputs stand for {case}: {why}")
+    for case in cases:
+        has_numpy = os.path.exists(os.path.join(root, case, "test_data_set_0", "output_0.pb"))
+        if case in refused:
+            print(f"ONNX Runtime refuses {case} ({'numpy answers instead' if has_numpy else 'dropped'}): "
+                  f"{refused[case]}")
+        if case not in refused or has_numpy:
+            kept.append(case)
+        else:
+            shutil.rmtree(os.path.join(root, case))
+    return kept
+
+
+def run_cases(make_cases, prefix, modes=([],), ort=False):
+    """The command line these scripts share (CONFORMANCE [--keep DIR], and --ort-run ORT_RUN_JS
+    where ort): writes the cases that make_cases(root) names into a scratch directory, with
+    ort takes their expected outputs from ONNX Runtime (expect_ort_outputs), and runs
+    kiln-conformance on them in each mode ([] compiled, ["--reference"]), each case on the
+    pass list; returns the exit status."""
     parser = argparse.ArgumentParser()
     parser.add_argument("conformance", help="the kiln-conformance binary")
     parser.add_argument("--keep", help="write the cases here and keep them")
+    if ort:
+        parser.add_argument("--ort-run", required=True, help="bench/ort_run.js (ONNX Runtime from npm)")
     args = parser.parse_args()
     root = args.keep or tempfile.mkdtemp(prefix=prefix)
     if args.keep:
@@ -179,6 +214,8 @@ def run_cases(make_cases, prefix, modes=([],)):
     os.makedirs(root, exist_ok=True)
     try:
         cases = make_cases(root)
+        if ort:
+            cases = expect_ort_outputs(args.ort_run, root, cases)
         pass_list = os.path.join(root, "pass_list.txt")
         with open(pass_list, "w") as f:
             f.write("\n".join(cases) + "\n")

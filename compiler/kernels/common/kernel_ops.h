@@ -49,6 +49,7 @@ enum kiln_unary_op {
   KILN_UNARY_BITWISE_NOT,   /* integers only (opset 18) */
   KILN_UNARY_ROUND_TO_F16,  /* kiln.RoundToFloat16: rounded to f16 and back (legalize-float16) */
   KILN_UNARY_ROUND_TO_BF16, /* kiln.RoundToBFloat16: rounded to bf16 and back */
+  KILN_UNARY_GELU_TANH,     /* kiln.GeluTanh: Gelu-20's approximate=tanh */
   KILN_UNARY_COUNT
 };
 

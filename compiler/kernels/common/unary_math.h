@@ -68,6 +68,12 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
         if constexpr (std::is_same_v<T, float> && kFastKernels)
           return 0.5f * x * (1.0f + FastErf(x * 0.70710678118654752440f));
         return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+      case KILN_UNARY_GELU_TANH: {
+        // 0.5 x (1 + tanh(u)) = x sigmoid(2u): no 1 + tanh cancellation for large negative x.
+        const T u = T(1.5957691216057307) * (x + T(0.044715) * x * x * x);  // 2 sqrt(2/pi)
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return x * FastSigmoid(u);
+        return x * (u >= 0 ? T(1) / (T(1) + exp(-u)) : exp(u) / (T(1) + exp(u)));
+      }
       case KILN_UNARY_CLIP: return x < a ? a : (x > b ? b : x);
       case KILN_UNARY_ROUND_TO_F16:
         return static_cast<T>(kiln_half_to_float(kiln_float_to_half(static_cast<float>(x))));

@@ -1,9 +1,10 @@
 // Sampling at computed positions: GridSample (bilinear, nearest, bicubic; zeros, border and
-// reflection padding) and RoiAlign (average or max of bilinear samples per bin). The
+// reflection padding; 3-D volumes nearest and trilinear) and RoiAlign (average or max of bilinear samples per bin). The
 // coordinate rules follow PyTorch's grid_sampler and onnxruntime's RoiAlign, which the
 // ONNX specification describes.
 #include "kiln/kernels/sampling.h"
 #include "kernel_common.h"
+#include "kiln/kernels/shape.h"
 
 using namespace kiln_kernels;
 
@@ -93,12 +94,70 @@ double SampleGrid(const Plane<T>& p, double gx, double gy, const kiln_sampling_p
          ly * ((1 - lx) * p.At(iy + 1, ix) + lx * p.At(iy + 1, ix + 1));
 }
 
-// inputs: X [N, C, H, W], grid [N, Ho, Wo, 2] of (x, y); output [N, C, Ho, Wo].
+// A [D, H, W] volume read at integer (z, y, x); 0 outside it.
+template <typename T>
+struct Volume {
+  const T* data;
+  int64_t depth, height, width;
+  KILN_ALWAYS_INLINE double At(int64_t z, int64_t y, int64_t x) const {
+    return z < 0 || z >= depth ? 0.0 : Plane<T>{data + z * height * width, height, width}.At(y, x);
+  }
+};
+
+// Opset 20's volumetric GridSample: nearest or trilinear (the specification has no cubic
+// beyond 2-D), the padding applied to the position as in 2-D.
+template <typename T>
+double SampleVolume(const Volume<T>& v, const T* g, const kiln_sampling_params& params) {
+  const bool align = params.align_corners != 0;
+  const double x = ApplyPadding(Unnormalize(g[0], v.width, align), v.width, params.padding_mode, align);
+  const double y = ApplyPadding(Unnormalize(g[1], v.height, align), v.height, params.padding_mode, align);
+  const double z = ApplyPadding(Unnormalize(g[2], v.depth, align), v.depth, params.padding_mode, align);
+  if (params.mode == KILN_GRID_NEAREST) {
+    return v.At(static_cast<int64_t>(nearbyint(z)), static_cast<int64_t>(nearbyint(y)),
+                static_cast<int64_t>(nearbyint(x)));
+  }
+  const double x0 = floor(x), y0 = floor(y), z0 = floor(z);
+  const double t[3] = {z - z0, y - y0, x - x0};
+  double sum = 0;
+  for (int corner = 0; corner < 8; ++corner) {
+    const int dz = corner >> 2, dy = (corner >> 1) & 1, dx = corner & 1;
+    const double weight = (dz ? t[0] : 1 - t[0]) * (dy ? t[1] : 1 - t[1]) * (dx ? t[2] : 1 - t[2]);
+    sum += weight * v.At(static_cast<int64_t>(z0) + dz, static_cast<int64_t>(y0) + dy, static_cast<int64_t>(x0) + dx);
+  }
+  return sum;
+}
+
+// inputs: X [N, C, D, H, W], grid [N, Do, Ho, Wo, 3] of (x, y, z); output [N, C, Do, Ho, Wo].
+template <typename T>
+int32_t GridSampleVolume(const kiln_kcall* call, const kiln_sampling_params& params) {
+  const kiln_ktensor& x = call->inputs[0];
+  const kiln_ktensor& y = call->outputs[0];
+  if (params.mode == KILN_GRID_BICUBIC) return KILN_KERR_UNSUPPORTED;
+  const int64_t channels = x.dims[1], volume = x.dims[2] * x.dims[3] * x.dims[4];
+  const int64_t positions = y.dims[2] * y.dims[3] * y.dims[4];
+  const T* px = InputData<T>(call, 0);
+  const T* grid = InputData<T>(call, 1);
+  T* py = OutputData<T>(call);
+  auto body = [&](int64_t begin, int64_t end) {  // one (image, channel) volume at a time
+    for (int64_t nc = begin; nc < end; ++nc) {
+      const Volume<T> v{px + nc * volume, x.dims[2], x.dims[3], x.dims[4]};
+      const T* g = grid + nc / channels * positions * 3;
+      for (int64_t i = 0; i < positions; ++i)
+        py[nc * positions + i] = static_cast<T>(SampleVolume(v, g + 3 * i, params));
+    }
+  };
+  ParallelFor(call, x.dims[0] * channels, 1, body);
+  return KILN_KERR_OK;
+}
+
+// inputs: X [N, C, H, W], grid [N, Ho, Wo, 2] of (x, y); output [N, C, Ho, Wo] (rank 5:
+// GridSampleVolume).
 struct GridSample {
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_sampling_params& params) {
     const kiln_ktensor& x = call->inputs[0];
     const kiln_ktensor& y = call->outputs[0];
+    if (x.rank == 5) return GridSampleVolume<T>(call, params);
     if (x.rank != 4) return KILN_KERR_UNSUPPORTED;
     const int64_t channels = x.dims[1], height = x.dims[2], width = x.dims[3];
     const int64_t positions = y.dims[2] * y.dims[3];
@@ -270,3 +329,18 @@ struct RoiAlign {
 
 KILN_FLOAT_KERNEL(grid_sample, GridSample, inputs[0].dtype)
 KILN_FLOAT_KERNEL(roi_align, RoiAlign, inputs[0].dtype)
+
+// GridSample's run-time shape: [N, C] of X, then the grid's dims between its first and last.
+KILN_KERNEL(shape_grid_sample) {
+  const kiln_ktensor& x = call->inputs[0];
+  const kiln_ktensor& grid = call->inputs[1];
+  const int32_t rank = call->outputs[0].rank;
+  if (x.rank != rank || grid.rank != rank) return KILN_KERR_SHAPE;
+  if (x.dims[0] >= 0 && grid.dims[0] >= 0 && x.dims[0] != grid.dims[0]) return KILN_KERR_SHAPE;
+  if (grid.dims[rank - 1] >= 0 && grid.dims[rank - 1] != rank - 2) return KILN_KERR_SHAPE;
+  int64_t* y = const_cast<int64_t*>(call->outputs[0].dims);
+  y[0] = x.dims[0];
+  y[1] = x.dims[1];
+  for (int32_t i = 2; i < rank; ++i) y[i] = grid.dims[i - 1];
+  return KILN_KERR_OK;
+}

@@ -294,7 +294,12 @@ KILN_KERNEL(shape_reshape) {
   int64_t known = 1, infer_at = -1;
   for (int32_t i = 0; i < rank; ++i) {
     int64_t d = ReadInt(shape, i);
-    if (d == 0 && !(p.flags & KILN_SHAPE_ALLOW_ZERO)) d = i < x.rank ? x.dims[i] : -2;
+    if (d == 0 && !(p.flags & KILN_SHAPE_ALLOW_ZERO)) {  // a copy of x's dim, maybe unknown yet (-1)
+      if (i >= x.rank) return KILN_KERR_SHAPE;
+      out[i] = x.dims[i];
+      known = known < 0 || x.dims[i] < 0 ? -1 : known * x.dims[i];
+      continue;
+    }
     if (d == -1) {
       if (infer_at >= 0) return KILN_KERR_SHAPE;
       infer_at = i;
@@ -567,6 +572,14 @@ KILN_KERNEL(shape_pad) {
       pads[x.rank + axis] = ReadInt(call->inputs[1], n + i);
     }
   }
+  if (p.flags & KILN_SHAPE_CENTER_CROP_PAD) {  // crop starts (in - out) / 2 in, pad puts (out - in) / 2 first
+    for (int32_t i = 0; i < x.rank; ++i) {
+      const int64_t in = x.dims[i], out = p.ints[i];
+      if (out >= 0 && in < 0) return AllUnknown(call);
+      pads[i] = out < 0 ? 0 : out >= in ? (out - in) / 2 : -((in - out) / 2);
+      pads[x.rank + i] = out < 0 ? 0 : out - in - pads[i];
+    }
+  }
   auto* params = static_cast<kiln_pad_params*>(KernelParams(call));
   for (int32_t i = 0; i < x.rank; ++i) {
     const int64_t d = x.dims[i] < 0 ? -1 : x.dims[i] + pads[i] + pads[x.rank + i];
@@ -595,7 +608,8 @@ KILN_KERNEL(shape_one_hot) {
 }
 
 // Split along `axis` into the outputs: sizes from `ints`, from input 1's data
-// (KILN_SHAPE_FROM_INPUT), or equal parts.
+// (KILN_SHAPE_FROM_INPUT), or equal parts (KILN_SHAPE_CEIL_MODE: opset 18's num_outputs,
+// parts of ceil(extent / parts) and a smaller last one).
 KILN_KERNEL(shape_split) {
   KILN_PARAMS(kiln_shape_params, p, call);
   const kiln_ktensor& x = call->inputs[0];
@@ -603,13 +617,16 @@ KILN_KERNEL(shape_split) {
   const int64_t extent = x.dims[p.axis];
   const bool from_input = (p.flags & KILN_SHAPE_FROM_INPUT) && Present(call, 1);
   const bool unknown = from_input ? DataUnknown(call, 1) : p.num_ints == 0 && extent < 0;
+  const bool ceil_parts = (p.flags & KILN_SHAPE_CEIL_MODE) != 0;
   if (from_input && !unknown && Elements(call->inputs[1]) != parts) return KILN_KERR_SHAPE;
-  if (!from_input && p.num_ints == 0 && extent >= 0 && extent % parts != 0) return KILN_KERR_SHAPE;
+  if (!from_input && p.num_ints == 0 && extent >= 0 && extent % parts != 0 && !ceil_parts) return KILN_KERR_SHAPE;
+  const int64_t part = ceil_parts ? (extent + parts - 1) / parts : extent / parts;
   int64_t total = 0;
   for (int32_t k = 0; k < parts; ++k) {
     Dims out = OutDims(call, k);
     for (int32_t i = 0; i < x.rank; ++i) out[i] = x.dims[i];
-    out[p.axis] = unknown ? -1 : from_input ? ReadInt(call->inputs[1], k) : p.num_ints > 0 ? p.ints[k] : extent / parts;
+    const int64_t equal = part * (k + 1) <= extent ? part : (extent - part * k > 0 ? extent - part * k : 0);
+    out[p.axis] = unknown ? -1 : from_input ? ReadInt(call->inputs[1], k) : p.num_ints > 0 ? p.ints[k] : equal;
     if (out[p.axis] < -1 || (!unknown && out[p.axis] < 0)) return KILN_KERR_SHAPE;
     total += out[p.axis];
   }

@@ -21,7 +21,7 @@ extern "C" {
 enum kiln_shape_flags {
   KILN_SHAPE_TRANS_A = 1,                /* gemm */
   KILN_SHAPE_TRANS_B = 2,                /* gemm */
-  KILN_SHAPE_CEIL_MODE = 4,              /* window */
+  KILN_SHAPE_CEIL_MODE = 4,              /* window; split: num_outputs' rounded-up parts */
   KILN_SHAPE_SAME_UPPER = 8,             /* window: auto_pad */
   KILN_SHAPE_SAME_LOWER = 16,            /* window: auto_pad */
   KILN_SHAPE_VALID = 32,                 /* window: auto_pad */
@@ -34,6 +34,7 @@ enum kiln_shape_flags {
   KILN_SHAPE_NOOP_EMPTY_AXES = 1024,  /* reduce: no axes reduce none (else all) */
   KILN_SHAPE_HAS_AXIS = 2048,         /* compress, unique: `axis` is given (else the input is flattened) */
   KILN_SHAPE_CENTER_POINT_BOX = 4096, /* non_max_suppression: boxes are [x, y, width, height] */
+  KILN_SHAPE_CENTER_CROP_PAD = 8192,  /* pad: `ints` are CenterCropPad's extents (-1: kept), centred */
 };
 typedef struct kiln_shape_params {
   int64_t axis;  /* flatten, concat, gather, one_hot, split, compress, arg_reduce: normalised (>= 0) */
