@@ -5,7 +5,13 @@ const fs = require('fs');
 const ort = require('onnxruntime-node');
 
 // ONNX data_type -> ORT's type name and the typed array that holds it.
-const TYPES = {1: ['float32', Float32Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 9: ['bool', Uint8Array]};
+const TYPES = {
+  1: ['float32', Float32Array], 2: ['uint8', Uint8Array], 3: ['int8', Int8Array], 4: ['uint16', Uint16Array],
+  5: ['int16', Int16Array], 6: ['int32', Int32Array], 7: ['int64', BigInt64Array], 9: ['bool', Uint8Array],
+  10: ['float16', Uint16Array], 11: ['float64', Float64Array], 12: ['uint32', Uint32Array], 13: ['uint64', BigUint64Array],
+};
+// float8 (17 to 20) and int4 / uint4 (21, 22) have no onnxruntime-node tensor type (int4 is
+// declared but crashes the binding in 1.30): tests keep them inside the graph (Cast at its edges).
 
 // Minimal protobuf reader for the ONNX TensorProto fields numpy_helper writes:
 // dims (1), data_type (2), name (8), raw_data (9).

@@ -19,6 +19,7 @@
 #include "kiln/kernels/gemm.h"
 #include "kiln/kernels/linalg.h"
 #include "kiln/kernels/loss.h"
+#include "kiln/kernels/lowbit.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/params.h"
@@ -53,6 +54,9 @@ void RegisterSelectOps(Registry& registry);
 void RegisterControlOps(Registry& registry);
 // After the others: it extends Cast and CastLike to strings.
 void RegisterStringOps(Registry& registry);
+// After those: float8, int4 and uint4 for Cast, CastLike, QuantizeLinear and DequantizeLinear,
+// and every other op's refusal of them (lowbit_ops.cc).
+void RegisterLowBitOps(Registry& registry);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

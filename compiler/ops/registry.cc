@@ -231,6 +231,7 @@ void EnsureRegistered() {
     ops::RegisterControlOps(registry);
     ops::RegisterSequenceOps(registry);
     ops::RegisterStringOps(registry);
+    ops::RegisterLowBitOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();

@@ -42,5 +42,7 @@ void AddSpatialOps(RefTable& table);   // ref_spatial.cc
 void AddSequenceOps(RefTable& table);  // ref_sequence.cc
 // Last: it extends Cast, CastLike and the movement ops of the others to strings.
 void AddStringOps(RefTable& table);  // ref_strings.cc
+// After it: Cast, CastLike, QuantizeLinear, DequantizeLinear extended to float8 and int4.
+void AddLowBitOps(RefTable& table);  // ref_lowbit.cc
 
 }  // namespace kiln::ref

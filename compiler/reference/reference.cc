@@ -37,6 +37,7 @@ const ref::RefTable& Table() {
     ref::AddControlOps(*t);
     ref::AddSequenceOps(*t);
     ref::AddStringOps(*t);
+    ref::AddLowBitOps(*t);
     return t;
   }();
   return *table;
