@@ -12,8 +12,8 @@ namespace {
 // The ops that take float8 / int4 / uint4 values: the casts and (de)quantizers, and ops that
 // only move one-byte elements or look at shapes.
 constexpr const char* kLowBitOps[] = {
-    "Cast",    "CastLike", "Constant", "DequantizeLinear", "Flatten",   "Identity",
-    "QuantizeLinear", "Reshape", "Shape", "Size", "Squeeze", "Transpose", "Unsqueeze",
+    "Cast",    "CastLike", "Constant", "DequantizeLinear", "Flatten",   "Identity",  "QuantizeLinear",
+    "Reshape", "Shape",    "Size",     "Squeeze",          "Transpose", "Unsqueeze",
 };
 
 bool TakesLowBit(const std::string& op) {
@@ -108,7 +108,9 @@ bool IsClassicQuantized(DType d) { return d == DType::kUInt8 || d == DType::kInt
 // dequantize, per tensor or per axis) or not (the wider types, blocked scales).
 bool IsClassicQuantize(const Node& node, const std::vector<const TensorType*>& types, bool quantize) {
   if (node.GetInt("block_size", 0) != 0) return false;
-  const auto type = [&](size_t i) { return i < types.size() && types[i] != nullptr ? types[i]->dtype : DType::kUndefined; };
+  const auto type = [&](size_t i) {
+    return i < types.size() && types[i] != nullptr ? types[i]->dtype : DType::kUndefined;
+  };
   if (quantize) {
     const int64_t out = node.GetInt("output_dtype", 0);
     const DType zp = type(2);
@@ -143,8 +145,8 @@ absl::Status CheckScaleShape(const InferContext& ctx, const std::vector<int64_t>
   const int64_t elements = NumElements(s);
   if (block < 0) return NodeError(ctx.node, absl::StrCat("block_size ", block, " is negative"));
   if (block == 0 && elements == 1 && s.size() <= 1) return absl::OkStatus();
-  KILN_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 1),
-                                                          static_cast<int64_t>(x.size())));
+  KILN_ASSIGN_OR_RETURN(const int64_t axis,
+                        NormalizeAxis(ctx.node, ctx.node.GetInt("axis", 1), static_cast<int64_t>(x.size())));
   std::vector<int64_t> want = {x[static_cast<size_t>(axis)]};
   if (block > 0) {
     want = x;
@@ -163,8 +165,8 @@ absl::Status InferLowBitQuantize(InferContext& ctx, bool quantize) {
   DType q = x.dtype;
   if (quantize) {
     if (x.dtype != DType::kFloat32) {
-      return NodeError(ctx.node, absl::StrCat("input of element type ", DTypeName(x.dtype),
-                                              " is not supported (float only)"));
+      return NodeError(ctx.node,
+                       absl::StrCat("input of element type ", DTypeName(x.dtype), " is not supported (float only)"));
     }
     KILN_ASSIGN_OR_RETURN(q, QuantizedType(ctx));
   }

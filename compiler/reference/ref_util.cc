@@ -119,11 +119,11 @@ uint8_t EncodeFloat8(double v, DType dtype, bool saturate) {
   const double top = Float8Magnitude(largest, f);
   const double past = top + (top - Float8Magnitude(largest - 1, f));
   const double a = std::fabs(v);
-  uint32_t best = 0;
-  double best_distance = INFINITY;
+  uint32_t best = largest + 1;  // at or past the step beyond the largest (infinity too): overflow
+  double best_distance = a >= past ? -1 : INFINITY;
   for (uint32_t code = 0; code <= largest + 1; ++code) {
     const double value = code <= largest ? Float8Magnitude(code, f) : past;
-    const double distance = std::isinf(a) ? (code <= largest ? INFINITY : 0) : std::fabs(value - a);
+    const double distance = std::fabs(value - a);
     if (distance < best_distance || (distance == best_distance && code % 2 == 0)) best = code, best_distance = distance;
   }
   if (best > largest) {

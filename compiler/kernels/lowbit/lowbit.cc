@@ -2,10 +2,10 @@
 // and QuantizeLinear / DequantizeLinear with their wider output types (float8, int4, uint4,
 // int16, uint16) and blocked scales. Element by element through float or int64: the types
 // are small and these ops run at model edges, so the loops stay plain.
+#include "kiln/kernels/lowbit.h"
 #include "kernel_common.h"
 #include "kiln/kernels/float8.h"
 #include "kiln/kernels/fp16.h"
-#include "kiln/kernels/lowbit.h"
 
 namespace kiln_kernels {
 namespace {
@@ -49,8 +49,8 @@ int32_t Store(const kiln_ktensor& out, int64_t i, double v, bool from_float, int
     Put<uint8_t>(out.data, i, kiln_float_to_float8(static_cast<float>(v), out.dtype, saturate));
     return KILN_KERR_OK;
   }
-  const int64_t n = from_float ? FloatToInt(out.dtype == kI4 || out.dtype == kU4 ? __builtin_rint(v) : v)
-                               : static_cast<int64_t>(v);
+  const int64_t n =
+      from_float ? FloatToInt(out.dtype == kI4 || out.dtype == kU4 ? __builtin_rint(v) : v) : static_cast<int64_t>(v);
   switch (out.dtype) {
     case kF32: Put<float>(out.data, i, static_cast<float>(v)); break;
     case kF64: Put<double>(out.data, i, v); break;

@@ -83,7 +83,7 @@ static inline uint8_t kiln_float_to_float8(float value, int32_t dtype, int satur
   const float largest = kiln_float8_magnitude(f.max_code, f);
   if (k * kiln_float8_pow2(exponent - f.mantissa_bits) > largest) return overflow;
   if (k == 0.f) return f.uz ? 0 : sign;
-  uint32_t steps = (uint32_t)k; /* 1 .. 2^(mantissa_bits + 1) */
+  uint32_t steps = (uint32_t)k;                                        /* 1 .. 2^(mantissa_bits + 1) */
   if (steps < (1u << f.mantissa_bits)) return (uint8_t)(sign | steps); /* subnormal */
   if (steps == (2u << f.mantissa_bits)) steps >>= 1, exponent += 1;    /* carried into the next binade */
   const uint32_t code = ((uint32_t)(exponent + f.bias) << f.mantissa_bits) | (steps - (1u << f.mantissa_bits));
