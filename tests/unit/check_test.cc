@@ -109,13 +109,14 @@ TEST(CheckOnnxModelTest, ListsEveryNodeWithOpOpsetAndReason) {
   options.model_label = "m.onnx";
   auto problems = CheckOnnxModel(bytes, options);
   ASSERT_TRUE(problems.ok()) << problems.status();
-  EXPECT_THAT(Lines(*problems),
-              ElementsAre("node 'to_complex' (Cast, opset 21): cast to element type complex64, which Kiln does not support",
-                          "node 'reads_complex' (Identity, opset 21): input 'qc' is an initializer of element type complex64, "
-                          "which Kiln does not support",
-                          "node 'custom' (Custom, opset 21): domain 'com.example' is not supported (only the default "
-                          "ONNX domain is)",
-                          "node 'decode' (ImageDecoder, opset 21): op 'ImageDecoder' is not supported by Kiln"));
+  EXPECT_THAT(
+      Lines(*problems),
+      ElementsAre("node 'to_complex' (Cast, opset 21): cast to element type complex64, which Kiln does not support",
+                  "node 'reads_complex' (Identity, opset 21): input 'qc' is an initializer of element type complex64, "
+                  "which Kiln does not support",
+                  "node 'custom' (Custom, opset 21): domain 'com.example' is not supported (only the default "
+                  "ONNX domain is)",
+                  "node 'decode' (ImageDecoder, opset 21): op 'ImageDecoder' is not supported by Kiln"));
   // The import alone stops at the first; a compile's error lists them all.
   auto graph = ImportOnnxModel(bytes, options);
   EXPECT_THAT(graph.status().message(), HasSubstr("to_complex"));
