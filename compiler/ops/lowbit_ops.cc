@@ -230,6 +230,14 @@ void ExtendQuantize(const char* name, bool quantize) {
 
 }  // namespace
 
+absl::Status RefuseLowBitInputs(const Node& node) {
+  if (TakesLowBit(node.op())) return absl::OkStatus();
+  for (const Value* in : node.inputs()) {
+    if (in != nullptr && IsLowBit(in->type().dtype)) return RefuseLowBit(node, in->type().dtype);
+  }
+  return absl::OkStatus();
+}
+
 void RegisterLowBitOps(Registry&) {
   for (auto& [name, schema] : Table()) {
     if (!TakesLowBit(name)) GuardOp(schema);

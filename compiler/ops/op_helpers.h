@@ -57,6 +57,9 @@ void RegisterStringOps(Registry& registry);
 // After those: float8, int4 and uint4 for Cast, CastLike, QuantizeLinear and DequantizeLinear,
 // and every other op's refusal of them (lowbit_ops.cc).
 void RegisterLowBitOps(Registry& registry);
+// A node of an op that does not take float8 / int4 / uint4 with such an input: the error
+// naming node, op and type (type inference checks it first, run-time shape rules included).
+absl::Status RefuseLowBitInputs(const Node& node);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

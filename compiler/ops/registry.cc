@@ -400,6 +400,7 @@ absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
     }
   }
   ctx.output_types.resize(node->outputs().size());
+  KILN_RETURN_IF_ERROR(ops::RefuseLowBitInputs(*node));
   const DType narrow = NarrowFloatComputedInFloat32(*node);
   // A sequence or an optional among the inputs: the op's own inference (Identity's
   // run-time rule is for tensors).

@@ -117,12 +117,13 @@ class Case:
         # fixup(inputs, outputs) -> count: corrects ONNX Runtime's outputs where it departs
         # from the specification (documented at each use).
         self.fixup = fixup
+        self.input_dims = {}  # a graph input's declared dims where they are not its data's
 
     def save(self, root, nodes=None, model_name="model.onnx"):
         def info(n, a):
             if isinstance(a, TensorProto):
                 return helper.make_tensor_value_info(n, a.data_type, list(a.dims))
-            return helper.make_tensor_value_info(n, NP_TYPE[a.dtype], a.shape)
+            return helper.make_tensor_value_info(n, NP_TYPE[a.dtype], self.input_dims.get(n, a.shape))
         graph = helper.make_graph(nodes or self.nodes, self.name, [info(n, a) for n, a in self.inputs],
                                   [helper.make_tensor_value_info(n, t, d) for n, t, d in self.outputs],
                                   self.initializers)
@@ -232,6 +233,12 @@ def cast_cases():
         cases.append(Case(f"cast_every_{tag}_code", 19,
                           [node("Cast", ["codes"], ["c"], to=1), node("Mul", ["c", "one"], ["y"])],
                           [("one", np.ones(256, np.float32))], [("y", 1, [256])], [codes]))
+    # a batch known only at run time
+    x = special_floats(E5M2, 1)[:24].reshape(4, 6)
+    dyn = Case("cast_e5m2_dynamic_batch", 19, [node("Cast", ["x"], ["q"], to=E5M2), node("Cast", ["q"], ["y"], to=1)],
+               [("x", x)], [("y", 1, ["n", 6])])
+    dyn.input_dims = {"x": ["n", 6]}
+    cases.append(dyn)
     like = float8_tensor("like", E5M2, [0.0])
     x = special_floats(E5M2, 0)
     cases.append(Case("castlike_f32_to_e5m2_sat0", 19,
@@ -347,6 +354,20 @@ def quantize_cases():
                                node("Cast", ["q"], ["qi"], to=6)],
                               [("x", xs)], [("y", 1, dims), ("qi", 6, dims)],
                               [numpy_helper.from_array(scale, "scale"), zero_point(t, sdims, zps)]))
+    # float16 X and scale: Kiln computes them in float32 (legalize-float16)
+    x16 = (RNG.standard_normal((3, 8)) * 2).astype(np.float16)
+    s16 = numpy_helper.from_array(np.array([0.05, 0.11, 0.3], np.float16), "scale")
+    cases.append(Case("quantize_dequantize_f16_e4m3fn_axis0", 19,
+                      [node("QuantizeLinear", ["x", "scale", "zp"], ["q"], axis=0),
+                       node("DequantizeLinear", ["q", "scale", "zp"], ["y"], axis=0), node("Cast", ["q"], ["qf"], to=1)],
+                      [("x", x16)], [("y", 10, [3, 8]), ("qf", 1, [3, 8])],
+                      [s16, float8_tensor("zp", E4M3FN, np.zeros(3))]))
+    cases.append(Case("quantize_dequantize_f16_i4_blocked", 21,
+                      [node("QuantizeLinear", ["x", "scale"], ["q"], axis=1, block_size=4, output_dtype=INT4),
+                       node("DequantizeLinear", ["q", "scale"], ["y"], axis=1, block_size=4),
+                       node("Cast", ["q"], ["qi"], to=6)],
+                      [("x", x16)], [("y", 10, [3, 8]), ("qi", 6, [3, 8])],
+                      [numpy_helper.from_array(RNG.uniform(0.2, 0.6, (3, 2)).astype(np.float16), "scale")]))
     # DequantizeLinear of a 4-bit initializer (packed weights), blocked along the last axis
     for t, tag in INT4S.items():
         w = RNG.integers(-8, 8, (3, 8)) if t == INT4 else RNG.integers(0, 16, (3, 8))
@@ -435,20 +456,28 @@ def native_cases(root):
 
 
 def refusal_check(kiln, root):
-    """A float8 Add must be refused with node, op and type named."""
-    case = Case("refused_add_e4m3fn", 19, [node("Cast", ["x"], ["q"], to=E4M3FN), node("Add", ["q", "q"], ["s"]),
-                                           node("Cast", ["s"], ["y"], to=1)],
-                [("x", np.ones(3, np.float32))], [("y", 1, [3])])
-    path = case.save(root)
-    run = subprocess.run([kiln, "compile", os.path.join(path, "model.onnx"), "-o", os.path.join(path, "m.so")],
-                         capture_output=True, text=True)
-    message = run.stderr + run.stdout
-    want = ["add_s", "Add", "f8e4m3fn"]
-    if run.returncode == 0 or not all(w in message for w in want):
-        print(f"FAIL refusal: kiln compile exit {run.returncode}, want an error naming {want}:\n{message}")
-        return False
-    print(f"ok   refusal: {message.strip().splitlines()[-1]}")
-    return True
+    """Float8 / int4 in an op that does not take them must be refused naming node, op and type:
+    a float8 Add, and an int4 Relu whose batch is known only at run time (`--check` too)."""
+    add = Case("refused_add_e4m3fn", 19, [node("Cast", ["x"], ["q"], to=E4M3FN), node("Add", ["q", "q"], ["s"]),
+                                          node("Cast", ["s"], ["y"], to=1)],
+               [("x", np.ones(3, np.float32))], [("y", 1, [3])])
+    relu = Case("refused_relu_i4", 21, [node("Cast", ["x"], ["q"], to=INT4), node("Relu", ["q"], ["r"]),
+                                        node("Cast", ["r"], ["y"], to=1)],
+                [("x", np.ones((2, 3), np.float32))], [("y", 1, ["n", 3])])
+    relu.input_dims = {"x": ["n", 3]}
+    ok = True
+    for case, want in ((add, ["node 'add_s' (Add, opset 19)", "f8e4m3fn"]),
+                       (relu, ["node 'relu_r' (Relu, opset 21)", "i4"])):
+        model = os.path.join(case.save(root), "model.onnx")
+        for flags in (["-o", os.path.join(root, "m.so")], ["--check"]):
+            run = subprocess.run([kiln, "compile", model, *flags], capture_output=True, text=True)
+            message = run.stderr + run.stdout
+            if run.returncode == 0 or not all(w in message for w in want):
+                print(f"FAIL refusal of {case.name} ({' '.join(flags)}): exit {run.returncode}, want {want}:\n{message}")
+                ok = False
+            else:
+                print(f"ok   refusal of {case.name} ({flags[0]}): {message.strip().splitlines()[0]}")
+    return ok
 
 
 def ort_outputs(ort_run, case, path, model_name):
