@@ -452,6 +452,16 @@ def native_cases(root):
         zpv = nibble - 16 if t == INT4 and nibble >= 8 else nibble
         cases.append((c, [int4_tensor_shaped("q", t, q), numpy_helper.from_array(
             ((q.astype(np.float32) - zpv) * np.float32(0.1)).astype(np.float32), "y")]))
+    # int4 / uint4 graph inputs (odd element count), dequantized per axis
+    for t, tag in INT4S.items():
+        src = f"quantize_dequantize_{tag}_axis"
+        y, q = load(src, "output", 0)[:1, :, :3], load(src, "output", 1)[:1, :, :3]
+        model = onnx.load(os.path.join(root, src, "model.onnx"))
+        inits = [i for i in model.graph.initializer if i.name in ("scale", "zp")]
+        c = Case(f"native_dequantize_{tag}_input", 21,
+                 [node("DequantizeLinear", ["q", "scale", "zp"], ["y"], axis=-2), node("Identity", ["q"], ["same"])],
+                 [("q", int4_tensor_shaped("q", t, q))], [("y", 1, list(q.shape)), ("same", t, list(q.shape))], inits)
+        cases.append((c, [numpy_helper.from_array(y, "y"), int4_tensor_shaped("same", t, q)]))
     return cases
 
 
