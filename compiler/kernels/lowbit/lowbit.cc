@@ -125,9 +125,12 @@ KILN_KERNEL(quantize_lowbit) {
   if (X.dtype != kF32 || scale.dtype != kF32 || !(integer || IsFloat8(Y.dtype))) return KILN_KERR_DTYPE;
   const float* x = static_cast<const float*>(X.data);
   const float* s = static_cast<const float*>(scale.data);
-  for (int64_t o = 0, e = 0; o < params.outer; ++o) {
-    for (int64_t c = 0; c < params.channels; ++c) {
-      for (int64_t i = 0; i < params.inner; ++i, ++e) {
+  const int saturate = static_cast<int>(params.saturate);
+  // rows (o, c) of `inner` elements, shared among the pool's threads
+  ParallelFor(call, params.outer * params.channels, 64, [=, &params, &scale, &Y](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t o = row / params.channels, c = row % params.channels;
+      for (int64_t i = 0, e = row * params.inner; i < params.inner; ++i, ++e) {
         const int64_t k = ScaleIndex(params, scale, o, c, i);
         const float z = zp != nullptr ? static_cast<float>(Load(*zp, k)) : 0.f;
         const float v = x[e] / s[k];
@@ -135,11 +138,11 @@ KILN_KERNEL(quantize_lowbit) {
           const float q = __builtin_rintf(v) + z;
           Store(Y, e, q < lo ? lo : q > hi ? hi : q, false, 0);
         } else {
-          Put<uint8_t>(Y.data, e, kiln_float_to_float8(v + z, Y.dtype, static_cast<int>(params.saturate)));
+          Put<uint8_t>(Y.data, e, kiln_float_to_float8(v + z, Y.dtype, saturate));
         }
       }
     }
-  }
+  });
   return KILN_KERR_OK;
 }
 
@@ -158,9 +161,10 @@ KILN_KERNEL(dequantize_lowbit) {
   const float* s = static_cast<const float*>(scale.data);
   float* y = static_cast<float*>(Y.data);
   const bool integer = !IsFloat8(X.dtype);
-  for (int64_t o = 0, e = 0; o < params.outer; ++o) {
-    for (int64_t c = 0; c < params.channels; ++c) {
-      for (int64_t i = 0; i < params.inner; ++i, ++e) {
+  ParallelFor(call, params.outer * params.channels, 64, [=, &params, &scale, &X](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t o = row / params.channels, c = row % params.channels;
+      for (int64_t i = 0, e = row * params.inner; i < params.inner; ++i, ++e) {
         const int64_t k = ScaleIndex(params, scale, o, c, i);
         const double z = zp != nullptr ? Load(*zp, k) : 0.0;
         // integers: the difference is exact in int64, then made float once
@@ -169,7 +173,7 @@ KILN_KERNEL(dequantize_lowbit) {
         y[e] = d * s[k];
       }
     }
-  }
+  });
   return KILN_KERR_OK;
 }
 
