@@ -52,7 +52,7 @@ TEST(Float8Test, EveryFiniteCodeRoundTripsAndSpecialsFollowTheCastTable) {
   // ties to even: 464 lies halfway between 448 (0x7e, even) and the overflow step
   EXPECT_EQ(kiln_float_to_float8(464.f, kE4M3FN, 0), 0x7e);
   EXPECT_EQ(kiln_float_to_float8(465.f, kE4M3FN, 0), 0x7f);
-  EXPECT_EQ(kiln_float_to_float8(61440.f, kE5M2, 0), 0x7c);  // 57344 is odd: the tie overflows
+  EXPECT_EQ(kiln_float_to_float8(61440.f, kE5M2, 0), 0x7c);    // 57344 is odd: the tie overflows
   EXPECT_EQ(kiln_float_to_float8(1.0625f, kE4M3FN, 1), 0x38);  // 1 + 1/16: between 1 and 1.125
 }
 
