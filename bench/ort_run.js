@@ -2,7 +2,8 @@
 // Runs a model once with ONNX Runtime (CPU, all graph optimisations) and writes its outputs
 // as TensorProtos output_0.pb, output_1.pb, ... (the model's output order), as `kiln run`
 // does, so tests can hold Kiln's outputs to ONNX Runtime's.
-//   node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR
+//   node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR [--optimization LEVEL]
+// LEVEL: ORT's graphOptimizationLevel (disabled, basic, extended, all; default all).
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -10,25 +11,26 @@ const ort = require('onnxruntime-node');
 const {readTensorProto, writeTensorProto} = require('./ort_tensor');
 
 function usage(problem) {
-  process.stderr.write(`ort_run: ${problem}\nusage: node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR\n`);
+  process.stderr.write(`ort_run: ${problem}\nusage: node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR [--optimization LEVEL]\n`);
   process.exit(2);
 }
 
 async function main() {
   const args = process.argv.slice(2);
-  let model = null, outputDir = null;
+  let model = null, outputDir = null, optimization = 'all';
   const inputs = [];
   for (let i = 0; i < args.length; ++i) {
     const a = args[i];
     const value = () => { if (i + 1 >= args.length) usage(`${a} needs a value`); return args[++i]; };
     if (a === '--input') inputs.push(value());
     else if (a === '--output-dir') outputDir = value();
+    else if (a === '--optimization') optimization = value();
     else if (a.startsWith('-')) usage(`unknown flag ${a}`);
     else if (model === null) model = a;
     else usage(`unexpected argument ${a}`);
   }
   if (model === null || outputDir === null) usage('a model and --output-dir are required');
-  const session = await ort.InferenceSession.create(model, {executionProviders: ['cpu'], graphOptimizationLevel: 'all'});
+  const session = await ort.InferenceSession.create(model, {executionProviders: ['cpu'], graphOptimizationLevel: optimization});
   const feeds = {};
   for (const file of inputs) {
     const {name, tensor} = readTensorProto(file);
