@@ -1,7 +1,8 @@
 // The reference for float8 (opset 19) and int4 / uint4 (opset 21), from the ONNX
-// specification: Cast and CastLike into and out of them (float8 `saturate`; a 4-bit cast
-// rounds to nearest even, then keeps the low 4 bits), and QuantizeLinear / DequantizeLinear
-// with those types, int16 / uint16, output_dtype and blocked scales (block_size).
+// specification: Cast and CastLike into and out of them (float8 `saturate`, a double through
+// float32 first; a 4-bit cast rounds to nearest even, then keeps the low 4 bits), and
+// QuantizeLinear / DequantizeLinear with those types, int16 / uint16, output_dtype and
+// blocked scales (block_size).
 // Registered last: it extends the entries of ref_elementwise.cc, ref_strings.cc, ref_quant.cc.
 #include <algorithm>
 #include <cmath>
@@ -25,7 +26,10 @@ bool IsLowBitType(DType d) { return IsFloat8Type(d) || Is4Bit(d); }
 void CastElement(const Tensor& x, int64_t i, Tensor& out, bool saturate) {
   const DType to = out.dtype();
   if (IsFloat8Type(to)) {
-    SetFloat8(out, i, EncodeFloat8(LoadDouble(x, i), to, saturate));
+    // A double goes through float32 first, as ONNX's reference (numpy_helper) and ONNX
+    // Runtime do: 1.0625 + 1e-12 is the tie 1.0625 there, and rounds to even (1), not up.
+    const double v = x.dtype() == DType::kFloat64 ? static_cast<float>(LoadDouble(x, i)) : LoadDouble(x, i);
+    SetFloat8(out, i, EncodeFloat8(v, to, saturate));
   } else if (Is4Bit(to) && IsFloatType(x.dtype())) {
     const double r = std::nearbyint(LoadDouble(x, i));
     StoreInt(out, i, std::isfinite(r) && std::fabs(r) < 9e18 ? static_cast<int64_t>(r) : 0);

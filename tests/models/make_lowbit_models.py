@@ -214,6 +214,13 @@ def cast_cases():
                           [node("Cast", ["x"], ["q"], to=fmt), node("Cast", ["q"], ["i"], to=6),
                            node("Cast", ["q"], ["d"], to=11)],
                           [("x", e)], [("i", 6, [30]), ("d", 11, [30])]))
+    # float64 in: through float32 (ORT, ONNX's numpy_helper), so 1.0625 + 1e-12 is a tie
+    x64 = np.array([1.0625 + 1e-12, 1.0625 - 1e-12, 1.1875 + 1e-9, 3.0e5, -1e300, 2.0 ** -10 + 1e-15, np.nan],
+                   np.float64)
+    for fmt, tag in ((E4M3FN, "e4m3fn"), (E5M2, "e5m2")):
+        cases.append(Case(f"cast_f64_to_{tag}", 19,
+                          [node("Cast", ["x"], ["q"], to=fmt), node("Cast", ["q"], ["y"], to=11)],
+                          [("x", x64)], [("y", 11, [7])]))
     for a, b, sat in ((E4M3FN, E5M2, 1), (E5M2, E4M3FN, 1), (E5M2, E4M3FN, 0), (E5M2, E4M3FNUZ, 0),
                       (E4M3FNUZ, E5M2FNUZ, 1)):
         x = float8_exact(a, 40)
