@@ -2,8 +2,9 @@
 // Runs a model once with ONNX Runtime (CPU, all graph optimisations) and writes its outputs
 // as TensorProtos output_0.pb, output_1.pb, ... (the model's output order), as `kiln run`
 // does, so tests can hold Kiln's outputs to ONNX Runtime's.
-//   node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR
+//   node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR [--optimization LEVEL]
 //   node ort_run.js --cases ROOT [--skip CASE ...]
+// LEVEL: ORT's graphOptimizationLevel (disabled, basic, extended, all; default all).
 // --cases runs every ROOT/CASE/model.onnx on its test_data_set_0/input_N.pb in one process and
 // writes output_N.pb beside them (the node-test layout); a case ONNX Runtime refuses is named
 // on stdout as "ORT refuses CASE: message" and the rest go on.
@@ -14,13 +15,14 @@ const ort = require('onnxruntime-node');
 const {readTensorProto, writeTensorProto} = require('./ort_tensor');
 
 function usage(problem) {
-  process.stderr.write(`ort_run: ${problem}\nusage: node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR\n` +
+  process.stderr.write(`ort_run: ${problem}\nusage: node ort_run.js MODEL.onnx --input FILE.pb [--input ...] --output-dir DIR [--optimization LEVEL]\n` +
                        `       node ort_run.js --cases ROOT [--skip CASE ...]\n`);
   process.exit(2);
 }
 
-async function runModel(model, inputs, outputDir) {
-  const session = await ort.InferenceSession.create(model, {executionProviders: ['cpu'], graphOptimizationLevel: 'all'});
+async function runModel(model, inputs, outputDir, optimization = 'all') {
+  const session =
+      await ort.InferenceSession.create(model, {executionProviders: ['cpu'], graphOptimizationLevel: optimization});
   const feeds = {};
   for (const file of inputs) {
     const {name, tensor} = readTensorProto(file);
@@ -53,7 +55,7 @@ async function runCases(root, skip) {
 
 async function main() {
   const args = process.argv.slice(2);
-  let model = null, outputDir = null, cases = null;
+  let model = null, outputDir = null, cases = null, optimization = 'all';
   const inputs = [], skip = [];
   for (let i = 0; i < args.length; ++i) {
     const a = args[i];
@@ -62,13 +64,14 @@ async function main() {
     else if (a === '--output-dir') outputDir = value();
     else if (a === '--cases') cases = value();
     else if (a === '--skip') skip.push(value());
+    else if (a === '--optimization') optimization = value();
     else if (a.startsWith('-')) usage(`unknown flag ${a}`);
     else if (model === null) model = a;
     else usage(`unexpected argument ${a}`);
   }
   if (cases !== null) return runCases(cases, skip);
   if (model === null || outputDir === null) usage('a model and --output-dir are required');
-  return runModel(model, inputs, outputDir);
+  return runModel(model, inputs, outputDir, optimization);
 }
 
 main().catch((e) => { process.stderr.write(`ort_run: ${e.message}\n`); process.exit(1); });

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/common/status.h"
 #include "kiln/compiler/ir.h"
+#include "kiln/kernels/float8.h"
 
 namespace kiln {
 namespace {
@@ -24,8 +25,16 @@ void SetElement(Tensor& t, int64_t i, double v) {
     case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DType::kFloat64: static_cast<double*>(p)[i] = v; break;
     case DType::kFloat16: static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v)); break;
-    case DType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DType::kInt8:
+    case DType::kInt4: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DType::kUInt8:
+    case DType::kUInt4: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+      static_cast<uint8_t*>(p)[i] = kiln_float_to_float8(static_cast<float>(v), static_cast<int32_t>(t.dtype()), 1);
+      break;
     case DType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
     case DType::kUInt16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); break;
     case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/kernels/float8.h"
 #include "kiln/kernels/fp16.h"
 
 namespace kiln {
@@ -16,11 +17,26 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kFloat32, "f32", 4}, {DType::kUInt8, "u8", 1},      {DType::kInt8, "i8", 1},
-    {DType::kUInt16, "u16", 2},  {DType::kInt16, "i16", 2},     {DType::kInt32, "i32", 4},
-    {DType::kInt64, "i64", 8},   {DType::kString, "string", 8}, {DType::kBool, "bool", 1},
-    {DType::kFloat16, "f16", 2}, {DType::kFloat64, "f64", 8},   {DType::kUInt32, "u32", 4},
-    {DType::kUInt64, "u64", 8},  {DType::kBFloat16, "bf16", 2},
+    {DType::kFloat32, "f32", 4},
+    {DType::kUInt8, "u8", 1},
+    {DType::kInt8, "i8", 1},
+    {DType::kUInt16, "u16", 2},
+    {DType::kInt16, "i16", 2},
+    {DType::kInt32, "i32", 4},
+    {DType::kInt64, "i64", 8},
+    {DType::kString, "string", 8},
+    {DType::kBool, "bool", 1},
+    {DType::kFloat16, "f16", 2},
+    {DType::kFloat64, "f64", 8},
+    {DType::kUInt32, "u32", 4},
+    {DType::kUInt64, "u64", 8},
+    {DType::kBFloat16, "bf16", 2},
+    {DType::kFloat8E4M3FN, "f8e4m3fn", 1},
+    {DType::kFloat8E4M3FNUZ, "f8e4m3fnuz", 1},
+    {DType::kFloat8E5M2, "f8e5m2", 1},
+    {DType::kFloat8E5M2FNUZ, "f8e5m2fnuz", 1},
+    {DType::kUInt4, "u4", 1},
+    {DType::kInt4, "i4", 1},
 };
 
 }  // namespace
@@ -73,13 +89,18 @@ absl::StatusOr<DType> DTypeFromName(std::string_view name) {
 }
 
 bool IsFloat(DType d) {
-  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 || d == DType::kBFloat16;
+  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 || d == DType::kBFloat16 || IsFloat8(d);
 }
+bool IsFloat8(DType d) {
+  return d == DType::kFloat8E4M3FN || d == DType::kFloat8E4M3FNUZ || d == DType::kFloat8E5M2 ||
+         d == DType::kFloat8E5M2FNUZ;
+}
+bool IsLowBit(DType d) { return IsFloat8(d) || d == DType::kUInt4 || d == DType::kInt4; }
 bool IsSignedInt(DType d) {
-  return d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 || d == DType::kInt64;
+  return d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 || d == DType::kInt64 || d == DType::kInt4;
 }
 bool IsUnsignedInt(DType d) {
-  return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kUInt32 || d == DType::kUInt64;
+  return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kUInt32 || d == DType::kUInt64 || d == DType::kUInt4;
 }
 
 int64_t NumElements(const std::vector<int64_t>& dims) {
@@ -145,14 +166,20 @@ double Tensor::GetAsDouble(int64_t i) const {
     case DType::kFloat64: return data_as<double>()[i];
     case DType::kFloat16: return HalfToFloat(data_as<uint16_t>()[i]);
     case DType::kBFloat16: return kiln_bfloat16_to_float(data_as<uint16_t>()[i]);
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ: return kiln_float8_to_float(data_as<uint8_t>()[i], static_cast<int32_t>(dtype_));
     default: return static_cast<double>(GetAsInt64(i));
   }
 }
 
 int64_t Tensor::GetAsInt64(int64_t i) const {
   switch (dtype_) {
-    case DType::kInt8: return data_as<int8_t>()[i];
-    case DType::kUInt8: return data_as<uint8_t>()[i];
+    case DType::kInt8:
+    case DType::kInt4: return data_as<int8_t>()[i];
+    case DType::kUInt8:
+    case DType::kUInt4: return data_as<uint8_t>()[i];
     case DType::kBool: return data_as<uint8_t>()[i];
     case DType::kInt16: return data_as<int16_t>()[i];
     case DType::kUInt16: return data_as<uint16_t>()[i];
@@ -164,6 +191,13 @@ int64_t Tensor::GetAsInt64(int64_t i) const {
     case DType::kFloat64: return static_cast<int64_t>(data_as<double>()[i]);
     case DType::kFloat16: return static_cast<int64_t>(HalfToFloat(data_as<uint16_t>()[i]));
     case DType::kBFloat16: return static_cast<int64_t>(kiln_bfloat16_to_float(data_as<uint16_t>()[i]));
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ: {
+      const float v = kiln_float8_to_float(data_as<uint8_t>()[i], static_cast<int32_t>(dtype_));
+      return v == v ? static_cast<int64_t>(v) : 0;
+    }
     default: return 0;
   }
 }

@@ -19,6 +19,7 @@
 #include "kiln/kernels/gemm.h"
 #include "kiln/kernels/linalg.h"
 #include "kiln/kernels/loss.h"
+#include "kiln/kernels/lowbit.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/params.h"
@@ -55,6 +56,12 @@ void RegisterControlOps(Registry& registry);
 void RegisterStringOps(Registry& registry);
 // After the elementwise ops: it extends Equal to strings (text_ops.cc).
 void RegisterTextOps(Registry& registry);
+// After those: float8, int4 and uint4 for Cast, CastLike, QuantizeLinear and DequantizeLinear,
+// and every other op's refusal of them (lowbit_ops.cc).
+void RegisterLowBitOps(Registry& registry);
+// A node of an op that does not take float8 / int4 / uint4 with such an input: the error
+// naming node, op and type (type inference checks it first, run-time shape rules included).
+absl::Status RefuseLowBitInputs(const Node& node);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

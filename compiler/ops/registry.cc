@@ -232,6 +232,7 @@ void EnsureRegistered() {
     ops::RegisterSequenceOps(registry);
     ops::RegisterStringOps(registry);
     ops::RegisterTextOps(registry);
+    ops::RegisterLowBitOps(registry);
     ops::AttachDynamicShapes(ops::Table());
     return true;
   }();
@@ -426,6 +427,7 @@ absl::Status InferNode(Graph& graph, Node* node, const OpSchema& schema,
     }
   }
   ctx.output_types.resize(node->outputs().size());
+  KILN_RETURN_IF_ERROR(ops::RefuseLowBitInputs(*node));
   const DType narrow = NarrowFloatComputedInFloat32(*node);
   // A sequence or an optional among the inputs: the op's own inference (Identity's
   // run-time rule is for tensors).

@@ -43,6 +43,9 @@ Node* DequantizedBy(const Value* v) {
     return nullptr;
   }
   const DType t = dq->input(0)->type().dtype;
+  // blocked scales (opset 21's block_size) are not the per-tensor / per-channel ones the
+  // integer kernels take
+  if (dq->GetInt("block_size", 0) != 0) return nullptr;
   return t == DType::kUInt8 || t == DType::kInt8 ? dq : nullptr;
 }
 
@@ -74,9 +77,11 @@ class FoldQdq : public Pass {
         relu = user;
         user = SoleUser(graph, relu->output(0));
       }
+      const DType result_type = user != nullptr ? user->output(0)->type().dtype : DType::kUndefined;
       const bool quantized_result = user != nullptr && user->op() == "QuantizeLinear" &&
                                     user->input(1)->is_constant() && IsConstantOrAbsent(user->input(2)) &&
-                                    Elements(user->input(1)) == 1;
+                                    Elements(user->input(1)) == 1 &&
+                                    (result_type == DType::kUInt8 || result_type == DType::kInt8);
       if (!WeightScaleFits(node, w_dq)) continue;
       if (!quantized_result) {
         // The result stays f32 (an Add, a pool or a graph output reads it): the op still

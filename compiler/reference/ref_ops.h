@@ -44,5 +44,7 @@ void AddSequenceOps(RefTable& table);  // ref_sequence.cc
 void AddStringOps(RefTable& table);  // ref_strings.cc
 // After AddStringOps: Equal on strings, StringConcat, StringSplit, RegexFullMatch.
 void AddTextOps(RefTable& table);  // ref_text.cc, ref_regex.cc
+// After it: Cast, CastLike, QuantizeLinear, DequantizeLinear extended to float8 and int4.
+void AddLowBitOps(RefTable& table);  // ref_lowbit.cc
 
 }  // namespace kiln::ref

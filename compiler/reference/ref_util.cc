@@ -71,17 +71,80 @@ void SetElement(Tensor& t, int64_t i, T v) {
   std::memcpy(static_cast<char*>(t.data()) + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
 }
 
+struct Float8Format {
+  int exponent_bits, mantissa_bits, bias;
+  bool uz;       // NaN is 0x80; no negative zero, no infinity
+  bool has_inf;  // E5M2: S.11111.00 is infinity, S.11111.xx NaN; E4M3FN: S.1111.111 NaN
+};
+
+Float8Format FormatOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat8E4M3FN: return {4, 3, 7, false, false};
+    case DType::kFloat8E4M3FNUZ: return {4, 3, 8, true, false};
+    case DType::kFloat8E5M2: return {5, 2, 15, false, true};
+    default: return {5, 2, 16, true, false};
+  }
+}
+
+// The value of a magnitude code 0..0x7f, NaN where the code is not a finite number.
+double Float8Magnitude(uint32_t code, const Float8Format& f) {
+  const uint32_t exponent = code >> f.mantissa_bits, fraction = code & ((1u << f.mantissa_bits) - 1);
+  const uint32_t top = (1u << f.exponent_bits) - 1;
+  if (!f.uz && f.has_inf && exponent == top) return fraction == 0 ? INFINITY : std::nan("");
+  if (!f.uz && !f.has_inf && code == 0x7f) return std::nan("");
+  if (exponent == 0) return std::ldexp(fraction, 1 - f.bias - f.mantissa_bits);
+  return std::ldexp(fraction + (1u << f.mantissa_bits), static_cast<int>(exponent) - f.bias - f.mantissa_bits);
+}
+
 }  // namespace
+
+double DecodeFloat8(uint8_t bits, DType dtype) {
+  const Float8Format f = FormatOf(dtype);
+  if (f.uz && bits == 0x80) return std::nan("");
+  const double magnitude = Float8Magnitude(bits & 0x7fu, f);
+  return bits & 0x80 ? -magnitude : magnitude;
+}
+
+void SetFloat8(Tensor& t, int64_t i, uint8_t bits) { t.data_as<uint8_t>()[i] = bits; }
+
+uint8_t EncodeFloat8(double v, DType dtype, bool saturate) {
+  const Float8Format f = FormatOf(dtype);
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const uint8_t nan = f.uz ? 0x80 : static_cast<uint8_t>(sign | 0x7f);
+  if (std::isnan(v)) return nan;
+  // The finite magnitudes in code order, then one step past the largest (code `largest` + 1,
+  // the overflow): the nearest, ties to the even code.
+  uint32_t largest = 0;
+  while (largest < 0x7f && std::isfinite(Float8Magnitude(largest + 1, f))) ++largest;
+  const double top = Float8Magnitude(largest, f);
+  const double past = top + (top - Float8Magnitude(largest - 1, f));
+  const double a = std::fabs(v);
+  uint32_t best = largest + 1;  // at or past the step beyond the largest (infinity too): overflow
+  double best_distance = a >= past ? -1 : INFINITY;
+  for (uint32_t code = 0; code <= largest + 1; ++code) {
+    const double value = code <= largest ? Float8Magnitude(code, f) : past;
+    const double distance = std::fabs(value - a);
+    if (distance < best_distance || (distance == best_distance && code % 2 == 0)) best = code, best_distance = distance;
+  }
+  if (best > largest) {
+    if (saturate) return static_cast<uint8_t>(sign | largest);
+    return f.has_inf ? static_cast<uint8_t>(sign | 0x7c) : nan;
+  }
+  if (best == 0 && f.uz) return 0;
+  return static_cast<uint8_t>(sign | best);
+}
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 bool IsFloatType(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16 || dtype == DType::kFloat8E4M3FN || dtype == DType::kFloat8E4M3FNUZ ||
+         dtype == DType::kFloat8E5M2 || dtype == DType::kFloat8E5M2FNUZ;
 }
 
 bool IsUnsigned(DType dtype) {
   return dtype == DType::kUInt8 || dtype == DType::kUInt16 || dtype == DType::kUInt32 || dtype == DType::kUInt64 ||
-         dtype == DType::kBool;
+         dtype == DType::kBool || dtype == DType::kUInt4;
 }
 
 double LoadDouble(const Tensor& t, int64_t i) {
@@ -90,6 +153,10 @@ double LoadDouble(const Tensor& t, int64_t i) {
     case DType::kFloat64: return Element<double>(t, i);
     case DType::kFloat16: return DecodeNarrowFloat(Element<uint16_t>(t, i), 10, 5);
     case DType::kBFloat16: return DecodeNarrowFloat(Element<uint16_t>(t, i), 7, 8);
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ: return DecodeFloat8(Element<uint8_t>(t, i), t.dtype());
     case DType::kUInt64: return static_cast<double>(Element<uint64_t>(t, i));
     default: return static_cast<double>(LoadInt(t, i));
   }
@@ -97,7 +164,9 @@ double LoadDouble(const Tensor& t, int64_t i) {
 
 int64_t LoadInt(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
+    case DType::kInt4:  // one per byte, sign-extended
     case DType::kInt8: return Element<int8_t>(t, i);
+    case DType::kUInt4:
     case DType::kUInt8:
     case DType::kBool: return Element<uint8_t>(t, i);
     case DType::kInt16: return Element<int16_t>(t, i);
@@ -119,6 +188,10 @@ void StoreDouble(Tensor& t, int64_t i, double v) {
     case DType::kFloat64: SetElement<double>(t, i, v); return;
     case DType::kFloat16: SetElement<uint16_t>(t, i, static_cast<uint16_t>(EncodeNarrowFloat(v, 10, 5))); return;
     case DType::kBFloat16: SetElement<uint16_t>(t, i, static_cast<uint16_t>(EncodeNarrowFloat(v, 7, 8))); return;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ: SetElement<uint8_t>(t, i, EncodeFloat8(v, t.dtype(), true)); return;
     case DType::kBool: SetElement<uint8_t>(t, i, v != 0 ? 1 : 0); return;
     case DType::kUInt64:
       if (v >= 9223372036854775808.0 && v < 18446744073709551616.0) {
@@ -138,6 +211,10 @@ void StoreInt(Tensor& t, int64_t i, int64_t v) {
   switch (t.dtype()) {
     case DType::kInt8: SetElement<int8_t>(t, i, static_cast<int8_t>(v)); return;
     case DType::kUInt8: SetElement<uint8_t>(t, i, static_cast<uint8_t>(v)); return;
+    case DType::kInt4:
+      SetElement<int8_t>(t, i, static_cast<int8_t>((v & 0xf) >= 8 ? (v & 0xf) - 16 : (v & 0xf)));
+      return;
+    case DType::kUInt4: SetElement<uint8_t>(t, i, static_cast<uint8_t>(v & 0xf)); return;
     case DType::kBool: SetElement<uint8_t>(t, i, v != 0 ? 1 : 0); return;
     case DType::kInt16: SetElement<int16_t>(t, i, static_cast<int16_t>(v)); return;
     case DType::kUInt16: SetElement<uint16_t>(t, i, static_cast<uint16_t>(v)); return;

@@ -33,7 +33,15 @@ void StoreInt(Tensor& t, int64_t i, int64_t v);
 // Copies one element, whatever its dtype: movement ops never convert.
 void CopyElement(const Tensor& src, int64_t src_index, Tensor& dst, int64_t dst_index);
 
-bool IsFloatType(DType dtype);
+bool IsFloatType(DType dtype);  // float8 included
+
+// The float8 formats (ONNX float8.md): bits -> value, and a value rounded to the nearest
+// representable one (ties to the even code), past the largest finite one saturated when
+// `saturate`, else infinity (E5M2) or NaN; NaN stays NaN, zero in the UZ formats is +0.
+double DecodeFloat8(uint8_t bits, DType dtype);
+uint8_t EncodeFloat8(double v, DType dtype, bool saturate);
+// Stores float8 bits at element i of a float8 tensor.
+void SetFloat8(Tensor& t, int64_t i, uint8_t bits);
 bool IsUnsigned(DType dtype);  // unsigned integers and bool
 
 // Row-major strides of `dims`.

@@ -38,6 +38,7 @@ const ref::RefTable& Table() {
     ref::AddSequenceOps(*t);
     ref::AddStringOps(*t);
     ref::AddTextOps(*t);
+    ref::AddLowBitOps(*t);
     return t;
   }();
   return *table;

@@ -34,7 +34,13 @@ size_t kiln_dtype_size(int32_t dtype) {
     case 12: return 4;
     case 2:
     case 3:
-    case 9: return 1;
+    case 9:
+    case 17: /* the float8 formats */
+    case 18:
+    case 19:
+    case 20:
+    case 21: /* uint4 and int4: one element per byte */
+    case 22: return 1;
     case 4:
     case 5:
     case 10:

@@ -77,9 +77,9 @@ onnx::ModelProto ModelWithFourProblems() {
   x->set_name("x");
   x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
   for (int d : {2, 3}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
-  auto* q = graph->add_initializer();  // an int4 weight
-  q->set_name("q4");
-  q->set_data_type(22);
+  auto* q = graph->add_initializer();  // a complex64 weight
+  q->set_name("qc");
+  q->set_data_type(14);
   q->add_dims(2);
   q->set_raw_data(std::string(1, '\0'));
   auto node = [&](const char* op, const char* name, std::vector<const char*> inputs, const char* output) {
@@ -92,12 +92,12 @@ onnx::ModelProto ModelWithFourProblems() {
     return n;
   };
   node("Relu", "fine", {"x"}, "r");
-  auto* cast = node("Cast", "to_int4", {"x"}, "c");
+  auto* cast = node("Cast", "to_complex", {"x"}, "c");
   auto* to = cast->add_attribute();
   to->set_name("to");
   to->set_type(onnx::AttributeProto::INT);
-  to->set_i(22);
-  node("Identity", "reads_int4", {"q4"}, "i");
+  to->set_i(14);
+  node("Identity", "reads_complex", {"qc"}, "i");
   node("Custom", "custom", {"x"}, "k")->set_domain("com.example");
   node("ImageDecoder", "decode", {"x"}, "u");
   return model;
@@ -109,16 +109,17 @@ TEST(CheckOnnxModelTest, ListsEveryNodeWithOpOpsetAndReason) {
   options.model_label = "m.onnx";
   auto problems = CheckOnnxModel(bytes, options);
   ASSERT_TRUE(problems.ok()) << problems.status();
-  EXPECT_THAT(Lines(*problems),
-              ElementsAre("node 'to_int4' (Cast, opset 21): cast to element type int4, which Kiln does not support",
-                          "node 'reads_int4' (Identity, opset 21): input 'q4' is an initializer of element type int4, "
-                          "which Kiln does not support",
-                          "node 'custom' (Custom, opset 21): domain 'com.example' is not supported (only the default "
-                          "ONNX domain is)",
-                          "node 'decode' (ImageDecoder, opset 21): op 'ImageDecoder' is not supported by Kiln"));
+  EXPECT_THAT(
+      Lines(*problems),
+      ElementsAre("node 'to_complex' (Cast, opset 21): cast to element type complex64, which Kiln does not support",
+                  "node 'reads_complex' (Identity, opset 21): input 'qc' is an initializer of element type complex64, "
+                  "which Kiln does not support",
+                  "node 'custom' (Custom, opset 21): domain 'com.example' is not supported (only the default "
+                  "ONNX domain is)",
+                  "node 'decode' (ImageDecoder, opset 21): op 'ImageDecoder' is not supported by Kiln"));
   // The import alone stops at the first; a compile's error lists them all.
   auto graph = ImportOnnxModel(bytes, options);
-  EXPECT_THAT(graph.status().message(), HasSubstr("to_int4"));
+  EXPECT_THAT(graph.status().message(), HasSubstr("to_complex"));
   EXPECT_THAT(graph.status().message(), ::testing::Not(HasSubstr("decode")));
   v1::CompileSpec spec;
   *spec.mutable_model() = DigestOf(bytes);
@@ -127,8 +128,8 @@ TEST(CheckOnnxModelTest, ListsEveryNodeWithOpOpsetAndReason) {
   inputs.model_label = "m.onnx";
   auto compiled = CompileModel(spec, inputs);
   ASSERT_FALSE(compiled.ok());
-  EXPECT_THAT(compiled.status().message(), HasSubstr("m.onnx: 4 constructs cannot be compiled:\n  node 'to_int4'"));
-  for (const char* name : {"reads_int4", "custom", "decode"})
+  EXPECT_THAT(compiled.status().message(), HasSubstr("m.onnx: 4 constructs cannot be compiled:\n  node 'to_complex'"));
+  for (const char* name : {"reads_complex", "custom", "decode"})
     EXPECT_THAT(compiled.status().message(), HasSubstr(absl::StrCat("\n  node '", name, "'")));
 }
 

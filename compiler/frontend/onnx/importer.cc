@@ -842,6 +842,30 @@ absl::StatusOr<Tensor> ParseTensorProto(std::string_view bytes, std::string* nam
 
 namespace {
 
+// int4 / uint4: ONNX packs two per byte, low nibble first (raw_data, or int32_data holding
+// one packed byte each); Kiln holds one per byte, an int4 sign-extended (tensor.h).
+absl::StatusOr<Tensor> UnpackInt4(const onnx::TensorProto& proto, std::optional<std::string_view> external,
+                                  Tensor tensor) {
+  const int64_t n = tensor.num_elements(), bytes = (n + 1) / 2;
+  std::string packed;
+  if (external || proto.has_raw_data()) {
+    packed = std::string(external ? *external : std::string_view(proto.raw_data()));
+  } else {
+    for (int32_t v : proto.int32_data()) packed.push_back(static_cast<char>(v));
+  }
+  if (static_cast<int64_t>(packed.size()) != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(DTypeName(tensor.dtype()), " tensor has ", packed.size(),
+                                                   " packed bytes, dims [", absl::StrJoin(tensor.dims(), ","),
+                                                   "] need ", bytes));
+  }
+  const bool is_signed = tensor.dtype() == DType::kInt4;
+  for (int64_t i = 0; i < n; ++i) {
+    const int nibble = (static_cast<uint8_t>(packed[static_cast<size_t>(i / 2)]) >> (i % 2 * 4)) & 0xf;
+    tensor.data_as<uint8_t>()[i] = static_cast<uint8_t>(is_signed && nibble >= 8 ? nibble - 16 : nibble);
+  }
+  return tensor;
+}
+
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, std::optional<std::string_view> external) {
   const DType dtype = static_cast<DType>(proto.data_type());
   if (DTypeSize(dtype) == 0) {
@@ -865,6 +889,8 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, std::opti
     for (int64_t i = 0; i < n; ++i) tensor.SetString(i, proto.string_data(static_cast<int>(i)));
     return tensor;
   }
+  const bool packed = dtype == DType::kInt4 || dtype == DType::kUInt4;
+  if (packed) return UnpackInt4(proto, external, std::move(tensor));
   if (external || proto.has_raw_data()) {
     const std::string_view raw = external ? *external : std::string_view(proto.raw_data());
     if (static_cast<int64_t>(raw.size()) != tensor.size_bytes()) {
@@ -928,6 +954,14 @@ std::string SerializeTensorProto(const Tensor& tensor, const std::string& name) 
   for (int64_t d : tensor.dims()) proto.add_dims(d);
   if (tensor.dtype() == DType::kString) {
     for (int64_t i = 0; i < tensor.num_elements(); ++i) proto.add_string_data(std::string(tensor.GetString(i)));
+    return proto.SerializeAsString();
+  }
+  if (tensor.dtype() == DType::kInt4 || tensor.dtype() == DType::kUInt4) {  // two per byte, low nibble first
+    std::string packed(static_cast<size_t>((tensor.num_elements() + 1) / 2), '\0');
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      packed[static_cast<size_t>(i / 2)] |= static_cast<char>((tensor.data_as<uint8_t>()[i] & 0xf) << (i % 2 * 4));
+    }
+    proto.set_raw_data(std::move(packed));
     return proto.SerializeAsString();
   }
   proto.set_raw_data(std::string(static_cast<const char*>(tensor.data()), tensor.size_bytes()));

@@ -14,6 +14,7 @@
 #include "kiln/kernels/gemm.h"
 #include "kiln/kernels/linalg.h"
 #include "kiln/kernels/loss.h"
+#include "kiln/kernels/lowbit.h"
 #include "kiln/kernels/movement.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/pool.h"
@@ -139,6 +140,12 @@ enum DTypeId : int32_t {
   kU32 = 12,
   kU64 = 13,
   kBF16 = 16,
+  kF8E4M3FN = 17,  // float8 and 4-bit integers: one element per byte (kiln/kernels/float8.h)
+  kF8E4M3FNUZ = 18,
+  kF8E5M2 = 19,
+  kF8E5M2FNUZ = 20,
+  kU4 = 21,
+  kI4 = 22,  // sign-extended
 };
 
 // A kernel's Run with its parameter struct bound: K::Params, the struct kernel_list.inc

@@ -27,6 +27,11 @@ typedef enum kiln_status {
 /* Element types use ONNX TensorProto.DataType numbers (1 = float32, 7 = int64, ...). In
  * a descriptor, a dim of -1 is known only at run time (a symbolic dim such as the batch).
  *
+ * Float8 (dtypes 17 to 20: E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ) are one byte per element, their
+ * ONNX bits. uint4 and int4 (21, 22) are one element per byte too, NOT packed as in ONNX
+ * files: a uint4 byte holds 0..15, an int4 byte -8..7 (sign-extended, so it reads as int8).
+ * Callers that hold packed data unpack it (low nibble first) before a run.
+ *
  * Strings (dtype 8): an element is a `const char*` to a NUL-terminated UTF-8 text, so a
  * string tensor's data is an array of pointers (8 bytes each; 64-bit targets only). The
  * caller owns its inputs' texts. An output's texts live in memory the session owns, valid

@@ -27,6 +27,16 @@ enum class DType : int32_t {
   kUInt32 = 12,
   kUInt64 = 13,
   kBFloat16 = 16,
+  // One byte per element: the four float8 formats of ONNX (opset 19) ...
+  kFloat8E4M3FN = 17,
+  kFloat8E4M3FNUZ = 18,
+  kFloat8E5M2 = 19,
+  kFloat8E5M2FNUZ = 20,
+  // ... and the 4-bit integers (opset 21), held one per byte inside Kiln (host Tensors,
+  // kernels, artifacts, the runtime API; an int4 sign-extended); only ONNX TensorProtos
+  // pack them two to a byte, low nibble first (the importer unpacks, the writer packs).
+  kUInt4 = 21,
+  kInt4 = 22,
 };
 
 // Bytes per element; 0 for kUndefined. A kString element is a pointer (8 bytes) to its
@@ -35,7 +45,10 @@ int64_t DTypeSize(DType dtype);
 // Short printable name ("f32", "i64", "bool"), used by the IR printer and the manifest.
 const char* DTypeName(DType dtype);
 absl::StatusOr<DType> DTypeFromName(std::string_view name);
-bool IsFloat(DType dtype);
+bool IsFloat(DType dtype);  // f8 included
+bool IsFloat8(DType dtype);
+// The types of this line of work that only some ops take: float8, int4 and uint4.
+bool IsLowBit(DType dtype);
 bool IsSignedInt(DType dtype);
 bool IsUnsignedInt(DType dtype);
 inline bool IsInteger(DType dtype) { return IsSignedInt(dtype) || IsUnsignedInt(dtype); }
