@@ -23,17 +23,6 @@ constexpr int64_t kProbeDim = 32;
 // The largest constant a shape function is given the data of (shapes, axes, scales, k).
 constexpr int64_t kShapeDataElements = 4096;
 
-// A node over sequences or optionals: its kernel makes its outputs (sequence_ops.cc).
-bool TouchesNonTensor(const Node& node) {
-  for (const Value* v : node.inputs()) {
-    if (v != nullptr && !v->type().is_tensor()) return true;
-  }
-  for (const Value* v : node.outputs()) {
-    if (!v->type().is_tensor()) return true;
-  }
-  return false;
-}
-
 // Whether a control-flow node's driver handles its values (see PlanDynamicGlue).
 bool ControlTakesNonTensors(const Node& node) {
   if (node.op() == "If" || node.op() == "SequenceMap" || !TouchesNonTensor(node)) return true;

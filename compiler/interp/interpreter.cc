@@ -288,16 +288,6 @@ absl::StatusOr<std::vector<Tensor>> RunStaticNode(const Node& node, const OpSche
   return outputs;
 }
 
-bool TouchesNonTensor(const Node& node) {
-  for (const Value* v : node.inputs()) {
-    if (v != nullptr && !v->type().is_tensor()) return true;
-  }
-  for (const Value* v : node.outputs()) {
-    if (!v->type().is_tensor()) return true;
-  }
-  return false;
-}
-
 bool HasStaticTypes(const Node& node) {
   for (const Value* v : node.inputs()) {
     if (v != nullptr && !v->type().IsStatic()) return false;

@@ -65,14 +65,6 @@ void GuardOp(OpSchema& schema) {
   };
 }
 
-DType CastTarget(const Node& node, const InferContext* ctx) {
-  if (node.op() == "CastLike") {
-    if (ctx != nullptr) return ctx->type(1).dtype;
-    return node.input(1) != nullptr ? node.input(1)->type().dtype : DType::kUndefined;
-  }
-  return static_cast<DType>(node.GetInt("to", 0));
-}
-
 // Cast / CastLike with float8, int4 or uint4 on either side run cast_lowbit; the rest the
 // schema registered before.
 void ExtendCast(const char* name) {

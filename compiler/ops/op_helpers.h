@@ -62,6 +62,9 @@ void RegisterLowBitOps(Registry& registry);
 // A node of an op that does not take float8 / int4 / uint4 with such an input: the error
 // naming node, op and type (type inference checks it first, run-time shape rules included).
 absl::Status RefuseLowBitInputs(const Node& node);
+// A cast's target: `to`, or CastLike's second input's element type (from the inference
+// context's types when given, else the node's).
+DType CastTarget(const Node& node, const InferContext* ctx);
 // The op table, by name.
 std::map<std::string, OpSchema>& Table();
 // After registration: the run-time shape rules (OpSchema::dynamic) of the ops that have one.

@@ -328,6 +328,16 @@ std::string NodeLabel(const Node& node) {
   return absl::StrCat("node '", node.name(), "' (", node.op(), ", opset ", node.opset(), ")");
 }
 
+bool TouchesNonTensor(const Node& node) {
+  for (const Value* v : node.inputs()) {
+    if (v != nullptr && !v->type().is_tensor()) return true;
+  }
+  for (const Value* v : node.outputs()) {
+    if (!v->type().is_tensor()) return true;
+  }
+  return false;
+}
+
 bool IsDynamicNode(const Node& node, const OpSchema& schema) {
   for (size_t i = 0; i < node.inputs().size(); ++i) {
     const Value* in = node.input(i);

@@ -6,11 +6,7 @@
 #include "op_helpers.h"
 
 namespace kiln::ops {
-namespace {
 
-bool Castable(DType d) { return d != DType::kUndefined && DTypeSize(d) > 0; }
-
-// A cast's target: `to`, or CastLike's second input's element type.
 DType CastTarget(const Node& node, const InferContext* ctx) {
   if (node.op() == "CastLike") {
     if (ctx != nullptr) return ctx->type(1).dtype;
@@ -18,6 +14,10 @@ DType CastTarget(const Node& node, const InferContext* ctx) {
   }
   return static_cast<DType>(node.GetInt("to", 0));
 }
+
+namespace {
+
+bool Castable(DType d) { return d != DType::kUndefined && DTypeSize(d) > 0; }
 
 // Cast/CastLike with a string on either side go to the string kernels; the rest to the
 // numeric schema registered before.

@@ -179,6 +179,10 @@ inline constexpr char kRoundToBFloat16Op[] = "kiln.RoundToBFloat16";
 // The narrow float type the node computes on in f32, or kUndefined when it computes as it is.
 DType NarrowFloatComputedInFloat32(const Node& node);
 
+// Whether the node reads or makes a sequence or an optional (its kernel makes its outputs,
+// sequence_ops.cc).
+bool TouchesNonTensor(const Node& node);
+
 // Whether the node's shapes are known only at run time: an input without static dims, or a
 // shape-deciding input (OpSchema::constant_inputs) that is not a constant.
 bool IsDynamicNode(const Node& node, const OpSchema& schema);
