@@ -20,6 +20,7 @@
 //   smallest magnitude becomes 0 (the kernels stay dense; reported as sparsity).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -514,8 +515,16 @@ class Prune : public Pass {
 
   bool PruneWeights(Graph& graph, const PruningConfig& config, PruningSummary& summary) {
     bool changed = false;
+    // A weight several layers share (an exporter merges equal initializers: the layers of
+    // a freshly built TransformerEncoder are copies) is pruned once and stays shared.
+    std::map<const Value*, Value*> pruned;
     for (Node* node : graph.nodes()) {
       if (!IsWeightOp(node) || HasKilnAttrs(node) || config.skip.count(node->name())) continue;
+      if (auto done = pruned.find(node->input(1)); done != pruned.end()) {
+        node->set_input(1, done->second);
+        continue;
+      }
+      const Value* original = node->input(1);
       const Tensor& w = *node->input(1)->constant();
       const int64_t count = w.num_elements();
       const int64_t zeros = static_cast<int64_t>(std::floor(static_cast<double>(count) * config.weight_ratio));
@@ -530,6 +539,7 @@ class Prune : public Pass {
       });
       for (int64_t i = 0; i < zeros; ++i) data[order[i]] = 0.0f;
       node->set_input(1, graph.AddConstant(graph.UniqueName(node->input(1)->name() + ".sparse"), out));
+      pruned[original] = node->input(1);
       changed = true;
     }
     if (changed) graph.Compact();
