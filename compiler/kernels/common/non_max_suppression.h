@@ -70,7 +70,6 @@ struct NmsProblem {
     return inter / (area_p + area_q - inter) > iou_threshold;
   }
 
-  // Calls keep(batch, class, box) for each kept box, in output order.
   // Whether box i comes before box j: higher score first, then lower index (the order the
   // boxes are considered in, so the selection is the same whichever way it is found).
   bool Before(int64_t base, int64_t i, int64_t j) const {
@@ -222,6 +221,7 @@ struct NmsProblem {
     return true;
   }
 
+  // Calls keep(batch, class, box) for each kept box, in output order.
   template <typename Keep>
   void Select(Keep keep) const {
     if (SelectSorted(keep)) return;
