@@ -21,27 +21,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import make_opset_models
+
 RNG = np.random.default_rng(6)
 
 
 def save_case(root, name, opset, nodes, inputs, outputs):
     """inputs/outputs: [(name, array)], the test data; IR version 3 (that of opset 1 to 6
     exporters), so constants are Constant nodes, not initializers."""
-    def info(n, a):
-        return helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype], a.shape)
-
-    graph = helper.make_graph(nodes, name, [info(n, a) for n, a in inputs], [info(n, a) for n, a in outputs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 3
-    case = os.path.join(root, name)
-    data = os.path.join(case, "test_data_set_0")
-    os.makedirs(data)
-    onnx.save(model, os.path.join(case, "model.onnx"))
-    for kind, tensors in (("input", inputs), ("output", outputs)):
-        for i, (n, a) in enumerate(tensors):
-            with open(os.path.join(data, f"{kind}_{i}.pb"), "wb") as f:
-                f.write(numpy_helper.from_array(a, n).SerializeToString())
-    return name
+    return make_opset_models.save_case(root, name, opset, nodes, inputs, outputs, ir_version=3)
 
 
 def randn(*shape):

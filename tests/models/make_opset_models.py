@@ -21,15 +21,16 @@ from onnx import TensorProto, helper, numpy_helper
 RNG = np.random.default_rng(21)
 
 
-def save_case(root, name, opset, nodes, inputs, outputs, initializers=()):
-    """inputs/outputs: [(name, array)]; the arrays are the test data."""
+def save_case(root, name, opset, nodes, inputs, outputs, initializers=(), ir_version=8):
+    """inputs/outputs: [(name, array)]; the arrays are the test data. ir_version 3 is that of
+    opset 1 to 6 exporters (constants as Constant nodes, no initializers)."""
     def info(n, a):
         return helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype], a.shape)
 
     graph = helper.make_graph(nodes, name, [info(n, a) for n, a in inputs], [info(n, a) for n, a in outputs],
                               [numpy_helper.from_array(a, n) for n, a in initializers])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
+    model.ir_version = ir_version
     case = os.path.join(root, name)
     data = os.path.join(case, "test_data_set_0")
     os.makedirs(data)
