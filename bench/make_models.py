@@ -84,6 +84,43 @@ def bert_inputs(vocab, seq, gen, batch=1):
     return ids, mask
 
 
+# --- a GPT-2-style decoder-only transformer (pre-LayerNorm, causal attention, tanh GELU, tied
+# output embedding), run over a whole prompt as a prefill does ------------------------------
+class DecoderLayer(nn.Module):
+    def __init__(self, hidden, heads, seq):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.ffn_in, self.ffn_out = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        causal = torch.full((seq, seq), -1e4).triu(1)
+        self.register_buffer("causal", causal, persistent=False)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + self.causal
+        context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, s, h)
+        x = x + self.proj(context)
+        return x + self.ffn_out(nn.functional.gelu(self.ffn_in(self.norm2(x)), approximate="tanh"))
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab, seq, hidden, layers, heads):
+        super().__init__()
+        self.word = nn.Embedding(vocab, hidden)
+        self.position = nn.Embedding(seq, hidden)
+        self.layers = nn.ModuleList(DecoderLayer(hidden, heads, seq) for _ in range(layers))
+        self.norm = nn.LayerNorm(hidden)
+        self.register_buffer("positions", torch.arange(seq).unsqueeze(0), persistent=False)
+
+    def forward(self, input_ids):
+        x = self.word(input_ids) + self.position(self.positions)
+        for layer in self.layers:
+            x = layer(x)
+        return torch.matmul(self.norm(x), self.word.weight.t())
+
+
 def randomize_batchnorm(model, input_shape, gen, bn_only=False):
     """Random BN affine parameters, then running statistics from train-mode passes.
 
@@ -104,12 +141,30 @@ def randomize_batchnorm(model, input_shape, gen, bn_only=False):
     model.eval()
 
 
-def cnn(factory, size=224, batch=1):
-    """The same weights at every batch size (fixed seeds); only the input grows."""
+def randomize_norm_scales(model, gen):
+    """ConvNeXt's layer scales start at 1e-6 and every LayerNorm at weight 1, bias 0: a block
+    would then add almost nothing to its residual stream and a wrong block would pass
+    unseen. Draw them instead (layer scale U(0.2, 0.6), LayerNorm weight U(0.5, 1.5), bias
+    U(-0.3, 0.3))."""
+    with torch.no_grad():
+        for module in model.modules():
+            scale = getattr(module, "layer_scale", None)
+            if isinstance(scale, torch.Tensor):
+                scale.uniform_(0.2, 0.6, generator=gen)
+            if isinstance(module, nn.LayerNorm) and module.elementwise_affine:
+                module.weight.uniform_(0.5, 1.5, generator=gen)
+                module.bias.uniform_(-0.3, 0.3, generator=gen)
+
+
+def cnn(factory, size=224, batch=1, norms=False):
+    """The same weights at every batch size (fixed seeds); only the input grows.
+    norms: also draw layer scales and LayerNorm parameters (randomize_norm_scales)."""
     def build(gen):
         torch.manual_seed(SEED)
         model = factory()
         shape = (1, 3, size, size)
+        if norms:
+            randomize_norm_scales(model, gen)
         randomize_batchnorm(model, shape, gen)
         return model, (torch.randn(batch, *shape[1:], generator=gen),), ["input"], ["logits"], 13
     return build
@@ -133,6 +188,25 @@ def bert(layers, hidden, heads, seq, vocab, batch=1):
         return (model, bert_inputs(vocab, seq, gen, batch), ["input_ids", "attention_mask"],
                 ["last_hidden_state", "pooled"], 13)
     return build
+
+
+def decoder(layers, hidden, heads, seq, vocab, batch=1):
+    def build(gen):
+        torch.manual_seed(SEED)
+        model = Decoder(vocab, seq, hidden, layers, heads)
+        randomize_norm_scales(model, gen)
+        ids = torch.randint(0, vocab, (batch, seq), generator=gen)
+        return model.eval(), (ids,), ["input_ids"], ["logits"], 13
+    return build
+
+
+def vit_small():
+    """ViT-S/16 (12 layers, width 384, 6 heads): torchvision's VisionTransformer, whose
+    classifier starts at zero; drawn instead so the logits are not."""
+    model = torchvision.models.VisionTransformer(image_size=224, patch_size=16, num_layers=12, num_heads=6,
+                                                 hidden_dim=384, mlp_dim=1536)
+    nn.init.normal_(model.heads.head.weight, std=0.05)
+    return model
 
 
 class SegmentationOut(torch.nn.Module):
@@ -204,27 +278,41 @@ def detection(factory, size=320):
 
 
 DETECTION = torchvision.models.detection
-CNNS = {
-    "resnet50": lambda: torchvision.models.resnet50(),
-    "mobilenet_v2": lambda: torchvision.models.mobilenet_v2(),
-    "squeezenet1_1": lambda: torchvision.models.squeezenet1_1(),
-    "efficientnet_b0": lambda: torchvision.models.efficientnet_b0(),
-}
 BERT_BASE = dict(layers=12, hidden=768, heads=12, seq=128, vocab=30522)
-MODELS = {
-    **{name: cnn(factory) for name, factory in CNNS.items()},
-    **{name + "_b8": cnn(factory, batch=8) for name, factory in CNNS.items()},
-    "resnet18_tiny": cnn(lambda: torchvision.models.resnet18(num_classes=10), size=64),
-    # Bilinear Resize (align_corners=False) to sizes computed from Shape: folded at compile time.
-    "lraspp_mobilenet_v3": cnn(segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large), size=160),
-    "deeplabv3_mobilenet_v3": cnn(segmentation(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large),
-                                  size=160),
+GPT = dict(layers=6, hidden=512, heads=8, seq=128, vocab=16000)
+# The bench set with a batch dimension: NAME at batch 1 and NAME_b8 at batch 8, the same
+# weights (fixed seeds); only the input grows.
+BATCHED = {
+    "resnet50": lambda b: cnn(lambda: torchvision.models.resnet50(), batch=b),
+    "mobilenet_v2": lambda b: cnn(lambda: torchvision.models.mobilenet_v2(), batch=b),
+    "squeezenet1_1": lambda b: cnn(lambda: torchvision.models.squeezenet1_1(), batch=b),
+    "efficientnet_b0": lambda b: cnn(lambda: torchvision.models.efficientnet_b0(), batch=b),
+    "bert_base": lambda b: bert(**BERT_BASE, batch=b),
     # Issue 21's families at sizes the test suite can afford.
-    "vgg11": cnn(lambda: torchvision.models.vgg11(), size=224),
-    "resnext50_32x4d": cnn(lambda: torchvision.models.resnext50_32x4d(), size=96),
-    "mobilenet_v3_small": cnn(lambda: torchvision.models.mobilenet_v3_small(), size=128),
-    "efficientnet_v2_s": cnn(lambda: torchvision.models.efficientnet_v2_s(), size=128),
-    "swin_t": cnn(lambda: torchvision.models.swin_t(), size=224),
+    "vgg11": lambda b: cnn(lambda: torchvision.models.vgg11(), size=224, batch=b),
+    "resnext50_32x4d": lambda b: cnn(lambda: torchvision.models.resnext50_32x4d(), size=96, batch=b),
+    "mobilenet_v3_small": lambda b: cnn(lambda: torchvision.models.mobilenet_v3_small(), size=128, batch=b),
+    "efficientnet_v2_s": lambda b: cnn(lambda: torchvision.models.efficientnet_v2_s(), size=128, batch=b),
+    "swin_t": lambda b: cnn(lambda: torchvision.models.swin_t(), size=224, batch=b),
+    # Bilinear Resize (align_corners=False) to sizes computed from Shape: folded at compile time.
+    "lraspp_mobilenet_v3": lambda b: cnn(segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large),
+                                         size=160, batch=b),
+    "deeplabv3_mobilenet_v3": lambda b: cnn(
+        segmentation(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large), size=160, batch=b),
+    # Issue 22's families: large-kernel depthwise blocks with LayerNorm and GELU, inception
+    # branches, grouped convolutions with squeeze-and-excitation, a plain vision transformer,
+    # a decoder-only transformer.
+    "convnext_tiny": lambda b: cnn(lambda: torchvision.models.convnext_tiny(), size=160, batch=b, norms=True),
+    "googlenet": lambda b: cnn(lambda: torchvision.models.googlenet(aux_logits=False, init_weights=True),
+                               size=224, batch=b),
+    "regnet_y_400mf": lambda b: cnn(lambda: torchvision.models.regnet_y_400mf(), size=224, batch=b),
+    "vit_s16": lambda b: cnn(vit_small, size=224, batch=b, norms=True),
+    "gpt_decoder": lambda b: decoder(**GPT, batch=b),
+}
+MODELS = {
+    **{name: build(1) for name, build in BATCHED.items()},
+    **{name + "_b8": build(8) for name, build in BATCHED.items()},
+    "resnet18_tiny": cnn(lambda: torchvision.models.resnet18(num_classes=10), size=64),
     "r3d_18": video(lambda: torchvision.models.video.r3d_18(), frames=8, size=56),
     # Random weights score every box low: keep them all (score threshold 0) so that the
     # outputs are not empty.
@@ -233,8 +321,6 @@ MODELS = {
     "fasterrcnn_mobilenet_v3_large_320_fpn": detection(
         lambda: DETECTION.fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None,
                                                                 box_score_thresh=0.0)),
-    "bert_base": bert(**BERT_BASE),
-    "bert_base_b8": bert(**BERT_BASE, batch=8),
     "bert_tiny": bert(layers=2, hidden=128, heads=2, seq=32, vocab=1000),
     "lstm2": recurrent("lstm2"),
     "gru2_bidirectional": recurrent("gru2_bidirectional"),

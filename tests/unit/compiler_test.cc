@@ -1161,6 +1161,26 @@ TEST(CodegenTest, MatMulTilesMatchInterpreter) {
   }
 }
 
+// A [.., M, K] times a 2-D B is one [(..)*M, K] product: torch's MultiheadAttention gives
+// [seq, 1, width] (one row per batch entry), and a [2, 5, 3, K] A folds 30 rows; a 1-D B
+// drops N. Each against the reference, on both tiles.
+TEST(CodegenTest, MatMulOfBatchedAByOneMatrix) {
+  for (const std::string& target : TileTargets()) {
+    for (const auto& [a_dims, b_dims] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {{37, 1, 64}, {64, 48}}, {{2, 5, 3, 40}, {40, 17}}, {{4, 3, 40}, {40}}}) {
+      SCOPED_TRACE(::testing::Message() << target << ": A rank " << a_dims.size() << ", B rank " << b_dims.size());
+      auto make = [&]() {
+        auto g = std::make_unique<Graph>();
+        Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, a_dims));
+        g->AddInput(x);
+        Node* mm = g->AddNode("MatMul", "mm", {x, g->AddConstant("w", Random(b_dims, 43, 0.3f))}, {"y"}, 13);
+        return WithOutput(std::move(g), mm->output(0));
+      };
+      EXPECT_LT(CompiledVsReference(make(), make(), "fold-constants", target), 1e-5);
+    }
+  }
+}
+
 // The target picks the GEMM core's tile: AVX-512F the 12x32 one, AVX2 (and anything not
 // x86, asked nothing) the 6x16 one (the artifact's report says which; compiling needs no
 // such CPU).

@@ -339,6 +339,11 @@ TEST(RunTimeShapesTest, ReductionsOverASymbolicDim) {
   CheckSymbolicBatch({"ArgMin", 13, {{"axis", int64_t{-1}}}});
 }
 
+// [n, 6, 5] times a constant [5, 3]: one [n * 6, 5] product whatever n is at run time.
+TEST(RunTimeShapesTest, MatMulOfASymbolicBatchByOneMatrix) {
+  CheckSymbolicBatch({"MatMul", 13}, {Random({5, 3}, 11, 0.5f)});
+}
+
 TEST(RunTimeShapesTest, MovementOverASymbolicDim) {
   CheckSymbolicBatch({"Slice"}, {Ints({-1, 4}), Ints({-100, 0}), Ints({0, 2}), Ints({-1, -2})});
   CheckSymbolicBatch({"Slice"}, {Ints({1}), Ints({5}), Ints({1})});

@@ -188,6 +188,12 @@ KILN_KERNEL(shape_matmul) {
   s.M = ad[ar - 2];
   s.K = K;
   s.N = bd[br - 1];
+  if (br == 2 && ar > 2) {
+    // A 2-D B applies to every row of A alike: one [(..)*M, K] product (as MatMulShape).
+    for (int32_t i = 0; i + 2 < ar; ++i) s.M *= ad[i];
+    s.batch_rank = 0;
+    return KILN_KERR_OK;
+  }
   s.batch_rank = batch_rank;
   for (int32_t i = 0; i < batch_rank; ++i) s.batch_dims[i] = batch[i];
   // Element strides of each operand's batch dims, right-aligned; 0 along a broadcast dim.
