@@ -18,12 +18,21 @@
 //      [%g = Mul(%n, gamma) ; %y = Add(%g, beta)]      (gamma, beta: constants [C])
 //        =>  %y = LayerNormalization(%x, gamma or ones, [beta]) {axis=-1, epsilon=eps}
 //    one kernel reading each row once instead of six nodes and four passes over memory.
+//    GELU written out (torch's exports, BERT's and GPT-2's): the erf form
+//      0.5 * x * (1 + erf(x / sqrt 2)) and the tanh approximation
+//      0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), in any operand order and
+//      as simplify leaves them (a division by a constant multiplied, x^3 as products),
+//        =>  %y = Gelu(%x)  or  kiln.GeluTanh(%x)
+//    recognised by value: a Mul's expression in one tensor x through single-reader
+//    Add/Sub/Mul/Div/Pow/Erf/Tanh nodes and scalar constants is evaluated at probe points
+//    and compared with both functions. It then folds into its producer's epilogue above.
 // 3. Elementwise chains: connected float elementwise ops whose intermediates have the
 //    result's shape and no other reader become one kiln.Elementwise node, which codegen
 //    turns into a single generated loop (no intermediate buffers, one pass over memory).
 //      %a = Div(%x, 1.41) ; %b = Erf(%a) ; %c = Add(%b, 1) ; %y = Mul(%x, %c)
 //        =>  %y = kiln.Elementwise(%x, 1.41, 1) {ops=["Div","Erf","Add","Mul"], ...}
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -66,6 +75,9 @@ class Fuse : public Pass {
  public:
   absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
     bool changed = false;
+    // First, so the Gelu nodes fold into their producers below.
+    for (Node* node : graph.nodes()) changed |= FuseGelu(graph, node);
+    graph.Compact();
     std::map<const Node*, size_t> position;
     for (Node* node : graph.nodes()) position.emplace(node, position.size());
     for (Node* node : graph.nodes()) {
@@ -356,6 +368,70 @@ class Fuse : public Pass {
     norm->output(0)->set_type(last->output(0)->type());
     graph.TakeOver(last->output(0), norm->output(0));
     for (Node* dead : fused) graph.RemoveNode(dead);
+    return true;
+  }
+
+  // The expression `value` computes from one tensor (*x) and scalar constants, through
+  // nodes of `kGeluOps` whose results have no other reader; the nodes go to *nodes.
+  // False when it reads a second tensor or is deeper than GELU's expressions get.
+  static bool CollectExpression(const Graph& graph, const Value* value, const TensorType& type, int depth,
+                                const Value** x, std::vector<const Node*>* nodes) {
+    if (ScalarConstant(value).has_value()) return true;
+    const Node* p = value->producer();
+    static const std::set<std::string> kGeluOps = {"Add", "Sub", "Mul", "Div", "Pow", "Erf", "Tanh"};
+    if (p != nullptr && depth > 0 && kGeluOps.count(p->op()) && SoleUser(graph, value) != nullptr &&
+        value->type() == type) {
+      if (std::find(nodes->begin(), nodes->end(), p) == nodes->end()) nodes->push_back(p);
+      for (const Value* in : p->inputs()) {
+        if (in == nullptr || !CollectExpression(graph, in, type, depth - 1, x, nodes)) return false;
+      }
+      return true;
+    }
+    if (*x == nullptr) *x = value;
+    return *x == value;
+  }
+  // That expression's value at x = probe (the scalar constants as stored).
+  static double Evaluate(const Value* value, const Value* x, double probe) {
+    if (value == x) return probe;
+    if (!value->producer()) return value->constant()->GetAsDouble(0);
+    const Node* p = value->producer();
+    const double a = Evaluate(p->input(0), x, probe);
+    if (p->op() == "Erf") return std::erf(a);
+    if (p->op() == "Tanh") return std::tanh(a);
+    const double b = Evaluate(p->input(1), x, probe);
+    if (p->op() == "Add") return a + b;
+    if (p->op() == "Sub") return a - b;
+    if (p->op() == "Mul") return a * b;
+    if (p->op() == "Div") return a / b;
+    return std::pow(a, b);
+  }
+  // Item 1's GELU, matched at its last Mul.
+  static bool FuseGelu(Graph& graph, Node* mul) {
+    if (mul->op() != "Mul" || mul->inputs().size() != 2 || mul->output(0)->type().dtype != DType::kFloat32)
+      return false;
+    const Value* x = nullptr;
+    std::vector<const Node*> nodes;
+    for (const Value* in : mul->inputs()) {
+      if (!CollectExpression(graph, in, mul->output(0)->type(), 12, &x, &nodes)) return false;
+    }
+    bool transcendental = false;
+    for (const Node* n : nodes) transcendental |= n->op() == "Erf" || n->op() == "Tanh";
+    if (x == nullptr || !transcendental || !(x->type() == mul->output(0)->type())) return false;
+    bool erf_form = true, tanh_form = true;
+    for (double t : {-4.0, -2.5, -1.3, -0.6, -0.1, 0.0, 0.2, 0.7, 1.5, 3.2}) {
+      const double got = Evaluate(mul->input(0), x, t) * Evaluate(mul->input(1), x, t);
+      const double exact = 0.5 * t * (1 + std::erf(t / std::sqrt(2.0)));
+      const double approx = 0.5 * t * (1 + std::tanh(std::sqrt(2 / M_PI) * (t + 0.044715 * t * t * t)));
+      erf_form &= std::fabs(got - exact) <= 1e-6 * (1 + std::fabs(exact));
+      tanh_form &= std::fabs(got - approx) <= 1e-6 * (1 + std::fabs(approx));
+    }
+    if (!erf_form && !tanh_form) return false;
+    Node* gelu = graph.InsertNodeBefore(mul, erf_form ? "Gelu" : "kiln.GeluTanh", mul->name(), {const_cast<Value*>(x)},
+                                        {mul->output(0)->name()}, mul->opset());
+    gelu->output(0)->set_type(mul->output(0)->type());
+    graph.TakeOver(mul->output(0), gelu->output(0));
+    graph.RemoveNode(mul);
+    for (const Node* dead : nodes) graph.RemoveNode(const_cast<Node*>(dead));
     return true;
   }
 

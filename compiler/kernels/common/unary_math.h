@@ -126,6 +126,9 @@ inline void ApplyActivation(T* y, int64_t n, int64_t code, double alpha, double 
     case KILN_UNARY_HARD_SIGMOID: return ActivationLoop<T, KILN_UNARY_HARD_SIGMOID>(y, n, alpha, beta);
     case KILN_UNARY_HARD_SWISH: return ActivationLoop<T, KILN_UNARY_HARD_SWISH>(y, n, alpha, beta);
     case KILN_UNARY_SILU: return ActivationLoop<T, KILN_UNARY_SILU>(y, n, alpha, beta);
+    case KILN_UNARY_GELU: return ActivationLoop<T, KILN_UNARY_GELU>(y, n, alpha, beta);  // transformers' MLPs
+    case KILN_UNARY_GELU_TANH: return ActivationLoop<T, KILN_UNARY_GELU_TANH>(y, n, alpha, beta);
+    case KILN_UNARY_TANH: return ActivationLoop<T, KILN_UNARY_TANH>(y, n, alpha, beta);
     default:
       if (code < 0) return;
       for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary<T>(static_cast<int>(code), y[i], alpha, beta);

@@ -64,6 +64,9 @@ struct ConvKernel {
           return RunDepthwiseBlocked<5, 5, 1>(call, w, act);
         if (w.kernel[1] == 5 && w.stride[1] == 2 && DepthwiseBlockedFits<5, 5, 2>(w))
           return RunDepthwiseBlocked<5, 5, 2>(call, w, act);
+        // ConvNeXt's large-kernel blocks.
+        if (w.kernel[1] == 7 && w.stride[1] == 1 && DepthwiseBlockedFits<7, 7, 1>(w))
+          return RunDepthwiseBlocked<7, 7, 1>(call, w, act);
       }
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1)
         return RunDepthwise2D<3, 3, 1>(call, w, act);
@@ -73,6 +76,8 @@ struct ConvKernel {
         return RunDepthwise2D<5, 5, 1>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 5 && w.kernel[2] == 5 && w.stride[2] == 2)
         return RunDepthwise2D<5, 5, 2>(call, w, act);
+      if (depthwise_2d && w.kernel[1] == 7 && w.kernel[2] == 7 && w.stride[2] == 1)
+        return RunDepthwise2D<7, 7, 1>(call, w, act);
     }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
