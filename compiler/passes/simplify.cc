@@ -3,9 +3,11 @@
 //   Div(x, c)                                               =>  Mul(x, 1/c)   (float c)
 //   Pow(x, 2)  =>  Mul(x, x)          Pow(x, 0.5)  =>  Sqrt(x)
 //   Identity(x), Cast(x to its own type), a view to x's own shape     =>  x
+//   Pad(x) by zero on every side                                    =>  x
 //   Reshape(Reshape(x))  =>  Reshape(x)   (any chain of Reshape/Flatten/Squeeze/Unsqueeze)
 //   Transpose(Transpose(x, p), q)  =>  Transpose(x, p∘q), or x when that is the identity
 // Rewrites that would rename a graph output leave the node in place.
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <unordered_set>
@@ -99,6 +101,13 @@ class Simplify : public Pass {
     Value* y = node->input(1);
     if (op == "Identity") return Forward(graph, node, x);
     if (op == "Cast" && x->type().dtype == node->output(0)->type().dtype) return Forward(graph, node, x);
+    if (op == "Pad" && x->type() == node->output(0)->type()) {
+      // Padding by nothing (Swin pads to a multiple of its window, which 224 already is).
+      const std::vector<int64_t> pads = node->opset() < 11 ? node->GetInts("pads") : std::vector<int64_t>{};
+      const bool none =
+          node->opset() < 11 ? std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) : IsSplat(y, 0);
+      if (none) return Forward(graph, node, x);
+    }
     if ((op == "Add" || op == "Sub") && IsSplat(y, 0)) return Forward(graph, node, x);
     if (op == "Add" && IsSplat(x, 0)) return Forward(graph, node, y);
     if ((op == "Mul" || op == "Div") && IsSplat(y, 1)) return Forward(graph, node, x);

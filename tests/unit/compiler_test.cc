@@ -1181,6 +1181,33 @@ TEST(CodegenTest, MatMulOfBatchedAByOneMatrix) {
   }
 }
 
+// Pad in constant mode copies whole rows: padding and cropping (negative pads) on every
+// axis, the last included, rows wholly in the padding, a non-zero value.
+TEST(CodegenTest, ConstantPadRowsMatchReference) {
+  for (const std::vector<int64_t>& pads : std::vector<std::vector<int64_t>>{{0, 1, 2, 3, 1, 0, 2, 1},
+                                                                            {1, 0, -1, 2, 0, 2, 1, -2},
+                                                                            {0, 0, 0, -2, 0, 0, 0, -3},
+                                                                            {0, 0, 0, 0, 0, 0, 0, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "pads " << pads[0] << "," << pads[1] << "," << pads[2] << "," << pads[3]
+                                      << " / " << pads[4] << "," << pads[5] << "," << pads[6] << "," << pads[7]);
+    auto make = [&]() {
+      std::vector<int64_t> out = {3, 4, 5, 6};
+      for (size_t d = 0; d < 4; ++d) out[d] += pads[d] + pads[d + 4];
+      auto g = std::make_unique<Graph>();
+      Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {3, 4, 5, 6}));
+      g->AddInput(x);
+      auto p = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{8});
+      std::copy(pads.begin(), pads.end(), p->data_as<int64_t>());
+      auto v = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{});
+      v->data_as<float>()[0] = 2.5f;
+      Node* pad = g->AddNode("Pad", "pad", {x, g->AddConstant("pads", p), g->AddConstant("value", v)}, {"y"}, 13);
+      pad->output(0)->set_type(TensorType::Static(DType::kFloat32, out));
+      return WithOutput(std::move(g), pad->output(0));
+    };
+    EXPECT_LT(CompiledVsReference(make(), make(), "fold-constants", "host"), 1e-6);
+  }
+}
+
 // The target picks the GEMM core's tile: AVX-512F the 12x32 one, AVX2 (and anything not
 // x86, asked nothing) the 6x16 one (the artifact's report says which; compiling needs no
 // such CPU).

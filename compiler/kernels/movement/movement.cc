@@ -327,6 +327,7 @@ struct Pad {
     const kiln_ktensor& in = call->inputs[0];
     T value = 0;
     if (call->num_inputs > 2 && call->inputs[2].data != nullptr) value = InputData<T>(call, 2)[0];
+    if (mode == KILN_PAD_CONSTANT && in.rank > 0) return ConstantRows<T>(call, begin, value);
     return MapOutputIndex<T>(call, value, [&](const int64_t* index, const int64_t* in_strides, int64_t* src) {
       for (int32_t d = 0; d < in.rank; ++d) {
         int64_t j = index[d] - begin[d];
@@ -348,6 +349,45 @@ struct Pad {
       }
       return true;
     });
+  }
+
+  // Constant mode a row at a time: each output row (the last dim) is the value, then the
+  // input row's overlap copied whole, then the value; a row whose other indices fall in the
+  // padding is the value throughout. Pads may be negative (cropping). Rows in parallel.
+  template <typename T>
+  static int32_t ConstantRows(const kiln_kcall* call, const int64_t* begin, T value) {
+    const kiln_ktensor& in = call->inputs[0];
+    const kiln_ktensor& out = call->outputs[0];
+    const int32_t rank = out.rank, last = rank - 1;
+    const int64_t out_w = out.dims[last], b = begin[last];
+    const int64_t lo = b > 0 ? b : 0, hi = b + in.dims[last] < out_w ? b + in.dims[last] : out_w;
+    if (out_w == 0) return KILN_KERR_OK;
+    int64_t in_strides[kMaxRank];
+    ContiguousStrides(in.dims, in.rank, in_strides);
+    const T* pi = static_cast<const T*>(in.data);
+    T* po = static_cast<T*>(out.data);
+    auto rows = [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        T* dst = po + r * out_w;
+        int64_t src = 0, rest = r;
+        bool inside = hi > lo;
+        for (int32_t d = last - 1; d >= 0; --d) {
+          const int64_t j = rest % out.dims[d] - begin[d];
+          rest /= out.dims[d];
+          inside &= j >= 0 && j < in.dims[d];
+          src += j * in_strides[d];
+        }
+        if (!inside) {
+          for (int64_t j = 0; j < out_w; ++j) dst[j] = value;
+          continue;
+        }
+        for (int64_t j = 0; j < lo; ++j) dst[j] = value;
+        memcpy(dst + lo, pi + src + (lo - b), sizeof(T) * (hi - lo));
+        for (int64_t j = hi; j < out_w; ++j) dst[j] = value;
+      }
+    };
+    ParallelFor(call, Numel(out) / out_w, 16, rows);
+    return KILN_KERR_OK;
   }
 };
 
