@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Kiln against ONNX Runtime (the CPU library onnxruntime-node ships) on the real-model set.
+# Kiln against ONNX Runtime (the CPU library onnxruntime-node ships) on the bench set.
 #   bench/run.sh [--models a,b,...] [--threads "1 2"] [--iters N] [--iters-b8 N] [--rounds R]
 #                [--rounds-b8 R] [--skip-install]
+# The default set (issue 22's): the five first bench models and BERT-tiny; ConvNeXt-T,
+# GoogLeNet, RegNetY-400MF, ViT-S/16, a GPT-style decoder, VGG-11, ResNeXt-50,
+# MobileNetV3-small, EfficientNetV2-S, Swin-T, the two segmentation models, R3D-18, the two
+# detectors, an LSTM, a GRU and a TransformerEncoder with run-time shapes; every one with a
+# batch dimension also at batch 8 (NAME_b8). After the tables, the geometric mean of the
+# ratios per batch and thread count and the models slower than ORT.
 # Builds `kiln` (build/), installs onnxruntime-node (bench/node_modules), exports the models
 # (bench/models, bench/make_models.py; NAME_b8 is NAME at batch 8, same weights), compiles
 # each for the host (cold: every run recompiles, timed), then runs `kiln bench` and
@@ -15,8 +21,11 @@
 # (max RSS) of a timed run of each runtime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models=squeezenet1_1,mobilenet_v2,resnet50,efficientnet_b0,bert_tiny,bert_base
-models=$models,squeezenet1_1_b8,mobilenet_v2_b8,resnet50_b8,efficientnet_b0_b8,bert_base_b8
+batched=squeezenet1_1,mobilenet_v2,resnet50,efficientnet_b0,bert_base,convnext_tiny,googlenet,regnet_y_400mf
+batched=$batched,vit_s16,gpt_decoder,vgg11,resnext50_32x4d,mobilenet_v3_small,efficientnet_v2_s,swin_t
+batched=$batched,lraspp_mobilenet_v3,deeplabv3_mobilenet_v3
+models=$batched,bert_tiny,r3d_18,ssdlite320_mobilenet_v3_large,fasterrcnn_mobilenet_v3_large_320_fpn,lstm2
+models=$models,gru2_bidirectional,transformer_dyn,$(echo "$batched" | sed 's/,/_b8,/g')_b8
 threads="1 2"
 iters=20
 iters_b8=5
@@ -24,7 +33,7 @@ rounds=3
 rounds_b8=1
 install=1
 source bench/lib.sh
-bench_args "$0" 15 "$@"
+bench_args "$0" 21 "$@"
 [ $install = 1 ] && bash deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 ninja -C build kiln kiln-model-check >&2
@@ -42,6 +51,8 @@ print(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f}")' "
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+ratios=$tmp/ratios.txt
+: > "$ratios"
 echo "| model | batch | threads | Kiln median ms | ORT median ms | ratio (Kiln/ORT) | ratio per round | error vs interpreter |"
 echo "|---|---|---|---|---|---|---|---|"
 compile_rows=()
@@ -97,12 +108,33 @@ k, o = statistics.median(ks), statistics.median(os_)
 rounds = ", ".join(f"{a / b:.2f}" for a, b in zip(ks, os_))
 print(f"| {m} | {batch} | {t} | {k:.2f} | {o:.2f} | {k / o:.2f} | {rounds} | {err} |")
 EOF
+    echo "$m $batch $t $(IFS=,; echo "${ks[*]}") $(IFS=,; echo "${os[*]}")" >> "$ratios"
     [ "$t" = "$(echo $threads | cut -d' ' -f1)" ] && memory_rows+=("| $m | $t | $kiln_rss | $ort_rss |")
   done
 done
 # What each process costs before it loads a model: kiln's CLI, node with onnxruntime loaded.
 kiln_base=$(peak_rss "$tmp/h.txt" "$kiln" help)
 ort_base=$(peak_rss "$tmp/n.txt" node -e "require('./bench/node_modules/onnxruntime-node')")
+echo
+echo "Geometric mean of the ratios (Kiln / ORT, each the ratio of the rounds' medians) and the" \
+     "models slower than ORT, per batch and thread count"
+echo
+echo "| batch | threads | models | geometric mean | slower than ORT (ratio) |"
+echo "|---|---|---|---|---|"
+/usr/bin/python3 - "$ratios" <<'EOF'
+import math, statistics, sys
+rows = []
+for line in open(sys.argv[1]):
+    m, b, t, ks, os_ = line.split()
+    k = statistics.median(float(v) for v in ks.split(","))
+    o = statistics.median(float(v) for v in os_.split(","))
+    rows.append((m, int(b), int(t), k / o))
+for key in sorted({(b, t) for _, b, t, _ in rows}):
+    sel = [(m, r) for m, b, t, r in rows if (b, t) == key]
+    geo = math.exp(sum(math.log(r) for _, r in sel) / len(sel))
+    slow = ", ".join(f"{m} {r:.2f}" for m, r in sel if r > 1.0) or "none"
+    print(f"| {key[0]} | {key[1]} | {len(sel)} | {geo:.2f} | {slow} |")
+EOF
 echo
 echo "Cold compile (kiln compile, seconds): total, import, passes, then codegen's phases"
 echo

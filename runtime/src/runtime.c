@@ -107,10 +107,22 @@ kiln_status kiln_module_describe(const kiln_module* module, const kiln_module_de
 }
 
 /* ---- thread pool ----
- * One job at a time (the entry function is sequential; each node may split its work).
- * Between jobs the workers spin briefly before sleeping on a condition variable, and the
- * caller spins for completion: a model runs hundreds of parallel regions per inference,
- * and a futex wake-up per region costs more than many of them take. */
+ * One job at a time (the entry function is sequential; each node may split its work into
+ * at most one chunk per thread). Between jobs the workers spin briefly before sleeping on a
+ * condition variable, and the caller spins for completion: a model runs hundreds of
+ * parallel regions per inference, and a futex wake-up per region costs more than many of
+ * them take.
+ *
+ * Chunks are claimed, not assigned: the caller runs chunk 0, and every other chunk goes to
+ * whoever claims it first, the caller included once its own is done. A worker the OS has
+ * not scheduled (another process has the core) then delays nothing: the caller does its
+ * share. With chunks given to fixed threads, each of a model's hundreds of regions waited
+ * for that worker's next time slice (BERT-tiny at 2 threads on a busy 2-core machine: 50 ms
+ * instead of 0.3). A claim is a compare-and-swap of one word holding the job's generation,
+ * its chunk count and the next chunk, so a worker that wakes late for an old job claims
+ * nothing of a new one; a job's fields stay put until its every chunk is done. Chunk
+ * boundaries depend only on n and the chunk count, so results do not depend on who ran
+ * which chunk. */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define KILN_CPU_RELAX() __builtin_ia32_pause()
@@ -118,7 +130,12 @@ kiln_status kiln_module_describe(const kiln_module* module, const kiln_module_de
 #define KILN_CPU_RELAX() ((void)0)
 #endif
 
-enum { KILN_SPIN_ITERATIONS = 1 << 14 };
+enum { KILN_SPIN_ITERATIONS = 1 << 14, KILN_MAX_CHUNKS = 0xffff };
+
+/* The job word: generation (32 bits) | chunk count (16) | next chunk to claim (16). */
+#define KILN_JOB_GEN(word) ((uint32_t)((word) >> 32))
+#define KILN_JOB_CHUNKS(word) ((int)(((word) >> 16) & 0xffff))
+#define KILN_JOB_NEXT(word) ((int)((word) & 0xffff))
 
 typedef struct pool {
   pthread_mutex_t mutex;
@@ -127,54 +144,51 @@ typedef struct pool {
   int num_workers;
   atomic_int stop;
   atomic_int sleepers;
-  /* the current job: fields are written before generation is bumped */
-  atomic_uint_fast64_t generation;
-  atomic_int pending;
+  /* the current job: n, fn and ctx are written before the job word is */
+  atomic_uint_fast64_t job;
+  atomic_int done; /* chunks of the current job finished */
   int64_t n;
-  int chunks;
   kiln_range_fn fn;
   void* ctx;
 } pool;
 
-static void run_chunk(pool* p, int chunk) {
-  int64_t begin = p->n * chunk / p->chunks;
-  int64_t end = p->n * (chunk + 1) / p->chunks;
-  if (begin < end) p->fn(p->ctx, begin, end);
+/* Claims and runs chunks of job generation `gen` until none is left. */
+static void claim_chunks(pool* p, uint32_t gen) {
+  uint_fast64_t word = atomic_load(&p->job);
+  while (KILN_JOB_GEN(word) == gen && KILN_JOB_NEXT(word) < KILN_JOB_CHUNKS(word)) {
+    if (!atomic_compare_exchange_weak(&p->job, &word, word + 1)) continue; /* word reloaded */
+    const int chunk = KILN_JOB_NEXT(word), chunks = KILN_JOB_CHUNKS(word);
+    const int64_t begin = p->n * chunk / chunks, end = p->n * (chunk + 1) / chunks;
+    if (begin < end) p->fn(p->ctx, begin, end);
+    atomic_fetch_add(&p->done, 1);
+    word = atomic_load(&p->job);
+  }
 }
 
-typedef struct worker_arg {
-  pool* p;
-  int index;
-} worker_arg;
-
 static void* worker_main(void* raw) {
-  worker_arg* arg = raw;
-  pool* p = arg->p;
-  const int index = arg->index;
-  free(arg);
-  uint64_t seen = 0;
+  pool* p = raw;
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t generation;
+    uint32_t gen;
     int spins = 0;
-    while ((generation = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop)) {
+    while ((gen = KILN_JOB_GEN(atomic_load(&p->job))) == seen && !atomic_load(&p->stop)) {
       if (++spins < KILN_SPIN_ITERATIONS) {
         KILN_CPU_RELAX();
         continue;
       }
-      /* Sleep. The caller bumps generation, then looks at sleepers; we count ourselves
-       * in, then look at generation: one of us sees the other (sequentially consistent). */
+      /* Sleep. The caller writes the job word, then looks at sleepers; we count ourselves
+       * in, then look at the job word: one of us sees the other (sequentially consistent). */
       pthread_mutex_lock(&p->mutex);
       atomic_fetch_add(&p->sleepers, 1);
-      while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+      while (KILN_JOB_GEN(atomic_load(&p->job)) == seen && !atomic_load(&p->stop))
         pthread_cond_wait(&p->work_ready, &p->mutex);
       atomic_fetch_sub(&p->sleepers, 1);
       pthread_mutex_unlock(&p->mutex);
       spins = 0;
     }
     if (atomic_load(&p->stop)) break;
-    seen = generation;
-    if (index + 1 < p->chunks) run_chunk(p, index + 1);
-    atomic_fetch_sub(&p->pending, 1);
+    seen = gen;
+    claim_chunks(p, gen);
   }
   return NULL;
 }
@@ -184,23 +198,29 @@ static void pool_parallel_for(void* raw, int64_t n, int64_t min_chunk, kiln_rang
   int64_t chunks = p->num_workers + 1;
   if (min_chunk < 1) min_chunk = 1;
   if (n / min_chunk < chunks) chunks = n / min_chunk > 0 ? n / min_chunk : 1;
+  if (chunks > KILN_MAX_CHUNKS) chunks = KILN_MAX_CHUNKS;
   if (chunks <= 1 || p->num_workers == 0) {
     fn(ctx, 0, n);
     return;
   }
+  /* Every chunk of the previous job is done (we waited), so no one reads these now. */
   p->n = n;
-  p->chunks = (int)chunks;
   p->fn = fn;
   p->ctx = ctx;
-  atomic_store(&p->pending, p->num_workers);
-  atomic_fetch_add(&p->generation, 1);
+  atomic_store(&p->done, 0);
+  const uint32_t gen = KILN_JOB_GEN(atomic_load(&p->job)) + 1;
+  /* Chunk 0 is the caller's: the word starts at next = 1. */
+  atomic_store(&p->job, ((uint_fast64_t)gen << 32) | ((uint_fast64_t)chunks << 16) | 1u);
   if (atomic_load(&p->sleepers) > 0) {
     pthread_mutex_lock(&p->mutex);
     pthread_cond_broadcast(&p->work_ready);
     pthread_mutex_unlock(&p->mutex);
   }
-  run_chunk(p, 0);
-  for (int spins = 0; atomic_load(&p->pending) > 0; ++spins) {
+  const int64_t end0 = n / chunks;
+  if (end0 > 0) fn(ctx, 0, end0);
+  atomic_fetch_add(&p->done, 1);
+  claim_chunks(p, gen);
+  for (int spins = 0; atomic_load(&p->done) < chunks; ++spins) {
     if (spins < KILN_SPIN_ITERATIONS) {
       KILN_CPU_RELAX();
     } else {
@@ -233,14 +253,7 @@ static pool* pool_create(int num_workers) {
     return NULL;
   }
   for (int i = 0; i < num_workers; ++i) {
-    worker_arg* arg = malloc(sizeof(*arg));
-    if (arg == NULL) break;
-    arg->p = p;
-    arg->index = i;
-    if (pthread_create(&p->threads[i], NULL, worker_main, arg) != 0) {
-      free(arg);
-      break;
-    }
+    if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) break;
     p->num_workers = i + 1;
   }
   return p;

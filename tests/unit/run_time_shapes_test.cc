@@ -440,5 +440,46 @@ TEST(RunTimeShapesTest, PlannedSlotsAreReusedAndSizedPerCall) {
   kiln_module_unload(module);
 }
 
+// The thread pool hands out chunks to whoever claims them first: any thread count gives the
+// reference's results, also with more threads than cores (workers the OS has not scheduled
+// when a region starts, stale workers waking during the next region), over many runs.
+TEST(RuntimeTest, ThreadCountsAgreeOversubscribed) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {96, 128}));
+  g->AddInput(x);
+  Value* h = x;
+  for (uint32_t i = 0; i < 6; ++i) {
+    const std::string name = "mm" + std::to_string(i);
+    h = g->AddNode("MatMul", name, {h, g->AddConstant(name + ".w", Random({128, 128}, i + 1, 0.09f))}, {name}, 13)
+            ->output(0);
+    h = g->AddNode("Relu", "relu" + std::to_string(i), {h}, {"r" + std::to_string(i)}, 13)->output(0);
+  }
+  std::unique_ptr<Graph> graph = WithOutput(std::move(g), h);
+  const Tensor input = *Random({96, 128}, 5, 1.0f);
+  auto reference = ReferenceRunGraph(*graph, {input});  // before the passes rewrite the graph
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  kiln_module* module = CompileAndLoad(*graph, "fold-constants,fuse", "host");
+  ASSERT_NE(module, nullptr);
+  for (int32_t threads : {1, 2, 3, 8}) {
+    kiln_session* session = nullptr;
+    kiln_session_options options{sizeof(kiln_session_options), threads};
+    ASSERT_EQ(kiln_session_create(module, &options, &session), KILN_OK) << kiln_last_error();
+    for (int run = 0; run < (threads == 8 ? 200 : 20); ++run) {
+      kiln_tensor in = RuntimeView(input), out{};
+      ASSERT_EQ(kiln_session_run_shaped(session, &in, &out), KILN_OK) << kiln_last_error();
+      const Tensor got = FromRuntime(out);
+      ASSERT_EQ(got.dims(), (*reference)[0].dims());
+      double worst = 0;
+      for (int64_t i = 0; i < got.num_elements(); ++i) {
+        const double w = (*reference)[0].GetAsDouble(i);
+        worst = std::max(worst, std::fabs(got.GetAsDouble(i) - w) / (1 + std::fabs(w)));
+      }
+      ASSERT_LT(worst, 1e-4) << threads << " threads, run " << run;
+    }
+    kiln_session_destroy(session);
+  }
+  kiln_module_unload(module);
+}
+
 }  // namespace
 }  // namespace kiln
