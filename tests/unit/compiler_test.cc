@@ -427,6 +427,18 @@ TEST(CodegenTest, PoolingMatchesInterpreterOnOddShapes) {
       }
     }
   }
+  // 3x3 stride-1 max pooling (GoogLeNet's pooling branches, pads 1), 8 or 16 channels per
+  // vector: 20 channels (a partial second block) at 28x28, 13 at 7x7 without padding.
+  for (const auto& [shape, pad] :
+       std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{1, 20, 28, 28}, 1}, {{2, 13, 7, 7}, 0}}) {
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(::testing::Message() << "MaxPool 3x3/1 over " << shape[2] << "x" << shape[3] << " " << target);
+      const std::vector<int64_t> pads(4, pad);
+      EXPECT_LT(CompiledVsReference(PoolNet("MaxPool", {3, 3}, {1, 1}, pads, 0, shape),
+                                    PoolNet("MaxPool", {3, 3}, {1, 1}, pads, 0, shape), "fold-constants", target),
+                1e-6);
+    }
+  }
   // The row walk's other windows: 2x2 stride 2, and 4 rows x 3 columns at row stride 3 with
   // uneven pads and ceil mode (a last window past the image on both axes).
   const Case row_cases[] = {

@@ -194,6 +194,11 @@ struct PoolKernel {
           w.stride[2] == 2 && DepthwiseBlockedFits<3, 3, 2>(w, kPoolBlockedMaxWidth)) {
         return RunDepthwiseBlocked<3, 3, 2, true>(call, w, kiln_activation{-1, 0, 0});
       }
+      // 3x3 stride-1 max pooling (GoogLeNet's and Inception's pooling branches) likewise.
+      if (plain_2d && op == KILN_POOL_MAX && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[1] == 1 &&
+          w.stride[2] == 1 && DepthwiseBlockedFits<3, 3, 1>(w, kPoolBlockedMaxWidth)) {
+        return RunDepthwiseBlocked<3, 3, 1, true>(call, w, kiln_activation{-1, 0, 0});
+      }
       if (plain_2d && (op == KILN_POOL_MAX || (op == KILN_POOL_AVERAGE && !count_include_pad))) {
         return RunPool2D(call, w, op == KILN_POOL_MAX);
       }
