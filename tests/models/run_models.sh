@@ -9,7 +9,7 @@ check=$1 src=$2 work=$3
 ort_run=$src/bench/ort_run.js
 models=(squeezenet1_1 resnet18_tiny mobilenet_v2 resnet50 bert_tiny lraspp_mobilenet_v3 deeplabv3_mobilenet_v3
   mobilenet_v3_small resnext50_32x4d efficientnet_v2_s r3d_18 swin_t vgg11 ssdlite320_mobilenet_v3_large
-  fasterrcnn_mobilenet_v3_large_320_fpn)
+  fasterrcnn_mobilenet_v3_large_320_fpn convnext_tiny googlenet vit_s16 gpt_decoder)
 mkdir -p "$work"
 # PyTorch's exporter is chatty (TracerWarnings): keep its log, show it only on failure.
 if ! /usr/bin/python3 "$src/bench/make_models.py" "$work" --only "$(IFS=,; echo "${models[*]}")" > "$work/export.log" 2>&1; then

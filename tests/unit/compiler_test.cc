@@ -1220,6 +1220,32 @@ TEST(CodegenTest, ConstantPadRowsMatchReference) {
   }
 }
 
+// Transposes that move the last dim copy in tiles: NCHW -> NHWC and back, a matrix's
+// transpose under batch dims (attention's K^T), sizes off the 32-element tile, a reversal,
+// and a Transpose keeping the last dim (the row copy). Exact.
+TEST(CodegenTest, TransposesMatchReference) {
+  const std::pair<std::vector<int64_t>, std::vector<int64_t>> cases[] = {{{2, 37, 9, 7}, {0, 2, 3, 1}},
+                                                                         {{1, 9, 7, 37}, {0, 3, 1, 2}},
+                                                                         {{3, 33, 70}, {0, 2, 1}},
+                                                                         {{5, 40, 6}, {2, 1, 0}},
+                                                                         {{4, 5, 6, 7}, {2, 0, 1, 3}}};
+  for (const auto& [dims, perm] : cases) {
+    SCOPED_TRACE(::testing::Message() << dims.size() << "-D, perm starting " << perm[0] << "," << perm[1]);
+    auto make = [&]() {
+      std::vector<int64_t> out;
+      for (int64_t p : perm) out.push_back(dims[p]);
+      auto g = std::make_unique<Graph>();
+      Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, dims));
+      g->AddInput(x);
+      Node* t = g->AddNode("Transpose", "t", {x}, {"y"}, 13);
+      t->mutable_attrs()["perm"] = perm;
+      t->output(0)->set_type(TensorType::Static(DType::kFloat32, out));
+      return WithOutput(std::move(g), t->output(0));
+    };
+    EXPECT_EQ(CompiledVsReference(make(), make(), "fold-constants", "host"), 0.0);
+  }
+}
+
 // The target picks the GEMM core's tile: AVX-512F the 12x32 one, AVX2 (and anything not
 // x86, asked nothing) the 6x16 one (the artifact's report says which; compiling needs no
 // such CPU).

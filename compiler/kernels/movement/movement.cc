@@ -46,6 +46,11 @@ struct StridedCopy {
     if (n == 0) return KILN_KERR_OK;
     const int64_t inner = r > 0 ? dims[r - 1] : 1;
     const int64_t inner_stride = r > 0 ? strides[r - 1] : 0;
+    if (inner_stride > 1 && inner >= 4) {
+      for (int32_t q = r - 2; q >= 0; --q) {
+        if (strides[q] == 1 && dims[q] >= 4) return Tiled<T>(call, params, q);
+      }
+    }
     int64_t offsets[1] = {params.offset};
     const int64_t* walk_strides[1] = {strides};
     IndexWalker walker(dims, r > 0 ? r - 1 : 0);
@@ -58,6 +63,54 @@ struct StridedCopy {
       }
       walker.Next(offsets, walk_strides);
     }
+    return KILN_KERR_OK;
+  }
+
+  // A transposing copy: the output's last dim reads the input `strides[r-1]` apart and its
+  // dim q reads it contiguously (NCHW <-> NHWC, a matrix's transpose). Copied in tiles of
+  // kTile x kTile (q, last), so each tile's input lines stay in cache while the tile's
+  // columns are written; tiles in parallel. Element by element, ConvNeXt's [1,96,40,40] ->
+  // [1,40,40,96] read a new cache line for every element.
+  template <typename T>
+  static int32_t Tiled(const kiln_kcall* call, const kiln_strided_copy_params& params, int32_t q) {
+    constexpr int64_t kTile = 32;
+    const int32_t r = static_cast<int32_t>(params.rank);
+    const int64_t* dims = params.dims;
+    const int64_t* strides = params.strides;
+    const T* in = InputData<T>(call, 0);
+    T* po = OutputData<T>(call);
+    int64_t out_strides[kMaxRank];
+    out_strides[r - 1] = 1;
+    for (int32_t d = r - 2; d >= 0; --d) out_strides[d] = out_strides[d + 1] * dims[d + 1];
+    const int64_t tiles_q = (dims[q] + kTile - 1) / kTile, tiles_j = (dims[r - 1] + kTile - 1) / kTile;
+    int64_t outer = 1;
+    for (int32_t d = 0; d < r - 1; ++d) outer *= d == q ? 1 : dims[d];
+    const int64_t jstride = strides[r - 1], qstride = out_strides[q];
+    auto body = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        int64_t rest = job;
+        const int64_t bj = rest % tiles_j;
+        rest /= tiles_j;
+        const int64_t bq = rest % tiles_q;
+        rest /= tiles_q;
+        int64_t src = params.offset, dst = 0;
+        for (int32_t d = r - 2; d >= 0; --d) {
+          if (d == q) continue;
+          const int64_t i = rest % dims[d];
+          rest /= dims[d];
+          src += i * strides[d];
+          dst += i * out_strides[d];
+        }
+        const int64_t a0 = bq * kTile, a1 = a0 + kTile < dims[q] ? a0 + kTile : dims[q];
+        const int64_t j0 = bj * kTile, j1 = j0 + kTile < dims[r - 1] ? j0 + kTile : dims[r - 1];
+        for (int64_t a = a0; a < a1; ++a) {
+          const T* s = in + src + a;
+          T* o = po + dst + a * qstride;
+          for (int64_t j = j0; j < j1; ++j) o[j] = s[j * jstride];
+        }
+      }
+    };
+    ParallelFor(call, outer * tiles_q * tiles_j, 4, body);
     return KILN_KERR_OK;
   }
 };
