@@ -145,7 +145,7 @@ TEST(SparseMatMulTest, PrunedWeightLowersToSparseKernelAboveCrossover) {
   for (const auto& [pipeline, kernel] : std::vector<std::pair<std::string, std::string>>{
            {"prune{weights=0.9}", "sparse_matmul"},
            {"prune{weights=0.7}", "sparse_matmul"},
-           {"prune{weights=0.3}", "matmul"},
+           {"prune{weights=0.2}", "matmul"},
            {"prune{weights=0.9 weight-unit=element}", "matmul"}}) {
     SCOPED_TRACE(pipeline);
     std::unique_ptr<Graph> g = SparseNet(c, Random({96, 64}, 17), nullptr, "");
