@@ -65,7 +65,8 @@ PackedBlocks PackBlocks(const WeightView& w, int64_t nonzero) {
     start[p] = static_cast<int32_t>(b);
     for (int64_t k = 0; k < w.K; ++k) {
       if (!w.BlockNonzero(k, p)) continue;
-      for (int64_t j = 0; j < KILN_SPARSE_BLOCK_COLS; ++j) values[b * KILN_SPARSE_BLOCK_COLS + j] = w.At(k, p * KILN_SPARSE_BLOCK_COLS + j);
+      for (int64_t j = 0; j < KILN_SPARSE_BLOCK_COLS; ++j)
+        values[b * KILN_SPARSE_BLOCK_COLS + j] = w.At(k, p * KILN_SPARSE_BLOCK_COLS + j);
       ks[b++] = static_cast<int32_t>(k);
     }
   }

@@ -92,14 +92,14 @@ std::string ArtifactKernel(const Graph& graph) {
 
 TEST(SparseMatMulTest, MatchesDenseProduct) {
   const std::vector<Case> cases = {
-      {{1, 7}, 16, 0.5},                                          // one row, one panel
-      {{13, 97}, 48, 0.1, true},                                  // 13 rows: a partial tile; the empty panel
-      {{2, 3, 61}, 80, 0.3, true, true},                          // batch dims folded into rows, fused Relu
-      {{250, 300}, 32, 0.05},                                     // several row jobs
-      {{37, 64}, 64, 0.0, true},                                  // no block at all: the bias alone
-      {{37, 64}, 64, 1.0},                                        // every block (panel 1 aside)
-      {{19, 130}, 48, 0.2, true, false, true, true},              // Gemm, transB, C [N]
-      {{6, 33}, 16, 0.4, false, true, true, false},               // Gemm without C, Relu
+      {{1, 7}, 16, 0.5},                              // one row, one panel
+      {{13, 97}, 48, 0.1, true},                      // 13 rows: a partial tile; the empty panel
+      {{2, 3, 61}, 80, 0.3, true, true},              // batch dims folded into rows, fused Relu
+      {{250, 300}, 32, 0.05},                         // several row jobs
+      {{37, 64}, 64, 0.0, true},                      // no block at all: the bias alone
+      {{37, 64}, 64, 1.0},                            // every block (panel 1 aside)
+      {{19, 130}, 48, 0.2, true, false, true, true},  // Gemm, transB, C [N]
+      {{6, 33}, 16, 0.4, false, true, true, false},   // Gemm without C, Relu
   };
   for (const Case& c : cases) {
     const int64_t K = c.x_dims.back();
@@ -142,11 +142,11 @@ TEST(SparseMatMulTest, CompilesForEveryTarget) {
 // a low one, or element by element (few whole blocks zero), the dense kernel stays.
 TEST(SparseMatMulTest, PrunedWeightLowersToSparseKernelAboveCrossover) {
   const Case c{{128, 96}, 64, 1.0};
-  for (const auto& [pipeline, kernel] : std::vector<std::pair<std::string, std::string>>{
-           {"prune{weights=0.9}", "sparse_matmul"},
-           {"prune{weights=0.7}", "sparse_matmul"},
-           {"prune{weights=0.2}", "matmul"},
-           {"prune{weights=0.9 weight-unit=element}", "matmul"}}) {
+  for (const auto& [pipeline, kernel] :
+       std::vector<std::pair<std::string, std::string>>{{"prune{weights=0.9}", "sparse_matmul"},
+                                                        {"prune{weights=0.7}", "sparse_matmul"},
+                                                        {"prune{weights=0.2}", "matmul"},
+                                                        {"prune{weights=0.9 weight-unit=element}", "matmul"}}) {
     SCOPED_TRACE(pipeline);
     std::unique_ptr<Graph> g = SparseNet(c, Random({96, 64}, 17), nullptr, "");
     PassContext ctx;
