@@ -85,6 +85,17 @@ std::optional<KernelOperand> BiasOperand(const Node& node, int64_t N) {
   return KernelOperand{2, nullptr};
 }
 
+// Whether the kernel can run the node, its weight aside: a static f32 input [.., K], a
+// bias it reads as [N], Gemm's transA = 0 and alpha = beta = 1.
+bool Fits(const Node& node, const WeightView& w) {
+  const TensorType& x = node.input(0)->type();
+  if (x.dtype != DType::kFloat32 || !x.IsStatic()) return false;
+  const std::vector<int64_t> a = x.StaticDims();
+  if (a.empty() || a.back() != w.K || !BiasOperand(node, w.N)) return false;
+  return node.op() != "Gemm" || (node.GetInt("transA", 0) == 0 && node.GetFloat("alpha", 1.0) == 1.0 &&
+                                 (node.inputs().size() < 3 || node.GetFloat("beta", 1.0) == 1.0));
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<KernelCall>> LowerSparseMatMul(const Node& node) {
@@ -99,18 +110,10 @@ absl::StatusOr<std::optional<KernelCall>> LowerSparseMatMul(const Node& node) {
                      "input, a bias of [N] and (Gemm) transA = 0, alpha = beta = 1");
   };
   const std::optional<WeightView> w = ViewWeight(node);
-  if (!w || node.input(0)->type().dtype != DType::kFloat32 || !node.input(0)->type().IsStatic())
-    return not_applicable();
-  if (node.op() == "Gemm" && (node.GetInt("transA", 0) != 0 || node.GetFloat("alpha", 1.0) != 1.0 ||
-                              (node.inputs().size() > 2 && node.GetFloat("beta", 1.0) != 1.0))) {
-    return not_applicable();
-  }
+  if (!w || !Fits(node, *w)) return not_applicable();
+  if (!RunsSparse(node)) return std::nullopt;  // the blocks above the crossover
   const std::optional<BlockCount> count = CountWeightBlocks(node);
-  if (!count) return not_applicable();
-  if (!forced && count->density() > kSparseMaxBlockDensity) return std::nullopt;
-  const std::optional<KernelOperand> bias = BiasOperand(node, w->N);
   const std::vector<int64_t> a = StaticDims(node.input(0));
-  if (!bias || a.empty() || a.back() != w->K) return not_applicable();
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < a.size(); ++i) rows *= a[i];
   kiln_sparse_matmul_params params{};
@@ -121,7 +124,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerSparseMatMul(const Node& node) {
   PackedBlocks packed = PackBlocks(*w, count->nonzero);
   std::vector<KernelOperand> inputs = {KernelOperand{0, nullptr}, KernelOperand{-1, std::move(packed.values)},
                                        KernelOperand{-1, std::move(packed.ks)},
-                                       KernelOperand{-1, std::move(packed.start)}, *bias};
+                                       KernelOperand{-1, std::move(packed.start)}, *BiasOperand(node, w->N)};
   return std::optional<KernelCall>(CallWithParams<kernel::sparse_matmul>(std::move(inputs), params));
 }
 
@@ -139,6 +142,13 @@ std::optional<BlockCount> CountWeightBlocks(const Node& node) {
     for (int64_t k = 0; k < w->K; ++k) count.nonzero += w->BlockNonzero(k, p);
   }
   return count;
+}
+
+bool RunsSparse(const Node& node) {
+  const std::optional<ops::WeightView> w = ops::ViewWeight(node);
+  if (!w || !ops::Fits(node, *w) || node.GetString("kiln.algorithm", "") == "dense") return false;
+  return node.GetString("kiln.algorithm", "") == "sparse" ||
+         CountWeightBlocks(node)->density() <= kSparseMaxBlockDensity;
 }
 
 }  // namespace kiln

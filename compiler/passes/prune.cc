@@ -569,7 +569,7 @@ class Prune : public Pass {
       const std::optional<BlockCount> count = CountWeightBlocks(*node);
       if (!count) continue;
       ++summary.blockable_layers;
-      summary.sparse_layers += count->density() <= kSparseMaxBlockDensity;
+      summary.sparse_layers += RunsSparse(*node);
       blocks += count->blocks;
       nonzero += count->nonzero;
     }

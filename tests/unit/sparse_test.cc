@@ -156,6 +156,18 @@ TEST(SparseMatMulTest, PrunedWeightLowersToSparseKernelAboveCrossover) {
     EXPECT_EQ(summary.blockable_layers, 1);
     EXPECT_EQ(summary.sparse_layers, kernel == "sparse_matmul" ? 1 : 0);
   }
+  // A Gemm the kernel cannot run (alpha != 1) keeps the dense kernel, and the summary
+  // does not count it as sparse.
+  {
+    std::unique_ptr<Graph> g =
+        SparseNet(Case{{128, 96}, 64, 1.0, false, false, true}, Random({96, 64}, 23), nullptr, "");
+    g->nodes()[0]->mutable_attrs()["alpha"] = 0.5;
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "prune{weights=0.9}", {}, ctx).ok());
+    EXPECT_EQ(ArtifactKernel(*g), "gemm");
+    EXPECT_EQ(ctx.pruning_summary.blockable_layers, 1);
+    EXPECT_EQ(ctx.pruning_summary.sparse_layers, 0);
+  }
   // kiln.algorithm = "dense" keeps the dense kernel at any density.
   std::unique_ptr<Graph> g = SparseNet(c, BlockSparseWeight(96, 64, 0.05, 19), nullptr, "dense");
   EXPECT_EQ(ArtifactKernel(*g), "matmul");

@@ -33,4 +33,8 @@ struct BlockCount {
 // multiple of 16 (or the node is neither).
 std::optional<BlockCount> CountWeightBlocks(const Node& node);
 
+// Whether an artifact runs the node on the block-sparse kernel (what the lowering decides:
+// its weight's blocks under the crossover, or kiln.algorithm, and the kernel fits the node).
+bool RunsSparse(const Node& node);
+
 }  // namespace kiln
