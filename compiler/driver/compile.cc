@@ -281,6 +281,12 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
   result.memory_plan = PlannedOrNaiveMemory(graph, context);
   result.quantization = context.quantization_summary;
   result.pruning = context.pruning_summary;
+  // The weights that run block-sparse, counted on the final graph: a later pass may have
+  // changed the node (int8 quantization makes it a QLinearMatMul, which stays dense).
+  if (result.pruning.weight_ratio > 0) {
+    result.pruning.sparse_layers = 0;
+    for (const Node* node : graph.nodes()) result.pruning.sparse_layers += RunsSparse(*node);
+  }
   return absl::OkStatus();
 }
 
