@@ -93,6 +93,11 @@ void PrintPruning(const PruningSummary& p) {
     worst.push_back(absl::StrFormat("%s (%s) %.1f dB", p.layers_by_error[i].node, p.layers_by_error[i].op,
                                     p.layers_by_error[i].snr_db));
   }
+  if (p.weight_ratio > 0 && p.blockable_layers > 0) {
+    std::fprintf(
+        stderr, "kiln: pruned: %lld of %lld MatMul/Gemm weights run block-sparse (1x16 blocks %.1f%% nonzero)\n",
+        static_cast<long long>(p.sparse_layers), static_cast<long long>(p.blockable_layers), 100.0 * p.block_density);
+  }
   if (!worst.empty()) {
     std::fprintf(stderr, "kiln: pruned: lowest SNR against unpruned (first sample): %s\n",
                  absl::StrJoin(worst, ", ").c_str());

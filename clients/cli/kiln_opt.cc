@@ -13,6 +13,7 @@
 #include <iterator>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "kiln/common/cli.h"
 #include "kiln/common/file.h"
 #include "kiln/compiler/ir.h"
@@ -85,6 +86,11 @@ void PrintPruning(const kiln::PruningSummary& p) {
             << " channels removed; parameters " << p.before.parameters << " -> " << p.after.parameters << " ("
             << p.after.nonzero_parameters << " nonzero); flops " << p.before.flops << " -> " << p.after.flops << "\n";
   for (const std::string& kept : p.kept_whole) std::cout << "// kept whole: " << kept << "\n";
+  if (p.weight_ratio > 0 && p.blockable_layers > 0) {
+    std::cout << "// sparse: " << p.sparse_layers << " of " << p.blockable_layers
+              << " MatMul/Gemm weights run block-sparse (1x16 blocks " << absl::StrFormat("%.1f", 100 * p.block_density)
+              << "% nonzero)\n";
+  }
 }
 
 void PrintQuantization(const kiln::QuantizationSummary& q) {

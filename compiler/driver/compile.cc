@@ -12,12 +12,14 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kiln/common/json.h"
 #include "kiln/common/status.h"
 #include "kiln/common/time.h"
 #include "kiln/compiler/frontend.h"
+#include "kiln/compiler/sparse.h"
 
 namespace kiln {
 namespace {
@@ -160,7 +162,17 @@ void ReportPruning(const PruningSummary& p, v1::CompileReport::Pruning* out) {
   out->set_pruned_layers(static_cast<int32_t>(p.pruned_layers));
   out->set_channels_before(static_cast<int32_t>(p.channels_before));
   out->set_channels_removed(static_cast<int32_t>(p.channels_removed));
-  out->set_kernels("dense (zeroed weights are not skipped)");
+  if (p.weight_ratio > 0 && p.blockable_layers > 0) {
+    out->set_kernels(absl::StrFormat(
+        "block-sparse (sparse_matmul) for %lld of %lld MatMul/Gemm weights (1x16 blocks %.1f%% nonzero; sparse below "
+        "%.0f%%), dense for the rest",
+        static_cast<long long>(p.sparse_layers), static_cast<long long>(p.blockable_layers), 100.0 * p.block_density,
+        100.0 * kSparseMaxBlockDensity));
+  } else {
+    out->set_kernels("dense (zeroed weights are not skipped)");
+  }
+  out->set_sparse_layers(static_cast<int32_t>(p.sparse_layers));
+  out->set_block_density(p.block_density);
   for (const std::string& k : p.kept_whole) out->add_kept_whole(k);
   AddLayerErrors(p.layers_by_error, out->mutable_layers_by_error());
 }
@@ -269,6 +281,12 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
   result.memory_plan = PlannedOrNaiveMemory(graph, context);
   result.quantization = context.quantization_summary;
   result.pruning = context.pruning_summary;
+  // The weights that run block-sparse, counted on the final graph: a later pass may have
+  // changed the node (int8 quantization makes it a QLinearMatMul, which stays dense).
+  if (result.pruning.weight_ratio > 0) {
+    result.pruning.sparse_layers = 0;
+    for (const Node* node : graph.nodes()) result.pruning.sparse_layers += RunsSparse(*node);
+  }
   return absl::OkStatus();
 }
 

@@ -379,6 +379,8 @@ absl::StatusOr<KernelCall> LowerMatMul(const Node& node) {
 // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
 // 16-column panels [N/16][K][16] at compile time (b_panels).
 absl::StatusOr<std::optional<KernelCall>> LowerMatMulForArtifact(const Node& node) {
+  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> sparse, LowerSparseMatMul(node));
+  if (sparse) return sparse;
   const Value* b = node.input(1);
   if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
     return std::nullopt;
@@ -630,7 +632,7 @@ void RegisterNnOps(Registry& registry) {
   const OpSchema ops[] = {
       // MatMul's input 2: a bias [N] folded in by the fuse pass.
       {"MatMul", 2, 3, 0, InferMatMul, LowerMatMul, LowerMatMulForArtifact},
-      {"Gemm", 2, 3, 0, InferGemm, LowerGemm},
+      {"Gemm", 2, 3, 0, InferGemm, LowerGemm, LowerSparseMatMul},
       {"Conv", 2, 5, 0, InferConv, LowerConv, LowerConvForArtifact},
       {"ConvTranspose", 2, 3, 0, InferConvTranspose, LowerConvTranspose},
       {"BatchNormalization", 5, 5, 0, InferBatchNormalization, LowerBatchNormalization},

@@ -33,6 +33,7 @@
 #include "kiln/kernels/sequence.h"
 #include "kiln/kernels/shape.h"
 #include "kiln/kernels/signal.h"
+#include "kiln/kernels/sparse.h"
 #include "kiln/kernels/spatial.h"
 #include "kiln/kernels/strings.h"
 
@@ -226,6 +227,10 @@ absl::StatusOr<kiln_window> KernelWindow(const Node& node, const WindowParams& w
 // The epilogue activation the fuse pass named in `kiln.activation` (none: code -1); an
 // unknown name is an error naming the node.
 absl::StatusOr<kiln_activation> FusedActivation(const Node& node);
+
+// Artifacts: a MatMul or Gemm by a constant weight mostly made of zero 1x16 blocks, on the
+// block-sparse kernel (sparse_lowering.cc); std::nullopt where the dense kernel is faster.
+absl::StatusOr<std::optional<KernelCall>> LowerSparseMatMul(const Node& node);
 // The spatial dims of an N, C, spatial... shape.
 std::vector<int64_t> Spatial(const std::vector<int64_t>& dims);
 // Conv's output dims [N, OC, spatial...] for static X and W dims, after Conv's checks

@@ -17,7 +17,10 @@
 // says why. Kept counts are rounded up to a multiple of 8 where the layer had one, so
 // vector kernels stay full.
 //   --prune-weights R: in each Conv/Gemm/MatMul constant weight the R share with the
-//   smallest magnitude becomes 0 (the kernels stay dense; reported as sparsity).
+//   smallest magnitude becomes 0. In a MatMul/Gemm weight [K, N] (N a multiple of 16) the
+//   unit is a 1x16 block (row k, columns n..n+15) ranked by L1 norm, so that the
+//   block-sparse kernel can skip it (compiler/ops/sparse_lowering.cc); with
+//   weight-unit=element, and in Conv weights, single elements by magnitude.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -28,6 +31,7 @@
 #include "kiln/compiler/interp.h"
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/sparse.h"
 
 namespace kiln {
 namespace {
@@ -513,6 +517,65 @@ class Prune : public Pass {
     return changed;
   }
 
+  // The `ratio` share of w's elements with the smallest magnitude set to 0; false if none.
+  static bool ZeroElements(Tensor& w, double ratio) {
+    const int64_t count = w.num_elements();
+    const int64_t zeros = static_cast<int64_t>(std::floor(static_cast<double>(count) * ratio));
+    if (zeros == 0) return false;
+    float* data = w.data_as<float>();
+    std::vector<int64_t> order(count);
+    std::iota(order.begin(), order.end(), 0);
+    std::nth_element(order.begin(), order.begin() + (zeros - 1), order.end(), [&](int64_t a, int64_t b) {
+      const float fa = std::fabs(data[a]), fb = std::fabs(data[b]);
+      return fa < fb || (fa == fb && a < b);
+    });
+    for (int64_t i = 0; i < zeros; ++i) data[order[i]] = 0.0f;
+    return true;
+  }
+
+  // The `ratio` share of the 1x16 blocks of `node`'s weight w (its [K, N], read through
+  // Gemm's transB) with the smallest L1 norm set to 0; false if none.
+  static bool ZeroBlocks(const Node& node, Tensor& w, double ratio) {
+    const std::vector<int64_t>& dims = w.dims();
+    const bool transposed = node.op() == "Gemm" && node.GetInt("transB", 0) != 0;
+    const int64_t K = transposed ? dims[1] : dims[0], N = transposed ? dims[0] : dims[1];
+    const int64_t width = kSparseBlockCols, panels = N / width, count = K * panels;
+    const int64_t zeros = static_cast<int64_t>(std::floor(static_cast<double>(count) * ratio));
+    if (zeros == 0) return false;
+    float* data = w.data_as<float>();
+    // Element j of block b = k * panels + p: B(k, p * width + j).
+    auto at = [&](int64_t b, int64_t j) -> float& {
+      const int64_t k = b / panels, n = b % panels * width + j;
+      return transposed ? data[n * K + k] : data[k * N + n];
+    };
+    std::vector<double> norms(count, 0.0);
+    for (int64_t b = 0; b < count; ++b) {
+      for (int64_t j = 0; j < width; ++j) norms[b] += std::fabs(at(b, j));
+    }
+    std::vector<int64_t> order(count);
+    std::iota(order.begin(), order.end(), 0);
+    std::nth_element(order.begin(), order.begin() + (zeros - 1), order.end(),
+                     [&](int64_t a, int64_t b) { return norms[a] < norms[b] || (norms[a] == norms[b] && a < b); });
+    for (int64_t i = 0; i < zeros; ++i) {
+      for (int64_t j = 0; j < width; ++j) at(order[i], j) = 0.0f;
+    }
+    return true;
+  }
+
+  // Which MatMul/Gemm weights the block-sparse kernel will run (summary.sparse_layers).
+  static void CountSparseLayers(const Graph& graph, PruningSummary& summary) {
+    int64_t blocks = 0, nonzero = 0;
+    for (const Node* node : graph.nodes()) {
+      const std::optional<BlockCount> count = CountWeightBlocks(*node);
+      if (!count) continue;
+      ++summary.blockable_layers;
+      summary.sparse_layers += RunsSparse(*node);
+      blocks += count->blocks;
+      nonzero += count->nonzero;
+    }
+    summary.block_density = blocks > 0 ? static_cast<double>(nonzero) / static_cast<double>(blocks) : 1.0;
+  }
+
   bool PruneWeights(Graph& graph, const PruningConfig& config, PruningSummary& summary) {
     bool changed = false;
     // A weight several layers share (an exporter merges equal initializers: the layers of
@@ -525,24 +588,15 @@ class Prune : public Pass {
         continue;
       }
       const Value* original = node->input(1);
-      const Tensor& w = *node->input(1)->constant();
-      const int64_t count = w.num_elements();
-      const int64_t zeros = static_cast<int64_t>(std::floor(static_cast<double>(count) * config.weight_ratio));
-      if (zeros == 0) continue;
-      auto out = std::make_shared<Tensor>(w);
-      float* data = out->data_as<float>();
-      std::vector<int64_t> order(count);
-      std::iota(order.begin(), order.end(), 0);
-      std::nth_element(order.begin(), order.begin() + (zeros - 1), order.end(), [&](int64_t a, int64_t b) {
-        const float fa = std::fabs(data[a]), fb = std::fabs(data[b]);
-        return fa < fb || (fa == fb && a < b);
-      });
-      for (int64_t i = 0; i < zeros; ++i) data[order[i]] = 0.0f;
+      auto out = std::make_shared<Tensor>(*node->input(1)->constant());
+      const bool blocks = config.weight_blocks && CountWeightBlocks(*node).has_value();
+      if (!(blocks ? ZeroBlocks(*node, *out, config.weight_ratio) : ZeroElements(*out, config.weight_ratio))) continue;
       node->set_input(1, graph.AddConstant(graph.UniqueName(node->input(1)->name() + ".sparse"), out));
       pruned[original] = node->input(1);
       changed = true;
     }
     if (changed) graph.Compact();
+    CountSparseLayers(graph, summary);
     return changed;
   }
 };
@@ -590,6 +644,7 @@ PruningConfig PruningConfigFrom(const PassInvocation& options) {
   PruningConfig config;
   config.channel_ratio = options.Number("channels");
   config.weight_ratio = options.Number("weights");
+  config.weight_blocks = options.Choice("weight-unit") != "element";
   for (std::string& name : options.List("skip")) config.skip.insert(std::move(name));
   return config;
 }
@@ -597,6 +652,7 @@ PruningConfig PruningConfigFrom(const PassInvocation& options) {
 absl::Status SetPruningOptions(const PruningConfig& config, PassInvocation& options) {
   if (absl::Status s = options.SetNumber("channels", config.channel_ratio); !s.ok()) return s;
   if (absl::Status s = options.SetNumber("weights", config.weight_ratio); !s.ok()) return s;
+  if (absl::Status s = options.Set("weight-unit", config.weight_blocks ? "block" : "element"); !s.ok()) return s;
   return options.SetList("skip", {config.skip.begin(), config.skip.end()});
 }
 

@@ -27,6 +27,7 @@
 #include "kiln/kernels/sequence.h"
 #include "kiln/kernels/shape.h"
 #include "kiln/kernels/signal.h"
+#include "kiln/kernels/sparse.h"
 #include "kiln/kernels/spatial.h"
 #include "kiln/kernels/strings.h"
 

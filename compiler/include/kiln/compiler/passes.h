@@ -55,8 +55,11 @@ const char* CalibrationMethodName(CalibrationMethod method);
 
 // Pruning (the prune pass): what to remove.
 struct PruningConfig {
-  double channel_ratio = 0;    // --prune-channels: share of each layer's output channels
-  double weight_ratio = 0;     // --prune-weights: share of each weight tensor set to 0
+  double channel_ratio = 0;  // --prune-channels: share of each layer's output channels
+  double weight_ratio = 0;   // --prune-weights: share of each weight tensor set to 0
+  // --prune-weights zeroes 1x16 blocks of MatMul/Gemm weights (output columns n..n+15 of
+  // one input row k, the lowest L1 norms; the sparse kernel's unit) unless false: elements.
+  bool weight_blocks = true;
   std::set<std::string> skip;  // node names left whole (--prune-skip)
 };
 
@@ -85,6 +88,11 @@ struct PruningSummary {
   int64_t pruned_layers = 0;
   int64_t channels_before = 0, channels_removed = 0, channels_after = 0;  // over prunable layers
   std::vector<std::string> kept_whole;                                    // "node (why)"
+  // Weight pruning: MatMul/Gemm weights whose nonzero 1x16 blocks are few enough for the
+  // block-sparse kernel (kSparseMaxBlockDensity, kiln/compiler/sparse.h), of those that
+  // could be, and the nonzero share of their blocks, all together.
+  int64_t sparse_layers = 0, blockable_layers = 0;
+  double block_density = 1;
   // Conv/Gemm/MatMul outputs that kept their shape, pruned graph against the unpruned one
   // on samples[0] in the interpreter, worst SNR first, at most 10.
   std::vector<QuantizationSummary::LayerError> layers_by_error;
