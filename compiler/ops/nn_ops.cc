@@ -143,15 +143,6 @@ absl::StatusOr<std::vector<Dim>> MatMulOutputShape(const Node& node, std::vector
 absl::StatusOr<kiln_matmul_shape> MatMulShape(const Node& node, std::vector<int64_t> a, std::vector<int64_t> b) {
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
-  // A 2-D B applies to every row of A alike: [.., M, K] is one [(..)*M, K] matrix and the
-  // output [.., M, N] one [(..)*M, N]. One product instead of a batch of small ones
-  // (torch's MultiheadAttention projects [seq, 1, width]: seq products of one row each,
-  // each reading the whole weight).
-  if (b.size() == 2 && a.size() > 2) {
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < a.size(); ++i) rows *= a[i];
-    a = {rows, a.back()};
-  }
   const size_t batch_rank = std::max(a.size(), b.size()) - 2;
   if (batch_rank > KILN_MAX_RANK) {
     return NodeError(node, absl::StrCat(batch_rank, " batch dims; the kernels take at most ", KILN_MAX_RANK));
@@ -371,7 +362,18 @@ absl::Status InferMatMul(InferContext& ctx) {
 
 absl::StatusOr<KernelCall> LowerMatMul(const Node& node) {
   kiln_matmul_params params{};
-  KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, StaticDims(node.input(0)), StaticDims(node.input(1))));
+  std::vector<int64_t> a = StaticDims(node.input(0)), b = StaticDims(node.input(1));
+  // A 2-D B applies to every row of A alike: [.., M, K] is one [(..)*M, K] matrix and the
+  // output [.., M, N] one [(..)*M, N]. One product instead of a batch of small ones
+  // (torch's MultiheadAttention projects [seq, 1, width]: seq products of one row each,
+  // each reading the whole weight). Not for the integer products, whose A zero points and
+  // scales may be per row of M.
+  if (b.size() <= 2 && a.size() > 2) {
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < a.size(); ++i) rows *= a[i];
+    a = {rows, a.back()};
+  }
+  KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, a, b));
   KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
   return CallWithParams<kernel::matmul>(PassAllInputs(node), params);
 }

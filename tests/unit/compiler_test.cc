@@ -121,8 +121,9 @@ TEST(PassTest, PipelineTextParsesOptionsAndPrintsCanonically) {
 
 TEST(PassTest, PipelineErrorsNameThePassOptionAndPosition) {
   EXPECT_THAT(PipelineError("cse,fuze"), HasSubstr("at character 5: unknown pass 'fuze'; passes: cse, dce"));
-  EXPECT_THAT(PipelineError("prune{chanels=0.3}"),
-              HasSubstr("at character 7: pass 'prune' has no option 'chanels'; options: channels, weights, weight-unit, skip"));
+  EXPECT_THAT(
+      PipelineError("prune{chanels=0.3}"),
+      HasSubstr("at character 7: pass 'prune' has no option 'chanels'; options: channels, weights, weight-unit, skip"));
   EXPECT_THAT(PipelineError("prune{channels=abc}"),
               HasSubstr("at character 16: option 'channels' of pass 'prune': 'abc' is not a number"));
   EXPECT_THAT(PipelineError("quantize{method=best}"), HasSubstr("'best' is not one of minmax|percentile|entropy"));

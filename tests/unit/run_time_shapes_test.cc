@@ -440,6 +440,29 @@ TEST(RunTimeShapesTest, PlannedSlotsAreReusedAndSizedPerCall) {
   kiln_module_unload(module);
 }
 
+// A block-sparse weight (what --prune-weights leaves) under rows known only at run time:
+// the sparse kernel takes its rows from its parameters, so the dense kernel runs it there.
+TEST(RunTimeShapesTest, BlockSparseWeightWithRunTimeRows) {
+  auto w = Random({64, 32}, 17, 0.3f);
+  for (int64_t k = 0; k < 64; ++k) {
+    for (int64_t j = 0; j < 32; ++j) {
+      if (k % 10 != 3 || j >= 16) w->data_as<float>()[k * 32 + j] = 0.f;  // 7 of 128 blocks kept
+    }
+  }
+  for (int64_t n : {1, 7, 40}) {
+    auto g = std::make_unique<Graph>();
+    TensorType x_type{DType::kFloat32, {Dim::Symbolic("n"), Dim::Known(64)}, true};
+    Value* x = g->AddValue("x", x_type);
+    g->AddInput(x);
+    Value* y = g->AddNode("MatMul", "mm", {x, g->AddConstant("w", w)}, {"y"}, 13)->output(0);
+    std::unique_ptr<Graph> graph = WithOutput(std::move(g), y);
+    const Tensor input = *Random({n, 64}, static_cast<uint32_t>(n), 1.0f);
+    auto reference = ReferenceRunGraph(*graph, {input});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    ExpectNear(RunShapedArtifact(*graph, kDefaultPipeline, {input}), *reference, "n = " + std::to_string(n));
+  }
+}
+
 // The thread pool hands out chunks to whoever claims them first: any thread count gives the
 // reference's results, also with more threads than cores (workers the OS has not scheduled
 // when a region starts, stale workers waking during the next region), over many runs.
