@@ -165,7 +165,8 @@ std::string Bf16Failure(const v1::CompileSpec& spec, v1::AccuracyReport& report,
   report.set_top1_drop_points(drop);
   report.set_max_top1_drop(spec.accuracy().max_top1_drop());
   if (drop > spec.accuracy().max_top1_drop()) {
-    return absl::StrCat("bf16: top-1 changed on ", drop, " % of the validation rows against the fp32 model (max_top1_drop ",
+    return absl::StrCat("bf16: top-1 changed on ", drop,
+                        " % of the validation rows against the fp32 model (max_top1_drop ",
                         spec.accuracy().max_top1_drop(), ")");
   }
   return "";
@@ -214,12 +215,11 @@ v1::AccuracyReport Judge(const v1::CompileSpec& spec, const std::vector<std::str
         CompareOutput(output_names[i], outputs[i], reference[i], report.atol(), report.rtol(), &shape_ok);
     shapes_ok.push_back(shape_ok);
   }
-  const bool bf16_only = spec.quantization().precision() == "bf16" && spec.pruning().channels() == 0 &&
-                         spec.pruning().weights() == 0;
-  const std::string failure = bf16_only ? Bf16Failure(spec, report, shapes_ok, outputs.size(), reference.size())
-                              : IsLossy(spec)
-                                  ? TopOneFailure(spec, report, outputs.size(), reference.size())
-                                  : ToleranceFailure(report, shapes_ok, outputs.size(), reference.size());
+  const bool bf16_only =
+      spec.quantization().precision() == "bf16" && spec.pruning().channels() == 0 && spec.pruning().weights() == 0;
+  const std::string failure = bf16_only       ? Bf16Failure(spec, report, shapes_ok, outputs.size(), reference.size())
+                              : IsLossy(spec) ? TopOneFailure(spec, report, outputs.size(), reference.size())
+                                              : ToleranceFailure(report, shapes_ok, outputs.size(), reference.size());
   report.set_passed(failure.empty());
   report.set_verdict(failure.empty() ? "pass" : failure);
   return report;

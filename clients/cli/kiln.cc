@@ -52,7 +52,8 @@ std::string Reference() {
   for (const auto& p : RegisteredPasses()) passes.push_back(p.name);
   return absl::StrCat("\nTargets: ", absl::StrJoin(TargetPresets(), ", "),
                       ", or triple=T[,cpu=C][,features=+a,-b]\nDefault pipeline: ", kDefaultPipeline,
-                      "\nint8 pipeline: ", kInt8Pipeline, "\nbf16 pipeline: ", kBf16Pipeline, "\nPasses: ", absl::StrJoin(passes, ", "),
+                      "\nint8 pipeline: ", kInt8Pipeline, "\nbf16 pipeline: ", kBf16Pipeline,
+                      "\nPasses: ", absl::StrJoin(passes, ", "),
                       "\n(`kiln compile --list-passes` describes each pass and its options, as in "
                       "--pipeline 'fold-constants,prune{channels=0.3}'.)\n");
 }
