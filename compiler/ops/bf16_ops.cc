@@ -69,7 +69,10 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvBf16(const Node& node
   KernelCall call =
       CallWithParams<kernel::conv_winograd_bf16>(std::move(winograd->inputs), winograd->params.Get<kiln_conv_params>());
   call.inputs[1] = KernelOperand{-1, std::move(packed)};
-  call.scratch_bytes = winograd->scratch_bytes;
+  // V as bf16 panels of 12 tiles (kernels/bf16), then M in f32.
+  const int64_t chunk = call.params.Get<kiln_conv_params>().tiles_per_chunk;
+  const int64_t v_words = 36 * ((chunk + kPanelRows - 1) / kPanelRows * kPanelRows) * ((C + 1) / 2);
+  call.scratch_bytes = static_cast<int64_t>(sizeof(float)) * (v_words + 36 * chunk * OC);
   return std::optional<KernelCall>(std::move(call));
 }
 

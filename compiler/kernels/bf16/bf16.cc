@@ -39,7 +39,7 @@ namespace {
 constexpr int kRows = 12;      // rows of C per micro-kernel and per A panel
 constexpr int64_t kCols = 32;  // columns of C per micro-kernel and per B panel (two 16-lane halves)
 // K block (elements, even): one B panel's block (kKc/2 x 32 words, 16 KiB) and one A panel's
-// (6 KiB) stay in Zen 4's 32 KiB L1 together; 512 left no room for A.
+// (6 KiB) stay in Zen 4's 32 KiB L1 together (at 512 the B block alone would fill it).
 constexpr int64_t kKc = 256;
 constexpr int64_t kMc = 240;  // rows of A per block (a multiple of kRows)
 constexpr int64_t kMaxJobCols = 256;
@@ -439,15 +439,30 @@ int32_t ConvBf16Kernel::RunF32(const kiln_kcall* call, const kiln_conv_params& p
 struct WinogradBf16Kernel {
   // As conv_winograd (winograd_core.h), its 36 GEMMs in bf16: inputs X, U as 32-column panels
   // of bf16 pair words [36][ceil(OC/32)][C/2][32], B (may be omitted), R (optional);
-  // outputs Y and the scratch. V is rounded to bf16 as each GEMM packs it.
+  // outputs Y and the scratch: V as bf16 panels (36 x ceil(tiles_per_chunk / 12) x 12 x C/2
+  // words), then M (36 x tiles_per_chunk x OC floats).
   __attribute__((noinline)) static int32_t RunF32(const kiln_kcall* call, const kiln_conv_params& params) {
     if (!Bf16Dot()) return KILN_KERR_UNSUPPORTED;
     const uint32_t* pu = static_cast<const uint32_t*>(call->inputs[1].data);
     const int64_t C = call->inputs[0].dims[1], OC = call->outputs[0].dims[1];
     const int64_t kp = (C + 1) / 2, u_stride = (OC + kCols - 1) / kCols * kp * kCols;
-    auto multiply = [=](int64_t xi, int64_t tc, int64_t n0, int64_t n1, const float* v, float* m) {
-      auto pack_a = [&](int64_t k0, int64_t kb, int64_t i0, int64_t i1, uint32_t* buf, int64_t* stride) {
-        return PackRowsBf16(v, C, k0, kb, i0, i1, buf, stride);
+    // V rounded to bf16 as the input transform stores it, straight into the A panels the
+    // micro-kernel reads, [36][ceil(tc/12)][C/2][12] words (C is a multiple of 8), so no
+    // pass converts it (converting it per GEMM cost as much as the GEMM at 64 channels).
+    // Rows past tc in the last panel are never read (the micro-kernel reads `rows` rows).
+    const int64_t chunk_panels = (params.tiles_per_chunk + kRows - 1) / kRows;
+    auto v_xi = [=](float* v, int64_t xi, int64_t tc) {
+      return reinterpret_cast<uint32_t*>(v) + xi * ((tc + kRows - 1) / kRows) * kp * kRows;
+    };
+    auto store_v = [=](float* v, int64_t xi, int64_t tc, int64_t t, int64_t c0, const gemm::v8f& values) {
+      uint32_t* out = v_xi(v, xi, tc) + (t / kRows * kp + c0 / 2) * kRows + t % kRows;
+      for (int q = 0; q < 4; ++q) out[q * kRows] = PairWord(values[2 * q], values[2 * q + 1]);
+    };
+    auto multiply = [=](float* v, int64_t xi, int64_t tc, int64_t n0, int64_t n1, float* m) {
+      const uint32_t* panels = v_xi(v, xi, tc);
+      auto pack_a = [&](int64_t k0, int64_t, int64_t i0, int64_t, uint32_t*, int64_t* stride) -> const uint32_t* {
+        *stride = kp * kRows;
+        return panels + i0 / kRows * kp * kRows + k0 / 2 * kRows;
       };
       auto pack_b = [&](int64_t k0, int64_t, uint32_t*, int64_t* stride) -> const uint32_t* {
         *stride = kp * kCols;
@@ -457,7 +472,7 @@ struct WinogradBf16Kernel {
       auto finish = [](int64_t, int, int64_t, int64_t, bool) {};
       BlockBf16(0, tc, n0, n1, C, m, OC, pack_a, pack_b, epilogue, finish);
     };
-    return winograd::WinogradRun(call, params, kMaxJobCols, multiply);
+    return winograd::WinogradRun(call, params, kMaxJobCols, 36 * chunk_panels * kp * kRows, store_v, multiply);
   }
 };
 

@@ -43,13 +43,15 @@ inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
   out[3 * os] = d12 + KILN_SPLAT8(8.f) * d34 + m5;
 }
 
-// The three stages for the call; multiply(xi, tc, n0, n1, v_xi, m_xi) runs stage 2's job
-// (xi, output channels n0..n1, at most job_cols of them, n0 a multiple of job_cols):
-// M[xi] (tc x OC, row stride OC) = V[xi] (tc x C, row stride C) · U[xi], on the f32 core
+// The three stages for the call. The GEMM's side decides how V is stored: the scratch
+// holds v_floats of it (then M); store_v(v, xi, tc, t, c0, values) stores the 8 channels
+// c0.. of point xi of tile t (of tc in the chunk); multiply(v, xi, tc, n0, n1, m_xi) runs
+// stage 2's job (xi, output channels n0..n1, at most job_cols of them, n0 a multiple of
+// job_cols): M[xi] (tc x OC, row stride OC) = V[xi] (tc x C) · U[xi], on the f32 core
 // (winograd.cc) or the bf16 one (bf16/bf16.cc).
-template <typename Multiply>
-int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int64_t job_cols,
-                    const Multiply& multiply_job) {
+template <typename StoreV, typename Multiply>
+int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int64_t job_cols, int64_t v_floats,
+                    const StoreV& store_v, const Multiply& multiply_job) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], C = X.dims[1], H = X.dims[2], W = X.dims[3];
@@ -63,7 +65,7 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
   const float* pres = OptionalInputData<float>(call, 3);
   float* py = static_cast<float*>(Y.data);
   float* v = OutputData<float>(call, 1);
-  float* m = v + 36 * chunk * C;
+  float* m = v + v_floats;
   const int64_t tiles_h = (OH + 3) / 4, tiles_w = (OW + 3) / 4, per_image = tiles_h * tiles_w;
   const int64_t tiles = batch * per_image;
   for (int64_t t0 = 0; t0 < tiles; t0 += chunk) {
@@ -92,7 +94,7 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
         }
         for (int q = 0; q < 6; ++q) InputTransform6(d + q, 6, tmp + q, 6);          // columns: B^T d
         for (int r = 0; r < 6; ++r) InputTransform6(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
-        for (int xi = 0; xi < 36; ++xi) KILN_STORE8(v + (xi * tc + t) * C + c0, d[xi]);
+        for (int xi = 0; xi < 36; ++xi) store_v(v, xi, tc, t, c0, d[xi]);
       }
     };
     ParallelFor(call, tc * cblocks, 1, input);
@@ -102,7 +104,7 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
       for (int64_t job = begin; job < end; ++job) {
         const int64_t xi = job / nchunks, n0 = job % nchunks * job_cols;
         const int64_t n1 = n0 + job_cols < OC ? n0 + job_cols : OC;
-        multiply_job(xi, tc, n0, n1, v + xi * tc * C, m + xi * tc * OC);
+        multiply_job(v, xi, tc, n0, n1, m + xi * tc * OC);
       }
     };
     ParallelFor(call, 36 * nchunks, 1, multiply);

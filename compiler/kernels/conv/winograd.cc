@@ -20,10 +20,14 @@ struct WinogradConvKernel {
 int32_t WinogradConvKernel::RunF32(const kiln_kcall* call, const kiln_conv_params& params) {
   const float* pu = InputData<float>(call, 1);
   const int64_t C = call->inputs[0].dims[1], OC = call->outputs[0].dims[1];
-  auto multiply = [=](int64_t xi, int64_t tc, int64_t n0, int64_t n1, const float* v, float* m) {
-    gemm::PanelBlock(0, tc, n0, n1, C, v, C, pu + xi * OC * C, m, OC);
+  // V as [36][tc][C] f32.
+  auto store_v = [=](float* v, int64_t xi, int64_t tc, int64_t t, int64_t c0, const gemm::v8f& values) {
+    KILN_STORE8(v + (xi * tc + t) * C + c0, values);
   };
-  return winograd::WinogradRun(call, params, gemm::kNc, multiply);
+  auto multiply = [=](const float* v, int64_t xi, int64_t tc, int64_t n0, int64_t n1, float* m) {
+    gemm::PanelBlock(0, tc, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m, OC);
+  };
+  return winograd::WinogradRun(call, params, gemm::kNc, 36 * params.tiles_per_chunk * C, store_v, multiply);
 }
 
 }  // namespace
