@@ -137,28 +137,32 @@ TEST(Bf16Test, TargetWithoutAvx512Bf16GetsTheFp32Pipeline) {
   EXPECT_EQ(PrintPipeline(*PipelineFor(spec)), kBf16Pipeline);
 }
 
-// A bf16 job's verdict: each output's max abs error over its scale against
-// kBf16MaxRelativeError, and top-1 agreement for a classifier-shaped output.
-TEST(Bf16Test, VerdictIsTheErrorOverTheOutputScale) {
+// A bf16 job's verdict: a classifier-shaped output by top-1 agreement, any other by its
+// max abs error over its scale against kBf16MaxRelativeError.
+TEST(Bf16Test, VerdictIsTopOneOrTheErrorOverTheOutputScale) {
   v1::CompileSpec spec;
   spec.mutable_quantization()->set_precision("bf16");
   spec.mutable_accuracy()->set_max_top1_drop(1);
-  Tensor reference(DType::kFloat32, {1, 8});
-  for (int i = 0; i < 8; ++i) reference.data_as<float>()[i] = static_cast<float>(i);  // scale 7
-  auto judge = [&](float error_at_0) {
+  auto judge = [&](std::vector<int64_t> dims, float error_at_0) {
+    Tensor reference(DType::kFloat32, dims);
+    for (int i = 0; i < 8; ++i) reference.data_as<float>()[i] = static_cast<float>(i);  // scale 7
     Tensor got = reference;
     got.data_as<float>()[0] += error_at_0;
     return worker::Judge(spec, {"y"}, {got}, {reference});
   };
-  const v1::AccuracyReport close = judge(0.3f);  // 4.3 % of the scale
+  // Not a classifier's ([2, 4]: fewer than 5 classes): the error over the scale.
+  const v1::AccuracyReport close = judge({2, 4}, 0.6f);  // 8.6 % of the scale
   EXPECT_TRUE(close.passed()) << close.verdict();
   EXPECT_EQ(close.precision(), "bf16");
-  EXPECT_NEAR(close.outputs(0).max_abs_error() / close.outputs(0).reference_scale(), 0.3 / 7, 1e-6);
-  const v1::AccuracyReport far = judge(0.4f);  // 5.7 %
+  EXPECT_NEAR(close.outputs(0).max_abs_error() / close.outputs(0).reference_scale(), 0.6 / 7, 1e-6);
+  const v1::AccuracyReport far = judge({2, 4}, 0.8f);  // 11 %
   EXPECT_FALSE(far.passed());
   EXPECT_EQ(far.verdict().find("bf16: output 'y': max abs error"), 0u) << far.verdict();
-  const v1::AccuracyReport flipped = judge(7.2f);  // the arg-max moves to 0 (and 103 %)
+  // A classifier's ([1, 8]): top-1 agreement, whatever the error.
+  EXPECT_TRUE(judge({1, 8}, 3.0f).passed());
+  const v1::AccuracyReport flipped = judge({1, 8}, 7.5f);  // the arg-max moves to 0
   EXPECT_FALSE(flipped.passed());
+  EXPECT_EQ(flipped.verdict().find("bf16: top-1 changed"), 0u) << flipped.verdict();
 }
 
 }  // namespace
