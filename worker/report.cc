@@ -144,6 +144,37 @@ std::string TopOneFailure(const v1::CompileSpec& spec, v1::AccuracyReport& repor
   return "";
 }
 
+// The bf16 verdict: a classifier-shaped output by the top-1 bar as for int8, any other by
+// its max abs error against kBf16MaxRelativeError of its scale (max |reference|).
+std::string Bf16Failure(const v1::CompileSpec& spec, v1::AccuracyReport& report, const std::vector<bool>& shapes_ok,
+                        size_t outputs, size_t references) {
+  if (outputs != references) return absl::StrCat("the artifact has ", outputs, " outputs, the reference ", references);
+  double drop = 0;
+  for (int i = 0; i < report.outputs_size(); ++i) {
+    const v1::OutputAccuracy& o = report.outputs(i);
+    if (!shapes_ok[i]) return absl::StrCat("output '", o.name(), "': shape or type differs from the reference");
+    if (o.drawn_at_random()) continue;
+    if (o.has_topk()) {
+      drop = std::max(drop, 100.0 * (1.0 - o.top1_agreement()));
+      continue;
+    }
+    const double relative = o.reference_scale() > 0 ? o.max_abs_error() / o.reference_scale() : o.max_abs_error();
+    if (!(relative <= kBf16MaxRelativeError)) {
+      return absl::StrCat("bf16: output '", o.name(), "': max abs error ", o.max_abs_error(), " is ", relative,
+                          " of its scale (max |reference| ", o.reference_scale(), "); the bar is ",
+                          kBf16MaxRelativeError);
+    }
+  }
+  report.set_top1_drop_points(drop);
+  report.set_max_top1_drop(spec.accuracy().max_top1_drop());
+  if (drop > spec.accuracy().max_top1_drop()) {
+    return absl::StrCat("bf16: top-1 changed on ", drop,
+                        " % of the validation rows against the fp32 model (max_top1_drop ",
+                        spec.accuracy().max_top1_drop(), ")");
+  }
+  return "";
+}
+
 }  // namespace
 
 std::vector<bool> DrawnAtRandom(const Graph& graph) {
@@ -187,8 +218,11 @@ v1::AccuracyReport Judge(const v1::CompileSpec& spec, const std::vector<std::str
         CompareOutput(output_names[i], outputs[i], reference[i], report.atol(), report.rtol(), &shape_ok);
     shapes_ok.push_back(shape_ok);
   }
-  const std::string failure = IsLossy(spec) ? TopOneFailure(spec, report, outputs.size(), reference.size())
-                                            : ToleranceFailure(report, shapes_ok, outputs.size(), reference.size());
+  const bool bf16_only =
+      spec.quantization().precision() == "bf16" && spec.pruning().channels() == 0 && spec.pruning().weights() == 0;
+  const std::string failure = bf16_only       ? Bf16Failure(spec, report, shapes_ok, outputs.size(), reference.size())
+                              : IsLossy(spec) ? TopOneFailure(spec, report, outputs.size(), reference.size())
+                                              : ToleranceFailure(report, shapes_ok, outputs.size(), reference.size());
   report.set_passed(failure.empty());
   report.set_verdict(failure.empty() ? "pass" : failure);
   return report;

@@ -31,7 +31,7 @@ constexpr char kSynopsis[] = R"(Usage:
   kiln compile MODEL.onnx --check [--input-shape NAME=1x3x224x224]... [--json]
   kiln compile MODEL.onnx -o OUT.so [--target T] [--input-shape NAME=1x3x224x224]... [--pipeline P]
                [--print-after-all] [--print-after PASS] [--report R.json] [--tune [--tune-budget S] [--tune-cache F]]
-               [--precision int8 --calibration DIR [--calibration-method M] [--keep-float NODE,...]]
+               [--precision int8 --calibration DIR [--calibration-method M] [--keep-float NODE,...] | --precision bf16]
                [--prune-channels R] [--prune-weights R] [--prune-skip NODE,...] [validation flags as for submit]
   kiln quantize MODEL.onnx --emit-qdq OUT.onnx --calibration DIR [--calibration-method M]
   kiln run OUT.so --input NAME=FILE.pb [--input ...] --output-dir DIR [--threads N]
@@ -52,7 +52,8 @@ std::string Reference() {
   for (const auto& p : RegisteredPasses()) passes.push_back(p.name);
   return absl::StrCat("\nTargets: ", absl::StrJoin(TargetPresets(), ", "),
                       ", or triple=T[,cpu=C][,features=+a,-b]\nDefault pipeline: ", kDefaultPipeline,
-                      "\nint8 pipeline: ", kInt8Pipeline, "\nPasses: ", absl::StrJoin(passes, ", "),
+                      "\nint8 pipeline: ", kInt8Pipeline, "\nbf16 pipeline: ", kBf16Pipeline,
+                      "\nPasses: ", absl::StrJoin(passes, ", "),
                       "\n(`kiln compile --list-passes` describes each pass and its options, as in "
                       "--pipeline 'fold-constants,prune{channels=0.3}'.)\n");
 }
@@ -138,6 +139,15 @@ void PrintCompileSummary(const CompileFlags& flags, const CompileResult& result,
   PrintArtifactSize(result.report, model_bytes);
   const v1::CompileSpec& spec = result.manifest.spec();
   if (spec.quantization().precision() == "int8") PrintQuantization(result.quantization);
+  if (spec.quantization().precision() == "bf16") {
+    const v1::CompileReport::Bf16& bf16 = result.report.bf16();
+    if (bf16.ran() == "bf16") {
+      std::fprintf(stderr, "kiln: bf16: %d Conv/Gemm/MatMul run with bf16 weights and activations, f32 sums\n",
+                   bf16.bf16_nodes());
+    } else {
+      std::fprintf(stderr, "kiln: bf16: compiled as fp32: %s\n", bf16.reason().c_str());
+    }
+  }
   if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0) PrintPruning(result.pruning);
   if (spec.tuning().enabled()) PrintTuning(result.tuning, tune_cache);
   std::fprintf(stderr, "kiln: action key %s\n", result.action_key.c_str());

@@ -42,8 +42,11 @@ const SpecFlag kSpecFlags[] = {
      "compiler's pipeline for the precision; `kiln help` lists both, `kiln compile --list-passes` each pass and its "
      "options)"},
     {"--precision", &SpecFlags::precision, "quantization.precision",
-     "fp32 (default) or int8: post-training static quantization of every Conv and MatMul with a constant weight "
-     "(weights s8 per output channel, activations u8 per tensor), run as int8 kernels"},
+     "fp32 (default); int8: post-training static quantization of every Conv and MatMul with a constant weight "
+     "(weights s8 per output channel, activations u8 per tensor), run as int8 kernels; bf16: every Conv, Gemm and "
+     "MatMul with a constant weight runs with bf16 weights and activations and f32 sums (vdpbf16ps), other ops in "
+     "f32, on targets with avx512bf16 (elsewhere the build is fp32 and says so); judged like int8 by top-1 agreement "
+     "and each output's error relative to its scale"},
     {"--calibration", &SpecFlags::calibration, "quantization.calibration",
      "int8: the samples activation ranges come from: one subdirectory per sample holding input_0.pb, input_1.pb, ... "
      "(ONNX TensorProtos, graph-input order), or one *.pb per sample for a one-input model; with pruning, its first "

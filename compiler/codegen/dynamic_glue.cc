@@ -96,25 +96,21 @@ absl::StatusOr<KernelCall> LowerDynamicNode(GluePlan& plan, const Node& node, co
   }
   KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ContextOf(node)));
   KILN_ASSIGN_OR_RETURN(KernelCall call, LowerWithProbe(schema, node, shape));
-  if (call.kernel == "sparse_matmul") {
-    // The block-sparse kernel takes its rows from its parameters, which the run-time shape
-    // functions do not complete (they complete kiln_matmul_params): the dense kernel here.
+  if (call.kernel == "sparse_matmul" || (node.op() == "Gemm" && call.kernel == "matmul_bf16")) {
+    // These take their rows from their parameters, which the run-time shape functions do
+    // not complete (shape_matmul completes a MatMul's kiln_matmul_params; shape_gemm none):
+    // the dense f32 kernel here, lowered with the node's choices set aside.
     Node& relowered = const_cast<Node&>(node);
-    const std::optional<AttrValue> given = relowered.has_attr("kiln.algorithm")
-                                               ? std::optional<AttrValue>(relowered.attrs().at("kiln.algorithm"))
-                                               : std::nullopt;
+    const std::map<std::string, AttrValue> attrs = relowered.attrs();
     relowered.mutable_attrs()["kiln.algorithm"] = std::string("dense");
+    relowered.mutable_attrs().erase("kiln.precision");
     absl::StatusOr<KernelCall> dense = LowerWithProbe(schema, node, shape);
-    if (given.has_value()) {
-      relowered.mutable_attrs()["kiln.algorithm"] = *given;
-    } else {
-      relowered.mutable_attrs().erase("kiln.algorithm");
-    }
+    relowered.mutable_attrs() = attrs;
     KILN_ASSIGN_OR_RETURN(call, std::move(dense));
   }
   // Scratch is sized for the probe; only Winograd's (a fixed number of tiles at a time,
   // whatever the size) holds for every shape.
-  if (call.scratch_bytes > 0 && call.kernel != "conv_winograd") {
+  if (call.scratch_bytes > 0 && call.kernel != "conv_winograd" && call.kernel != "conv_winograd_bf16") {
     return absl::UnimplementedError(
         absl::StrCat(NodeLabel(node), ": its kernel's workspace depends on shapes known only at run time"));
   }

@@ -94,6 +94,7 @@ using codegen::EmbeddedBitcode;
 
 constexpr char kWideVectors[] = "kiln_wide_vectors";
 constexpr char kInt8Dot[] = "kiln_int8_dot";
+constexpr char kBf16Dot[] = "kiln_bf16_dot";
 
 bool IsKernelEntry(llvm::StringRef name) { return name.starts_with("kiln_k_"); }
 
@@ -129,8 +130,9 @@ uint32_t KernelUses(const llvm::Function& kernel) {
 void Specialise(llvm::Module& module, const std::string& kernel, const TargetSpec& target,
                 const codegen::TargetTraits& traits) {
   llvm::Type* i32 = llvm::Type::getInt32Ty(module.getContext());
-  for (const auto& [name, value] :
-       {std::pair<const char*, int32_t>{kWideVectors, traits.wide_vectors ? 1 : 0}, {kInt8Dot, traits.int8_dot}}) {
+  for (const auto& [name, value] : {std::pair<const char*, int32_t>{kWideVectors, traits.wide_vectors ? 1 : 0},
+                                    {kInt8Dot, traits.int8_dot},
+                                    {kBf16Dot, traits.bf16_dot ? 1 : 0}}) {
     if (llvm::GlobalVariable* knob = module.getGlobalVariable(name); knob != nullptr) {
       knob->setInitializer(llvm::ConstantInt::get(i32, static_cast<uint64_t>(value)));
       knob->setConstant(true);

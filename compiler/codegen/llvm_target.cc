@@ -59,6 +59,7 @@ TargetTraits TraitsOf(const llvm::TargetMachine& machine) {
     traits.int8_dot = 2;
     traits.int8_dot_name = "avx-vnni";
   }
+  traits.bf16_dot = x86 && features->checkFeatures("+avx512f,+avx512bf16");
   return traits;
 }
 

@@ -36,6 +36,7 @@ struct TargetTraits {
   int32_t int8_dot = 0;       // kInt8DotPlain / kInt8DotAvx512Vnni / kInt8DotAvxVnni
   std::string gemm_tile;      // "12x32" or "6x16"
   std::string int8_dot_name;  // "avx512-vnni", "avx-vnni" or "plain"
+  bool bf16_dot = false;      // vdpbf16ps (AVX512-BF16): the bf16 products (kernels/bf16)
 };
 TargetTraits TraitsOf(const llvm::TargetMachine& machine);
 

@@ -209,6 +209,12 @@ v1::CompileReport ReportFor(const v1::CompileSpec& spec, const CompileResult& re
   if (spec.quantization().precision() == "int8") ReportQuantization(result.quantization, report.mutable_quantization());
   if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0)
     ReportPruning(result.pruning, report.mutable_pruning());
+  if (spec.quantization().precision() == "bf16") {
+    const std::string reason = Bf16Unavailable(spec.target());
+    report.mutable_bf16()->set_ran(reason.empty() ? "bf16" : "fp32");
+    report.mutable_bf16()->set_reason(reason);
+    report.mutable_bf16()->set_bf16_nodes(static_cast<int32_t>(result.bf16_nodes));
+  }
   for (const PassStats& p : result.passes) {
     auto* pass = report.add_passes();
     pass->set_name(p.name);
@@ -287,6 +293,7 @@ absl::Status RunPasses(const v1::CompileSpec& spec, const CompileInputs& inputs,
     result.pruning.sparse_layers = 0;
     for (const Node* node : graph.nodes()) result.pruning.sparse_layers += RunsSparse(*node);
   }
+  result.bf16_nodes = context.bf16_nodes;
   return absl::OkStatus();
 }
 
@@ -448,6 +455,16 @@ absl::StatusOr<Pipeline> PipelineFor(const v1::CompileSpec& spec) {
     KILN_ASSIGN_OR_RETURN(pipeline, ParsePipeline(kInt8Pipeline));
   }
   if (int8) KILN_RETURN_IF_ERROR(SetQuantizeOptions(spec.quantization(), pipeline));
+  // bf16 where the target has vdpbf16ps; elsewhere fp32 (the report says why), without the pass.
+  const bool bf16 = spec.quantization().precision() == "bf16" && Bf16Unavailable(spec.target()).empty();
+  if (bf16 && PrintPipeline(pipeline) == kDefaultPipeline) {
+    KILN_ASSIGN_OR_RETURN(pipeline, ParsePipeline(kBf16Pipeline));
+  }
+  if (!bf16) {
+    pipeline.erase(std::remove_if(pipeline.begin(), pipeline.end(),
+                                  [](const PassInvocation& pass) { return pass.name() == "bf16"; }),
+                   pipeline.end());
+  }
   if (spec.pruning().channels() > 0 || spec.pruning().weights() > 0)
     KILN_RETURN_IF_ERROR(SetPruneOptions(spec.pruning(), pipeline));
   return pipeline;

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "bf16_ops.h"
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/pool.h"
@@ -287,6 +288,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
 
 absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node) {
   if (node.input(0)->type().dtype != DType::kFloat32) return std::nullopt;
+  if (MarkedBf16(node)) return LowerConvBf16(node);
   // kiln.algorithm = "gemm64" (or another width): auto-tuning (driver/tune.cc) measured an
   // implicit GEMM faster than Winograd.
   if (node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") != 0) {
@@ -295,6 +297,12 @@ absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node)
   }
   return LowerPackedConv(node);
 }
+
+}  // namespace
+
+absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvF32(const Node& node) { return LowerWinogradConv(node); }
+
+namespace {
 
 kiln_norm_params NormEpsilon(const Node& node) {
   kiln_norm_params params{};
@@ -381,8 +389,10 @@ absl::StatusOr<KernelCall> LowerMatMul(const Node& node) {
 // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
 // 16-column panels [N/16][K][16] at compile time (b_panels).
 absl::StatusOr<std::optional<KernelCall>> LowerMatMulForArtifact(const Node& node) {
+  // A pruned weight that runs faster block-sparse does so (in f32, whatever the precision).
   KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> sparse, LowerSparseMatMul(node));
   if (sparse) return sparse;
+  if (MarkedBf16(node)) return LowerMatMulBf16(node);
   const Value* b = node.input(1);
   if (!b->is_constant() || b->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
     return std::nullopt;
@@ -403,6 +413,14 @@ absl::StatusOr<std::optional<KernelCall>> LowerMatMulForArtifact(const Node& nod
   params.b_panels = 1;
   call->params.Set(params);
   return std::optional<KernelCall>(std::move(*call));
+}
+
+// Artifacts: a pruned weight block-sparse (as MatMul's), else bf16 when the bf16 pass
+// marked the node.
+absl::StatusOr<std::optional<KernelCall>> LowerGemmForArtifact(const Node& node) {
+  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> sparse, LowerSparseMatMul(node));
+  if (sparse) return sparse;
+  return LowerGemmBf16(node);
 }
 
 absl::Status InferGemm(InferContext& ctx) {
@@ -634,7 +652,7 @@ void RegisterNnOps(Registry& registry) {
   const OpSchema ops[] = {
       // MatMul's input 2: a bias [N] folded in by the fuse pass.
       {"MatMul", 2, 3, 0, InferMatMul, LowerMatMul, LowerMatMulForArtifact},
-      {"Gemm", 2, 3, 0, InferGemm, LowerGemm, LowerSparseMatMul},
+      {"Gemm", 2, 3, 0, InferGemm, LowerGemm, LowerGemmForArtifact},
       {"Conv", 2, 5, 0, InferConv, LowerConv, LowerConvForArtifact},
       {"ConvTranspose", 2, 3, 0, InferConvTranspose, LowerConvTranspose},
       {"BatchNormalization", 5, 5, 0, InferBatchNormalization, LowerBatchNormalization},

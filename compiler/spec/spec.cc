@@ -60,9 +60,9 @@ absl::Status NormalizeInputShapes(v1::CompileSpec& spec) {
 
 absl::Status NormalizeQuantization(v1::CompileSpec::Quantization& q) {
   if (q.precision().empty()) q.set_precision("fp32");
-  if (q.precision() != "fp32" && q.precision() != "int8")
-    return Invalid(absl::StrCat("quantization.precision '", q.precision(), "' is not one of fp32, int8"));
-  if (q.precision() == "fp32") {
+  if (q.precision() != "fp32" && q.precision() != "int8" && q.precision() != "bf16")
+    return Invalid(absl::StrCat("quantization.precision '", q.precision(), "' is not one of fp32, int8, bf16"));
+  if (q.precision() == "fp32" || q.precision() == "bf16") {
     for (const auto& [set, field] : {std::pair<bool, const char*>{q.calibration_size() > 0, "calibration"},
                                      {!q.method().empty(), "method"},
                                      {q.percentile() != 0, "percentile"},
@@ -128,7 +128,7 @@ absl::Status NormalizeAccuracy(v1::CompileSpec::Accuracy& a, bool lossy) {
   a.set_rtol(Canonical(a.rtol()));
   if (!lossy && a.has_max_top1_drop()) {
     return Invalid(
-        "accuracy.max_top1_drop goes with quantization.precision int8 or pruning (fp32 builds are judged by "
+        "accuracy.max_top1_drop goes with quantization.precision int8 or bf16 or pruning (fp32 builds are judged by "
         "accuracy.atol and accuracy.rtol)");
   }
   if (lossy) {
@@ -159,6 +159,8 @@ absl::Status NormalizePipeline(v1::CompileSpec& spec) {
   const bool pruned = spec.pruning().channels() > 0 || spec.pruning().weights() > 0;
   const bool int8 = spec.quantization().precision() == "int8";
   for (const PassInvocation& pass : *pipeline) {
+    if (pass.name() == "bf16" && spec.quantization().precision() != "bf16")
+      return Invalid("pipeline: bf16 goes with quantization.precision bf16");
     if (pass.options().empty()) continue;
     if (pass.name() == "prune" && !pruned) {
       return Invalid(absl::StrCat("pipeline: ", pass.Print(),
@@ -175,7 +177,18 @@ absl::Status NormalizePipeline(v1::CompileSpec& spec) {
 }  // namespace
 
 bool IsLossy(const v1::CompileSpec& spec) {
-  return spec.quantization().precision() == "int8" || spec.pruning().channels() > 0 || spec.pruning().weights() > 0;
+  return spec.quantization().precision() == "int8" || spec.quantization().precision() == "bf16" ||
+         spec.pruning().channels() > 0 || spec.pruning().weights() > 0;
+}
+
+std::string Bf16Unavailable(const v1::Target& target) {
+  const std::string name = target.preset().empty() ? target.cpu() : target.preset();
+  if (target.triple().rfind("x86_64", 0) != 0)
+    return absl::StrCat("target ", name, " (", target.triple(), ") is not x86-64 with avx512bf16");
+  for (const std::string& feature : target.features()) {
+    if (feature == "+avx512bf16") return "";
+  }
+  return absl::StrCat("target ", name, " has no avx512bf16");
 }
 
 absl::Status Normalize(v1::CompileSpec& spec) {

@@ -120,7 +120,7 @@ TEST(PassTest, PipelineTextParsesOptionsAndPrintsCanonically) {
 }
 
 TEST(PassTest, PipelineErrorsNameThePassOptionAndPosition) {
-  EXPECT_THAT(PipelineError("cse,fuze"), HasSubstr("at character 5: unknown pass 'fuze'; passes: cse, dce"));
+  EXPECT_THAT(PipelineError("cse,fuze"), HasSubstr("at character 5: unknown pass 'fuze'; passes: bf16, cse, dce"));
   EXPECT_THAT(
       PipelineError("prune{chanels=0.3}"),
       HasSubstr("at character 7: pass 'prune' has no option 'chanels'; options: channels, weights, weight-unit, skip"));

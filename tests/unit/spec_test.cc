@@ -240,7 +240,7 @@ TEST(SpecTest, ErrorsNameTheField) {
       {[](v1::CompileSpec& s) { s.mutable_quantization()->set_precision("int4"); },
        "quantization.precision 'int4' is not one of fp32, int8"},
       {[](v1::CompileSpec& s) { s.mutable_accuracy()->set_max_top1_drop(5); },
-       "accuracy.max_top1_drop goes with quantization.precision int8 or pruning"},
+       "accuracy.max_top1_drop goes with quantization.precision int8 or bf16 or pruning"},
       {[](v1::CompileSpec& s) { s.mutable_accuracy()->set_atol(-1); },
        "accuracy.atol and accuracy.rtol must be finite and >= 0"},
       {[](v1::CompileSpec& s) { s.add_input_shapes()->set_name("x"); }, "input_shapes 'x' has no dims"},

@@ -1,47 +1,13 @@
-// Winograd F(4x4, 3x3) convolution (2-D, f32, stride 1, dilation 1, group 1): each 4x4 tile
-// of output comes from a 6x6 tile of input with 36 multiplies per (input, output) channel
-// pair instead of 144 (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks").
-//   V[xi][t][ic] = (B^T d B)[xi]    d: the 6x6 input tile t of channel ic (zero outside)
-//   M[xi][t][oc] = sum_ic V[xi][t][ic] * U[xi][ic][oc]   36 GEMMs on the shared micro-kernel
-//   Y tile       = A^T M A + bias (+ a residual R), then the fused activation
-// U = G g G^T is computed at compile time (ops/nn_ops.cc) and stored as 16-column panels:
-// U[xi][oc / 16][ic][oc % 16], which is exactly what the micro-kernel streams. Tiles are
-// done in chunks (tiles_per_chunk at a time, all images together) so V and M, which live in
-// the call's scratch output, stay within a few MiB. Artifacts only: the reference
-// interpreter runs the plain Conv.
-#include "gemm_core.h"
-#include "kernel_common.h"
-#include "kiln/kernels/conv.h"
-#include "unary_math.h"
+// Winograd F(4x4, 3x3) convolution in f32 (2-D, stride 1, dilation 1, group 1): the
+// transforms of winograd_core.h with its 36 GEMMs on the shared micro-kernel. U = G g G^T is
+// computed at compile time (ops/nn_ops.cc) and stored as 16-column panels:
+// U[xi][oc / 16][ic][oc % 16], which is exactly what the micro-kernel streams. Artifacts
+// only: the reference interpreter runs the plain Conv.
+#include "winograd_core.h"
 
 using namespace kiln_kernels;
-using gemm::v8f;
 
 namespace {
-
-constexpr int kLanes = 8;  // channels per vector
-
-// out[i * os] = (B^T in)[i] for the six points of one column (or row) of a tile.
-inline void InputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
-  const v8f d0 = in[0], d1 = in[is], d2 = in[2 * is], d3 = in[3 * is], d4 = in[4 * is], d5 = in[5 * is];
-  const v8f four = KILN_SPLAT8(4.f), five = KILN_SPLAT8(5.f), two = KILN_SPLAT8(2.f);
-  out[0] = four * d0 - five * d2 + d4;
-  out[os] = d3 + d4 - four * (d1 + d2);
-  out[2 * os] = d4 - d3 + four * (d1 - d2);
-  out[3 * os] = d4 - d2 + two * (d3 - d1);
-  out[4 * os] = d4 - d2 - two * (d3 - d1);
-  out[5 * os] = four * d1 - five * d3 + d5;
-}
-
-// out[i * os] = (A^T in)[i], i < 4.
-inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
-  const v8f m0 = in[0], m1 = in[is], m2 = in[2 * is], m3 = in[3 * is], m4 = in[4 * is], m5 = in[5 * is];
-  const v8f s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
-  out[0] = m0 + s12 + s34;
-  out[os] = d12 + KILN_SPLAT8(2.f) * d34;
-  out[2 * os] = s12 + KILN_SPLAT8(4.f) * s34;
-  out[3 * os] = d12 + KILN_SPLAT8(8.f) * d34 + m5;
-}
 
 struct WinogradConvKernel {
   // inputs: X [N, C, H, W], U [36, OC/16, C, 16], B [OC] (may be omitted), R [N, OC, OH, OW]
@@ -52,101 +18,16 @@ struct WinogradConvKernel {
 };
 
 int32_t WinogradConvKernel::RunF32(const kiln_kcall* call, const kiln_conv_params& params) {
-  const kiln_ktensor& X = call->inputs[0];
-  const kiln_ktensor& Y = call->outputs[0];
-  const int64_t batch = X.dims[0], C = X.dims[1], H = X.dims[2], W = X.dims[3];
-  const int64_t OC = Y.dims[1], OH = Y.dims[2], OW = Y.dims[3];
-  if (C % kLanes != 0 || OC % gemm::kNr != 0) return KILN_KERR_UNSUPPORTED;
-  const int64_t chunk = params.tiles_per_chunk, pad_top = params.window.pads_begin[0];
-  const int64_t pad_left = params.window.pads_begin[1], activation = params.activation.code;
-  const double alpha = params.activation.alpha, beta = params.activation.beta;
-  const float* px = static_cast<const float*>(X.data);
   const float* pu = InputData<float>(call, 1);
-  const float* pbias = OptionalInputData<float>(call, 2);
-  const float* pres = OptionalInputData<float>(call, 3);
-  float* py = static_cast<float*>(Y.data);
-  float* v = OutputData<float>(call, 1);
-  float* m = v + 36 * chunk * C;
-  const int64_t tiles_h = (OH + 3) / 4, tiles_w = (OW + 3) / 4, per_image = tiles_h * tiles_w;
-  const int64_t tiles = batch * per_image;
-  for (int64_t t0 = 0; t0 < tiles; t0 += chunk) {
-    const int64_t tc = tiles - t0 < chunk ? tiles - t0 : chunk;
-    // 1. Input transform: one job per (tile, 8 input channels).
-    const int64_t cblocks = C / kLanes;
-    auto input = [=](int64_t begin, int64_t end) {
-      for (int64_t job = begin; job < end; ++job) {
-        const int64_t t = job / cblocks, c0 = job % cblocks * kLanes, tile = t0 + t;
-        const int64_t n = tile / per_image, th = tile % per_image / tiles_w, tw = tile % tiles_w;
-        const int64_t ih0 = th * 4 - pad_top, iw0 = tw * 4 - pad_left;
-        v8f d[36], tmp[36];
-        for (int r = 0; r < 6; ++r) {
-          const int64_t ih = ih0 + r;
-          for (int q = 0; q < 6; ++q) {
-            const int64_t iw = iw0 + q;
-            float lanes[kLanes];
-            if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
-              const float* src = px + ((n * C + c0) * H + ih) * W + iw;
-              for (int l = 0; l < kLanes; ++l) lanes[l] = src[l * H * W];
-            } else {
-              for (int l = 0; l < kLanes; ++l) lanes[l] = 0.f;
-            }
-            memcpy(&d[r * 6 + q], lanes, sizeof(v8f));
-          }
-        }
-        for (int q = 0; q < 6; ++q) InputTransform6(d + q, 6, tmp + q, 6);          // columns: B^T d
-        for (int r = 0; r < 6; ++r) InputTransform6(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
-        for (int xi = 0; xi < 36; ++xi) KILN_STORE8(v + (xi * tc + t) * C + c0, d[xi]);
-      }
-    };
-    ParallelFor(call, tc * cblocks, 1, input);
-    // 2. 36 GEMMs of [tc x C] · [C x OC], jobs over (xi, 64 output channels).
-    const int64_t nchunks = (OC + gemm::kNc - 1) / gemm::kNc;
-    auto multiply = [=](int64_t begin, int64_t end) {
-      for (int64_t job = begin; job < end; ++job) {
-        const int64_t xi = job / nchunks, n0 = job % nchunks * gemm::kNc;
-        const int64_t n1 = n0 + gemm::kNc < OC ? n0 + gemm::kNc : OC;
-        gemm::PanelBlock(0, tc, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m + xi * tc * OC, OC);
-      }
-    };
-    ParallelFor(call, 36 * nchunks, 1, multiply);
-    // 3. Output transform, bias and activation: one job per (tile, 8 output channels).
-    const int64_t oblocks = OC / kLanes;
-    auto output = [=](int64_t begin, int64_t end) {
-      for (int64_t job = begin; job < end; ++job) {
-        const int64_t t = job / oblocks, o0 = job % oblocks * kLanes, tile = t0 + t;
-        const int64_t n = tile / per_image, th = tile % per_image / tiles_w, tw = tile % tiles_w;
-        v8f s[36], tmp[24], out[16];
-        for (int xi = 0; xi < 36; ++xi) KILN_LOAD8(s[xi], m + (xi * tc + t) * OC + o0);
-        for (int q = 0; q < 6; ++q) OutputTransform6(s + q, 6, tmp + q, 6);            // A^T M: 4 x 6
-        for (int r = 0; r < 4; ++r) OutputTransform6(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
-        if (pbias != nullptr) {
-          v8f b;
-          KILN_LOAD8(b, pbias + o0);
-          for (int i = 0; i < 16; ++i) out[i] += b;
-        }
-        alignas(32) float vals[16 * kLanes];
-        memcpy(vals, out, sizeof(vals));
-        const int64_t rows = OH - th * 4 < 4 ? OH - th * 4 : 4, cols = OW - tw * 4 < 4 ? OW - tw * 4 : 4;
-        if (pres != nullptr) {
-          for (int l = 0; l < kLanes; ++l) {
-            const float* r = pres + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
-            for (int64_t i = 0; i < rows; ++i) {
-              for (int64_t q = 0; q < cols; ++q) vals[(i * 4 + q) * kLanes + l] += r[i * OW + q];
-            }
-          }
-        }
-        ApplyActivation(vals, 16 * kLanes, activation, alpha, beta);
-        for (int l = 0; l < kLanes; ++l) {
-          float* y = py + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t q = 0; q < cols; ++q) y[r * OW + q] = vals[(r * 4 + q) * kLanes + l];
-          }
-        }
-      }
-    };
-    ParallelFor(call, tc * oblocks, 1, output);
-  }
-  return KILN_KERR_OK;
+  const int64_t C = call->inputs[0].dims[1], OC = call->outputs[0].dims[1];
+  // V as [36][tc][C] f32.
+  auto store_v = [=](float* v, int64_t xi, int64_t tc, int64_t t, int64_t c0, const gemm::v8f& values) {
+    KILN_STORE8(v + (xi * tc + t) * C + c0, values);
+  };
+  auto multiply = [=](const float* v, int64_t xi, int64_t tc, int64_t n0, int64_t n1, float* m) {
+    gemm::PanelBlock(0, tc, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m, OC);
+  };
+  return winograd::WinogradRun(call, params, gemm::kNc, 36 * params.tiles_per_chunk * C, store_v, multiply);
 }
 
 }  // namespace

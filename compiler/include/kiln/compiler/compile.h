@@ -58,6 +58,7 @@ struct CompileResult {
   TuneResult tuning;
   QuantizationSummary quantization;  // precision int8
   PruningSummary pruning;            // when pruning was asked for
+  int64_t bf16_nodes = 0;            // precision bf16: products the bf16 pass marked
 };
 
 // Normalizes a copy of `spec` first (a normalised one is unchanged), so the action key in

@@ -107,6 +107,7 @@ struct PassContext {
   // What the passes report, for the compile report.
   QuantizationSummary quantization_summary;
   PruningSummary pruning_summary;
+  int64_t bf16_nodes = 0;  // bf16: the products it marked
   // Use lists and the memory plan, computed on demand and cached; the pass manager drops
   // them whenever a pass reports a change.
   AnalysisManager analyses;

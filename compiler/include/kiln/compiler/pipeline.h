@@ -97,6 +97,10 @@ constexpr const char kDefaultPipeline[] =
     "fold-qdq,fold-constants,simplify,cse,dce,fold-batchnorm,fuse,dce,layout,plan-memory";
 // --precision int8: quantize (calibrated QDQ) after BatchNorm folding, then fold-qdq turns
 // the QDQ pairs into integer ops.
+// --precision bf16 (targets with avx512bf16): the default, then bf16 marks the products
+// that run in bf16 (after layout, whose blocked convolutions stay f32).
+constexpr const char kBf16Pipeline[] =
+    "fold-qdq,fold-constants,simplify,cse,dce,fold-batchnorm,fuse,dce,layout,bf16,plan-memory";
 constexpr const char kInt8Pipeline[] =
     "fold-constants,simplify,cse,dce,fold-batchnorm,quantize,fold-qdq,fold-constants,dce,fuse,dce,layout,plan-memory";
 

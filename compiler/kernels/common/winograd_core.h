@@ -1,0 +1,151 @@
+// Winograd F(4x4, 3x3) convolution (2-D, stride 1, dilation 1, group 1): each 4x4 tile
+// of output comes from a 6x6 tile of input with 36 multiplies per (input, output) channel
+// pair instead of 144 (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks").
+//   V[xi][t][ic] = (B^T d B)[xi]    d: the 6x6 input tile t of channel ic (zero outside)
+//   M[xi][t][oc] = sum_ic V[xi][t][ic] * U[xi][ic][oc]   36 GEMMs
+//   Y tile       = A^T M A + bias (+ a residual R), then the fused activation
+// The transforms in f32, shared by conv_winograd (winograd.cc: the GEMMs in f32) and
+// conv_winograd_bf16 (bf16/bf16.cc: the GEMMs in bf16 with f32 sums). Tiles are done in
+// chunks (tiles_per_chunk at a time, all images together) so V and M, which live in the
+// call's scratch output, stay within a few MiB.
+#pragma once
+
+#include "gemm_core.h"
+#include "kernel_common.h"
+#include "kiln/kernels/conv.h"
+#include "unary_math.h"
+
+namespace kiln_kernels::winograd {
+
+using gemm::v8f;
+
+constexpr int kLanes = 8;  // channels per vector
+
+// out[i * os] = (B^T in)[i] for the six points of one column (or row) of a tile.
+inline void InputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
+  const v8f d0 = in[0], d1 = in[is], d2 = in[2 * is], d3 = in[3 * is], d4 = in[4 * is], d5 = in[5 * is];
+  const v8f four = KILN_SPLAT8(4.f), five = KILN_SPLAT8(5.f), two = KILN_SPLAT8(2.f);
+  out[0] = four * d0 - five * d2 + d4;
+  out[os] = d3 + d4 - four * (d1 + d2);
+  out[2 * os] = d4 - d3 + four * (d1 - d2);
+  out[3 * os] = d4 - d2 + two * (d3 - d1);
+  out[4 * os] = d4 - d2 - two * (d3 - d1);
+  out[5 * os] = four * d1 - five * d3 + d5;
+}
+
+// out[i * os] = (A^T in)[i], i < 4.
+inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
+  const v8f m0 = in[0], m1 = in[is], m2 = in[2 * is], m3 = in[3 * is], m4 = in[4 * is], m5 = in[5 * is];
+  const v8f s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
+  out[0] = m0 + s12 + s34;
+  out[os] = d12 + KILN_SPLAT8(2.f) * d34;
+  out[2 * os] = s12 + KILN_SPLAT8(4.f) * s34;
+  out[3 * os] = d12 + KILN_SPLAT8(8.f) * d34 + m5;
+}
+
+// The three stages for the call. The GEMM's side decides how V is stored: the scratch
+// holds v_floats of it (then M); store_v(v, xi, tc, t, c0, values) stores the 8 channels
+// c0.. of point xi of tile t (of tc in the chunk); multiply(v, xi, tc, n0, n1, m_xi) runs
+// stage 2's job (xi, output channels n0..n1, at most job_cols of them, n0 a multiple of
+// job_cols): M[xi] (tc x OC, row stride OC) = V[xi] (tc x C) · U[xi], on the f32 core
+// (winograd.cc) or the bf16 one (bf16/bf16.cc).
+template <typename StoreV, typename Multiply>
+int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int64_t job_cols, int64_t v_floats,
+                    const StoreV& store_v, const Multiply& multiply_job) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], C = X.dims[1], H = X.dims[2], W = X.dims[3];
+  const int64_t OC = Y.dims[1], OH = Y.dims[2], OW = Y.dims[3];
+  if (C % kLanes != 0 || OC % gemm::kNr != 0) return KILN_KERR_UNSUPPORTED;
+  const int64_t chunk = params.tiles_per_chunk, pad_top = params.window.pads_begin[0];
+  const int64_t pad_left = params.window.pads_begin[1], activation = params.activation.code;
+  const double alpha = params.activation.alpha, beta = params.activation.beta;
+  const float* px = static_cast<const float*>(X.data);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 3);
+  float* py = static_cast<float*>(Y.data);
+  float* v = OutputData<float>(call, 1);
+  float* m = v + v_floats;
+  const int64_t tiles_h = (OH + 3) / 4, tiles_w = (OW + 3) / 4, per_image = tiles_h * tiles_w;
+  const int64_t tiles = batch * per_image;
+  for (int64_t t0 = 0; t0 < tiles; t0 += chunk) {
+    const int64_t tc = tiles - t0 < chunk ? tiles - t0 : chunk;
+    // 1. Input transform: one job per (tile, 8 input channels).
+    const int64_t cblocks = C / kLanes;
+    auto input = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t t = job / cblocks, c0 = job % cblocks * kLanes, tile = t0 + t;
+        const int64_t n = tile / per_image, th = tile % per_image / tiles_w, tw = tile % tiles_w;
+        const int64_t ih0 = th * 4 - pad_top, iw0 = tw * 4 - pad_left;
+        v8f d[36], tmp[36];
+        for (int r = 0; r < 6; ++r) {
+          const int64_t ih = ih0 + r;
+          for (int q = 0; q < 6; ++q) {
+            const int64_t iw = iw0 + q;
+            float lanes[kLanes];
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+              const float* src = px + ((n * C + c0) * H + ih) * W + iw;
+              for (int l = 0; l < kLanes; ++l) lanes[l] = src[l * H * W];
+            } else {
+              for (int l = 0; l < kLanes; ++l) lanes[l] = 0.f;
+            }
+            memcpy(&d[r * 6 + q], lanes, sizeof(v8f));
+          }
+        }
+        for (int q = 0; q < 6; ++q) InputTransform6(d + q, 6, tmp + q, 6);          // columns: B^T d
+        for (int r = 0; r < 6; ++r) InputTransform6(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
+        for (int xi = 0; xi < 36; ++xi) store_v(v, xi, tc, t, c0, d[xi]);
+      }
+    };
+    ParallelFor(call, tc * cblocks, 1, input);
+    // 2. 36 GEMMs of [tc x C] · [C x OC], jobs over (xi, job_cols output channels).
+    const int64_t nchunks = (OC + job_cols - 1) / job_cols;
+    auto multiply = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t xi = job / nchunks, n0 = job % nchunks * job_cols;
+        const int64_t n1 = n0 + job_cols < OC ? n0 + job_cols : OC;
+        multiply_job(v, xi, tc, n0, n1, m + xi * tc * OC);
+      }
+    };
+    ParallelFor(call, 36 * nchunks, 1, multiply);
+    // 3. Output transform, bias and activation: one job per (tile, 8 output channels).
+    const int64_t oblocks = OC / kLanes;
+    auto output = [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t t = job / oblocks, o0 = job % oblocks * kLanes, tile = t0 + t;
+        const int64_t n = tile / per_image, th = tile % per_image / tiles_w, tw = tile % tiles_w;
+        v8f s[36], tmp[24], out[16];
+        for (int xi = 0; xi < 36; ++xi) KILN_LOAD8(s[xi], m + (xi * tc + t) * OC + o0);
+        for (int q = 0; q < 6; ++q) OutputTransform6(s + q, 6, tmp + q, 6);            // A^T M: 4 x 6
+        for (int r = 0; r < 4; ++r) OutputTransform6(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
+        if (pbias != nullptr) {
+          v8f b;
+          KILN_LOAD8(b, pbias + o0);
+          for (int i = 0; i < 16; ++i) out[i] += b;
+        }
+        alignas(32) float vals[16 * kLanes];
+        memcpy(vals, out, sizeof(vals));
+        const int64_t rows = OH - th * 4 < 4 ? OH - th * 4 : 4, cols = OW - tw * 4 < 4 ? OW - tw * 4 : 4;
+        if (pres != nullptr) {
+          for (int l = 0; l < kLanes; ++l) {
+            const float* r = pres + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
+            for (int64_t i = 0; i < rows; ++i) {
+              for (int64_t q = 0; q < cols; ++q) vals[(i * 4 + q) * kLanes + l] += r[i * OW + q];
+            }
+          }
+        }
+        ApplyActivation(vals, 16 * kLanes, activation, alpha, beta);
+        for (int l = 0; l < kLanes; ++l) {
+          float* y = py + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t q = 0; q < cols; ++q) y[r * OW + q] = vals[(r * 4 + q) * kLanes + l];
+          }
+        }
+      }
+    };
+    ParallelFor(call, tc * oblocks, 1, output);
+  }
+  return KILN_KERR_OK;
+}
+
+}  // namespace kiln_kernels::winograd

@@ -1,0 +1,169 @@
+// Precision bf16 (kernels/bf16, ops/bf16_ops.cc, passes/bf16.cc): artifacts whose Conv,
+// MatMul and Gemm run in bf16 against the f32 artifact on odd shapes (rows and columns that
+// are not whole tiles, odd K, several K blocks, residual and activations in the epilogue,
+// Winograd), on one and two threads; the lowering picks the bf16 kernels and keeps only the
+// bf16 weight; a target without avx512bf16 gets the fp32 pipeline and the reason.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "artifact_test_util.h"
+#include "gtest/gtest.h"
+#include "kiln/compiler/compile.h"
+#include "kiln/compiler/ops.h"
+#include "kiln/compiler/pipeline.h"
+#include "kiln/compiler/spec.h"
+#include "kiln/compiler/target.h"
+#include "worker/report.h"
+
+namespace kiln {
+namespace {
+
+bool HostHasBf16() {
+  v1::Target host;
+  host.set_preset("host");
+  absl::StatusOr<v1::Target> resolved = ResolveTarget(host);
+  return resolved.ok() && Bf16Unavailable(*resolved).empty();
+}
+
+// max |a - b| / max |b|.
+double RelativeError(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.dims(), b.dims());
+  const float* pa = a.data_as<float>();
+  const float* pb = b.data_as<float>();
+  double error = 0, scale = 0;
+  for (int64_t i = 0; i < b.num_elements(); ++i) {
+    error = std::max(error, std::fabs(static_cast<double>(pa[i]) - pb[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(pb[i])));
+  }
+  return error / scale;
+}
+
+// x [1, c, h, w] -> Conv k x k (c -> oc, bias, same padding, stride) -> (+ x when the shapes
+// allow: the residual) -> Relu -> Flatten -> MatMul [.., n] (+ bias) -> Gemm (transB, C).
+std::unique_ptr<Graph> ProductsNet(int64_t c, int64_t oc, int64_t h, int64_t w, int64_t k, int64_t stride, int64_t n) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, c, h, w}));
+  g->AddInput(x);
+  Node* conv = g->AddNode(
+      "Conv", "conv", {x, g->AddConstant("w", Random({oc, c, k, k}, 11, 0.2f)), g->AddConstant("b", Random({oc}, 12))},
+      {"c"}, 13);
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
+  conv->mutable_attrs()["strides"] = std::vector<int64_t>{stride, stride};
+  Value* y = conv->output(0);
+  if (oc == c && stride == 1) y = g->AddNode("Add", "residual", {y, x}, {"r"}, 13)->output(0);
+  y = g->AddNode("Relu", "relu", {y}, {"a"}, 13)->output(0);
+  const int64_t oh = (h + 2 * (k / 2) - k) / stride + 1, ow = (w + 2 * (k / 2) - k) / stride + 1;
+  const int64_t features = oc * oh * ow;
+  y = g->AddNode("Flatten", "flatten", {y}, {"f"}, 13)->output(0);
+  y = g->AddNode("MatMul", "matmul", {y, g->AddConstant("bm", Random({features, n}, 13, 0.05f))}, {"m"}, 13)->output(0);
+  y = g->AddNode("Add", "bias", {y, g->AddConstant("mb", Random({n}, 14))}, {"mo"}, 13)->output(0);
+  Node* gemm =
+      g->AddNode("Gemm", "gemm",
+                 {y, g->AddConstant("bg", Random({7, n}, 15, 0.2f)), g->AddConstant("cg", Random({7}, 16))}, {"o"}, 13);
+  gemm->mutable_attrs()["transB"] = int64_t{1};
+  return WithOutput(std::move(g), gemm->output(0));
+}
+
+struct Case {
+  int64_t c, oc, h, w, k, stride, n;
+  bool winograd;
+};
+
+TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
+  if (!HostHasBf16()) GTEST_SKIP() << "this CPU has no avx512bf16";
+  const Case cases[] = {
+      {3, 13, 9, 11, 3, 2, 45, false},   // the implicit GEMM: K 27 (odd), 13 rows, 25 positions
+      {16, 16, 13, 11, 3, 1, 33, true},  // Winograd (its GEMMs in bf16) with the residual
+      {300, 20, 7, 7, 1, 1, 70, false},  // 1x1: K 300 (two K blocks), 49 positions, MatMul K 980
+      {24, 48, 10, 10, 3, 1, 64, true},  // Winograd, 48 output channels (a partial 32-column panel)
+  };
+  for (const Case& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "c " << t.c << " oc " << t.oc << " " << t.h << "x" << t.w << " k " << t.k
+                                      << " stride " << t.stride << " n " << t.n);
+    const Tensor x = *Random({1, t.c, t.h, t.w}, 21);
+    std::unique_ptr<Graph> fp32 = ProductsNet(t.c, t.oc, t.h, t.w, t.k, t.stride, t.n);
+    const std::vector<Tensor> want = RunArtifact(*fp32, kDefaultPipeline, x, {1});
+    // winograd=f32 leaves a Winograd-shaped conv in f32 (two bf16 products then).
+    for (const std::string winograd : {"bf16", "f32"}) {
+      if (winograd == "f32" && !t.winograd) continue;
+      SCOPED_TRACE(winograd);
+      const std::string pipeline =
+          absl::StrReplaceAll(kBf16Pipeline, {{",bf16,", absl::StrCat(",bf16{winograd=", winograd, "},")}});
+      std::unique_ptr<Graph> bf16 = ProductsNet(t.c, t.oc, t.h, t.w, t.k, t.stride, t.n);
+      const std::vector<Tensor> got = RunArtifact(*bf16, pipeline, x, {1, 2});
+      ASSERT_EQ(got.size(), 2u);
+      // The kernels the marked nodes lowered to.
+      int bf16_calls = 0;
+      for (const Node* node : bf16->nodes()) {
+        const OpSchema* schema = FindOp(node->op());
+        if (schema == nullptr || node->GetString("kiln.precision", "") != "bf16") continue;
+        absl::StatusOr<KernelCall> call = LowerForArtifact(*schema, *node);
+        ASSERT_TRUE(call.ok()) << call.status();
+        const std::string conv = t.winograd ? "conv_winograd_bf16" : "conv_bf16";
+        EXPECT_TRUE(call->kernel == conv || call->kernel == "matmul_bf16") << call->kernel;
+        EXPECT_EQ(call->inputs[1].constant->dtype(), DType::kBFloat16);  // the weight, only as bf16
+        ++bf16_calls;
+      }
+      EXPECT_EQ(bf16_calls, winograd == "f32" ? 2 : 3);
+      // bf16 rounds each operand to 8 significant bits (relative 2^-9): through three
+      // products the error stays under 1 % of the output's scale (measured 0.15-0.35 %); a
+      // Winograd conv's transforms amplify it about tenfold (measured 2.8 % and 3 %).
+      const double tolerance = t.winograd && winograd == "bf16" ? 5e-2 : 1e-2;
+      for (const Tensor& out : got) EXPECT_LT(RelativeError(out, want[0]), tolerance);
+      EXPECT_GT(RelativeError(got[0], want[0]), 0);  // bf16 really ran
+    }
+  }
+}
+
+TEST(Bf16Test, TargetWithoutAvx512Bf16GetsTheFp32Pipeline) {
+  for (const std::string preset : {"x86-64-v3", "aarch64"}) {
+    v1::CompileSpec spec;
+    spec.mutable_target()->set_preset(preset);
+    *spec.mutable_target() = *ResolveTarget(spec.target());
+    spec.mutable_quantization()->set_precision("bf16");
+    EXPECT_EQ(Bf16Unavailable(spec.target()).find("target " + preset), 0u) << Bf16Unavailable(spec.target());
+    absl::StatusOr<Pipeline> pipeline = PipelineFor(spec);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    EXPECT_EQ(PrintPipeline(*pipeline), kDefaultPipeline);
+    spec.set_pipeline("fold-constants,bf16,plan-memory");  // asked for by name: left out too
+    EXPECT_EQ(PrintPipeline(*PipelineFor(spec)), "fold-constants,plan-memory");
+  }
+  v1::CompileSpec spec;
+  spec.mutable_target()->set_preset("znver4");
+  *spec.mutable_target() = *ResolveTarget(spec.target());
+  spec.mutable_quantization()->set_precision("bf16");
+  EXPECT_EQ(Bf16Unavailable(spec.target()), "");
+  EXPECT_EQ(PrintPipeline(*PipelineFor(spec)), kBf16Pipeline);
+}
+
+// A bf16 job's verdict: a classifier-shaped output by top-1 agreement, any other by its
+// max abs error over its scale against kBf16MaxRelativeError.
+TEST(Bf16Test, VerdictIsTopOneOrTheErrorOverTheOutputScale) {
+  v1::CompileSpec spec;
+  spec.mutable_quantization()->set_precision("bf16");
+  spec.mutable_accuracy()->set_max_top1_drop(1);
+  auto judge = [&](std::vector<int64_t> dims, float error_at_0) {
+    Tensor reference(DType::kFloat32, dims);
+    for (int i = 0; i < 8; ++i) reference.data_as<float>()[i] = static_cast<float>(i);  // scale 7
+    Tensor got = reference;
+    got.data_as<float>()[0] += error_at_0;
+    return worker::Judge(spec, {"y"}, {got}, {reference});
+  };
+  // Not a classifier's ([2, 4]: fewer than 5 classes): the error over the scale.
+  const v1::AccuracyReport close = judge({2, 4}, 0.6f);  // 8.6 % of the scale
+  EXPECT_TRUE(close.passed()) << close.verdict();
+  EXPECT_EQ(close.precision(), "bf16");
+  EXPECT_NEAR(close.outputs(0).max_abs_error() / close.outputs(0).reference_scale(), 0.6 / 7, 1e-6);
+  const v1::AccuracyReport far = judge({2, 4}, 0.8f);  // 11 %
+  EXPECT_FALSE(far.passed());
+  EXPECT_EQ(far.verdict().find("bf16: output 'y': max abs error"), 0u) << far.verdict();
+  // A classifier's ([1, 8]): top-1 agreement, whatever the error.
+  EXPECT_TRUE(judge({1, 8}, 3.0f).passed());
+  const v1::AccuracyReport flipped = judge({1, 8}, 7.5f);  // the arg-max moves to 0
+  EXPECT_FALSE(flipped.passed());
+  EXPECT_EQ(flipped.verdict().find("bf16: top-1 changed"), 0u) << flipped.verdict();
+}
+
+}  // namespace
+}  // namespace kiln
