@@ -336,7 +336,10 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   if (params.relu == 1) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
   KernelCall call = CallWithParams<kernel::qconv>(
       {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
-  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
+  if (mode == kToFloat) {
+    call.inputs.push_back(Input(node, 6));  // the f32 bias, added after the multiplier
+    call.inputs.push_back(Input(node, 7));  // the f32 residual, added before relu
+  }
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;
@@ -528,15 +531,23 @@ absl::StatusOr<KernelCall> LowerQLinearConv(const Node& node) {
 
 // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
 // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
-// QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
+// QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B. Input 7,
+// the fuse pass's residual (ResNet's skip connection), is an f32 tensor of Y's shape added
+// before kiln.relu: y = relu(sum * x_scale * w_scale + B + R).
 absl::Status InferQLinearConvToFloat(InferContext& ctx) {
   if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
-  return CheckFloatBias(ctx, "B", ctx.type(3).StaticDims()[0]);
+  if (auto st = CheckFloatBias(ctx, "B", ctx.type(3).StaticDims()[0]); !st.ok()) return st;
+  if (ctx.has_input(7) && (ctx.type(7).dtype != DType::kFloat32 || !ctx.type(7).IsStatic() ||
+                           ctx.type(7).StaticDims() != ctx.output_types[0].StaticDims())) {
+    return NodeError(ctx.node, "the residual (input 7) must be float of Y's shape");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<KernelCall> LowerQLinearConvToFloat(const Node& node) {
-  // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
-  return LowerIntegerConv(node, QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}), kToFloat);
+  // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B, R.
+  return LowerIntegerConv(
+      node, QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6), Input(node, 7)}), kToFloat);
 }
 
 }  // namespace
@@ -552,7 +563,7 @@ void RegisterQuantOps(Registry& registry) {
        IntegerMatMulForArtifact<kToFloat>},
       {"ConvInteger", 2, 4, 0, InferConvInteger, LowerConvInteger, IntegerConvForArtifact<kSumInt32>},
       {"QLinearConv", 8, 9, 0, InferQLinearConv, LowerQLinearConv, IntegerConvForArtifact<kRequantize>},
-      {"kiln.QLinearConvToFloat", 6, 7, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
+      {"kiln.QLinearConvToFloat", 6, 8, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
        IntegerConvForArtifact<kToFloat>},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);

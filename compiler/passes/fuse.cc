@@ -12,6 +12,9 @@
 //    (%s: [N or 1, C, 1, 1]; a zero B is added when the Conv has none.) And a residual
 //    added to a Conv's result (ResNet's skip connection) is added in its epilogue:
 //      %c = Conv(...) ; %y = Add(%c, %r)     =>  %y = Conv(..., %r) {kiln.residual=1}
+//    and so is one added to fold-qdq's int8 Conv with an f32 result, with the Relu after it:
+//      %c = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b) ; %y = Relu(Add(%c, %r))
+//        =>  %y = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b, %r) {kiln.relu=1}
 // 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
 //      %m = ReduceMean(%x, axes=[-1]) ; %d = Sub(%x, %m) ; %p = Pow(%d, 2) or Mul(%d, %d)
 //      %v = ReduceMean(%p, axes=[-1]) ; %s = Sqrt(Add(%v, eps)) ; %n = Div(%d, %s)
@@ -71,7 +74,12 @@ class Fuse : public Pass {
     for (Node* node : graph.nodes()) {
       Value* x = node->input(0);
       if (x == nullptr) continue;
-      if (node->op() == "Add" && FuseResidual(graph, node, position)) {
+      if (node->op() == "Add" &&
+          (FuseResidual(graph, node, position) || FuseQuantizedResidual(graph, node, position))) {
+        changed = true;
+        continue;
+      }
+      if (node->op() == "Relu" && FuseQuantizedRelu(graph, node)) {
         changed = true;
         continue;
       }
@@ -190,6 +198,48 @@ class Fuse : public Pass {
       return true;
     }
     return false;
+  }
+
+  // %c = kiln.QLinearConvToFloat(...) ; %y = Add(%c, %r) (either order) => the Conv with %r
+  // as its input 7, on the conditions FuseResidual states (static shapes: the kernel's
+  // residual is read at Y's offsets). Its relu, if any, would come before the Add: none.
+  static bool FuseQuantizedResidual(Graph& graph, Node* add, const std::map<const Node*, size_t>& position) {
+    if (add->inputs().size() != 2) return false;
+    const TensorType& type = add->output(0)->type();
+    if (!type.IsStatic() || type.dtype != DType::kFloat32) return false;
+    for (int side = 0; side < 2; ++side) {
+      Value* c = add->input(side);
+      Value* r = add->input(1 - side);
+      if (c == nullptr || r == nullptr || c == r) continue;
+      Node* conv = c->producer();
+      if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || SoleUser(graph, c) != add) continue;
+      if (conv->inputs().size() > 7 || conv->has_attr("kiln.relu")) continue;
+      if (!r->type().IsStatic() || r->type().dtype != DType::kFloat32) continue;
+      if (c->type().StaticDims() != type.StaticDims() || r->type().StaticDims() != type.StaticDims()) continue;
+      if (Node* p = r->producer(); p != nullptr) {
+        auto at_r = position.find(p), at_conv = position.find(conv);
+        if (at_r == position.end() || at_conv == position.end() || at_r->second >= at_conv->second) continue;
+      }
+      std::vector<Value*> inputs = conv->inputs();
+      inputs.resize(7, nullptr);  // B, or omitted
+      inputs.push_back(r);
+      conv->set_inputs(inputs);
+      Absorb(graph, conv, add);
+      return true;
+    }
+    return false;
+  }
+
+  // %y = Relu(%c), %c a kiln.QLinearConvToFloat's result that the Relu alone reads (fold-qdq
+  // fused the Relus that followed it directly; this is the one after a fused residual).
+  static bool FuseQuantizedRelu(Graph& graph, Node* relu) {
+    Value* c = relu->input(0);
+    Node* conv = c->producer();
+    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || conv->has_attr("kiln.relu")) return false;
+    if (SoleUser(graph, c) != relu) return false;
+    conv->mutable_attrs()["kiln.relu"] = int64_t{1};
+    Absorb(graph, conv, relu);
+    return true;
   }
 
   // %m = Mul(%x, %s) ; %y = Conv(%m, W[, B]) with %s [N or 1, C, 1, 1], W 1x1, group 1, and

@@ -360,11 +360,13 @@ void CheckIntegerConv(const QConvCase& c) {
   };
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
-  for (const std::string variant :
-       {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu"}) {
+  auto residual = FloatsIn({1, c.OC, OH, OW}, -2.f, 2.f, 16);  // the fuse pass's skip connection
+  for (const std::string variant : {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat",
+                                    "kiln.QLinearConvToFloat+relu", "kiln.QLinearConvToFloat+residual+relu"}) {
     SCOPED_TRACE(variant);
     const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
-    const std::string op = relu ? variant.substr(0, variant.size() - 5) : variant;
+    const bool with_residual = variant.find("+residual") != std::string::npos;
+    const std::string op = variant.substr(0, variant.find('+'));
     const bool requantize = op == "QLinearConv", to_float = op == "kiln.QLinearConvToFloat";
     auto build = [&] {
       auto g = std::make_unique<Graph>();
@@ -378,6 +380,11 @@ void CheckIntegerConv(const QConvCase& c) {
             {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
              g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero), g->AddConstant("b", float_bias)},
             {"y"}, 13);
+        if (with_residual) {
+          std::vector<Value*> inputs = conv->inputs();
+          inputs.push_back(g->AddConstant("r", residual));
+          conv->set_inputs(inputs);
+        }
         if (relu) conv->mutable_attrs()["kiln.relu"] = int64_t{1};
       } else if (requantize) {
         conv = g->AddNode("QLinearConv", "conv",
@@ -416,7 +423,8 @@ void CheckIntegerConv(const QConvCase& c) {
           }
           if (to_float) {
             const float m = x_scale * w_scale->data_as<float>()[oc];
-            const float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
+            float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
+            if (with_residual) v += residual->data_as<float>()[(oc * OH + oh) * OW + ow];
             want.push_back(relu && v < 0.f ? 0.f : v);
           } else {
             want.push_back(

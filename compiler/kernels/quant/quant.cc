@@ -372,6 +372,7 @@ struct QConvParams {
   const int32_t* offsets;
   const float* multipliers;
   const float* float_bias;  // mode 2 (f32 out): added after the multiplier; may be null
+  const float* residual;    // mode 2: an f32 tensor of Y's shape added before relu; may be null
   void* y;
   int32_t y_dtype;
   bool requantize, to_float;
@@ -399,6 +400,14 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
     if (q.to_float) {
       const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
       float* y = static_cast<float*>(q.y) + at;
+      if (q.residual != nullptr) {
+        const float* res = q.residual + at;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float v = static_cast<float>(sums[j] + offset) * m + b + res[j];
+          y[j] = q.relu && !(v > 0.f) ? 0.f : v;
+        }
+        continue;
+      }
       if (q.relu) {
         for (int64_t j = 0; j < cols; ++j) {
           const float v = static_cast<float>(sums[j] + offset) * m + b;
@@ -430,6 +439,62 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
   }
 }
 
+#if defined(__x86_64__)
+// QConvEpilogue for the AVX-512 VNNI tiles: the sums stay in registers and each row's
+// columns go to Y through masked stores, with the same arithmetic in the same order
+// (multiply, then add; rint; add the zero point; clamp), so the results are identical.
+// Copying the tile through the stack and a scalar tail per row cost as much as the
+// products themselves where K is short (a 1x1 conv over 64 channels: 16 steps).
+template <int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvEpilogueAvx512(
+    const QConvParams& q, const v16i* acc, int64_t n, int64_t grp, int64_t panel, int64_t j0, int64_t cols) {
+  const int64_t rows = q.ocg - panel * kQRows < kQRows ? q.ocg - panel * kQRows : kQRows;
+  const int64_t OHW = q.OH * q.OW;
+  __mmask16 masks[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = cols - v * 16;
+    masks[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>(left <= 0 ? 0 : (1u << left) - 1);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t oc = grp * q.ocg + panel * kQRows + r;
+    const __m512i offset = _mm512_set1_epi32(q.offsets[oc]);
+    const int64_t at = (n * q.out_channels + oc) * OHW + j0;
+    __m512i sums[NV];
+    for (int v = 0; v < NV; ++v) sums[v] = _mm512_add_epi32((__m512i)acc[r * NV + v], offset);
+    if (!q.requantize && !q.to_float) {
+      int32_t* y = static_cast<int32_t*>(q.y) + at;
+      for (int v = 0; v < NV; ++v) _mm512_mask_storeu_epi32(y + v * 16, masks[v], sums[v]);
+      continue;
+    }
+    const __m512 m = _mm512_set1_ps(q.multipliers[oc]);
+    if (q.to_float) {
+      const __m512 b = _mm512_set1_ps(q.float_bias != nullptr ? q.float_bias[oc] : 0.f);
+      float* y = static_cast<float*>(q.y) + at;
+      for (int v = 0; v < NV; ++v) {
+        __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m), b);
+        if (q.residual != nullptr) {
+          f = _mm512_add_ps(f, _mm512_maskz_loadu_ps(masks[v], q.residual + at + v * 16));
+        }
+        if (q.relu) f = _mm512_max_ps(f, _mm512_setzero_ps());  // -0 and NaN become +0, as in QConvEpilogue
+        _mm512_mask_storeu_ps(y + v * 16, masks[v], f);
+      }
+      continue;
+    }
+    const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
+    for (int v = 0; v < NV; ++v) {
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
+      f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
+      const __m512i values = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi));
+      if (q.y_dtype == kU8) {
+        _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(q.y) + at + v * 16, masks[v], values);
+      } else {
+        _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(q.y) + at + v * 16, masks[v], values);
+      }
+    }
+  }
+}
+#endif
+
 // Rows [panel * 8, +8) of one tile of NV column vectors: the i32 sums over every step,
 // then the epilogue into Y for the tile's `cols` columns starting at column j0.
 template <int32_t kDot, int NV>
@@ -447,6 +512,12 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
       for (int v = 0; v < NV; ++v) DotStep<kDot, false>(&acc[r][v], &x[v], static_cast<uint32_t>(w4));
     }
   }
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    QConvEpilogueAvx512<NV>(q, &acc[0][0], n, grp, panel, j0, cols);
+    return;
+  }
+#endif
   QConvEpilogue<NV * 16>(q, reinterpret_cast<const int32_t*>(acc), n, grp, panel, j0, cols);
 }
 
@@ -575,7 +646,8 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 }
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
-// multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC]. outputs: Y, scratch (X's channel
+// multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC] and an
+// optional f32 residual of Y's shape (added before relu). outputs: Y, scratch (X's channel
 // quads, and 256 bytes a last pointwise chunk may read past them). Parameters: kiln_quant_params'
 // group, window, mode, relu and the packed path's fields.
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_params& params) {
@@ -608,6 +680,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   q.offsets = InputData<int32_t>(call, 2);
   q.multipliers = InputData<float>(call, 3);
   q.float_bias = q.to_float ? OptionalInputData<float>(call, 4) : nullptr;
+  q.residual = q.to_float ? OptionalInputData<float>(call, 5) : nullptr;
   q.y = Y.data;
   q.y_dtype = Y.dtype;
   uint8_t* x4 = OutputData<uint8_t>(call, 1);
@@ -850,7 +923,8 @@ KILN_KERNEL(qgemm) {
 // an optional int32 bias [OC] (added to the sum before requantizing). Parameters:
 // kiln_quant_params' group, window, mode, packed_weights (QConvFast's layout) and relu. mode 0: Y int32 sums; 1: Y
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
-// B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
+// B then an optional f32 [OC] in the bias slot and an optional f32 residual of Y's shape
+// after it, added before relu (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
 // zero point, i.e. contribute 0.
 static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
@@ -870,6 +944,7 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const bool relu = params.relu != 0;  // clamp at Y's zero point
   const int32_t* bias = requantize ? OptionalInputData<int32_t>(call, 8) : nullptr;
   const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
+  const float* residual = to_float ? OptionalInputData<float>(call, 9) : nullptr;
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {  // job = (n, oc)
       const int64_t n = job / ext.out_channels, oc = job % ext.out_channels, g = oc / ext.oc_per_group;
@@ -903,7 +978,8 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
               const float v = rintf(static_cast<float>(sum) * multiplier) + z;
               StoreSaturated(Y.data, Y.dtype, at, relu && v < z ? z : v);
             } else if (to_float) {
-              const float v = static_cast<float>(sum) * multiplier + b;
+              float v = static_cast<float>(sum) * multiplier + b;
+              if (residual != nullptr) v += residual[at];
               static_cast<float*>(Y.data)[at] = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
             } else {
               static_cast<int32_t*>(Y.data)[at] = sum;
