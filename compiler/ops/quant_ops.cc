@@ -273,9 +273,9 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   const Value* w = node.input(w_in);
   auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
   if (!w->is_constant() || !constant_or_absent(xz_in) || !constant_or_absent(wz_in)) return std::nullopt;
-  if (mode != kSumInt32) {
+  if (mode != kSumInt32) {  // scales, zero points and biases (kToFloat's input 7 is its residual)
     for (size_t i : {1, 4, 6, 7, 8}) {
-      if (!constant_or_absent(i)) return std::nullopt;
+      if (!constant_or_absent(i) && !(mode == kToFloat && i == 7)) return std::nullopt;
     }
   }
   const std::vector<int64_t> xd = StaticDims(x), wd = StaticDims(w), yd = StaticDims(node.output(0));
