@@ -274,7 +274,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
   if (!w->is_constant() || !constant_or_absent(xz_in) || !constant_or_absent(wz_in)) return std::nullopt;
   if (mode != kSumInt32) {  // scales, zero points and biases (kToFloat's input 7 is its residual)
-    for (size_t i : {1, 4, 6, 7, 8}) {
+    for (size_t i : {1, 4, 6, 7, 8, 9}) {
       if (!constant_or_absent(i) && !(mode == kToFloat && i == 7)) return std::nullopt;
     }
   }
@@ -339,6 +339,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   if (mode == kToFloat) {
     call.inputs.push_back(Input(node, 6));  // the f32 bias, added after the multiplier
     call.inputs.push_back(Input(node, 7));  // the f32 residual, added before relu
+    call.inputs.push_back(Input(node, 8));  // a u8/i8 Y's scale and zero point
+    call.inputs.push_back(Input(node, 9));
   }
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
@@ -533,9 +535,17 @@ absl::StatusOr<KernelCall> LowerQLinearConv(const Node& node) {
 // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
 // QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B. Input 7,
 // the fuse pass's residual (ResNet's skip connection), is an f32 tensor of Y's shape added
-// before kiln.relu: y = relu(sum * x_scale * w_scale + B + R).
+// before kiln.relu: y = relu(sum * x_scale * w_scale + B + R). Inputs 8 and 9, the fuse
+// pass's QuantizeLinear of that result (a scalar scale and zero point), make Y u8 or s8:
+// saturate(rint(y / y_scale) + y_zero_point), as the QuantizeLinear would have written it.
 absl::Status InferQLinearConvToFloat(InferContext& ctx) {
-  if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
+  DType y_type = DType::kFloat32;
+  if (ctx.has_input(8) || ctx.has_input(9)) {
+    if (!ctx.has_input(8) || !ctx.has_input(9)) return NodeError(ctx.node, "y_scale and y_zero_point come together");
+    if (auto st = CheckScale(ctx, 8, 9, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+    y_type = ctx.type(9).dtype;
+  }
+  if (auto st = InferQuantizedConvOperands(ctx, y_type); !st.ok()) return st;
   if (auto st = CheckFloatBias(ctx, "B", ctx.type(3).StaticDims()[0]); !st.ok()) return st;
   if (ctx.has_input(7) && (ctx.type(7).dtype != DType::kFloat32 || !ctx.type(7).IsStatic() ||
                            ctx.type(7).StaticDims() != ctx.output_types[0].StaticDims())) {
@@ -545,9 +555,12 @@ absl::Status InferQLinearConvToFloat(InferContext& ctx) {
 }
 
 absl::StatusOr<KernelCall> LowerQLinearConvToFloat(const Node& node) {
-  // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B, R.
-  return LowerIntegerConv(
-      node, QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6), Input(node, 7)}), kToFloat);
+  // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B, R,
+  // then the scale and zero point by which a u8/i8 Y is quantized.
+  return LowerIntegerConv(node,
+                          QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6), Input(node, 7),
+                                                   Input(node, 8), Input(node, 9)}),
+                          kToFloat);
 }
 
 }  // namespace
@@ -563,7 +576,7 @@ void RegisterQuantOps(Registry& registry) {
        IntegerMatMulForArtifact<kToFloat>},
       {"ConvInteger", 2, 4, 0, InferConvInteger, LowerConvInteger, IntegerConvForArtifact<kSumInt32>},
       {"QLinearConv", 8, 9, 0, InferQLinearConv, LowerQLinearConv, IntegerConvForArtifact<kRequantize>},
-      {"kiln.QLinearConvToFloat", 6, 8, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
+      {"kiln.QLinearConvToFloat", 6, 10, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
        IntegerConvForArtifact<kToFloat>},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);

@@ -15,6 +15,9 @@
 //    and so is one added to fold-qdq's int8 Conv with an f32 result, with the Relu after it:
 //      %c = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b) ; %y = Relu(Add(%c, %r))
 //        =>  %y = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b, %r) {kiln.relu=1}
+//    and a QuantizeLinear that alone reads such a Conv's result quantizes it in the epilogue:
+//      %c = kiln.QLinearConvToFloat(...) ; %q = QuantizeLinear(%c, ys, yz)
+//        =>  %q = kiln.QLinearConvToFloat(..., ys, yz)    (Y u8/s8, ys and yz scalars)
 // 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
 //      %m = ReduceMean(%x, axes=[-1]) ; %d = Sub(%x, %m) ; %p = Pow(%d, 2) or Mul(%d, %d)
 //      %v = ReduceMean(%p, axes=[-1]) ; %s = Sqrt(Add(%v, eps)) ; %n = Div(%d, %s)
@@ -79,7 +82,8 @@ class Fuse : public Pass {
         changed = true;
         continue;
       }
-      if (node->op() == "Relu" && FuseQuantizedRelu(graph, node)) {
+      if ((node->op() == "Relu" && FuseQuantizedRelu(graph, node)) ||
+          (node->op() == "QuantizeLinear" && FuseQuantizedOutput(graph, node))) {
         changed = true;
         continue;
       }
@@ -239,6 +243,32 @@ class Fuse : public Pass {
     if (SoleUser(graph, c) != relu) return false;
     conv->mutable_attrs()["kiln.relu"] = int64_t{1};
     Absorb(graph, conv, relu);
+    return true;
+  }
+
+  // %q = QuantizeLinear(%c, ys, yz), %c a kiln.QLinearConvToFloat's result that it alone
+  // reads, ys and yz constant scalars (u8 or s8): the Conv takes them as inputs 8 and 9 and
+  // writes %q, so its f32 result never reaches memory.
+  static bool FuseQuantizedOutput(Graph& graph, Node* quantize) {
+    Value* c = quantize->input(0);
+    Node* conv = c->producer();
+    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || conv->inputs().size() > 8) return false;
+    if (SoleUser(graph, c) != quantize || quantize->inputs().size() != 3) return false;
+    const Value* scale = quantize->input(1);
+    const Value* zero = quantize->input(2);
+    if (scale == nullptr || zero == nullptr || !scale->is_constant() || !zero->is_constant()) return false;
+    if (scale->constant()->num_elements() != 1 || scale->type().dtype != DType::kFloat32) return false;
+    if (zero->constant()->num_elements() != 1 || scale->type().shape.size() > 1 || zero->type().shape.size() > 1) {
+      return false;
+    }
+    const DType y = zero->type().dtype;
+    if ((y != DType::kUInt8 && y != DType::kInt8) || quantize->output(0)->type().dtype != y) return false;
+    std::vector<Value*> inputs = conv->inputs();
+    inputs.resize(8, nullptr);  // B and the residual, or omitted
+    inputs.push_back(quantize->input(1));
+    inputs.push_back(quantize->input(2));
+    conv->set_inputs(inputs);
+    Absorb(graph, conv, quantize);
     return true;
   }
 

@@ -361,11 +361,13 @@ void CheckIntegerConv(const QConvCase& c) {
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
   auto residual = FloatsIn({1, c.OC, OH, OW}, -2.f, 2.f, 16);  // the fuse pass's skip connection
-  for (const std::string variant : {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat",
-                                    "kiln.QLinearConvToFloat+relu", "kiln.QLinearConvToFloat+residual+relu"}) {
+  for (const std::string variant :
+       {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu",
+        "kiln.QLinearConvToFloat+residual+relu", "kiln.QLinearConvToFloat+residual+quantized+relu"}) {
     SCOPED_TRACE(variant);
     const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
     const bool with_residual = variant.find("+residual") != std::string::npos;
+    const bool quantized = variant.find("+quantized") != std::string::npos;  // the fuse pass's QuantizeLinear
     const std::string op = variant.substr(0, variant.find('+'));
     const bool requantize = op == "QLinearConv", to_float = op == "kiln.QLinearConvToFloat";
     auto build = [&] {
@@ -383,6 +385,10 @@ void CheckIntegerConv(const QConvCase& c) {
         if (with_residual) {
           std::vector<Value*> inputs = conv->inputs();
           inputs.push_back(g->AddConstant("r", residual));
+          if (quantized) {
+            inputs.push_back(g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})));
+            inputs.push_back(g->AddConstant("yz", scalar(c.y_type, y_zero)));
+          }
           conv->set_inputs(inputs);
         }
         if (relu) conv->mutable_attrs()["kiln.relu"] = int64_t{1};
@@ -403,6 +409,7 @@ void CheckIntegerConv(const QConvCase& c) {
       g->AddOutput(conv->output(0));
       auto st = InferTypes(*g);
       EXPECT_TRUE(st.ok()) << st;
+      if (quantized) EXPECT_EQ(conv->output(0)->type().dtype, c.y_type);
       return g;
     };
     std::vector<double> want;
@@ -425,7 +432,12 @@ void CheckIntegerConv(const QConvCase& c) {
             const float m = x_scale * w_scale->data_as<float>()[oc];
             float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
             if (with_residual) v += residual->data_as<float>()[(oc * OH + oh) * OW + ow];
-            want.push_back(relu && v < 0.f ? 0.f : v);
+            v = relu && v < 0.f ? 0.f : v;
+            if (quantized) {
+              const float lo = c.y_type == DType::kUInt8 ? 0.f : -128.f, hi = c.y_type == DType::kUInt8 ? 255.f : 127.f;
+              v = std::min(hi, std::max(lo, std::nearbyint(v / y_scale) + static_cast<float>(y_zero)));
+            }
+            want.push_back(v);
           } else {
             want.push_back(
                 requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);

@@ -49,7 +49,8 @@ bool ProductTypes(const kiln_kcall* call, int64_t mode) {
   if (!IsQuantizedType(call->inputs[0].dtype) || !IsQuantizedType(call->inputs[1].dtype)) return false;
   const int32_t y = call->outputs[0].dtype;
   if (mode == KILN_QUANT_REQUANTIZE) return IsQuantizedType(y);
-  return y == (mode == KILN_QUANT_TO_FLOAT ? kF32 : kI32);
+  if (mode == KILN_QUANT_TO_FLOAT) return y == kF32 || IsQuantizedType(y);  // (u8/i8: quantized as Y's scale says)
+  return y == kI32;
 }
 
 // The integer products' entry (qmatmul, qconv): binds kiln_quant_params and checks the
@@ -373,6 +374,7 @@ struct QConvParams {
   const float* multipliers;
   const float* float_bias;  // mode 2 (f32 out): added after the multiplier; may be null
   const float* residual;    // mode 2: an f32 tensor of Y's shape added before relu; may be null
+  float out_scale;          // mode 2 with a u8/i8 Y: the f32 result quantized as QuantizeLinear does
   void* y;
   int32_t y_dtype;
   bool requantize, to_float;
@@ -397,6 +399,17 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
     memcpy(sums, acc + r * kLanes, sizeof(sums));
     const int32_t offset = q.offsets[oc];
     const int64_t at = (n * q.out_channels + oc) * OHW + j0;
+    if (q.to_float && q.y_dtype != kF32) {  // the f32 result, then QuantizeLinear's rule
+      const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = static_cast<float>(sums[j] + offset) * m + b;
+        if (q.residual != nullptr) v += q.residual[at + j];
+        if (q.relu && !(v > 0.f)) v = 0.f;
+        v = rintf(v / q.out_scale) + q.y_zero;
+        StoreSaturated(q.y, q.y_dtype, at + j, v);
+      }
+      continue;
+    }
     if (q.to_float) {
       const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
       float* y = static_cast<float*>(q.y) + at;
@@ -445,6 +458,17 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
 // (multiply, then add; rint; add the zero point; clamp), so the results are identical.
 // Copying the tile through the stack and a scalar tail per row cost as much as the
 // products themselves where K is short (a 1x1 conv over 64 channels: 16 steps).
+// Sixteen clamped values as Y's u8 or s8 bytes from element `at`, the lanes of `mask`.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvStoreBytes(const QConvParams& q,
+                                                                                            int64_t at, __mmask16 mask,
+                                                                                            __m512i values) {
+  if (q.y_dtype == kU8) {
+    _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(q.y) + at, mask, values);
+  } else {
+    _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(q.y) + at, mask, values);
+  }
+}
+
 template <int NV>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvEpilogueAvx512(
     const QConvParams& q, const v16i* acc, int64_t n, int64_t grp, int64_t panel, int64_t j0, int64_t cols) {
@@ -467,29 +491,31 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
       continue;
     }
     const __m512 m = _mm512_set1_ps(q.multipliers[oc]);
+    const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
     if (q.to_float) {
       const __m512 b = _mm512_set1_ps(q.float_bias != nullptr ? q.float_bias[oc] : 0.f);
-      float* y = static_cast<float*>(q.y) + at;
+      const bool quantized = q.y_dtype != kF32;  // then QuantizeLinear's rule: rint(v / scale) + zero
+      const __m512 out_scale = _mm512_set1_ps(q.out_scale);
       for (int v = 0; v < NV; ++v) {
         __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m), b);
         if (q.residual != nullptr) {
           f = _mm512_add_ps(f, _mm512_maskz_loadu_ps(masks[v], q.residual + at + v * 16));
         }
         if (q.relu) f = _mm512_max_ps(f, _mm512_setzero_ps());  // -0 and NaN become +0, as in QConvEpilogue
-        _mm512_mask_storeu_ps(y + v * 16, masks[v], f);
+        if (!quantized) {
+          _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
+          continue;
+        }
+        f = _mm512_div_ps(f, out_scale);
+        f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
+        QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
       }
       continue;
     }
-    const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
     for (int v = 0; v < NV; ++v) {
       __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
       f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
-      const __m512i values = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi));
-      if (q.y_dtype == kU8) {
-        _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(q.y) + at + v * 16, masks[v], values);
-      } else {
-        _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(q.y) + at + v * 16, masks[v], values);
-      }
+      QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
     }
   }
 }
@@ -647,7 +673,8 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
 // multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC] and an
-// optional f32 residual of Y's shape (added before relu). outputs: Y, scratch (X's channel
+// optional f32 residual of Y's shape (added before relu), and for a u8/i8 Y (mode 2: the
+// f32 result quantized) Y's scale and zero point. outputs: Y, scratch (X's channel
 // quads, and 256 bytes a last pointwise chunk may read past them). Parameters: kiln_quant_params'
 // group, window, mode, relu and the packed path's fields.
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_params& params) {
@@ -681,6 +708,13 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   q.multipliers = InputData<float>(call, 3);
   q.float_bias = q.to_float ? OptionalInputData<float>(call, 4) : nullptr;
   q.residual = q.to_float ? OptionalInputData<float>(call, 5) : nullptr;
+  q.out_scale = q.to_float && Y.dtype != kF32 ? *InputData<float>(call, 6) : 1.f;
+  if (q.to_float && Y.dtype != kF32) {
+    const kiln_ktensor& zp = call->inputs[7];
+    q.y_zero = zp.data != nullptr ? static_cast<float>(LoadInt(zp.data, zp.dtype, 0)) : 0.f;
+    q.lo = Y.dtype == kU8 ? 0.f : -128.f;  // (relu applies before quantizing, in f32)
+    q.hi = Y.dtype == kU8 ? 255.f : 127.f;
+  }
   q.y = Y.data;
   q.y_dtype = Y.dtype;
   uint8_t* x4 = OutputData<uint8_t>(call, 1);
@@ -924,7 +958,8 @@ KILN_KERNEL(qgemm) {
 // kiln_quant_params' group, window, mode, packed_weights (QConvFast's layout) and relu. mode 0: Y int32 sums; 1: Y
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
 // B then an optional f32 [OC] in the bias slot and an optional f32 residual of Y's shape
-// after it, added before relu (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
+// after it, added before relu (kiln.QLinearConvToFloat; relu: max(Y, 0)), and for a u8/i8 Y
+// its scale and zero point, by which the f32 result is quantized (QuantizeLinear's rule). Taps in the padding read X's
 // zero point, i.e. contribute 0.
 static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
@@ -945,6 +980,12 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const int32_t* bias = requantize ? OptionalInputData<int32_t>(call, 8) : nullptr;
   const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
   const float* residual = to_float ? OptionalInputData<float>(call, 9) : nullptr;
+  // A u8/i8 Y in mode 2: the f32 result quantized by Y's scale and zero point (inputs 10, 11).
+  const bool quantize_result = to_float && Y.dtype != kF32;
+  const float out_scale = quantize_result ? *InputData<float>(call, 10) : 1.f;
+  const float out_zero = quantize_result && call->inputs[11].data != nullptr
+                             ? static_cast<float>(LoadInt(call->inputs[11].data, call->inputs[11].dtype, 0))
+                             : 0.f;
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {  // job = (n, oc)
       const int64_t n = job / ext.out_channels, oc = job % ext.out_channels, g = oc / ext.oc_per_group;
@@ -980,7 +1021,12 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
             } else if (to_float) {
               float v = static_cast<float>(sum) * multiplier + b;
               if (residual != nullptr) v += residual[at];
-              static_cast<float*>(Y.data)[at] = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
+              v = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
+              if (quantize_result) {
+                StoreSaturated(Y.data, Y.dtype, at, rintf(v / out_scale) + out_zero);
+              } else {
+                static_cast<float*>(Y.data)[at] = v;
+              }
             } else {
               static_cast<int32_t*>(Y.data)[at] = sum;
             }
