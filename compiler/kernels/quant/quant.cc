@@ -621,8 +621,19 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
         }
         for (int64_t k = 0; k < lo; ++k) out[k] = q.x_zero_word;
         const uint8_t* src = plane + (ih * q.W + iw) * 4;
+        // Sixteen words at a time, past hi and into the next run, step row or the buffer's
+        // slack (each later written in turn), reading into the next plane or the scratch's
+        // 256 spare bytes: a run is at most 48 words, too short for a memcpy call to pay.
         if (q.SW == 1) {
-          memcpy(out + lo, src + lo * 4, (hi - lo) * 4);
+          for (int64_t k = lo; k < hi; k += 16) memcpy(out + k, src + k * 4, 64);
+        } else if (q.SW == 2) {  // the even words of 32
+          for (int64_t k = lo; k < hi; k += 16) {
+            v16i a, b;
+            memcpy(&a, src + k * 8, 64);
+            memcpy(&b, src + k * 8 + 64, 64);
+            const v16i even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            memcpy(out + k, &even, 64);
+          }
         } else {
           for (int64_t k = lo; k < hi; ++k) memcpy(out + k, src + k * q.SW * 4, 4);
         }
@@ -757,7 +768,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   });
   const int64_t chunks = (q.OH * q.OW + kQCols - 1) / kQCols;
   ParallelFor(call, q.batch * G * chunks, 1, [=](int64_t begin, int64_t end) {
-    alignas(64) uint8_t packed[kQMaxSteps * kQCols * 4];
+    alignas(64) uint8_t packed[kQMaxSteps * kQCols * 4 + 64];  // (+ the packing's overrun)
     for (int64_t job = begin; job < end; ++job) {
       const int64_t chunk = job % chunks, ng = job / chunks, grp = ng % G, n = ng / G;
       const int64_t j0 = chunk * kQCols, cols = q.OH * q.OW - j0 < kQCols ? q.OH * q.OW - j0 : kQCols;
