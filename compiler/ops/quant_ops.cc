@@ -274,7 +274,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
   if (!w->is_constant() || !constant_or_absent(xz_in) || !constant_or_absent(wz_in)) return std::nullopt;
   if (mode != kSumInt32) {  // scales, zero points and biases (kToFloat's input 7 is its residual)
-    for (size_t i : {1, 4, 6, 7, 8, 9}) {
+    for (size_t i : {1, 4, 6, 7, 8, 9, 10, 11}) {
       if (!constant_or_absent(i) && !(mode == kToFloat && i == 7)) return std::nullopt;
     }
   }
@@ -337,10 +337,9 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   KernelCall call = CallWithParams<kernel::qconv>(
       {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
   if (mode == kToFloat) {
-    call.inputs.push_back(Input(node, 6));  // the f32 bias, added after the multiplier
-    call.inputs.push_back(Input(node, 7));  // the f32 residual, added before relu
-    call.inputs.push_back(Input(node, 8));  // a u8/i8 Y's scale and zero point
-    call.inputs.push_back(Input(node, 9));
+    call.inputs.push_back(Input(node, 6));                                  // the f32 bias, added after the multiplier
+    call.inputs.push_back(Input(node, 7));                                  // the f32 residual, added before relu
+    for (size_t i : {8, 9, 10, 11}) call.inputs.push_back(Input(node, i));  // Y's and the residual's (u8/i8)
   }
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
@@ -538,6 +537,8 @@ absl::StatusOr<KernelCall> LowerQLinearConv(const Node& node) {
 // before kiln.relu: y = relu(sum * x_scale * w_scale + B + R). Inputs 8 and 9, the fuse
 // pass's QuantizeLinear of that result (a scalar scale and zero point), make Y u8 or s8:
 // saturate(rint(y / y_scale) + y_zero_point), as the QuantizeLinear would have written it.
+// With inputs 10 and 11 (a scalar scale and zero point) R is u8/s8, the fuse pass's
+// DequantizeLinear folded in: R = (R8 - zero point) * scale.
 absl::Status InferQLinearConvToFloat(InferContext& ctx) {
   DType y_type = DType::kFloat32;
   if (ctx.has_input(8) || ctx.has_input(9)) {
@@ -547,19 +548,29 @@ absl::Status InferQLinearConvToFloat(InferContext& ctx) {
   }
   if (auto st = InferQuantizedConvOperands(ctx, y_type); !st.ok()) return st;
   if (auto st = CheckFloatBias(ctx, "B", ctx.type(3).StaticDims()[0]); !st.ok()) return st;
-  if (ctx.has_input(7) && (ctx.type(7).dtype != DType::kFloat32 || !ctx.type(7).IsStatic() ||
+  // Inputs 10 and 11: the residual is u8/s8, dequantized by this scale and zero point.
+  DType residual_type = DType::kFloat32;
+  if (ctx.has_input(10) || ctx.has_input(11)) {
+    if (!ctx.has_input(7) || !ctx.has_input(10) || !ctx.has_input(11)) {
+      return NodeError(ctx.node, "a quantized residual needs its scale and zero point (inputs 7, 10 and 11)");
+    }
+    if (auto st = CheckScale(ctx, 10, 11, "residual", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+    residual_type = ctx.type(11).dtype;
+  }
+  if (ctx.has_input(7) && (ctx.type(7).dtype != residual_type || !ctx.type(7).IsStatic() ||
                            ctx.type(7).StaticDims() != ctx.output_types[0].StaticDims())) {
-    return NodeError(ctx.node, "the residual (input 7) must be float of Y's shape");
+    return NodeError(ctx.node,
+                     absl::StrCat("the residual (input 7) must be ", DTypeName(residual_type), " of Y's shape"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<KernelCall> LowerQLinearConvToFloat(const Node& node) {
   // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B, R,
-  // then the scale and zero point by which a u8/i8 Y is quantized.
+  // then the scale and zero point by which a u8/i8 Y is quantized, then a u8/i8 R's.
   return LowerIntegerConv(node,
                           QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6), Input(node, 7),
-                                                   Input(node, 8), Input(node, 9)}),
+                                                   Input(node, 8), Input(node, 9), Input(node, 10), Input(node, 11)}),
                           kToFloat);
 }
 
@@ -576,7 +587,7 @@ void RegisterQuantOps(Registry& registry) {
        IntegerMatMulForArtifact<kToFloat>},
       {"ConvInteger", 2, 4, 0, InferConvInteger, LowerConvInteger, IntegerConvForArtifact<kSumInt32>},
       {"QLinearConv", 8, 9, 0, InferQLinearConv, LowerQLinearConv, IntegerConvForArtifact<kRequantize>},
-      {"kiln.QLinearConvToFloat", 6, 10, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
+      {"kiln.QLinearConvToFloat", 6, 12, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
        IntegerConvForArtifact<kToFloat>},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);

@@ -18,6 +18,8 @@
 //    and a QuantizeLinear that alone reads such a Conv's result quantizes it in the epilogue:
 //      %c = kiln.QLinearConvToFloat(...) ; %q = QuantizeLinear(%c, ys, yz)
 //        =>  %q = kiln.QLinearConvToFloat(..., ys, yz)    (Y u8/s8, ys and yz scalars)
+//    and a residual that is a DequantizeLinear's result is read as its bytes:
+//      %r = DequantizeLinear(%r8, rs, rz) ; ... Add(%c, %r)  =>  kiln.QLinearConvToFloat(..., %r8, _, _, rs, rz)
 // 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
 //      %m = ReduceMean(%x, axes=[-1]) ; %d = Sub(%x, %m) ; %p = Pow(%d, 2) or Mul(%d, %d)
 //      %v = ReduceMean(%p, axes=[-1]) ; %s = Sqrt(Add(%v, eps)) ; %n = Div(%d, %s)
@@ -227,6 +229,16 @@ class Fuse : public Pass {
       std::vector<Value*> inputs = conv->inputs();
       inputs.resize(7, nullptr);  // B, or omitted
       inputs.push_back(r);
+      // A residual that is the DequantizeLinear of bytes (the previous block's quantized
+      // output) is read as those bytes, dequantized in the epilogue: inputs 10 and 11.
+      if (const Node* dq = r->producer(); dq != nullptr && dq->op() == "DequantizeLinear" && dq->inputs().size() == 3 &&
+                                          ScalarQuantization(dq->input(1), dq->input(2)) &&
+                                          dq->input(0)->type().dtype == dq->input(2)->type().dtype) {
+        inputs[7] = dq->input(0);
+        inputs.resize(12, nullptr);  // Y's scale and zero point: none yet
+        inputs[10] = dq->input(1);
+        inputs[11] = dq->input(2);
+      }
       conv->set_inputs(inputs);
       Absorb(graph, conv, add);
       return true;
@@ -246,27 +258,31 @@ class Fuse : public Pass {
     return true;
   }
 
+  // Whether a QuantizeLinear's or DequantizeLinear's scale and zero point are constant
+  // scalars, the zero point u8 or s8.
+  static bool ScalarQuantization(const Value* scale, const Value* zero) {
+    if (scale == nullptr || zero == nullptr || !scale->is_constant() || !zero->is_constant()) return false;
+    if (scale->constant()->num_elements() != 1 || scale->type().dtype != DType::kFloat32) return false;
+    if (zero->constant()->num_elements() != 1 || scale->type().shape.size() > 1 || zero->type().shape.size() > 1) {
+      return false;
+    }
+    return zero->type().dtype == DType::kUInt8 || zero->type().dtype == DType::kInt8;
+  }
+
   // %q = QuantizeLinear(%c, ys, yz), %c a kiln.QLinearConvToFloat's result that it alone
   // reads, ys and yz constant scalars (u8 or s8): the Conv takes them as inputs 8 and 9 and
   // writes %q, so its f32 result never reaches memory.
   static bool FuseQuantizedOutput(Graph& graph, Node* quantize) {
     Value* c = quantize->input(0);
     Node* conv = c->producer();
-    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || conv->inputs().size() > 8) return false;
+    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || conv->input(8) != nullptr) return false;
     if (SoleUser(graph, c) != quantize || quantize->inputs().size() != 3) return false;
-    const Value* scale = quantize->input(1);
-    const Value* zero = quantize->input(2);
-    if (scale == nullptr || zero == nullptr || !scale->is_constant() || !zero->is_constant()) return false;
-    if (scale->constant()->num_elements() != 1 || scale->type().dtype != DType::kFloat32) return false;
-    if (zero->constant()->num_elements() != 1 || scale->type().shape.size() > 1 || zero->type().shape.size() > 1) {
-      return false;
-    }
-    const DType y = zero->type().dtype;
-    if ((y != DType::kUInt8 && y != DType::kInt8) || quantize->output(0)->type().dtype != y) return false;
+    if (!ScalarQuantization(quantize->input(1), quantize->input(2))) return false;
+    if (quantize->output(0)->type().dtype != quantize->input(2)->type().dtype) return false;
     std::vector<Value*> inputs = conv->inputs();
-    inputs.resize(8, nullptr);  // B and the residual, or omitted
-    inputs.push_back(quantize->input(1));
-    inputs.push_back(quantize->input(2));
+    inputs.resize(std::max<size_t>(inputs.size(), 10), nullptr);  // B and the residual, or omitted
+    inputs[8] = quantize->input(1);
+    inputs[9] = quantize->input(2);
     conv->set_inputs(inputs);
     Absorb(graph, conv, quantize);
     return true;

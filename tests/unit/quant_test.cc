@@ -340,6 +340,20 @@ struct QConvCase {
   int64_t C, H, W, OC, G, K, S, P;
 };
 
+// A u8 or s8 scalar tensor holding v.
+std::shared_ptr<Tensor> ScalarOf(DType type, int64_t v) {
+  auto t = std::make_shared<Tensor>(type, std::vector<int64_t>{});
+  if (type == DType::kUInt8) t->data_as<uint8_t>()[0] = static_cast<uint8_t>(v);
+  if (type == DType::kInt8) t->data_as<int8_t>()[0] = static_cast<int8_t>(v);
+  return t;
+}
+
+// v quantized by QuantizeLinear's rule (f32 division, ties to even, saturated to `type`).
+float QuantizedAs(float v, float scale, int64_t zero, DType type) {
+  const float lo = type == DType::kUInt8 ? 0.f : -128.f, hi = type == DType::kUInt8 ? 255.f : 127.f;
+  return std::min(hi, std::max(lo, std::nearbyint(v / scale) + static_cast<float>(zero)));
+}
+
 void CheckIntegerConv(const QConvCase& c) {
   const int64_t OH = (c.H + 2 * c.P - c.K) / c.S + 1, OW = (c.W + 2 * c.P - c.K) / c.S + 1, icg = c.C / c.G;
   const bool x_u8 = c.x_type == DType::kUInt8, w_u8 = c.w_type == DType::kUInt8;
@@ -352,21 +366,23 @@ void CheckIntegerConv(const QConvCase& c) {
   const int64_t x_zero = x_u8 ? 128 : -3;
   const float x_scale = 0.02f, y_scale = 0.1f;
   const int64_t y_zero = c.y_type == DType::kUInt8 ? 120 : 5;
-  auto scalar = [](DType type, int64_t v) {
-    auto t = std::make_shared<Tensor>(type, std::vector<int64_t>{});
-    if (type == DType::kUInt8) t->data_as<uint8_t>()[0] = static_cast<uint8_t>(v);
-    if (type == DType::kInt8) t->data_as<int8_t>()[0] = static_cast<int8_t>(v);
-    return t;
-  };
+  auto scalar = ScalarOf;
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
   auto residual = FloatsIn({1, c.OC, OH, OW}, -2.f, 2.f, 16);  // the fuse pass's skip connection
+  auto residual_bytes = RandomInts(c.x_type, {1, c.OC, OH, OW}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 17);
+  const float residual_scale = 0.015f;
+  const int64_t residual_zero = x_u8 ? 100 : -7;
   for (const std::string variant :
        {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu",
-        "kiln.QLinearConvToFloat+residual+relu", "kiln.QLinearConvToFloat+residual+quantized+relu"}) {
+        "kiln.QLinearConvToFloat+residual+relu", "kiln.QLinearConvToFloat+residual+quantized+relu",
+        "kiln.QLinearConvToFloat+qresidual+quantized+relu"}) {
     SCOPED_TRACE(variant);
     const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
-    const bool with_residual = variant.find("+residual") != std::string::npos;
+    // (+qresidual: the residual as bytes with a scale and zero point, the fuse pass's folded
+    // DequantizeLinear.)
+    const bool quantized_residual = variant.find("+qresidual") != std::string::npos;
+    const bool with_residual = quantized_residual || variant.find("+residual") != std::string::npos;
     const bool quantized = variant.find("+quantized") != std::string::npos;  // the fuse pass's QuantizeLinear
     const std::string op = variant.substr(0, variant.find('+'));
     const bool requantize = op == "QLinearConv", to_float = op == "kiln.QLinearConvToFloat";
@@ -384,10 +400,14 @@ void CheckIntegerConv(const QConvCase& c) {
             {"y"}, 13);
         if (with_residual) {
           std::vector<Value*> inputs = conv->inputs();
-          inputs.push_back(g->AddConstant("r", residual));
+          inputs.push_back(g->AddConstant("r", quantized_residual ? residual_bytes : residual));
           if (quantized) {
             inputs.push_back(g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})));
             inputs.push_back(g->AddConstant("yz", scalar(c.y_type, y_zero)));
+          }
+          if (quantized_residual) {
+            inputs.push_back(g->AddConstant("rs", Filled<float>(DType::kFloat32, {}, {residual_scale})));
+            inputs.push_back(g->AddConstant("rz", scalar(c.x_type, residual_zero)));
           }
           conv->set_inputs(inputs);
         }
@@ -431,13 +451,14 @@ void CheckIntegerConv(const QConvCase& c) {
           if (to_float) {
             const float m = x_scale * w_scale->data_as<float>()[oc];
             float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
-            if (with_residual) v += residual->data_as<float>()[(oc * OH + oh) * OW + ow];
-            v = relu && v < 0.f ? 0.f : v;
-            if (quantized) {
-              const float lo = c.y_type == DType::kUInt8 ? 0.f : -128.f, hi = c.y_type == DType::kUInt8 ? 255.f : 127.f;
-              v = std::min(hi, std::max(lo, std::nearbyint(v / y_scale) + static_cast<float>(y_zero)));
+            const int64_t r_at = (oc * OH + oh) * OW + ow;
+            if (quantized_residual) {
+              v += static_cast<float>(at(*residual_bytes, r_at) - residual_zero) * residual_scale;
+            } else if (with_residual) {
+              v += residual->data_as<float>()[r_at];
             }
-            want.push_back(v);
+            v = relu && v < 0.f ? 0.f : v;
+            want.push_back(quantized ? QuantizedAs(v, y_scale, y_zero, c.y_type) : v);
           } else {
             want.push_back(
                 requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);

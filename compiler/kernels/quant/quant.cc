@@ -373,8 +373,11 @@ struct QConvParams {
   const int32_t* offsets;
   const float* multipliers;
   const float* float_bias;  // mode 2 (f32 out): added after the multiplier; may be null
-  const float* residual;    // mode 2: an f32 tensor of Y's shape added before relu; may be null
-  float out_scale;          // mode 2 with a u8/i8 Y: the f32 result quantized as QuantizeLinear does
+  const void* residual;     // mode 2: a tensor of Y's shape added before relu; may be null
+  int32_t residual_dtype;   // f32, or u8/i8 dequantized by the two below (DequantizeLinear's rule)
+  float residual_scale;
+  int32_t residual_zero;
+  float out_scale;  // mode 2 with a u8/i8 Y: the f32 result quantized as QuantizeLinear does
   void* y;
   int32_t y_dtype;
   bool requantize, to_float;
@@ -385,6 +388,12 @@ struct QConvParams {
   float y_zero, lo, hi;  // the output zero point and clamp (quantized units)
   bool pointwise;        // 1x1, stride 1, no padding: columns read in place
 };
+
+// Element i of the residual as f32.
+inline float ResidualAt(const QConvParams& q, int64_t i) {
+  if (q.residual_dtype == kF32) return static_cast<const float*>(q.residual)[i];
+  return static_cast<float>(LoadInt(q.residual, q.residual_dtype, i) - q.residual_zero) * q.residual_scale;
+}
 
 // A tile's epilogue: sums [kQRows][kLanes] (row r, column j at r * kLanes + j) of output
 // channels panel * 8.. and columns j0.., `cols` of them valid, into Y.
@@ -403,7 +412,7 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
       const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
       for (int64_t j = 0; j < cols; ++j) {
         float v = static_cast<float>(sums[j] + offset) * m + b;
-        if (q.residual != nullptr) v += q.residual[at + j];
+        if (q.residual != nullptr) v += ResidualAt(q, at + j);
         if (q.relu && !(v > 0.f)) v = 0.f;
         v = rintf(v / q.out_scale) + q.y_zero;
         StoreSaturated(q.y, q.y_dtype, at + j, v);
@@ -414,9 +423,8 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
       const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
       float* y = static_cast<float*>(q.y) + at;
       if (q.residual != nullptr) {
-        const float* res = q.residual + at;
         for (int64_t j = 0; j < cols; ++j) {
-          const float v = static_cast<float>(sums[j] + offset) * m + b + res[j];
+          const float v = static_cast<float>(sums[j] + offset) * m + b + ResidualAt(q, at + j);
           y[j] = q.relu && !(v > 0.f) ? 0.f : v;
         }
         continue;
@@ -469,6 +477,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
   }
 }
 
+// Sixteen elements of the residual from element `at` as f32 (ResidualAt), the lanes of `mask`.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline __m512 ResidualAvx512(const QConvParams& q,
+                                                                                             int64_t at,
+                                                                                             __mmask16 mask) {
+  if (q.residual_dtype == kF32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(q.residual) + at);
+  const __m128i bytes = _mm_maskz_loadu_epi8(mask, static_cast<const uint8_t*>(q.residual) + at);
+  const __m512i ints = q.residual_dtype == kU8 ? _mm512_cvtepu8_epi32(bytes) : _mm512_cvtepi8_epi32(bytes);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ints, _mm512_set1_epi32(q.residual_zero))),
+                       _mm512_set1_ps(q.residual_scale));
+}
+
 template <int NV>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvEpilogueAvx512(
     const QConvParams& q, const v16i* acc, int64_t n, int64_t grp, int64_t panel, int64_t j0, int64_t cols) {
@@ -498,9 +517,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
       const __m512 out_scale = _mm512_set1_ps(q.out_scale);
       for (int v = 0; v < NV; ++v) {
         __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m), b);
-        if (q.residual != nullptr) {
-          f = _mm512_add_ps(f, _mm512_maskz_loadu_ps(masks[v], q.residual + at + v * 16));
-        }
+        if (q.residual != nullptr) f = _mm512_add_ps(f, ResidualAvx512(q, at + v * 16, masks[v]));
         if (q.relu) f = _mm512_max_ps(f, _mm512_setzero_ps());  // -0 and NaN become +0, as in QConvEpilogue
         if (!quantized) {
           _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
@@ -684,8 +701,9 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
 // multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC] and an
-// optional f32 residual of Y's shape (added before relu), and for a u8/i8 Y (mode 2: the
-// f32 result quantized) Y's scale and zero point. outputs: Y, scratch (X's channel
+// optional residual of Y's shape (added before relu), for a u8/i8 Y (mode 2: the f32
+// result quantized) Y's scale and zero point, and for a u8/i8 residual its scale and zero
+// point (it is dequantized first). outputs: Y, scratch (X's channel
 // quads, and 256 bytes a last pointwise chunk may read past them). Parameters: kiln_quant_params'
 // group, window, mode, relu and the packed path's fields.
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_params& params) {
@@ -718,7 +736,15 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   q.offsets = InputData<int32_t>(call, 2);
   q.multipliers = InputData<float>(call, 3);
   q.float_bias = q.to_float ? OptionalInputData<float>(call, 4) : nullptr;
-  q.residual = q.to_float ? OptionalInputData<float>(call, 5) : nullptr;
+  q.residual = q.to_float && call->num_inputs > 5 ? call->inputs[5].data : nullptr;
+  q.residual_dtype = q.residual != nullptr ? call->inputs[5].dtype : kF32;
+  q.residual_scale = 1.f;
+  q.residual_zero = 0;
+  if (q.residual != nullptr && q.residual_dtype != kF32) {  // quantized: its scale and zero point
+    q.residual_scale = *InputData<float>(call, 8);
+    const kiln_ktensor& rz = call->inputs[9];
+    q.residual_zero = rz.data != nullptr ? LoadInt(rz.data, rz.dtype, 0) : 0;
+  }
   q.out_scale = q.to_float && Y.dtype != kF32 ? *InputData<float>(call, 6) : 1.f;
   if (q.to_float && Y.dtype != kF32) {
     const kiln_ktensor& zp = call->inputs[7];
@@ -969,8 +995,9 @@ KILN_KERNEL(qgemm) {
 // kiln_quant_params' group, window, mode, packed_weights (QConvFast's layout) and relu. mode 0: Y int32 sums; 1: Y
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
 // B then an optional f32 [OC] in the bias slot and an optional f32 residual of Y's shape
-// after it, added before relu (kiln.QLinearConvToFloat; relu: max(Y, 0)), and for a u8/i8 Y
-// its scale and zero point, by which the f32 result is quantized (QuantizeLinear's rule). Taps in the padding read X's
+// after it (u8/i8: dequantized by the last two inputs), added before relu
+// (kiln.QLinearConvToFloat; relu: max(Y, 0)), for a u8/i8 Y its scale and zero point, by
+// which the f32 result is quantized (QuantizeLinear's rule), then the residual's. Taps in the padding read X's
 // zero point, i.e. contribute 0.
 static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
@@ -990,7 +1017,15 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const bool relu = params.relu != 0;  // clamp at Y's zero point
   const int32_t* bias = requantize ? OptionalInputData<int32_t>(call, 8) : nullptr;
   const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
-  const float* residual = to_float ? OptionalInputData<float>(call, 9) : nullptr;
+  // The residual (input 9): f32, or u8/i8 dequantized by inputs 12 and 13.
+  QConvParams res{};
+  res.residual = to_float && call->num_inputs > 9 ? call->inputs[9].data : nullptr;
+  res.residual_dtype = res.residual != nullptr ? call->inputs[9].dtype : kF32;
+  if (res.residual != nullptr && res.residual_dtype != kF32) {
+    res.residual_scale = *InputData<float>(call, 12);
+    res.residual_zero =
+        call->inputs[13].data != nullptr ? LoadInt(call->inputs[13].data, call->inputs[13].dtype, 0) : 0;
+  }
   // A u8/i8 Y in mode 2: the f32 result quantized by Y's scale and zero point (inputs 10, 11).
   const bool quantize_result = to_float && Y.dtype != kF32;
   const float out_scale = quantize_result ? *InputData<float>(call, 10) : 1.f;
@@ -1031,7 +1066,7 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
               StoreSaturated(Y.data, Y.dtype, at, relu && v < z ? z : v);
             } else if (to_float) {
               float v = static_cast<float>(sum) * multiplier + b;
-              if (residual != nullptr) v += residual[at];
+              if (res.residual != nullptr) v += ResidualAt(res, at);
               v = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
               if (quantize_result) {
                 StoreSaturated(Y.data, Y.dtype, at, rintf(v / out_scale) + out_zero);
