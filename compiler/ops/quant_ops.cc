@@ -266,6 +266,16 @@ int64_t IntAt(const Value* v, int64_t i) {
   return t->GetAsInt64(t->num_elements() > 1 ? i : 0);
 }
 
+// kiln.QLinearConvToFloat's kiln.clip_min and kiln.clip_max (the fuse pass's Clip) as an
+// f32 [2] operand for the kernel, or an empty one.
+KernelOperand ClipBounds(const Node& node) {
+  if (!node.has_attr("kiln.clip_max")) return KernelOperand{};
+  auto bounds = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{2});
+  bounds->data_as<float>()[0] = static_cast<float>(node.GetFloat("kiln.clip_min", -3.4028234663852886e38));
+  bounds->data_as<float>()[1] = static_cast<float>(node.GetFloat("kiln.clip_max", 3.4028234663852886e38));
+  return KernelOperand{-1, bounds};
+}
+
 absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node, ConvMode mode) {
   const bool requantize = mode == kRequantize;
   const size_t w_in = mode == kSumInt32 ? 1 : 3, xz_in = 2, wz_in = mode == kSumInt32 ? 3 : 5;
@@ -340,6 +350,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
     call.inputs.push_back(Input(node, 6));                                  // the f32 bias, added after the multiplier
     call.inputs.push_back(Input(node, 7));                                  // the f32 residual, added before relu
     for (size_t i : {8, 9, 10, 11}) call.inputs.push_back(Input(node, i));  // Y's and the residual's (u8/i8)
+    call.inputs.push_back(ClipBounds(node));
   }
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
@@ -538,7 +549,8 @@ absl::StatusOr<KernelCall> LowerQLinearConv(const Node& node) {
 // pass's QuantizeLinear of that result (a scalar scale and zero point), make Y u8 or s8:
 // saturate(rint(y / y_scale) + y_zero_point), as the QuantizeLinear would have written it.
 // With inputs 10 and 11 (a scalar scale and zero point) R is u8/s8, the fuse pass's
-// DequantizeLinear folded in: R = (R8 - zero point) * scale.
+// DequantizeLinear folded in: R = (R8 - zero point) * scale. Attributes kiln.clip_min and
+// kiln.clip_max (the fuse pass's Clip) bound y after kiln.relu.
 absl::Status InferQLinearConvToFloat(InferContext& ctx) {
   DType y_type = DType::kFloat32;
   if (ctx.has_input(8) || ctx.has_input(9)) {
@@ -568,10 +580,11 @@ absl::Status InferQLinearConvToFloat(InferContext& ctx) {
 absl::StatusOr<KernelCall> LowerQLinearConvToFloat(const Node& node) {
   // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B, R,
   // then the scale and zero point by which a u8/i8 Y is quantized, then a u8/i8 R's.
-  return LowerIntegerConv(node,
-                          QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6), Input(node, 7),
-                                                   Input(node, 8), Input(node, 9), Input(node, 10), Input(node, 11)}),
-                          kToFloat);
+  return LowerIntegerConv(
+      node,
+      QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6), Input(node, 7), Input(node, 8),
+                               Input(node, 9), Input(node, 10), Input(node, 11), ClipBounds(node)}),
+      kToFloat);
 }
 
 }  // namespace

@@ -18,6 +18,9 @@
 //    and a QuantizeLinear that alone reads such a Conv's result quantizes it in the epilogue:
 //      %c = kiln.QLinearConvToFloat(...) ; %q = QuantizeLinear(%c, ys, yz)
 //        =>  %q = kiln.QLinearConvToFloat(..., ys, yz)    (Y u8/s8, ys and yz scalars)
+//    and a Clip with constant bounds after it (ReLU6) joins it as a Relu does:
+//      %c = kiln.QLinearConvToFloat(...) ; %y = Clip(%c, 0, 6)  =>  %y = kiln.QLinearConvToFloat(...) {kiln.clip_min=0,
+//      kiln.clip_max=6}
 //    and a residual that is a DequantizeLinear's result is read as its bytes:
 //      %r = DequantizeLinear(%r8, rs, rz) ; ... Add(%c, %r)  =>  kiln.QLinearConvToFloat(..., %r8, _, _, rs, rz)
 // 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
@@ -84,7 +87,7 @@ class Fuse : public Pass {
         changed = true;
         continue;
       }
-      if ((node->op() == "Relu" && FuseQuantizedRelu(graph, node)) ||
+      if (((node->op() == "Relu" || node->op() == "Clip") && FuseQuantizedRelu(graph, node)) ||
           (node->op() == "QuantizeLinear" && FuseQuantizedOutput(graph, node))) {
         changed = true;
         continue;
@@ -246,15 +249,25 @@ class Fuse : public Pass {
     return false;
   }
 
-  // %y = Relu(%c), %c a kiln.QLinearConvToFloat's result that the Relu alone reads (fold-qdq
-  // fused the Relus that followed it directly; this is the one after a fused residual).
-  static bool FuseQuantizedRelu(Graph& graph, Node* relu) {
-    Value* c = relu->input(0);
+  // %y = Relu(%c) or Clip(%c, lo, hi) (constant bounds), %c a kiln.QLinearConvToFloat's f32
+  // result that it alone reads (fold-qdq fused the Relus that followed it directly; this is
+  // the one after a fused residual) => kiln.relu, or kiln.clip_min and kiln.clip_max (applied
+  // after any relu; MobileNet's ReLU6 before a depthwise Conv kept in f32).
+  static bool FuseQuantizedRelu(Graph& graph, Node* activation) {
+    Value* c = activation->input(0);
     Node* conv = c->producer();
-    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || conv->has_attr("kiln.relu")) return false;
-    if (SoleUser(graph, c) != relu) return false;
-    conv->mutable_attrs()["kiln.relu"] = int64_t{1};
-    Absorb(graph, conv, relu);
+    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || c->type().dtype != DType::kFloat32) return false;
+    if (SoleUser(graph, c) != activation || conv->has_attr("kiln.clip_max")) return false;
+    if (activation->op() == "Relu") {
+      if (conv->has_attr("kiln.relu")) return false;
+      conv->mutable_attrs()["kiln.relu"] = int64_t{1};
+    } else {
+      double lo = 0, hi = 0;
+      if (!ClipBounds(activation, &lo, &hi)) return false;
+      conv->mutable_attrs()["kiln.clip_min"] = lo;
+      conv->mutable_attrs()["kiln.clip_max"] = hi;
+    }
+    Absorb(graph, conv, activation);
     return true;
   }
 

@@ -376,14 +376,14 @@ void CheckIntegerConv(const QConvCase& c) {
   for (const std::string variant :
        {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu",
         "kiln.QLinearConvToFloat+residual+relu", "kiln.QLinearConvToFloat+residual+quantized+relu",
-        "kiln.QLinearConvToFloat+qresidual+quantized+relu"}) {
+        "kiln.QLinearConvToFloat+qresidual+quantized+relu", "kiln.QLinearConvToFloat+residual+clip"}) {
     SCOPED_TRACE(variant);
     const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
-    // (+qresidual: the residual as bytes with a scale and zero point, the fuse pass's folded
-    // DequantizeLinear.)
+    // +qresidual: the residual as bytes, scale and zero point (a folded DequantizeLinear).
     const bool quantized_residual = variant.find("+qresidual") != std::string::npos;
     const bool with_residual = quantized_residual || variant.find("+residual") != std::string::npos;
     const bool quantized = variant.find("+quantized") != std::string::npos;  // the fuse pass's QuantizeLinear
+    const bool clip = variant.find("+clip") != std::string::npos;            // and Clip, to [-0.5, 0.75]
     const std::string op = variant.substr(0, variant.find('+'));
     const bool requantize = op == "QLinearConv", to_float = op == "kiln.QLinearConvToFloat";
     auto build = [&] {
@@ -412,6 +412,10 @@ void CheckIntegerConv(const QConvCase& c) {
           conv->set_inputs(inputs);
         }
         if (relu) conv->mutable_attrs()["kiln.relu"] = int64_t{1};
+        if (clip) {
+          conv->mutable_attrs()["kiln.clip_min"] = -0.5;
+          conv->mutable_attrs()["kiln.clip_max"] = 0.75;
+        }
       } else if (requantize) {
         conv = g->AddNode("QLinearConv", "conv",
                           {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz,
@@ -458,6 +462,7 @@ void CheckIntegerConv(const QConvCase& c) {
               v += residual->data_as<float>()[r_at];
             }
             v = relu && v < 0.f ? 0.f : v;
+            v = clip ? std::min(0.75f, std::max(-0.5f, v)) : v;
             want.push_back(quantized ? QuantizedAs(v, y_scale, y_zero, c.y_type) : v);
           } else {
             want.push_back(

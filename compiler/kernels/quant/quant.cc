@@ -377,7 +377,8 @@ struct QConvParams {
   int32_t residual_dtype;   // f32, or u8/i8 dequantized by the two below (DequantizeLinear's rule)
   float residual_scale;
   int32_t residual_zero;
-  float out_scale;  // mode 2 with a u8/i8 Y: the f32 result quantized as QuantizeLinear does
+  float out_scale;    // mode 2 with a u8/i8 Y: the f32 result quantized as QuantizeLinear does
+  const float* clip;  // mode 2: [lo, hi] bounding the result after relu (ReLU6); may be null
   void* y;
   int32_t y_dtype;
   bool requantize, to_float;
@@ -414,6 +415,7 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
         float v = static_cast<float>(sums[j] + offset) * m + b;
         if (q.residual != nullptr) v += ResidualAt(q, at + j);
         if (q.relu && !(v > 0.f)) v = 0.f;
+        if (q.clip != nullptr) v = v < q.clip[0] ? q.clip[0] : (v > q.clip[1] ? q.clip[1] : v);
         v = rintf(v / q.out_scale) + q.y_zero;
         StoreSaturated(q.y, q.y_dtype, at + j, v);
       }
@@ -422,10 +424,13 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
     if (q.to_float) {
       const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
       float* y = static_cast<float*>(q.y) + at;
-      if (q.residual != nullptr) {
+      if (q.residual != nullptr || q.clip != nullptr) {
         for (int64_t j = 0; j < cols; ++j) {
-          const float v = static_cast<float>(sums[j] + offset) * m + b + ResidualAt(q, at + j);
-          y[j] = q.relu && !(v > 0.f) ? 0.f : v;
+          float v = static_cast<float>(sums[j] + offset) * m + b;
+          if (q.residual != nullptr) v += ResidualAt(q, at + j);
+          if (q.relu && !(v > 0.f)) v = 0.f;
+          if (q.clip != nullptr) v = v < q.clip[0] ? q.clip[0] : (v > q.clip[1] ? q.clip[1] : v);
+          y[j] = v;
         }
         continue;
       }
@@ -515,10 +520,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
       const __m512 b = _mm512_set1_ps(q.float_bias != nullptr ? q.float_bias[oc] : 0.f);
       const bool quantized = q.y_dtype != kF32;  // then QuantizeLinear's rule: rint(v / scale) + zero
       const __m512 out_scale = _mm512_set1_ps(q.out_scale);
+      const __m512 clip_lo = _mm512_set1_ps(q.clip != nullptr ? q.clip[0] : 0.f);
+      const __m512 clip_hi = _mm512_set1_ps(q.clip != nullptr ? q.clip[1] : 0.f);
       for (int v = 0; v < NV; ++v) {
         __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m), b);
         if (q.residual != nullptr) f = _mm512_add_ps(f, ResidualAvx512(q, at + v * 16, masks[v]));
         if (q.relu) f = _mm512_max_ps(f, _mm512_setzero_ps());  // -0 and NaN become +0, as in QConvEpilogue
+        if (q.clip != nullptr) f = _mm512_min_ps(_mm512_max_ps(f, clip_lo), clip_hi);
         if (!quantized) {
           _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
           continue;
@@ -703,7 +711,7 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 // multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC] and an
 // optional residual of Y's shape (added before relu), for a u8/i8 Y (mode 2: the f32
 // result quantized) Y's scale and zero point, and for a u8/i8 residual its scale and zero
-// point (it is dequantized first). outputs: Y, scratch (X's channel
+// point (it is dequantized first), then optional clip bounds f32 [2] (after relu). outputs: Y, scratch (X's channel
 // quads, and 256 bytes a last pointwise chunk may read past them). Parameters: kiln_quant_params'
 // group, window, mode, relu and the packed path's fields.
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_params& params) {
@@ -746,6 +754,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
     q.residual_zero = rz.data != nullptr ? LoadInt(rz.data, rz.dtype, 0) : 0;
   }
   q.out_scale = q.to_float && Y.dtype != kF32 ? *InputData<float>(call, 6) : 1.f;
+  q.clip = q.to_float ? OptionalInputData<float>(call, 10) : nullptr;
   if (q.to_float && Y.dtype != kF32) {
     const kiln_ktensor& zp = call->inputs[7];
     q.y_zero = zp.data != nullptr ? static_cast<float>(LoadInt(zp.data, zp.dtype, 0)) : 0.f;
@@ -997,7 +1006,8 @@ KILN_KERNEL(qgemm) {
 // B then an optional f32 [OC] in the bias slot and an optional f32 residual of Y's shape
 // after it (u8/i8: dequantized by the last two inputs), added before relu
 // (kiln.QLinearConvToFloat; relu: max(Y, 0)), for a u8/i8 Y its scale and zero point, by
-// which the f32 result is quantized (QuantizeLinear's rule), then the residual's. Taps in the padding read X's
+// which the f32 result is quantized (QuantizeLinear's rule), then the residual's, then
+// optional clip bounds f32 [2] applied after relu (kiln.clip_min, kiln.clip_max). Taps in the padding read X's
 // zero point, i.e. contribute 0.
 static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
@@ -1019,6 +1029,7 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
   // The residual (input 9): f32, or u8/i8 dequantized by inputs 12 and 13.
   QConvParams res{};
+  const float* clip = to_float ? OptionalInputData<float>(call, 14) : nullptr;  // [lo, hi] after relu
   res.residual = to_float && call->num_inputs > 9 ? call->inputs[9].data : nullptr;
   res.residual_dtype = res.residual != nullptr ? call->inputs[9].dtype : kF32;
   if (res.residual != nullptr && res.residual_dtype != kF32) {
@@ -1068,6 +1079,7 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
               float v = static_cast<float>(sum) * multiplier + b;
               if (res.residual != nullptr) v += ResidualAt(res, at);
               v = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
+              if (clip != nullptr) v = v < clip[0] ? clip[0] : (v > clip[1] ? clip[1] : v);
               if (quantize_result) {
                 StoreSaturated(Y.data, Y.dtype, at, rintf(v / out_scale) + out_zero);
               } else {
