@@ -266,6 +266,16 @@ int64_t IntAt(const Value* v, int64_t i) {
   return t->GetAsInt64(t->num_elements() > 1 ? i : 0);
 }
 
+// kiln.QLinearConvToFloat's kiln.clip_min and kiln.clip_max (the fuse pass's Clip) as an
+// f32 [2] operand for the kernel, or an empty one.
+KernelOperand ClipBounds(const Node& node) {
+  if (!node.has_attr("kiln.clip_max")) return KernelOperand{};
+  auto bounds = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{2});
+  bounds->data_as<float>()[0] = static_cast<float>(node.GetFloat("kiln.clip_min", -3.4028234663852886e38));
+  bounds->data_as<float>()[1] = static_cast<float>(node.GetFloat("kiln.clip_max", 3.4028234663852886e38));
+  return KernelOperand{-1, bounds};
+}
+
 absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node, ConvMode mode) {
   const bool requantize = mode == kRequantize;
   const size_t w_in = mode == kSumInt32 ? 1 : 3, xz_in = 2, wz_in = mode == kSumInt32 ? 3 : 5;
@@ -273,9 +283,9 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   const Value* w = node.input(w_in);
   auto constant_or_absent = [&](size_t i) { return node.input(i) == nullptr || node.input(i)->is_constant(); };
   if (!w->is_constant() || !constant_or_absent(xz_in) || !constant_or_absent(wz_in)) return std::nullopt;
-  if (mode != kSumInt32) {
-    for (size_t i : {1, 4, 6, 7, 8}) {
-      if (!constant_or_absent(i)) return std::nullopt;
+  if (mode != kSumInt32) {  // scales, zero points and biases (kToFloat's input 7 is its residual)
+    for (size_t i : {1, 4, 6, 7, 8, 9, 10, 11}) {
+      if (!constant_or_absent(i) && !(mode == kToFloat && i == 7)) return std::nullopt;
     }
   }
   const std::vector<int64_t> xd = StaticDims(x), wd = StaticDims(w), yd = StaticDims(node.output(0));
@@ -336,7 +346,12 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   if (params.relu == 1) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
   KernelCall call = CallWithParams<kernel::qconv>(
       {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
-  if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias, added last
+  if (mode == kToFloat) {
+    call.inputs.push_back(Input(node, 6));                                  // the f32 bias, added after the multiplier
+    call.inputs.push_back(Input(node, 7));                                  // the f32 residual, added before relu
+    for (size_t i : {8, 9, 10, 11}) call.inputs.push_back(Input(node, i));  // Y's and the residual's (u8/i8)
+    call.inputs.push_back(ClipBounds(node));
+  }
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;
@@ -528,15 +543,48 @@ absl::StatusOr<KernelCall> LowerQLinearConv(const Node& node) {
 
 // fold-qdq's Conv between dequantized inputs whose result stays f32 (read by an Add, a
 // pool, a graph output): inputs X, x_scale, x_zero_point, W, w_scale, w_zero_point as
-// QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B.
+// QLinearConv's, then an optional f32 bias [OC]; y = sum * x_scale * w_scale + B. Input 7,
+// the fuse pass's residual (ResNet's skip connection), is an f32 tensor of Y's shape added
+// before kiln.relu: y = relu(sum * x_scale * w_scale + B + R). Inputs 8 and 9, the fuse
+// pass's QuantizeLinear of that result (a scalar scale and zero point), make Y u8 or s8:
+// saturate(rint(y / y_scale) + y_zero_point), as the QuantizeLinear would have written it.
+// With inputs 10 and 11 (a scalar scale and zero point) R is u8/s8, the fuse pass's
+// DequantizeLinear folded in: R = (R8 - zero point) * scale. Attributes kiln.clip_min and
+// kiln.clip_max (the fuse pass's Clip) bound y after kiln.relu.
 absl::Status InferQLinearConvToFloat(InferContext& ctx) {
-  if (auto st = InferQuantizedConvOperands(ctx, DType::kFloat32); !st.ok()) return st;
-  return CheckFloatBias(ctx, "B", ctx.type(3).StaticDims()[0]);
+  DType y_type = DType::kFloat32;
+  if (ctx.has_input(8) || ctx.has_input(9)) {
+    if (!ctx.has_input(8) || !ctx.has_input(9)) return NodeError(ctx.node, "y_scale and y_zero_point come together");
+    if (auto st = CheckScale(ctx, 8, 9, "y", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+    y_type = ctx.type(9).dtype;
+  }
+  if (auto st = InferQuantizedConvOperands(ctx, y_type); !st.ok()) return st;
+  if (auto st = CheckFloatBias(ctx, "B", ctx.type(3).StaticDims()[0]); !st.ok()) return st;
+  // Inputs 10 and 11: the residual is u8/s8, dequantized by this scale and zero point.
+  DType residual_type = DType::kFloat32;
+  if (ctx.has_input(10) || ctx.has_input(11)) {
+    if (!ctx.has_input(7) || !ctx.has_input(10) || !ctx.has_input(11)) {
+      return NodeError(ctx.node, "a quantized residual needs its scale and zero point (inputs 7, 10 and 11)");
+    }
+    if (auto st = CheckScale(ctx, 10, 11, "residual", {DType::kUInt8, DType::kInt8}, 1); !st.ok()) return st;
+    residual_type = ctx.type(11).dtype;
+  }
+  if (ctx.has_input(7) && (ctx.type(7).dtype != residual_type || !ctx.type(7).IsStatic() ||
+                           ctx.type(7).StaticDims() != ctx.output_types[0].StaticDims())) {
+    return NodeError(ctx.node,
+                     absl::StrCat("the residual (input 7) must be ", DTypeName(residual_type), " of Y's shape"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<KernelCall> LowerQLinearConvToFloat(const Node& node) {
-  // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B.
-  return LowerIntegerConv(node, QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6)}), kToFloat);
+  // Kernel order: X, W, X's zero point, W's, X's scale, W's, (no Y scale, zero point), B, R,
+  // then the scale and zero point by which a u8/i8 Y is quantized, then a u8/i8 R's.
+  return LowerIntegerConv(
+      node,
+      QuantizedOperands(node, {KernelOperand{}, KernelOperand{}, Input(node, 6), Input(node, 7), Input(node, 8),
+                               Input(node, 9), Input(node, 10), Input(node, 11), ClipBounds(node)}),
+      kToFloat);
 }
 
 }  // namespace
@@ -552,7 +600,7 @@ void RegisterQuantOps(Registry& registry) {
        IntegerMatMulForArtifact<kToFloat>},
       {"ConvInteger", 2, 4, 0, InferConvInteger, LowerConvInteger, IntegerConvForArtifact<kSumInt32>},
       {"QLinearConv", 8, 9, 0, InferQLinearConv, LowerQLinearConv, IntegerConvForArtifact<kRequantize>},
-      {"kiln.QLinearConvToFloat", 6, 7, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
+      {"kiln.QLinearConvToFloat", 6, 12, 0, InferQLinearConvToFloat, LowerQLinearConvToFloat,
        IntegerConvForArtifact<kToFloat>},
   };
   for (const OpSchema& schema : ops) registry.Add(schema);

@@ -12,6 +12,17 @@
 //    (%s: [N or 1, C, 1, 1]; a zero B is added when the Conv has none.) And a residual
 //    added to a Conv's result (ResNet's skip connection) is added in its epilogue:
 //      %c = Conv(...) ; %y = Add(%c, %r)     =>  %y = Conv(..., %r) {kiln.residual=1}
+//    and so is one added to fold-qdq's int8 Conv with an f32 result, with the Relu after it:
+//      %c = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b) ; %y = Relu(Add(%c, %r))
+//        =>  %y = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b, %r) {kiln.relu=1}
+//    and a QuantizeLinear that alone reads such a Conv's result quantizes it in the epilogue:
+//      %c = kiln.QLinearConvToFloat(...) ; %q = QuantizeLinear(%c, ys, yz)
+//        =>  %q = kiln.QLinearConvToFloat(..., ys, yz)    (Y u8/s8, ys and yz scalars)
+//    and a Clip with constant bounds after it (ReLU6) joins it as a Relu does:
+//      %c = kiln.QLinearConvToFloat(...) ; %y = Clip(%c, 0, 6)  =>  %y = kiln.QLinearConvToFloat(...) {kiln.clip_min=0,
+//      kiln.clip_max=6}
+//    and a residual that is a DequantizeLinear's result is read as its bytes:
+//      %r = DequantizeLinear(%r8, rs, rz) ; ... Add(%c, %r)  =>  kiln.QLinearConvToFloat(..., %r8, _, _, rs, rz)
 // 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
 //      %m = ReduceMean(%x, axes=[-1]) ; %d = Sub(%x, %m) ; %p = Pow(%d, 2) or Mul(%d, %d)
 //      %v = ReduceMean(%p, axes=[-1]) ; %s = Sqrt(Add(%v, eps)) ; %n = Div(%d, %s)
@@ -83,7 +94,13 @@ class Fuse : public Pass {
     for (Node* node : graph.nodes()) {
       Value* x = node->input(0);
       if (x == nullptr) continue;
-      if (node->op() == "Add" && FuseResidual(graph, node, position)) {
+      if (node->op() == "Add" &&
+          (FuseResidual(graph, node, position) || FuseQuantizedResidual(graph, node, position))) {
+        changed = true;
+        continue;
+      }
+      if (((node->op() == "Relu" || node->op() == "Clip") && FuseQuantizedRelu(graph, node)) ||
+          (node->op() == "QuantizeLinear" && FuseQuantizedOutput(graph, node))) {
         changed = true;
         continue;
       }
@@ -202,6 +219,98 @@ class Fuse : public Pass {
       return true;
     }
     return false;
+  }
+
+  // %c = kiln.QLinearConvToFloat(...) ; %y = Add(%c, %r) (either order) => the Conv with %r
+  // as its input 7, on the conditions FuseResidual states (static shapes: the kernel's
+  // residual is read at Y's offsets). Its relu, if any, would come before the Add: none.
+  static bool FuseQuantizedResidual(Graph& graph, Node* add, const std::map<const Node*, size_t>& position) {
+    if (add->inputs().size() != 2) return false;
+    const TensorType& type = add->output(0)->type();
+    if (!type.IsStatic() || type.dtype != DType::kFloat32) return false;
+    for (int side = 0; side < 2; ++side) {
+      Value* c = add->input(side);
+      Value* r = add->input(1 - side);
+      if (c == nullptr || r == nullptr || c == r) continue;
+      Node* conv = c->producer();
+      if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || SoleUser(graph, c) != add) continue;
+      if (conv->inputs().size() > 7 || conv->has_attr("kiln.relu")) continue;
+      if (!r->type().IsStatic() || r->type().dtype != DType::kFloat32) continue;
+      if (c->type().StaticDims() != type.StaticDims() || r->type().StaticDims() != type.StaticDims()) continue;
+      if (Node* p = r->producer(); p != nullptr) {
+        auto at_r = position.find(p), at_conv = position.find(conv);
+        if (at_r == position.end() || at_conv == position.end() || at_r->second >= at_conv->second) continue;
+      }
+      std::vector<Value*> inputs = conv->inputs();
+      inputs.resize(7, nullptr);  // B, or omitted
+      inputs.push_back(r);
+      // A residual that is the DequantizeLinear of bytes (the previous block's quantized
+      // output) is read as those bytes, dequantized in the epilogue: inputs 10 and 11.
+      if (const Node* dq = r->producer(); dq != nullptr && dq->op() == "DequantizeLinear" && dq->inputs().size() == 3 &&
+                                          ScalarQuantization(dq->input(1), dq->input(2)) &&
+                                          dq->input(0)->type().dtype == dq->input(2)->type().dtype) {
+        inputs[7] = dq->input(0);
+        inputs.resize(12, nullptr);  // Y's scale and zero point: none yet
+        inputs[10] = dq->input(1);
+        inputs[11] = dq->input(2);
+      }
+      conv->set_inputs(inputs);
+      Absorb(graph, conv, add);
+      return true;
+    }
+    return false;
+  }
+
+  // %y = Relu(%c) or Clip(%c, lo, hi) (constant bounds), %c a kiln.QLinearConvToFloat's f32
+  // result that it alone reads (fold-qdq fused the Relus that followed it directly; this is
+  // the one after a fused residual) => kiln.relu, or kiln.clip_min and kiln.clip_max (applied
+  // after any relu; MobileNet's ReLU6 before a depthwise Conv kept in f32).
+  static bool FuseQuantizedRelu(Graph& graph, Node* activation) {
+    Value* c = activation->input(0);
+    Node* conv = c->producer();
+    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || c->type().dtype != DType::kFloat32) return false;
+    if (SoleUser(graph, c) != activation || conv->has_attr("kiln.clip_max")) return false;
+    if (activation->op() == "Relu") {
+      if (conv->has_attr("kiln.relu")) return false;
+      conv->mutable_attrs()["kiln.relu"] = int64_t{1};
+    } else {
+      double lo = 0, hi = 0;
+      if (!ClipBounds(activation, &lo, &hi)) return false;
+      conv->mutable_attrs()["kiln.clip_min"] = lo;
+      conv->mutable_attrs()["kiln.clip_max"] = hi;
+    }
+    Absorb(graph, conv, activation);
+    return true;
+  }
+
+  // Whether a QuantizeLinear's or DequantizeLinear's scale and zero point are constant
+  // scalars, the zero point u8 or s8.
+  static bool ScalarQuantization(const Value* scale, const Value* zero) {
+    if (scale == nullptr || zero == nullptr || !scale->is_constant() || !zero->is_constant()) return false;
+    if (scale->constant()->num_elements() != 1 || scale->type().dtype != DType::kFloat32) return false;
+    if (zero->constant()->num_elements() != 1 || scale->type().shape.size() > 1 || zero->type().shape.size() > 1) {
+      return false;
+    }
+    return zero->type().dtype == DType::kUInt8 || zero->type().dtype == DType::kInt8;
+  }
+
+  // %q = QuantizeLinear(%c, ys, yz), %c a kiln.QLinearConvToFloat's result that it alone
+  // reads, ys and yz constant scalars (u8 or s8): the Conv takes them as inputs 8 and 9 and
+  // writes %q, so its f32 result never reaches memory.
+  static bool FuseQuantizedOutput(Graph& graph, Node* quantize) {
+    Value* c = quantize->input(0);
+    Node* conv = c->producer();
+    if (conv == nullptr || conv->op() != "kiln.QLinearConvToFloat" || conv->input(8) != nullptr) return false;
+    if (SoleUser(graph, c) != quantize || quantize->inputs().size() != 3) return false;
+    if (!ScalarQuantization(quantize->input(1), quantize->input(2))) return false;
+    if (quantize->output(0)->type().dtype != quantize->input(2)->type().dtype) return false;
+    std::vector<Value*> inputs = conv->inputs();
+    inputs.resize(std::max<size_t>(inputs.size(), 10), nullptr);  // B and the residual, or omitted
+    inputs[8] = quantize->input(1);
+    inputs[9] = quantize->input(2);
+    conv->set_inputs(inputs);
+    Absorb(graph, conv, quantize);
+    return true;
   }
 
   // %m = Mul(%x, %s) ; %y = Conv(%m, W[, B]) with %s [N or 1, C, 1, 1], W 1x1, group 1, and

@@ -340,6 +340,20 @@ struct QConvCase {
   int64_t C, H, W, OC, G, K, S, P;
 };
 
+// A u8 or s8 scalar tensor holding v.
+std::shared_ptr<Tensor> ScalarOf(DType type, int64_t v) {
+  auto t = std::make_shared<Tensor>(type, std::vector<int64_t>{});
+  if (type == DType::kUInt8) t->data_as<uint8_t>()[0] = static_cast<uint8_t>(v);
+  if (type == DType::kInt8) t->data_as<int8_t>()[0] = static_cast<int8_t>(v);
+  return t;
+}
+
+// v quantized by QuantizeLinear's rule (f32 division, ties to even, saturated to `type`).
+float QuantizedAs(float v, float scale, int64_t zero, DType type) {
+  const float lo = type == DType::kUInt8 ? 0.f : -128.f, hi = type == DType::kUInt8 ? 255.f : 127.f;
+  return std::min(hi, std::max(lo, std::nearbyint(v / scale) + static_cast<float>(zero)));
+}
+
 void CheckIntegerConv(const QConvCase& c) {
   const int64_t OH = (c.H + 2 * c.P - c.K) / c.S + 1, OW = (c.W + 2 * c.P - c.K) / c.S + 1, icg = c.C / c.G;
   const bool x_u8 = c.x_type == DType::kUInt8, w_u8 = c.w_type == DType::kUInt8;
@@ -352,19 +366,25 @@ void CheckIntegerConv(const QConvCase& c) {
   const int64_t x_zero = x_u8 ? 128 : -3;
   const float x_scale = 0.02f, y_scale = 0.1f;
   const int64_t y_zero = c.y_type == DType::kUInt8 ? 120 : 5;
-  auto scalar = [](DType type, int64_t v) {
-    auto t = std::make_shared<Tensor>(type, std::vector<int64_t>{});
-    if (type == DType::kUInt8) t->data_as<uint8_t>()[0] = static_cast<uint8_t>(v);
-    if (type == DType::kInt8) t->data_as<int8_t>()[0] = static_cast<int8_t>(v);
-    return t;
-  };
+  auto scalar = ScalarOf;
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
+  auto residual = FloatsIn({1, c.OC, OH, OW}, -2.f, 2.f, 16);  // the fuse pass's skip connection
+  auto residual_bytes = RandomInts(c.x_type, {1, c.OC, OH, OW}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 17);
+  const float residual_scale = 0.015f;
+  const int64_t residual_zero = x_u8 ? 100 : -7;
   for (const std::string variant :
-       {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu"}) {
+       {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu",
+        "kiln.QLinearConvToFloat+residual+relu", "kiln.QLinearConvToFloat+residual+quantized+relu",
+        "kiln.QLinearConvToFloat+qresidual+quantized+relu", "kiln.QLinearConvToFloat+residual+clip"}) {
     SCOPED_TRACE(variant);
     const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
-    const std::string op = relu ? variant.substr(0, variant.size() - 5) : variant;
+    // +qresidual: the residual as bytes, scale and zero point (a folded DequantizeLinear).
+    const bool quantized_residual = variant.find("+qresidual") != std::string::npos;
+    const bool with_residual = quantized_residual || variant.find("+residual") != std::string::npos;
+    const bool quantized = variant.find("+quantized") != std::string::npos;  // the fuse pass's QuantizeLinear
+    const bool clip = variant.find("+clip") != std::string::npos;            // and Clip, to [-0.5, 0.75]
+    const std::string op = variant.substr(0, variant.find('+'));
     const bool requantize = op == "QLinearConv", to_float = op == "kiln.QLinearConvToFloat";
     auto build = [&] {
       auto g = std::make_unique<Graph>();
@@ -378,7 +398,24 @@ void CheckIntegerConv(const QConvCase& c) {
             {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz, g->AddConstant("w", w),
              g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero), g->AddConstant("b", float_bias)},
             {"y"}, 13);
+        if (with_residual) {
+          std::vector<Value*> inputs = conv->inputs();
+          inputs.push_back(g->AddConstant("r", quantized_residual ? residual_bytes : residual));
+          if (quantized) {
+            inputs.push_back(g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})));
+            inputs.push_back(g->AddConstant("yz", scalar(c.y_type, y_zero)));
+          }
+          if (quantized_residual) {
+            inputs.push_back(g->AddConstant("rs", Filled<float>(DType::kFloat32, {}, {residual_scale})));
+            inputs.push_back(g->AddConstant("rz", scalar(c.x_type, residual_zero)));
+          }
+          conv->set_inputs(inputs);
+        }
         if (relu) conv->mutable_attrs()["kiln.relu"] = int64_t{1};
+        if (clip) {
+          conv->mutable_attrs()["kiln.clip_min"] = -0.5;
+          conv->mutable_attrs()["kiln.clip_max"] = 0.75;
+        }
       } else if (requantize) {
         conv = g->AddNode("QLinearConv", "conv",
                           {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz,
@@ -396,6 +433,7 @@ void CheckIntegerConv(const QConvCase& c) {
       g->AddOutput(conv->output(0));
       auto st = InferTypes(*g);
       EXPECT_TRUE(st.ok()) << st;
+      if (quantized) EXPECT_EQ(conv->output(0)->type().dtype, c.y_type);
       return g;
     };
     std::vector<double> want;
@@ -416,8 +454,16 @@ void CheckIntegerConv(const QConvCase& c) {
           }
           if (to_float) {
             const float m = x_scale * w_scale->data_as<float>()[oc];
-            const float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
-            want.push_back(relu && v < 0.f ? 0.f : v);
+            float v = static_cast<float>(s) * m + float_bias->data_as<float>()[oc];
+            const int64_t r_at = (oc * OH + oh) * OW + ow;
+            if (quantized_residual) {
+              v += static_cast<float>(at(*residual_bytes, r_at) - residual_zero) * residual_scale;
+            } else if (with_residual) {
+              v += residual->data_as<float>()[r_at];
+            }
+            v = relu && v < 0.f ? 0.f : v;
+            v = clip ? std::min(0.75f, std::max(-0.5f, v)) : v;
+            want.push_back(quantized ? QuantizedAs(v, y_scale, y_zero, c.y_type) : v);
           } else {
             want.push_back(
                 requantize ? Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type) : s);

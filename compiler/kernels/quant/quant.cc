@@ -49,7 +49,8 @@ bool ProductTypes(const kiln_kcall* call, int64_t mode) {
   if (!IsQuantizedType(call->inputs[0].dtype) || !IsQuantizedType(call->inputs[1].dtype)) return false;
   const int32_t y = call->outputs[0].dtype;
   if (mode == KILN_QUANT_REQUANTIZE) return IsQuantizedType(y);
-  return y == (mode == KILN_QUANT_TO_FLOAT ? kF32 : kI32);
+  if (mode == KILN_QUANT_TO_FLOAT) return y == kF32 || IsQuantizedType(y);  // (u8/i8: quantized as Y's scale says)
+  return y == kI32;
 }
 
 // The integer products' entry (qmatmul, qconv): binds kiln_quant_params and checks the
@@ -372,6 +373,12 @@ struct QConvParams {
   const int32_t* offsets;
   const float* multipliers;
   const float* float_bias;  // mode 2 (f32 out): added after the multiplier; may be null
+  const void* residual;     // mode 2: a tensor of Y's shape added before relu; may be null
+  int32_t residual_dtype;   // f32, or u8/i8 dequantized by the two below (DequantizeLinear's rule)
+  float residual_scale;
+  int32_t residual_zero;
+  float out_scale;    // mode 2 with a u8/i8 Y: the f32 result quantized as QuantizeLinear does
+  const float* clip;  // mode 2: [lo, hi] bounding the result after relu (ReLU6); may be null
   void* y;
   int32_t y_dtype;
   bool requantize, to_float;
@@ -382,6 +389,12 @@ struct QConvParams {
   float y_zero, lo, hi;  // the output zero point and clamp (quantized units)
   bool pointwise;        // 1x1, stride 1, no padding: columns read in place
 };
+
+// Element i of the residual as f32.
+inline float ResidualAt(const QConvParams& q, int64_t i) {
+  if (q.residual_dtype == kF32) return static_cast<const float*>(q.residual)[i];
+  return static_cast<float>(LoadInt(q.residual, q.residual_dtype, i) - q.residual_zero) * q.residual_scale;
+}
 
 // A tile's epilogue: sums [kQRows][kLanes] (row r, column j at r * kLanes + j) of output
 // channels panel * 8.. and columns j0.., `cols` of them valid, into Y.
@@ -396,9 +409,31 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
     memcpy(sums, acc + r * kLanes, sizeof(sums));
     const int32_t offset = q.offsets[oc];
     const int64_t at = (n * q.out_channels + oc) * OHW + j0;
+    if (q.to_float && q.y_dtype != kF32) {  // the f32 result, then QuantizeLinear's rule
+      const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = static_cast<float>(sums[j] + offset) * m + b;
+        if (q.residual != nullptr) v += ResidualAt(q, at + j);
+        if (q.relu && !(v > 0.f)) v = 0.f;
+        if (q.clip != nullptr) v = v < q.clip[0] ? q.clip[0] : (v > q.clip[1] ? q.clip[1] : v);
+        v = rintf(v / q.out_scale) + q.y_zero;
+        StoreSaturated(q.y, q.y_dtype, at + j, v);
+      }
+      continue;
+    }
     if (q.to_float) {
       const float m = q.multipliers[oc], b = q.float_bias != nullptr ? q.float_bias[oc] : 0.f;
       float* y = static_cast<float*>(q.y) + at;
+      if (q.residual != nullptr || q.clip != nullptr) {
+        for (int64_t j = 0; j < cols; ++j) {
+          float v = static_cast<float>(sums[j] + offset) * m + b;
+          if (q.residual != nullptr) v += ResidualAt(q, at + j);
+          if (q.relu && !(v > 0.f)) v = 0.f;
+          if (q.clip != nullptr) v = v < q.clip[0] ? q.clip[0] : (v > q.clip[1] ? q.clip[1] : v);
+          y[j] = v;
+        }
+        continue;
+      }
       if (q.relu) {
         for (int64_t j = 0; j < cols; ++j) {
           const float v = static_cast<float>(sums[j] + offset) * m + b;
@@ -430,6 +465,87 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
   }
 }
 
+#if defined(__x86_64__)
+// QConvEpilogue for the AVX-512 VNNI tiles: the sums stay in registers and each row's
+// columns go to Y through masked stores, with the same arithmetic in the same order
+// (multiply, then add; rint; add the zero point; clamp), so the results are identical.
+// Copying the tile through the stack and a scalar tail per row cost as much as the
+// products themselves where K is short (a 1x1 conv over 64 channels: 16 steps).
+// Sixteen clamped values as Y's u8 or s8 bytes from element `at`, the lanes of `mask`.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvStoreBytes(const QConvParams& q,
+                                                                                            int64_t at, __mmask16 mask,
+                                                                                            __m512i values) {
+  if (q.y_dtype == kU8) {
+    _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(q.y) + at, mask, values);
+  } else {
+    _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(q.y) + at, mask, values);
+  }
+}
+
+// Sixteen elements of the residual from element `at` as f32 (ResidualAt), the lanes of `mask`.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline __m512 ResidualAvx512(const QConvParams& q,
+                                                                                             int64_t at,
+                                                                                             __mmask16 mask) {
+  if (q.residual_dtype == kF32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(q.residual) + at);
+  const __m128i bytes = _mm_maskz_loadu_epi8(mask, static_cast<const uint8_t*>(q.residual) + at);
+  const __m512i ints = q.residual_dtype == kU8 ? _mm512_cvtepu8_epi32(bytes) : _mm512_cvtepi8_epi32(bytes);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ints, _mm512_set1_epi32(q.residual_zero))),
+                       _mm512_set1_ps(q.residual_scale));
+}
+
+template <int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvEpilogueAvx512(
+    const QConvParams& q, const v16i* acc, int64_t n, int64_t grp, int64_t panel, int64_t j0, int64_t cols) {
+  const int64_t rows = q.ocg - panel * kQRows < kQRows ? q.ocg - panel * kQRows : kQRows;
+  const int64_t OHW = q.OH * q.OW;
+  __mmask16 masks[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = cols - v * 16;
+    masks[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>(left <= 0 ? 0 : (1u << left) - 1);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t oc = grp * q.ocg + panel * kQRows + r;
+    const __m512i offset = _mm512_set1_epi32(q.offsets[oc]);
+    const int64_t at = (n * q.out_channels + oc) * OHW + j0;
+    __m512i sums[NV];
+    for (int v = 0; v < NV; ++v) sums[v] = _mm512_add_epi32((__m512i)acc[r * NV + v], offset);
+    if (!q.requantize && !q.to_float) {
+      int32_t* y = static_cast<int32_t*>(q.y) + at;
+      for (int v = 0; v < NV; ++v) _mm512_mask_storeu_epi32(y + v * 16, masks[v], sums[v]);
+      continue;
+    }
+    const __m512 m = _mm512_set1_ps(q.multipliers[oc]);
+    const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
+    if (q.to_float) {
+      const __m512 b = _mm512_set1_ps(q.float_bias != nullptr ? q.float_bias[oc] : 0.f);
+      const bool quantized = q.y_dtype != kF32;  // then QuantizeLinear's rule: rint(v / scale) + zero
+      const __m512 out_scale = _mm512_set1_ps(q.out_scale);
+      const __m512 clip_lo = _mm512_set1_ps(q.clip != nullptr ? q.clip[0] : 0.f);
+      const __m512 clip_hi = _mm512_set1_ps(q.clip != nullptr ? q.clip[1] : 0.f);
+      for (int v = 0; v < NV; ++v) {
+        __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m), b);
+        if (q.residual != nullptr) f = _mm512_add_ps(f, ResidualAvx512(q, at + v * 16, masks[v]));
+        if (q.relu) f = _mm512_max_ps(f, _mm512_setzero_ps());  // -0 and NaN become +0, as in QConvEpilogue
+        if (q.clip != nullptr) f = _mm512_min_ps(_mm512_max_ps(f, clip_lo), clip_hi);
+        if (!quantized) {
+          _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
+          continue;
+        }
+        f = _mm512_div_ps(f, out_scale);
+        f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
+        QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
+      }
+      continue;
+    }
+    for (int v = 0; v < NV; ++v) {
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
+      f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
+      QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
+    }
+  }
+}
+#endif
+
 // Rows [panel * 8, +8) of one tile of NV column vectors: the i32 sums over every step,
 // then the epilogue into Y for the tile's `cols` columns starting at column j0.
 template <int32_t kDot, int NV>
@@ -447,6 +563,12 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
       for (int v = 0; v < NV; ++v) DotStep<kDot, false>(&acc[r][v], &x[v], static_cast<uint32_t>(w4));
     }
   }
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    QConvEpilogueAvx512<NV>(q, &acc[0][0], n, grp, panel, j0, cols);
+    return;
+  }
+#endif
   QConvEpilogue<NV * 16>(q, reinterpret_cast<const int32_t*>(acc), n, grp, panel, j0, cols);
 }
 
@@ -524,8 +646,19 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
         }
         for (int64_t k = 0; k < lo; ++k) out[k] = q.x_zero_word;
         const uint8_t* src = plane + (ih * q.W + iw) * 4;
+        // Sixteen words at a time, past hi and into the next run, step row or the buffer's
+        // slack (each later written in turn), reading into the next plane or the scratch's
+        // 256 spare bytes: a run is at most 48 words, too short for a memcpy call to pay.
         if (q.SW == 1) {
-          memcpy(out + lo, src + lo * 4, (hi - lo) * 4);
+          for (int64_t k = lo; k < hi; k += 16) memcpy(out + k, src + k * 4, 64);
+        } else if (q.SW == 2) {  // the even words of 32
+          for (int64_t k = lo; k < hi; k += 16) {
+            v16i a, b;
+            memcpy(&a, src + k * 8, 64);
+            memcpy(&b, src + k * 8 + 64, 64);
+            const v16i even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            memcpy(out + k, &even, 64);
+          }
         } else {
           for (int64_t k = lo; k < hi; ++k) memcpy(out + k, src + k * q.SW * 4, 4);
         }
@@ -575,7 +708,10 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
 }
 
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
-// multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC]. outputs: Y, scratch (X's channel
+// multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC] and an
+// optional residual of Y's shape (added before relu), for a u8/i8 Y (mode 2: the f32
+// result quantized) Y's scale and zero point, and for a u8/i8 residual its scale and zero
+// point (it is dequantized first), then optional clip bounds f32 [2] (after relu). outputs: Y, scratch (X's channel
 // quads, and 256 bytes a last pointwise chunk may read past them). Parameters: kiln_quant_params'
 // group, window, mode, relu and the packed path's fields.
 int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_params& params) {
@@ -608,6 +744,23 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   q.offsets = InputData<int32_t>(call, 2);
   q.multipliers = InputData<float>(call, 3);
   q.float_bias = q.to_float ? OptionalInputData<float>(call, 4) : nullptr;
+  q.residual = q.to_float && call->num_inputs > 5 ? call->inputs[5].data : nullptr;
+  q.residual_dtype = q.residual != nullptr ? call->inputs[5].dtype : kF32;
+  q.residual_scale = 1.f;
+  q.residual_zero = 0;
+  if (q.residual != nullptr && q.residual_dtype != kF32) {  // quantized: its scale and zero point
+    q.residual_scale = *InputData<float>(call, 8);
+    const kiln_ktensor& rz = call->inputs[9];
+    q.residual_zero = rz.data != nullptr ? LoadInt(rz.data, rz.dtype, 0) : 0;
+  }
+  q.out_scale = q.to_float && Y.dtype != kF32 ? *InputData<float>(call, 6) : 1.f;
+  q.clip = q.to_float ? OptionalInputData<float>(call, 10) : nullptr;
+  if (q.to_float && Y.dtype != kF32) {
+    const kiln_ktensor& zp = call->inputs[7];
+    q.y_zero = zp.data != nullptr ? static_cast<float>(LoadInt(zp.data, zp.dtype, 0)) : 0.f;
+    q.lo = Y.dtype == kU8 ? 0.f : -128.f;  // (relu applies before quantizing, in f32)
+    q.hi = Y.dtype == kU8 ? 255.f : 127.f;
+  }
   q.y = Y.data;
   q.y_dtype = Y.dtype;
   uint8_t* x4 = OutputData<uint8_t>(call, 1);
@@ -650,7 +803,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   });
   const int64_t chunks = (q.OH * q.OW + kQCols - 1) / kQCols;
   ParallelFor(call, q.batch * G * chunks, 1, [=](int64_t begin, int64_t end) {
-    alignas(64) uint8_t packed[kQMaxSteps * kQCols * 4];
+    alignas(64) uint8_t packed[kQMaxSteps * kQCols * 4 + 64];  // (+ the packing's overrun)
     for (int64_t job = begin; job < end; ++job) {
       const int64_t chunk = job % chunks, ng = job / chunks, grp = ng % G, n = ng / G;
       const int64_t j0 = chunk * kQCols, cols = q.OH * q.OW - j0 < kQCols ? q.OH * q.OW - j0 : kQCols;
@@ -850,7 +1003,11 @@ KILN_KERNEL(qgemm) {
 // an optional int32 bias [OC] (added to the sum before requantizing). Parameters:
 // kiln_quant_params' group, window, mode, packed_weights (QConvFast's layout) and relu. mode 0: Y int32 sums; 1: Y
 // requantized (relu clamps it at Y's zero point); 2: Y f32 = sum * x_scale * w_scale + B,
-// B then an optional f32 [OC] in the bias slot (kiln.QLinearConvToFloat; relu: max(Y, 0)). Taps in the padding read X's
+// B then an optional f32 [OC] in the bias slot and an optional f32 residual of Y's shape
+// after it (u8/i8: dequantized by the last two inputs), added before relu
+// (kiln.QLinearConvToFloat; relu: max(Y, 0)), for a u8/i8 Y its scale and zero point, by
+// which the f32 result is quantized (QuantizeLinear's rule), then the residual's, then
+// optional clip bounds f32 [2] applied after relu (kiln.clip_min, kiln.clip_max). Taps in the padding read X's
 // zero point, i.e. contribute 0.
 static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const kiln_ktensor& X = call->inputs[0];
@@ -870,6 +1027,22 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
   const bool relu = params.relu != 0;  // clamp at Y's zero point
   const int32_t* bias = requantize ? OptionalInputData<int32_t>(call, 8) : nullptr;
   const float* float_bias = to_float ? OptionalInputData<float>(call, 8) : nullptr;
+  // The residual (input 9): f32, or u8/i8 dequantized by inputs 12 and 13.
+  QConvParams res{};
+  const float* clip = to_float ? OptionalInputData<float>(call, 14) : nullptr;  // [lo, hi] after relu
+  res.residual = to_float && call->num_inputs > 9 ? call->inputs[9].data : nullptr;
+  res.residual_dtype = res.residual != nullptr ? call->inputs[9].dtype : kF32;
+  if (res.residual != nullptr && res.residual_dtype != kF32) {
+    res.residual_scale = *InputData<float>(call, 12);
+    res.residual_zero =
+        call->inputs[13].data != nullptr ? LoadInt(call->inputs[13].data, call->inputs[13].dtype, 0) : 0;
+  }
+  // A u8/i8 Y in mode 2: the f32 result quantized by Y's scale and zero point (inputs 10, 11).
+  const bool quantize_result = to_float && Y.dtype != kF32;
+  const float out_scale = quantize_result ? *InputData<float>(call, 10) : 1.f;
+  const float out_zero = quantize_result && call->inputs[11].data != nullptr
+                             ? static_cast<float>(LoadInt(call->inputs[11].data, call->inputs[11].dtype, 0))
+                             : 0.f;
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {  // job = (n, oc)
       const int64_t n = job / ext.out_channels, oc = job % ext.out_channels, g = oc / ext.oc_per_group;
@@ -903,8 +1076,15 @@ static int32_t QConv(const kiln_kcall* call, const kiln_quant_params& params) {
               const float v = rintf(static_cast<float>(sum) * multiplier) + z;
               StoreSaturated(Y.data, Y.dtype, at, relu && v < z ? z : v);
             } else if (to_float) {
-              const float v = static_cast<float>(sum) * multiplier + b;
-              static_cast<float*>(Y.data)[at] = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
+              float v = static_cast<float>(sum) * multiplier + b;
+              if (res.residual != nullptr) v += ResidualAt(res, at);
+              v = relu && !(v > 0.f) ? 0.f : v;  // (ReLU's rule: NaN gives 0)
+              if (clip != nullptr) v = v < clip[0] ? clip[0] : (v > clip[1] ? clip[1] : v);
+              if (quantize_result) {
+                StoreSaturated(Y.data, Y.dtype, at, rintf(v / out_scale) + out_zero);
+              } else {
+                static_cast<float*>(Y.data)[at] = v;
+              }
             } else {
               static_cast<int32_t*>(Y.data)[at] = sum;
             }
