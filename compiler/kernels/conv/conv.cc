@@ -65,6 +65,14 @@ struct ConvKernel {
         if (w.kernel[1] == 5 && w.stride[1] == 2 && DepthwiseBlockedFits<5, 5, 2>(w))
           return RunDepthwiseBlocked<5, 5, 2>(call, w, act);
       }
+      // Dilation 2, stride 1 (MobileNetV3's last blocks in DeepLabV3 and LR-ASPP).
+      const bool dilated_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && ext.group == ext.in_channels &&
+                              ext.group == ext.out_channels && w.dilation[1] == 2 && w.dilation[2] == 2 &&
+                              w.stride[1] == 1 && w.stride[2] == 1 && w.kernel[1] == w.kernel[2];
+      if (dilated_2d && w.kernel[1] == 3 && DepthwiseBlockedFits<3, 3, 1, 2>(w))
+        return RunDepthwiseBlocked<3, 3, 1, false, 2>(call, w, act);
+      if (dilated_2d && w.kernel[1] == 5 && DepthwiseBlockedFits<5, 5, 1, 2>(w))
+        return RunDepthwiseBlocked<5, 5, 1, false, 2>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1)
         return RunDepthwise2D<3, 3, 1>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 2)
