@@ -115,14 +115,14 @@ def cnn(factory, size=224, batch=1):
     return build
 
 
-def video(factory, frames, size):
-    """A video classifier on [1, 3, frames, size, size] (Conv3d, BatchNorm3d)."""
+def video(factory, frames, size, batch=1):
+    """A video classifier on [batch, 3, frames, size, size] (Conv3d, BatchNorm3d)."""
     def build(gen):
         torch.manual_seed(SEED)
         model = factory()
         shape = (1, 3, frames, size, size)
         randomize_batchnorm(model, shape, gen)
-        return model, (torch.randn(*shape, generator=gen),), ["input"], ["logits"], 13
+        return model, (torch.randn(batch, *shape[1:], generator=gen),), ["input"], ["logits"], 13
     return build
 
 
@@ -226,6 +226,13 @@ MODELS = {
     "efficientnet_v2_s": cnn(lambda: torchvision.models.efficientnet_v2_s(), size=128),
     "swin_t": cnn(lambda: torchvision.models.swin_t(), size=224),
     "r3d_18": video(lambda: torchvision.models.video.r3d_18(), frames=8, size=56),
+    # Batch 8 of the four above that issue 22 times at batch 8 too (same weights).
+    "lraspp_mobilenet_v3_b8": cnn(segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large), size=160,
+                                  batch=8),
+    "deeplabv3_mobilenet_v3_b8": cnn(segmentation(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large),
+                                     size=160, batch=8),
+    "resnext50_32x4d_b8": cnn(lambda: torchvision.models.resnext50_32x4d(), size=96, batch=8),
+    "r3d_18_b8": video(lambda: torchvision.models.video.r3d_18(), frames=8, size=56, batch=8),
     # Random weights score every box low: keep them all (score threshold 0) so that the
     # outputs are not empty.
     "ssdlite320_mobilenet_v3_large": detection(

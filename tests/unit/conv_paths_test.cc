@@ -80,7 +80,8 @@ void ExpectConvCases(const std::vector<ConvCase>& cases) {
 }
 
 // Grouped convs (ResNeXt's shape and odd ones): 4 to 32 channels per group and odd counts
-// (3 in, 5 out), a channel multiplier (1 in, 2 out), stride 1 and 2 with even and odd
+// (3 in, 5 out; 13, whose weight panels of 6 rows, read in place, end in one of 1), a
+// channel multiplier (1 in, 2 out), stride 1 and 2 with even and odd
 // widths (stride 2 deinterleaves whole planes: odd widths alternate the row's parity),
 // pads none, symmetric and lopsided, 5x5 windows, planes of 1 to several register blocks,
 // a fused residual and activations after.
@@ -96,6 +97,8 @@ TEST(ConvPathsTest, GroupedConvsMatchTheReference) {
       {1, 24, 24, 3, 8, 9, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
       {1, 8, 16, 8, 7, 7, 3, 3, 1, 1, {1, 1, 1, 1}, false, "Relu"},
       {1, 32, 32, 4, 30, 30, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+      {1, 26, 26, 2, 9, 10, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
+      {1, 26, 26, 2, 9, 10, 3, 3, 2, 1, {1, 1, 1, 1}, false, "Relu"},
   });
 }
 

@@ -22,10 +22,10 @@ namespace {
 // (oh, ow) and tap (kh, kw) read position oh * PW + ow + (kh / s) * PW + kw / s of phase
 // (kh % s, kw % s): one unaligned vector load per tap for consecutive positions of the
 // flattened [OH][PW] output (the PW - OW columns past each row's end are computed and
-// dropped). Register blocks of kGroupedRows output channels x up to kGroupedVecs vectors
-// of positions share each load.
+// dropped). Register blocks of kGroupedRows (or a weight panel's kMr) output channels x up
+// to kGroupedVecs vectors of positions share each load.
 constexpr int64_t kGroupedPlaneFloats = 16384;  // the padded input planes of one group (64 KiB)
-constexpr int64_t kGroupedOutFloats = 8192;     // kGroupedRows flattened output planes
+constexpr int64_t kGroupedOutFloats = 8192;     // a register block's flattened output planes
 constexpr int64_t kGroupedMaxK = 400;           // input channels x taps per output channel
 constexpr int kGroupedRows = 4;
 constexpr int kGroupedVecs = 4;
@@ -56,43 +56,68 @@ inline bool GroupedDirectFits(const Window& w, const kiln_ktensor& x, int64_t gr
   if (w.stride[1] != s || (s != 1 && s != 2) || w.dilation[1] != 1 || w.dilation[2] != 1) return false;
   if (w.pad[1] < 0 || w.pad[2] < 0 || w.kernel[1] * w.kernel[2] > 25) return false;
   const GroupedPlanes planes(w, kLanes);
-  return icg * planes.channel_stride() <= kGroupedPlaneFloats &&
-         kGroupedRows * (planes.positions + kGroupedVecs * kLanes) <= kGroupedOutFloats &&
+  return icg * planes.channel_stride() <= kGroupedPlaneFloats && gemm::kMr * planes.positions <= kGroupedOutFloats &&
          w.in[1] * w.in[2] + 1 <= kGroupedOutFloats;  // stride 2's deinterleaved plane, in `out` then
 }
 
-// acc[r][v] over every input channel and tap of one register block: output channels
-// (weights wb[r * w_row + ic * taps + t]) x VECS vectors from position q0 of the planes.
-template <typename V, int VECS>
+// acc[r][v] over every input channel and tap of one register block: ROWS output channels
+// (weight of row r at k = ic * taps + t: wb[r * w_row + k * w_k]) x VECS vectors from
+// position q0 of the planes, into out[r * out_stride + q0..].
+template <typename V, int ROWS, int VECS>
 __attribute__((always_inline)) inline void GroupedBlock(const float* planes, int64_t channel_stride, int64_t icg,
                                                         const int64_t* tap_offset, int64_t taps, const float* wb,
-                                                        int64_t w_row, const float* bias, int64_t q0, float* out,
-                                                        int64_t out_stride) {
+                                                        int64_t w_row, int64_t w_k, const float* bias, int64_t q0,
+                                                        float* out, int64_t out_stride) {
 #ifdef __clang__
 #pragma clang fp contract(fast)  // a Conv's sums are reassociated anyway (see MicroKernel)
 #endif
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
-  V acc[kGroupedRows][VECS];
-  for (int r = 0; r < kGroupedRows; ++r) {
+  V acc[ROWS][VECS];
+  for (int r = 0; r < ROWS; ++r) {
     V b;
     KILN_SPLAT_V(V, b, bias[r]);
     for (int v = 0; v < VECS; ++v) acc[r][v] = b;
   }
   for (int64_t ic = 0; ic < icg; ++ic) {
     const float* base = planes + ic * channel_stride + q0;
-    const float* wic = wb + ic * taps;
+    const float* wic = wb + ic * taps * w_k;
     for (int64_t t = 0; t < taps; ++t) {
       V xv[VECS];
       for (int v = 0; v < VECS; ++v) memcpy(&xv[v], base + tap_offset[t] + v * L, sizeof(V));
-      for (int r = 0; r < kGroupedRows; ++r) {
+      for (int r = 0; r < ROWS; ++r) {
         V wv;
-        KILN_SPLAT_V(V, wv, wic[r * w_row + t]);
+        KILN_SPLAT_V(V, wv, wic[r * w_row + t * w_k]);
         for (int v = 0; v < VECS; ++v) acc[r][v] += wv * xv[v];
       }
     }
   }
-  for (int r = 0; r < kGroupedRows; ++r) {
+  for (int r = 0; r < ROWS; ++r) {
     for (int v = 0; v < VECS; ++v) memcpy(out + r * out_stride + q0 + v * L, &acc[r][v], sizeof(V));
+  }
+}
+
+// GroupedBlock over all `positions` (a multiple of the lanes) for one block of ROWS output
+// channels: as many vectors per block as the target's registers hold accumulators for
+// (four 16-lane, two 8-lane), then the rest.
+template <typename V, int ROWS>
+__attribute__((always_inline)) inline void GroupedRows(const float* planes, int64_t channel_stride, int64_t icg,
+                                                       const int64_t* tap_offset, int64_t taps, const float* wb,
+                                                       int64_t w_row, int64_t w_k, const float* bias, int64_t positions,
+                                                       float* out) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  constexpr int kVecs = L == 16 ? kGroupedVecs : 2;
+  int64_t q0 = 0;
+  for (; q0 + kVecs * L <= positions; q0 += kVecs * L) {
+    GroupedBlock<V, ROWS, kVecs>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out,
+                                 positions);
+  }
+  const int64_t rest = (positions - q0) / L;
+  if (kVecs > 3 && rest == 3) {
+    GroupedBlock<V, ROWS, 3>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out, positions);
+  } else if (kVecs > 2 && rest == 2) {
+    GroupedBlock<V, ROWS, 2>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out, positions);
+  } else if (rest == 1) {
+    GroupedBlock<V, ROWS, 1>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out, positions);
   }
 }
 
@@ -177,48 +202,13 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
     }
     for (int64_t job = begin; job < end; ++job) {
       const int64_t n = job / group, g = job % group;
-      // The group's weights as [oc][ic * taps + t], rows past ocg zero; its bias likewise.
-      // (Read in their order: a packed weight is [panel][k][kMr], which k-inner reads would
-      // gather.)
-      float bias[kGroupedMaxChannels + kGroupedRows] = {};
-      memset(weights + ocg * K, 0, sizeof(float) * kGroupedRows * K);
-      if (packed) {
-        const float* panel = pw + g * panels * gemm::kMr * K;
-        for (int64_t p = 0; p < panels; ++p) {
-          const int64_t rows = ocg - p * gemm::kMr < gemm::kMr ? ocg - p * gemm::kMr : gemm::kMr;
-          for (int64_t k = 0; k < K; ++k) {
-#pragma clang loop vectorize(disable)
-            for (int64_t i = 0; i < rows; ++i)
-              weights[(p * gemm::kMr + i) * K + k] = panel[(p * K + k) * gemm::kMr + i];
-          }
-        }
-      } else {
-        memcpy(weights, pw + g * ocg * K, sizeof(float) * ocg * K);
-      }
+      float bias[kGroupedMaxChannels + gemm::kMr] = {};
       for (int64_t oc = 0; oc < ocg && pbias != nullptr; ++oc) bias[oc] = pbias[g * ocg + oc];
       FillGroupedPlanes(px + (n * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, geometry, planes, out);
       const int64_t channel_stride = geometry.channel_stride();
-      for (int64_t oc0 = 0; oc0 < ocg; oc0 += kGroupedRows) {
-        const float* wb = weights + oc0 * K;
-        int64_t q0 = 0;
-        for (; q0 + kGroupedVecs * L <= positions; q0 += kGroupedVecs * L) {
-          GroupedBlock<V, kGroupedVecs>(planes, channel_stride, icg, tap_offset, taps, wb, K, bias + oc0, q0, out,
-                                        positions);
-        }
-        switch ((positions - q0) / L) {  // the last one to three vectors
-          case 3:
-            GroupedBlock<V, 3>(planes, channel_stride, icg, tap_offset, taps, wb, K, bias + oc0, q0, out, positions);
-            break;
-          case 2:
-            GroupedBlock<V, 2>(planes, channel_stride, icg, tap_offset, taps, wb, K, bias + oc0, q0, out, positions);
-            break;
-          case 1:
-            GroupedBlock<V, 1>(planes, channel_stride, icg, tap_offset, taps, wb, K, bias + oc0, q0, out, positions);
-            break;
-          default: break;
-        }
-        // The valid columns of each row to Y, with the residual and the activation.
-        const int64_t rows = ocg - oc0 < kGroupedRows ? ocg - oc0 : kGroupedRows;
+      // Rows oc0 .. oc0 + rows of out to Y, the valid columns, with the residual and the
+      // activation.
+      auto store = [&](int64_t oc0, int64_t rows) {
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t oc = g * ocg + oc0 + r;
           float* y = py + (n * out_channels + oc) * OH * OW;
@@ -234,6 +224,40 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
           }
           ApplyActivation(y, OH * OW, act.code, alpha, beta);
         }
+      };
+      if (packed && ocg > 8) {
+        // Many rows: blocks of one pre-packed panel each ([K][kMr], zero past the last
+        // row), read in place (copying 32 rows per group cost a third of ResNeXt's last
+        // grouped convs, whose weights outweigh their 3x3 planes).
+        const float* panel = pw + g * panels * gemm::kMr * K;
+        for (int64_t oc0 = 0; oc0 < ocg; oc0 += gemm::kMr) {
+          GroupedRows<V, gemm::kMr>(planes, channel_stride, icg, tap_offset, taps, panel + oc0 * K, 1, gemm::kMr,
+                                    bias + oc0, positions, out);
+          store(oc0, ocg - oc0 < gemm::kMr ? ocg - oc0 : gemm::kMr);
+        }
+        continue;
+      }
+      // Few rows: the group's weights copied as [oc][ic * taps + t] (rows past ocg zero), in
+      // blocks of kGroupedRows (4 or 8 rows: no row wasted). A packed weight is read in its
+      // order, [panel][k][kMr] (k-inner reads would gather).
+      memset(weights + ocg * K, 0, sizeof(float) * kGroupedRows * K);
+      if (packed) {
+        const float* panel = pw + g * panels * gemm::kMr * K;
+        for (int64_t p = 0; p < panels; ++p) {
+          const int64_t rows = ocg - p * gemm::kMr < gemm::kMr ? ocg - p * gemm::kMr : gemm::kMr;
+          for (int64_t k = 0; k < K; ++k) {
+#pragma clang loop vectorize(disable)
+            for (int64_t i = 0; i < rows; ++i)
+              weights[(p * gemm::kMr + i) * K + k] = panel[(p * K + k) * gemm::kMr + i];
+          }
+        }
+      } else {
+        memcpy(weights, pw + g * ocg * K, sizeof(float) * ocg * K);
+      }
+      for (int64_t oc0 = 0; oc0 < ocg; oc0 += kGroupedRows) {
+        GroupedRows<V, kGroupedRows>(planes, channel_stride, icg, tap_offset, taps, weights + oc0 * K, K, 1, bias + oc0,
+                                     positions, out);
+        store(oc0, ocg - oc0 < kGroupedRows ? ocg - oc0 : kGroupedRows);
       }
     }
   };
