@@ -2,7 +2,8 @@
 // into artifacts (both register-tile targets where this CPU runs them, 1 and 2 threads)
 // against the independent reference (compiler/reference) on odd shapes: grouped convs run
 // directly on padded phase planes, depthwise convs of dilation 2, Convs whose outer taps
-// read only padding (trimmed by simplify), and f32 bilinear and nearest Resize.
+// read only padding (trimmed by simplify), 1x1 convs over few positions (transposed), and
+// f32 bilinear and nearest Resize.
 #include <cmath>
 #include <functional>
 
@@ -123,6 +124,20 @@ TEST(ConvPathsTest, ConvsWithTapsInThePaddingMatchTheReference) {
       {1, 5, 7, 1, 4, 4, 3, 3, 1, 3, {3, 3, 0, 0}, false, ""},
       {1, 6, 9, 1, 5, 9, 3, 3, 2, 4, {4, 4, 4, 4}, false, ""},
       {1, 4, 6, 2, 3, 11, 3, 3, 1, 3, {3, 1, 3, 1}, false, ""},
+  });
+}
+
+// 1x1 convs with at most 16 output positions and a multiple of 16 output channels, run as
+// Y^T = X^T W^T (ResNeXt's and ResNet's last stage): 3x3 maps, a strided 1x1 (the
+// downsample) from 6x5, 1x1 maps (squeeze-and-excitation), an odd and a 1024-channel input
+// (whose rows the GEMM copies into panels), a batch, a fused residual.
+TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
+  ExpectConvCases({
+      {1, 37, 48, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {2, 1024, 32, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+      {1, 20, 64, 1, 6, 5, 1, 1, 2, 1, {0, 0, 0, 0}, false, ""},
+      {3, 40, 16, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Sigmoid"},
+      {1, 32, 32, 1, 4, 4, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
   });
 }
 

@@ -265,6 +265,56 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
   return KILN_KERR_OK;
 }
 
+// packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 16 output positions per image
+// as Y^T = X^T W^T, the positions the GEMM's rows (X^T gathered per image: the stride's
+// positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
+// output channels fill the vector lanes; each job's columns of Y^T, a chunk of output
+// channels, go back to Y transposed, with the bias, the residual and the activation.
+constexpr int64_t kFewPositionsChunk = 256;         // output channels per job
+constexpr int64_t kFewPositionsFloats = 16 * 2048;  // X^T: positions x input channels
+__attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call, const Window& w,
+                                                         const kiln_activation& act) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], K = X.dims[1], out_channels = Y.dims[1];
+  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], P = OH * OW;
+  if (P > 16 || P * K > kFewPositionsFloats || out_channels % 16 != 0 || w.in[0] != 1) return KILN_KERR_UNSUPPORTED;
+  const float* px = static_cast<const float*>(X.data);
+  const float* panels = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  const int64_t chunks = (out_channels + kFewPositionsChunk - 1) / kFewPositionsChunk;
+  const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
+  auto body = [=](int64_t begin, int64_t end) {
+    alignas(64) float xt[kFewPositionsFloats];
+    alignas(64) float ct[16 * kFewPositionsChunk];
+    int64_t filled = -1;  // the image xt holds
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t n = job / chunks, n0 = job % chunks * kFewPositionsChunk;
+      const int64_t n1 = n0 + kFewPositionsChunk < out_channels ? n0 + kFewPositionsChunk : out_channels;
+      if (filled != n) {
+        const float* x = px + n * K * H * W;
+        for (int64_t i = 0; i < P; ++i) {
+          const int64_t at = i / OW * w.stride[1] * W + i % OW * w.stride[2];
+          for (int64_t k = 0; k < K; ++k) xt[i * K + k] = x[k * H * W + at];
+        }
+        filled = n;
+      }
+      gemm::PanelBlock(0, P, 0, n1 - n0, K, xt, K, panels + n0 * K, ct, n1 - n0);
+      for (int64_t oc = n0; oc < n1; ++oc) {
+        float* y = py + (n * out_channels + oc) * P;
+        const float bias = pbias != nullptr ? pbias[oc] : 0.f;
+        const float* r = pres != nullptr ? pres + (n * out_channels + oc) * P : nullptr;
+        for (int64_t i = 0; i < P; ++i) y[i] = ct[i * (n1 - n0) + oc - n0] + bias + (r != nullptr ? r[i] : 0.f);
+        ApplyActivation(y, P, act.code, alpha, beta);
+      }
+    }
+  };
+  ParallelFor(call, batch * chunks, 1, body);
+  return KILN_KERR_OK;
+}
+
 struct ConvKernel {
   // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional, then as the fuse
   // pass writes them: an input scale (below; may be omitted) and a residual R shaped as Y,
@@ -286,7 +336,7 @@ struct ConvKernel {
     const ConvExtents ext(params.group, w, X, call->outputs[0]);
     const kiln_activation& act = params.activation;
     const int64_t activation = act.code;
-    const bool packed = params.packed_weights != 0;
+    const bool packed = params.packed_weights == 1;
     const int64_t default_cols = WideVectors() ? gemm::kWideConvNc : gemm::kConvNc;
     int64_t cols = params.job_cols != 0 ? params.job_cols : default_cols;
     if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = default_cols;
@@ -299,6 +349,7 @@ struct ConvKernel {
     const T* pres = OptionalInputData<T>(call, 4);
     T* py = OutputData<T>(call);
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
+      if (params.packed_weights == 2) return RunFewPositions(call, w, act);
       if (pscale == nullptr && GroupedDirectFits(w, X, ext.group, ext.ic_per_group, ext.oc_per_group)) {
         if (WideVectors()) return RunGroupedDirect<v16f>(call, w, ext.group, act, packed);
         return RunGroupedDirect<v8f>(call, w, ext.group, act, packed);
