@@ -253,14 +253,14 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
 // sequential stream of weights.
 constexpr int64_t kConvPanelRows = 6;
 
-// A 1x1 Conv (any stride, no padding, group 1, no input scale) with at most 16 output
-// positions per image and a multiple of 16 output channels (ResNeXt's and ResNet's last
-// stage over 3x3 maps): its weight transposed into 16-column panels [OC/16][C][16]
+// A 1x1 Conv (any stride, no padding, group 1, no input scale) with at most 48 output
+// positions per image and a multiple of 16 output channels (ResNeXt's last two stages over
+// 6x6 and 3x3 maps): its weight transposed into 16-column panels [OC/16][C][16]
 // (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
 // GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
-// tile's 16 lanes.
-constexpr int64_t kFewPositions = 16;
-constexpr int64_t kFewPositionsFloats = 16 * 2048;  // conv.cc's buffer for X^T
+// tile's 16 lanes (and 36, 36 of 48).
+constexpr int64_t kFewPositions = 48;
+constexpr int64_t kFewPositionsFloats = 48 * 1024;  // conv.cc's buffer for X^T
 
 std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, const WindowParams& window) {
   const Value* w = node.input(1);

@@ -127,10 +127,10 @@ TEST(ConvPathsTest, ConvsWithTapsInThePaddingMatchTheReference) {
   });
 }
 
-// 1x1 convs with at most 16 output positions and a multiple of 16 output channels, run as
-// Y^T = X^T W^T (ResNeXt's and ResNet's last stage): 3x3 maps, a strided 1x1 (the
-// downsample) from 6x5, 1x1 maps (squeeze-and-excitation), an odd and a 1024-channel input
-// (whose rows the GEMM copies into panels), a batch, a fused residual.
+// 1x1 convs with at most 48 output positions and a multiple of 16 output channels, run as
+// Y^T = X^T W^T (ResNeXt's last stages): 3x3 and 6x6 maps (36 positions: three row tiles),
+// a strided 1x1 (the downsample) from 6x5, 1x1 maps (squeeze-and-excitation), an odd and
+// a 1024-channel input (whose rows the GEMM copies into panels), a batch, a fused residual.
 TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
   ExpectConvCases({
       {1, 37, 48, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
@@ -138,6 +138,8 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       {1, 20, 64, 1, 6, 5, 1, 1, 2, 1, {0, 0, 0, 0}, false, ""},
       {3, 40, 16, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Sigmoid"},
       {1, 32, 32, 1, 4, 4, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
+      {1, 1024, 48, 1, 6, 6, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 32, 32, 1, 7, 6, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
   });
 }
 

@@ -265,20 +265,20 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
   return KILN_KERR_OK;
 }
 
-// packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 16 output positions per image
+// packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 48 output positions per image
 // as Y^T = X^T W^T, the positions the GEMM's rows (X^T gathered per image: the stride's
 // positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
 // output channels fill the vector lanes; each job's columns of Y^T, a chunk of output
 // channels, go back to Y transposed, with the bias, the residual and the activation.
 constexpr int64_t kFewPositionsChunk = 256;         // output channels per job
-constexpr int64_t kFewPositionsFloats = 16 * 2048;  // X^T: positions x input channels
+constexpr int64_t kFewPositionsFloats = 48 * 1024;  // X^T: positions x input channels
 __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call, const Window& w,
                                                          const kiln_activation& act) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], K = X.dims[1], out_channels = Y.dims[1];
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], P = OH * OW;
-  if (P > 16 || P * K > kFewPositionsFloats || out_channels % 16 != 0 || w.in[0] != 1) return KILN_KERR_UNSUPPORTED;
+  if (P > 48 || P * K > kFewPositionsFloats || out_channels % 16 != 0 || w.in[0] != 1) return KILN_KERR_UNSUPPORTED;
   const float* px = static_cast<const float*>(X.data);
   const float* panels = InputData<float>(call, 1);
   const float* pbias = OptionalInputData<float>(call, 2);
@@ -288,7 +288,7 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
   const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float xt[kFewPositionsFloats];
-    alignas(64) float ct[16 * kFewPositionsChunk];
+    alignas(64) float ct[48 * kFewPositionsChunk];
     int64_t filled = -1;  // the image xt holds
     for (int64_t job = begin; job < end; ++job) {
       const int64_t n = job / chunks, n0 = job % chunks * kFewPositionsChunk;

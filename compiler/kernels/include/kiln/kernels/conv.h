@@ -18,7 +18,7 @@ typedef struct kiln_conv_params {
   kiln_activation activation; /* conv, conv_winograd */
   /* conv, artifacts only: the weight comes pre-packed, 1: per group in panels of gemm::kMr
    * rows ([ceil(OC/group / kMr)][K][kMr], zero past the last row); 2: a 1x1 conv's (group
-   * 1, no padding, at most 16 output positions, OC a multiple of 16) transposed into
+   * 1, no padding, at most 48 output positions, OC a multiple of 16) transposed into
    * 16-column panels [OC/16][C][16]. */
   int64_t packed_weights;
   int64_t job_cols;        /* conv: the job width in output positions (--tune), 0: default */
