@@ -96,8 +96,10 @@ Node* TrimConvTaps(Graph& graph, Node* node) {
   const int64_t element = DTypeSize(full.dtype());
   const auto* src = static_cast<const unsigned char*>(full.data());
   auto* dst = static_cast<unsigned char*>(trimmed->data());
-  // Element by element over the trimmed weight: its index, shifted by each axis's lo, in W.
-  for (int64_t i = 0; i < trimmed->num_elements(); ++i) {
+  // Row by row (the last axis' kept taps are contiguous in W): each row's index, shifted
+  // by each axis's lo, in W.
+  const int64_t row = kept_dims.back();
+  for (int64_t i = 0; i < trimmed->num_elements(); i += row) {
     int64_t rest = i, at = 0, stride = 1;
     for (size_t a = wd.size(); a-- > 0;) {
       const int64_t coordinate = rest % kept_dims[a] + (a >= 2 ? keep[a - 2].lo : 0);
@@ -105,7 +107,7 @@ Node* TrimConvTaps(Graph& graph, Node* node) {
       at += coordinate * stride;
       stride *= wd[a];
     }
-    memcpy(dst + i * element, src + at * element, element);
+    memcpy(dst + i * element, src + at * element, row * element);
   }
   std::vector<Value*> inputs = node->inputs();
   inputs[1] = graph.AddConstant(graph.UniqueName(w->name() + ".trimmed"), trimmed);
