@@ -272,13 +272,22 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
 // channels, go back to Y transposed, with the bias, the residual and the activation.
 constexpr int64_t kFewPositionsChunk = 256;         // output channels per job
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // X^T: positions x input channels
+constexpr int64_t kFewPositionsRows = 48;           // X^T's rows (positions of the images of a pass)
 __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call, const Window& w,
                                                          const kiln_activation& act) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], K = X.dims[1], out_channels = Y.dims[1];
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], P = OH * OW;
-  if (P > 48 || P * K > kFewPositionsFloats || out_channels % 16 != 0 || w.in[0] != 1) return KILN_KERR_UNSUPPORTED;
+  if (P > kFewPositionsRows || P * K > kFewPositionsFloats || out_channels % 16 != 0 || w.in[0] != 1) {
+    return KILN_KERR_UNSUPPORTED;
+  }
+  // Images per pass: as many as X^T's buffer and kFewPositionsRows rows hold, so a batch
+  // streams the weight once per pass rather than once per image (a 2048x1024 weight is 8 MiB).
+  const int64_t by_floats = kFewPositionsFloats / (P * K), by_rows = kFewPositionsRows / P;
+  int64_t images = by_floats < by_rows ? by_floats : by_rows;
+  if (images > batch) images = batch;
+  const int64_t passes = (batch + images - 1) / images;
   const float* px = static_cast<const float*>(X.data);
   const float* panels = InputData<float>(call, 1);
   const float* pbias = OptionalInputData<float>(call, 2);
@@ -288,30 +297,39 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
   const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float xt[kFewPositionsFloats];
-    alignas(64) float ct[48 * kFewPositionsChunk];
-    int64_t filled = -1;  // the image xt holds
+    alignas(64) float ct[kFewPositionsRows * kFewPositionsChunk];
+    int64_t filled = -1;  // the pass xt holds
     for (int64_t job = begin; job < end; ++job) {
-      const int64_t n = job / chunks, n0 = job % chunks * kFewPositionsChunk;
+      const int64_t pass = job / chunks, n0 = job % chunks * kFewPositionsChunk;
       const int64_t n1 = n0 + kFewPositionsChunk < out_channels ? n0 + kFewPositionsChunk : out_channels;
-      if (filled != n) {
-        const float* x = px + n * K * H * W;
-        for (int64_t i = 0; i < P; ++i) {
-          const int64_t at = i / OW * w.stride[1] * W + i % OW * w.stride[2];
-          for (int64_t k = 0; k < K; ++k) xt[i * K + k] = x[k * H * W + at];
+      const int64_t image0 = pass * images, count = batch - image0 < images ? batch - image0 : images;
+      if (filled != pass) {  // rows: image by image, its positions (the stride's), transposed
+        for (int64_t m = 0; m < count; ++m) {
+          const float* x = px + (image0 + m) * K * H * W;
+          for (int64_t i = 0; i < P; ++i) {
+            const int64_t at = i / OW * w.stride[1] * W + i % OW * w.stride[2];
+            float* row = xt + (m * P + i) * K;
+            for (int64_t k = 0; k < K; ++k) row[k] = x[k * H * W + at];
+          }
         }
-        filled = n;
+        filled = pass;
       }
-      gemm::PanelBlock(0, P, 0, n1 - n0, K, xt, K, panels + n0 * K, ct, n1 - n0);
-      for (int64_t oc = n0; oc < n1; ++oc) {
-        float* y = py + (n * out_channels + oc) * P;
-        const float bias = pbias != nullptr ? pbias[oc] : 0.f;
-        const float* r = pres != nullptr ? pres + (n * out_channels + oc) * P : nullptr;
-        for (int64_t i = 0; i < P; ++i) y[i] = ct[i * (n1 - n0) + oc - n0] + bias + (r != nullptr ? r[i] : 0.f);
-        ApplyActivation(y, P, act.code, alpha, beta);
+      const int64_t width = n1 - n0;
+      gemm::PanelBlock(0, count * P, 0, width, K, xt, K, panels + n0 * K, ct, width);
+      for (int64_t m = 0; m < count; ++m) {
+        const int64_t n = image0 + m;
+        for (int64_t oc = n0; oc < n1; ++oc) {
+          float* y = py + (n * out_channels + oc) * P;
+          const float bias = pbias != nullptr ? pbias[oc] : 0.f;
+          const float* r = pres != nullptr ? pres + (n * out_channels + oc) * P : nullptr;
+          const float* c = ct + m * P * width + oc - n0;
+          for (int64_t i = 0; i < P; ++i) y[i] = c[i * width] + bias + (r != nullptr ? r[i] : 0.f);
+          ApplyActivation(y, P, act.code, alpha, beta);
+        }
       }
     }
   };
-  ParallelFor(call, batch * chunks, 1, body);
+  ParallelFor(call, passes * chunks, 1, body);
   return KILN_KERR_OK;
 }
 
