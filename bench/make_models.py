@@ -170,14 +170,14 @@ def cnn(factory, size=224, batch=1, norms=False):
     return build
 
 
-def video(factory, frames, size):
-    """A video classifier on [1, 3, frames, size, size] (Conv3d, BatchNorm3d)."""
+def video(factory, frames, size, batch=1):
+    """A video classifier on [batch, 3, frames, size, size] (Conv3d, BatchNorm3d)."""
     def build(gen):
         torch.manual_seed(SEED)
         model = factory()
         shape = (1, 3, frames, size, size)
         randomize_batchnorm(model, shape, gen)
-        return model, (torch.randn(*shape, generator=gen),), ["input"], ["logits"], 13
+        return model, (torch.randn(batch, *shape[1:], generator=gen),), ["input"], ["logits"], 13
     return build
 
 
@@ -294,6 +294,7 @@ BATCHED = {
     "mobilenet_v3_small": lambda b: cnn(lambda: torchvision.models.mobilenet_v3_small(), size=128, batch=b),
     "efficientnet_v2_s": lambda b: cnn(lambda: torchvision.models.efficientnet_v2_s(), size=128, batch=b),
     "swin_t": lambda b: cnn(lambda: torchvision.models.swin_t(), size=224, batch=b),
+    "r3d_18": lambda b: video(lambda: torchvision.models.video.r3d_18(), frames=8, size=56, batch=b),
     # Bilinear Resize (align_corners=False) to sizes computed from Shape: folded at compile time.
     "lraspp_mobilenet_v3": lambda b: cnn(segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large),
                                          size=160, batch=b),
@@ -313,7 +314,6 @@ MODELS = {
     **{name: build(1) for name, build in BATCHED.items()},
     **{name + "_b8": build(8) for name, build in BATCHED.items()},
     "resnet18_tiny": cnn(lambda: torchvision.models.resnet18(num_classes=10), size=64),
-    "r3d_18": video(lambda: torchvision.models.video.r3d_18(), frames=8, size=56),
     # Random weights score every box low: keep them all (score threshold 0) so that the
     # outputs are not empty.
     "ssdlite320_mobilenet_v3_large": detection(

@@ -23,8 +23,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 batched=squeezenet1_1,mobilenet_v2,resnet50,efficientnet_b0,bert_base,convnext_tiny,googlenet,regnet_y_400mf
 batched=$batched,vit_s16,gpt_decoder,vgg11,resnext50_32x4d,mobilenet_v3_small,efficientnet_v2_s,swin_t
-batched=$batched,lraspp_mobilenet_v3,deeplabv3_mobilenet_v3
-models=$batched,bert_tiny,r3d_18,ssdlite320_mobilenet_v3_large,fasterrcnn_mobilenet_v3_large_320_fpn,lstm2
+batched=$batched,lraspp_mobilenet_v3,deeplabv3_mobilenet_v3,r3d_18
+models=$batched,bert_tiny,ssdlite320_mobilenet_v3_large,fasterrcnn_mobilenet_v3_large_320_fpn,lstm2
 models=$models,gru2_bidirectional,transformer_dyn,$(echo "$batched" | sed 's/,/_b8,/g')_b8
 threads="1 2"
 iters=20

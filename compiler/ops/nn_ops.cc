@@ -254,12 +254,51 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
 // sequential stream of weights.
 constexpr int64_t kConvPanelRows = 6;
 
+// A 1x1 Conv (any stride, no padding, group 1, no input scale) with at most 48 output
+// positions per image and a multiple of 16 output channels (ResNeXt's last two stages over
+// 6x6 and 3x3 maps): its weight transposed into 16-column panels [OC/16][C][16]
+// (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
+// GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
+// tile's 16 lanes (and 36, 36 of 48).
+constexpr int64_t kFewPositions = 48;
+constexpr int64_t kFewPositionsFloats = 48 * 1024;  // conv.cc's buffer for X^T
+
+std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, const WindowParams& window) {
+  const Value* w = node.input(1);
+  const std::vector<int64_t> wd = StaticDims(w), yd = StaticDims(node.output(0));
+  if (node.GetInt("group", 1) != 1 || node.GetInt("kiln.input_scale", 0) == 1 || wd.size() != 4) return std::nullopt;
+  if (wd[2] != 1 || wd[3] != 1 || wd[0] % 16 != 0 || wd[0] == 0 || yd[2] * yd[3] > kFewPositions) return std::nullopt;
+  if (yd[2] * yd[3] * wd[1] > kFewPositionsFloats) return std::nullopt;  // X^T in the kernel's buffer
+  for (size_t i = 0; i < window.pads_begin.size(); ++i) {
+    if (window.pads_begin[i] != 0 || window.pads_end[i] != 0) return std::nullopt;
+  }
+  const int64_t oc = wd[0], c = wd[1];
+  auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{oc / 16, c, 16});
+  const float* src = w->constant()->data_as<float>();
+  float* dst = panels->data_as<float>();
+  for (int64_t o = 0; o < oc; ++o) {
+    for (int64_t k = 0; k < c; ++k) dst[((o / 16) * c + k) * 16 + o % 16] = src[o * c + k];
+  }
+  return panels;
+}
+
 absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   const Value* w = node.input(1);
   if (!w->is_constant() || w->type().dtype != DType::kFloat32) return std::nullopt;
   std::vector<int64_t> wd = StaticDims(w);
   const int64_t group = node.GetInt("group", 1), oc = wd[0], ocg = oc / group;
   if (ocg < 4) return std::nullopt;
+  {
+    auto win = ConvWindow(node);
+    if (!win.ok()) return win.status();
+    if (std::optional<std::shared_ptr<Tensor>> panels = PackFewPositionsWeight(node, *win)) {
+      KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+      params.packed_weights = 2;
+      KernelCall call = CallWithParams<kernel::conv>(PassAllInputs(node), params);
+      call.inputs[1] = KernelOperand{-1, std::move(*panels)};
+      return call;
+    }
+  }
   int64_t K = 1;
   for (size_t i = 1; i < wd.size(); ++i) K *= wd[i];
   if (K == 0) return std::nullopt;

@@ -89,7 +89,7 @@ __attribute__((noinline)) static int32_t RunDepthwise2D(const kiln_kcall* call, 
 // multiply-adds with no edge checks; the strip's outputs, [pixels][8], are transposed
 // back into the eight NCHW planes. The transposes go 8 pixels at a time in flattened
 // (row-major) pixel order, so a 7- or 14-wide row costs no scalar remainder per row.
-// Window KHxKW and stride S (both axes) fixed at compile time; pads >= 0, dilation 1.
+// Window KHxKW, stride S and dilation D (both axes) fixed at compile time; pads >= 0.
 constexpr int64_t kDepthwiseStripFloats = 16384;  // padded input rows of a strip (64 KiB)
 constexpr int64_t kDepthwiseOutFloats = 8192;     // a strip's outputs (32 KiB)
 // Padded input rows at most this wide take this path. Measured against RunDepthwise2D
@@ -107,12 +107,14 @@ static_assert(kDepthwiseStripFloats >= kDepthwiseBlockedMaxWidthStride2 * 16 * 5
                   kDepthwiseOutFloats >= kDepthwiseBlockedMaxWidth * 16,
               "a strip holds at least one output row of 16 channels");
 
-template <int KH, int KW, int S>
+// D: the dilation (both axes), fixed at compile time too: 2 for DeepLabV3's and LR-ASPP's
+// last MobileNetV3 blocks (5x5 over 10x10 planes), which otherwise took the direct loop nest.
+template <int KH, int KW, int S, int D = 1>
 static bool DepthwiseBlockedFits(const Window& w, int64_t max_width = 0) {
   if (max_width == 0) {
     max_width = S == 2 && (WideVectors() || KW >= 5) ? kDepthwiseBlockedMaxWidthStride2 : kDepthwiseBlockedMaxWidth;
   }
-  const int64_t padded_w = (w.out[2] - 1) * S + KW;
+  const int64_t padded_w = (w.out[2] - 1) * S + (KW - 1) * D + 1;
   return w.pad[1] >= 0 && w.pad[2] >= 0 && padded_w <= max_width;
 }
 
@@ -204,7 +206,7 @@ __attribute__((always_inline)) inline void TransposeStripOut(const float* out, i
 // padding is -inf instead of zero, each pixel the max of its taps; no weight, bias or
 // activation. V: the vector of channels, v8f, or v16f on targets with AVX-512F (sixteen
 // channels per block: the transposes stay 8x8, each filling one half of the lanes).
-template <int KH, int KW, int S, bool kMaxPool, typename V>
+template <int KH, int KW, int S, bool kMaxPool, typename V, int D>
 __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kcall* call, const Window& w,
                                                                   const kiln_activation& act) {
 #ifdef __clang__
@@ -220,9 +222,10 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const int64_t channels = call->inputs[0].dims[1], blocks = (channels + L - 1) / L;
   const int64_t jobs = call->inputs[0].dims[0] * blocks;
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], PH = w.pad[1], PW = w.pad[2];
-  const int64_t padded_w = (OW - 1) * S + KW, row_floats = padded_w * L;
+  constexpr int64_t kSpanH = (KH - 1) * D + 1, kSpanW = (KW - 1) * D + 1;  // the window's extent
+  const int64_t padded_w = (OW - 1) * S + kSpanW, row_floats = padded_w * L;
   // Output rows per strip: as many as keep its input rows and its outputs in the buffers.
-  const int64_t by_in = (kDepthwiseStripFloats / row_floats - KH) / S + 1, by_out = kDepthwiseOutFloats / (OW * L);
+  const int64_t by_in = (kDepthwiseStripFloats / row_floats - kSpanH) / S + 1, by_out = kDepthwiseOutFloats / (OW * L);
   const int64_t strip = by_in < by_out ? by_in : by_out;
   // Input columns that land in a padded row: iw = column - PW for columns < padded_w.
   const int64_t iw_end = W < padded_w - PW ? W : padded_w - PW;
@@ -260,7 +263,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
       memcpy(&bias, bias_lanes, sizeof(V));
       for (int64_t oh0 = 0; oh0 < OH; oh0 += strip) {
         const int64_t oh1 = oh0 + strip < OH ? oh0 + strip : OH;
-        const int64_t rows_in = (oh1 - oh0 - 1) * S + KH, ih0 = oh0 * S - PH;
+        const int64_t rows_in = (oh1 - oh0 - 1) * S + kSpanH, ih0 = oh0 * S - PH;
         // Padding: rows outside the image, and the columns left and right of it.
         for (int64_t r = 0; r < rows_in; ++r) {
           float* dst = in + r * row_floats;
@@ -271,14 +274,14 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
         TransposeRowsIn<L>(x, lanes, H, W, ih0, rows_in, padded_w, PW, iw_end, in);
         for (int64_t oh = oh0; oh < oh1; ++oh) {
           const float* rows[KH];
-          for (int kh = 0; kh < KH; ++kh) rows[kh] = in + ((oh - oh0) * S + kh) * row_floats;
+          for (int kh = 0; kh < KH; ++kh) rows[kh] = in + ((oh - oh0) * S + kh * D) * row_floats;
           float* orow = out + (oh - oh0) * OW * L;
           for (int64_t ow = 0; ow < OW; ++ow) {
             V acc = kMaxPool ? pad : bias;
             for (int kh = 0; kh < KH; ++kh) {
               for (int kw = 0; kw < KW; ++kw) {
                 V v;
-                memcpy(&v, rows[kh] + (ow * S + kw) * L, sizeof(V));
+                memcpy(&v, rows[kh] + (ow * S + kw * D) * L, sizeof(V));
                 if constexpr (kMaxPool) {
                   acc = v > acc ? v : acc;
                 } else {
@@ -304,10 +307,10 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   return KILN_KERR_OK;
 }
 
-template <int KH, int KW, int S, bool kMaxPool = false>
+template <int KH, int KW, int S, bool kMaxPool = false, int D = 1>
 static int32_t RunDepthwiseBlocked(const kiln_kcall* call, const Window& w, const kiln_activation& act) {
-  if (WideVectors()) return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v16f>(call, w, act);
-  return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v8f>(call, w, act);
+  if (WideVectors()) return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v16f, D>(call, w, act);
+  return RunDepthwiseBlockedLanes<KH, KW, S, kMaxPool, v8f, D>(call, w, act);
 }
 
 }  // namespace kiln_kernels

@@ -14,6 +14,326 @@ using namespace kiln_kernels;
 
 namespace {
 
+// Grouped 2-D f32 convolutions with few channels per group (ResNeXt's 32 groups of 4 to
+// 32), stride 1 or 2, dilation 1, taken directly rather than as an implicit GEMM per group,
+// whose M (the group's output channels) is too small to pay for packing its im2col:
+// ResNeXt-50's grouped convs ran at a quarter of ONNX Runtime's speed that way. Per
+// (image, group), the group's input planes are copied zero-padded into stride x stride
+// phase planes (padded row % stride, column % stride) of width PW, so output position
+// (oh, ow) and tap (kh, kw) read position oh * PW + ow + (kh / s) * PW + kw / s of phase
+// (kh % s, kw % s): one unaligned vector load per tap for consecutive positions of the
+// flattened [OH][PW] output (the PW - OW columns past each row's end are computed and
+// dropped). Register blocks of kGroupedRows (or a weight panel's kMr) output channels x up
+// to kGroupedVecs vectors of positions share each load.
+constexpr int64_t kGroupedPlaneFloats = 16384;  // the padded input planes of one group (64 KiB)
+constexpr int64_t kGroupedOutFloats = 8192;     // a register block's flattened output planes
+constexpr int64_t kGroupedMaxK = 400;           // input channels x taps per output channel
+constexpr int kGroupedRows = 4;
+constexpr int kGroupedVecs = 4;
+constexpr int64_t kGroupedMaxChannels = 32;  // output channels per group (more: the GEMM's M is large enough)
+
+// The shape of the phase planes: width, rows, flattened positions computed (whole vectors)
+// and the floats per phase plane (the reads past the last position included).
+struct GroupedPlanes {
+  int64_t s, width, rows, positions, phase_stride;
+  GroupedPlanes(const Window& w, int64_t lanes) {
+    s = w.stride[2];
+    width = w.out[2] + (w.kernel[2] - 1) / s;
+    rows = w.out[1] + (w.kernel[1] - 1) / s;
+    positions = (w.out[1] * width + lanes - 1) / lanes * lanes;
+    const int64_t reach = positions + (w.kernel[1] - 1) / s * width + (w.kernel[2] - 1) / s;
+    phase_stride = reach > rows * width ? reach : rows * width;
+  }
+  int64_t channel_stride() const { return s * s * phase_stride; }
+};
+
+inline bool GroupedDirectFits(const Window& w, const kiln_ktensor& x, int64_t group, int64_t icg, int64_t ocg) {
+  constexpr int64_t kLanes = 16;  // the wider vector: what fits it fits the narrow one
+  if (x.rank != 4 || group == 1 || ocg > kGroupedMaxChannels || icg * w.kernel[1] * w.kernel[2] > kGroupedMaxK) {
+    return false;
+  }
+  if (icg == 1 && ocg == 1) return false;  // depthwise: its own paths
+  const int64_t s = w.stride[2];
+  if (w.stride[1] != s || (s != 1 && s != 2) || w.dilation[1] != 1 || w.dilation[2] != 1) return false;
+  if (w.pad[1] < 0 || w.pad[2] < 0 || w.kernel[1] * w.kernel[2] > 25) return false;
+  const GroupedPlanes planes(w, kLanes);
+  return icg * planes.channel_stride() <= kGroupedPlaneFloats && gemm::kMr * planes.positions <= kGroupedOutFloats &&
+         w.in[1] * w.in[2] + 1 <= kGroupedOutFloats;  // stride 2's deinterleaved plane, in `out` then
+}
+
+// acc[r][v] over every input channel and tap of one register block: ROWS output channels
+// (weight of row r at k = ic * taps + t: wb[r * w_row + k * w_k]) x VECS vectors from
+// position q0 of the planes, into out[r * out_stride + q0..].
+template <typename V, int ROWS, int VECS>
+__attribute__((always_inline)) inline void GroupedBlock(const float* planes, int64_t channel_stride, int64_t icg,
+                                                        const int64_t* tap_offset, int64_t taps, const float* wb,
+                                                        int64_t w_row, int64_t w_k, const float* bias, int64_t q0,
+                                                        float* out, int64_t out_stride) {
+#ifdef __clang__
+#pragma clang fp contract(fast)  // a Conv's sums are reassociated anyway (see MicroKernel)
+#endif
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  V acc[ROWS][VECS];
+  for (int r = 0; r < ROWS; ++r) {
+    V b;
+    KILN_SPLAT_V(V, b, bias[r]);
+    for (int v = 0; v < VECS; ++v) acc[r][v] = b;
+  }
+  for (int64_t ic = 0; ic < icg; ++ic) {
+    const float* base = planes + ic * channel_stride + q0;
+    const float* wic = wb + ic * taps * w_k;
+    for (int64_t t = 0; t < taps; ++t) {
+      V xv[VECS];
+      for (int v = 0; v < VECS; ++v) memcpy(&xv[v], base + tap_offset[t] + v * L, sizeof(V));
+      for (int r = 0; r < ROWS; ++r) {
+        V wv;
+        KILN_SPLAT_V(V, wv, wic[r * w_row + t * w_k]);
+        for (int v = 0; v < VECS; ++v) acc[r][v] += wv * xv[v];
+      }
+    }
+  }
+  for (int r = 0; r < ROWS; ++r) {
+    for (int v = 0; v < VECS; ++v) memcpy(out + r * out_stride + q0 + v * L, &acc[r][v], sizeof(V));
+  }
+}
+
+// GroupedBlock over all `positions` (a multiple of the lanes) for one block of ROWS output
+// channels: as many vectors per block as the target's registers hold accumulators for
+// (four 16-lane, two 8-lane), then the rest.
+template <typename V, int ROWS>
+__attribute__((always_inline)) inline void GroupedRows(const float* planes, int64_t channel_stride, int64_t icg,
+                                                       const int64_t* tap_offset, int64_t taps, const float* wb,
+                                                       int64_t w_row, int64_t w_k, const float* bias, int64_t positions,
+                                                       float* out) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  constexpr int kVecs = L == 16 ? kGroupedVecs : 2;
+  int64_t q0 = 0;
+  for (; q0 + kVecs * L <= positions; q0 += kVecs * L) {
+    GroupedBlock<V, ROWS, kVecs>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out,
+                                 positions);
+  }
+  const int64_t rest = (positions - q0) / L;
+  if (kVecs > 3 && rest == 3) {
+    GroupedBlock<V, ROWS, 3>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out, positions);
+  } else if (kVecs > 2 && rest == 2) {
+    GroupedBlock<V, ROWS, 2>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out, positions);
+  } else if (rest == 1) {
+    GroupedBlock<V, ROWS, 1>(planes, channel_stride, icg, tap_offset, taps, wb, w_row, w_k, bias, q0, out, positions);
+  }
+}
+
+// The group's input channels into their zero-padded phase planes (see above). Stride 2
+// deinterleaves each input plane whole into `scratch` first (even and odd elements; a row
+// at a time, the per-row bookkeeping of 24-wide rows cost as much as the products), then
+// copies each row's even and odd columns, contiguous runs there, into their phases.
+inline void FillGroupedPlanes(const float* x, int64_t icg, const Window& w, const GroupedPlanes& p, float* planes,
+                              float* scratch) {
+  const int64_t H = w.in[1], W = w.in[2], s = p.s, left = w.pad[2];
+  memset(planes, 0, sizeof(float) * icg * p.channel_stride());
+  const int64_t plane = H * W, half = (plane + 1) / 2;
+  float* evens = scratch;
+  float* odds = scratch + half;
+  // Where a row's runs go: input column iw lands at padded column iw + left, phase
+  // (iw + left) % 2, position (iw + left) / 2; clipped to the plane's width.
+  const int64_t even_at = left / 2, odd_at = (left + 1) / 2;
+  const int64_t even_count = (W + 1) / 2 < p.width - even_at ? (W + 1) / 2 : p.width - even_at;
+  const int64_t odd_count = W / 2 < p.width - odd_at ? W / 2 : p.width - odd_at;
+  for (int64_t ic = 0; ic < icg; ++ic) {
+    float* dst = planes + ic * p.channel_stride();
+    const float* xc = x + ic * plane;
+    if (s == 2) {
+      int64_t j = 0;
+      for (; j + 16 <= plane; j += 16) {
+        gemm::v8f a, b;
+        KILN_LOAD8(a, xc + j);
+        KILN_LOAD8(b, xc + j + 8);
+        const gemm::v8f e = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+        const gemm::v8f o = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+        KILN_STORE8(evens + j / 2, e);
+        KILN_STORE8(odds + j / 2, o);
+      }
+#pragma clang loop vectorize(disable)
+      for (; j < plane; ++j) (j % 2 == 0 ? evens : odds)[j / 2] = xc[j];
+    }
+    for (int64_t ih = 0; ih < H; ++ih) {
+      const int64_t ph = ih + w.pad[1];
+      if (ph / s >= p.rows) break;
+      if (s == 1) {  // a row, as it is
+        const int64_t cols = W < p.width - left ? W : p.width - left;
+        memcpy(dst + ph * p.width + left, xc + ih * W, sizeof(float) * cols);
+        continue;
+      }
+      // The row's even columns (iw = 0, 2, ..) and odd ones, from the deinterleaved plane.
+      const int64_t e0 = ih * W;
+      const float* even_run = e0 % 2 == 0 ? evens + e0 / 2 : odds + e0 / 2;
+      const float* odd_run = e0 % 2 == 0 ? odds + e0 / 2 : evens + (e0 + 1) / 2;
+      float* row = dst + ph % 2 * 2 * p.phase_stride + ph / 2 * p.width;
+      if (even_count > 0) memcpy(row + left % 2 * p.phase_stride + even_at, even_run, sizeof(float) * even_count);
+      if (odd_count > 0) memcpy(row + (left + 1) % 2 * p.phase_stride + odd_at, odd_run, sizeof(float) * odd_count);
+    }
+  }
+}
+
+template <typename V>
+__attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call, const Window& w, int64_t group,
+                                                          const kiln_activation& act, bool packed) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t in_channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t icg = in_channels / group, ocg = out_channels / group;
+  const int64_t OH = w.out[1], OW = w.out[2], KW = w.kernel[2], taps = w.kernel[1] * KW, K = icg * taps;
+  const GroupedPlanes geometry(w, L);
+  const int64_t positions = geometry.positions, width = geometry.width, s = geometry.s;
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  const int64_t panels = (ocg + gemm::kMr - 1) / gemm::kMr;
+  const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
+  auto body = [=](int64_t begin, int64_t end) {
+    alignas(64) float planes[kGroupedPlaneFloats];
+    alignas(64) float out[kGroupedOutFloats];
+    alignas(64) float weights[(kGroupedMaxChannels + kGroupedRows) * kGroupedMaxK];
+    int64_t tap_offset[25];
+    for (int64_t t = 0; t < taps; ++t) {
+      const int64_t kh = t / KW, kw = t % KW;
+      tap_offset[t] = (kh % s * s + kw % s) * geometry.phase_stride + kh / s * width + kw / s;
+    }
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t n = job / group, g = job % group;
+      float bias[kGroupedMaxChannels + gemm::kMr] = {};
+      for (int64_t oc = 0; oc < ocg && pbias != nullptr; ++oc) bias[oc] = pbias[g * ocg + oc];
+      FillGroupedPlanes(px + (n * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, geometry, planes, out);
+      const int64_t channel_stride = geometry.channel_stride();
+      // Rows oc0 .. oc0 + rows of out to Y, the valid columns, with the residual and the
+      // activation.
+      auto store = [&](int64_t oc0, int64_t rows) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t oc = g * ocg + oc0 + r;
+          float* y = py + (n * out_channels + oc) * OH * OW;
+          const float* res = pres != nullptr ? pres + (n * out_channels + oc) * OH * OW : nullptr;
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            const float* src = out + r * positions + oh * width;
+            float* dst = y + oh * OW;
+            if (res != nullptr) {
+              for (int64_t ow = 0; ow < OW; ++ow) dst[ow] = src[ow] + res[oh * OW + ow];
+            } else {
+              memcpy(dst, src, sizeof(float) * OW);
+            }
+          }
+          ApplyActivation(y, OH * OW, act.code, alpha, beta);
+        }
+      };
+      if (packed && ocg > 8) {
+        // Many rows: blocks of one pre-packed panel each ([K][kMr], zero past the last
+        // row), read in place (copying 32 rows per group cost a third of ResNeXt's last
+        // grouped convs, whose weights outweigh their 3x3 planes).
+        const float* panel = pw + g * panels * gemm::kMr * K;
+        for (int64_t oc0 = 0; oc0 < ocg; oc0 += gemm::kMr) {
+          GroupedRows<V, gemm::kMr>(planes, channel_stride, icg, tap_offset, taps, panel + oc0 * K, 1, gemm::kMr,
+                                    bias + oc0, positions, out);
+          store(oc0, ocg - oc0 < gemm::kMr ? ocg - oc0 : gemm::kMr);
+        }
+        continue;
+      }
+      // Few rows: the group's weights copied as [oc][ic * taps + t] (rows past ocg zero), in
+      // blocks of kGroupedRows (4 or 8 rows: no row wasted). A packed weight is read in its
+      // order, [panel][k][kMr] (k-inner reads would gather).
+      memset(weights + ocg * K, 0, sizeof(float) * kGroupedRows * K);
+      if (packed) {
+        const float* panel = pw + g * panels * gemm::kMr * K;
+        for (int64_t p = 0; p < panels; ++p) {
+          const int64_t rows = ocg - p * gemm::kMr < gemm::kMr ? ocg - p * gemm::kMr : gemm::kMr;
+          for (int64_t k = 0; k < K; ++k) {
+#pragma clang loop vectorize(disable)
+            for (int64_t i = 0; i < rows; ++i)
+              weights[(p * gemm::kMr + i) * K + k] = panel[(p * K + k) * gemm::kMr + i];
+          }
+        }
+      } else {
+        memcpy(weights, pw + g * ocg * K, sizeof(float) * ocg * K);
+      }
+      for (int64_t oc0 = 0; oc0 < ocg; oc0 += kGroupedRows) {
+        GroupedRows<V, kGroupedRows>(planes, channel_stride, icg, tap_offset, taps, weights + oc0 * K, K, 1, bias + oc0,
+                                     positions, out);
+        store(oc0, ocg - oc0 < kGroupedRows ? ocg - oc0 : kGroupedRows);
+      }
+    }
+  };
+  ParallelFor(call, X.dims[0] * group, 1, body);
+  return KILN_KERR_OK;
+}
+
+// packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 48 output positions per image
+// as Y^T = X^T W^T, the positions the GEMM's rows (X^T gathered per image: the stride's
+// positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
+// output channels fill the vector lanes; each job's columns of Y^T, a chunk of output
+// channels, go back to Y transposed, with the bias, the residual and the activation.
+constexpr int64_t kFewPositionsChunk = 256;         // output channels per job
+constexpr int64_t kFewPositionsFloats = 48 * 1024;  // X^T: positions x input channels
+constexpr int64_t kFewPositionsRows = 48;           // X^T's rows (positions of the images of a pass)
+__attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call, const Window& w,
+                                                         const kiln_activation& act) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], K = X.dims[1], out_channels = Y.dims[1];
+  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], P = OH * OW;
+  if (P > kFewPositionsRows || P * K > kFewPositionsFloats || out_channels % 16 != 0 || w.in[0] != 1) {
+    return KILN_KERR_UNSUPPORTED;
+  }
+  // Images per pass: as many as X^T's buffer and kFewPositionsRows rows hold, so a batch
+  // streams the weight once per pass rather than once per image (a 2048x1024 weight is 8 MiB).
+  const int64_t by_floats = kFewPositionsFloats / (P * K), by_rows = kFewPositionsRows / P;
+  int64_t images = by_floats < by_rows ? by_floats : by_rows;
+  if (images > batch) images = batch;
+  const int64_t passes = (batch + images - 1) / images;
+  const float* px = static_cast<const float*>(X.data);
+  const float* panels = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  const int64_t chunks = (out_channels + kFewPositionsChunk - 1) / kFewPositionsChunk;
+  const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
+  auto body = [=](int64_t begin, int64_t end) {
+    alignas(64) float xt[kFewPositionsFloats];
+    alignas(64) float ct[kFewPositionsRows * kFewPositionsChunk];
+    int64_t filled = -1;  // the pass xt holds
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t pass = job / chunks, n0 = job % chunks * kFewPositionsChunk;
+      const int64_t n1 = n0 + kFewPositionsChunk < out_channels ? n0 + kFewPositionsChunk : out_channels;
+      const int64_t image0 = pass * images, count = batch - image0 < images ? batch - image0 : images;
+      if (filled != pass) {  // rows: image by image, its positions (the stride's), transposed
+        for (int64_t m = 0; m < count; ++m) {
+          const float* x = px + (image0 + m) * K * H * W;
+          for (int64_t i = 0; i < P; ++i) {
+            const int64_t at = i / OW * w.stride[1] * W + i % OW * w.stride[2];
+            float* row = xt + (m * P + i) * K;
+            for (int64_t k = 0; k < K; ++k) row[k] = x[k * H * W + at];
+          }
+        }
+        filled = pass;
+      }
+      const int64_t width = n1 - n0;
+      gemm::PanelBlock(0, count * P, 0, width, K, xt, K, panels + n0 * K, ct, width);
+      for (int64_t m = 0; m < count; ++m) {
+        const int64_t n = image0 + m;
+        for (int64_t oc = n0; oc < n1; ++oc) {
+          float* y = py + (n * out_channels + oc) * P;
+          const float bias = pbias != nullptr ? pbias[oc] : 0.f;
+          const float* r = pres != nullptr ? pres + (n * out_channels + oc) * P : nullptr;
+          const float* c = ct + m * P * width + oc - n0;
+          for (int64_t i = 0; i < P; ++i) y[i] = c[i * width] + bias + (r != nullptr ? r[i] : 0.f);
+          ApplyActivation(y, P, act.code, alpha, beta);
+        }
+      }
+    }
+  };
+  ParallelFor(call, passes * chunks, 1, body);
+  return KILN_KERR_OK;
+}
+
 struct ConvKernel {
   // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional, then as the fuse
   // pass writes them: an input scale (below; may be omitted) and a residual R shaped as Y,
@@ -35,7 +355,7 @@ struct ConvKernel {
     const ConvExtents ext(params.group, w, X, call->outputs[0]);
     const kiln_activation& act = params.activation;
     const int64_t activation = act.code;
-    const bool packed = params.packed_weights != 0;
+    const bool packed = params.packed_weights == 1;
     const int64_t default_cols = WideVectors() ? gemm::kWideConvNc : gemm::kConvNc;
     int64_t cols = params.job_cols != 0 ? params.job_cols : default_cols;
     if (cols < gemm::kNr || cols > gemm::kMaxNc || cols % gemm::kNr != 0) cols = default_cols;
@@ -48,6 +368,11 @@ struct ConvKernel {
     const T* pres = OptionalInputData<T>(call, 4);
     T* py = OutputData<T>(call);
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
+      if (params.packed_weights == 2) return RunFewPositions(call, w, act);
+      if (pscale == nullptr && GroupedDirectFits(w, X, ext.group, ext.ic_per_group, ext.oc_per_group)) {
+        if (WideVectors()) return RunGroupedDirect<v16f>(call, w, ext.group, act, packed);
+        return RunGroupedDirect<v8f>(call, w, ext.group, act, packed);
+      }
       if (ext.oc_per_group >= 4 && ext.ic_per_group * ext.kernel_size > 0) {
         return ImplicitGemm(call, w, ext.group, act, packed, cols);
       }
@@ -69,6 +394,14 @@ struct ConvKernel {
         if (w.kernel[1] == 7 && w.stride[1] == 1 && DepthwiseBlockedFits<7, 7, 1>(w))
           return RunDepthwiseBlocked<7, 7, 1>(call, w, act);
       }
+      // Dilation 2, stride 1 (MobileNetV3's last blocks in DeepLabV3 and LR-ASPP).
+      const bool dilated_2d = pscale == nullptr && pres == nullptr && X.rank == 4 && ext.group == ext.in_channels &&
+                              ext.group == ext.out_channels && w.dilation[1] == 2 && w.dilation[2] == 2 &&
+                              w.stride[1] == 1 && w.stride[2] == 1 && w.kernel[1] == w.kernel[2];
+      if (dilated_2d && w.kernel[1] == 3 && DepthwiseBlockedFits<3, 3, 1, 2>(w))
+        return RunDepthwiseBlocked<3, 3, 1, false, 2>(call, w, act);
+      if (dilated_2d && w.kernel[1] == 5 && DepthwiseBlockedFits<5, 5, 1, 2>(w))
+        return RunDepthwiseBlocked<5, 5, 1, false, 2>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 1)
         return RunDepthwise2D<3, 3, 1>(call, w, act);
       if (depthwise_2d && w.kernel[1] == 3 && w.kernel[2] == 3 && w.stride[2] == 2)

@@ -316,6 +316,69 @@ inline void ResampleRow(const T* in, const RowTaps& row, bool inside, const Colu
   }
 }
 
+// The f32 fast path for a block whose columns each have one or two taps (linear, nearest)
+// and whose rows combine at most two input rows (bilinear over the last two axes; the outer
+// axes unscaled): each input row is interpolated along the last axis once, in f32, into a
+// cache of two, and an output row is the weighted sum of its (at most two) cached rows.
+// DeepLabV3's and LR-ASPP's final 16x bilinear upsample reuses each interpolated row for
+// about 16 output rows; element by element in double it took a fifth of the model's time.
+struct TwoTapColumns {
+  bool usable = false;
+  int64_t offset[2][kBlockColumns];
+  float weight[2][kBlockColumns];
+};
+
+inline void FillTwoTapColumns(const ColumnBlock& block, TwoTapColumns* two) {
+  two->usable = false;
+  for (int64_t x = block.begin; x < block.end; ++x) {
+    const int64_t j = x - block.begin;
+    if (block.first[j] < 0 || block.count[j] < 1 || block.count[j] > 2) return;
+    const int32_t f = block.first[j], last = block.count[j] - 1;
+    two->offset[0][j] = block.offset[f];
+    two->weight[0][j] = static_cast<float>(block.weight[f]);
+    two->offset[1][j] = block.offset[f + last];
+    two->weight[1][j] = last > 0 ? static_cast<float>(block.weight[f + last]) : 0.f;
+  }
+  two->usable = true;
+}
+
+struct InterpolatedRows {
+  int64_t key[2] = {-1, -1};  // the input offset each cached row was interpolated from
+  int32_t next = 0;           // the slot to replace
+  float row[2][kBlockColumns];
+
+  const float* Get(const float* in, int64_t at, const TwoTapColumns& two, int64_t count) {
+    for (int s = 0; s < 2; ++s) {
+      if (key[s] == at) return row[s];
+    }
+    const int s = next;
+    next ^= 1;
+    key[s] = at;
+    const float* base = in + at;
+    for (int64_t j = 0; j < count; ++j) {
+      // A one-tap column's second weight is 0: that term is left out, not 0 * x (NaN for inf).
+      const float second = two.weight[1][j] != 0.f ? two.weight[1][j] * base[two.offset[1][j]] : 0.f;
+      row[s][j] = two.weight[0][j] * base[two.offset[0][j]] + second;
+    }
+    return row[s];
+  }
+};
+
+inline void ResampleRowTwoTap(const float* in, const RowTaps& row, const ColumnBlock& block, const TwoTapColumns& two,
+                              InterpolatedRows* cache, float* line) {
+  const int64_t count = block.end - block.begin;
+  float* out = line + block.begin;
+  const float* a = cache->Get(in, row.offset[0], two, count);
+  const float wa = static_cast<float>(row.weight[0]);
+  if (row.count == 1) {
+    for (int64_t j = 0; j < count; ++j) out[j] = wa * a[j];
+    return;
+  }
+  const float* b = cache->Get(in, row.offset[1], two, count);
+  const float wb = static_cast<float>(row.weight[1]);
+  for (int64_t j = 0; j < count; ++j) out[j] = wa * a[j] + wb * b[j];
+}
+
 struct Resize {
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_resize_params& params) {
@@ -339,11 +402,23 @@ struct Resize {
       ColumnBlock columns;
       RowTaps row;
       AxisTaps taps[kMaxRank];
+      [[maybe_unused]] TwoTapColumns two;
+      [[maybe_unused]] InterpolatedRows cache;
       for (int64_t x0 = 0; x0 < width; x0 = columns.end) {
         FillColumns(params, setup.axis[last], x0, width, &taps[last], &columns);
+        if constexpr (std::is_same_v<T, float>) {
+          FillTwoTapColumns(columns, &two);
+          cache.key[0] = cache.key[1] = -1;
+        }
         for (int64_t r = begin; r < end; ++r) {
           T* line = po + r * width;
           const RowKind kind = RowTapsAt(params, setup, out.dims, r, &taps[0], &row);
+          if constexpr (std::is_same_v<T, float>) {
+            if (kind == kRowInside && two.usable && row.count <= 2) {
+              ResampleRowTwoTap(pi, row, columns, two, &cache, line);
+              continue;
+            }
+          }
           if (kind != kRowTooWide) {
             ResampleRow(pi, row, kind == kRowInside, columns, extrapolation, line);
             continue;

@@ -16,8 +16,10 @@ typedef struct kiln_conv_params {
   kiln_window window;         /* conv, conv_transpose (its pads apply to the uncropped output);
                                  conv_winograd reads pads_begin[0..1] only */
   kiln_activation activation; /* conv, conv_winograd */
-  /* conv, artifacts only: the weight comes pre-packed, per group in panels of gemm::kMr
-   * rows ([ceil(OC/group / kMr)][K][kMr], zero past the last row). */
+  /* conv, artifacts only: the weight comes pre-packed, 1: per group in panels of gemm::kMr
+   * rows ([ceil(OC/group / kMr)][K][kMr], zero past the last row); 2: a 1x1 conv's (group
+   * 1, no padding, at most 48 output positions, OC a multiple of 16) transposed into
+   * 16-column panels [OC/16][C][16]. */
   int64_t packed_weights;
   int64_t job_cols;        /* conv: the job width in output positions (--tune), 0: default */
   int64_t tiles_per_chunk; /* conv_winograd: tiles transformed at a time (sizes the scratch) */

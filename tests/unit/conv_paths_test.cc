@@ -1,0 +1,181 @@
+// The convolution and resampling paths added for segmentation and ResNeXt models, compiled
+// into artifacts (both register-tile targets where this CPU runs them, 1 and 2 threads)
+// against the independent reference (compiler/reference) on odd shapes: grouped convs run
+// directly on padded phase planes, depthwise convs of dilation 2, Convs whose outer taps
+// read only padding (trimmed by simplify), 1x1 convs over few positions (transposed), and
+// f32 bilinear and nearest Resize.
+#include <cmath>
+#include <functional>
+
+#include "artifact_test_util.h"
+#include "gtest/gtest.h"
+#include "kiln/compiler/ops.h"
+#include "kiln/compiler/pipeline.h"
+#include "kiln/compiler/reference.h"
+
+namespace kiln {
+namespace {
+
+// max |compiled - reference| relative to the reference's largest magnitude, over the
+// runs on 1 and 2 threads.
+double CompiledVsReference(const std::function<std::unique_ptr<Graph>()>& build, const std::string& target) {
+  std::unique_ptr<Graph> reference = build();
+  auto input = Random(reference->inputs()[0]->type().StaticDims(), 99);
+  auto expected = ReferenceRunGraph(*reference, {*input});
+  EXPECT_TRUE(expected.ok()) << expected.status();
+  if (!expected.ok()) return 1e9;
+  std::unique_ptr<Graph> compiled = build();
+  const std::vector<Tensor> outputs = RunArtifact(*compiled, kDefaultPipeline, *input, {1, 2}, target);
+  if (outputs.size() != 2) return 1e9;
+  const Tensor& want = (*expected)[0];
+  double max_error = 0, scale = 0;
+  for (const Tensor& out : outputs) {
+    EXPECT_EQ(out.dims(), want.dims());
+    if (out.dims() != want.dims()) return 1e9;
+    for (int64_t i = 0; i < out.num_elements(); ++i) {
+      max_error = std::max(max_error, std::fabs(double(out.data_as<float>()[i]) - want.data_as<float>()[i]));
+      scale = std::max(scale, std::fabs(double(want.data_as<float>()[i])));
+    }
+  }
+  EXPECT_GT(scale, 0.1);
+  return max_error / scale;
+}
+
+struct ConvCase {
+  int64_t n, c, oc, group, h, w, kh, kw, stride, dilation;
+  std::vector<int64_t> pads;  // top, left, bottom, right
+  bool residual;              // Add(Conv(x), x) (fused into the conv's epilogue), then Relu
+  std::string activation;     // "" or an op applied last
+};
+
+std::unique_ptr<Graph> ConvNet(const ConvCase& t) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {t.n, t.c, t.h, t.w}));
+  g->AddInput(x);
+  Node* conv = g->AddNode(
+      "Conv", "conv",
+      {x, g->AddConstant("w", Random({t.oc, t.c / t.group, t.kh, t.kw}, 31)), g->AddConstant("b", Random({t.oc}, 32))},
+      {"c"}, 13);
+  conv->mutable_attrs()["group"] = t.group;
+  conv->mutable_attrs()["strides"] = std::vector<int64_t>{t.stride, t.stride};
+  conv->mutable_attrs()["dilations"] = std::vector<int64_t>{t.dilation, t.dilation};
+  conv->mutable_attrs()["pads"] = t.pads;
+  Value* y = conv->output(0);
+  if (t.residual) y = g->AddNode("Add", "skip", {y, x}, {"r"}, 13)->output(0);
+  if (!t.activation.empty()) y = g->AddNode(t.activation, "act", {y}, {"y"}, 13)->output(0);
+  return WithOutput(std::move(g), y);
+}
+
+void ExpectConvCases(const std::vector<ConvCase>& cases) {
+  for (const ConvCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << t.n << "x" << t.c << "x" << t.h << "x" << t.w << " -> " << t.oc << ", group "
+                                      << t.group << ", " << t.kh << "x" << t.kw << " stride " << t.stride
+                                      << " dilation " << t.dilation << " pads " << t.pads[0] << "," << t.pads[1] << ","
+                                      << t.pads[2] << "," << t.pads[3] << (t.residual ? ", residual" : "") << " "
+                                      << t.activation);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference([&] { return ConvNet(t); }, target), 1e-5);
+    }
+  }
+}
+
+// Grouped convs (ResNeXt's shape and odd ones): 4 to 32 channels per group and odd counts
+// (3 in, 5 out; 13, whose weight panels of 6 rows, read in place, end in one of 1), a
+// channel multiplier (1 in, 2 out), stride 1 and 2 with even and odd
+// widths (stride 2 deinterleaves whole planes: odd widths alternate the row's parity),
+// pads none, symmetric and lopsided, 5x5 windows, planes of 1 to several register blocks,
+// a fused residual and activations after.
+TEST(ConvPathsTest, GroupedConvsMatchTheReference) {
+  ExpectConvCases({
+      {1, 128, 128, 32, 12, 12, 3, 3, 1, 1, {1, 1, 1, 1}, false, "Relu"},
+      {1, 64, 64, 8, 11, 7, 3, 3, 2, 1, {1, 1, 1, 1}, false, "Relu"},
+      {2, 12, 20, 4, 9, 13, 3, 3, 1, 1, {0, 2, 1, 0}, false, ""},
+      {1, 6, 12, 6, 10, 5, 5, 5, 1, 1, {2, 2, 2, 2}, false, "Sigmoid"},
+      {1, 64, 64, 2, 3, 3, 3, 3, 1, 1, {1, 1, 1, 1}, false, "Relu"},
+      {1, 64, 64, 2, 6, 6, 3, 3, 2, 1, {1, 1, 1, 1}, false, ""},
+      {1, 16, 16, 4, 13, 17, 3, 3, 2, 1, {0, 1, 2, 0}, false, ""},
+      {1, 24, 24, 3, 8, 9, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
+      {1, 8, 16, 8, 7, 7, 3, 3, 1, 1, {1, 1, 1, 1}, false, "Relu"},
+      {1, 32, 32, 4, 30, 30, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+      {1, 26, 26, 2, 9, 10, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
+      {1, 26, 26, 2, 9, 10, 3, 3, 2, 1, {1, 1, 1, 1}, false, "Relu"},
+  });
+}
+
+// Depthwise convs of dilation 2 (MobileNetV3's last blocks in DeepLabV3 and LR-ASPP), 3x3
+// and 5x5 over planes smaller and larger than the window's reach, one partial channel
+// block and several, the padding that keeps the size and less.
+TEST(ConvPathsTest, DilatedDepthwiseConvsMatchTheReference) {
+  ExpectConvCases({
+      {1, 20, 20, 20, 10, 10, 5, 5, 1, 2, {4, 4, 4, 4}, false, "Relu"},
+      {1, 7, 7, 7, 9, 13, 3, 3, 1, 2, {2, 2, 2, 2}, false, ""},
+      {2, 17, 17, 17, 12, 11, 5, 5, 1, 2, {1, 3, 0, 2}, false, "Sigmoid"},
+      {1, 33, 33, 33, 6, 6, 3, 3, 1, 2, {0, 0, 0, 0}, false, "Relu"},
+  });
+}
+
+// Convs whose outer taps read only padding for every output (simplify trims them): the
+// atrous ASPP convs of DeepLabV3 (rate 12 over 10x10: a 1x1 conv), one that keeps two
+// taps of three per axis, strided, and one whose rows trim but not its columns.
+TEST(ConvPathsTest, ConvsWithTapsInThePaddingMatchTheReference) {
+  ExpectConvCases({
+      {1, 30, 16, 1, 10, 10, 3, 3, 1, 12, {12, 12, 12, 12}, false, "Relu"},
+      {1, 5, 7, 1, 4, 4, 3, 3, 1, 3, {3, 3, 0, 0}, false, ""},
+      {1, 6, 9, 1, 5, 9, 3, 3, 2, 4, {4, 4, 4, 4}, false, ""},
+      {1, 4, 6, 2, 3, 11, 3, 3, 1, 3, {3, 1, 3, 1}, false, ""},
+  });
+}
+
+// 1x1 convs with at most 48 output positions and a multiple of 16 output channels, run as
+// Y^T = X^T W^T (ResNeXt's last stages): 3x3 and 6x6 maps (36 positions: three row tiles),
+// a strided 1x1 (the downsample) from 6x5, 1x1 maps (squeeze-and-excitation), an odd and
+// a 1024-channel input (whose rows the GEMM copies into panels), a batch, a fused residual.
+TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
+  ExpectConvCases({
+      {1, 37, 48, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {2, 1024, 32, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+      {1, 20, 64, 1, 6, 5, 1, 1, 2, 1, {0, 0, 0, 0}, false, ""},
+      {3, 40, 16, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Sigmoid"},
+      {1, 32, 32, 1, 4, 4, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
+      {1, 1024, 48, 1, 6, 6, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 32, 32, 1, 7, 6, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
+  });
+}
+
+// x -> Resize(linear or nearest, sizes) -> y: the f32 path that interpolates each input row
+// once along the last axis and blends cached rows (16x upsampling, more than one 512-column
+// block, a downscale, align_corners, nearest; a batch and channels as outer axes).
+struct ResizeCase {
+  std::vector<int64_t> in, out;
+  std::string mode, coordinates;
+};
+
+std::unique_ptr<Graph> ResizeNet(const ResizeCase& t) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, t.in));
+  g->AddInput(x);
+  auto sizes = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(t.out.size())});
+  for (size_t i = 0; i < t.out.size(); ++i) sizes->data_as<int64_t>()[i] = t.out[i];
+  Node* resize = g->AddNode("Resize", "resize", {x, nullptr, nullptr, g->AddConstant("sizes", sizes)}, {"y"}, 13);
+  resize->mutable_attrs()["mode"] = t.mode;
+  resize->mutable_attrs()["coordinate_transformation_mode"] = t.coordinates;
+  return WithOutput(std::move(g), resize->output(0));
+}
+
+TEST(ConvPathsTest, ResizeRowPathMatchesTheReference) {
+  const ResizeCase cases[] = {
+      {{1, 21, 10, 10}, {1, 21, 160, 160}, "linear", "half_pixel"},
+      {{2, 3, 5, 300}, {2, 3, 11, 700}, "linear", "pytorch_half_pixel"},
+      {{1, 4, 17, 13}, {1, 4, 7, 5}, "linear", "half_pixel"},
+      {{1, 2, 6, 7}, {1, 2, 13, 19}, "linear", "align_corners"},
+      {{1, 3, 5, 6}, {1, 3, 12, 9}, "nearest", "asymmetric"},
+  };
+  for (const ResizeCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << t.mode << " " << t.coordinates << " to " << t.out[2] << "x" << t.out[3]);
+    EXPECT_LT(CompiledVsReference([&] { return ResizeNet(t); }, "host"), 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
