@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kiln against ONNX Runtime (the CPU library onnxruntime-node ships) on the bench set.
 #   bench/run.sh [--models a,b,...] [--threads "1 2"] [--iters N] [--iters-b8 N] [--rounds R]
-#                [--rounds-b8 R] [--skip-install]
+#                [--rounds-b8 R] [--skip-install] [--no-check-b8]
 # The default set (issue 22's): the five first bench models and BERT-tiny; ConvNeXt-T,
 # GoogLeNet, RegNetY-400MF, ViT-S/16, a GPT-style decoder, VGG-11, ResNeXt-50,
 # MobileNetV3-small, EfficientNetV2-S, Swin-T, the two segmentation models, R3D-18, the two
@@ -16,7 +16,9 @@
 # PyTorch's outputs, <= 1e-3 x scale). Timing alternates the two runtimes R rounds (default
 # 3 at batch 1, 1 at batch 8), each a median of N runs; the table gives the median of the
 # rounds' medians and each round's ratio, so a neighbour taking the machine during one
-# runtime's turn shows as one outlying round. Prints Markdown: the latency table (ratio =
+# runtime's turn shows as one outlying round. --no-check-b8 skips the check at batch 8 (the
+# reference interpreter's plain loops take minutes on VGG-11 or BERT-base at batch 8; the
+# same weights are checked at batch 1). Prints Markdown: the latency table (ratio =
 # Kiln / ORT, below 1 is Kiln faster), compile time per phase and pass, and peak memory
 # (max RSS) of a timed run of each runtime.
 set -euo pipefail
@@ -32,8 +34,9 @@ iters_b8=5
 rounds=3
 rounds_b8=1
 install=1
+check_b8=1
 source bench/lib.sh
-bench_args "$0" 21 "$@"
+bench_args "$0" 24 "$@"
 [ $install = 1 ] && bash deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 ninja -C build kiln kiln-model-check >&2
@@ -84,12 +87,15 @@ EOF
   # Accuracy: every output within 1e-4 x its scale of the reference interpreter.
   expected=()
   for f in bench/models/"$m".output_*.pb; do expected+=(--expected "$f"); done
-  if ! check=$(build/tests/kiln-model-check "bench/models/$m.onnx" "${inputs[@]}" "${expected[@]}"); then
-    echo "bench/run.sh: $m: the artifact does not match the reference interpreter:" >&2
-    echo "$check" >&2
-    exit 1
+  err="not checked"
+  if [ $batch = 1 ] || [ $check_b8 = 1 ]; then
+    if ! check=$(build/tests/kiln-model-check "bench/models/$m.onnx" "${inputs[@]}" "${expected[@]}"); then
+      echo "bench/run.sh: $m: the artifact does not match the reference interpreter:" >&2
+      echo "$check" >&2
+      exit 1
+    fi
+    err=$(echo "$check" | /usr/bin/python3 -c "import json,sys; print(f\"{max(json.loads(l)['relative_to_scale'] for l in sys.stdin if l.strip()):.1e}\")")
   fi
-  err=$(echo "$check" | /usr/bin/python3 -c "import json,sys; print(f\"{max(json.loads(l)['relative_to_scale'] for l in sys.stdin if l.strip()):.1e}\")")
   for t in $threads; do
     ks=() os=()
     for ((round = 1; round <= r; ++round)); do
