@@ -396,6 +396,10 @@ struct Resize {
     const int32_t last = setup.rank - 1;
     const int64_t width = out.dims[last];
     const T extrapolation = FromDouble<T>(params.extrapolation_value);
+    // The two-tap row cache (below) holds where only the last two axes resample: every outer
+    // axis the same size in and out (so the identity, but for crop-and-resize's roi).
+    bool two_axes = params.coordinates != KILN_RESIZE_TF_CROP_AND_RESIZE;
+    for (int32_t d = 0; d + 2 < setup.rank; ++d) two_axes &= call->inputs[0].dims[d] == out.dims[d];
     // One task per range of output rows; in it, the last axis' taps once per block of
     // columns and the outer axes' once per row and block.
     auto rows = [=](int64_t begin, int64_t end) {
@@ -414,7 +418,7 @@ struct Resize {
           T* line = po + r * width;
           const RowKind kind = RowTapsAt(params, setup, out.dims, r, &taps[0], &row);
           if constexpr (std::is_same_v<T, float>) {
-            if (kind == kRowInside && two.usable && row.count <= 2) {
+            if (two_axes && kind == kRowInside && two.usable && row.count <= 2) {
               ResampleRowTwoTap(pi, row, columns, two, &cache, line);
               continue;
             }
