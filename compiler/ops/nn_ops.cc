@@ -260,12 +260,17 @@ constexpr int64_t kConvPanelRows = 6;
 // (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
 // GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
 // tile's 16 lanes (and 36, 36 of 48).
+constexpr bool kFewPositionsPath = false;
 constexpr int64_t kFewPositions = 48;
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // conv.cc's buffer for X^T
 
 std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, const WindowParams& window) {
   const Value* w = node.input(1);
   const std::vector<int64_t> wd = StaticDims(w), yd = StaticDims(node.output(0));
+  // Off: with this stop's merges, Faster R-CNN (models_real) came out wrong with this path
+  // and right without it, though each branch alone passed; conv_paths_test's cases pass.
+  // Not yet understood, so no model takes it until it is.
+  if (!kFewPositionsPath) return std::nullopt;
   if (node.GetInt("group", 1) != 1 || node.GetInt("kiln.input_scale", 0) == 1 || wd.size() != 4) return std::nullopt;
   if (wd[2] != 1 || wd[3] != 1 || wd[0] % 16 != 0 || wd[0] == 0 || yd[2] * yd[3] > kFewPositions) return std::nullopt;
   if (yd[2] * yd[3] * wd[1] > kFewPositionsFloats) return std::nullopt;  // X^T in the kernel's buffer
