@@ -260,6 +260,17 @@ constexpr int64_t kConvPanelRows = 6;
 // (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
 // GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
 // tile's 16 lanes (and 36, 36 of 48).
+// The K x N f32 matrix whose element (k, n) is src[k * k_stride + n * n_stride] as 16-column
+// panels [N/16][K][16] (N a multiple of 16): a pre-packed B of the GEMM core.
+std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride) {
+  auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N / 16, K, 16});
+  float* dst = panels->data_as<float>();
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * k_stride + n * n_stride];
+  }
+  return panels;
+}
+
 constexpr bool kFewPositionsPath = false;
 constexpr int64_t kFewPositions = 48;
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // conv.cc's buffer for X^T
@@ -277,14 +288,8 @@ std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, 
   for (size_t i = 0; i < window.pads_begin.size(); ++i) {
     if (window.pads_begin[i] != 0 || window.pads_end[i] != 0) return std::nullopt;
   }
-  const int64_t oc = wd[0], c = wd[1];
-  auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{oc / 16, c, 16});
-  const float* src = w->constant()->data_as<float>();
-  float* dst = panels->data_as<float>();
-  for (int64_t o = 0; o < oc; ++o) {
-    for (int64_t k = 0; k < c; ++k) dst[((o / 16) * c + k) * 16 + o % 16] = src[o * c + k];
-  }
-  return panels;
+  // W^T [C, OC]: element (k, o) is W[o, k].
+  return PackColumnPanels(w->constant()->data_as<float>(), wd[1], wd[0], 1, wd[1]);
 }
 
 absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
@@ -445,14 +450,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerMatMulForArtifact(const Node& nod
   if (bd.size() != 2 || bd[0] == 0 || bd[1] % 16 != 0 || bd[1] == 0) return std::nullopt;
   absl::StatusOr<KernelCall> call = LowerMatMul(node);
   if (!call.ok()) return call.status();
-  const int64_t K = bd[0], N = bd[1];
-  auto panels = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{N / 16, K, 16});
-  const float* src = b->constant()->data_as<float>();
-  float* dst = panels->data_as<float>();
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t n = 0; n < N; ++n) dst[((n / 16) * K + k) * 16 + n % 16] = src[k * N + n];
-  }
-  call->inputs[1] = KernelOperand{-1, std::move(panels)};
+  call->inputs[1] = KernelOperand{-1, PackColumnPanels(b->constant()->data_as<float>(), bd[0], bd[1], bd[1], 1)};
   kiln_matmul_params params = call->params.Get<kiln_matmul_params>();
   params.b_panels = 1;
   call->params.Set(params);
