@@ -60,8 +60,10 @@ InferContext ContextOf(const Node& node) {
 }
 
 // Lowers `node` as if its unknown dims were kProbeDim (the outputs' probe dims follow from
-// the inputs' through the shape function), then restores the types.
-absl::StatusOr<KernelCall> LowerWithProbe(const OpSchema& schema, const Node& node, const DynamicShape& shape) {
+// the inputs' through the shape function), then restores the types. `plain`: the op's own
+// lowering, without the artifact's packed, sparse or bf16 choices.
+absl::StatusOr<KernelCall> LowerWithProbe(const OpSchema& schema, const Node& node, const DynamicShape& shape,
+                                          bool plain = false) {
   std::vector<std::pair<Value*, TensorType>> saved;
   auto probe = [&](Value* v, const std::vector<int64_t>* dims) {
     if (v == nullptr || v->type().IsStatic()) return;
@@ -78,7 +80,7 @@ absl::StatusOr<KernelCall> LowerWithProbe(const OpSchema& schema, const Node& no
   for (size_t i = 0; i < node.outputs().size(); ++i) {
     probe(node.output(i), dims.ok() && i < dims->size() ? &(*dims)[i] : nullptr);
   }
-  absl::StatusOr<KernelCall> call = LowerForArtifact(schema, node);
+  absl::StatusOr<KernelCall> call = plain ? schema.lower(node) : LowerForArtifact(schema, node);
   for (auto& [v, t] : saved) v->set_type(std::move(t));
   return call;
 }
@@ -96,7 +98,7 @@ absl::StatusOr<KernelCall> LowerDynamicNode(GluePlan& plan, const Node& node, co
   }
   KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ContextOf(node)));
   KILN_ASSIGN_OR_RETURN(KernelCall call, LowerWithProbe(schema, node, shape));
-  if (call.kernel == "sparse_matmul" || (node.op() == "Gemm" && call.kernel == "matmul_bf16")) {
+  if (call.kernel == "sparse_matmul" || (node.op() == "Gemm" && call.kernel != "gemm")) {
     // These take their rows from their parameters, which the run-time shape functions do
     // not complete (shape_matmul completes a MatMul's kiln_matmul_params; shape_gemm none):
     // the dense f32 kernel here, lowered with the node's choices set aside.
@@ -104,7 +106,7 @@ absl::StatusOr<KernelCall> LowerDynamicNode(GluePlan& plan, const Node& node, co
     const std::map<std::string, AttrValue> attrs = relowered.attrs();
     relowered.mutable_attrs()["kiln.algorithm"] = std::string("dense");
     relowered.mutable_attrs().erase("kiln.precision");
-    absl::StatusOr<KernelCall> dense = LowerWithProbe(schema, node, shape);
+    absl::StatusOr<KernelCall> dense = LowerWithProbe(schema, node, shape, /*plain=*/node.op() == "Gemm");
     relowered.mutable_attrs() = attrs;
     KILN_ASSIGN_OR_RETURN(call, std::move(dense));
   }

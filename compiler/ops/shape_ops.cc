@@ -143,8 +143,8 @@ absl::StatusOr<std::vector<int64_t>> ReshapeTarget(const Node& node, const std::
       infer_at = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
       return NodeError(node, absl::StrCat("shape has invalid dimension ", shape[i]));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      return NodeError(node, absl::StrCat("shape [", absl::StrJoin(shape, ","), "] has more than 2^63 elements"));
     }
   }
   const int64_t total = NumElements(in_dims);

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "absl/strings/str_join.h"
 #include "artifact_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -907,21 +908,35 @@ TEST(TuneTest, MeasuresOnceThenReadsTheCache) {
   }
 }
 
-// x[1,37] -> Gemm(x, B, c) with B [37,29] or transposed [29,37]: the one-row path.
-std::unique_ptr<Graph> GemvNet(bool trans_b) {
+// x[rows,37] -> Gemm(x, B, c) with B [37,N] or transposed [N,37], alpha 0.5, beta 2, and C
+// of `c_dims` (none when empty). `c_computed`: C computed from x (beta 1), [1,N] as
+// ReduceMean(x over rows) x W or [rows,1] as ReduceMean(x over columns).
+std::unique_ptr<Graph> GemmNet(int64_t rows, int64_t n, bool trans_b, std::vector<int64_t> c_dims,
+                               bool c_computed = false) {
   auto g = std::make_unique<Graph>();
-  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 37}));
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {rows, 37}));
   g->AddInput(x);
-  Node* gemm = g->AddNode(
-      "Gemm", "fc",
-      {x, g->AddConstant("B", Random(trans_b ? std::vector<int64_t>{29, 37} : std::vector<int64_t>{37, 29}, 31)),
-       g->AddConstant("c", Random({29}, 32))},
-      {"y"}, 13);
+  std::vector<Value*> inputs = {
+      x, g->AddConstant("B", Random(trans_b ? std::vector<int64_t>{n, 37} : std::vector<int64_t>{37, n}, 31))};
+  if (c_computed) {
+    const bool row = c_dims[0] == 1;
+    Node* mean = g->AddNode("ReduceMean", "mean", {x}, {"m"}, 13);
+    mean->mutable_attrs()["axes"] = std::vector<int64_t>{row ? 0 : 1};
+    Value* c = mean->output(0);
+    if (row) c = g->AddNode("MatMul", "mm", {c, g->AddConstant("w", Random({37, n}, 33))}, {"c"}, 13)->output(0);
+    inputs.push_back(c);
+  } else if (!c_dims.empty()) {
+    inputs.push_back(g->AddConstant("c", Random(c_dims, 32)));
+  }
+  Node* gemm = g->AddNode("Gemm", "fc", inputs, {"y"}, 13);
   gemm->mutable_attrs()["transB"] = int64_t{trans_b ? 1 : 0};
   gemm->mutable_attrs()["alpha"] = 0.5;
-  gemm->mutable_attrs()["beta"] = 2.0;
+  gemm->mutable_attrs()["beta"] = c_computed ? 1.0 : 2.0;
   return WithOutput(std::move(g), gemm->output(0));
 }
+
+// The one-row path.
+std::unique_ptr<Graph> GemvNet(bool trans_b) { return GemmNet(1, 29, trans_b, {29}); }
 
 TEST(CodegenTest, OneRowGemmMatchesInterpreter) {
   for (bool trans_b : {false, true}) {
@@ -929,6 +944,39 @@ TEST(CodegenTest, OneRowGemmMatchesInterpreter) {
     for (const std::string& target : TileTargets()) {
       SCOPED_TRACE(target);
       EXPECT_LT(CompiledVsReference(GemvNet(trans_b), GemvNet(trans_b), "fold-constants", target), 1e-5);
+    }
+  }
+}
+
+// A Gemm of a constant B with N a multiple of 16 runs as MatMul's kernel on B pre-packed,
+// alpha folded into it and beta * C as its bias, for each C that is a row of N (or none, or
+// a scalar); a C of other shapes keeps the Gemm kernel.
+TEST(CodegenTest, PackedGemmMatchesInterpreter) {
+  struct Case {
+    std::vector<int64_t> c_dims;
+    bool c_computed;
+    std::string kernel;
+  };
+  for (const Case& c : std::vector<Case>{{{48}, false, "matmul"},
+                                         {{1, 48}, false, "matmul"},
+                                         {{1}, false, "matmul"},
+                                         {{}, false, "matmul"},
+                                         {{1, 48}, true, "matmul"},
+                                         {{5, 48}, false, "gemm"},
+                                         {{5, 1}, true, "gemm"}}) {
+    for (bool trans_b : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "C [" << absl::StrJoin(c.c_dims, ",") << "]"
+                                        << (c.c_computed ? " computed" : "") << (trans_b ? " transB" : ""));
+      std::unique_ptr<Graph> g = GemmNet(5, 48, trans_b, c.c_dims, c.c_computed);
+      auto call = LowerForArtifact(*FindOp("Gemm"), *g->nodes().back());
+      ASSERT_TRUE(call.ok()) << call.status();
+      EXPECT_EQ(call->kernel, c.kernel);
+      for (const std::string& target : TileTargets()) {
+        SCOPED_TRACE(target);
+        EXPECT_LT(CompiledVsReference(GemmNet(5, 48, trans_b, c.c_dims, c.c_computed),
+                                      GemmNet(5, 48, trans_b, c.c_dims, c.c_computed), "fold-constants", target),
+                  1e-5);
+      }
     }
   }
 }

@@ -156,15 +156,15 @@ TEST(SparseMatMulTest, PrunedWeightLowersToSparseKernelAboveCrossover) {
     EXPECT_EQ(summary.blockable_layers, 1);
     EXPECT_EQ(summary.sparse_layers, kernel == "sparse_matmul" ? 1 : 0);
   }
-  // A Gemm the kernel cannot run (alpha != 1) keeps the dense kernel, and the summary
-  // does not count it as sparse.
+  // A Gemm the sparse kernel cannot run (alpha != 1) keeps a dense one (MatMul's on B
+  // pre-packed, alpha folded into it), and the summary does not count it as sparse.
   {
     std::unique_ptr<Graph> g =
         SparseNet(Case{{128, 96}, 64, 1.0, false, false, true}, Random({96, 64}, 23), nullptr, "");
     g->nodes()[0]->mutable_attrs()["alpha"] = 0.5;
     PassContext ctx;
     ASSERT_TRUE(RunPipeline(*g, "prune{weights=0.9}", {}, ctx).ok());
-    EXPECT_EQ(ArtifactKernel(*g), "gemm");
+    EXPECT_EQ(ArtifactKernel(*g), "matmul");
     EXPECT_EQ(ctx.pruning_summary.blockable_layers, 1);
     EXPECT_EQ(ctx.pruning_summary.sparse_layers, 0);
   }
