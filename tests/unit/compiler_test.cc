@@ -1269,15 +1269,14 @@ TEST(CodegenTest, ConstantPadRowsMatchReference) {
   }
 }
 
-// Transposes that move the last dim copy in tiles: NCHW -> NHWC and back, a matrix's
-// transpose under batch dims (attention's K^T), sizes off the 32-element tile, a reversal,
-// and a Transpose keeping the last dim (the row copy). Exact.
+// Transposes that move the last dim copy in tiles (8 x 8 register blocks inside): NCHW ->
+// NHWC and back, a matrix's transpose under batch dims (attention's K^T, ViT's
+// [seq, heads, 64] -> [heads, 64, seq]), sizes off the 32-element tile and the 8-element
+// block, a reversal, and a Transpose keeping the last dim (the row copy). Exact.
 TEST(CodegenTest, TransposesMatchReference) {
-  const std::pair<std::vector<int64_t>, std::vector<int64_t>> cases[] = {{{2, 37, 9, 7}, {0, 2, 3, 1}},
-                                                                         {{1, 9, 7, 37}, {0, 3, 1, 2}},
-                                                                         {{3, 33, 70}, {0, 2, 1}},
-                                                                         {{5, 40, 6}, {2, 1, 0}},
-                                                                         {{4, 5, 6, 7}, {2, 0, 1, 3}}};
+  const std::pair<std::vector<int64_t>, std::vector<int64_t>> cases[] = {
+      {{2, 37, 9, 7}, {0, 2, 3, 1}}, {{1, 9, 7, 37}, {0, 3, 1, 2}}, {{3, 33, 70}, {0, 2, 1}},
+      {{5, 40, 6}, {2, 1, 0}},       {{4, 5, 6, 7}, {2, 0, 1, 3}},  {{197, 12, 64}, {1, 2, 0}}};
   for (const auto& [dims, perm] : cases) {
     SCOPED_TRACE(::testing::Message() << dims.size() << "-D, perm starting " << perm[0] << "," << perm[1]);
     auto make = [&]() {

@@ -108,6 +108,28 @@ TEST(FastMathTest, ErfMatchesLibm) {
   EXPECT_TRUE(std::isnan(kiln_kernels::FastErf(std::nanf(""))));
 }
 
+// GELU's error scales with |x| on the positive side (x itself), so it is measured
+// relative to max(1, |x|); the negative side, where GELU is a small x * erfc, also relative
+// to GELU itself down to |x| = 5.6 (erfc(4)).
+TEST(FastMathTest, GeluMatchesLibm) {
+  auto gelu = [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); };
+  Worst scaled;
+  for (double x = -10.0; x <= 10.0; x += 1.0 / 4096) {
+    const float xf = static_cast<float>(x);
+    const double error = std::fabs(kiln_kernels::FastGelu(xf) - gelu(xf)) / std::max(1.0, std::fabs(double(xf)));
+    if (error > scaled.error) scaled = {error, xf};
+  }
+  const Worst negative = WorstError(-5.6, -0.01, 1.0 / 4096, kiln_kernels::FastGelu, gelu);
+  std::printf("FastGelu: max error / max(1, |x|) %.3g at %g, max relative error on [-5.6, 0) %.3g at %g\n",
+              scaled.error, scaled.at, negative.error, negative.at);
+  EXPECT_LT(scaled.error, 2.5e-7);
+  EXPECT_LT(negative.error, 5e-4);
+  EXPECT_EQ(kiln_kernels::FastGelu(0.f), 0.f);
+  EXPECT_EQ(kiln_kernels::FastGelu(20.f), 20.f);
+  EXPECT_EQ(kiln_kernels::FastGelu(-20.f), 0.f);
+  EXPECT_TRUE(std::isnan(kiln_kernels::FastGelu(std::nanf(""))));
+}
+
 TEST(FastMathTest, TanhMatchesLibm) {
   const Worst worst =
       WorstError(-12.0, 12.0, 1.0 / 4096, kiln_kernels::FastTanh, [](double x) { return std::tanh(x); });

@@ -9,8 +9,12 @@
 
 namespace kiln_kernels {
 
+// Forced inline (KILN_FAST_MATH_INLINE): a caller's loop with a constant op (ActivationLoop)
+// folds the switch and vectorizes only once the call is gone. The kernel bitcode is
+// optimised for no particular CPU, where LLVM kept this switch out of line, so every fused
+// activation (GELU, SiLU, ...) ran a scalar call per element in artifacts.
 template <typename T>
-inline T ApplyUnary(int op, T x, double alpha, double beta) {
+KILN_FAST_MATH_INLINE T ApplyUnary(int op, T x, double alpha, double beta) {
   if constexpr (kIsFloat<T>) {
     const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
     switch (op) {
@@ -65,8 +69,7 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
       case KILN_UNARY_SHRINK:  // alpha = lambd, beta = bias
         return x < -a ? x + b : (x > a ? x - b : T(0));
       case KILN_UNARY_GELU:
-        if constexpr (std::is_same_v<T, float> && kFastKernels)
-          return 0.5f * x * (1.0f + FastErf(x * 0.70710678118654752440f));
+        if constexpr (std::is_same_v<T, float> && kFastKernels) return FastGelu(x);
         return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
       case KILN_UNARY_GELU_TANH: {
         // 0.5 x (1 + tanh(u)) = x sigmoid(2u): no 1 + tanh cancellation for large negative x.
@@ -110,6 +113,23 @@ inline T ApplyUnary(int op, T x, double alpha, double beta) {
 template <typename T, int kOp>
 inline void ActivationLoop(T* y, int64_t n, double alpha, double beta) {
   for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary<T>(kOp, y[i], alpha, beta);
+}
+
+// Whether ApplyActivation has a loop of its own (vectorized) for `code`.
+inline bool HasActivationLoop(int64_t code) {
+  switch (code) {
+    case KILN_UNARY_RELU:
+    case KILN_UNARY_CLIP:
+    case KILN_UNARY_LEAKY_RELU:
+    case KILN_UNARY_SIGMOID:
+    case KILN_UNARY_HARD_SIGMOID:
+    case KILN_UNARY_HARD_SWISH:
+    case KILN_UNARY_SILU:
+    case KILN_UNARY_GELU:
+    case KILN_UNARY_GELU_TANH:
+    case KILN_UNARY_TANH: return true;
+    default: return false;
+  }
 }
 
 // Applies a fused activation (a unary op code, or -1 for none) to y[0..n). The activations

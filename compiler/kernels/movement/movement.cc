@@ -2,6 +2,7 @@
 // Concat, Gather/Scatter families, Tile, Pad, Trilu, and generators (Range, fill, EyeLike,
 // OneHot, CumSum).
 #include "kiln/kernels/movement.h"
+#include "gemm_core.h"
 #include "kernel_common.h"
 #include "kernel_ops.h"
 
@@ -103,7 +104,25 @@ struct StridedCopy {
         }
         const int64_t a0 = bq * kTile, a1 = a0 + kTile < dims[q] ? a0 + kTile : dims[q];
         const int64_t j0 = bj * kTile, j1 = j0 + kTile < dims[r - 1] ? j0 + kTile : dims[r - 1];
-        for (int64_t a = a0; a < a1; ++a) {
+        int64_t a = a0;
+        if constexpr (sizeof(T) == 4 && kFastKernels) {
+          // Four-byte elements in 8 x 8 blocks transposed in registers: eight contiguous
+          // loads along q, eight contiguous stores along the last dim (element by element,
+          // ViT-S/16's [197, 48, 64] -> [48, 64, 197] at batch 8 took 2 ns per element).
+          for (; a + 8 <= a1; a += 8) {
+            int64_t j = j0;
+            for (; j + 8 <= j1; j += 8) {
+              v8f rows[8];
+              for (int i = 0; i < 8; ++i) KILN_LOAD8(rows[i], in + src + a + (j + i) * jstride);
+              gemm::Transpose8x8(rows);
+              for (int i = 0; i < 8; ++i) KILN_STORE8(po + dst + (a + i) * qstride + j, rows[i]);
+            }
+            for (int64_t i = 0; i < 8; ++i) {
+              for (int64_t jj = j; jj < j1; ++jj) po[dst + (a + i) * qstride + jj] = in[src + a + i + jj * jstride];
+            }
+          }
+        }
+        for (; a < a1; ++a) {
           const T* s = in + src + a;
           T* o = po + dst + a * qstride;
           for (int64_t j = j0; j < j1; ++j) o[j] = s[j * jstride];
