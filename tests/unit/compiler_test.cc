@@ -981,6 +981,40 @@ TEST(CodegenTest, PackedGemmMatchesInterpreter) {
   }
 }
 
+// A Gemm of a few rows with B transposed and N off the 16-column panels (a classifier
+// head at batch 8) runs the Gemm kernel's dot products; C of each broadcast shape.
+TEST(CodegenTest, FewRowsGemmMatchesInterpreter) {
+  for (int64_t rows : {2, 5, 16, 17}) {
+    for (const std::vector<int64_t>& c_dims : std::vector<std::vector<int64_t>>{{29}, {rows, 29}, {rows, 1}, {}}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, C [" << absl::StrJoin(c_dims, ",") << "]");
+      EXPECT_LT(CompiledVsReference(GemmNet(rows, 29, true, c_dims), GemmNet(rows, 29, true, c_dims), "fold-constants"),
+                1e-5);
+    }
+  }
+}
+
+// x[4,24,7,7] -> GlobalAveragePool -> Conv 1x1 to 40 channels (+ bias) -> Relu:
+// squeeze-and-excitation's first conv, which simplify turns into a Gemm over the batch.
+TEST(CodegenTest, PooledPointConvMatchesReference) {
+  auto make = []() {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {4, 24, 7, 7}));
+    g->AddInput(x);
+    Node* pool = g->AddNode("GlobalAveragePool", "pool", {x}, {"p"}, 13);
+    Node* conv = g->AddNode(
+        "Conv", "fc1",
+        {pool->output(0), g->AddConstant("w", Random({40, 24, 1, 1}, 71)), g->AddConstant("b", Random({40}, 72))},
+        {"c"}, 13);
+    Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"y"}, 13);
+    return WithOutput(std::move(g), relu->output(0));
+  };
+  std::unique_ptr<Graph> g = make();
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, kDefaultPipeline, {}, ctx).ok());
+  EXPECT_THAT(PrintGraph(*g), ::testing::HasSubstr("Gemm("));
+  EXPECT_LT(CompiledVsReference(make(), make(), kDefaultPipeline), 1e-5);
+}
+
 // x[2,5,L] + 3 -> GlobalAveragePool (as [2,5,L/7,7] when L % 7 == 0), ReduceMean or ReduceMax
 // over the last axis: the trailing-axes fast path, rows shorter and longer than 16.
 std::unique_ptr<Graph> ReduceNet(const std::string& op, int64_t len) {
