@@ -259,7 +259,10 @@ constexpr int64_t kConvPanelRows = 6;
 // 6x6 and 3x3 maps): its weight transposed into 16-column panels [OC/16][C][16]
 // (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
 // GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
-// tile's 16 lanes (and 36, 36 of 48).
+// tile's 16 lanes (and 36, 36 of 48). (It was off for a while: with it, Faster R-CNN's
+// detections 98 and 99, whose scores are 7.8e-7 apart, came out in the other order, which
+// models_real read as wrong boxes and labels. Any change of summation order in a conv can
+// do that; kiln-model-check --ranked-by now accepts near-tied rows in either order.)
 // The K x N f32 matrix whose element (k, n) is src[k * k_stride + n * n_stride] as 16-column
 // panels [N/16][K][16] (N a multiple of 16): a pre-packed B of the GEMM core.
 std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride) {
@@ -271,17 +274,12 @@ std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N,
   return panels;
 }
 
-constexpr bool kFewPositionsPath = false;
 constexpr int64_t kFewPositions = 48;
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // conv.cc's buffer for X^T
 
 std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, const WindowParams& window) {
   const Value* w = node.input(1);
   const std::vector<int64_t> wd = StaticDims(w), yd = StaticDims(node.output(0));
-  // Off: with this stop's merges, Faster R-CNN (models_real) came out wrong with this path
-  // and right without it, though each branch alone passed; conv_paths_test's cases pass.
-  // Not yet understood, so no model takes it until it is.
-  if (!kFewPositionsPath) return std::nullopt;
   if (node.GetInt("group", 1) != 1 || node.GetInt("kiln.input_scale", 0) == 1 || wd.size() != 4) return std::nullopt;
   if (wd[2] != 1 || wd[3] != 1 || wd[0] % 16 != 0 || wd[0] == 0 || yd[2] * yd[3] > kFewPositions) return std::nullopt;
   if (yd[2] * yd[3] * wd[1] > kFewPositionsFloats) return std::nullopt;  // X^T in the kernel's buffer
