@@ -908,9 +908,9 @@ TEST(TuneTest, MeasuresOnceThenReadsTheCache) {
 }
 
 // x[1,37] -> Gemm(x, B, c) with B [37,29] or transposed [29,37]: the one-row path.
-std::unique_ptr<Graph> GemvNet(bool trans_b) {
+std::unique_ptr<Graph> GemvNet(bool trans_b, int64_t rows = 1) {
   auto g = std::make_unique<Graph>();
-  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 37}));
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {rows, 37}));
   g->AddInput(x);
   Node* gemm = g->AddNode(
       "Gemm", "fc",
@@ -929,6 +929,18 @@ TEST(CodegenTest, OneRowGemmMatchesInterpreter) {
     for (const std::string& target : TileTargets()) {
       SCOPED_TRACE(target);
       EXPECT_LT(CompiledVsReference(GemvNet(trans_b), GemvNet(trans_b), "fold-constants", target), 1e-5);
+    }
+  }
+}
+
+// A classifier head at batch 8 and 13: a constant transB weight is stored transposed, [K, N],
+// and run with transB = 0 (ops/nn_ops.cc LowerGemmTransposedWeight).
+TEST(CodegenTest, ManyRowGemmWithATransposedWeightMatchesInterpreter) {
+  for (int64_t rows : {8, 13}) {
+    SCOPED_TRACE(rows);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference(GemvNet(true, rows), GemvNet(true, rows), "fold-constants", target), 1e-5);
     }
   }
 }
