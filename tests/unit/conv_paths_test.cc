@@ -182,6 +182,47 @@ TEST(ConvPathsTest, PointwiseConvOverARunTimeShapedMapMatchesTheReference) {
   }
 }
 
+// Convs whose output planes keep the input's shape (stride 1, padding that keeps the
+// width): the im2col packs each tap's row of a plane as one shifted copy and zeroes the
+// rows and columns in the padding (R3D-18's 3x3x3 convs). 3-D with 3x3x3 and 3x5x5
+// windows, dilation 2, a chunk of positions crossing planes, a 1-D conv; a batch.
+struct SameShapeCase {
+  std::vector<int64_t> x, kernel, pads, dilations;
+  int64_t oc;
+};
+
+std::unique_ptr<Graph> SameShapeNet(const SameShapeCase& t) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, t.x));
+  g->AddInput(x);
+  std::vector<int64_t> wd = {t.oc, t.x[1]};
+  wd.insert(wd.end(), t.kernel.begin(), t.kernel.end());
+  Node* conv = g->AddNode("Conv", "conv",
+                          {x, g->AddConstant("w", Random(wd, 31)), g->AddConstant("b", Random({t.oc}, 32))}, {"c"}, 13);
+  conv->mutable_attrs()["pads"] = t.pads;
+  conv->mutable_attrs()["dilations"] = t.dilations;
+  Node* relu = g->AddNode("Relu", "act", {conv->output(0)}, {"y"}, 13);
+  return WithOutput(std::move(g), relu->output(0));
+}
+
+TEST(ConvPathsTest, ConvsKeepingThePlaneShapeMatchTheReference) {
+  const std::vector<SameShapeCase> cases = {
+      {{1, 5, 4, 9, 9}, {3, 3, 3}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 16},
+      {{2, 3, 3, 7, 7}, {3, 5, 5}, {1, 2, 2, 1, 2, 2}, {1, 1, 1}, 8},
+      {{1, 4, 5, 6, 6}, {3, 3, 3}, {1, 2, 2, 1, 2, 2}, {1, 2, 2}, 8},
+      {{1, 4, 2, 20, 20}, {1, 3, 3}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, 12},
+      {{2, 6, 40}, {3}, {1, 1}, {1}, 8},
+  };
+  for (const SameShapeCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "x rank " << t.x.size() << ", dims[2] " << t.x[2] << ", kernel[0] "
+                                      << t.kernel[0] << ", pads[0] " << t.pads[0]);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference([&] { return SameShapeNet(t); }, target), 1e-5);
+    }
+  }
+}
+
 // x -> Resize(linear or nearest, sizes) -> y: the f32 path that interpolates each input row
 // once along the last axis and blends cached rows (16x upsampling, more than one 512-column
 // block, a downscale, align_corners, nearest; a batch and channels as outer axes).
