@@ -259,7 +259,10 @@ constexpr int64_t kConvPanelRows = 6;
 // 6x6 and 3x3 maps): its weight transposed into 16-column panels [OC/16][C][16]
 // (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
 // GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
-// tile's 16 lanes (and 36, 36 of 48).
+// tile's 16 lanes (and 36, 36 of 48). (It was off for a while: with it, Faster R-CNN's
+// detections 98 and 99, whose scores are 7.8e-7 apart, came out in the other order, which
+// models_real read as wrong boxes and labels. Any change of summation order in a conv can
+// do that; kiln-model-check --ranked-by now accepts near-tied rows in either order.)
 // The K x N f32 matrix whose element (k, n) is src[k * k_stride + n * n_stride] as 16-column
 // panels [N/16][K][16] (N a multiple of 16): a pre-packed B of the GEMM core.
 std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride) {
@@ -271,17 +274,12 @@ std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N,
   return panels;
 }
 
-constexpr bool kFewPositionsPath = false;
 constexpr int64_t kFewPositions = 48;
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // conv.cc's buffer for X^T
 
 std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, const WindowParams& window) {
   const Value* w = node.input(1);
   const std::vector<int64_t> wd = StaticDims(w), yd = StaticDims(node.output(0));
-  // Off: with this stop's merges, Faster R-CNN (models_real) came out wrong with this path
-  // and right without it, though each branch alone passed; conv_paths_test's cases pass.
-  // Not yet understood, so no model takes it until it is.
-  if (!kFewPositionsPath) return std::nullopt;
   if (node.GetInt("group", 1) != 1 || node.GetInt("kiln.input_scale", 0) == 1 || wd.size() != 4) return std::nullopt;
   if (wd[2] != 1 || wd[3] != 1 || wd[0] % 16 != 0 || wd[0] == 0 || yd[2] * yd[3] > kFewPositions) return std::nullopt;
   if (yd[2] * yd[3] * wd[1] > kFewPositionsFloats) return std::nullopt;  // X^T in the kernel's buffer
@@ -510,14 +508,53 @@ absl::StatusOr<std::optional<KernelCall>> LowerGemmAsPackedMatMul(const Node& no
   return std::optional<KernelCall>(CallWithParams<kernel::matmul>(std::move(inputs), params));
 }
 
+absl::StatusOr<KernelCall> LowerGemm(const Node& node);
+
+// gemm.cc's GemmKernel::kFewRows.
+constexpr int64_t kGemmFewRows = 16;
+
+// A constant f32 B with transB = 1 (torch's Linear: W [N, K]) that LowerGemmAsPackedMatMul
+// does not take (N off the 16-column panels) and more than kGemmFewRows rows is stored transposed, [K, N], with transB
+// = 0: the kernel then copies rows of B into its packed blocks rather than gathering each column across K rows 4 KiB or
+// more apart (ResNeXt-50's 2048 -> 1000 head at batch 8 took 10 ms, ONNX Runtime's 0.6). One row keeps B as given: its
+// matrix-vector path reads B's rows as dots.
+absl::StatusOr<std::optional<KernelCall>> LowerGemmTransposedWeight(const Node& node) {
+  const Value* a = node.input(0);
+  const Value* b = node.input(1);
+  if (node.GetInt("transB", 0) == 0 || !b->is_constant() || b->type().dtype != DType::kFloat32 ||
+      a->type().dtype != DType::kFloat32 || !a->type().IsStatic()) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t> ad = StaticDims(a), bd = StaticDims(b);
+  // Up to kGemmFewRows rows the kernel multiplies B's rows where they lie (FewRowsTransB).
+  if (ad.size() != 2 || bd.size() != 2 || (node.GetInt("transA", 0) != 0 ? ad[1] : ad[0]) <= kGemmFewRows) {
+    return std::nullopt;
+  }
+  const int64_t N = bd[0], K = bd[1];
+  auto transposed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{K, N});
+  const float* src = b->constant()->data_as<float>();
+  float* dst = transposed->data_as<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k) dst[k * N + n] = src[n * K + k];
+  }
+  KILN_ASSIGN_OR_RETURN(KernelCall call, LowerGemm(node));
+  call.inputs[1] = KernelOperand{-1, std::move(transposed)};
+  kiln_gemm_params params = call.params.Get<kiln_gemm_params>();
+  params.trans_b = 0;
+  call.params.Set(params);
+  return std::optional<KernelCall>(std::move(call));
+}
+
 // Artifacts: a pruned weight block-sparse (as MatMul's), else bf16 when the bf16 pass
-// marked the node, else B pre-packed.
+// marked the node, else B pre-packed, else a transposed B stored as [K, N].
 absl::StatusOr<std::optional<KernelCall>> LowerGemmForArtifact(const Node& node) {
   KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> sparse, LowerSparseMatMul(node));
   if (sparse) return sparse;
   KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> bf16, LowerGemmBf16(node));
   if (bf16) return bf16;
-  return LowerGemmAsPackedMatMul(node);
+  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> packed, LowerGemmAsPackedMatMul(node));
+  if (packed) return packed;
+  return LowerGemmTransposedWeight(node);
 }
 
 absl::Status InferGemm(InferContext& ctx) {

@@ -20,6 +20,7 @@
 #include "kiln/compiler/reference.h"
 #include "kiln/compiler/tune.h"
 #include "kiln/kernels/conv.h"
+#include "kiln/kernels/gemm.h"
 #include "kiln/runtime.h"
 #include "onnx/onnx_pb.h"
 
@@ -977,6 +978,25 @@ TEST(CodegenTest, PackedGemmMatchesInterpreter) {
                                       GemmNet(5, 48, trans_b, c.c_dims, c.c_computed), "fold-constants", target),
                   1e-5);
       }
+    }
+  }
+}
+
+// More rows than the few-row path takes, N off the panels (a classifier head at batch 17
+// and 40): a constant transB weight is stored transposed, [K, N], and run with transB = 0
+// (ops/nn_ops.cc LowerGemmTransposedWeight).
+TEST(CodegenTest, ManyRowGemmWithATransposedWeightMatchesInterpreter) {
+  for (int64_t rows : {17, 40}) {
+    SCOPED_TRACE(rows);
+    std::unique_ptr<Graph> g = GemmNet(rows, 29, true, {29});
+    auto call = LowerForArtifact(*FindOp("Gemm"), *g->nodes().back());
+    ASSERT_TRUE(call.ok()) << call.status();
+    EXPECT_EQ(call->params.Get<kiln_gemm_params>().trans_b, 0);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(
+          CompiledVsReference(GemmNet(rows, 29, true, {29}), GemmNet(rows, 29, true, {29}), "fold-constants", target),
+          1e-5);
     }
   }
 }

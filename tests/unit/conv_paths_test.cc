@@ -140,7 +140,87 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       {1, 32, 32, 1, 4, 4, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
       {1, 1024, 48, 1, 6, 6, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
       {1, 32, 32, 1, 7, 6, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
+      // MobileNetV3's squeeze-and-excitation convs on 1x1 maps (Faster R-CNN's backbone):
+      // 960 -> 240 -> 960, 168 -> 672, 120 -> 480, a batch of 8 (one pass of 8 images).
+      {1, 960, 240, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 240, 960, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "HardSigmoid"},
+      {1, 168, 672, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "HardSigmoid"},
+      {8, 120, 480, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+      // ResNeXt-50's third stage at 96x96 (6x6) at batch 8: one image per pass of 36 rows
+      // (1024 -> 512), three per pass of 3x3 (2048 -> 2048 with the skip).
+      {8, 1024, 512, 1, 6, 6, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {8, 2048, 2048, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
   });
+}
+
+// A 1x1 conv whose map is known only at run time: the lowering sees probe dims (32), few
+// enough positions for the transposed path, and the kernel then meets the real map, here
+// 1 x 200 positions (slices of 48) and 1 x 7, batch 3.
+TEST(ConvPathsTest, PointwiseConvOverARunTimeShapedMapMatchesTheReference) {
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{1, 64, 1, 200}, std::vector<int64_t>{3, 64, 1, 7}}) {
+    auto g = std::make_unique<Graph>();
+    TensorType type = TensorType::Static(DType::kFloat32, {1, 64, 1, 1});
+    type.shape[0] = Dim::Symbolic("n");
+    type.shape[3] = Dim::Symbolic("w");
+    Value* x = g->AddValue("x", type);
+    g->AddInput(x);
+    Node* conv = g->AddNode("Conv", "conv",
+                            {x, g->AddConstant("w", Random({32, 64, 1, 1}, 31)), g->AddConstant("b", Random({32}, 32))},
+                            {"y"}, 13);
+    g->AddOutput(conv->output(0));
+    ASSERT_TRUE(InferTypes(*g).ok());
+    auto input = Random(dims, 99);
+    auto expected = ReferenceRunGraph(*g, {*input});
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    const std::vector<Tensor> got = RunShapedArtifact(*g, kDefaultPipeline, {*input});
+    ASSERT_EQ(got.size(), 1u);
+    const Tensor& want = (*expected)[0];
+    ASSERT_EQ(got[0].dims(), want.dims());
+    for (int64_t i = 0; i < want.num_elements(); ++i) {
+      ASSERT_NEAR(got[0].data_as<float>()[i], want.data_as<float>()[i], 1e-5) << "element " << i;
+    }
+  }
+}
+
+// Convs whose output planes keep the input's shape (stride 1, padding that keeps the
+// width): the im2col packs each tap's row of a plane as one shifted copy and zeroes the
+// rows and columns in the padding (R3D-18's 3x3x3 convs). 3-D with 3x3x3 and 3x5x5
+// windows, dilation 2, a chunk of positions crossing planes, a 1-D conv; a batch.
+struct SameShapeCase {
+  std::vector<int64_t> x, kernel, pads, dilations;
+  int64_t oc;
+};
+
+std::unique_ptr<Graph> SameShapeNet(const SameShapeCase& t) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, t.x));
+  g->AddInput(x);
+  std::vector<int64_t> wd = {t.oc, t.x[1]};
+  wd.insert(wd.end(), t.kernel.begin(), t.kernel.end());
+  Node* conv = g->AddNode("Conv", "conv",
+                          {x, g->AddConstant("w", Random(wd, 31)), g->AddConstant("b", Random({t.oc}, 32))}, {"c"}, 13);
+  conv->mutable_attrs()["pads"] = t.pads;
+  conv->mutable_attrs()["dilations"] = t.dilations;
+  Node* relu = g->AddNode("Relu", "act", {conv->output(0)}, {"y"}, 13);
+  return WithOutput(std::move(g), relu->output(0));
+}
+
+TEST(ConvPathsTest, ConvsKeepingThePlaneShapeMatchTheReference) {
+  const std::vector<SameShapeCase> cases = {
+      {{1, 5, 4, 9, 9}, {3, 3, 3}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 16},
+      {{2, 3, 3, 7, 7}, {3, 5, 5}, {1, 2, 2, 1, 2, 2}, {1, 1, 1}, 8},
+      {{1, 4, 5, 6, 6}, {3, 3, 3}, {1, 2, 2, 1, 2, 2}, {1, 2, 2}, 8},
+      {{1, 4, 2, 20, 20}, {1, 3, 3}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, 12},
+      {{2, 6, 40}, {3}, {1, 1}, {1}, 8},
+  };
+  for (const SameShapeCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "x rank " << t.x.size() << ", dims[2] " << t.x[2] << ", kernel[0] "
+                                      << t.kernel[0] << ", pads[0] " << t.pads[0]);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference([&] { return SameShapeNet(t); }, target), 1e-5);
+    }
+  }
 }
 
 // x -> Resize(linear or nearest, sizes) -> y: the f32 path that interpolates each input row

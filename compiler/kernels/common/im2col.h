@@ -36,10 +36,75 @@ struct WindowStarts {
 // the chunk's nb output positions. Positions of one output row read one input row: a
 // strided (for stride 1, contiguous) run, zero outside; `scale` (null: none) multiplies
 // the image, not its zero padding. Always inlined into ImplicitGemm's packing.
+// Copies n floats (a vector at a time; runs are a few hundred floats).
+__attribute__((always_inline)) inline void CopyRun(const float* src, int64_t n, float* dst) {
+  int64_t q = 0;
+  for (; q + 16 <= n; q += 16) {
+    v16f v;
+    memcpy(&v, src + q, sizeof(v16f));
+    memcpy(dst + q, &v, sizeof(v16f));
+  }
+  if (q + 8 <= n) {
+    v8f v;
+    KILN_LOAD8(v, src + q);
+    KILN_STORE8(dst + q, v);
+    q += 8;
+  }
+#pragma clang loop vectorize(disable) unroll(disable)
+  for (; q < n; ++q) dst[q] = src[q];
+}
+
+// PackTapRow where the plane keeps its shape (stride 1 across rows and columns, output
+// width = input width): within one output plane, position p reads p + off of the input
+// plane, so the chunk's part in each plane is one contiguous copy, then the rows and
+// columns that fall in the padding are zeroed. A copy per output row (28 floats for
+// R3D-18's 28x28 maps) cost more than the product's own packing of the block.
+__attribute__((always_inline)) inline void PackTapRowSameShape(const Window& w, const WindowStarts& starts,
+                                                               const float* xin, int64_t dd, int64_t dh, int64_t dw,
+                                                               int64_t nb, float* out) {
+  const int64_t W = w.in[2], plane = w.out[1] * W, in_plane = w.in[1] * W;
+  const int64_t dr = dh - w.pad[1], dc = dw - w.pad[2], off = dr * W + dc;
+  // Rows [r_lo, r_hi) and columns [c_lo, c_hi) of the output plane read inside the input.
+  const int64_t r_lo = dr < 0 ? -dr : 0, r_hi = w.in[1] - dr < w.out[1] ? w.in[1] - dr : w.out[1];
+  const int64_t c_lo = dc < 0 ? -dc : 0, c_hi = dc > 0 ? W - dc : W;
+  int64_t od = (starts.d0[0] + w.pad[0]) / w.stride[0];
+  int64_t at = (starts.h0[0] + w.pad[1]) * W + starts.w0[0] + w.pad[2];  // position in its plane
+  for (int64_t j = 0; j < nb;) {
+    const int64_t seg = plane - at < nb - j ? plane - at : nb - j;
+    const int64_t id = od * w.stride[0] - w.pad[0] + dd;
+    float* o = out + j - at;  // o[p]: position p of this plane
+    int64_t a = at > r_lo * W ? at : r_lo * W, b = at + seg < r_hi * W ? at + seg : r_hi * W;
+    if (id < 0 || id >= w.in[0] || a >= b) {
+      for (int64_t q = at; q < at + seg; ++q) o[q] = 0.f;
+    } else {
+      for (int64_t q = at; q < a; ++q) o[q] = 0.f;
+      for (int64_t q = b; q < at + seg; ++q) o[q] = 0.f;
+      const float* src = xin + id * in_plane + off;  // src[p]: what position p reads
+      // The first and last positions may read one column outside the plane (zeroed below).
+      const int64_t ca = a + off < 0 ? -off : a, cb = b + off > in_plane ? in_plane - off : b;
+      if (cb > ca) CopyRun(src + ca, cb - ca, o + ca);
+      for (int64_t row = a / W; row * W < b; ++row) {
+        for (int64_t c = 0; c < c_lo; ++c) {
+          if (row * W + c >= a && row * W + c < b) o[row * W + c] = 0.f;
+        }
+        for (int64_t c = c_hi; c < W; ++c) {
+          if (row * W + c >= a && row * W + c < b) o[row * W + c] = 0.f;
+        }
+      }
+    }
+    j += seg;
+    at = 0;
+    ++od;
+  }
+}
+
 __attribute__((always_inline)) inline void PackTapRow(const Window& w, const WindowStarts& starts, const float* xin,
                                                       int64_t dd, int64_t dh, int64_t dw, const float* scale,
                                                       int64_t nb, float* out) {
   const int64_t sw = w.stride[2];
+  if (scale == nullptr && sw == 1 && w.stride[1] == 1 && w.out[2] == w.in[2]) {
+    return PackTapRowSameShape(w, starts, xin, dd, dh, dw, nb, out);
+  }
   for (int64_t j = 0; j < nb;) {
     const int64_t run = w.out[2] - starts.ow0[j] < nb - j ? w.out[2] - starts.ow0[j] : nb - j;
     const int64_t id = starts.d0[j] + dd, ih = starts.h0[j] + dh;
@@ -57,7 +122,7 @@ __attribute__((always_inline)) inline void PackTapRow(const Window& w, const Win
       if (hi < lo) hi = lo;
       for (int64_t q = 0; q < lo; ++q) o[q] = 0.f;
       if (sw == 1) {
-        memcpy(o + lo, src + iw0 + lo, sizeof(float) * (hi - lo));
+        CopyRun(src + iw0 + lo, hi - lo, o + lo);
       } else if (sw == 2) {
         // A constant stride as explicit vectors: two loads of eight and a shuffle of the
         // even lanes per eight outputs. (A runtime stride gathers element by element,

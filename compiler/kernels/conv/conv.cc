@@ -271,6 +271,8 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
 // positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
 // output channels fill the vector lanes; each job's columns of Y^T, a chunk of output
 // channels, go back to Y transposed, with the bias, the residual and the activation.
+// The lowering decides on the static shape; with shapes known only at run time it sees
+// probe dims, so a larger map still runs here, a slice of up to 48 positions per pass.
 constexpr int64_t kFewPositionsChunk = 256;         // output channels per job
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // X^T: positions x input channels
 constexpr int64_t kFewPositionsRows = 48;           // X^T's rows (positions of the images of a pass)
@@ -279,16 +281,21 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], K = X.dims[1], out_channels = Y.dims[1];
-  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2], P = OH * OW;
-  if (P > kFewPositionsRows || P * K > kFewPositionsFloats || out_channels % 16 != 0 || w.in[0] != 1) {
-    return KILN_KERR_UNSUPPORTED;
-  }
-  // Images per pass: as many as X^T's buffer and kFewPositionsRows rows hold, so a batch
-  // streams the weight once per pass rather than once per image (a 2048x1024 weight is 8 MiB).
-  const int64_t by_floats = kFewPositionsFloats / (P * K), by_rows = kFewPositionsRows / P;
-  int64_t images = by_floats < by_rows ? by_floats : by_rows;
+  const int64_t H = w.in[1], W = w.in[2], OW = w.out[2], P = w.out[1] * OW;
+  if (out_channels % 16 != 0 || w.in[0] != 1 || K < 1 || K > kFewPositionsFloats) return KILN_KERR_UNSUPPORTED;
+  if (P == 0 || batch == 0) return KILN_KERR_OK;
+  // A pass: `images` whole images as many as X^T's buffer and kFewPositionsRows rows hold,
+  // so a batch streams the weight once per pass rather than once per image (a 2048x1024
+  // weight is 8 MiB); or, where one image's positions do not fit, a slice of one image.
+  const bool whole = P <= kFewPositionsRows && P * K <= kFewPositionsFloats;
+  const int64_t slice =
+      whole ? P : (kFewPositionsFloats / K < kFewPositionsRows ? kFewPositionsFloats / K : kFewPositionsRows);
+  int64_t images = whole ? (kFewPositionsFloats / (P * K) < kFewPositionsRows / P ? kFewPositionsFloats / (P * K)
+                                                                                  : kFewPositionsRows / P)
+                         : 1;
   if (images > batch) images = batch;
-  const int64_t passes = (batch + images - 1) / images;
+  const int64_t slices = (P + slice - 1) / slice;  // per image (1 when whole)
+  const int64_t passes = whole ? (batch + images - 1) / images : batch * slices;
   const float* px = static_cast<const float*>(X.data);
   const float* panels = InputData<float>(call, 1);
   const float* pbias = OptionalInputData<float>(call, 2);
@@ -303,29 +310,32 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
     for (int64_t job = begin; job < end; ++job) {
       const int64_t pass = job / chunks, n0 = job % chunks * kFewPositionsChunk;
       const int64_t n1 = n0 + kFewPositionsChunk < out_channels ? n0 + kFewPositionsChunk : out_channels;
-      const int64_t image0 = pass * images, count = batch - image0 < images ? batch - image0 : images;
+      // The pass's images [image0, image0 + count), positions [p0, p0 + rows) of each.
+      const int64_t image0 = whole ? pass * images : pass / slices;
+      const int64_t count = whole ? (batch - image0 < images ? batch - image0 : images) : 1;
+      const int64_t p0 = whole ? 0 : pass % slices * slice, rows = P - p0 < slice ? P - p0 : slice;
       if (filled != pass) {  // rows: image by image, its positions (the stride's), transposed
         for (int64_t m = 0; m < count; ++m) {
           const float* x = px + (image0 + m) * K * H * W;
-          for (int64_t i = 0; i < P; ++i) {
-            const int64_t at = i / OW * w.stride[1] * W + i % OW * w.stride[2];
-            float* row = xt + (m * P + i) * K;
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t at = (p0 + i) / OW * w.stride[1] * W + (p0 + i) % OW * w.stride[2];
+            float* row = xt + (m * rows + i) * K;
             for (int64_t k = 0; k < K; ++k) row[k] = x[k * H * W + at];
           }
         }
         filled = pass;
       }
       const int64_t width = n1 - n0;
-      gemm::PanelBlock(0, count * P, 0, width, K, xt, K, panels + n0 * K, ct, width);
+      gemm::PanelBlock(0, count * rows, 0, width, K, xt, K, panels + n0 * K, ct, width);
       for (int64_t m = 0; m < count; ++m) {
         const int64_t n = image0 + m;
         for (int64_t oc = n0; oc < n1; ++oc) {
-          float* y = py + (n * out_channels + oc) * P;
+          float* y = py + (n * out_channels + oc) * P + p0;
           const float bias = pbias != nullptr ? pbias[oc] : 0.f;
-          const float* r = pres != nullptr ? pres + (n * out_channels + oc) * P : nullptr;
-          const float* c = ct + m * P * width + oc - n0;
-          for (int64_t i = 0; i < P; ++i) y[i] = c[i * width] + bias + (r != nullptr ? r[i] : 0.f);
-          ApplyActivation(y, P, act.code, alpha, beta);
+          const float* r = pres != nullptr ? pres + (n * out_channels + oc) * P + p0 : nullptr;
+          const float* c = ct + m * rows * width + oc - n0;
+          for (int64_t i = 0; i < rows; ++i) y[i] = c[i * width] + bias + (r != nullptr ? r[i] : 0.f);
+          ApplyActivation(y, rows, act.code, alpha, beta);
         }
       }
     }
