@@ -98,7 +98,8 @@ absl::StatusOr<KernelCall> LowerDynamicNode(GluePlan& plan, const Node& node, co
   }
   KILN_ASSIGN_OR_RETURN(DynamicShape shape, schema.dynamic(ContextOf(node)));
   KILN_ASSIGN_OR_RETURN(KernelCall call, LowerWithProbe(schema, node, shape));
-  if (call.kernel == "sparse_matmul" || (node.op() == "Gemm" && call.kernel != "gemm")) {
+  const bool plain = (node.op() == "Gemm" && call.kernel != "gemm") || (node.op() == "Conv" && call.kernel == "matmul");
+  if (call.kernel == "sparse_matmul" || plain) {
     // These take their rows from their parameters, which the run-time shape functions do
     // not complete (shape_matmul completes a MatMul's kiln_matmul_params; shape_gemm none):
     // the dense f32 kernel here, lowered with the node's choices set aside.
@@ -106,7 +107,7 @@ absl::StatusOr<KernelCall> LowerDynamicNode(GluePlan& plan, const Node& node, co
     const std::map<std::string, AttrValue> attrs = relowered.attrs();
     relowered.mutable_attrs()["kiln.algorithm"] = std::string("dense");
     relowered.mutable_attrs().erase("kiln.precision");
-    absl::StatusOr<KernelCall> dense = LowerWithProbe(schema, node, shape, /*plain=*/node.op() == "Gemm");
+    absl::StatusOr<KernelCall> dense = LowerWithProbe(schema, node, shape, plain);
     relowered.mutable_attrs() = attrs;
     KILN_ASSIGN_OR_RETURN(call, std::move(dense));
   }

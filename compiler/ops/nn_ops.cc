@@ -333,9 +333,51 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   return call;
 }
 
+// A Conv of 1x1 maps over a batch of more than one (squeeze-and-excitation's, after global
+// pooling): X [N, C, 1...] is a [N, C] matrix, so Y = X W^T + B is one MatMul over the
+// batch that reads the weight once (pre-packed in panels when OC is a multiple of 16, else
+// stored as W^T), rather than a matrix-vector product per image. MobileNetV3-small at
+// batch 8: its 18 SE convs 0.12-0.16 -> 0.005-0.03 ms each. The node stays a Conv, so the
+// layout pass still sees its SE blocks.
+absl::StatusOr<std::optional<KernelCall>> LowerPooledPointConv(const Node& node) {
+  const Value* w = node.input(1);
+  if (node.GetInt("group", 1) != 1 || node.inputs().size() > 3 || !w->is_constant() ||
+      w->type().dtype != DType::kFloat32) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t> xd = StaticDims(node.input(0)), yd = StaticDims(node.output(0)), wd = StaticDims(w);
+  if (xd.size() < 3 || xd.size() != yd.size() || xd.size() != wd.size() || xd[0] < 2) return std::nullopt;
+  for (size_t a = 2; a < xd.size(); ++a) {
+    if (xd[a] != 1 || yd[a] != 1 || wd[a] != 1) return std::nullopt;
+  }
+  const int64_t oc = wd[0], c = wd[1];
+  const float* src = w->constant()->data_as<float>();
+  kiln_matmul_params params{};
+  params.shape.M = xd[0];
+  params.shape.K = c;
+  params.shape.N = oc;
+  KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+  std::shared_ptr<Tensor> b;
+  if (oc % 16 == 0) {
+    b = PackColumnPanels(src, c, oc, 1, c);  // element (k, n) is W[n, k]
+    params.b_panels = 1;
+  } else {
+    b = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{c, oc});
+    for (int64_t n = 0; n < oc; ++n) {
+      for (int64_t k = 0; k < c; ++k) b->data_as<float>()[k * oc + n] = src[n * c + k];
+    }
+  }
+  const bool has_bias = node.inputs().size() > 2 && node.input(2) != nullptr;
+  std::vector<KernelOperand> inputs = {KernelOperand{0, nullptr}, KernelOperand{-1, std::move(b)},
+                                       KernelOperand{has_bias ? 2 : -1, nullptr}};
+  return std::optional<KernelCall>(CallWithParams<kernel::matmul>(std::move(inputs), params));
+}
+
 absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node) {
   if (node.input(0)->type().dtype != DType::kFloat32) return std::nullopt;
   if (MarkedBf16(node)) return LowerConvBf16(node);
+  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> points, LowerPooledPointConv(node));
+  if (points) return points;
   // kiln.algorithm = "gemm64" (or another width): auto-tuning (driver/tune.cc) measured an
   // implicit GEMM faster than Winograd.
   if (node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") != 0) {

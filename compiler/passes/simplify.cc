@@ -9,10 +9,6 @@
 //   Conv(x, W) {dilations, pads} whose outer taps read only padding for every output
 //     =>  Conv(x, W[:, :, kept taps]) {pads less the dropped taps' reach}
 //   (DeepLabV3's atrous 3x3s of rate 12-36 over a 10x10 map are 1x1 convs: 9x the work)
-//   Conv(x [N, C, 1...], W [OC, C, 1...]) into [N, OC, 1...] with N > 1, group 1, f32
-//     =>  Reshape(Gemm(Reshape(x, [N, C]), W as [OC, C], B) {transB}, [N, OC, 1...])
-//   (squeeze-and-excitation's 1x1 convs on pooled maps: one product over the batch, the
-//   weight read once, rather than a matrix-vector product per image)
 // Rewrites that would rename a graph output leave the node in place.
 #include <algorithm>
 #include <cmath>
@@ -125,44 +121,6 @@ Node* TrimConvTaps(Graph& graph, Node* node) {
   conv->mutable_attrs()["dilations"] = kept_dilations;
   conv->output(0)->set_type(node->output(0)->type());
   return conv;
-}
-
-// The squeeze-and-excitation rewrite in the header: the nodes it inserted before `node`
-// (the last one yields the Conv's result), or an empty list.
-std::vector<Node*> PointConvAsGemm(Graph& graph, Node* node) {
-  if (node->op() != "Conv" || node->GetInt("group", 1) != 1) return {};
-  Value* x = node->input(0);
-  const Value* w = node->input(1);
-  const Value* y = node->output(0);
-  if (w == nullptr || !w->is_constant() || !x->type().IsStatic() || !y->type().IsStatic()) return {};
-  if (x->type().dtype != DType::kFloat32 || w->type().dtype != DType::kFloat32) return {};
-  const std::vector<int64_t> xd = x->type().StaticDims(), yd = y->type().StaticDims(), wd = w->constant()->dims();
-  if (xd.size() < 3 || xd.size() != yd.size() || xd.size() != wd.size() || xd[0] < 2) return {};
-  for (size_t a = 2; a < xd.size(); ++a) {
-    if (xd[a] != 1 || yd[a] != 1 || wd[a] != 1) return {};
-  }
-  auto shape_of = [&](const std::vector<int64_t>& dims, const std::string& hint) {
-    auto t = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(dims.size())});
-    for (size_t i = 0; i < dims.size(); ++i) t->data_as<int64_t>()[i] = dims[i];
-    return graph.AddConstant(graph.UniqueName(hint), t);
-  };
-  const int opset = std::max(node->opset(), 14);
-  Node* flat = graph.InsertNodeBefore(node, "Reshape", node->name() + ".rows",
-                                      {x, shape_of({xd[0], xd[1]}, node->name() + ".rows_shape")},
-                                      {graph.UniqueName(x->name() + ".rows")}, opset);
-  flat->output(0)->set_type(TensorType::Static(DType::kFloat32, {xd[0], xd[1]}));
-  auto weight = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{wd[0], wd[1]});
-  memcpy(weight->data(), w->constant()->data(), sizeof(float) * wd[0] * wd[1]);
-  std::vector<Value*> inputs = {flat->output(0), graph.AddConstant(graph.UniqueName(w->name() + ".matrix"), weight)};
-  if (node->inputs().size() > 2 && node->input(2) != nullptr) inputs.push_back(node->input(2));
-  Node* gemm = graph.InsertNodeBefore(node, "Gemm", node->name(), inputs, {graph.UniqueName(y->name() + ".rows")}, 13);
-  gemm->mutable_attrs()["transB"] = int64_t{1};
-  gemm->output(0)->set_type(TensorType::Static(DType::kFloat32, {yd[0], yd[1]}));
-  Node* back = graph.InsertNodeBefore(node, "Reshape", node->name() + ".image",
-                                      {gemm->output(0), shape_of(yd, node->name() + ".image_shape")},
-                                      {graph.UniqueName(y->name() + ".image")}, opset);
-  back->output(0)->set_type(y->type());
-  return {flat, gemm, back};
 }
 
 class Simplify : public Pass {
@@ -310,14 +268,6 @@ class Simplify : public Pass {
       }
     }
     if (Node* conv = TrimConvTaps(graph, node)) return Replace(graph, node, conv);
-    if (std::vector<Node*> gemm = PointConvAsGemm(graph, node); !gemm.empty()) {
-      for (size_t i = 0; i + 1 < gemm.size(); ++i) {
-        for (const Value* in : gemm[i]->inputs()) {
-          if (in != nullptr) users_[in].push_back(gemm[i]);
-        }
-      }
-      return Replace(graph, node, gemm.back());
-    }
     return false;
   }
 

@@ -1013,26 +1013,39 @@ TEST(CodegenTest, FewRowsGemmMatchesInterpreter) {
   }
 }
 
-// x[4,24,7,7] -> GlobalAveragePool -> Conv 1x1 to 40 channels (+ bias) -> Relu:
-// squeeze-and-excitation's first conv, which simplify turns into a Gemm over the batch.
+// x[4,24,7,7] -> GlobalAveragePool -> Conv 1x1 to OC channels (+ bias) -> Relu:
+// squeeze-and-excitation's first conv, which runs as one MatMul over the batch (B in panels
+// for OC = 48, stored transposed for OC = 40); at batch 1 it stays a conv.
 TEST(CodegenTest, PooledPointConvMatchesReference) {
-  auto make = []() {
-    auto g = std::make_unique<Graph>();
-    Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {4, 24, 7, 7}));
-    g->AddInput(x);
-    Node* pool = g->AddNode("GlobalAveragePool", "pool", {x}, {"p"}, 13);
-    Node* conv = g->AddNode(
-        "Conv", "fc1",
-        {pool->output(0), g->AddConstant("w", Random({40, 24, 1, 1}, 71)), g->AddConstant("b", Random({40}, 72))},
-        {"c"}, 13);
-    Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"y"}, 13);
-    return WithOutput(std::move(g), relu->output(0));
-  };
-  std::unique_ptr<Graph> g = make();
-  PassContext ctx;
-  ASSERT_TRUE(RunPipeline(*g, kDefaultPipeline, {}, ctx).ok());
-  EXPECT_THAT(PrintGraph(*g), ::testing::HasSubstr("Gemm("));
-  EXPECT_LT(CompiledVsReference(make(), make(), kDefaultPipeline), 1e-5);
+  for (int64_t batch : {4, 1}) {
+    for (int64_t oc : {40, 48}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << batch << ", " << oc << " channels");
+      auto make = [&]() {
+        auto g = std::make_unique<Graph>();
+        Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {batch, 24, 7, 7}));
+        g->AddInput(x);
+        Node* pool = g->AddNode("GlobalAveragePool", "pool", {x}, {"p"}, 13);
+        Node* conv = g->AddNode(
+            "Conv", "fc1",
+            {pool->output(0), g->AddConstant("w", Random({oc, 24, 1, 1}, 71)), g->AddConstant("b", Random({oc}, 72))},
+            {"c"}, 13);
+        Node* relu = g->AddNode("Relu", "relu", {conv->output(0)}, {"y"}, 13);
+        return WithOutput(std::move(g), relu->output(0));
+      };
+      std::unique_ptr<Graph> g = make();
+      PassContext ctx;
+      ASSERT_TRUE(RunPipeline(*g, kDefaultPipeline, {}, ctx).ok());
+      const Node* conv = nullptr;
+      for (const Node* node : g->nodes()) {
+        if (node->op() == "Conv") conv = node;
+      }
+      ASSERT_NE(conv, nullptr);
+      auto call = LowerForArtifact(*FindOp("Conv"), *conv);
+      ASSERT_TRUE(call.ok()) << call.status();
+      EXPECT_EQ(call->kernel, batch > 1 ? "matmul" : "conv");
+      EXPECT_LT(CompiledVsReference(make(), make(), kDefaultPipeline), 1e-5);
+    }
+  }
 }
 
 // x[2,5,L] + 3 -> GlobalAveragePool (as [2,5,L/7,7] when L % 7 == 0), ReduceMean or ReduceMax

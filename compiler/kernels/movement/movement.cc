@@ -52,18 +52,30 @@ struct StridedCopy {
         if (strides[q] == 1 && dims[q] >= 4) return Tiled<T>(call, params, q);
       }
     }
-    int64_t offsets[1] = {params.offset};
-    const int64_t* walk_strides[1] = {strides};
-    IndexWalker walker(dims, r > 0 ? r - 1 : 0);
-    for (int64_t base = 0; base < n; base += inner) {
-      const T* src = in + offsets[0];
-      if (inner_stride == 1) {
-        for (int64_t j = 0; j < inner; ++j) po[base + j] = src[j];
-      } else {
-        for (int64_t j = 0; j < inner; ++j) po[base + j] = src[j * inner_stride];
+    // Output rows (the last dim) in parallel, each job walking from its first row's
+    // offset; contiguous rows as one memcpy (Swin-T's qkv permute at batch 8, 7.2 M floats
+    // in rows of 32, took 18 ms serially element by element).
+    auto body = [=](int64_t begin, int64_t end) {
+      int64_t offsets[1] = {params.offset};
+      const int64_t* walk_strides[1] = {strides};
+      IndexWalker walker(dims, r > 0 ? r - 1 : 0);
+      for (int64_t d = r - 2, rest = begin; d >= 0; --d) {
+        walker.index[d] = rest % dims[d];
+        rest /= dims[d];
+        offsets[0] += walker.index[d] * strides[d];
       }
-      walker.Next(offsets, walk_strides);
-    }
+      for (int64_t row = begin; row < end; ++row) {
+        const T* src = in + offsets[0];
+        T* dst = po + row * inner;
+        if (inner_stride == 1) {
+          memcpy(dst, src, sizeof(T) * inner);
+        } else {
+          for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * inner_stride];
+        }
+        walker.Next(offsets, walk_strides);
+      }
+    };
+    ParallelFor(call, n / inner, inner < 4096 ? 4096 / inner : 1, body);
     return KILN_KERR_OK;
   }
 
