@@ -866,6 +866,88 @@ struct QGemmParams {
   float y_zero, lo, hi;
 };
 
+// QGemmTile's epilogue: rows [r0, r0 + 8) (those below q.rows) of the sums [8][NV] x 16
+// lanes, `cols` columns from j0, into Y by q.mode (0: int32, 1: requantized, 2: f32 + bias).
+template <int NV>
+inline void QGemmEpilogue(const QGemmParams& q, const v16i* acc, int64_t r0, int64_t j0, int64_t cols) {
+  const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
+  for (int64_t r = 0; r < rows; ++r) {
+    alignas(64) int32_t sums[NV * 16];
+    memcpy(sums, acc + r * NV, sizeof(sums));
+    const int64_t at = (r0 + r) * q.N + j0;
+    const int32_t* offsets = q.offsets + j0;
+    const float* m = q.multipliers + j0;
+    if (q.mode == 2) {
+      float* y = static_cast<float*>(q.y) + at;
+      const float* bias = q.float_bias != nullptr ? q.float_bias + j0 : nullptr;
+      for (int64_t j = 0; j < cols; ++j)
+        y[j] = static_cast<float>(sums[j] + offsets[j]) * m[j] + (bias != nullptr ? bias[j] : 0.f);
+    } else if (q.mode == 0) {
+      int32_t* y = static_cast<int32_t*>(q.y) + at;
+      for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offsets[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = rintf(static_cast<float>(sums[j] + offsets[j]) * m[j]) + q.y_zero;
+        v = v < q.lo ? q.lo : (v > q.hi ? q.hi : v);
+        if (q.y_dtype == kU8) {
+          static_cast<uint8_t*>(q.y)[at + j] = static_cast<uint8_t>(v);
+        } else {
+          static_cast<int8_t*>(q.y)[at + j] = static_cast<int8_t>(v);
+        }
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// QGemmEpilogue on AVX-512 with masked stores: the same arithmetic in the same order
+// (the sum plus the column's offset; f32: times the multiplier, then plus the bias or 0;
+// requantized: times the multiplier, rint, plus the zero point, clamped), so the same bits.
+template <int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QGemmEpilogueAvx512(
+    const QGemmParams& q, const v16i* acc, int64_t r0, int64_t j0, int64_t cols) {
+  const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
+  __mmask16 masks[NV];
+  __m512i offsets[NV];
+  __m512 m[NV], bias[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = cols - v * 16;
+    masks[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>(left <= 0 ? 0 : (1u << left) - 1);
+    offsets[v] = _mm512_maskz_loadu_epi32(masks[v], q.offsets + j0 + v * 16);
+    m[v] = q.mode != 0 ? _mm512_maskz_loadu_ps(masks[v], q.multipliers + j0 + v * 16) : _mm512_setzero_ps();
+    bias[v] = q.mode == 2 && q.float_bias != nullptr ? _mm512_maskz_loadu_ps(masks[v], q.float_bias + j0 + v * 16)
+                                                     : _mm512_setzero_ps();
+  }
+  const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
+  // (Unrolled, with constant indices into acc: the tile's sums stay in registers.)
+#pragma clang loop unroll(full)
+  for (int r = 0; r < kQGemmRows; ++r) {
+    if (r >= rows) break;
+    const int64_t at = (r0 + r) * q.N + j0;
+    for (int v = 0; v < NV; ++v) {
+      const __m512i sum = _mm512_add_epi32((__m512i)acc[r * NV + v], offsets[v]);
+      if (q.mode == 0) {
+        _mm512_mask_storeu_epi32(static_cast<int32_t*>(q.y) + at + v * 16, masks[v], sum);
+        continue;
+      }
+      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), m[v]);
+      if (q.mode == 2) {
+        _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], _mm512_add_ps(f, bias[v]));
+        continue;
+      }
+      const __m512 rounded =
+          _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
+      const __m512i bytes = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(rounded, lo), hi));
+      if (q.y_dtype == kU8) {
+        _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(q.y) + at + v * 16, masks[v], bytes);
+      } else {
+        _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(q.y) + at + v * 16, masks[v], bytes);
+      }
+    }
+  }
+}
+#endif
+
 // Rows [r0, r0 + 8) (clamped to the last row) x NV column vectors from column j0.
 template <int32_t kDot, bool kFlip, int NV>
 inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols) {
@@ -896,33 +978,13 @@ inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols
     }
     step_at(full, words, 0);
   }
-  const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
-  for (int64_t r = 0; r < rows; ++r) {
-    alignas(64) int32_t sums[NV * 16];
-    memcpy(sums, acc[r], sizeof(sums));
-    const int64_t at = (r0 + r) * q.N + j0;
-    const int32_t* offsets = q.offsets + j0;
-    const float* m = q.multipliers + j0;
-    if (q.mode == 2) {
-      float* y = static_cast<float*>(q.y) + at;
-      const float* bias = q.float_bias != nullptr ? q.float_bias + j0 : nullptr;
-      for (int64_t j = 0; j < cols; ++j)
-        y[j] = static_cast<float>(sums[j] + offsets[j]) * m[j] + (bias != nullptr ? bias[j] : 0.f);
-    } else if (q.mode == 0) {
-      int32_t* y = static_cast<int32_t*>(q.y) + at;
-      for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offsets[j];
-    } else {
-      for (int64_t j = 0; j < cols; ++j) {
-        float v = rintf(static_cast<float>(sums[j] + offsets[j]) * m[j]) + q.y_zero;
-        v = v < q.lo ? q.lo : (v > q.hi ? q.hi : v);
-        if (q.y_dtype == kU8) {
-          static_cast<uint8_t*>(q.y)[at + j] = static_cast<uint8_t>(v);
-        } else {
-          static_cast<int8_t*>(q.y)[at + j] = static_cast<int8_t>(v);
-        }
-      }
-    }
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    QGemmEpilogueAvx512<NV>(q, &acc[0][0], r0, j0, cols);
+    return;
   }
+#endif
+  QGemmEpilogue<NV>(q, &acc[0][0], r0, j0, cols);
 }
 
 // One 48-column panel for row tiles [tile_begin, tile_end).
