@@ -904,8 +904,10 @@ inline void QGemmEpilogue(const QGemmParams& q, const v16i* acc, int64_t r0, int
 // (the sum plus the column's offset; f32: times the multiplier, then plus the bias or 0;
 // requantized: times the multiplier, rint, plus the zero point, clamped), so the same bits.
 template <int NV>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QGemmEpilogueAvx512(
-    const QGemmParams& q, const v16i* acc, int64_t r0, int64_t j0, int64_t cols) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QGemmEpilogueAvx512(const QGemmParams& q,
+                                                                                                const v16i* acc,
+                                                                                                int64_t r0, int64_t j0,
+                                                                                                int64_t cols) {
   const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
   __mmask16 masks[NV];
   __m512i offsets[NV];
