@@ -612,6 +612,59 @@ inline void QConvTileNarrow(const QConvParams& q, const uint8_t* b, int64_t ldb,
   QConvEpilogue<4>(q, reinterpret_cast<const int32_t*>(acc), n, grp, panel, j0, cols);
 }
 
+#if defined(__x86_64__)
+// A chunk of 1 to 4 columns (7x7 planes: 49 = 48 + 1 positions; 14x14: 196 = 4 x 48 + 4)
+// the other way round on AVX-512 VNNI: lanes are sixteen output channels (two weight
+// panels side by side), and each column's word of X is broadcast against them, so a step
+// costs NC products per sixteen channels where QConvTileNarrow's four-lane vectors cost
+// eight per eight channels whatever the column count. The sums go to QConvEpilogue as the
+// narrow tile's [8][4] per panel.
+template <int NC>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvFewColumnsAvx512(
+    const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t j0, int64_t cols) {
+  const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
+  const int64_t panel_bytes = q.steps * kQRows * 4;
+  const int8_t* group_weights = q.weights + grp * panels * panel_bytes;
+  for (int64_t panel = 0; panel < panels; panel += 2) {
+    const int8_t* w0 = group_weights + panel * panel_bytes;
+    const bool pair = panel + 1 < panels;
+    const int8_t* w1 = pair ? w0 + panel_bytes : w0;  // (a lone last panel: lanes 8-15 repeat it, unused)
+    __m512i acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_si512();
+    for (int64_t step = 0; step < q.steps; ++step) {
+      const __m512i w = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + step * kQRows * 4))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1 + step * kQRows * 4)), 1);
+      const uint8_t* x = b + step * ldb;
+      for (int c = 0; c < NC; ++c) {
+        int32_t word;
+        memcpy(&word, x + c * 4, 4);
+        acc[c] = _mm512_dpbusd_epi32(acc[c], _mm512_set1_epi32(word), w);
+      }
+    }
+    alignas(64) int32_t lanes[NC][16];
+    for (int c = 0; c < NC; ++c) _mm512_store_si512(lanes[c], acc[c]);
+    for (int half = 0; half < (pair ? 2 : 1); ++half) {
+      alignas(16) int32_t sums[kQRows][4] = {};
+      for (int r = 0; r < kQRows; ++r) {
+        for (int c = 0; c < NC; ++c) sums[r][c] = lanes[c][half * 8 + r];
+      }
+      QConvEpilogue<4>(q, &sums[0][0], n, grp, panel + half, j0, cols);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvFewColumnsAvx512(
+    const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t j0, int64_t cols) {
+  switch (cols) {
+    case 1: return QConvFewColumnsAvx512<1>(q, b, ldb, n, grp, j0, cols);
+    case 2: return QConvFewColumnsAvx512<2>(q, b, ldb, n, grp, j0, cols);
+    case 3: return QConvFewColumnsAvx512<3>(q, b, ldb, n, grp, j0, cols);
+    default: return QConvFewColumnsAvx512<4>(q, b, ldb, n, grp, j0, cols);
+  }
+}
+#endif
+
 // One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp: its columns
 // packed (or read in place), then every row panel in tiles of 48, 32, 16 or 4 columns.
 template <int32_t kDot>
@@ -686,6 +739,14 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
     b = packed;
     ldb = kQCols * 4;
   }
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    if (cols <= 4) {
+      QConvFewColumnsAvx512(q, b, ldb, n, grp, j0, cols);
+      return;
+    }
+  }
+#endif
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   for (int64_t panel = 0; panel < panels; ++panel) {
     for (int64_t jt = 0; jt < cols;) {
