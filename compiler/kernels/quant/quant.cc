@@ -482,6 +482,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
   }
 }
 
+// rint(f) + zero clamped to [lo, hi] (zero, lo and hi whole numbers) as i32, in four
+// operations for the five of the float sequence: f clamped to [lo - zero, hi - zero] first
+// gives the same rint (the bounds are whole), and the conversion rounds to nearest even,
+// so the result is the same for every f, NaN included (to lo either way).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline __m512i RoundAddZeroClamp(__m512 f, __m512 zero,
+                                                                                                 __m512 lo, __m512 hi) {
+  f = _mm512_min_ps(_mm512_max_ps(f, _mm512_sub_ps(lo, zero)), _mm512_sub_ps(hi, zero));
+  return _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                          _mm512_cvttps_epi32(zero));
+}
+
 // Sixteen elements of the residual from element `at` as f32 (ResidualAt), the lanes of `mask`.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline __m512 ResidualAvx512(const QConvParams& q,
                                                                                              int64_t at,
@@ -531,16 +542,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
           _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
           continue;
         }
-        f = _mm512_div_ps(f, out_scale);
-        f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
-        QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
+        QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(_mm512_div_ps(f, out_scale), y_zero, lo, hi));
       }
       continue;
     }
     for (int v = 0; v < NV; ++v) {
-      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
-      f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
-      QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
+      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
+      QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(f, y_zero, lo, hi));
     }
   }
 }
