@@ -482,6 +482,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
   }
 }
 
+// rint(f) + zero clamped to [lo, hi] (zero, lo and hi whole numbers) as i32, in four
+// operations for the five of the float sequence: f clamped to [lo - zero, hi - zero] first
+// gives the same rint (the bounds are whole), and the conversion rounds to nearest even,
+// so the result is the same for every f, NaN included (to lo either way).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline __m512i RoundAddZeroClamp(__m512 f, __m512 zero,
+                                                                                                 __m512 lo, __m512 hi) {
+  f = _mm512_min_ps(_mm512_max_ps(f, _mm512_sub_ps(lo, zero)), _mm512_sub_ps(hi, zero));
+  return _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                          _mm512_cvttps_epi32(zero));
+}
+
 // Sixteen elements of the residual from element `at` as f32 (ResidualAt), the lanes of `mask`.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline __m512 ResidualAvx512(const QConvParams& q,
                                                                                              int64_t at,
@@ -531,16 +542,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
           _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
           continue;
         }
-        f = _mm512_div_ps(f, out_scale);
-        f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
-        QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
+        QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(_mm512_div_ps(f, out_scale), y_zero, lo, hi));
       }
       continue;
     }
     for (int v = 0; v < NV; ++v) {
-      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
-      f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
-      QConvStoreBytes(q, at + v * 16, masks[v], _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)));
+      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
+      QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(f, y_zero, lo, hi));
     }
   }
 }
@@ -554,7 +562,8 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   const int8_t* w = q.weights + (grp * panels + panel) * q.steps * kQRows * 4;
   v16i acc[kQRows][NV] = {};
-  for (int64_t step = 0; step < q.steps; ++step) {
+  int64_t step = 0;
+  do {  // (steps >= 1; as a for loop, the zero-step case got the sums zeroed by a memset call)
     v16i x[NV];
     for (int v = 0; v < NV; ++v) memcpy(&x[v], b + step * ldb + v * 64, 64);
     for (int r = 0; r < kQRows; ++r) {
@@ -562,14 +571,21 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
       memcpy(&w4, w + (step * kQRows + r) * 4, 4);
       for (int v = 0; v < NV; ++v) DotStep<kDot, false>(&acc[r][v], &x[v], static_cast<uint32_t>(w4));
     }
+  } while (++step < q.steps);
+  // The epilogue reads the sums through a copy: its rows loop indexes them at run time, which
+  // kept `acc` itself in memory, zeroed by a memset call per tile before the products (3.5 % of
+  // ResNet-50's int8 time).
+  v16i sums[kQRows * NV];
+  for (int r = 0; r < kQRows; ++r) {
+    for (int v = 0; v < NV; ++v) sums[r * NV + v] = acc[r][v];
   }
 #if defined(__x86_64__)
   if constexpr (kDot == kInt8DotAvx512Vnni) {
-    QConvEpilogueAvx512<NV>(q, &acc[0][0], n, grp, panel, j0, cols);
+    QConvEpilogueAvx512<NV>(q, sums, n, grp, panel, j0, cols);
     return;
   }
 #endif
-  QConvEpilogue<NV * 16>(q, reinterpret_cast<const int32_t*>(acc), n, grp, panel, j0, cols);
+  QConvEpilogue<NV * 16>(q, reinterpret_cast<const int32_t*>(sums), n, grp, panel, j0, cols);
 }
 
 // The last 1 to 4 columns of a chunk (7x7 planes: 49 = 48 + 1 positions; 14x14: 196 =
@@ -604,6 +620,59 @@ inline void QConvTileNarrow(const QConvParams& q, const uint8_t* b, int64_t ldb,
   QConvEpilogue<4>(q, reinterpret_cast<const int32_t*>(acc), n, grp, panel, j0, cols);
 }
 
+#if defined(__x86_64__)
+// A chunk of 1 to 4 columns (7x7 planes: 49 = 48 + 1 positions; 14x14: 196 = 4 x 48 + 4)
+// the other way round on AVX-512 VNNI: lanes are sixteen output channels (two weight
+// panels side by side), and each column's word of X is broadcast against them, so a step
+// costs NC products per sixteen channels where QConvTileNarrow's four-lane vectors cost
+// eight per eight channels whatever the column count. The sums go to QConvEpilogue as the
+// narrow tile's [8][4] per panel.
+template <int NC>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvFewColumnsAvx512(
+    const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t j0, int64_t cols) {
+  const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
+  const int64_t panel_bytes = q.steps * kQRows * 4;
+  const int8_t* group_weights = q.weights + grp * panels * panel_bytes;
+  for (int64_t panel = 0; panel < panels; panel += 2) {
+    const int8_t* w0 = group_weights + panel * panel_bytes;
+    const bool pair = panel + 1 < panels;
+    const int8_t* w1 = pair ? w0 + panel_bytes : w0;  // (a lone last panel: lanes 8-15 repeat it, unused)
+    __m512i acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_si512();
+    for (int64_t step = 0; step < q.steps; ++step) {
+      const __m512i w = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + step * kQRows * 4))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1 + step * kQRows * 4)), 1);
+      const uint8_t* x = b + step * ldb;
+      for (int c = 0; c < NC; ++c) {
+        int32_t word;
+        memcpy(&word, x + c * 4, 4);
+        acc[c] = _mm512_dpbusd_epi32(acc[c], _mm512_set1_epi32(word), w);
+      }
+    }
+    alignas(64) int32_t lanes[NC][16];
+    for (int c = 0; c < NC; ++c) _mm512_store_si512(lanes[c], acc[c]);
+    for (int half = 0; half < (pair ? 2 : 1); ++half) {
+      alignas(16) int32_t sums[kQRows][4] = {};
+      for (int r = 0; r < kQRows; ++r) {
+        for (int c = 0; c < NC; ++c) sums[r][c] = lanes[c][half * 8 + r];
+      }
+      QConvEpilogue<4>(q, &sums[0][0], n, grp, panel + half, j0, cols);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvFewColumnsAvx512(
+    const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t j0, int64_t cols) {
+  switch (cols) {
+    case 1: return QConvFewColumnsAvx512<1>(q, b, ldb, n, grp, j0, cols);
+    case 2: return QConvFewColumnsAvx512<2>(q, b, ldb, n, grp, j0, cols);
+    case 3: return QConvFewColumnsAvx512<3>(q, b, ldb, n, grp, j0, cols);
+    default: return QConvFewColumnsAvx512<4>(q, b, ldb, n, grp, j0, cols);
+  }
+}
+#endif
+
 // One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp: its columns
 // packed (or read in place), then every row panel in tiles of 48, 32, 16 or 4 columns.
 template <int32_t kDot>
@@ -628,8 +697,9 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
       runs[num_runs++] = {j, length, p / q.OW * q.SH - q.PH, ow * q.SW - q.PW};
       j += length;
     }
-    for (int64_t step = 0; step < q.steps; ++step) {
-      const int64_t c4 = step % q.quads, tap = step / q.quads, kh = tap / q.KW, kw = tap % q.KW;
+    // Steps in order (kh, kw, quad), counted rather than divided out of the step: integer
+    // divisions per step and run cost as much as the copies where a chunk's runs are short.
+    for (int64_t step = 0, kh = 0, kw = 0, c4 = 0; step < q.steps; ++step) {
       const uint8_t* plane = x4 + c4 * q.H * q.W * 4;
       uint32_t* dst = reinterpret_cast<uint32_t*>(packed + step * kQCols * 4);
       for (int64_t i = 0; i < num_runs; ++i) {
@@ -639,8 +709,13 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
         // Valid k: 0 <= iw + k * SW < W.
         int64_t lo = 0, hi = 0;
         if (ih >= 0 && ih < q.H) {
-          lo = iw >= 0 ? 0 : (-iw + q.SW - 1) / q.SW;
-          hi = q.W - iw <= 0 ? 0 : (q.W - iw + q.SW - 1) / q.SW;
+          if (q.SW == 1) {
+            lo = iw >= 0 ? 0 : -iw;
+            hi = q.W - iw <= 0 ? 0 : q.W - iw;
+          } else {
+            lo = iw >= 0 ? 0 : (-iw + q.SW - 1) / q.SW;
+            hi = q.W - iw <= 0 ? 0 : (q.W - iw + q.SW - 1) / q.SW;
+          }
           if (hi > run.length) hi = run.length;
           if (lo > hi) lo = hi;
         }
@@ -664,10 +739,22 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
         }
         for (int64_t k = hi; k < run.length; ++k) out[k] = q.x_zero_word;
       }
+      if (++c4 == q.quads) {
+        c4 = 0;
+        if (++kw == q.KW) kw = 0, ++kh;
+      }
     }
     b = packed;
     ldb = kQCols * 4;
   }
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    if (cols <= 4) {
+      QConvFewColumnsAvx512(q, b, ldb, n, grp, j0, cols);
+      return;
+    }
+  }
+#endif
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   for (int64_t panel = 0; panel < panels; ++panel) {
     for (int64_t jt = 0; jt < cols;) {
@@ -848,6 +935,90 @@ struct QGemmParams {
   float y_zero, lo, hi;
 };
 
+// QGemmTile's epilogue: rows [r0, r0 + 8) (those below q.rows) of the sums [8][NV] x 16
+// lanes, `cols` columns from j0, into Y by q.mode (0: int32, 1: requantized, 2: f32 + bias).
+template <int NV>
+inline void QGemmEpilogue(const QGemmParams& q, const v16i* acc, int64_t r0, int64_t j0, int64_t cols) {
+  const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
+  for (int64_t r = 0; r < rows; ++r) {
+    alignas(64) int32_t sums[NV * 16];
+    memcpy(sums, acc + r * NV, sizeof(sums));
+    const int64_t at = (r0 + r) * q.N + j0;
+    const int32_t* offsets = q.offsets + j0;
+    const float* m = q.multipliers + j0;
+    if (q.mode == 2) {
+      float* y = static_cast<float*>(q.y) + at;
+      const float* bias = q.float_bias != nullptr ? q.float_bias + j0 : nullptr;
+      for (int64_t j = 0; j < cols; ++j)
+        y[j] = static_cast<float>(sums[j] + offsets[j]) * m[j] + (bias != nullptr ? bias[j] : 0.f);
+    } else if (q.mode == 0) {
+      int32_t* y = static_cast<int32_t*>(q.y) + at;
+      for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offsets[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = rintf(static_cast<float>(sums[j] + offsets[j]) * m[j]) + q.y_zero;
+        v = v < q.lo ? q.lo : (v > q.hi ? q.hi : v);
+        if (q.y_dtype == kU8) {
+          static_cast<uint8_t*>(q.y)[at + j] = static_cast<uint8_t>(v);
+        } else {
+          static_cast<int8_t*>(q.y)[at + j] = static_cast<int8_t>(v);
+        }
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// QGemmEpilogue on AVX-512 with masked stores: the same arithmetic in the same order
+// (the sum plus the column's offset; f32: times the multiplier, then plus the bias or 0;
+// requantized: times the multiplier, rint, plus the zero point, clamped), so the same bits.
+template <int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QGemmEpilogueAvx512(const QGemmParams& q,
+                                                                                                const v16i* acc,
+                                                                                                int64_t r0, int64_t j0,
+                                                                                                int64_t cols) {
+  const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
+  __mmask16 masks[NV];
+  __m512i offsets[NV];
+  __m512 m[NV], bias[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = cols - v * 16;
+    masks[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>(left <= 0 ? 0 : (1u << left) - 1);
+    offsets[v] = _mm512_maskz_loadu_epi32(masks[v], q.offsets + j0 + v * 16);
+    m[v] = q.mode != 0 ? _mm512_maskz_loadu_ps(masks[v], q.multipliers + j0 + v * 16) : _mm512_setzero_ps();
+    bias[v] = q.mode == 2 && q.float_bias != nullptr ? _mm512_maskz_loadu_ps(masks[v], q.float_bias + j0 + v * 16)
+                                                     : _mm512_setzero_ps();
+  }
+  const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
+  // (Unrolled, with constant indices into acc: the tile's sums stay in registers.)
+#pragma clang loop unroll(full)
+  for (int r = 0; r < kQGemmRows; ++r) {
+    if (r >= rows) break;
+    const int64_t at = (r0 + r) * q.N + j0;
+    for (int v = 0; v < NV; ++v) {
+      const __m512i sum = _mm512_add_epi32((__m512i)acc[r * NV + v], offsets[v]);
+      if (q.mode == 0) {
+        _mm512_mask_storeu_epi32(static_cast<int32_t*>(q.y) + at + v * 16, masks[v], sum);
+        continue;
+      }
+      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), m[v]);
+      if (q.mode == 2) {
+        _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], _mm512_add_ps(f, bias[v]));
+        continue;
+      }
+      const __m512 rounded =
+          _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), y_zero);
+      const __m512i bytes = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(rounded, lo), hi));
+      if (q.y_dtype == kU8) {
+        _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(q.y) + at + v * 16, masks[v], bytes);
+      } else {
+        _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(q.y) + at + v * 16, masks[v], bytes);
+      }
+    }
+  }
+}
+#endif
+
 // Rows [r0, r0 + 8) (clamped to the last row) x NV column vectors from column j0.
 template <int32_t kDot, bool kFlip, int NV>
 inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols) {
@@ -878,33 +1049,13 @@ inline void QGemmTile(const QGemmParams& q, int64_t r0, int64_t j0, int64_t cols
     }
     step_at(full, words, 0);
   }
-  const int64_t rows = q.rows - r0 < kQGemmRows ? q.rows - r0 : kQGemmRows;
-  for (int64_t r = 0; r < rows; ++r) {
-    alignas(64) int32_t sums[NV * 16];
-    memcpy(sums, acc[r], sizeof(sums));
-    const int64_t at = (r0 + r) * q.N + j0;
-    const int32_t* offsets = q.offsets + j0;
-    const float* m = q.multipliers + j0;
-    if (q.mode == 2) {
-      float* y = static_cast<float*>(q.y) + at;
-      const float* bias = q.float_bias != nullptr ? q.float_bias + j0 : nullptr;
-      for (int64_t j = 0; j < cols; ++j)
-        y[j] = static_cast<float>(sums[j] + offsets[j]) * m[j] + (bias != nullptr ? bias[j] : 0.f);
-    } else if (q.mode == 0) {
-      int32_t* y = static_cast<int32_t*>(q.y) + at;
-      for (int64_t j = 0; j < cols; ++j) y[j] = sums[j] + offsets[j];
-    } else {
-      for (int64_t j = 0; j < cols; ++j) {
-        float v = rintf(static_cast<float>(sums[j] + offsets[j]) * m[j]) + q.y_zero;
-        v = v < q.lo ? q.lo : (v > q.hi ? q.hi : v);
-        if (q.y_dtype == kU8) {
-          static_cast<uint8_t*>(q.y)[at + j] = static_cast<uint8_t>(v);
-        } else {
-          static_cast<int8_t*>(q.y)[at + j] = static_cast<int8_t>(v);
-        }
-      }
-    }
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    QGemmEpilogueAvx512<NV>(q, &acc[0][0], r0, j0, cols);
+    return;
   }
+#endif
+  QGemmEpilogue<NV>(q, &acc[0][0], r0, j0, cols);
 }
 
 // One 48-column panel for row tiles [tile_begin, tile_end).
