@@ -354,7 +354,8 @@ constexpr int64_t kDirectPlaneMax = 2048;
 
 // An implicit GEMM job's image, group and columns [c0, c0 + nb) (jobs numbered row group
 // fastest, then column chunk, group, image). The job before it prefetches the input it
-// copies: the next chunk of a large 1x1 conv's rows is in no cache (see ImplicitGemm).
+// copies: the next chunk of a 1x1 conv's rows over a large plane (kDirectPlaneMax) is in
+// no cache (see ImplicitGemm).
 struct ChunkAhead {
   bool valid = false;
   int64_t n = 0, g = 0, c0 = 0, nb = 0;
@@ -559,7 +560,9 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
       // The next job's input channels (its chunk), for a 1x1 conv's copy to prefetch.
       const ChunkAhead ahead =
           pointwise && job < total_jobs ? ChunkAhead(job, groups, chunks, group, cols, out_size) : ChunkAhead();
-      const float* next_x = ahead.valid ? px + (ahead.n * in_channels + ahead.g * icg) * in_size : nullptr;
+      const float* next_x = ahead.valid && in_size >= kDirectPlaneMax && (ahead.n != n || ahead.c0 != n0)
+                                ? px + (ahead.n * in_channels + ahead.g * icg) * in_size
+                                : nullptr;
       // Packs rows k0.. of the implicit im2col matrix. Output positions of one output row
       // read one input row: a strided (for stride 1, contiguous) run, zero outside.
       auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
