@@ -108,16 +108,18 @@ class Fuse : public Pass {
       if (node->op() == "Add" && !IsProducer(x->producer()) && node->input(1) != nullptr) x = node->input(1);
       Node* producer = x->producer();
       if (!IsProducer(producer) || graph.IsGraphOutput(x)) continue;
-      // SiLU reads the result twice (Sigmoid and Mul); everything else must be its only reader.
-      if (graph.Users(x).size() != 1 && !(node->op() == "Sigmoid" && graph.Users(x).size() == 2)) continue;
+      // SiLU and HardSwish read the result twice (Sigmoid or HardSigmoid, and Mul);
+      // everything else must be its only reader.
+      const bool gate = node->op() == "Sigmoid" || node->op() == "HardSigmoid";
+      if (graph.Users(x).size() != 1 && !(gate && graph.Users(x).size() == 2)) continue;
       if (x->type().dtype != DType::kFloat32 && x->type().dtype != DType::kFloat64) continue;
       if (node->op() == "Add" && producer->op() == "MatMul" && producer->inputs().size() == 2) {
         changed |= FuseBias(graph, producer, node);
         continue;
       }
-      if (node->op() == "Sigmoid" && graph.Users(x).size() == 2) {
+      if (gate && graph.Users(x).size() == 2) {
         changed |= FuseSilu(graph, producer, node);
-        continue;  // not SiLU: the producer's result has another reader
+        continue;  // not SiLU or HardSwish: the producer's result has another reader
       }
       const char* activation = nullptr;
       double alpha = 0, beta = 0;
@@ -167,8 +169,15 @@ class Fuse : public Pass {
     return true;
   }
 
-  // %s = Sigmoid(%c) ; %y = Mul(%c, %s), where %c and %s have no other readers.
+  // %s = Sigmoid(%c) ; %y = Mul(%c, %s), where %c and %s have no other readers; and
+  // HardSwish written as %c * HardSigmoid(%c) {alpha=1/6, beta=0.5} (torchvision's
+  // MobileNetV3 as exported, whose stem's HardSwish then ran as a pass of its own).
   static bool FuseSilu(Graph& graph, Node* producer, Node* sigmoid) {
+    const bool hard = sigmoid->op() == "HardSigmoid";
+    if (hard && (std::abs(sigmoid->GetFloat("alpha", 0.2) - 1.0 / 6) > 1e-6 ||
+                 std::abs(sigmoid->GetFloat("beta", 0.5) - 0.5) > 1e-6)) {
+      return false;
+    }
     Value* c = producer->output(0);
     Value* s = sigmoid->output(0);
     const std::vector<Node*> users = graph.Users(s);
@@ -176,7 +185,7 @@ class Fuse : public Pass {
     Node* mul = users[0];
     if (mul->op() != "Mul" || mul->inputs().size() != 2) return false;
     if (!((mul->input(0) == c && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == c))) return false;
-    producer->mutable_attrs()["kiln.activation"] = std::string("silu");
+    producer->mutable_attrs()["kiln.activation"] = std::string(hard ? "hard_swish" : "silu");
     producer->mutable_attrs()["kiln.activation_alpha"] = 0.0;
     producer->mutable_attrs()["kiln.activation_beta"] = 0.0;
     graph.RemoveNode(sigmoid);

@@ -1073,8 +1073,10 @@ TEST(CodegenTest, TrailingReductionsMatchInterpreter) {
 
 // x[1,16,9,9] -> Conv (dense 3x3 or depthwise 3x3) -> Sigmoid and Mul: SiLU as EfficientNet
 // writes it, fused into the Conv as one activation. (`combine` "Add": Sigmoid(c) + c, not
-// SiLU, and the Conv's result has a second reader.)
-std::unique_ptr<Graph> SiluNet(bool depthwise, const std::string& combine = "Mul") {
+// SiLU, and the Conv's result has a second reader.) `gate` "HardSigmoid": HardSwish as
+// MobileNetV3 writes it (alpha 1/6, `alpha` other than that: not HardSwish).
+std::unique_ptr<Graph> SiluNet(bool depthwise, const std::string& combine = "Mul", const std::string& gate = "Sigmoid",
+                               float alpha = 1.f / 6) {
   auto g = std::make_unique<Graph>();
   Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 16, 9, 9}));
   g->AddInput(x);
@@ -1082,7 +1084,8 @@ std::unique_ptr<Graph> SiluNet(bool depthwise, const std::string& combine = "Mul
       g->AddNode("Conv", "conv", {x, g->AddConstant("w", Random({16, depthwise ? 1 : 16, 3, 3}, 61))}, {"c"}, 13);
   conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1};
   if (depthwise) conv->mutable_attrs()["group"] = int64_t{16};
-  Node* sigmoid = g->AddNode("Sigmoid", "sigmoid", {conv->output(0)}, {"s"}, 13);
+  Node* sigmoid = g->AddNode(gate, "sigmoid", {conv->output(0)}, {"s"}, 13);
+  if (gate == "HardSigmoid") sigmoid->mutable_attrs()["alpha"] = alpha;
   Node* mul = g->AddNode(combine, "mul", {sigmoid->output(0), conv->output(0)}, {"y"}, 13);
   return WithOutput(std::move(g), mul->output(0));
 }
@@ -1105,6 +1108,28 @@ TEST(PassTest, FuseFoldsSiluIntoConv) {
   ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
   for (const Node* node : g->nodes()) EXPECT_EQ(node->GetInt("kiln.activation", -1), -1) << PrintGraph(*g);
   EXPECT_LT(CompiledVsReference(SiluNet(false, "Add"), SiluNet(false, "Add"), kDefaultPipeline), 1e-5);
+}
+
+TEST(PassTest, FuseFoldsHardSwishIntoConv) {
+  for (bool depthwise : {false, true}) {
+    SCOPED_TRACE(depthwise ? "depthwise" : "dense");
+    std::unique_ptr<Graph> g = SiluNet(depthwise, "Mul", "HardSigmoid");
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+    ASSERT_EQ(g->num_nodes(), 1u);
+    EXPECT_EQ(g->nodes()[0]->GetString("kiln.activation", ""), "hard_swish");
+    EXPECT_LT(CompiledVsReference(SiluNet(depthwise, "Mul", "HardSigmoid"), SiluNet(depthwise, "Mul", "HardSigmoid"),
+                                  kDefaultPipeline),
+              1e-5);
+  }
+  // HardSigmoid's default slope 0.2: c * HardSigmoid(c) is not HardSwish.
+  std::unique_ptr<Graph> g = SiluNet(false, "Mul", "HardSigmoid", 0.2f);
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+  for (const Node* node : g->nodes()) EXPECT_NE(node->GetString("kiln.activation", ""), "hard_swish");
+  EXPECT_LT(CompiledVsReference(SiluNet(false, "Mul", "HardSigmoid", 0.2f), SiluNet(false, "Mul", "HardSigmoid", 0.2f),
+                                kDefaultPipeline),
+            1e-5);
 }
 
 // Squeeze-and-excitation as EfficientNet writes it, then a 1x1 Conv:
