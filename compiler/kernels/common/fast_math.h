@@ -152,6 +152,19 @@ KILN_FAST_MATH_INLINE float FastSigmoid(float x) {
   return x >= 0 ? s : e * s;
 }
 
+// erf(x) / x for |x| <= 1 as T(z), z = x^2: the degree-6 polynomial of Cephes' erff.
+KILN_FAST_MATH_INLINE float ErfOverX(float z) {
+  KILN_FAST_MATH_CONTRACT
+  float t = 7.853861353153693e-5f;
+  t = t * z - 8.010193625184903e-4f;
+  t = t * z + 5.188327685732524e-3f;
+  t = t * z - 2.685381193529856e-2f;
+  t = t * z + 1.128358514861418e-1f;
+  t = t * z - 3.761262582423300e-1f;
+  t = t * z + 1.128379165726710e+0f;
+  return t;
+}
+
 // erf(x), branch-free so loops over it vectorize (GELU). |x| <= 1: x * T(x^2), the degree-6
 // polynomial of Cephes' erff; |x| > 1: 1 - erfc(|x|) with erfc(x) = exp(-x^2)/x * P(1/x^2)
 // (Cephes' erfcf polynomials for x < 2 and x >= 2), sign restored; |x| >= 4 is +-1 (erfc
@@ -162,15 +175,7 @@ KILN_FAST_MATH_INLINE float FastErf(float x) {
   KILN_FAST_MATH_CONTRACT
   const float a = x < 0 ? -x : x;
   const float z = a * a;
-  // Small arguments.
-  float t = 7.853861353153693e-5f;
-  t = t * z - 8.010193625184903e-4f;
-  t = t * z + 5.188327685732524e-3f;
-  t = t * z - 2.685381193529856e-2f;
-  t = t * z + 1.128358514861418e-1f;
-  t = t * z - 3.761262582423300e-1f;
-  t = t * z + 1.128379165726710e+0f;
-  const float small = a * t;
+  const float small = a * ErfOverX(z);  // small arguments
   // Large arguments: erfc(a) = exp(-a^2) / a * poly(1 / a^2), with one division.
   const float aa = a > 1.0f ? (a < 4.0f ? a : 4.0f) : 1.0f;  // keeps the unused branch finite
   const float inverse = 1.0f / aa;
@@ -215,14 +220,7 @@ KILN_FAST_MATH_INLINE float FastGelu(float x) {
   const float s = x * 0.70710678118654752440f;
   const float a = s < 0 ? -s : s;
   const float z = s * s;
-  float t = 7.853861353153693e-5f;
-  t = t * z - 8.010193625184903e-4f;
-  t = t * z + 5.188327685732524e-3f;
-  t = t * z - 2.685381193529856e-2f;
-  t = t * z + 1.128358514861418e-1f;
-  t = t * z - 3.761262582423300e-1f;
-  t = t * z + 1.128379165726710e+0f;
-  const float small = 0.5f * x * (1.0f + s * t);
+  const float small = 0.5f * x * (1.0f + s * ErfOverX(z));
   const float u = (a < 1.0f ? 1.0f : (a > 4.0f ? 4.0f : a)) - 2.5f;
   float q = 2.514401558073587e-07f;
   q = q * u - 2.028759990935214e-05f;
