@@ -345,25 +345,18 @@ int32_t ConvBf16Kernel::RunF32(const kiln_kcall* call, const kiln_conv_params& p
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
-  const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
-  int64_t cols = params.job_cols != 0 && params.job_cols % kCols == 0 && params.job_cols <= kMaxJobCols
-                     ? params.job_cols
-                     : kMaxJobCols;
-  int64_t chunks = (out_size + cols - 1) / cols;
-  if (parallel && chunks == 1 && out_size >= 128 && kernel_size > 1) chunks = 2;
-  cols = ((out_size + chunks - 1) / chunks + kCols - 1) / kCols * kCols;
-  chunks = (out_size + cols - 1) / cols;
-  const gemm::RowSplit split = gemm::SplitRows(call, ocg, chunks * batch * group);
-  const int64_t groups = split.groups;
+  const int64_t first_cols = params.job_cols != 0 && params.job_cols % kCols == 0 && params.job_cols <= kMaxJobCols
+                                 ? params.job_cols
+                                 : kMaxJobCols;
+  // As the f32 implicit GEMM (conv.cc): gemm::SplitConvJobs.
+  const gemm::ConvJobs plan = gemm::SplitConvJobs(call, out_size, ocg, first_cols, kCols, kernel_size, batch, group);
+  const int64_t cols = plan.cols;
+  const gemm::RowSplit split = plan.split;
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
   auto jobs = [=](int64_t begin, int64_t end) {
-    // As the f32 implicit GEMM (conv.cc): consecutive row groups of one chunk run as one
-    // block, so a thread packs the chunk's im2col once.
     for (int64_t job = begin; job < end;) {
-      const int64_t rg = job % groups, cc = job / groups % chunks, g = job / (groups * chunks) % group;
-      const int64_t n = job / (groups * chunks * group);
-      const int64_t taken = (job - rg + groups < end ? job - rg + groups : end) - job;
-      job += taken;
+      const gemm::ConvJobs::Job at = plan.Next(&job, end);  // row groups of one chunk run together
+      const int64_t rg = at.rg, cc = at.cc, g = at.g, n = at.n, taken = at.taken;
       const float* x = px + (n * in_channels + g * icg) * in_size;
       const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
       float* c = py + (n * out_channels + g * ocg) * out_size;
@@ -432,7 +425,7 @@ int32_t ConvBf16Kernel::RunF32(const kiln_kcall* call, const kiln_conv_params& p
       BlockBf16(m0, m1, n0, n1, K, c, out_size, pack_a, pack_b, epilogue, finish);
     }
   };
-  ParallelFor(call, batch * group * groups * chunks, 1, jobs);
+  ParallelFor(call, plan.Count(batch), 1, jobs);
   return KILN_KERR_OK;
 }
 

@@ -524,32 +524,18 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
   float* py = static_cast<float*>(Y.data);
   const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
-  // Column chunks of equal width (a multiple of kNr): the pool partitions jobs statically,
-  // so a short last chunk (784 positions as 3 x 256 + 16) left one of two threads with 272
-  // columns against 512. With a pool and a real im2col (a window larger than 1x1), at least
-  // two chunks once there are 128 positions, so two threads pack different halves of it
-  // rather than each packing all of it (1x1 convs copy B cheaply and would stream their
-  // weights once per chunk instead: ResNet-50's 14x14 ones measured 20 % slower split).
-  const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
-  int64_t chunks = (out_size + cols - 1) / cols;
-  if (parallel && chunks == 1 && out_size >= 128 && kernel_size > 1) chunks = 2;
-  cols = ((out_size + chunks - 1) / chunks + gemm::kNr - 1) / gemm::kNr * gemm::kNr;
-  chunks = (out_size + cols - 1) / cols;
-  const gemm::RowSplit split = gemm::SplitRows(call, ocg, chunks * batch * group);
+  // Column chunks and row groups: gemm::SplitConvJobs.
+  const gemm::ConvJobs plan = gemm::SplitConvJobs(call, out_size, ocg, cols, gemm::kNr, kernel_size, batch, group);
+  cols = plan.cols;
+  const int64_t chunks = plan.chunks;
+  const gemm::RowSplit split = plan.split;
   const int64_t groups = split.groups;
   const int64_t kk_hw = w.kernel[1] * w.kernel[2];
-  const int64_t total_jobs = batch * group * groups * chunks;
+  const int64_t total_jobs = plan.Count(batch);
   auto jobs = [=](int64_t begin, int64_t end) {
-    // Jobs are numbered row group fastest, and a range's consecutive row groups of one
-    // chunk run as one Block, so B (the chunk's im2col) is packed once per thread rather
-    // than once per row group: with 2 threads, ResNet-50's stride-2 3x3 conv into 7x7
-    // packed its 4608 x 49 im2col 8 times (one chunk split into 8 row groups) and ran 1.09x
-    // faster than on one thread.
     for (int64_t job = begin; job < end;) {
-      const int64_t rg = job % groups, cc = job / groups % chunks, g = job / (groups * chunks) % group;
-      const int64_t n = job / (groups * chunks * group);
-      const int64_t taken = (job - rg + groups < end ? job - rg + groups : end) - job;  // row groups run together
-      job += taken;
+      const gemm::ConvJobs::Job at = plan.Next(&job, end);  // row groups of one chunk run together
+      const int64_t rg = at.rg, cc = at.cc, g = at.g, n = at.n, taken = at.taken;
       const float* x = px + (n * in_channels + g * icg) * in_size;
       const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
       float* c = py + (n * out_channels + g * ocg) * out_size;
