@@ -254,15 +254,6 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
 // sequential stream of weights.
 constexpr int64_t kConvPanelRows = 6;
 
-// A 1x1 Conv (any stride, no padding, group 1, no input scale) with at most 48 output
-// positions per image and a multiple of 16 output channels (ResNeXt's last two stages over
-// 6x6 and 3x3 maps): its weight transposed into 16-column panels [OC/16][C][16]
-// (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
-// GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
-// tile's 16 lanes (and 36, 36 of 48). (It was off for a while: with it, Faster R-CNN's
-// detections 98 and 99, whose scores are 7.8e-7 apart, came out in the other order, which
-// models_real read as wrong boxes and labels. Any change of summation order in a conv can
-// do that; kiln-model-check --ranked-by now accepts near-tied rows in either order.)
 // The K x N f32 matrix whose element (k, n) is src[k * k_stride + n * n_stride] as 16-column
 // panels [N/16][K][16] (N a multiple of 16): a pre-packed B of the GEMM core.
 std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride) {
@@ -274,6 +265,25 @@ std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N,
   return panels;
 }
 
+// The [N, K] f32 matrix `src` (a Linear layer's or a 1x1 conv's weight) transposed, [K, N].
+std::shared_ptr<Tensor> TransposedMatrix(const float* src, int64_t N, int64_t K) {
+  auto transposed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{K, N});
+  float* dst = transposed->data_as<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k) dst[k * N + n] = src[n * K + k];
+  }
+  return transposed;
+}
+
+// A 1x1 Conv (any stride, no padding, group 1, no input scale) with at most 48 output
+// positions per image and a multiple of 16 output channels (ResNeXt's last two stages over
+// 6x6 and 3x3 maps): its weight transposed into 16-column panels [OC/16][C][16]
+// (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the
+// GEMM's rows and the channels across the vector lanes, where 9 positions filled 9 of a
+// tile's 16 lanes (and 36, 36 of 48). (It was off for a while: with it, Faster R-CNN's
+// detections 98 and 99, whose scores are 7.8e-7 apart, came out in the other order, which
+// models_real read as wrong boxes and labels. Any change of summation order in a conv can
+// do that; kiln-model-check --ranked-by now accepts near-tied rows in either order.)
 constexpr int64_t kFewPositions = 48;
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // conv.cc's buffer for X^T
 
@@ -362,10 +372,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerPooledPointConv(const Node& node)
     b = PackColumnPanels(src, c, oc, 1, c);  // element (k, n) is W[n, k]
     params.b_panels = 1;
   } else {
-    b = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{c, oc});
-    for (int64_t n = 0; n < oc; ++n) {
-      for (int64_t k = 0; k < c; ++k) b->data_as<float>()[k * oc + n] = src[n * c + k];
-    }
+    b = TransposedMatrix(src, oc, c);
   }
   const bool has_bias = node.inputs().size() > 2 && node.input(2) != nullptr;
   std::vector<KernelOperand> inputs = {KernelOperand{0, nullptr}, KernelOperand{-1, std::move(b)},
@@ -573,14 +580,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerGemmTransposedWeight(const Node& 
     return std::nullopt;
   }
   const int64_t N = bd[0], K = bd[1];
-  auto transposed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{K, N});
-  const float* src = b->constant()->data_as<float>();
-  float* dst = transposed->data_as<float>();
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t k = 0; k < K; ++k) dst[k * N + n] = src[n * K + k];
-  }
   KILN_ASSIGN_OR_RETURN(KernelCall call, LowerGemm(node));
-  call.inputs[1] = KernelOperand{-1, std::move(transposed)};
+  call.inputs[1] = KernelOperand{-1, TransposedMatrix(b->constant()->data_as<float>(), N, K)};
   kiln_gemm_params params = call.params.Get<kiln_gemm_params>();
   params.trans_b = 0;
   call.params.Set(params);

@@ -141,7 +141,8 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       {1, 1024, 48, 1, 6, 6, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
       {1, 32, 32, 1, 7, 6, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
       // MobileNetV3's squeeze-and-excitation convs on 1x1 maps (Faster R-CNN's backbone):
-      // 960 -> 240 -> 960, 168 -> 672, 120 -> 480, a batch of 8 (one pass of 8 images).
+      // 960 -> 240 -> 960, 168 -> 672, 120 -> 480, and a batch of 8 (which runs as one
+      // MatMul over the batch, LowerPooledPointConv in nn_ops.cc).
       {1, 960, 240, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
       {1, 240, 960, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "HardSigmoid"},
       {1, 168, 672, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "HardSigmoid"},
