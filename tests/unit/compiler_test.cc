@@ -492,7 +492,7 @@ TEST(CodegenTest, DepthwiseConvMatchesInterpreterOnOddShapes) {
   };
   int turn = 0;
   for (Shape shape : {Shape{7, 13, 11}, Shape{20, 60, 45}, Shape{9, 10, 70}, Shape{5, 9, 140}}) {
-    for (int64_t k : {3, 5}) {
+    for (int64_t k : {3, 5, 7}) {
       for (int64_t stride : {1, 2}) {
         const int64_t p = k / 2;
         const std::vector<int64_t> choices[3] = {{0, 0, 0, 0}, {p, p, p, p}, {p, 0, 0, p + 1}};

@@ -202,6 +202,39 @@ __attribute__((always_inline)) inline void TransposeStripOut(const float* out, i
   }
 }
 
+// P output pixels of one strip row from ow on, for RunDepthwiseBlockedLanes: each tap and
+// each input vector is loaded once for all of them (identical loads in the unrolled loops
+// are merged), where one pixel at a time loaded both per multiply-add once the taps outgrow
+// the registers (ConvNeXt's 7x7 over 96 x 40 x 40 at batch 8: 2.6 -> 1.6 ms; 5x5 over
+// 240 x 28 x 28: 1.7 -> 1.3). `start`: the bias, or -inf for a max pool.
+template <int P, int KH, int KW, int S, int D, bool kMaxPool, typename V>
+__attribute__((always_inline)) inline void DepthwiseRowPixels(const float* const* rows, int64_t ow, const V* taps,
+                                                              const V& start, int32_t in_registers, const V& lo,
+                                                              const V& hi, float* orow) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  V acc[P];
+  for (int r = 0; r < P; ++r) acc[r] = start;
+  for (int kh = 0; kh < KH; ++kh) {
+    const float* row = rows[kh] + ow * S * L;
+    for (int kw = 0; kw < KW; ++kw) {
+      const V tap = taps[kh * KW + kw];
+      for (int r = 0; r < P; ++r) {
+        V v;
+        memcpy(&v, row + (r * S + kw * D) * L, sizeof(V));
+        if constexpr (kMaxPool) {
+          acc[r] = v > acc[r] ? v : acc[r];
+        } else {
+          acc[r] += tap * v;
+        }
+      }
+    }
+  }
+  for (int r = 0; r < P; ++r) {
+    const V result = gemm::ReluOrClip(acc[r], in_registers, lo, hi);
+    memcpy(orow + (ow + r) * L, &result, sizeof(V));
+  }
+}
+
 // kMaxPool: the same walk computes a max pool (MaxPool's rule: a NaN never wins): the
 // padding is -inf instead of zero, each pixel the max of its taps; no weight, bias or
 // activation. V: the vector of channels, v8f, or v16f on targets with AVX-512F (sixteen
@@ -215,6 +248,10 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   const int64_t activation = act.code;
   using gemm::v8f;
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  // Output pixels computed together (their accumulators and the inputs they share stay in
+  // registers: 32 of them with 16 lanes, 16 with 8). Eight measured 5-15 % faster than six
+  // on 7x7 windows with 16 lanes.
+  constexpr int kPixels = L > 8 ? 8 : 4;  // the tails below take 4, 2 and 1
   const float* px = InputData<float>(call, 0);
   const float* pw = kMaxPool ? nullptr : InputData<float>(call, 1);
   const float* pbias = kMaxPool ? nullptr : OptionalInputData<float>(call, 2);
@@ -247,6 +284,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
     KILN_SPLAT_V(V, pad, kMaxPool ? -INFINITY : 0.f);
     KILN_SPLAT_V(V, lo, alpha);
     KILN_SPLAT_V(V, hi, beta);
+    V taps[KH * KW], bias;
     for (int64_t job = begin; job < end; ++job) {
       const int64_t n = job / blocks, c0 = job % blocks * L;
       const int64_t lanes = channels - c0 < L ? channels - c0 : L;
@@ -258,7 +296,6 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
         for (int k = 0; k < KH * KW; ++k) tap_lanes[k][l] = pw[(c0 + l) * KH * KW + k];
         if (pbias != nullptr) bias_lanes[l] = pbias[c0 + l];
       }
-      V taps[KH * KW], bias;
       for (int k = 0; k < KH * KW; ++k) memcpy(&taps[k], tap_lanes[k], sizeof(V));
       memcpy(&bias, bias_lanes, sizeof(V));
       for (int64_t oh0 = 0; oh0 < OH; oh0 += strip) {
@@ -276,21 +313,20 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
           const float* rows[KH];
           for (int kh = 0; kh < KH; ++kh) rows[kh] = in + ((oh - oh0) * S + kh * D) * row_floats;
           float* orow = out + (oh - oh0) * OW * L;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            V acc = kMaxPool ? pad : bias;
-            for (int kh = 0; kh < KH; ++kh) {
-              for (int kw = 0; kw < KW; ++kw) {
-                V v;
-                memcpy(&v, rows[kh] + (ow * S + kw * D) * L, sizeof(V));
-                if constexpr (kMaxPool) {
-                  acc = v > acc ? v : acc;
-                } else {
-                  acc += taps[kh * KW + kw] * v;
-                }
-              }
-            }
-            acc = gemm::ReluOrClip(acc, in_registers, lo, hi);
-            memcpy(orow + ow * L, &acc, sizeof(V));
+          // kPixels outputs at a time, then 4, 2 and 1 for the row's tail.
+          const V start = kMaxPool ? pad : bias;
+          int64_t ow = 0;
+          for (; ow + kPixels <= OW; ow += kPixels)
+            DepthwiseRowPixels<kPixels, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
+          for (int64_t tail = kPixels / 2; tail >= 1; tail /= 2) {
+            if (ow + tail > OW) continue;
+            if (tail == 4)
+              DepthwiseRowPixels<4, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
+            if (tail == 2)
+              DepthwiseRowPixels<2, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
+            if (tail == 1)
+              DepthwiseRowPixels<1, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
+            ow += tail;
           }
         }
         // Back to the planes: the strip's outputs are contiguous in each plane. Activations
