@@ -471,9 +471,13 @@ inline void Block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, con
 // Columns of B per chunk when A is packed: a kKc x 256 block of B panels (256 KiB) stays in
 // L2 beside the packed A block (kMc x kKc, 240 KiB).
 constexpr int64_t kPanelChunk = 256;
-template <bool kWide, bool kPackA>
+// PanelBlock's default for what follows a finished block of rows: nothing.
+struct NoFinish {
+  void operator()(int64_t, int64_t) const {}
+};
+template <bool kWide, bool kPackA, typename Finish>
 inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
-                            const float* panels, float* c, int64_t ldc) {
+                            const float* panels, float* c, int64_t ldc, const Finish& finish) {
   using T = Tile<kWide>;
   using V = typename T::V;
   // kPackA: A's rows lie a multiple of 4 KiB apart (K = 1024 or 3072 floats), so a tile's 12
@@ -535,6 +539,7 @@ inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int6
           for (int64_t i = mb; i < mb1; i += T::kRows) tile(i, j);
         }
       }
+      if (k0 + kb >= K) finish(mb, mb1);
     }
   }
 }
@@ -546,16 +551,20 @@ inline bool AliasedRows(int64_t lda) { return lda % 1024 == 0; }
 // [N/16][K][16] (N, n0, n1 multiples of 16): a constant weight packed at compile time
 // (MatMul's B, Winograd's U), so nothing is copied at run time and each micro-kernel
 // streams one contiguous panel (the wide tile two). Rows in blocks of kMc (A in L2); the
-// loop order within a block depends on whether A is copied (PanelBlockTiles).
+// loop order within a block depends on whether A is copied (PanelBlockTiles). finish(r0,
+// r1) runs on each block of rows [r0, r1) of C once it is complete, while the block is
+// still in L2 (MatMul's bias and activation: a pass over all of C after the product read
+// it back from memory: [12800 x 96] x [96 x 384] + bias 12.3 -> 10.0 ms, one thread).
+template <typename Finish = NoFinish>
 inline void PanelBlock(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
-                       const float* panels, float* c, int64_t ldc) {
+                       const float* panels, float* c, int64_t ldc, const Finish& finish = Finish()) {
   const bool pack = AliasedRows(lda);
   if (WideVectors()) {
-    if (pack) return PanelBlockTiles<true, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
-    PanelBlockTiles<true, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
+    if (pack) return PanelBlockTiles<true, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
+    PanelBlockTiles<true, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
   } else {
-    if (pack) return PanelBlockTiles<false, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
-    PanelBlockTiles<false, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc);
+    if (pack) return PanelBlockTiles<false, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
+    PanelBlockTiles<false, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
   }
 }
 

@@ -104,17 +104,21 @@ struct MatMulKernel {
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
               return dst;
             };
+            // The bias and the activation, on each block of rows as soon as it is done.
+            auto finish = [&](int64_t r0, int64_t r1) {
+              for (int64_t i = r0; i < r1; ++i) {
+                float* row = c + i * N + n0;
+                if (bias) {
+                  for (int64_t j = 0; j < n1 - n0; ++j) row[j] += bias[n0 + j];
+                }
+                ApplyActivation(row, n1 - n0, activation, act_alpha, act_beta);
+              }
+            };
             if (b_panels) {
-              gemm::PanelBlock(m0, m1, n0, n1, K, pa + a_off, K, pb, c, N);
+              gemm::PanelBlock(m0, m1, n0, n1, K, pa + a_off, K, pb, c, N, finish);
             } else {
               gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
-            }
-            for (int64_t i = m0; i < m1; ++i) {
-              float* row = c + i * N + n0;
-              if (bias) {
-                for (int64_t j = 0; j < n1 - n0; ++j) row[j] += bias[n0 + j];
-              }
-              ApplyActivation(row, n1 - n0, activation, act_alpha, act_beta);
+              finish(m0, m1);
             }
           }
         };
