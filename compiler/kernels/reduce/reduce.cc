@@ -181,52 +181,55 @@ struct ArgReduce {
 };
 
 // Softmax / LogSoftmax over contiguous f32 rows (the last axis: attention scores,
-// classifier heads): the max and the sum run on 8 independent partial results so the
-// loops vectorize without reassociation, and exp is FastExp8 / FastExp (<= 2 ulp) instead
-// of two double-precision libm calls per element. Not in the reference build (kFastKernels).
+// classifier heads): the max and the sum run on independent partial results so the loops
+// vectorize without reassociation, and exp is FastExpNonPositiveV (<= 2 ulp; x - max is
+// never positive) on vectors of V, 16 lanes where the target has them, instead of two
+// double-precision libm calls per element. Not in the reference build (kFastKernels).
+template <typename V>
 static int32_t SoftmaxRows(const float* pi, float* po, int64_t rows, int64_t len, bool log_softmax,
                            const kiln_kcall* call) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
   auto body = [=](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const float* __restrict x = pi + row * len;
       float* __restrict y = po + row * len;
       // A NaN never becomes the maximum unless it is x[0], as in the reference.
-      float lanes[8];
-      for (int l = 0; l < 8; ++l) lanes[l] = x[0];
+      float lanes[L];
+      for (int l = 0; l < L; ++l) lanes[l] = x[0];
       int64_t k = 0;
-      for (; k + 8 <= len; k += 8) {
-        for (int l = 0; l < 8; ++l) lanes[l] = x[k + l] > lanes[l] ? x[k + l] : lanes[l];
+      for (; k + L <= len; k += L) {
+        for (int l = 0; l < L; ++l) lanes[l] = x[k + l] > lanes[l] ? x[k + l] : lanes[l];
       }
       float max_value = lanes[0];
-      for (int l = 1; l < 8; ++l) max_value = lanes[l] > max_value ? lanes[l] : max_value;
+      for (int l = 1; l < L; ++l) max_value = lanes[l] > max_value ? lanes[l] : max_value;
       for (; k < len; ++k) max_value = x[k] > max_value ? x[k] : max_value;
-      v8f sums = {};
-      const v8f shift = KILN_SPLAT8(max_value);
+      V sums = {}, shift;
+      KILN_SPLAT_V(V, shift, max_value);
       k = 0;
-      for (; k + 8 <= len; k += 8) {
-        v8f e;
-        KILN_LOAD8(e, x + k);
+      for (; k + L <= len; k += L) {
+        V e;
+        memcpy(&e, x + k, sizeof(V));
         e -= shift;
-        FastExp8(e);
-        if (!log_softmax) KILN_STORE8(y + k, e);
+        FastExpNonPositiveV(e);
+        if (!log_softmax) memcpy(y + k, &e, sizeof(V));
         sums += e;
       }
       // The tail as one more vector padded with the maximum, whose padding is neither
       // stored nor summed (ViT-S/16's 197-long rows ran 5 scalar exps each).
       float sum = 0.f;
       if (k < len) {
-        alignas(32) float tail[8];
-        for (int l = 0; l < 8; ++l) tail[l] = k + l < len ? x[k + l] : max_value;
-        v8f e;
-        KILN_LOAD8(e, tail);
+        alignas(64) float tail[L];
+        for (int l = 0; l < L; ++l) tail[l] = k + l < len ? x[k + l] : max_value;
+        V e;
+        memcpy(&e, tail, sizeof(V));
         e -= shift;
-        FastExp8(e);
+        FastExpNonPositiveV(e);
         for (int64_t l = 0; l < len - k; ++l) {
           if (!log_softmax) y[k + l] = e[l];
           sum += e[l];
         }
       }
-      for (int l = 0; l < 8; ++l) sum += sums[l];
+      for (int l = 0; l < L; ++l) sum += sums[l];
       if (log_softmax) {
         const float shift = max_value + static_cast<float>(log(static_cast<double>(sum)));
         for (int64_t q = 0; q < len; ++q) y[q] = x[q] - shift;
@@ -251,7 +254,10 @@ struct Softmax {
     const T* pi = InputData<T>(call, 0);
     T* po = OutputData<T>(call);
     if constexpr (std::is_same_v<T, float> && kFastKernels) {
-      if (inner == 1 && op != KILN_HARDMAX) return SoftmaxRows(pi, po, outer, len, op == KILN_LOG_SOFTMAX, call);
+      if (inner == 1 && op != KILN_HARDMAX) {
+        if (WideVectors()) return SoftmaxRows<v16f>(pi, po, outer, len, op == KILN_LOG_SOFTMAX, call);
+        return SoftmaxRows<v8f>(pi, po, outer, len, op == KILN_LOG_SOFTMAX, call);
+      }
     }
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
