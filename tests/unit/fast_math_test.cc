@@ -69,7 +69,7 @@ void CheckNonPositiveExpVector() {
   }
   std::printf("FastExpNonPositiveV, %d lanes: max relative error %.3g\n", L, worst);
   EXPECT_LT(worst, 2 * static_cast<double>(std::numeric_limits<float>::epsilon()));
-  const float edges[8] = {0.f, std::nanf(""), -std::numeric_limits<float>::infinity(), -1000.f, -87.5f, -87.3f,
+  const float edges[8] = {0.f,     std::nanf(""), -std::numeric_limits<float>::infinity(), -1000.f, -87.5f, -87.3f,
                           -1e-30f, -0.5f};
   for (int shift = 0; shift < 8; ++shift) {
     V e;
