@@ -486,10 +486,10 @@ inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int6
   // layout BlockTiles' a_panel reads), once for every column of [n0, n1).
   alignas(64) float block[kPackA ? (kMc + kMr) * kKc : 1];
   const int64_t a_row = kPackA ? 1 : lda, a_k = kPackA ? kMr : 1;
-  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
-    const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
-    for (int64_t mb = m0; mb < m1; mb += kMc) {
-      const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
+  for (int64_t mb = m0; mb < m1; mb += kMc) {
+    const int64_t mb1 = m1 - mb < kMc ? m1 : mb + kMc;
+    for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+      const int64_t kb = K - k0 < kKc ? K - k0 : kKc;
       // C[i.., j..] over this K block: rows i.. of the block, the column tile at j.
       auto tile = [&](int64_t i, int64_t j) {
         const int r = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
