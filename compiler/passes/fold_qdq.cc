@@ -115,10 +115,48 @@ class FoldQdq : public Pass {
       graph.RemoveNode(node);
       changed = true;
     }
+    changed |= QuantizeBeforeMaxPools(graph);
     return changed;
   }
 
  private:
+  // %m = MaxPool(%a) ; %q = QuantizeLinear(%m, s, z)  =>  %aq = QuantizeLinear(%a, s, z) ;
+  // %q = MaxPool(%aq), so the pool runs on bytes and fuse folds the QuantizeLinear into a
+  // kiln.QLinearConvToFloat before it (ResNet's stem). Exact: rint(v / s) + z, saturated,
+  // never decreases as v grows, so the max of the quantized values is the quantized max,
+  // and padding (never the max) is the same either way. Per-tensor s and z, u8/s8 results.
+  static bool QuantizeBeforeMaxPools(Graph& graph) {
+    bool changed = false;
+    for (Node* pool : graph.nodes()) {
+      if (pool->op() != "MaxPool" || pool->outputs().size() != 1 || pool->input(0)->type().dtype != DType::kFloat32 ||
+          !pool->input(0)->type().IsStatic()) {
+        continue;
+      }
+      Node* q = SoleUser(graph, pool->output(0));
+      if (q == nullptr || q->op() != "QuantizeLinear" || q->input(0) != pool->output(0) ||
+          !q->input(1)->is_constant() || Elements(q->input(1)) != 1 || !IsConstantOrAbsent(q->input(2)) ||
+          q->GetInt("block_size", 0) != 0) {
+        continue;
+      }
+      const DType type = q->output(0)->type().dtype;
+      if (type != DType::kUInt8 && type != DType::kInt8) continue;
+      std::vector<Value*> inputs = {pool->input(0), q->input(1)};
+      if (q->input(2) != nullptr) inputs.push_back(q->input(2));
+      Node* moved = graph.InsertNodeBefore(pool, "QuantizeLinear", q->name(), inputs,
+                                           {graph.UniqueName(pool->input(0)->name() + ".q")}, q->opset());
+      moved->mutable_attrs() = q->attrs();
+      TensorType bytes = pool->input(0)->type();
+      bytes.dtype = type;
+      moved->output(0)->set_type(bytes);
+      pool->set_input(0, moved->output(0));
+      pool->output(0)->set_type(q->output(0)->type());
+      graph.TakeOver(q->output(0), pool->output(0));
+      graph.RemoveNode(q);
+      changed = true;
+    }
+    return changed;
+  }
+
   // Weights quantized per tensor, or per output channel along the axis the integer op
   // reads them by: a Conv's W [OC, ...] on axis 0, a MatMul's B [K, N] on axis 1.
   static bool WeightScaleFits(const Node* node, const Node* w_dq) {

@@ -495,6 +495,65 @@ TEST(QuantTest, IntegerConvsMatchPlainLoops) {
   }
 }
 
+// MaxPool then QuantizeLinear runs as QuantizeLinear then a u8 MaxPool (fold-qdq; exact,
+// as quantizing never reverses an order): u8 rows of 32 outputs or more take the row walk
+// (ResNet's 112x112 with pads 1, a 261-wide row, 65 wide: 32 outputs, one vector exactly,
+// or 33: a vector and an overlapping one), narrower ones the plain loop; values that
+// saturate at both ends.
+TEST(QuantTest, MaxPoolBeforeAQuantizeLinearMatchesPlainLoops) {
+  const float scale = 0.03f;
+  const int64_t zero = 10;
+  const std::vector<int64_t> shapes[] = {{1, 2, 112, 112}, {1, 3, 9, 261}, {2, 2, 5, 65}, {1, 2, 7, 66}, {1, 2, 9, 9}};
+  for (const std::vector<int64_t>& shape : shapes) {
+    for (int64_t pad : {0, 1}) {
+      for (int64_t ceil_mode : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << shape[2] << "x" << shape[3] << " pads " << pad << " ceil " << ceil_mode);
+        auto x = FloatsIn(shape, -2.f, 6.f, 7);
+        auto build = [&] {
+          auto g = std::make_unique<Graph>();
+          Value* in = g->AddValue("x", TensorType::Static(DType::kFloat32, shape));
+          g->AddInput(in);
+          Node* pool = g->AddNode("MaxPool", "pool", {in}, {"m"}, 13);
+          pool->mutable_attrs()["kernel_shape"] = std::vector<int64_t>{3, 3};
+          pool->mutable_attrs()["strides"] = std::vector<int64_t>{2, 2};
+          pool->mutable_attrs()["pads"] = std::vector<int64_t>(4, pad);
+          pool->mutable_attrs()["ceil_mode"] = ceil_mode;
+          Node* q = g->AddNode("QuantizeLinear", "q",
+                               {pool->output(0), g->AddConstant("s", Filled<float>(DType::kFloat32, {}, {scale})),
+                                g->AddConstant("z", ScalarOf(DType::kUInt8, zero))},
+                               {"y"}, 13);
+          g->AddOutput(q->output(0));
+          auto st = InferTypes(*g);
+          EXPECT_TRUE(st.ok()) << st;
+          return g;
+        };
+        const int64_t H = shape[2], W = shape[3];
+        auto out_dim = [&](int64_t in) {
+          const int64_t span = in + 2 * pad - 3;
+          return (ceil_mode ? (span + 1) / 2 : span / 2) + 1 - (ceil_mode && (span + 1) / 2 * 2 >= in + pad ? 1 : 0);
+        };
+        const int64_t OH = out_dim(H), OW = out_dim(W);
+        std::vector<double> want;
+        for (int64_t plane = 0; plane < shape[0] * shape[1]; ++plane) {
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              float m = -INFINITY;
+              for (int64_t ih = oh * 2 - pad; ih < oh * 2 - pad + 3; ++ih) {
+                for (int64_t iw = ow * 2 - pad; iw < ow * 2 - pad + 3; ++iw) {
+                  if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                    m = std::max(m, x->data_as<float>()[(plane * H + ih) * W + iw]);
+                }
+              }
+              want.push_back(QuantizedAs(m, scale, zero, DType::kUInt8));
+            }
+          }
+        }
+        ExpectEverywhere(build, *x, want);
+      }
+    }
+  }
+}
+
 // A QDQ Conv + Relu (as a quantizer writes it: per-channel weights, float bias) gives the
 // same u8 result folded into QLinearConv (fold-qdq, default pipeline) as the float graph
 // between its conversions does in the interpreter, to within one quantization step (the

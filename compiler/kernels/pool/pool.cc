@@ -163,6 +163,72 @@ static int32_t RunMaxPoolRowsLanes(const kiln_kcall* call, const Window& w) {
   return RunMaxPoolRows<gemm::v8f, KW>(call, w);
 }
 
+// RunMaxPoolRows on u8 (int8 ResNet's stem: the conv's result quantized before the pool,
+// as max pooling commutes with QuantizeLinear's rounding): 32 bytes per vector, and 0, the
+// smallest u8, in place of -inf. Rows of 32 outputs or more.
+template <int KW>
+__attribute__((noinline)) static int32_t RunMaxPoolRowsU8(const kiln_kcall* call, const Window& w) {
+  typedef uint8_t V __attribute__((vector_size(32)));
+  constexpr int L = 32;
+  const uint8_t* px = InputData<uint8_t>(call, 0);
+  uint8_t* py = OutputData<uint8_t>(call);
+  const int64_t planes = call->inputs[0].dims[0] * call->inputs[0].dims[1];
+  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
+  const int64_t KH = w.kernel[1], SH = w.stride[1], PH = w.pad[1], PW = w.pad[2];
+  const int64_t padded_w = (OW - 1) * 2 + KW;
+  auto even = [](V a, V b) {
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40,
+                                   42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62);
+  };
+  auto odd = [](V a, V b) {
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41,
+                                   43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+  };
+  auto body = [=](int64_t begin, int64_t end) {
+    alignas(64) uint8_t buf[kPoolRowFloats];
+    memset(buf, 0, sizeof(buf));  // (pads and past the image: 0, which never wins)
+    uint8_t* row = buf + PW;
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const uint8_t* x = px + plane * H * W;
+      uint8_t* y = py + plane * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t ih0 = oh * SH - PH;
+        const int64_t lo = ih0 < 0 ? 0 : ih0, hi = ih0 + KH < H ? ih0 + KH : H;
+        for (int64_t iw = 0;; iw += L) {
+          if (iw + L > W) iw = W - L;
+          V m = {};
+          for (int64_t ih = lo; ih < hi; ++ih) {
+            V v;
+            memcpy(&v, x + ih * W + iw, sizeof(V));
+            m = v > m ? v : m;
+          }
+          memcpy(row + iw, &m, sizeof(V));
+          if (iw + L >= W) break;
+        }
+        uint8_t* out = y + oh * OW;
+        for (int64_t ow = 0;; ow += L) {
+          if (ow + L > OW) ow = OW - L;
+          V a0, a1;
+          memcpy(&a0, buf + ow * 2, sizeof(V));
+          memcpy(&a1, buf + ow * 2 + L, sizeof(V));
+          const V e = even(a0, a1), o = odd(a0, a1);
+          V m = o > e ? o : e;
+          if constexpr (KW == 3) {
+            memcpy(&a0, buf + ow * 2 + 2, sizeof(V));
+            memcpy(&a1, buf + ow * 2 + 2 + L, sizeof(V));
+            const V e2 = even(a0, a1);
+            m = e2 > m ? e2 : m;
+          }
+          memcpy(out + ow, &m, sizeof(V));
+          if (ow + L >= OW) break;
+        }
+      }
+    }
+  };
+  ParallelFor(call, planes, 1, body);
+  return KILN_KERR_OK;
+}
+
 // Padded input rows at most this wide take RunDepthwiseBlocked's max pool.
 constexpr int64_t kPoolBlockedMaxWidth = 128;
 static_assert(kDepthwiseStripFloats >= kPoolBlockedMaxWidth * 16 * 3 &&
@@ -201,6 +267,15 @@ struct PoolKernel {
       }
       if (plain_2d && (op == KILN_POOL_MAX || (op == KILN_POOL_AVERAGE && !count_include_pad))) {
         return RunPool2D(call, w, op == KILN_POOL_MAX);
+      }
+    }
+    if constexpr (std::is_same_v<T, uint8_t> && kFastKernels) {
+      // u8 max pooling at column stride 2 with rows of 32 outputs or more: the row walk.
+      if (X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1 && op == KILN_POOL_MAX &&
+          w.stride[2] == 2 && (w.kernel[2] == 2 || w.kernel[2] == 3) && w.pad[1] >= 0 && w.pad[2] >= 0 &&
+          w.out[2] >= 32 && (w.out[2] - 1) * 2 + w.kernel[2] + 32 <= kPoolRowFloats &&
+          w.pad[2] + w.in[2] + 32 <= kPoolRowFloats) {
+        return w.kernel[2] == 3 ? RunMaxPoolRowsU8<3>(call, w) : RunMaxPoolRowsU8<2>(call, w);
       }
     }
     const double p = params.p;

@@ -673,38 +673,32 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
 }
 #endif
 
-// One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp: its columns
-// packed (or read in place), then every row panel in tiles of 48, 32, 16 or 4 columns.
-template <int32_t kDot>
-inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, uint8_t* packed) {
-  const uint8_t* b;
-  int64_t ldb;  // bytes between steps
-  const uint8_t* x4 = q.x4 + (n * q.group + grp) * q.quads * q.H * q.W * 4;
-  if (q.pointwise) {
-    b = x4 + j0 * 4;
-    ldb = q.H * q.W * 4;
-  } else {
-    // Runs of the chunk's columns along one output row: [start, start + length), reading
-    // input row ih0 + kh, columns iw0 + kw + SW * (0, 1, ...).
-    struct Run {
-      int64_t start, length, ih0, iw0;
-    };
-    Run runs[kQCols];
-    int64_t num_runs = 0;
-    for (int64_t j = 0; j < cols;) {
-      const int64_t p = j0 + j, ow = p % q.OW;
-      const int64_t length = q.OW - ow < cols - j ? q.OW - ow : cols - j;
-      runs[num_runs++] = {j, length, p / q.OW * q.SH - q.PH, ow * q.SW - q.PW};
-      j += length;
-    }
-    // Steps in order (kh, kw, quad), counted rather than divided out of the step: integer
-    // divisions per step and run cost as much as the copies where a chunk's runs are short.
-    for (int64_t step = 0, kh = 0, kw = 0, c4 = 0; step < q.steps; ++step) {
-      const uint8_t* plane = x4 + c4 * q.H * q.W * 4;
-      uint32_t* dst = reinterpret_cast<uint32_t*>(packed + step * kQCols * 4);
+// The columns [j0, j0 + cols) of one image and group for every step (kh, kw, quad): X's
+// words, or the zero point's where a tap falls in the padding, [steps][48] words. A run's
+// bounds depend on the tap alone, so they are found once per tap for all its quads (per
+// step and run they cost as much as the copies where a chunk's runs are short).
+inline void PackColumns(const QConvParams& q, const uint8_t* x4, int64_t j0, int64_t cols, uint8_t* packed) {
+  // Runs of the chunk's columns along one output row: [start, start + length), reading
+  // input row ih0 + kh, columns iw0 + kw + SW * (0, 1, ...); per tap, words [lo, hi) of a
+  // run read X from byte `offset` of a plane and the others are padding.
+  struct Run {
+    int64_t start, length, ih0, iw0, lo, hi, offset;
+  };
+  Run runs[kQCols];
+  int64_t num_runs = 0;
+  for (int64_t j = 0; j < cols;) {
+    const int64_t p = j0 + j, ow = p % q.OW;
+    const int64_t length = q.OW - ow < cols - j ? q.OW - ow : cols - j;
+    runs[num_runs++] = {j, length, p / q.OW * q.SH - q.PH, ow * q.SW - q.PW, 0, 0, 0};
+    j += length;
+  }
+  v16u zero;
+  for (int l = 0; l < 16; ++l) zero[l] = q.x_zero_word;
+  const int64_t plane_bytes = q.H * q.W * 4;
+  for (int64_t kh = 0, step = 0; kh < q.KH; ++kh) {
+    for (int64_t kw = 0; kw < q.KW; ++kw) {
       for (int64_t i = 0; i < num_runs; ++i) {
-        const Run& run = runs[i];
-        uint32_t* out = dst + run.start;
+        Run& run = runs[i];
         const int64_t ih = run.ih0 + kh * q.DH, iw = run.iw0 + kw * q.DW;
         // Valid k: 0 <= iw + k * SW < W.
         int64_t lo = 0, hi = 0;
@@ -719,31 +713,54 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
           if (hi > run.length) hi = run.length;
           if (lo > hi) lo = hi;
         }
-        for (int64_t k = 0; k < lo; ++k) out[k] = q.x_zero_word;
-        const uint8_t* src = plane + (ih * q.W + iw) * 4;
-        // Sixteen words at a time, past hi and into the next run, step row or the buffer's
-        // slack (each later written in turn), reading into the next plane or the scratch's
-        // 256 spare bytes: a run is at most 48 words, too short for a memcpy call to pay.
-        if (q.SW == 1) {
-          for (int64_t k = lo; k < hi; k += 16) memcpy(out + k, src + k * 4, 64);
-        } else if (q.SW == 2) {  // the even words of 32
-          for (int64_t k = lo; k < hi; k += 16) {
-            v16i a, b;
-            memcpy(&a, src + k * 8, 64);
-            memcpy(&b, src + k * 8 + 64, 64);
-            const v16i even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            memcpy(out + k, &even, 64);
-          }
-        } else {
-          for (int64_t k = lo; k < hi; ++k) memcpy(out + k, src + k * q.SW * 4, 4);
-        }
-        for (int64_t k = hi; k < run.length; ++k) out[k] = q.x_zero_word;
+        run.lo = lo, run.hi = hi, run.offset = (ih * q.W + iw) * 4;
       }
-      if (++c4 == q.quads) {
-        c4 = 0;
-        if (++kw == q.KW) kw = 0, ++kh;
+      for (int64_t c4 = 0; c4 < q.quads; ++c4, ++step) {
+        const uint8_t* plane = x4 + c4 * plane_bytes;
+        uint32_t* dst = reinterpret_cast<uint32_t*>(packed + step * kQCols * 4);
+        for (int64_t i = 0; i < num_runs; ++i) {
+          const Run& run = runs[i];
+          uint32_t* out = dst + run.start;
+          const int64_t lo = run.lo, hi = run.hi;
+          // Sixteen words at a time, past lo, hi or the run's end: into the words copied
+          // next, the next run, the next step's row or the buffer's slack (each written
+          // later), reading into the next plane or the scratch's 256 spare bytes: a run is
+          // at most 48 words, too short for a memcpy call to pay.
+          for (int64_t k = 0; k < lo; k += 16) memcpy(out + k, &zero, 64);
+          const uint8_t* src = plane + run.offset;
+          if (q.SW == 1) {
+            for (int64_t k = lo; k < hi; k += 16) memcpy(out + k, src + k * 4, 64);
+          } else if (q.SW == 2) {  // the even words of 32
+            for (int64_t k = lo; k < hi; k += 16) {
+              v16i a, b;
+              memcpy(&a, src + k * 8, 64);
+              memcpy(&b, src + k * 8 + 64, 64);
+              const v16i even =
+                  __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+              memcpy(out + k, &even, 64);
+            }
+          } else {
+            for (int64_t k = lo; k < hi; ++k) memcpy(out + k, src + k * q.SW * 4, 4);
+          }
+          for (int64_t k = hi; k < run.length; k += 16) memcpy(out + k, &zero, 64);
+        }
       }
     }
+  }
+}
+
+// One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp: its columns
+// packed (or read in place), then every row panel in tiles of 48, 32, 16 or 4 columns.
+template <int32_t kDot>
+inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, uint8_t* packed) {
+  const uint8_t* b;
+  int64_t ldb;  // bytes between steps
+  const uint8_t* x4 = q.x4 + (n * q.group + grp) * q.quads * q.H * q.W * 4;
+  if (q.pointwise) {
+    b = x4 + j0 * 4;
+    ldb = q.H * q.W * 4;
+  } else {
+    PackColumns(q, x4, j0, cols, packed);
     b = packed;
     ldb = kQCols * 4;
   }
