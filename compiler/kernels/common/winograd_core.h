@@ -43,6 +43,34 @@ inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
   out[3 * os] = d12 + KILN_SPLAT8(8.f) * d34 + m5;
 }
 
+// d[r * 6 + q] = the 8 channels' x[ih0 + r][iw0 + q] (zero outside the H x W plane);
+// x: the first channel's plane, the others H * W floats apart.
+inline void LoadInputTile(const float* x, int64_t H, int64_t W, int64_t ih0, int64_t iw0, v8f* d) {
+  for (int r = 0; r < 6; ++r) {
+    const int64_t ih = ih0 + r;
+    for (int q = 0; q < 6; ++q) {
+      const int64_t iw = iw0 + q;
+      float lanes[kLanes];
+      if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+        const float* src = x + ih * W + iw;
+        for (int l = 0; l < kLanes; ++l) lanes[l] = src[l * H * W];
+      } else {
+        for (int l = 0; l < kLanes; ++l) lanes[l] = 0.f;
+      }
+      memcpy(&d[r * 6 + q], lanes, sizeof(v8f));
+    }
+  }
+}
+
+// vals[(i * 4 + q) * kLanes + l] += r[l * plane + i * row + q] for the tile's rows x cols.
+inline void AddResidualTile(const float* r, int64_t plane, int64_t row, int64_t rows, int64_t cols, float* vals) {
+  for (int l = 0; l < kLanes; ++l) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t q = 0; q < cols; ++q) vals[(i * 4 + q) * kLanes + l] += r[l * plane + i * row + q];
+    }
+  }
+}
+
 // Tiles per job: a job's first tile starts a 12-row A panel of the bf16 GEMM and a wide
 // tile of the f32 one.
 constexpr int64_t kTileGroup = 12;
@@ -51,6 +79,8 @@ constexpr int64_t kTileGroup = 12;
 // M stage 3. SqueezeNet-1.1 batch 8 on two threads, medians of 4 alternated rounds: 42.5 ms
 // with 1 MiB blocks, 40.8 with 512 KiB, 39.9 with 256 KiB (12 to 24 tiles there).
 constexpr int64_t kBlockBytes = int64_t{1} << 18;
+// U's bytes (as f32) above which stage 2 is split over U instead (below).
+constexpr int64_t kSplitUBytes = int64_t{2} << 20;
 
 // The three stages for the call. The GEMM's side decides how V is stored: the scratch
 // holds v_floats of it (then M); store_v(v, xi, tc, t, c0, values) stores the 8 channels
@@ -89,6 +119,12 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
   // every chunk, as they do in the convs and pools before and after (jobs image-major): on
   // two threads, each core then reads the activations it wrote itself, where the VM's two
   // cores each have an L3 of their own and reading the other's costs more than the work.
+  // With U over kSplitUBytes, every block of a job streaming all of it cost more than
+  // splitting stage 2 over U (each thread a half of it): SqueezeNet's 64 -> 256 channel convs
+  // (U 2.3 MiB) ran 15-25 % slower fused on two threads; those up to 1.3 MiB ran as fast or
+  // faster (the 16 -> 64 ones 5-25 %).
+  const bool split_u = call->exec != nullptr && call->exec->parallel_for != nullptr &&
+                       36 * C * OC * static_cast<int64_t>(sizeof(float)) > kSplitUBytes;
   const int64_t chunk_width = chunk / batch > 0 ? chunk / batch : 1;
   for (int64_t s = 0; s < per_image; s += chunk_width) {
     const int64_t width = per_image - s < chunk_width ? per_image - s : chunk_width, tc = batch * width;
@@ -107,20 +143,7 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
         tile_at(t, &n, &th, &tw);
         const int64_t ih0 = th * 4 - pad_top, iw0 = tw * 4 - pad_left;
         v8f d[36], tmp[36];
-        for (int r = 0; r < 6; ++r) {
-          const int64_t ih = ih0 + r;
-          for (int q = 0; q < 6; ++q) {
-            const int64_t iw = iw0 + q;
-            float lanes[kLanes];
-            if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
-              const float* src = px + ((n * C + c0) * H + ih) * W + iw;
-              for (int l = 0; l < kLanes; ++l) lanes[l] = src[l * H * W];
-            } else {
-              for (int l = 0; l < kLanes; ++l) lanes[l] = 0.f;
-            }
-            memcpy(&d[r * 6 + q], lanes, sizeof(v8f));
-          }
-        }
+        LoadInputTile(px + (n * C + c0) * H * W, H, W, ih0, iw0, d);
         for (int q = 0; q < 6; ++q) InputTransform6(d + q, 6, tmp + q, 6);          // columns: B^T d
         for (int r = 0; r < 6; ++r) InputTransform6(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
         for (int xi = 0; xi < 36; ++xi) store_v(v, xi, tc, t, c0, d[xi]);
@@ -145,14 +168,8 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
         alignas(32) float vals[16 * kLanes];
         memcpy(vals, out, sizeof(vals));
         const int64_t rows = OH - th * 4 < 4 ? OH - th * 4 : 4, cols = OW - tw * 4 < 4 ? OW - tw * 4 : 4;
-        if (pres != nullptr) {
-          for (int l = 0; l < kLanes; ++l) {
-            const float* r = pres + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
-            for (int64_t i = 0; i < rows; ++i) {
-              for (int64_t q = 0; q < cols; ++q) vals[(i * 4 + q) * kLanes + l] += r[i * OW + q];
-            }
-          }
-        }
+        if (pres != nullptr)
+          AddResidualTile(pres + ((n * OC + o0) * OH + th * 4) * OW + tw * 4, OH * OW, OW, rows, cols, vals);
         ApplyActivation(vals, 16 * kLanes, activation, alpha, beta);
         for (int l = 0; l < kLanes; ++l) {
           float* y = py + ((n * OC + o0 + l) * OH + th * 4) * OW + tw * 4;
@@ -177,7 +194,23 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
         output(b0, b1);
       }
     };
-    ParallelFor(call, (tc + kTileGroup - 1) / kTileGroup, 1, jobs);
+    const int64_t groups = (tc + kTileGroup - 1) / kTileGroup;
+    if (!split_u) {
+      ParallelFor(call, groups, 1, jobs);
+      continue;
+    }
+    // A large U: the stages one after the other, stage 2's jobs over (xi, job_cols channels).
+    ParallelFor(call, groups, 1,
+                [=](int64_t b, int64_t e) { input(b * kTileGroup, e * kTileGroup < tc ? e * kTileGroup : tc); });
+    const int64_t nchunks = (OC + job_cols - 1) / job_cols;
+    ParallelFor(call, 36 * nchunks, 1, [=](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job) {
+        const int64_t xi = job / nchunks, n0 = job % nchunks * job_cols;
+        multiply(v, xi, tc, 0, tc, n0, n0 + job_cols < OC ? n0 + job_cols : OC, m + xi * tc * OC);
+      }
+    });
+    ParallelFor(call, groups, 1,
+                [=](int64_t b, int64_t e) { output(b * kTileGroup, e * kTileGroup < tc ? e * kTileGroup : tc); });
   }
   return KILN_KERR_OK;
 }

@@ -26,8 +26,8 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call, const kiln_conv_param
   };
   auto multiply = [=](const float* v, int64_t xi, int64_t tc, int64_t t0, int64_t t1, int64_t n0, int64_t n1,
                       float* m) { gemm::PanelBlock(t0, t1, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m, OC); };
-  return winograd::WinogradRun(call, params, OC, 36 * params.tiles_per_chunk * C, C * int64_t{sizeof(float)}, store_v,
-                               multiply);
+  return winograd::WinogradRun(call, params, gemm::kNc, 36 * params.tiles_per_chunk * C, C * int64_t{sizeof(float)},
+                               store_v, multiply);
 }
 
 }  // namespace
