@@ -237,6 +237,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   const int64_t per_tile = 36 * (C + OC) * static_cast<int64_t>(sizeof(float));
   int64_t chunk = std::max<int64_t>(6, kWinogradScratchBudget / per_tile / 6 * 6);
   if (chunk > tiles) chunk = tiles;
+  chunk = std::max(chunk, xd[0]);  // a chunk holds a tile of every image (winograd_core.h)
   KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
   params.tiles_per_chunk = chunk;
   KernelCall call = CallWithParams<kernel::conv_winograd>({}, params);

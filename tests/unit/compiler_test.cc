@@ -543,6 +543,9 @@ TEST(CodegenTest, WinogradConvMatchesInterpreter) {
       {2, 8, 16, 13, 11, {1, 1, 1, 1}, true, 1e-5},     // partial tiles at the bottom and right, two images
       {1, 16, 32, 9, 10, {0, 2, 1, 0}, false, 1e-5},    // asymmetric padding, no bias
       {1, 256, 256, 30, 30, {1, 1, 1, 1}, true, 3e-5},  // 64 tiles: more than one chunk of V and M
+      // Three images of 64 tiles in chunks of 24 + 24 + 16 tiles of each, each chunk's jobs
+      // in blocks of 12 tiles.
+      {3, 128, 256, 30, 30, {1, 1, 1, 1}, true, 3e-5},
   };
   for (const WinogradCase& t : cases) {
     SCOPED_TRACE(::testing::Message() << "x [" << t.n << "," << t.c << "," << t.h << "," << t.w << "] oc " << t.oc);
@@ -558,6 +561,23 @@ TEST(CodegenTest, WinogradConvMatchesInterpreter) {
       EXPECT_LT(CompiledVsReference(WinogradNet(t), WinogradNet(t), kDefaultPipeline, target), t.tolerance);
     }
   }
+}
+
+// x[3, 5, 40, 41] -> Relu, Sigmoid -> Concat (axis 1) -> y: parts whose rows (5 x 40 x 41
+// floats per image) are long enough that the copy's pieces go image by image.
+std::unique_ptr<Graph> ChannelConcatNet() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {3, 5, 40, 41}));
+  g->AddInput(x);
+  Node* a = g->AddNode("Relu", "a", {x}, {"a"}, 13);
+  Node* b = g->AddNode("Sigmoid", "b", {x}, {"b"}, 13);
+  Node* concat = g->AddNode("Concat", "concat", {a->output(0), b->output(0), a->output(0)}, {"y"}, 13);
+  concat->mutable_attrs()["axis"] = int64_t{1};
+  return WithOutput(std::move(g), concat->output(0));
+}
+
+TEST(CodegenTest, ChannelConcatOfLongRowsMatchesInterpreter) {
+  EXPECT_LT(CompiledVsReference(ChannelConcatNet(), ChannelConcatNet(), "fold-constants"), 1e-6);
 }
 
 // x[1,10,9,11] -> Conv (k x k, stride s, 13 output channels, bias) -> activation: the

@@ -451,7 +451,7 @@ struct WinogradBf16Kernel {
       uint32_t* out = v_xi(v, xi, tc) + (t / kRows * kp + c0 / 2) * kRows + t % kRows;
       for (int q = 0; q < 4; ++q) out[q * kRows] = PairWord(values[2 * q], values[2 * q + 1]);
     };
-    auto multiply = [=](float* v, int64_t xi, int64_t tc, int64_t n0, int64_t n1, float* m) {
+    auto multiply = [=](float* v, int64_t xi, int64_t tc, int64_t t0, int64_t t1, int64_t n0, int64_t n1, float* m) {
       const uint32_t* panels = v_xi(v, xi, tc);
       auto pack_a = [&](int64_t k0, int64_t, int64_t i0, int64_t, uint32_t*, int64_t* stride) -> const uint32_t* {
         *stride = kp * kRows;
@@ -463,9 +463,10 @@ struct WinogradBf16Kernel {
       };
       auto epilogue = [](int64_t, int64_t, TileEpilogue*) {};
       auto finish = [](int64_t, int, int64_t, int64_t, bool) {};
-      BlockBf16(0, tc, n0, n1, C, m, OC, pack_a, pack_b, epilogue, finish);
+      BlockBf16(t0, t1, n0, n1, C, m, OC, pack_a, pack_b, epilogue, finish);
     };
-    return winograd::WinogradRun(call, params, kMaxJobCols, 36 * chunk_panels * kp * kRows, store_v, multiply);
+    return winograd::WinogradRun(call, params, kMaxJobCols, 36 * chunk_panels * kp * kRows, kp * int64_t{4}, store_v,
+                                 multiply);
   }
 };
 

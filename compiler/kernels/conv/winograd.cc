@@ -24,10 +24,10 @@ int32_t WinogradConvKernel::RunF32(const kiln_kcall* call, const kiln_conv_param
   auto store_v = [=](float* v, int64_t xi, int64_t tc, int64_t t, int64_t c0, const gemm::v8f& values) {
     KILN_STORE8(v + (xi * tc + t) * C + c0, values);
   };
-  auto multiply = [=](const float* v, int64_t xi, int64_t tc, int64_t n0, int64_t n1, float* m) {
-    gemm::PanelBlock(0, tc, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m, OC);
-  };
-  return winograd::WinogradRun(call, params, gemm::kNc, 36 * params.tiles_per_chunk * C, store_v, multiply);
+  auto multiply = [=](const float* v, int64_t xi, int64_t tc, int64_t t0, int64_t t1, int64_t n0, int64_t n1,
+                      float* m) { gemm::PanelBlock(t0, t1, n0, n1, C, v + xi * tc * C, C, pu + xi * OC * C, m, OC); };
+  return winograd::WinogradRun(call, params, gemm::kNc, 36 * params.tiles_per_chunk * C, C * int64_t{sizeof(float)},
+                               store_v, multiply);
 }
 
 }  // namespace
