@@ -151,6 +151,8 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       // (1024 -> 512), three per pass of 3x3 (2048 -> 2048 with the skip).
       {8, 1024, 512, 1, 6, 6, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
       {8, 2048, 2048, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
+      // Past kFewPositionsStreamK (conv.cc): the K-blocked product, on padded X^T rows.
+      {2, 3072, 32, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
   });
 }
 
