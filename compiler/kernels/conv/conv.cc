@@ -266,6 +266,188 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
   return KILN_KERR_OK;
 }
 
+// packed_weights 4 (ops/nn_ops.cc): a grouped 2-D conv over a small map (ResNeXt's last two
+// stages at 96x96: 6x6 and 3x3, 32 groups of 16 and 32 channels), where the phase planes'
+// vectors of positions above fill 9 of 16 lanes (3x3) and a batch reads each group's
+// weight once per image. Here the group's output channels go across the lanes instead
+// (W_g^T pre-packed, [group][K][ocg], ocg a multiple of 16 up to 64) and a register block
+// is up to kLanesRows output positions x ocg / lanes vectors, each position's input
+// broadcast from the same phase planes. A job is one group over as many images as the
+// planes hold (batch 8: a group's weight serves 72 positions of 3x3 maps).
+constexpr int kLanesRows = 12;
+
+// acc[r][v] = sum over input channels and taps of planes[q[r] + tap] x wt[k][v * L..]: ROWS
+// positions (flattened plane indices q, their images' planes included) x VECS vectors of
+// output channels, into c[r * ocg + v * L..].
+template <typename V, int ROWS, int VECS>
+__attribute__((always_inline)) inline void LanesBlock(const float* planes, int64_t channel_stride, int64_t icg,
+                                                      const int64_t* tap_offset, int64_t taps, const int64_t* q,
+                                                      const float* wt, int64_t ocg, float* c) {
+#ifdef __clang__
+#pragma clang fp contract(fast)  // a Conv's sums are reassociated anyway (see MicroKernel)
+#endif
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  V acc[ROWS][VECS];
+  for (int r = 0; r < ROWS; ++r) {
+    for (int v = 0; v < VECS; ++v) KILN_SPLAT_V(V, acc[r][v], 0.f);
+  }
+  for (int64_t ic = 0; ic < icg; ++ic) {
+    const float* base = planes + ic * channel_stride;
+    for (int64_t t = 0; t < taps; ++t) {
+      const float* bt = base + tap_offset[t];
+      const float* wk = wt + (ic * taps + t) * ocg;
+      V wv[VECS];
+      for (int v = 0; v < VECS; ++v) memcpy(&wv[v], wk + v * L, sizeof(V));
+      for (int r = 0; r < ROWS; ++r) {
+        V xv;
+        KILN_SPLAT_V(V, xv, bt[q[r]]);
+        for (int v = 0; v < VECS; ++v) acc[r][v] += xv * wv[v];
+      }
+    }
+  }
+  for (int r = 0; r < ROWS; ++r) {
+    for (int v = 0; v < VECS; ++v) memcpy(c + r * ocg + v * L, &acc[r][v], sizeof(V));
+  }
+}
+
+// LanesBlock over `count` positions (q) for one block of VECS vectors of channels.
+template <typename V, int VECS>
+inline void LanesRows(const float* planes, int64_t channel_stride, int64_t icg, const int64_t* tap_offset, int64_t taps,
+                      const int64_t* q, int64_t count, const float* wt, int64_t ocg, float* c) {
+  int64_t r = 0;
+  for (; r + kLanesRows <= count; r += kLanesRows) {
+    LanesBlock<V, kLanesRows, VECS>(planes, channel_stride, icg, tap_offset, taps, q + r, wt, ocg, c + r * ocg);
+  }
+  // The rest, padded to a block of 4 (the padded rows repeat the last position).
+  for (; r < count; r += 4) {
+    int64_t qq[4];
+    for (int i = 0; i < 4; ++i) qq[i] = q[r + i < count ? r + i : count - 1];
+    alignas(64) float tail[4 * 64];
+    LanesBlock<V, 4, VECS>(planes, channel_stride, icg, tap_offset, taps, qq, wt, ocg, tail);
+    constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+    for (int64_t i = 0; i < 4 && r + i < count; ++i)
+      memcpy(c + (r + i) * ocg, tail + i * ocg, sizeof(float) * VECS * L);
+  }
+}
+
+template <typename V>
+__attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, const Window& w, int64_t group,
+                                                      const kiln_activation& act) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t icg = in_channels / group, ocg = out_channels / group;
+  const int64_t OW = w.out[2], P = w.out[1] * OW, KW = w.kernel[2], taps = w.kernel[1] * KW;
+  const GroupedPlanes geometry(w, 16);
+  const int64_t cs = geometry.channel_stride(), image_floats = icg * cs;
+  int64_t images = kGroupedPlaneFloats / image_floats;
+  if (images * P * ocg > kGroupedOutFloats) images = kGroupedOutFloats / (P * ocg);
+  if (images > batch) images = batch;
+  const int64_t passes = (batch + images - 1) / images;
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
+  auto body = [=](int64_t begin, int64_t end) {
+    alignas(64) float planes[kGroupedPlaneFloats];
+    alignas(64) float c[kGroupedOutFloats];
+    alignas(64) float scratch[kGroupedOutFloats];
+    int64_t tap_offset[25], q[kGroupedOutFloats / 16];
+    const int64_t s = geometry.s;
+    for (int64_t t = 0; t < taps; ++t) {
+      const int64_t kh = t / KW, kw = t % KW;
+      tap_offset[t] = (kh % s * s + kw % s) * geometry.phase_stride + kh / s * geometry.width + kw / s;
+    }
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t g = job / passes, n0 = job % passes * images;
+      const int64_t count = batch - n0 < images ? batch - n0 : images, rows = count * P;
+      for (int64_t m = 0; m < count; ++m) {
+        FillGroupedPlanes(px + ((n0 + m) * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, geometry,
+                          planes + m * image_floats, scratch);
+        for (int64_t p = 0; p < P; ++p) q[m * P + p] = m * image_floats + p / OW * geometry.width + p % OW;
+      }
+      const float* wt = pw + g * icg * taps * ocg;
+      for (int64_t v0 = 0; v0 < ocg; v0 += 2 * L) {  // two vectors of channels at a time, then one
+        if (v0 + 2 * L <= ocg) {
+          LanesRows<V, 2>(planes, cs, icg, tap_offset, taps, q, rows, wt + v0, ocg, c + v0);
+        } else {
+          LanesRows<V, 1>(planes, cs, icg, tap_offset, taps, q, rows, wt + v0, ocg, c + v0);
+        }
+      }
+      // Back to Y [n][g * ocg + oc][p] with the bias, the residual and the activation.
+      for (int64_t m = 0; m < count; ++m) {
+        for (int64_t oc = 0; oc < ocg; ++oc) {
+          const int64_t at = ((n0 + m) * out_channels + g * ocg + oc) * P;
+          const float bias = pbias != nullptr ? pbias[g * ocg + oc] : 0.f;
+          float* y = py + at;
+          const float* cm = c + m * P * ocg + oc;
+          for (int64_t p = 0; p < P; ++p) y[p] = cm[p * ocg] + bias + (pres != nullptr ? pres[at + p] : 0.f);
+          ApplyActivation(y, P, act.code, alpha, beta);
+        }
+      }
+    }
+  };
+  ParallelFor(call, group * passes, 1, body);
+}
+
+// packed_weights 4 where the planes do not fit (a map known only at run time, larger than
+// the lowering saw): the plain loop nest over W_g^T.
+static void RunGroupedTransposedPlain(const kiln_kcall* call, const Window& w, int64_t group,
+                                      const kiln_activation& act) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t icg = in_channels / group, ocg = out_channels / group, KH = w.kernel[1], KW = w.kernel[2];
+  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t oc = 0; oc < out_channels; ++oc) {
+      const int64_t g = oc / ocg, o = oc % ocg;
+      float* y = py + (n * out_channels + oc) * OH * OW;
+      for (int64_t p = 0; p < OH * OW; ++p) {
+        float sum = pbias != nullptr ? pbias[oc] : 0.f;
+        for (int64_t ic = 0; ic < icg; ++ic) {
+          const float* x = px + (n * in_channels + g * icg + ic) * H * W;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = p / OW * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+            for (int64_t kw = 0; kw < KW && ih >= 0 && ih < H; ++kw) {
+              const int64_t iw = p % OW * w.stride[2] + kw * w.dilation[2] - w.pad[2];
+              if (iw >= 0 && iw < W) sum += x[ih * W + iw] * pw[((g * icg + ic) * KH * KW + kh * KW + kw) * ocg + o];
+            }
+          }
+        }
+        y[p] = sum + (pres != nullptr ? pres[(n * out_channels + oc) * OH * OW + p] : 0.f);
+      }
+      ApplyActivation(y, OH * OW, act.code, static_cast<float>(act.alpha), static_cast<float>(act.beta));
+    }
+  }
+}
+
+static int32_t RunGroupedTransposed(const kiln_kcall* call, const Window& w, int64_t group,
+                                    const kiln_activation& act) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t icg = X.dims[1] / group, ocg = Y.dims[1] / group, P = w.out[1] * w.out[2];
+  if (X.rank != 4 || ocg % 16 != 0 || ocg > 64) return KILN_KERR_UNSUPPORTED;
+  if (GroupedDirectFits(w, X, group, icg, ocg) && P * ocg <= kGroupedOutFloats) {
+    if (WideVectors()) {
+      RunGroupedLanes<v16f>(call, w, group, act);
+    } else {
+      RunGroupedLanes<v8f>(call, w, group, act);
+    }
+  } else {
+    RunGroupedTransposedPlain(call, w, group, act);
+  }
+  return KILN_KERR_OK;
+}
+
 // packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 48 output positions per image
 // as Y^T = X^T W^T, the positions the GEMM's rows (X^T gathered per image: the stride's
 // positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
@@ -441,6 +623,7 @@ struct ConvKernel {
     T* py = OutputData<T>(call);
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (params.packed_weights == 2) return RunFewPositions(call, w, act);
+      if (params.packed_weights == 4) return RunGroupedTransposed(call, w, ext.group, act);
       if (pscale == nullptr && GroupedDirectFits(w, X, ext.group, ext.ic_per_group, ext.oc_per_group)) {
         if (WideVectors()) return RunGroupedDirect<v16f>(call, w, ext.group, act, packed);
         return RunGroupedDirect<v8f>(call, w, ext.group, act, packed);
