@@ -275,6 +275,33 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
 // broadcast from the same phase planes. A job is one group over as many images as the
 // planes hold (batch 8: a group's weight serves 72 positions of 3x3 maps).
 constexpr int kLanesRows = 12;
+constexpr int64_t kLanesMaxTaps = 25;
+
+// The zero-padded input planes a job reads: each channel's plane cut to the rows and
+// columns the windows reach ((out - 1) x stride + (kernel - 1) x dilation + 1), so output
+// position (oh, ow) and tap (kh, kw) read (oh x stride + kh x dilation) x width + ... of it.
+// (Positions are broadcast one at a time, so strides need no phase planes.)
+struct LanesPlanes {
+  int64_t rows, width;
+  explicit LanesPlanes(const Window& w)
+      : rows((w.out[1] - 1) * w.stride[1] + (w.kernel[1] - 1) * w.dilation[1] + 1),
+        width((w.out[2] - 1) * w.stride[2] + (w.kernel[2] - 1) * w.dilation[2] + 1) {}
+  int64_t channel_stride() const { return rows * width; }
+  // The icg planes of x ([icg][H][W]) into dst.
+  void Fill(const float* x, int64_t icg, const Window& w, float* dst) const {
+    const int64_t H = w.in[1], W = w.in[2], top = w.pad[1], left = w.pad[2];
+    memset(dst, 0, sizeof(float) * icg * rows * width);
+    // Input columns [c0, c1) land at padded columns c0 + left ..; rows likewise.
+    const int64_t c0 = left < 0 ? -left : 0, c1 = W < width - left ? W : width - left;
+    const int64_t r0 = top < 0 ? -top : 0, r1 = H < rows - top ? H : rows - top;
+    if (c1 <= c0) return;
+    for (int64_t ic = 0; ic < icg; ++ic) {
+      for (int64_t ih = r0; ih < r1; ++ih) {
+        memcpy(dst + (ic * rows + ih + top) * width + c0 + left, x + (ic * H + ih) * W + c0, sizeof(float) * (c1 - c0));
+      }
+    }
+  }
+};
 
 // acc[r][v] = sum over input channels and taps of planes[q[r] + tap] x wt[k][v * L..]: ROWS
 // positions (flattened plane indices q, their images' planes included) x VECS vectors of
@@ -339,7 +366,7 @@ __attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, co
   const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
   const int64_t icg = in_channels / group, ocg = out_channels / group;
   const int64_t OW = w.out[2], P = w.out[1] * OW, KW = w.kernel[2], taps = w.kernel[1] * KW;
-  const GroupedPlanes geometry(w, 16);
+  const LanesPlanes geometry(w);
   const int64_t cs = geometry.channel_stride(), image_floats = icg * cs;
   int64_t images = kGroupedPlaneFloats / image_floats;
   if (images * P * ocg > kGroupedOutFloats) images = kGroupedOutFloats / (P * ocg);
@@ -354,20 +381,18 @@ __attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, co
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float planes[kGroupedPlaneFloats];
     alignas(64) float c[kGroupedOutFloats];
-    alignas(64) float scratch[kGroupedOutFloats];
-    int64_t tap_offset[25], q[kGroupedOutFloats / 16];
-    const int64_t s = geometry.s;
+    int64_t tap_offset[kLanesMaxTaps], q[kGroupedOutFloats / 16];
     for (int64_t t = 0; t < taps; ++t) {
-      const int64_t kh = t / KW, kw = t % KW;
-      tap_offset[t] = (kh % s * s + kw % s) * geometry.phase_stride + kh / s * geometry.width + kw / s;
+      tap_offset[t] = t / KW * w.dilation[1] * geometry.width + t % KW * w.dilation[2];
     }
     for (int64_t job = begin; job < end; ++job) {
       const int64_t g = job / passes, n0 = job % passes * images;
       const int64_t count = batch - n0 < images ? batch - n0 : images, rows = count * P;
       for (int64_t m = 0; m < count; ++m) {
-        FillGroupedPlanes(px + ((n0 + m) * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, geometry,
-                          planes + m * image_floats, scratch);
-        for (int64_t p = 0; p < P; ++p) q[m * P + p] = m * image_floats + p / OW * geometry.width + p % OW;
+        geometry.Fill(px + ((n0 + m) * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, planes + m * image_floats);
+        for (int64_t p = 0; p < P; ++p) {
+          q[m * P + p] = m * image_floats + p / OW * w.stride[1] * geometry.width + p % OW * w.stride[2];
+        }
       }
       const float* wt = pw + g * icg * taps * ocg;
       for (int64_t v0 = 0; v0 < ocg; v0 += 2 * L) {  // two vectors of channels at a time, then one
@@ -436,7 +461,9 @@ static int32_t RunGroupedTransposed(const kiln_kcall* call, const Window& w, int
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t icg = X.dims[1] / group, ocg = Y.dims[1] / group, P = w.out[1] * w.out[2];
   if (X.rank != 4 || ocg % 16 != 0 || ocg > 64) return KILN_KERR_UNSUPPORTED;
-  if (GroupedDirectFits(w, X, group, icg, ocg) && P * ocg <= kGroupedOutFloats) {
+  const LanesPlanes planes(w);
+  if (w.in[0] == 1 && w.kernel_size() <= kLanesMaxTaps && icg * planes.channel_stride() <= kGroupedPlaneFloats &&
+      P * ocg <= kGroupedOutFloats) {
     if (WideVectors()) {
       RunGroupedLanes<v16f>(call, w, group, act);
     } else {
