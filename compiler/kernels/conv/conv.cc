@@ -275,33 +275,45 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
 // broadcast from the same phase planes. A job is one group over as many images as the
 // planes hold (batch 8: a group's weight serves 72 positions of 3x3 maps).
 constexpr int kLanesRows = 12;
-constexpr int64_t kLanesMaxTaps = 25;
+constexpr int64_t kLanesMaxTaps = 49;
 
-// The zero-padded input planes a job reads: each channel's plane cut to the rows and
-// columns the windows reach ((out - 1) x stride + (kernel - 1) x dilation + 1), so output
-// position (oh, ow) and tap (kh, kw) read (oh x stride + kh x dilation) x width + ... of it.
-// (Positions are broadcast one at a time, so strides need no phase planes.)
+// The zero-padded input planes a job reads for `out_rows` output rows: each channel's plane
+// cut to the rows and columns the windows reach ((out - 1) x stride + (kernel - 1) x
+// dilation + 1), so output position (oh, ow) and tap (kh, kw) read (oh x stride + kh x
+// dilation) x width + ow x stride + kw x dilation of it, oh counted from the job's first
+// row. (Positions are broadcast one at a time, so strides need no phase planes.)
 struct LanesPlanes {
   int64_t rows, width;
-  explicit LanesPlanes(const Window& w)
-      : rows((w.out[1] - 1) * w.stride[1] + (w.kernel[1] - 1) * w.dilation[1] + 1),
+  LanesPlanes(const Window& w, int64_t out_rows)
+      : rows((out_rows - 1) * w.stride[1] + (w.kernel[1] - 1) * w.dilation[1] + 1),
         width((w.out[2] - 1) * w.stride[2] + (w.kernel[2] - 1) * w.dilation[2] + 1) {}
   int64_t channel_stride() const { return rows * width; }
-  // The icg planes of x ([icg][H][W]) into dst.
-  void Fill(const float* x, int64_t icg, const Window& w, float* dst) const {
-    const int64_t H = w.in[1], W = w.in[2], top = w.pad[1], left = w.pad[2];
+  // The icg planes of x ([icg][H][W]) for the output rows from oh0 into dst.
+  void Fill(const float* x, int64_t icg, const Window& w, int64_t oh0, float* dst) const {
+    const int64_t H = w.in[1], W = w.in[2], left = w.pad[2], ih0 = oh0 * w.stride[1] - w.pad[1];
     memset(dst, 0, sizeof(float) * icg * rows * width);
-    // Input columns [c0, c1) land at padded columns c0 + left ..; rows likewise.
+    // Input columns [c0, c1) land at padded columns c0 + left ..
     const int64_t c0 = left < 0 ? -left : 0, c1 = W < width - left ? W : width - left;
-    const int64_t r0 = top < 0 ? -top : 0, r1 = H < rows - top ? H : rows - top;
     if (c1 <= c0) return;
     for (int64_t ic = 0; ic < icg; ++ic) {
-      for (int64_t ih = r0; ih < r1; ++ih) {
-        memcpy(dst + (ic * rows + ih + top) * width + c0 + left, x + (ic * H + ih) * W + c0, sizeof(float) * (c1 - c0));
+      for (int64_t r = 0; r < rows; ++r) {
+        if (ih0 + r < 0 || ih0 + r >= H) continue;
+        memcpy(dst + (ic * rows + r) * width + c0 + left, x + (ic * H + ih0 + r) * W + c0, sizeof(float) * (c1 - c0));
       }
     }
   }
 };
+
+// Output rows per lanes job: all (then whole images share a job), or as many as the
+// planes and the output buffer hold; 0 where not even one row fits.
+inline int64_t LanesSlabRows(const Window& w, int64_t icg, int64_t ocg) {
+  int64_t rows = w.out[1];
+  while (rows > 0 && (icg * LanesPlanes(w, rows).channel_stride() > kGroupedPlaneFloats ||
+                      rows * w.out[2] * ocg > kGroupedOutFloats)) {
+    --rows;
+  }
+  return rows;
+}
 
 // acc[r][v] = sum over input channels and taps of planes[q[r] + tap] x wt[k][v * L..]: ROWS
 // positions (flattened plane indices q, their images' planes included) x VECS vectors of
@@ -359,19 +371,24 @@ inline void LanesRows(const float* planes, int64_t channel_stride, int64_t icg, 
 
 template <typename V>
 __attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, const Window& w, int64_t group,
-                                                      const kiln_activation& act) {
+                                                      const kiln_activation& act, int64_t slab) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
-  const int64_t icg = in_channels / group, ocg = out_channels / group;
-  const int64_t OW = w.out[2], P = w.out[1] * OW, KW = w.kernel[2], taps = w.kernel[1] * KW;
-  const LanesPlanes geometry(w);
+  const int64_t icg = in_channels / group, ocg = out_channels / group, OH = w.out[1];
+  const int64_t OW = w.out[2], P = OH * OW, KW = w.kernel[2], taps = w.kernel[1] * KW;
+  const LanesPlanes geometry(w, slab);
   const int64_t cs = geometry.channel_stride(), image_floats = icg * cs;
-  int64_t images = kGroupedPlaneFloats / image_floats;
-  if (images * P * ocg > kGroupedOutFloats) images = kGroupedOutFloats / (P * ocg);
-  if (images > batch) images = batch;
-  const int64_t passes = (batch + images - 1) / images;
+  // A pass: `images` whole images (slab == OH), or one slab of one image's output rows.
+  int64_t images = 1;
+  if (slab == OH) {
+    images = kGroupedPlaneFloats / image_floats;
+    if (images * P * ocg > kGroupedOutFloats) images = kGroupedOutFloats / (P * ocg);
+    if (images > batch) images = batch;
+  }
+  const int64_t slabs = (OH + slab - 1) / slab;
+  const int64_t passes = slab == OH ? (batch + images - 1) / images : batch * slabs;
   const float* px = static_cast<const float*>(X.data);
   const float* pw = InputData<float>(call, 1);
   const float* pbias = OptionalInputData<float>(call, 2);
@@ -386,12 +403,15 @@ __attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, co
       tap_offset[t] = t / KW * w.dilation[1] * geometry.width + t % KW * w.dilation[2];
     }
     for (int64_t job = begin; job < end; ++job) {
-      const int64_t g = job / passes, n0 = job % passes * images;
-      const int64_t count = batch - n0 < images ? batch - n0 : images, rows = count * P;
+      const int64_t g = job / passes, pass = job % passes;
+      const int64_t n0 = slab == OH ? pass * images : pass / slabs, oh0 = slab == OH ? 0 : pass % slabs * slab;
+      const int64_t count = slab == OH ? (batch - n0 < images ? batch - n0 : images) : 1;
+      const int64_t span = (OH - oh0 < slab ? OH - oh0 : slab) * OW, rows = count * span;  // positions per image
       for (int64_t m = 0; m < count; ++m) {
-        geometry.Fill(px + ((n0 + m) * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, planes + m * image_floats);
-        for (int64_t p = 0; p < P; ++p) {
-          q[m * P + p] = m * image_floats + p / OW * w.stride[1] * geometry.width + p % OW * w.stride[2];
+        geometry.Fill(px + ((n0 + m) * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, oh0,
+                      planes + m * image_floats);
+        for (int64_t p = 0; p < span; ++p) {
+          q[m * span + p] = m * image_floats + p / OW * w.stride[1] * geometry.width + p % OW * w.stride[2];
         }
       }
       const float* wt = pw + g * icg * taps * ocg;
@@ -405,12 +425,12 @@ __attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, co
       // Back to Y [n][g * ocg + oc][p] with the bias, the residual and the activation.
       for (int64_t m = 0; m < count; ++m) {
         for (int64_t oc = 0; oc < ocg; ++oc) {
-          const int64_t at = ((n0 + m) * out_channels + g * ocg + oc) * P;
+          const int64_t at = ((n0 + m) * out_channels + g * ocg + oc) * P + oh0 * OW;
           const float bias = pbias != nullptr ? pbias[g * ocg + oc] : 0.f;
           float* y = py + at;
-          const float* cm = c + m * P * ocg + oc;
-          for (int64_t p = 0; p < P; ++p) y[p] = cm[p * ocg] + bias + (pres != nullptr ? pres[at + p] : 0.f);
-          ApplyActivation(y, P, act.code, alpha, beta);
+          const float* cm = c + m * span * ocg + oc;
+          for (int64_t p = 0; p < span; ++p) y[p] = cm[p * ocg] + bias + (pres != nullptr ? pres[at + p] : 0.f);
+          ApplyActivation(y, span, act.code, alpha, beta);
         }
       }
     }
@@ -459,15 +479,14 @@ static int32_t RunGroupedTransposed(const kiln_kcall* call, const Window& w, int
                                     const kiln_activation& act) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
-  const int64_t icg = X.dims[1] / group, ocg = Y.dims[1] / group, P = w.out[1] * w.out[2];
+  const int64_t icg = X.dims[1] / group, ocg = Y.dims[1] / group;
   if (X.rank != 4 || ocg % 16 != 0 || ocg > 64) return KILN_KERR_UNSUPPORTED;
-  const LanesPlanes planes(w);
-  if (w.in[0] == 1 && w.kernel_size() <= kLanesMaxTaps && icg * planes.channel_stride() <= kGroupedPlaneFloats &&
-      P * ocg <= kGroupedOutFloats) {
+  const int64_t slab = w.in[0] == 1 && w.kernel_size() <= kLanesMaxTaps ? LanesSlabRows(w, icg, ocg) : 0;
+  if (slab > 0) {
     if (WideVectors()) {
-      RunGroupedLanes<v16f>(call, w, group, act);
+      RunGroupedLanes<v16f>(call, w, group, act, slab);
     } else {
-      RunGroupedLanes<v8f>(call, w, group, act);
+      RunGroupedLanes<v8f>(call, w, group, act, slab);
     }
   } else {
     RunGroupedTransposedPlain(call, w, group, act);
