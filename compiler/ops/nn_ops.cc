@@ -301,6 +301,31 @@ std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, 
   return PackColumnPanels(w->constant()->data_as<float>(), wd[1], wd[0], 1, wd[1]);
 }
 
+// A grouped 2-D Conv over a small map (at most kGroupedGemmPositions output positions per
+// image; ResNeXt's last stages) with 16 to 64 output channels per group, a multiple of 16,
+// and at most 512 input channels x taps per group: its weight transposed per group,
+// [group][K][OC/group] (packed_weights 4), for conv.cc's RunGroupedGemm, which puts the
+// group's output channels across the vector lanes.
+constexpr int64_t kGroupedGemmPositions = 64;
+
+std::optional<std::shared_ptr<Tensor>> PackGroupedGemmWeight(const Node& node) {
+  const Value* w = node.input(1);
+  const std::vector<int64_t> wd = StaticDims(w), yd = StaticDims(node.output(0));
+  const int64_t group = node.GetInt("group", 1);
+  if (group == 1 || node.GetInt("kiln.input_scale", 0) == 1 || wd.size() != 4 || yd.size() != 4) return std::nullopt;
+  const int64_t ocg = wd[0] / group, K = wd[1] * wd[2] * wd[3];
+  if (ocg % 16 != 0 || ocg == 0 || ocg > 64 || K > 512 || yd[2] * yd[3] > kGroupedGemmPositions) return std::nullopt;
+  auto packed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{group, K, ocg});
+  const float* src = w->constant()->data_as<float>();
+  float* dst = packed->data_as<float>();
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t oc = 0; oc < ocg; ++oc) {
+      for (int64_t k = 0; k < K; ++k) dst[(g * K + k) * ocg + oc] = src[(g * ocg + oc) * K + k];
+    }
+  }
+  return packed;
+}
+
 absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
   const Value* w = node.input(1);
   if (!w->is_constant() || w->type().dtype != DType::kFloat32) return std::nullopt;
@@ -315,6 +340,13 @@ absl::StatusOr<std::optional<KernelCall>> LowerPackedConv(const Node& node) {
       params.packed_weights = 2;
       KernelCall call = CallWithParams<kernel::conv>(PassAllInputs(node), params);
       call.inputs[1] = KernelOperand{-1, std::move(*panels)};
+      return call;
+    }
+    if (std::optional<std::shared_ptr<Tensor>> transposed = PackGroupedGemmWeight(node)) {
+      KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+      params.packed_weights = 4;
+      KernelCall call = CallWithParams<kernel::conv>(PassAllInputs(node), params);
+      call.inputs[1] = KernelOperand{-1, std::move(*transposed)};
       return call;
     }
   }

@@ -100,6 +100,17 @@ TEST(ConvPathsTest, GroupedConvsMatchTheReference) {
       {1, 32, 32, 4, 30, 30, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
       {1, 26, 26, 2, 9, 10, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
       {1, 26, 26, 2, 9, 10, 3, 3, 2, 1, {1, 1, 1, 1}, false, "Relu"},
+      // 16 to 64 channels per group over at most 64 positions (W_g^T, the channels across
+      // the lanes, images sharing a job): ResNeXt's 6x6 at batch 8, stride 2 into 3x3 over
+      // a batch of 3, 48 per group with a residual, dilation 2, and
+      // a batch of 20 (several jobs per group), stride 4 over 32x32 (planes past the
+      // buffer: the plain loop nest).
+      {8, 512, 512, 32, 6, 6, 3, 3, 1, 1, {1, 1, 1, 1}, false, "Relu"},
+      {1, 64, 64, 2, 32, 32, 3, 3, 4, 1, {1, 1, 1, 1}, false, ""},
+      {3, 128, 128, 4, 6, 6, 3, 3, 2, 1, {1, 1, 1, 1}, false, ""},
+      {2, 96, 96, 2, 5, 7, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
+      {1, 64, 128, 2, 7, 7, 3, 3, 1, 2, {2, 2, 2, 2}, false, ""},
+      {20, 32, 32, 2, 3, 3, 3, 3, 1, 1, {1, 1, 1, 1}, false, "Relu"},
   });
 }
 
@@ -151,6 +162,8 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       // (1024 -> 512), three per pass of 3x3 (2048 -> 2048 with the skip).
       {8, 1024, 512, 1, 6, 6, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
       {8, 2048, 2048, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
+      // Past kFewPositionsStreamK (conv.cc): the K-blocked product, on padded X^T rows.
+      {2, 3072, 32, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
   });
 }
 

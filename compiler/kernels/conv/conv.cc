@@ -266,6 +266,234 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
   return KILN_KERR_OK;
 }
 
+// packed_weights 4 (ops/nn_ops.cc): a grouped 2-D conv over a small map (ResNeXt's last two
+// stages at 96x96: 6x6 and 3x3, 32 groups of 16 and 32 channels), where the phase planes'
+// vectors of positions above fill 9 of 16 lanes (3x3) and a batch reads each group's
+// weight once per image. Here the group's output channels go across the lanes instead
+// (W_g^T pre-packed, [group][K][ocg], ocg a multiple of 16 up to 64) and a register block
+// is up to kLanesRows output positions x ocg / lanes vectors, each position's input
+// broadcast from the same phase planes. A job is one group over as many images as the
+// planes hold (batch 8: a group's weight serves 72 positions of 3x3 maps).
+constexpr int kLanesRows = 12;
+constexpr int64_t kLanesMaxTaps = 49;
+
+// The zero-padded input planes a job reads for `out_rows` output rows: each channel's plane
+// cut to the rows and columns the windows reach ((out - 1) x stride + (kernel - 1) x
+// dilation + 1), so output position (oh, ow) and tap (kh, kw) read (oh x stride + kh x
+// dilation) x width + ow x stride + kw x dilation of it, oh counted from the job's first
+// row. (Positions are broadcast one at a time, so strides need no phase planes.)
+struct LanesPlanes {
+  int64_t rows, width;
+  LanesPlanes(const Window& w, int64_t out_rows)
+      : rows((out_rows - 1) * w.stride[1] + (w.kernel[1] - 1) * w.dilation[1] + 1),
+        width((w.out[2] - 1) * w.stride[2] + (w.kernel[2] - 1) * w.dilation[2] + 1) {}
+  int64_t channel_stride() const { return rows * width; }
+  // The icg planes of x ([icg][H][W]) for the output rows from oh0 into dst.
+  void Fill(const float* x, int64_t icg, const Window& w, int64_t oh0, float* dst) const {
+    const int64_t H = w.in[1], W = w.in[2], left = w.pad[2], ih0 = oh0 * w.stride[1] - w.pad[1];
+    memset(dst, 0, sizeof(float) * icg * rows * width);
+    // Input columns [c0, c1) land at padded columns c0 + left ..
+    const int64_t c0 = left < 0 ? -left : 0, c1 = W < width - left ? W : width - left;
+    if (c1 <= c0) return;
+    for (int64_t ic = 0; ic < icg; ++ic) {
+      for (int64_t r = 0; r < rows; ++r) {
+        if (ih0 + r < 0 || ih0 + r >= H) continue;
+        memcpy(dst + (ic * rows + r) * width + c0 + left, x + (ic * H + ih0 + r) * W + c0, sizeof(float) * (c1 - c0));
+      }
+    }
+  }
+};
+
+// Output rows per lanes job: all (then whole images share a job), or as many as the
+// planes and the output buffer hold; 0 where not even one row fits.
+inline int64_t LanesSlabRows(const Window& w, int64_t icg, int64_t ocg) {
+  int64_t rows = w.out[1];
+  while (rows > 0 && (icg * LanesPlanes(w, rows).channel_stride() > kGroupedPlaneFloats ||
+                      rows * w.out[2] * ocg > kGroupedOutFloats)) {
+    --rows;
+  }
+  return rows;
+}
+
+// acc[r][v] = sum over input channels and taps of planes[q[r] + tap] x wt[k][v * L..]: ROWS
+// positions (flattened plane indices q, their images' planes included) x VECS vectors of
+// output channels, into c[r * ocg + v * L..].
+template <typename V, int ROWS, int VECS>
+__attribute__((always_inline)) inline void LanesBlock(const float* planes, int64_t channel_stride, int64_t icg,
+                                                      const int64_t* tap_offset, int64_t taps, const int64_t* q,
+                                                      const float* wt, int64_t ocg, float* c) {
+#ifdef __clang__
+#pragma clang fp contract(fast)  // a Conv's sums are reassociated anyway (see MicroKernel)
+#endif
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  V acc[ROWS][VECS];
+  for (int r = 0; r < ROWS; ++r) {
+    for (int v = 0; v < VECS; ++v) KILN_SPLAT_V(V, acc[r][v], 0.f);
+  }
+  for (int64_t ic = 0; ic < icg; ++ic) {
+    const float* base = planes + ic * channel_stride;
+    for (int64_t t = 0; t < taps; ++t) {
+      const float* bt = base + tap_offset[t];
+      const float* wk = wt + (ic * taps + t) * ocg;
+      V wv[VECS];
+      for (int v = 0; v < VECS; ++v) memcpy(&wv[v], wk + v * L, sizeof(V));
+      for (int r = 0; r < ROWS; ++r) {
+        V xv;
+        KILN_SPLAT_V(V, xv, bt[q[r]]);
+        for (int v = 0; v < VECS; ++v) acc[r][v] += xv * wv[v];
+      }
+    }
+  }
+  for (int r = 0; r < ROWS; ++r) {
+    for (int v = 0; v < VECS; ++v) memcpy(c + r * ocg + v * L, &acc[r][v], sizeof(V));
+  }
+}
+
+// LanesBlock over `count` positions (q) for one block of VECS vectors of channels.
+template <typename V, int VECS>
+inline void LanesRows(const float* planes, int64_t channel_stride, int64_t icg, const int64_t* tap_offset, int64_t taps,
+                      const int64_t* q, int64_t count, const float* wt, int64_t ocg, float* c) {
+  int64_t r = 0;
+  for (; r + kLanesRows <= count; r += kLanesRows) {
+    LanesBlock<V, kLanesRows, VECS>(planes, channel_stride, icg, tap_offset, taps, q + r, wt, ocg, c + r * ocg);
+  }
+  // The rest, padded to a block of 4 (the padded rows repeat the last position).
+  for (; r < count; r += 4) {
+    int64_t qq[4];
+    for (int i = 0; i < 4; ++i) qq[i] = q[r + i < count ? r + i : count - 1];
+    alignas(64) float tail[4 * 64];
+    LanesBlock<V, 4, VECS>(planes, channel_stride, icg, tap_offset, taps, qq, wt, ocg, tail);
+    constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+    for (int64_t i = 0; i < 4 && r + i < count; ++i)
+      memcpy(c + (r + i) * ocg, tail + i * ocg, sizeof(float) * VECS * L);
+  }
+}
+
+template <typename V>
+__attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, const Window& w, int64_t group,
+                                                      const kiln_activation& act, int64_t slab) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t icg = in_channels / group, ocg = out_channels / group, OH = w.out[1];
+  const int64_t OW = w.out[2], P = OH * OW, KW = w.kernel[2], taps = w.kernel[1] * KW;
+  const LanesPlanes geometry(w, slab);
+  const int64_t cs = geometry.channel_stride(), image_floats = icg * cs;
+  // A pass: `images` whole images (slab == OH), or one slab of one image's output rows.
+  int64_t images = 1;
+  if (slab == OH) {
+    images = kGroupedPlaneFloats / image_floats;
+    if (images * P * ocg > kGroupedOutFloats) images = kGroupedOutFloats / (P * ocg);
+    if (images > batch) images = batch;
+  }
+  const int64_t slabs = (OH + slab - 1) / slab;
+  const int64_t passes = slab == OH ? (batch + images - 1) / images : batch * slabs;
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  const float alpha = static_cast<float>(act.alpha), beta = static_cast<float>(act.beta);
+  auto body = [=](int64_t begin, int64_t end) {
+    alignas(64) float planes[kGroupedPlaneFloats];
+    alignas(64) float c[kGroupedOutFloats];
+    int64_t tap_offset[kLanesMaxTaps], q[kGroupedOutFloats / 16];
+    for (int64_t t = 0; t < taps; ++t) {
+      tap_offset[t] = t / KW * w.dilation[1] * geometry.width + t % KW * w.dilation[2];
+    }
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t g = job / passes, pass = job % passes;
+      const int64_t n0 = slab == OH ? pass * images : pass / slabs, oh0 = slab == OH ? 0 : pass % slabs * slab;
+      const int64_t count = slab == OH ? (batch - n0 < images ? batch - n0 : images) : 1;
+      const int64_t span = (OH - oh0 < slab ? OH - oh0 : slab) * OW, rows = count * span;  // positions per image
+      for (int64_t m = 0; m < count; ++m) {
+        geometry.Fill(px + ((n0 + m) * in_channels + g * icg) * w.in[1] * w.in[2], icg, w, oh0,
+                      planes + m * image_floats);
+        for (int64_t p = 0; p < span; ++p) {
+          q[m * span + p] = m * image_floats + p / OW * w.stride[1] * geometry.width + p % OW * w.stride[2];
+        }
+      }
+      const float* wt = pw + g * icg * taps * ocg;
+      for (int64_t v0 = 0; v0 < ocg; v0 += 2 * L) {  // two vectors of channels at a time, then one
+        if (v0 + 2 * L <= ocg) {
+          LanesRows<V, 2>(planes, cs, icg, tap_offset, taps, q, rows, wt + v0, ocg, c + v0);
+        } else {
+          LanesRows<V, 1>(planes, cs, icg, tap_offset, taps, q, rows, wt + v0, ocg, c + v0);
+        }
+      }
+      // Back to Y [n][g * ocg + oc][p] with the bias, the residual and the activation.
+      for (int64_t m = 0; m < count; ++m) {
+        for (int64_t oc = 0; oc < ocg; ++oc) {
+          const int64_t at = ((n0 + m) * out_channels + g * ocg + oc) * P + oh0 * OW;
+          const float bias = pbias != nullptr ? pbias[g * ocg + oc] : 0.f;
+          float* y = py + at;
+          const float* cm = c + m * span * ocg + oc;
+          for (int64_t p = 0; p < span; ++p) y[p] = cm[p * ocg] + bias + (pres != nullptr ? pres[at + p] : 0.f);
+          ApplyActivation(y, span, act.code, alpha, beta);
+        }
+      }
+    }
+  };
+  ParallelFor(call, group * passes, 1, body);
+}
+
+// packed_weights 4 where the planes do not fit (a map known only at run time, larger than
+// the lowering saw): the plain loop nest over W_g^T.
+static void RunGroupedTransposedPlain(const kiln_kcall* call, const Window& w, int64_t group,
+                                      const kiln_activation& act) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t icg = in_channels / group, ocg = out_channels / group, KH = w.kernel[1], KW = w.kernel[2];
+  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t oc = 0; oc < out_channels; ++oc) {
+      const int64_t g = oc / ocg, o = oc % ocg;
+      float* y = py + (n * out_channels + oc) * OH * OW;
+      for (int64_t p = 0; p < OH * OW; ++p) {
+        float sum = pbias != nullptr ? pbias[oc] : 0.f;
+        for (int64_t ic = 0; ic < icg; ++ic) {
+          const float* x = px + (n * in_channels + g * icg + ic) * H * W;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = p / OW * w.stride[1] + kh * w.dilation[1] - w.pad[1];
+            for (int64_t kw = 0; kw < KW && ih >= 0 && ih < H; ++kw) {
+              const int64_t iw = p % OW * w.stride[2] + kw * w.dilation[2] - w.pad[2];
+              if (iw >= 0 && iw < W) sum += x[ih * W + iw] * pw[((g * icg + ic) * KH * KW + kh * KW + kw) * ocg + o];
+            }
+          }
+        }
+        y[p] = sum + (pres != nullptr ? pres[(n * out_channels + oc) * OH * OW + p] : 0.f);
+      }
+      ApplyActivation(y, OH * OW, act.code, static_cast<float>(act.alpha), static_cast<float>(act.beta));
+    }
+  }
+}
+
+static int32_t RunGroupedTransposed(const kiln_kcall* call, const Window& w, int64_t group,
+                                    const kiln_activation& act) {
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t icg = X.dims[1] / group, ocg = Y.dims[1] / group;
+  if (X.rank != 4 || ocg % 16 != 0 || ocg > 64) return KILN_KERR_UNSUPPORTED;
+  const int64_t slab = w.in[0] == 1 && w.kernel_size() <= kLanesMaxTaps ? LanesSlabRows(w, icg, ocg) : 0;
+  if (slab > 0) {
+    if (WideVectors()) {
+      RunGroupedLanes<v16f>(call, w, group, act, slab);
+    } else {
+      RunGroupedLanes<v8f>(call, w, group, act, slab);
+    }
+  } else {
+    RunGroupedTransposedPlain(call, w, group, act);
+  }
+  return KILN_KERR_OK;
+}
+
 // packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 48 output positions per image
 // as Y^T = X^T W^T, the positions the GEMM's rows (X^T gathered per image: the stride's
 // positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
@@ -276,22 +504,55 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
 constexpr int64_t kFewPositionsChunk = 256;         // output channels per job
 constexpr int64_t kFewPositionsFloats = 48 * 1024;  // X^T: positions x input channels
 constexpr int64_t kFewPositionsRows = 48;           // X^T's rows (positions of the images of a pass)
+
+// C[0..rows, 0..width) = X^T [rows][K] (row stride ld) · W^T in 16-column panels [width / 16]
+// [K][16]: column tiles outermost, each over the whole K, so the weight streams once and in
+// memory order (a tile's panels lie side by side), where gemm::PanelBlock takes a K block
+// of every panel in turn. With a few positions the weight read is all the time there is:
+// ResNeXt-50's 1x1 convs over 3x3 maps at batch 1 (2048x1024 floats) ran 0.63 ms against
+// ONNX Runtime's 0.46 that way. Each row tile past the first reads the column tile's panels
+// again, from L2 while K <= kFewPositionsStreamK (256 KiB for the wide tile).
+constexpr int64_t kFewPositionsStreamK = 2048;
+template <bool kWide>
+inline void FewPositionsProduct(int64_t rows, int64_t width, int64_t K, const float* xt, int64_t ld,
+                                const float* panels, float* ct) {
+  using T = gemm::Tile<kWide>;
+  using V = typename T::V;
+  for (int64_t j = 0; j < width; j += T::kCols) {
+    const float* b = panels + j / gemm::kNr * K * gemm::kNr;
+    const float* b_second = kWide ? b + K * gemm::kNr : b + T::kHalf;
+    for (int64_t i = 0; i < rows; i += T::kRows) {
+      const int r = static_cast<int>(rows - i < T::kRows ? rows - i : T::kRows);
+      const float* ai = xt + i * ld;
+      if (j + T::kCols <= width) {
+        gemm::MicroKernelRows<V, 2>(r, K, ai, ai + gemm::kMr * ld, ld, 1, b, b_second, gemm::kNr, ct + i * width + j,
+                                    width, false);
+      } else {  // the wide tile's last 16 columns
+        gemm::MicroKernelRows<V, 1>(r, K, ai, ai + gemm::kMr * ld, ld, 1, b, b, gemm::kNr, ct + i * width + j, width,
+                                    false);
+      }
+    }
+  }
+}
 __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call, const Window& w,
                                                          const kiln_activation& act) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
   const int64_t batch = X.dims[0], K = X.dims[1], out_channels = Y.dims[1];
   const int64_t H = w.in[1], W = w.in[2], OW = w.out[2], P = w.out[1] * OW;
-  if (out_channels % 16 != 0 || w.in[0] != 1 || K < 1 || K > kFewPositionsFloats) return KILN_KERR_UNSUPPORTED;
+  // X^T's row stride: K, or past it where K is a multiple of 1024 floats, whose rows 4 KiB
+  // apart would fall in one set of L1 and evict each other as a tile walks them.
+  const int64_t ld = K % 1024 == 0 && K + 16 <= kFewPositionsFloats ? K + 16 : K;
+  if (out_channels % 16 != 0 || w.in[0] != 1 || K < 1 || ld > kFewPositionsFloats) return KILN_KERR_UNSUPPORTED;
   if (P == 0 || batch == 0) return KILN_KERR_OK;
   // A pass: `images` whole images as many as X^T's buffer and kFewPositionsRows rows hold,
   // so a batch streams the weight once per pass rather than once per image (a 2048x1024
   // weight is 8 MiB); or, where one image's positions do not fit, a slice of one image.
-  const bool whole = P <= kFewPositionsRows && P * K <= kFewPositionsFloats;
+  const bool whole = P <= kFewPositionsRows && P * ld <= kFewPositionsFloats;
   const int64_t slice =
-      whole ? P : (kFewPositionsFloats / K < kFewPositionsRows ? kFewPositionsFloats / K : kFewPositionsRows);
-  int64_t images = whole ? (kFewPositionsFloats / (P * K) < kFewPositionsRows / P ? kFewPositionsFloats / (P * K)
-                                                                                  : kFewPositionsRows / P)
+      whole ? P : (kFewPositionsFloats / ld < kFewPositionsRows ? kFewPositionsFloats / ld : kFewPositionsRows);
+  int64_t images = whole ? (kFewPositionsFloats / (P * ld) < kFewPositionsRows / P ? kFewPositionsFloats / (P * ld)
+                                                                                   : kFewPositionsRows / P)
                          : 1;
   if (images > batch) images = batch;
   const int64_t slices = (P + slice - 1) / slice;  // per image (1 when whole)
@@ -319,14 +580,20 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
           const float* x = px + (image0 + m) * K * H * W;
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t at = (p0 + i) / OW * w.stride[1] * W + (p0 + i) % OW * w.stride[2];
-            float* row = xt + (m * rows + i) * K;
+            float* row = xt + (m * rows + i) * ld;
             for (int64_t k = 0; k < K; ++k) row[k] = x[k * H * W + at];
           }
         }
         filled = pass;
       }
       const int64_t width = n1 - n0;
-      gemm::PanelBlock(0, count * rows, 0, width, K, xt, K, panels + n0 * K, ct, width);
+      if (K > kFewPositionsStreamK) {  // a tile's panels past L2: K blocks (see above)
+        gemm::PanelBlock(0, count * rows, 0, width, K, xt, ld, panels + n0 * K, ct, width);
+      } else if (WideVectors()) {
+        FewPositionsProduct<true>(count * rows, width, K, xt, ld, panels + n0 * K, ct);
+      } else {
+        FewPositionsProduct<false>(count * rows, width, K, xt, ld, panels + n0 * K, ct);
+      }
       for (int64_t m = 0; m < count; ++m) {
         const int64_t n = image0 + m;
         for (int64_t oc = n0; oc < n1; ++oc) {
@@ -402,6 +669,7 @@ struct ConvKernel {
     T* py = OutputData<T>(call);
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (params.packed_weights == 2) return RunFewPositions(call, w, act);
+      if (params.packed_weights == 4) return RunGroupedTransposed(call, w, ext.group, act);
       if (pscale == nullptr && GroupedDirectFits(w, X, ext.group, ext.ic_per_group, ext.oc_per_group)) {
         if (WideVectors()) return RunGroupedDirect<v16f>(call, w, ext.group, act, packed);
         return RunGroupedDirect<v8f>(call, w, ext.group, act, packed);
