@@ -85,46 +85,62 @@ static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
 // pad 1 (ResNet) 0.17 -> 0.11 and 0.091 -> 0.059; 128x55x55 0.080 -> 0.060 and 0.043 -> 0.038.
 constexpr int64_t kPoolRowFloats = 4096;  // the row buffer: padded input rows this wide at most
 
-template <typename V, int KW>
+// The even and the odd lanes of the concatenation of a and b (L lanes each, 8, 16 or 32).
+template <typename V>
+__attribute__((always_inline)) inline V EvenLanes(V a, V b) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  if constexpr (L == 32) {
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40,
+                                   42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62);
+  } else if constexpr (L == 16) {
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  } else {
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+  }
+}
+template <typename V>
+__attribute__((always_inline)) inline V OddLanes(V a, V b) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  if constexpr (L == 32) {
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41,
+                                   43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+  } else if constexpr (L == 16) {
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  } else {
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+  }
+}
+
+// T: float (V v8f or v16f, padding -inf), or uint8_t (V 32 bytes, padding 0, the smallest
+// u8: int8 ResNet's stem, whose conv result is quantized before the pool, as max pooling
+// commutes with QuantizeLinear's rounding).
+template <typename T, typename V, int KW>
 __attribute__((noinline)) static int32_t RunMaxPoolRows(const kiln_kcall* call, const Window& w) {
-  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
-  static_assert((L == 8 || L == 16) && (KW == 2 || KW == 3), "8 or 16 lanes, 2- or 3-wide windows");
-  const float* px = InputData<float>(call, 0);
-  float* py = OutputData<float>(call);
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(T));
+  static_assert((L == 8 || L == 16 || L == 32) && (KW == 2 || KW == 3), "8, 16 or 32 lanes, 2- or 3-wide windows");
+  constexpr T kLowest = std::is_same_v<T, float> ? -INFINITY : T(0);
+  const T* px = InputData<T>(call, 0);
+  T* py = OutputData<T>(call);
   const int64_t planes = call->inputs[0].dims[0] * call->inputs[0].dims[1];
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
   const int64_t KH = w.kernel[1], SH = w.stride[1], PH = w.pad[1], PW = w.pad[2];
   const int64_t padded_w = (OW - 1) * 2 + KW;
-  auto even = [](V a, V b) {
-    if constexpr (L == 16) {
-      return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    } else {
-      return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
-    }
-  };
-  auto odd = [](V a, V b) {
-    if constexpr (L == 16) {
-      return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    } else {
-      return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
-    }
-  };
   auto body = [=](int64_t begin, int64_t end) {
-    alignas(64) float buf[kPoolRowFloats];
-    for (int64_t c = 0; c < PW; ++c) buf[c] = -INFINITY;
-    for (int64_t c = PW + W; c < padded_w; ++c) buf[c] = -INFINITY;
-    float* row = buf + PW;
-    V ninf;
-    KILN_SPLAT_V(V, ninf, -INFINITY);
+    alignas(64) T buf[kPoolRowFloats];
+    for (int64_t c = 0; c < PW; ++c) buf[c] = kLowest;
+    for (int64_t c = PW + W; c < padded_w; ++c) buf[c] = kLowest;
+    T* row = buf + PW;
+    V lowest;
+    for (int l = 0; l < L; ++l) lowest[l] = kLowest;
     for (int64_t plane = begin; plane < end; ++plane) {
-      const float* x = px + plane * H * W;
-      float* y = py + plane * OH * OW;
+      const T* x = px + plane * H * W;
+      T* y = py + plane * OH * OW;
       for (int64_t oh = 0; oh < OH; ++oh) {
         const int64_t ih0 = oh * SH - PH;
         const int64_t lo = ih0 < 0 ? 0 : ih0, hi = ih0 + KH < H ? ih0 + KH : H;
         for (int64_t iw = 0;; iw += L) {
           if (iw + L > W) iw = W - L;
-          V m = ninf;
+          V m = lowest;
           for (int64_t ih = lo; ih < hi; ++ih) {
             V v;
             memcpy(&v, x + ih * W + iw, sizeof(V));
@@ -133,18 +149,18 @@ __attribute__((noinline)) static int32_t RunMaxPoolRows(const kiln_kcall* call, 
           memcpy(row + iw, &m, sizeof(V));
           if (iw + L >= W) break;
         }
-        float* out = y + oh * OW;
+        T* out = y + oh * OW;
         for (int64_t ow = 0;; ow += L) {
           if (ow + L > OW) ow = OW - L;
           V a0, a1;
           memcpy(&a0, buf + ow * 2, sizeof(V));
           memcpy(&a1, buf + ow * 2 + L, sizeof(V));
-          const V e = even(a0, a1), o = odd(a0, a1);
+          const V e = EvenLanes(a0, a1), o = OddLanes(a0, a1);
           V m = o > e ? o : e;
           if constexpr (KW == 3) {
             memcpy(&a0, buf + ow * 2 + 2, sizeof(V));
             memcpy(&a1, buf + ow * 2 + 2 + L, sizeof(V));
-            const V e2 = even(a0, a1);
+            const V e2 = EvenLanes(a0, a1);
             m = e2 > m ? e2 : m;
           }
           memcpy(out + ow, &m, sizeof(V));
@@ -159,74 +175,8 @@ __attribute__((noinline)) static int32_t RunMaxPoolRows(const kiln_kcall* call, 
 
 template <int KW>
 static int32_t RunMaxPoolRowsLanes(const kiln_kcall* call, const Window& w) {
-  if (WideVectors()) return RunMaxPoolRows<v16f, KW>(call, w);
-  return RunMaxPoolRows<gemm::v8f, KW>(call, w);
-}
-
-// RunMaxPoolRows on u8 (int8 ResNet's stem: the conv's result quantized before the pool,
-// as max pooling commutes with QuantizeLinear's rounding): 32 bytes per vector, and 0, the
-// smallest u8, in place of -inf. Rows of 32 outputs or more.
-template <int KW>
-__attribute__((noinline)) static int32_t RunMaxPoolRowsU8(const kiln_kcall* call, const Window& w) {
-  typedef uint8_t V __attribute__((vector_size(32)));
-  constexpr int L = 32;
-  const uint8_t* px = InputData<uint8_t>(call, 0);
-  uint8_t* py = OutputData<uint8_t>(call);
-  const int64_t planes = call->inputs[0].dims[0] * call->inputs[0].dims[1];
-  const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
-  const int64_t KH = w.kernel[1], SH = w.stride[1], PH = w.pad[1], PW = w.pad[2];
-  const int64_t padded_w = (OW - 1) * 2 + KW;
-  auto even = [](V a, V b) {
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40,
-                                   42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62);
-  };
-  auto odd = [](V a, V b) {
-    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41,
-                                   43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
-  };
-  auto body = [=](int64_t begin, int64_t end) {
-    alignas(64) uint8_t buf[kPoolRowFloats];
-    memset(buf, 0, sizeof(buf));  // (pads and past the image: 0, which never wins)
-    uint8_t* row = buf + PW;
-    for (int64_t plane = begin; plane < end; ++plane) {
-      const uint8_t* x = px + plane * H * W;
-      uint8_t* y = py + plane * OH * OW;
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        const int64_t ih0 = oh * SH - PH;
-        const int64_t lo = ih0 < 0 ? 0 : ih0, hi = ih0 + KH < H ? ih0 + KH : H;
-        for (int64_t iw = 0;; iw += L) {
-          if (iw + L > W) iw = W - L;
-          V m = {};
-          for (int64_t ih = lo; ih < hi; ++ih) {
-            V v;
-            memcpy(&v, x + ih * W + iw, sizeof(V));
-            m = v > m ? v : m;
-          }
-          memcpy(row + iw, &m, sizeof(V));
-          if (iw + L >= W) break;
-        }
-        uint8_t* out = y + oh * OW;
-        for (int64_t ow = 0;; ow += L) {
-          if (ow + L > OW) ow = OW - L;
-          V a0, a1;
-          memcpy(&a0, buf + ow * 2, sizeof(V));
-          memcpy(&a1, buf + ow * 2 + L, sizeof(V));
-          const V e = even(a0, a1), o = odd(a0, a1);
-          V m = o > e ? o : e;
-          if constexpr (KW == 3) {
-            memcpy(&a0, buf + ow * 2 + 2, sizeof(V));
-            memcpy(&a1, buf + ow * 2 + 2 + L, sizeof(V));
-            const V e2 = even(a0, a1);
-            m = e2 > m ? e2 : m;
-          }
-          memcpy(out + ow, &m, sizeof(V));
-          if (ow + L >= OW) break;
-        }
-      }
-    }
-  };
-  ParallelFor(call, planes, 1, body);
-  return KILN_KERR_OK;
+  if (WideVectors()) return RunMaxPoolRows<float, v16f, KW>(call, w);
+  return RunMaxPoolRows<float, gemm::v8f, KW>(call, w);
 }
 
 // Padded input rows at most this wide take RunDepthwiseBlocked's max pool.
@@ -275,7 +225,9 @@ struct PoolKernel {
           w.stride[2] == 2 && (w.kernel[2] == 2 || w.kernel[2] == 3) && w.pad[1] >= 0 && w.pad[2] >= 0 &&
           w.out[2] >= 32 && (w.out[2] - 1) * 2 + w.kernel[2] + 32 <= kPoolRowFloats &&
           w.pad[2] + w.in[2] + 32 <= kPoolRowFloats) {
-        return w.kernel[2] == 3 ? RunMaxPoolRowsU8<3>(call, w) : RunMaxPoolRowsU8<2>(call, w);
+        typedef uint8_t v32u8 __attribute__((vector_size(32)));
+        return w.kernel[2] == 3 ? RunMaxPoolRows<uint8_t, v32u8, 3>(call, w)
+                                : RunMaxPoolRows<uint8_t, v32u8, 2>(call, w);
       }
     }
     const double p = params.p;
