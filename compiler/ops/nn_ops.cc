@@ -266,13 +266,17 @@ std::shared_ptr<Tensor> PackColumnPanels(const float* src, int64_t K, int64_t N,
   return panels;
 }
 
-// The [N, K] f32 matrix `src` (a Linear layer's or a 1x1 conv's weight) transposed, [K, N].
-std::shared_ptr<Tensor> TransposedMatrix(const float* src, int64_t N, int64_t K) {
-  auto transposed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{K, N});
-  float* dst = transposed->data_as<float>();
+// dst [K, N] = the [N, K] f32 matrix src transposed.
+void TransposeMatrix(const float* src, int64_t N, int64_t K, float* dst) {
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t k = 0; k < K; ++k) dst[k * N + n] = src[n * K + k];
   }
+}
+
+// The [N, K] f32 matrix `src` (a Linear layer's or a 1x1 conv's weight) transposed, [K, N].
+std::shared_ptr<Tensor> TransposedMatrix(const float* src, int64_t N, int64_t K) {
+  auto transposed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{K, N});
+  TransposeMatrix(src, N, K, transposed->data_as<float>());
   return transposed;
 }
 
@@ -317,12 +321,8 @@ std::optional<std::shared_ptr<Tensor>> PackGroupedGemmWeight(const Node& node) {
   if (ocg % 16 != 0 || ocg == 0 || ocg > 64 || K > 512 || yd[2] * yd[3] > kGroupedGemmPositions) return std::nullopt;
   auto packed = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{group, K, ocg});
   const float* src = w->constant()->data_as<float>();
-  float* dst = packed->data_as<float>();
-  for (int64_t g = 0; g < group; ++g) {
-    for (int64_t oc = 0; oc < ocg; ++oc) {
-      for (int64_t k = 0; k < K; ++k) dst[(g * K + k) * ocg + oc] = src[(g * ocg + oc) * K + k];
-    }
-  }
+  for (int64_t g = 0; g < group; ++g)
+    TransposeMatrix(src + g * ocg * K, ocg, K, packed->data_as<float>() + g * K * ocg);
   return packed;
 }
 

@@ -251,7 +251,7 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
   // Output pixels computed together (their accumulators and the inputs they share stay in
   // registers: 32 of them with 16 lanes, 16 with 8). Eight measured 5-15 % faster than six
   // on 7x7 windows with 16 lanes.
-  constexpr int kPixels = L > 8 ? 8 : 4;  // the tails below take 4, 2 and 1
+  constexpr int kPixels = L > 8 ? 8 : 4;  // the tail below takes 4, 2 and 1
   const float* px = InputData<float>(call, 0);
   const float* pw = kMaxPool ? nullptr : InputData<float>(call, 1);
   const float* pbias = kMaxPool ? nullptr : OptionalInputData<float>(call, 2);
@@ -318,16 +318,15 @@ __attribute__((noinline)) static int32_t RunDepthwiseBlockedLanes(const kiln_kca
           int64_t ow = 0;
           for (; ow + kPixels <= OW; ow += kPixels)
             DepthwiseRowPixels<kPixels, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
-          for (int64_t tail = kPixels / 2; tail >= 1; tail /= 2) {
-            if (ow + tail > OW) continue;
-            if (tail == 4)
-              DepthwiseRowPixels<4, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
-            if (tail == 2)
-              DepthwiseRowPixels<2, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
-            if (tail == 1)
-              DepthwiseRowPixels<1, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
-            ow += tail;
+          if (kPixels > 4 && ow + 4 <= OW) {
+            DepthwiseRowPixels<4, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
+            ow += 4;
           }
+          if (ow + 2 <= OW) {
+            DepthwiseRowPixels<2, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
+            ow += 2;
+          }
+          if (ow < OW) DepthwiseRowPixels<1, KH, KW, S, D, kMaxPool>(rows, ow, taps, start, in_registers, lo, hi, orow);
         }
         // Back to the planes: the strip's outputs are contiguous in each plane. Activations
         // other than ReLU and Clip first, on the strip while it is in L1 (lanes past the

@@ -266,6 +266,15 @@ __attribute__((noinline)) static int32_t RunGroupedDirect(const kiln_kcall* call
   return KILN_KERR_OK;
 }
 
+// One output channel's `count` positions back to Y from a product computed transposed
+// (positions as rows, channels across the lanes): y[i] = c[i * stride] + bias (+ the
+// residual r[i]), then the activation. RunGroupedLanes' and RunFewPositions' way out.
+inline void StoreChannel(const float* c, int64_t stride, int64_t count, float bias, const float* r, float* y,
+                         const kiln_activation& act, float alpha, float beta) {
+  for (int64_t i = 0; i < count; ++i) y[i] = c[i * stride] + bias + (r != nullptr ? r[i] : 0.f);
+  ApplyActivation(y, count, act.code, alpha, beta);
+}
+
 // packed_weights 4 (ops/nn_ops.cc): a grouped 2-D conv over a small map (ResNeXt's last two
 // stages at 96x96: 6x6 and 3x3, 32 groups of 16 and 32 channels), where the phase planes'
 // vectors of positions above fill 9 of 16 lanes (3x3) and a batch reads each group's
@@ -426,11 +435,8 @@ __attribute__((noinline)) static void RunGroupedLanes(const kiln_kcall* call, co
       for (int64_t m = 0; m < count; ++m) {
         for (int64_t oc = 0; oc < ocg; ++oc) {
           const int64_t at = ((n0 + m) * out_channels + g * ocg + oc) * P + oh0 * OW;
-          const float bias = pbias != nullptr ? pbias[g * ocg + oc] : 0.f;
-          float* y = py + at;
-          const float* cm = c + m * span * ocg + oc;
-          for (int64_t p = 0; p < span; ++p) y[p] = cm[p * ocg] + bias + (pres != nullptr ? pres[at + p] : 0.f);
-          ApplyActivation(y, span, act.code, alpha, beta);
+          StoreChannel(c + m * span * ocg + oc, ocg, span, pbias != nullptr ? pbias[g * ocg + oc] : 0.f,
+                       pres != nullptr ? pres + at : nullptr, py + at, act, alpha, beta);
         }
       }
     }
@@ -597,12 +603,9 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
       for (int64_t m = 0; m < count; ++m) {
         const int64_t n = image0 + m;
         for (int64_t oc = n0; oc < n1; ++oc) {
-          float* y = py + (n * out_channels + oc) * P + p0;
-          const float bias = pbias != nullptr ? pbias[oc] : 0.f;
-          const float* r = pres != nullptr ? pres + (n * out_channels + oc) * P + p0 : nullptr;
-          const float* c = ct + m * rows * width + oc - n0;
-          for (int64_t i = 0; i < rows; ++i) y[i] = c[i * width] + bias + (r != nullptr ? r[i] : 0.f);
-          ApplyActivation(y, rows, act.code, alpha, beta);
+          const int64_t at = (n * out_channels + oc) * P + p0;
+          StoreChannel(ct + m * rows * width + oc - n0, width, rows, pbias != nullptr ? pbias[oc] : 0.f,
+                       pres != nullptr ? pres + at : nullptr, py + at, act, alpha, beta);
         }
       }
     }
