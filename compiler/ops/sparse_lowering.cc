@@ -86,12 +86,13 @@ std::optional<KernelOperand> BiasOperand(const Node& node, int64_t N) {
 }
 
 // Whether the kernel can run the node, its weight aside: a static f32 input [.., K], a
-// bias it reads as [N], Gemm's transA = 0 and alpha = beta = 1.
+// bias it reads as [N], no residual, Gemm's transA = 0 and alpha = beta = 1.
 bool Fits(const Node& node, const WeightView& w) {
   const TensorType& x = node.input(0)->type();
   if (x.dtype != DType::kFloat32 || !x.IsStatic()) return false;
   const std::vector<int64_t> a = x.StaticDims();
   if (a.empty() || a.back() != w.K || !BiasOperand(node, w.N)) return false;
+  if (node.inputs().size() > 3 && node.input(3) != nullptr) return false;  // a fused residual
   return node.op() != "Gemm" || (node.GetInt("transA", 0) == 0 && node.GetFloat("alpha", 1.0) == 1.0 &&
                                  (node.inputs().size() < 3 || node.GetFloat("beta", 1.0) == 1.0));
 }

@@ -12,7 +12,9 @@
 //    (%s: [N or 1, C, 1, 1]; a zero B is added when the Conv has none.) And a residual
 //    added to a Conv's result (ResNet's skip connection) is added in its epilogue:
 //      %c = Conv(...) ; %y = Add(%c, %r)     =>  %y = Conv(..., %r) {kiln.residual=1}
-//    and so is one added to fold-qdq's int8 Conv with an f32 result, with the Relu after it:
+//    and so is one added to a MatMul's result (a transformer's skip connection):
+//      %m = MatMul(%x, W, b) ; %y = Add(%m, %r)  =>  %y = MatMul(%x, W, b, %r) {kiln.residual=1}
+//    and one added to fold-qdq's int8 Conv with an f32 result, with the Relu after it:
 //      %c = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b) ; %y = Relu(Add(%c, %r))
 //        =>  %y = kiln.QLinearConvToFloat(x, xs, xz, w, ws, wz, b, %r) {kiln.relu=1}
 //    and a QuantizeLinear that alone reads such a Conv's result quantizes it in the epilogue:
@@ -50,6 +52,7 @@
 
 #include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
+#include "kiln/compiler/sparse.h"
 
 namespace kiln {
 namespace {
@@ -207,6 +210,10 @@ class Fuse : public Pass {
       Value* r = add->input(1 - side);
       if (c == nullptr || r == nullptr || c == r) continue;
       Node* conv = c->producer();
+      if (conv != nullptr && conv->op() == "MatMul") {
+        if (FuseMatMulResidual(graph, conv, add, r, position)) return true;
+        continue;
+      }
       if (conv == nullptr || conv->op() != "Conv" || !IsProducer(conv) || SoleUser(graph, c) != add) continue;
       if (conv->inputs().size() > 4 || conv->has_attr("kiln.residual")) continue;
       if (!SameShape(c->type(), type) || !SameShape(r->type(), type) || r->type().dtype != type.dtype) continue;
@@ -228,6 +235,31 @@ class Fuse : public Pass {
       return true;
     }
     return false;
+  }
+
+  // %m = MatMul(%x, W[, b]) ; %y = Add(%m, %r) (either order) => %y = MatMul(%x, W, b or
+  // omitted, %r) {kiln.residual=1}: a transformer's skip connection, added to each block of
+  // rows as it is done (after the bias, before an activation that fuses later). On the
+  // conditions FuseResidual states, over static f32 shapes, and not for a weight pruned
+  // enough to run block-sparse (that kernel takes no residual).
+  static bool FuseMatMulResidual(Graph& graph, Node* matmul, Node* add, Value* r,
+                                 const std::map<const Node*, size_t>& position) {
+    Value* c = matmul->output(0);
+    const TensorType& type = add->output(0)->type();
+    if (!IsProducer(matmul) || SoleUser(graph, c) != add || matmul->inputs().size() > 3) return false;
+    if (type.dtype != DType::kFloat32 || !type.IsStatic() || !(c->type() == type) || !(r->type() == type)) return false;
+    if (matmul->input(0)->type().dtype != DType::kFloat32 || RunsSparse(*matmul)) return false;
+    if (Node* p = r->producer(); p != nullptr) {
+      auto at_r = position.find(p), at_matmul = position.find(matmul);
+      if (at_r == position.end() || at_matmul == position.end() || at_r->second >= at_matmul->second) return false;
+    }
+    std::vector<Value*> inputs = matmul->inputs();
+    inputs.resize(3, nullptr);  // the bias, or omitted
+    inputs.push_back(r);
+    matmul->set_inputs(inputs);
+    matmul->mutable_attrs()["kiln.residual"] = int64_t{1};
+    Absorb(graph, matmul, add);
+    return true;
   }
 
   // %c = kiln.QLinearConvToFloat(...) ; %y = Add(%c, %r) (either order) => the Conv with %r

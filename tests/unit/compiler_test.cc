@@ -732,6 +732,54 @@ TEST(PassTest, FuseAddsResidualInConvEpilogue) {
   }
 }
 
+// x[2, 125, n] -> MatMul by a constant [n, n] (+ bias) -> Add x (a transformer's skip
+// connection, either operand order) -> optional Relu: the Add goes into the MatMul, whose
+// kernel adds the residual to each block of rows after the bias and before the activation.
+// n = 48: B pre-packed in panels; n = 40: B packed per call; 250 rows: a 240-row block and
+// 10 rows. Not fused: a residual that broadcasts ([n]).
+TEST(PassTest, FuseAddsResidualInMatMulEpilogue) {
+  auto net = [](int64_t n, bool bias, bool swap, const char* activation, bool broadcast) {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 125, n}));
+    g->AddInput(x);
+    Value* y = g->AddNode("MatMul", "mm", {x, g->AddConstant("w", Random({n, n}, 51, 0.2f))}, {"m"}, 13)->output(0);
+    if (bias) y = g->AddNode("Add", "bias", {y, g->AddConstant("b", Random({n}, 52))}, {"mb"}, 13)->output(0);
+    Value* r = broadcast ? g->AddConstant("r", Random({n}, 53)) : x;
+    y = g->AddNode("Add", "skip", swap ? std::vector<Value*>{r, y} : std::vector<Value*>{y, r}, {"s"}, 13)->output(0);
+    if (*activation) y = g->AddNode(activation, "act", {y}, {"y"}, 13)->output(0);
+    return WithOutput(std::move(g), y);
+  };
+  struct Case {
+    int64_t n;
+    bool bias, swap;
+    const char* activation;
+  };
+  for (const Case& cs : {Case{48, true, false, "Relu"}, Case{40, true, true, ""}, Case{48, false, true, "Sigmoid"}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << cs.n << (cs.bias ? " bias" : "") << (cs.swap ? " swapped" : "")
+                                      << " activation '" << cs.activation << "'");
+    std::unique_ptr<Graph> g = net(cs.n, cs.bias, cs.swap, cs.activation, false);
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fuse,dce", {}, ctx).ok());
+    ASSERT_EQ(g->num_nodes(), 1u) << PrintGraph(*g);
+    const Node* fused = g->nodes()[0];
+    EXPECT_EQ(fused->op(), "MatMul");
+    EXPECT_EQ(fused->GetInt("kiln.residual", 0), 1);
+    ASSERT_EQ(fused->inputs().size(), 4u);
+    EXPECT_EQ(fused->input(2) != nullptr, cs.bias);
+    EXPECT_EQ(fused->input(3), g->inputs()[0]);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference(net(cs.n, cs.bias, cs.swap, cs.activation, false),
+                                    net(cs.n, cs.bias, cs.swap, cs.activation, false), kDefaultPipeline, target),
+                1e-5);
+    }
+  }
+  std::unique_ptr<Graph> g = net(48, true, false, "Relu", true);
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+  for (const Node* node : g->nodes()) EXPECT_EQ(node->GetInt("kiln.residual", 0), 0) << PrintGraph(*g);
+}
+
 // Three MobileNet-style inverted residual blocks on x[2, 24, 13, 11]: pointwise expand,
 // depthwise, pointwise project; channel counts that leave a last block of 16 partly
 // padding (24, 40, 36, 20) and fill output-block groups of 4 plus 1, 3 and 2; 143 and 42

@@ -266,6 +266,7 @@ struct MatMulBf16Kernel {
     const float* pa = InputData<float>(call, 0);
     const uint32_t* pb = static_cast<const uint32_t*>(call->inputs[1].data);
     const float* bias = OptionalInputData<float>(call, 2);
+    const float* residual = OptionalInputData<float>(call, 3);  // laid out as C (the fuse pass's)
     float* pc = OutputData<float>(call);
     const kiln_activation act = params.activation;
     // Each job rounds its rows of A to bf16 once for all its columns: on one thread one
@@ -285,6 +286,7 @@ struct MatMulBf16Kernel {
         }
         const float* a = pa + a_off;
         float* c = pc + batch * M * N;
+        const float* res = residual != nullptr ? residual + batch * M * N : nullptr;
         const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
         const int64_t n0 = cc * kJobCols, n1 = n0 + kJobCols < N ? n0 + kJobCols : N;
         auto pack_a = [&](int64_t k0, int64_t kb, int64_t i0, int64_t i1, uint32_t* buf, int64_t* stride) {
@@ -294,8 +296,10 @@ struct MatMulBf16Kernel {
           *stride = kp_all * kCols;
           return pb + n0 / kCols * kp_all * kCols + k0 / 2 * kCols;
         };
-        auto epilogue = [&](int64_t, int64_t j, TileEpilogue* ep) {
+        auto epilogue = [&](int64_t i, int64_t j, TileEpilogue* ep) {
           ep->col_bias = bias != nullptr ? bias + j : nullptr;
+          ep->residual = res != nullptr ? res + i * N + j : nullptr;
+          ep->residual_ld = N;
           if (act.code == KILN_UNARY_RELU) ep->kind = gemm::Epilogue::kRelu;
         };
         auto finish = [&](int64_t i, int rows, int64_t j, int64_t cols, bool in_registers) {
@@ -303,6 +307,9 @@ struct MatMulBf16Kernel {
             float* row = c + (i + r) * N + j;
             if (!in_registers && bias != nullptr) {
               for (int64_t q = 0; q < cols; ++q) row[q] += bias[j + q];
+            }
+            if (!in_registers && res != nullptr) {
+              for (int64_t q = 0; q < cols; ++q) row[q] += res[(i + r) * N + j + q];
             }
             if (!in_registers || act.code != KILN_UNARY_RELU) ApplyActivation(row, cols, act.code, act.alpha, act.beta);
           }

@@ -46,7 +46,9 @@ inline void DotBlock4x4(const float* const* a, const float* const* b, int64_t K,
 constexpr int64_t kWholeRowsMin = 512;
 
 struct MatMulKernel {
-  // Parameters: kiln_matmul_params (kiln/kernels/gemm.h). Optional input 2: a bias [N].
+  // Parameters: kiln_matmul_params (kiln/kernels/gemm.h). Optional input 2: a bias [N];
+  // optional input 3 (the fuse pass's): a residual laid out as C, added after the bias and
+  // before the activation.
   template <typename T>
   static int32_t Run(const kiln_kcall* call, const kiln_matmul_params& params) {
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
@@ -71,6 +73,7 @@ struct MatMulKernel {
     if (b_panels && (!kBlocked || N % gemm::kNr != 0)) return KILN_KERR_UNSUPPORTED;
     const double act_alpha = params.activation.alpha, act_beta = params.activation.beta;
     const T* bias = OptionalInputData<T>(call, 2);
+    const T* residual = OptionalInputData<T>(call, 3);
     int64_t batches = 1;
     for (int32_t i = 0; i < batch_rank; ++i) batches *= batch_dims[i];
     const T* pa = InputData<T>(call, 0);
@@ -110,12 +113,17 @@ struct MatMulKernel {
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
               return dst;
             };
-            // The bias and the activation, on each block of rows as soon as it is done.
+            // The bias, the residual and the activation, on each block of rows as soon as
+            // it is done (still in L2).
             auto finish = [&](int64_t r0, int64_t r1) {
               for (int64_t i = r0; i < r1; ++i) {
                 float* row = c + i * N + n0;
                 if (bias) {
                   for (int64_t j = 0; j < n1 - n0; ++j) row[j] += bias[n0 + j];
+                }
+                if (residual) {
+                  const float* r = residual + batch * M * N + i * N + n0;
+                  for (int64_t j = 0; j < n1 - n0; ++j) row[j] += r[j];
                 }
                 ApplyActivation(row, n1 - n0, activation, act_alpha, act_beta);
               }
@@ -150,6 +158,9 @@ struct MatMulKernel {
           const T aik = a[k];
           const T* brow = b + k * N;
           for (int64_t j = 0; j < N; ++j) c[j] += aik * brow[j];
+        }
+        if (residual) {
+          for (int64_t j = 0; j < N; ++j) c[j] += residual[row * N + j];
         }
         ApplyActivation(c, N, activation, act_alpha, act_beta);
       }
