@@ -488,17 +488,103 @@ absl::StatusOr<WindowParams> ConvTransposeWindow(const Node& node) {
 
 namespace {
 
+// Transposes the fuse pass folded into a MatMul: kiln.a_perm and kiln.b_perm name the
+// Transpose each operand went through (the node reads the untransposed tensor),
+// kiln.c_perm the one its result goes through.
+std::vector<int64_t> Permuted(const std::vector<int64_t>& dims, const std::vector<int64_t>& perm) {
+  if (perm.empty()) return dims;
+  std::vector<int64_t> out;
+  for (int64_t p : perm) out.push_back(p >= 0 && p < static_cast<int64_t>(dims.size()) ? dims[p] : 0);
+  return out;
+}
+
+bool HasFoldedTransposes(const Node& node) {
+  return node.has_attr("kiln.a_perm") || node.has_attr("kiln.b_perm") || node.has_attr("kiln.c_perm");
+}
+
 absl::Status InferMatMul(InferContext& ctx) {
   if (auto st = RequireStaticInputs(ctx, {0, 1}); !st.ok()) return st;
   if (ctx.type(0).dtype != ctx.type(1).dtype) return NodeError(ctx.node, "operands have different element types");
-  auto out = MatMulOutputShape(ctx.node, ctx.type(0).StaticDims(), ctx.type(1).StaticDims());
+  const std::vector<int64_t> a = Permuted(ctx.type(0).StaticDims(), ctx.node.GetInts("kiln.a_perm"));
+  const std::vector<int64_t> b = Permuted(ctx.type(1).StaticDims(), ctx.node.GetInts("kiln.b_perm"));
+  auto out = MatMulOutputShape(ctx.node, a, b);
   if (!out.ok()) return out.status();
+  const std::vector<int64_t> c_perm = ctx.node.GetInts("kiln.c_perm");
+  if (!c_perm.empty()) {
+    std::vector<Dim> permuted;
+    for (int64_t p : c_perm) {
+      if (p < 0 || p >= static_cast<int64_t>(out->size()))
+        return NodeError(ctx.node, "kiln.c_perm is not a permutation");
+      permuted.push_back((*out)[p]);
+    }
+    *out = permuted;
+  }
   ctx.output_types[0] = WithShape(ctx.type(0).dtype, *out);
+  return absl::OkStatus();
+}
+
+// Element strides of a contiguous tensor of `dims`.
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
+  return strides;
+}
+
+// The strided parameters of a MatMul with folded transposes (HasFoldedTransposes): A, B
+// and the result of one rank (3 or more, no broadcast batch dims), A's K axis and the
+// result's N axis contiguous, B's N or K axis contiguous.
+absl::Status FoldedTransposeParams(const Node& node, kiln_matmul_params& params) {
+  const std::vector<int64_t> a0 = StaticDims(node.input(0)), b0 = StaticDims(node.input(1));
+  const size_t rank = a0.size();
+  auto perm_of = [&](const char* attr) {
+    std::vector<int64_t> perm = node.GetInts(attr);
+    if (perm.empty())
+      for (size_t i = 0; i < rank; ++i) perm.push_back(static_cast<int64_t>(i));
+    return perm;
+  };
+  const std::vector<int64_t> ap = perm_of("kiln.a_perm"), bp = perm_of("kiln.b_perm"), cp = perm_of("kiln.c_perm");
+  if (rank < 3 || b0.size() != rank || ap.size() != rank || bp.size() != rank || cp.size() != rank)
+    return NodeError(node, "folded transposes need operands and result of one rank, 3 or more");
+  const std::vector<int64_t> a = Permuted(a0, ap), b = Permuted(b0, bp);
+  const std::vector<int64_t> as0 = ContiguousStrides(a0), bs0 = ContiguousStrides(b0);
+  std::vector<int64_t> as(rank), bs(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    as[i] = as0[ap[i]];
+    bs[i] = bs0[bp[i]];
+  }
+  // The product [batch.., M, N] lies in the result (its contiguous layout) through c_perm.
+  std::vector<int64_t> product(a.begin(), a.end() - 1);  // [batch.., M]
+  product.push_back(b[rank - 1]);
+  const std::vector<int64_t> out = Permuted(product, cp), os = ContiguousStrides(out);
+  std::vector<int64_t> cs(rank);
+  for (size_t j = 0; j < rank; ++j) cs[cp[j]] = os[j];
+  const bool b_transposed = bs[rank - 1] != 1;
+  if (as[rank - 1] != 1 || cs[rank - 1] != 1 || (b_transposed && bs[rank - 2] != 1))
+    return NodeError(node,
+                     "folded transposes must keep A's K axis, B's N or K axis and the result's N axis contiguous");
+  for (size_t i = 0; i + 2 < rank; ++i) {
+    if (a[i] != b[i]) return NodeError(node, "folded transposes need equal batch dims");
+  }
+  KILN_ASSIGN_OR_RETURN(params.shape, MatMulShape(node, a, b));
+  for (size_t i = 0; i + 2 < rank; ++i) {
+    params.shape.a_batch_strides[i] = as[i];
+    params.shape.b_batch_strides[i] = bs[i];
+    params.c_batch_strides[i] = cs[i];
+  }
+  params.lda = as[rank - 2];
+  params.ldb = b_transposed ? bs[rank - 1] : bs[rank - 2];
+  params.b_transposed = b_transposed ? 1 : 0;
+  params.ldc = cs[rank - 2];
   return absl::OkStatus();
 }
 
 absl::StatusOr<KernelCall> LowerMatMul(const Node& node) {
   kiln_matmul_params params{};
+  if (HasFoldedTransposes(node)) {
+    KILN_RETURN_IF_ERROR(FoldedTransposeParams(node, params));
+    KILN_ASSIGN_OR_RETURN(params.activation, FusedActivation(node));
+    return CallWithParams<kernel::matmul>(PassAllInputs(node), params);
+  }
   std::vector<int64_t> a = StaticDims(node.input(0)), b = StaticDims(node.input(1));
   // A 2-D B applies to every row of A alike: [.., M, K] is one [(..)*M, K] matrix and the
   // output [.., M, N] one [(..)*M, N]. One product instead of a batch of small ones
@@ -518,6 +604,7 @@ absl::StatusOr<KernelCall> LowerMatMul(const Node& node) {
 // Artifacts: a constant 2-D f32 B (a weight) with N a multiple of 16 is pre-packed into
 // 16-column panels [N/16][K][16] at compile time (b_panels).
 absl::StatusOr<std::optional<KernelCall>> LowerMatMulForArtifact(const Node& node) {
+  if (HasFoldedTransposes(node)) return std::nullopt;  // (the fuse pass folds them only where B is not constant)
   // A pruned weight that runs faster block-sparse does so (in f32, whatever the precision).
   KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> sparse, LowerSparseMatMul(node));
   if (sparse) return sparse;

@@ -25,6 +25,7 @@
 //      kiln.clip_max=6}
 //    and a residual that is a DequantizeLinear's result is read as its bytes:
 //      %r = DequantizeLinear(%r8, rs, rz) ; ... Add(%c, %r)  =>  kiln.QLinearConvToFloat(..., %r8, _, _, rs, rz)
+//    and Transposes into an attention product's operands and result (FoldTransposes).
 // 2. LayerNorm as exported before opset 17 (PyTorch's nn.LayerNorm, BERT's every block):
 //      %m = ReduceMean(%x, axes=[-1]) ; %d = Sub(%x, %m) ; %p = Pow(%d, 2) or Mul(%d, %d)
 //      %v = ReduceMean(%p, axes=[-1]) ; %s = Sqrt(Add(%v, eps)) ; %n = Div(%d, %s)
@@ -150,6 +151,8 @@ class Fuse : public Pass {
     // (A ReduceMean removed by an earlier match has no live users, so it matches nothing.)
     for (Node* node : graph.nodes()) changed |= FuseLayerNorm(graph, node);
     graph.Compact();
+    for (Node* node : graph.nodes()) changed |= FoldTransposes(graph, node);
+    graph.Compact();
     changed |= FuseChains(graph);
     return changed;
   }
@@ -260,6 +263,59 @@ class Fuse : public Pass {
     matmul->mutable_attrs()["kiln.residual"] = int64_t{1};
     Absorb(graph, matmul, add);
     return true;
+  }
+
+  // The Transposes around an attention product: a Transpose read only by a MatMul of two
+  // computed f32 operands (not a weight: B is not a constant), keeping A's last axis last,
+  // or B's last or second-to-last axis last, goes into the MatMul as kiln.a_perm or
+  // kiln.b_perm (its kernel reads the operand in place through strides); a Transpose that
+  // alone reads such a MatMul's result, keeping its last axis, as kiln.c_perm (the kernel
+  // writes the transposed result). Operands and result of one static rank, 3 or more, with
+  // equal batch dims; no bias, residual or activation.
+  //   %q = Transpose(%x, [1,0,2]) ; %s = MatMul(%q, %kt)  =>  %s = MatMul(%x, %kt) {kiln.a_perm=[1,0,2]}
+  // (ViT's and BERT's q, k and v each went through a copy into heads-major order, and the
+  // attention output through one back: four passes over [tokens, width] per layer.)
+  static bool FoldTransposes(Graph& graph, Node* matmul) {
+    if (matmul->op() != "MatMul" || matmul->inputs().size() != 2 || matmul->has_attr("kiln.activation")) return false;
+    const Value* y = matmul->output(0);
+    const size_t rank = y->type().shape.size();
+    if (rank < 3 || !y->type().IsStatic() || y->type().dtype != DType::kFloat32) return false;
+    for (int i = 0; i < 2; ++i) {
+      const Value* v = matmul->input(i);
+      if (v == nullptr || v->is_constant() || !v->type().IsStatic() || v->type().shape.size() != rank) return false;
+    }
+    const std::vector<int64_t> a = matmul->input(0)->type().StaticDims(), b = matmul->input(1)->type().StaticDims();
+    if (!std::equal(a.begin(), a.end() - 2, b.begin())) return false;  // no broadcast batch dims
+    auto perm_of = [rank](const Node* transpose) {
+      std::vector<int64_t> perm = transpose->GetInts("perm");
+      if (perm.empty())
+        for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+      return perm;
+    };
+    const int64_t last = static_cast<int64_t>(rank) - 1;
+    bool changed = false;
+    for (int i = 0; i < 2; ++i) {
+      const char* attr = i == 0 ? "kiln.a_perm" : "kiln.b_perm";
+      Node* t = matmul->input(i)->producer();
+      if (t == nullptr || t->op() != "Transpose" || SoleUser(graph, t->output(0)) != matmul || matmul->has_attr(attr))
+        continue;
+      const std::vector<int64_t> perm = perm_of(t);
+      if (perm.size() != rank || !(perm[last] == last || (i == 1 && perm[last - 1] == last))) continue;
+      matmul->mutable_attrs()[attr] = perm;
+      matmul->set_input(i, t->input(0));
+      graph.RemoveNode(t);
+      changed = true;
+    }
+    Node* t = SoleUser(graph, y);
+    if (t != nullptr && t->op() == "Transpose" && !matmul->has_attr("kiln.c_perm")) {
+      const std::vector<int64_t> perm = perm_of(t);
+      if (perm.size() == rank && perm[last] == last) {
+        matmul->mutable_attrs()["kiln.c_perm"] = perm;
+        Absorb(graph, matmul, t);
+        changed = true;
+      }
+    }
+    return changed;
   }
 
   // %c = kiln.QLinearConvToFloat(...) ; %y = Add(%c, %r) (either order) => the Conv with %r

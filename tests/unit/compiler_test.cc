@@ -780,6 +780,76 @@ TEST(PassTest, FuseAddsResidualInMatMulEpilogue) {
   for (const Node* node : g->nodes()) EXPECT_EQ(node->GetInt("kiln.residual", 0), 0) << PrintGraph(*g);
 }
 
+// Attention's transposes fold into its products: scores = q . k^T and out = scores . v
+// with q, k and v Transposes of x (ViT's [seq, batch x heads, width] -> heads-major, and
+// BERT's [batch, seq, heads, width] -> [batch, heads, seq, width] with k^T as perm
+// (0, 2, 3, 1)), the output transposed back. Every Transpose goes (A strided, B strided
+// or transposed, C strided); against the reference on both tiles, one and two threads.
+// Not folded: a Transpose with another reader.
+TEST(PassTest, FuseFoldsAttentionTransposesIntoMatMul) {
+  auto net = [](const std::vector<int64_t>& dims, const std::vector<int64_t>& qv, const std::vector<int64_t>& kt,
+                bool shared) {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, dims));
+    g->AddInput(x);
+    auto transpose = [&](Value* v, const std::vector<int64_t>& perm, const std::string& name) {
+      Node* t = g->AddNode("Transpose", name, {v}, {name + "_out"}, 13);
+      t->mutable_attrs()["perm"] = perm;
+      return t->output(0);
+    };
+    Value* q = transpose(x, qv, "q");
+    Value* k = transpose(x, kt, "k");
+    Value* v = transpose(x, qv, "v");
+    Value* s = g->AddNode("MatMul", "scores", {q, k}, {"s"}, 13)->output(0);
+    Value* p = g->AddNode("Softmax", "softmax", {s}, {"p"}, 13)->output(0);
+    Value* o = g->AddNode("MatMul", "context", {p, v}, {"o"}, 13)->output(0);
+    Value* y = transpose(o, qv, "back");
+    if (shared) y = g->AddNode("Add", "twice", {y, transpose(q, qv, "q_back")}, {"y2"}, 13)->output(0);
+    EXPECT_TRUE(InferTypes(*g).ok());
+    return WithOutput(std::move(g), y);
+  };
+  struct Case {
+    std::vector<int64_t> dims, qv, kt;
+  };
+  for (const Case& cs : {Case{{37, 6, 24}, {1, 0, 2}, {1, 2, 0}}, Case{{2, 19, 3, 40}, {0, 2, 1, 3}, {0, 2, 3, 1}}}) {
+    SCOPED_TRACE(::testing::Message() << "rank " << cs.dims.size());
+    std::unique_ptr<Graph> g = net(cs.dims, cs.qv, cs.kt, false);
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+    int matmuls = 0;
+    for (const Node* node : g->nodes()) {
+      EXPECT_NE(node->op(), "Transpose") << PrintGraph(*g);
+      if (node->op() != "MatMul") continue;
+      ++matmuls;
+      EXPECT_EQ(node->input(node->name() == "scores" ? 0 : 1), g->inputs()[0]);
+    }
+    EXPECT_EQ(matmuls, 2);
+    EXPECT_EQ(g->outputs()[0]->producer()->GetInts("kiln.c_perm"), cs.qv);
+    // The interpreter runs the strided product through the kernels' plain loop.
+    auto input = Random(cs.dims, 87);
+    auto fused_run = RunGraph(*g, {*input});
+    auto plain_run = RunGraph(*net(cs.dims, cs.qv, cs.kt, false), {*input});
+    ASSERT_TRUE(fused_run.ok()) << fused_run.status();
+    ASSERT_TRUE(plain_run.ok()) << plain_run.status();
+    ASSERT_EQ((*fused_run)[0].dims(), (*plain_run)[0].dims());
+    for (int64_t i = 0; i < (*plain_run)[0].num_elements(); ++i) {
+      ASSERT_NEAR((*fused_run)[0].data_as<float>()[i], (*plain_run)[0].data_as<float>()[i], 1e-5) << i;
+    }
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference(net(cs.dims, cs.qv, cs.kt, false), net(cs.dims, cs.qv, cs.kt, false),
+                                    kDefaultPipeline, target),
+                1e-5);
+    }
+  }
+  std::unique_ptr<Graph> g = net({37, 6, 24}, {1, 0, 2}, {1, 2, 0}, true);
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "fuse", {}, ctx).ok());
+  for (const Node* node : g->nodes()) {
+    if (node->name() == "scores") EXPECT_FALSE(node->has_attr("kiln.a_perm")) << PrintGraph(*g);
+  }
+}
+
 // Three MobileNet-style inverted residual blocks on x[2, 24, 13, 11]: pointwise expand,
 // depthwise, pointwise project; channel counts that leave a last block of 16 partly
 // padding (24, 40, 36, 20) and fill output-block groups of 4 plus 1, 3 and 2; 143 and 42

@@ -68,6 +68,10 @@ struct MatMulKernel {
     const int64_t* batch_dims = params.shape.batch_dims;
     const int64_t* a_strides = params.shape.a_batch_strides;
     const int64_t* b_strides = params.shape.b_batch_strides;
+    // Row strides (transposes folded in by the fuse pass), else contiguous operands.
+    const int64_t lda = params.lda != 0 ? params.lda : K, ldb = params.ldb != 0 ? params.ldb : N;
+    const int64_t ldc = params.ldc != 0 ? params.ldc : N;
+    const bool b_transposed = params.b_transposed != 0;
     const int64_t activation = params.activation.code;
     const bool b_panels = params.b_panels != 0;
     if (b_panels && (!kBlocked || N % gemm::kNr != 0)) return KILN_KERR_UNSUPPORTED;
@@ -79,14 +83,17 @@ struct MatMulKernel {
     const T* pa = InputData<T>(call, 0);
     const T* pb = InputData<T>(call, 1);
     T* pc = OutputData<T>(call);
-    auto batch_offsets = [&](int64_t batch, int64_t* a_off, int64_t* b_off) {
+    // Offsets of A, B and C (and the residual, laid out as C) for one batch entry.
+    auto batch_offsets = [&](int64_t batch, int64_t* a_off, int64_t* b_off, int64_t* c_off) {
       int64_t rest = batch;
       *a_off = *b_off = 0;
+      *c_off = params.ldc != 0 ? 0 : batch * M * N;
       for (int32_t d = batch_rank - 1; d >= 0; --d) {
         const int64_t idx = rest % batch_dims[d];
         rest /= batch_dims[d];
         *a_off += idx * a_strides[d];
         *b_off += idx * b_strides[d];
+        if (params.ldc != 0) *c_off += idx * params.c_batch_strides[d];
       }
     };
     if constexpr (kBlocked) {
@@ -95,7 +102,7 @@ struct MatMulKernel {
         // a multiple of 4 KiB apart, PanelBlock copies each block of A first: one chunk of
         // every column then, so the copy serves them all (one thread, Zen 4, alternating
         // runs: 1024^3 22.1 -> 21.9 ms, 128x3072x768 5.99 -> 5.74 ms).
-        const bool whole_rows = b_panels && (gemm::AliasedRows(K) || M >= kWholeRowsMin);
+        const bool whole_rows = b_panels && (gemm::AliasedRows(lda) || M >= kWholeRowsMin);
         const int64_t width = whole_rows ? N : gemm::kNc;
         const int64_t chunks = whole_rows ? 1 : gemm::ColumnChunks(N);
         const gemm::RowSplit split = gemm::SplitRows(call, M, chunks * batches);
@@ -103,35 +110,43 @@ struct MatMulKernel {
         auto jobs = [=](int64_t begin, int64_t end) {
           for (int64_t job = begin; job < end; ++job) {
             const int64_t batch = job / (groups * chunks), rg = job / chunks % groups, cc = job % chunks;
-            int64_t a_off, b_off;
-            batch_offsets(batch, &a_off, &b_off);
+            int64_t a_off, b_off, c_off;
+            batch_offsets(batch, &a_off, &b_off, &c_off);
             const float* b = pb + b_off;
-            float* c = pc + batch * M * N;
+            float* c = pc + c_off;
             const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
             const int64_t n0 = cc * width, n1 = n0 + width < N ? n0 + width : N;
-            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
-              for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, b + (k0 + k) * N + c0, sizeof(float) * nb);
+            auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ld) -> const float* {
+              if (b_transposed) {
+                // Column j of B is a contiguous run of K: read along it, write down the panel.
+                for (int64_t j = 0; j < nb; ++j) {
+                  const float* col = b + (c0 + j) * ldb + k0;
+                  for (int64_t k = 0; k < kb; ++k) dst[k * *ld + j] = col[k];
+                }
+                return dst;
+              }
+              for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ld, b + (k0 + k) * ldb + c0, sizeof(float) * nb);
               return dst;
             };
             // The bias, the residual and the activation, on each block of rows as soon as
             // it is done (still in L2).
             auto finish = [&](int64_t r0, int64_t r1) {
               for (int64_t i = r0; i < r1; ++i) {
-                float* row = c + i * N + n0;
+                float* row = c + i * ldc + n0;
                 if (bias) {
                   for (int64_t j = 0; j < n1 - n0; ++j) row[j] += bias[n0 + j];
                 }
                 if (residual) {
-                  const float* r = residual + batch * M * N + i * N + n0;
+                  const float* r = residual + c_off + i * ldc + n0;
                   for (int64_t j = 0; j < n1 - n0; ++j) row[j] += r[j];
                 }
                 ApplyActivation(row, n1 - n0, activation, act_alpha, act_beta);
               }
             };
             if (b_panels) {
-              gemm::PanelBlock(m0, m1, n0, n1, K, pa + a_off, K, pb, c, N, finish);
+              gemm::PanelBlock(m0, m1, n0, n1, K, pa + a_off, lda, pb, c, ldc, finish);
             } else {
-              gemm::Block(m0, m1, n0, n1, K, pa + a_off, K, 1, c, N, pack);
+              gemm::Block(m0, m1, n0, n1, K, pa + a_off, lda, 1, c, ldc, pack);
               finish(m0, m1);
             }
           }
@@ -143,24 +158,19 @@ struct MatMulKernel {
     auto body = [=](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t batch = row / M, i = row % M;
-        int64_t a_off = 0, b_off = 0, rest = batch;
-        for (int32_t d = batch_rank - 1; d >= 0; --d) {
-          const int64_t idx = rest % batch_dims[d];
-          rest /= batch_dims[d];
-          a_off += idx * a_strides[d];
-          b_off += idx * b_strides[d];
-        }
-        const T* a = pa + a_off + i * K;
+        int64_t a_off = 0, b_off = 0, c_off = 0;
+        batch_offsets(batch, &a_off, &b_off, &c_off);
+        const T* a = pa + a_off + i * lda;
         const T* b = pb + b_off;
-        T* c = pc + row * N;
+        T* c = pc + c_off + i * ldc;
+        const T* r = residual != nullptr ? residual + c_off + i * ldc : nullptr;
         for (int64_t j = 0; j < N; ++j) c[j] = bias ? bias[j] : T(0);
         for (int64_t k = 0; k < K; ++k) {
           const T aik = a[k];
-          const T* brow = b + k * N;
-          for (int64_t j = 0; j < N; ++j) c[j] += aik * brow[j];
+          for (int64_t j = 0; j < N; ++j) c[j] += aik * (b_transposed ? b[j * ldb + k] : b[k * ldb + j]);
         }
-        if (residual) {
-          for (int64_t j = 0; j < N; ++j) c[j] += residual[row * N + j];
+        if (r != nullptr) {
+          for (int64_t j = 0; j < N; ++j) c[j] += r[j];
         }
         ApplyActivation(c, N, activation, act_alpha, act_beta);
       }

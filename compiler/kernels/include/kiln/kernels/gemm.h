@@ -20,15 +20,22 @@ typedef struct kiln_matmul_shape {
 } kiln_matmul_shape;
 KILN_PARAMS_LAYOUT(kiln_matmul_shape, 4 + 3 * KILN_MAX_RANK);
 
-/* Inputs: A, B, an optional bias [N] (the fuse pass's). */
+/* Inputs: A, B, an optional bias [N] and an optional residual laid out as C (the fuse
+ * pass's). */
 typedef struct kiln_matmul_params {
   kiln_matmul_shape shape;
   kiln_activation activation;
   /* Artifacts only: B is a constant [K, N] f32 pre-packed in 16-column panels
    * ([N/16][K][16], N a multiple of 16; see gemm::PanelBlock). */
   int64_t b_panels;
+  /* Strided operands: transposes the fuse pass folded into the product (f32; 0 where the
+   * operand is contiguous). lda: A's row stride (its K axis contiguous). ldb: B's row
+   * stride, or with b_transposed set its column stride (B's K axis contiguous). ldc: C's
+   * row stride, with c_batch_strides its batch strides (read only when ldc is not 0). */
+  int64_t lda, ldb, ldc, b_transposed;
+  int64_t c_batch_strides[KILN_MAX_RANK];
 } kiln_matmul_params;
-KILN_PARAMS_LAYOUT(kiln_matmul_params, 4 + 3 * KILN_MAX_RANK + 3 + 1);
+KILN_PARAMS_LAYOUT(kiln_matmul_params, 4 + 3 * KILN_MAX_RANK + 3 + 1 + 4 + KILN_MAX_RANK);
 
 /* Inputs: A, B, an optional C that broadcasts to [M, N]. */
 typedef struct kiln_gemm_params {
