@@ -118,10 +118,16 @@ struct MatMulKernel {
             const int64_t n0 = cc * width, n1 = n0 + width < N ? n0 + width : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ld) -> const float* {
               if (b_transposed) {
-                // Column j of B is a contiguous run of K: read along it, write down the panel.
-                for (int64_t j = 0; j < nb; ++j) {
-                  const float* col = b + (c0 + j) * ldb + k0;
-                  for (int64_t k = 0; k < kb; ++k) dst[k * *ld + j] = col[k];
+                // Column j of B is a contiguous run of K. 16 columns at a time, each row of the
+                // panel's 16 a cache line written whole (column by column, the 64 KiB panel
+                // went through L1 once per column).
+                for (int64_t j0 = 0; j0 < nb; j0 += 16) {
+                  const int64_t jn = nb - j0 < 16 ? nb - j0 : 16;
+                  const float* col = b + (c0 + j0) * ldb + k0;
+                  for (int64_t k = 0; k < kb; ++k) {
+                    float* out = dst + k * *ld + j0;
+                    for (int64_t j = 0; j < jn; ++j) out[j] = col[j * ldb + k];
+                  }
                 }
                 return dst;
               }
