@@ -21,15 +21,15 @@ namespace kiln_kernels {
 // 55x55 0.63x and 0.61x the time as 16 x 1 (0.67x and 0.70x as 8 x 3), 16->64 0.73x as
 // 8 x 3 (0.88x as 16 x 1). Over 27x27 (128->32, 256->32) the GEMM reading X in place was
 // 1.4x faster, hence the plane size floor (kDirectPlaneMax).
-constexpr int kPointwiseOneGroupRows = 16;        // output channels in one register tile
-constexpr int kPointwiseRows = 8;                 // output channels per register tile of a group
-constexpr int kPointwiseVectors = 3;              // vectors of positions per register tile of a group
-constexpr int64_t kPointwiseMaxRows = 64;         // output channels in all; more: the GEMM
-constexpr int64_t kPointwiseMaxK = 512;           // input channels
-constexpr int64_t kPointwiseMaxWeights = 16384;   // output x input channels (the transposed weight: 64 KiB)
-constexpr int64_t kPointwisePrefetch = 128;       // floats ahead in each input row (8 lines)
-constexpr int64_t kPointwiseChunk = 512;          // positions per job (equal widths, whole tiles)
-constexpr int64_t kPointwiseBlockFloats = 4096;   // input floats per block of positions (16 KiB: in L1)
+constexpr int kPointwiseOneGroupRows = 16;       // output channels in one register tile
+constexpr int kPointwiseRows = 8;                // output channels per register tile of a group
+constexpr int kPointwiseVectors = 3;             // vectors of positions per register tile of a group
+constexpr int64_t kPointwiseMaxRows = 64;        // output channels in all; more: the GEMM
+constexpr int64_t kPointwiseMaxK = 512;          // input channels
+constexpr int64_t kPointwiseMaxWeights = 16384;  // output x input channels (the transposed weight: 64 KiB)
+constexpr int64_t kPointwisePrefetch = 128;      // floats ahead in each input row (8 lines)
+constexpr int64_t kPointwiseChunk = 512;         // positions per job (equal widths, whole tiles)
+constexpr int64_t kPointwiseBlockFloats = 4096;  // input floats per block of positions (16 KiB: in L1)
 
 // What happens to a tile after its sums: the bias (in the initial value), a residual laid
 // out as Y, then ReLU or Clip (gemm::Epilogue's kinds; other activations run after).
