@@ -170,7 +170,8 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
 // 1x1 convs with few output channels over planes of at least 2048 positions, as register
 // tiles over X in place (PointwiseRows, conv.cc): SqueezeNet's 64 -> 16 at batch 2; odd
 // planes whose positions end in a partial tile and a scalar tail; one group of 13 or 5
-// rows and groups of 8 (24, 40, 64 rows: several per block of positions); a fused
+// rows and groups of 8 (24, 40, 64 rows: several per block of positions; 64 x 256, the
+// largest weight it takes); a fused
 // residual; an activation outside the register epilogue (Sigmoid).
 TEST(ConvPathsTest, PointwiseConvsWithFewChannelsOverLargePlanesMatchTheReference) {
   ExpectConvCases({
@@ -180,6 +181,7 @@ TEST(ConvPathsTest, PointwiseConvsWithFewChannelsOverLargePlanesMatchTheReferenc
       {1, 7, 40, 1, 50, 41, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Sigmoid"},
       {2, 24, 24, 1, 64, 33, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
       {1, 33, 5, 1, 46, 46, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 256, 64, 1, 46, 46, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},  // the largest weight taken
   });
 }
 

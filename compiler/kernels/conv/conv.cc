@@ -674,14 +674,14 @@ __attribute__((noinline)) static int32_t RunPointwiseRows(const kiln_kcall* call
     if (block < unit) block = unit;
   }
   // W^T per row group: wt[g][k][r] for the group's rows, each group's block at g * K * kPointwiseRows.
-  alignas(64) float wt[kPointwiseMaxWeights + kPointwiseOneGroupRows * kPointwiseMaxK];
+  alignas(64) float wt[kPointwiseMaxWeights + kPointwiseRows * kPointwiseMaxK];
   for (int64_t g = 0; g < row_groups; ++g) {
     const int64_t r0 = g * M / row_groups, rows = (g + 1) * M / row_groups - r0;
     for (int64_t k = 0; k < K; ++k) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t m = r0 + r;
         const float v = packed ? pw[m / gemm::kMr * gemm::kMr * K + k * gemm::kMr + m % gemm::kMr] : pw[m * K + k];
-        wt[g * K * kPointwiseOneGroupRows + k * rows + r] = v;
+        wt[g * K * kPointwiseRows + k * rows + r] = v;
       }
     }
   }
@@ -705,8 +705,8 @@ __attribute__((noinline)) static int32_t RunPointwiseRows(const kiln_kcall* call
           ep.lo = static_cast<float>(act.alpha);
           ep.hi = static_cast<float>(act.beta);
           float* y = py + (n * M + r0) * P;
-          PointwiseRows<V>(static_cast<int>(rows), px + n * K * P, P, K, pwt + g * K * kPointwiseOneGroupRows, ep, y, P,
-                           b0, b1);
+          PointwiseRows<V>(static_cast<int>(rows), px + n * K * P, P, K, pwt + g * K * kPointwiseRows, ep, y, P, b0,
+                           b1);
           if (kinds.kind == gemm::Epilogue::kNone) {
             for (int64_t r = 0; r < rows; ++r) ApplyActivation(y + r * P + b0, b1 - b0, act.code, act.alpha, act.beta);
           }
