@@ -20,7 +20,13 @@ namespace kiln_kernels {
 // thread, batch 8, medians of 5 alternations against the GEMM): 64->16 and 128->16 over
 // 55x55 0.63x and 0.61x the time as 16 x 1 (0.67x and 0.70x as 8 x 3), 16->64 0.73x as
 // 8 x 3 (0.88x as 16 x 1). Over 27x27 (128->32, 256->32) the GEMM reading X in place was
-// 1.4x faster, hence the plane size floor (kDirectPlaneMax).
+// 1.4x faster, hence the plane size floor (kDirectPlaneMax). More rows (64->128 and 64->256
+// over 56x56, ResNeXt-50's first stage) measured 1.0-1.1x the GEMM's time: it keeps those.
+// Without the prefetches, 128->16 and MobileNetV2's 32->16 over 112x112 ran 1.7-1.8x as long;
+// 256 floats ahead was no better than 128 (0.93-1.18x). Whole models, one thread, CPU time
+// per run differenced from runs of 2 and 22 iterations (perf task-clock), medians of 3
+// alternations: SqueezeNet 1.1 at batch 8 0.98x and batch 1 0.97x, MobileNetV2 0.98x, ResNet-50
+// (its 64->64 and 256->64 over 56x56) and GoogLeNet 0.97-1.00x at batch 1 and 8.
 constexpr int kPointwiseOneGroupRows = 16;       // output channels in one register tile
 constexpr int kPointwiseRows = 8;                // output channels per register tile of a group
 constexpr int kPointwiseVectors = 3;             // vectors of positions per register tile of a group

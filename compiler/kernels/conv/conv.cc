@@ -620,7 +620,8 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
 // tile's few columns of each of K rows came from L3 a line or two at a time: SqueezeNet's
 // 64->16 and 128->16 convs at batch 8 ran 1.8 and 2.3 ms read in place, 1.0 and 1.7 ms
 // copied with the next job's rows prefetched while copying (1.2 and 1.9 without). 27x27
-// planes measured faster in place (its 256->32: 0.97 ms, 1.19 copied).
+// planes measured faster in place (its 256->32: 0.97 ms, 1.19 copied). With the wide
+// vectors, such convs over planes this large run as PointwiseRows (pointwise_rows.h) now.
 constexpr int64_t kDirectPlaneMax = 2048;
 
 // An implicit GEMM job's image, group and columns [c0, c0 + nb) (jobs numbered row group
