@@ -644,9 +644,9 @@ struct ChunkAhead {
 inline bool PointwiseRowsFit(const Window& w, int64_t group, int64_t in_channels, int64_t out_channels) {
   const bool pointwise = w.kernel_size() == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
                          w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && w.in_size() == w.out_size();
-  return WideVectors() && pointwise && group == 1 && out_channels <= kPointwiseMaxRows &&
-         in_channels <= kPointwiseMaxK && in_channels * out_channels <= kPointwiseMaxWeights &&
-         w.in_size() >= kDirectPlaneMax;
+  return WideVectors() && pointwise && group == 1 && out_channels >= 1 && in_channels >= 1 &&
+         out_channels <= kPointwiseMaxRows && in_channels <= kPointwiseMaxK &&
+         in_channels * out_channels <= kPointwiseMaxWeights && w.in_size() >= kDirectPlaneMax;
 }
 
 // Jobs: per image, the positions in chunks of equal width (whole vectors), so two threads
@@ -663,7 +663,8 @@ __attribute__((noinline)) static int32_t RunPointwiseRows(const kiln_kcall* call
   const float* pbias = OptionalInputData<float>(call, 2);
   const float* pres = OptionalInputData<float>(call, 4);
   float* py = static_cast<float*>(Y.data);
-  // Row groups as even as whole rows allow: 24 channels as 12 + 12, not 16 + 8.
+  // One row group up to kPointwiseOneGroupRows channels, else groups of at most
+  // kPointwiseRows as even as whole rows allow (20 as 6 + 7 + 7).
   const int64_t row_groups = M <= kPointwiseOneGroupRows ? 1 : (M + kPointwiseRows - 1) / kPointwiseRows;
   int64_t chunks = (P + kPointwiseChunk - 1) / kPointwiseChunk;
   const int64_t unit = row_groups == 1 && M > kPointwiseRows ? L : kPointwiseVectors * L;  // per register tile
