@@ -2,8 +2,8 @@
 // into artifacts (both register-tile targets where this CPU runs them, 1 and 2 threads)
 // against the independent reference (compiler/reference) on odd shapes: grouped convs run
 // directly on padded phase planes, depthwise convs of dilation 2, Convs whose outer taps
-// read only padding (trimmed by simplify), 1x1 convs over few positions (transposed), and
-// f32 bilinear and nearest Resize.
+// read only padding (trimmed by simplify), 1x1 convs over few positions (transposed) and
+// with few output channels over large planes, and f32 bilinear and nearest Resize.
 #include <cmath>
 #include <functional>
 
@@ -164,6 +164,24 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       {8, 2048, 2048, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
       // Past kFewPositionsStreamK (conv.cc): the K-blocked product, on padded X^T rows.
       {2, 3072, 32, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+  });
+}
+
+// 1x1 convs with few output channels over planes of at least 2048 positions, as register
+// tiles over X in place (PointwiseRows, conv.cc): SqueezeNet's 64 -> 16 at batch 2; odd
+// planes whose positions end in a partial tile and a scalar tail; one group of 13 or 5
+// rows and groups of 8 (24, 40, 64 rows: several per block of positions; 64 x 256, the
+// largest weight it takes); a fused
+// residual; an activation outside the register epilogue (Sigmoid).
+TEST(ConvPathsTest, PointwiseConvsWithFewChannelsOverLargePlanesMatchTheReference) {
+  ExpectConvCases({
+      {2, 64, 16, 1, 55, 55, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 16, 64, 1, 47, 49, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+      {3, 13, 13, 1, 45, 47, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
+      {1, 7, 40, 1, 50, 41, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Sigmoid"},
+      {2, 24, 24, 1, 64, 33, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
+      {1, 33, 5, 1, 46, 46, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 256, 64, 1, 46, 46, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},  // the largest weight taken
   });
 }
 

@@ -8,6 +8,7 @@
 #include "kernel_common.h"
 #include "kernel_ops.h"
 #include "kernel_window.h"
+#include "pointwise_rows.h"
 #include "unary_math.h"
 
 using namespace kiln_kernels;
@@ -619,7 +620,8 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
 // tile's few columns of each of K rows came from L3 a line or two at a time: SqueezeNet's
 // 64->16 and 128->16 convs at batch 8 ran 1.8 and 2.3 ms read in place, 1.0 and 1.7 ms
 // copied with the next job's rows prefetched while copying (1.2 and 1.9 without). 27x27
-// planes measured faster in place (its 256->32: 0.97 ms, 1.19 copied).
+// planes measured faster in place (its 256->32: 0.97 ms, 1.19 copied). With the wide
+// vectors, such convs over planes this large run as PointwiseRows (pointwise_rows.h) now.
 constexpr int64_t kDirectPlaneMax = 2048;
 
 // An implicit GEMM job's image, group and columns [c0, c0 + nb) (jobs numbered row group
@@ -636,6 +638,87 @@ struct ChunkAhead {
     nb = (c0 + cols < out_size ? c0 + cols : out_size) - c0;
   }
 };
+
+// A 1x1 conv (stride 1, no padding, one group) that PointwiseRows serves: few output
+// channels over a large plane (kDirectPlaneMax), the wide vectors.
+inline bool PointwiseRowsFit(const Window& w, int64_t group, int64_t in_channels, int64_t out_channels) {
+  const bool pointwise = w.kernel_size() == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
+                         w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && w.in_size() == w.out_size();
+  return WideVectors() && pointwise && group == 1 && out_channels >= 1 && in_channels >= 1 &&
+         out_channels <= kPointwiseMaxRows && in_channels <= kPointwiseMaxK &&
+         in_channels * out_channels <= kPointwiseMaxWeights && w.in_size() >= kDirectPlaneMax;
+}
+
+// Jobs: per image, the positions in chunks of equal width (whole vectors), so two threads
+// each take whole images' runs of positions (the pool partitions jobs statically).
+__attribute__((noinline)) static int32_t RunPointwiseRows(const kiln_kcall* call, const Window& w,
+                                                          const kiln_activation& act, bool packed) {
+  using V = v16f;
+  constexpr int64_t L = static_cast<int64_t>(sizeof(V) / sizeof(float));
+  const kiln_ktensor& X = call->inputs[0];
+  const kiln_ktensor& Y = call->outputs[0];
+  const int64_t batch = X.dims[0], K = X.dims[1], M = Y.dims[1], P = w.out_size();
+  const float* px = static_cast<const float*>(X.data);
+  const float* pw = InputData<float>(call, 1);
+  const float* pbias = OptionalInputData<float>(call, 2);
+  const float* pres = OptionalInputData<float>(call, 4);
+  float* py = static_cast<float*>(Y.data);
+  // One row group up to kPointwiseOneGroupRows channels, else groups of at most
+  // kPointwiseRows as even as whole rows allow (20 as 6 + 7 + 7).
+  const int64_t row_groups = M <= kPointwiseOneGroupRows ? 1 : (M + kPointwiseRows - 1) / kPointwiseRows;
+  int64_t chunks = (P + kPointwiseChunk - 1) / kPointwiseChunk;
+  const int64_t unit = row_groups == 1 && M > kPointwiseRows ? L : kPointwiseVectors * L;  // per register tile
+  const int64_t width = ((P + chunks - 1) / chunks + unit - 1) / unit * unit;
+  chunks = (P + width - 1) / width;
+  int64_t block = width;
+  if (row_groups > 1) {
+    block = kPointwiseBlockFloats / K / unit * unit;
+    if (block < unit) block = unit;
+  }
+  // W^T per row group: wt[g][k][r] for the group's rows, each group's block at g * K * kPointwiseRows.
+  alignas(64) float wt[kPointwiseMaxWeights + kPointwiseRows * kPointwiseMaxK];
+  for (int64_t g = 0; g < row_groups; ++g) {
+    const int64_t r0 = g * M / row_groups, rows = (g + 1) * M / row_groups - r0;
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t m = r0 + r;
+        const float v = packed ? pw[m / gemm::kMr * gemm::kMr * K + k * gemm::kMr + m % gemm::kMr] : pw[m * K + k];
+        wt[g * K * kPointwiseRows + k * rows + r] = v;
+      }
+    }
+  }
+  const float* pwt = wt;
+  gemm::Epilogue kinds;
+  if (act.code == KILN_UNARY_RELU) kinds.kind = gemm::Epilogue::kRelu;
+  if (act.code == KILN_UNARY_CLIP) kinds.kind = gemm::Epilogue::kClip;
+  auto body = [=](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t n = job / chunks, p0 = job % chunks * width, p1 = p0 + width < P ? p0 + width : P;
+      // With several row groups, each takes a block of positions in turn while the block's
+      // input rows are in L1 (kPointwiseBlockFloats).
+      for (int64_t b0 = p0; b0 < p1; b0 += block) {
+        const int64_t b1 = b0 + block < p1 ? b0 + block : p1;
+        for (int64_t g = 0; g < row_groups; ++g) {
+          const int64_t r0 = g * M / row_groups, rows = (g + 1) * M / row_groups - r0;
+          PointwiseEpilogue ep;
+          ep.bias = pbias != nullptr ? pbias + r0 : nullptr;
+          ep.residual = pres != nullptr ? pres + (n * M + r0) * P : nullptr;
+          ep.kind = kinds.kind;
+          ep.lo = static_cast<float>(act.alpha);
+          ep.hi = static_cast<float>(act.beta);
+          float* y = py + (n * M + r0) * P;
+          PointwiseRows<V>(static_cast<int>(rows), px + n * K * P, P, K, pwt + g * K * kPointwiseRows, ep, y, P, b0,
+                           b1);
+          if (kinds.kind == gemm::Epilogue::kNone) {
+            for (int64_t r = 0; r < rows; ++r) ApplyActivation(y + r * P + b0, b1 - b0, act.code, act.alpha, act.beta);
+          }
+        }
+      }
+    }
+  };
+  ParallelFor(call, batch * chunks, 1, body);
+  return KILN_KERR_OK;
+}
 
 struct ConvKernel {
   // inputs: X [N, C, *in], W [OC, C/group, *kernel], B [OC] optional, then as the fuse
@@ -676,6 +759,9 @@ struct ConvKernel {
       if (pscale == nullptr && GroupedDirectFits(w, X, ext.group, ext.ic_per_group, ext.oc_per_group)) {
         if (WideVectors()) return RunGroupedDirect<v16f>(call, w, ext.group, act, packed);
         return RunGroupedDirect<v8f>(call, w, ext.group, act, packed);
+      }
+      if (pscale == nullptr && PointwiseRowsFit(w, ext.group, ext.in_channels, ext.out_channels)) {
+        return RunPointwiseRows(call, w, act, packed);
       }
       if (ext.oc_per_group >= 4 && ext.ic_per_group * ext.kernel_size > 0) {
         return ImplicitGemm(call, w, ext.group, act, packed, cols);
