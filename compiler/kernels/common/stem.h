@@ -42,6 +42,7 @@ struct StemPlanes {
 
 inline bool StemFits(const Window& w, const kiln_ktensor& x, const kiln_ktensor& y, int64_t group) {
   if (x.rank != 4 || group != 1 || x.dims[1] > kStemMaxChannels || y.dims[1] > kStemMaxOutChannels) return false;
+  if (y.dims[1] < 1 || x.dims[1] < 1) return false;
   if (w.kernel[0] != 1 || w.kernel[1] * w.kernel[2] == 1) return false;  // 1x1: the GEMM's pointwise paths
   const int64_t s = w.stride[2];
   if (w.stride[1] != s || (s != 1 && s != 2) || w.dilation[1] != 1 || w.dilation[2] != 1) return false;
@@ -101,11 +102,9 @@ inline void StemFillPlanes(const float* x, int64_t channels, const Window& w, co
   }
 }
 
-// The epilogue's inputs: bias per output channel, residual (null: none) shaped as Y,
-// ReLU or Clip on the accumulators (clamp), Y's plane size.
+// The epilogue's inputs: Y's plane size (floats), ReLU or Clip on the accumulators (clamp:
+// max(lo, min(hi, sum))).
 struct StemEpilogue {
-  const float* bias;
-  const float* residual;
   int64_t plane;
   bool clamp;
   float lo, hi;
@@ -204,9 +203,9 @@ __attribute__((always_inline)) inline void StemRow(const float* x, const int64_t
     const int64_t count = vectors / blocks + (b < vectors % blocks ? 1 : 0);
     int64_t c0 = v0 * L, valid = OW - c0 < count * L ? OW - c0 : count * L;
     // A last block that ends past the row moves left to end at its end, recomputing a few
-    // columns of the block before (the same sums, stored again): whole vector stores
-    // (one of fewer lanes went through memcpy and cost a fifth of SqueezeNet's stem).
-    if (valid < count * L && OW >= count * L) {
+    // columns of the block before (the same sums, stored again): whole vector stores. Not
+    // with a residual, which may be Y itself (in place) and hold those columns' results.
+    if (valid < count * L && OW >= count * L && r == nullptr) {
       c0 = OW - count * L;
       valid = count * L;
     }
