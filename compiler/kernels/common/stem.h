@@ -296,6 +296,13 @@ __attribute__((noinline)) static int32_t RunStem(const kiln_kcall* call, const W
           const int64_t rows = out_channels - b * ROWS < ROWS ? out_channels - b * ROWS : ROWS;
           const int64_t at = (n * out_channels + b * ROWS) * OH * OW + oh * OW;
           const float* r = pres != nullptr ? pres + at : nullptr;
+          // The block's rows of the next output row, for writing: Y is often in no cache in
+          // a whole model (ResNeXt-50's 96x96 stem at batch 8: 3.55 -> 3.41 ms).
+          if (oh + 1 < oh1) {
+            for (int64_t i = 0; i < rows; ++i) {
+              for (int64_t q = 0; q < OW; q += 16) __builtin_prefetch(py + at + i * OH * OW + OW + q, 1, 3);
+            }
+          }
           if (rows == ROWS) {
             StemRow<V, ROWS, MAX_VECS, true>(x, tap_offset, K, weights + b * K * ROWS, bias + b * ROWS, rows, OW, ep, r,
                                              py + at);
