@@ -103,10 +103,10 @@ inline void StemFillPlanes(const float* x, int64_t channels, const Window& w, co
 }
 
 // The epilogue's inputs: Y's plane size (floats), ReLU or Clip on the accumulators (clamp:
-// max(lo, min(hi, sum))).
+// max(lo, sum), then min(hi, ..) where `upper`: Clip; ReLU has no upper bound to apply).
 struct StemEpilogue {
   int64_t plane;
-  bool clamp;
+  bool clamp, upper;
   float lo, hi;
 };
 
@@ -123,7 +123,8 @@ __attribute__((noinline)) void StemStorePart(const V* tile, int64_t row_count, i
       V a = tile[i * vecs + v];
       for (int64_t j = 0; j < L && v * L + j < valid; ++j) {
         float x = a[j] + (r != nullptr ? r[i * ep.plane + v * L + j] : 0.f);
-        if (ep.clamp) x = x < lo[0] ? lo[0] : (x > hi[0] ? hi[0] : x);
+        if (ep.clamp) x = x < lo[0] ? lo[0] : x;
+        if (ep.upper) x = x > hi[0] ? hi[0] : x;
         y[i * ep.plane + v * L + j] = x;
       }
     }
@@ -179,10 +180,8 @@ __attribute__((always_inline)) inline void StemBlock(const float* x, const int64
         memcpy(&res, r + at, sizeof(V));
         a += res;
       }
-      if (ep.clamp) {
-        a = a < lo ? lo : a;
-        a = a > hi ? hi : a;
-      }
+      if (ep.clamp) a = a < lo ? lo : a;
+      if (ep.upper) a = a > hi ? hi : a;
       memcpy(y + at, &a, sizeof(V));
     }
   }
@@ -284,6 +283,7 @@ __attribute__((noinline)) static int32_t RunStem(const kiln_kcall* call, const W
     StemEpilogue ep;
     ep.plane = OH * OW;
     ep.clamp = clamp;
+    ep.upper = act.code == KILN_UNARY_CLIP;
     ep.lo = act.code == KILN_UNARY_CLIP ? alpha : 0.f;
     ep.hi = act.code == KILN_UNARY_CLIP ? beta : INFINITY;
     for (int64_t job = begin; job < end; ++job) {
