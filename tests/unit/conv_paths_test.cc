@@ -114,6 +114,26 @@ TEST(ConvPathsTest, GroupedConvsMatchTheReference) {
   });
 }
 
+// Convs over few input channels (conv/stem.h: CNN stems over RGB): 3x3 and 7x7 windows,
+// stride 2 and 1, pads none, symmetric and lopsided, a non-square window, 1 to 4 input
+// channels, output channels that do not fill a register block (13, 20, 3), rows narrower
+// than a vector, odd widths whose last vectors move left, several row jobs per image,
+// batches, a fused residual (whose rows' last vectors are stored in part instead) and
+// activations after.
+TEST(ConvPathsTest, StemConvsMatchTheReference) {
+  ExpectConvCases({
+      {2, 3, 64, 1, 57, 61, 7, 7, 2, 1, {3, 3, 3, 3}, false, "Relu"},
+      {3, 3, 64, 1, 35, 35, 3, 3, 2, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 3, 32, 1, 31, 33, 3, 3, 2, 1, {1, 1, 1, 1}, false, ""},
+      {1, 1, 13, 1, 20, 9, 5, 5, 1, 1, {2, 2, 2, 2}, false, "Sigmoid"},
+      {2, 4, 20, 1, 15, 40, 3, 7, 2, 1, {1, 3, 0, 2}, false, ""},
+      {1, 3, 3, 1, 13, 17, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
+      {1, 3, 3, 1, 6, 50, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
+      {2, 2, 24, 1, 70, 150, 7, 7, 2, 1, {3, 3, 3, 3}, false, "Relu"},
+      {1, 3, 16, 1, 12, 100, 7, 7, 1, 1, {3, 3, 3, 3}, false, ""},
+  });
+}
+
 // Depthwise convs of dilation 2 (MobileNetV3's last blocks in DeepLabV3 and LR-ASPP), 3x3
 // and 5x5 over planes smaller and larger than the window's reach, one partial channel
 // block and several, the padding that keeps the size and less.

@@ -9,6 +9,7 @@
 #include "kernel_ops.h"
 #include "kernel_window.h"
 #include "pointwise_rows.h"
+#include "stem.h"
 #include "unary_math.h"
 
 using namespace kiln_kernels;
@@ -756,6 +757,10 @@ struct ConvKernel {
     if constexpr (std::is_same_v<T, float> && kBlockedGemm) {
       if (params.packed_weights == 2) return RunFewPositions(call, w, act);
       if (params.packed_weights == 4) return RunGroupedTransposed(call, w, ext.group, act);
+      if (pscale == nullptr && StemFits(w, X, call->outputs[0], ext.group)) {
+        if (WideVectors()) return RunStem<v16f, 8, 3>(call, w, act, packed);
+        return RunStem<v8f, 4, 3>(call, w, act, packed);
+      }
       if (pscale == nullptr && GroupedDirectFits(w, X, ext.group, ext.ic_per_group, ext.oc_per_group)) {
         if (WideVectors()) return RunGroupedDirect<v16f>(call, w, ext.group, act, packed);
         return RunGroupedDirect<v8f>(call, w, ext.group, act, packed);
