@@ -151,8 +151,12 @@ class Fuse : public Pass {
     // (A ReduceMean removed by an earlier match has no live users, so it matches nothing.)
     for (Node* node : graph.nodes()) changed |= FuseLayerNorm(graph, node);
     graph.Compact();
-    for (Node* node : graph.nodes()) changed |= FoldTransposes(graph, node);
-    graph.Compact();
+    // Only where codegen emits the static glue: the run-time-shape glue completes a MatMul's
+    // parameters from its operands as they lie (shape_matmul), without the folded transposes.
+    if (StaticGlue(graph)) {
+      for (Node* node : graph.nodes()) changed |= FoldTransposes(graph, node);
+      graph.Compact();
+    }
     changed |= FuseChains(graph);
     return changed;
   }
@@ -275,6 +279,18 @@ class Fuse : public Pass {
   //   %q = Transpose(%x, [1,0,2]) ; %s = MatMul(%q, %kt)  =>  %s = MatMul(%x, %kt) {kiln.a_perm=[1,0,2]}
   // (ViT's and BERT's q, k and v each went through a copy into heads-major order, and the
   // attention output through one back: four passes over [tokens, width] per layer.)
+  // Whether codegen lowers the graph with static shapes: every value static, no control
+  // flow (the glue's `dynamic` rule).
+  static bool StaticGlue(const Graph& graph) {
+    for (const Value* v : graph.values()) {
+      if (!v->type().IsStatic()) return false;
+    }
+    for (const Node* node : graph.nodes()) {
+      if (node->has_subgraphs()) return false;
+    }
+    return true;
+  }
+
   static bool FoldTransposes(Graph& graph, Node* matmul) {
     if (matmul->op() != "MatMul" || matmul->inputs().size() != 2 || matmul->has_attr("kiln.activation")) return false;
     const Value* y = matmul->output(0);

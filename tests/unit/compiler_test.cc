@@ -848,6 +848,22 @@ TEST(PassTest, FuseFoldsAttentionTransposesIntoMatMul) {
   for (const Node* node : g->nodes()) {
     if (node->name() == "scores") EXPECT_FALSE(node->has_attr("kiln.a_perm")) << PrintGraph(*g);
   }
+  // Nor in a graph with a run-time shape anywhere (its glue completes a MatMul's shape from
+  // the operands as they lie).
+  std::unique_ptr<Graph> dynamic = net({37, 6, 24}, {1, 0, 2}, {1, 2, 0}, false);
+  TensorType runtime;
+  runtime.dtype = DType::kFloat32;
+  runtime.has_shape = true;
+  runtime.shape = {Dim::Symbolic("n"), Dim::Known(4)};
+  Value* d = dynamic->AddValue("d", runtime);
+  dynamic->AddInput(d);
+  Node* neg = dynamic->AddNode("Neg", "neg", {d}, {"nd"}, 13);
+  neg->output(0)->set_type(runtime);
+  dynamic->AddOutput(neg->output(0));
+  ASSERT_TRUE(RunPipeline(*dynamic, "fuse", {}, ctx).ok());
+  int transposes = 0;
+  for (const Node* node : dynamic->nodes()) transposes += node->op() == "Transpose";
+  EXPECT_EQ(transposes, 4) << PrintGraph(*dynamic);
 }
 
 // Three MobileNet-style inverted residual blocks on x[2, 24, 13, 11]: pointwise expand,
