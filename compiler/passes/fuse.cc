@@ -313,7 +313,8 @@ class Fuse : public Pass {
     for (int i = 0; i < 2; ++i) {
       const char* attr = i == 0 ? "kiln.a_perm" : "kiln.b_perm";
       Node* t = matmul->input(i)->producer();
-      if (t == nullptr || t->op() != "Transpose" || SoleUser(graph, t->output(0)) != matmul || matmul->has_attr(attr))
+      if (t == nullptr || t->op() != "Transpose" || SoleUser(graph, t->output(0)) != matmul || matmul->has_attr(attr) ||
+          matmul->input(0) == matmul->input(1))  // (one Transpose read as both operands stays)
         continue;
       const std::vector<int64_t> perm = perm_of(t);
       if (perm.size() != rank || !(perm[last] == last || (i == 1 && perm[last - 1] == last))) continue;

@@ -141,7 +141,7 @@ std::optional<std::pair<int64_t, int64_t>> LastAxisSlice(const Node* slice) {
   const int64_t width = data->type().StaticDims().back();
   auto scalar = [](const Value* v, int64_t* out) {
     if (v == nullptr || !v->is_constant() || v->constant()->num_elements() != 1) return false;
-    *out = static_cast<int64_t>(v->constant()->GetAsDouble(0));
+    *out = v->constant()->GetAsInt64(0);  // (INT64_MAX, "to the end", stays exact)
     return true;
   };
   int64_t begin = 0, end = 0, axis = 0, step = 1;  // axes default to [0, len(starts))
