@@ -947,7 +947,7 @@ void RegisterNnOps(Registry& registry) {
   RegisterPools(registry);
   // {name, min_inputs, max_inputs, constant_inputs (bitmask), infer, lower, lower_fast}
   const OpSchema ops[] = {
-      // MatMul's input 2: a bias [N] folded in by the fuse pass.
+      // MatMul's input 2: a bias [N], input 3: a residual, both folded in by the fuse pass.
       {"MatMul", 2, 4, 0, InferMatMul, LowerMatMul, LowerMatMulForArtifact},
       {"Gemm", 2, 3, 0, InferGemm, LowerGemm, LowerGemmForArtifact},
       {"Conv", 2, 5, 0, InferConv, LowerConv, LowerConvForArtifact},
