@@ -136,7 +136,7 @@ __attribute__((always_inline)) inline void PackTapRow(const Window& w, const Win
           gemm::v8f a, b;
           KILN_LOAD8(a, s2 + 2 * q);
           KILN_LOAD8(b, s2 + 2 * q + 8);
-          const gemm::v8f even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+          const gemm::v8f even = EvenLanes(a, b);
           KILN_STORE8(o + q, even);
         }
         for (; q < hi; ++q) o[q] = s2[2 * q];

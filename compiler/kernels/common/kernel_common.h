@@ -114,6 +114,33 @@ extern "C" const int32_t kiln_wide_vectors;
 inline bool WideVectors() { return kiln_wide_vectors != 0; }
 #endif
 
+// The even and the odd lanes of the concatenation of a and b (L lanes each, 8, 16 or 32;
+// any element type): a stride-2 row split in two (pooling, conv stems and im2col rows).
+template <typename V>
+__attribute__((always_inline)) inline V EvenLanes(V a, V b) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  if constexpr (L == 32) {
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40,
+                                   42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62);
+  } else if constexpr (L == 16) {
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  } else {
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+  }
+}
+template <typename V>
+__attribute__((always_inline)) inline V OddLanes(V a, V b) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  if constexpr (L == 32) {
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41,
+                                   43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+  } else if constexpr (L == 16) {
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  } else {
+    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+  }
+}
+
 // The int8 kernels' dot product (vpdpbusd: four u8 x s8 products summed into each i32
 // lane): on 512-bit vectors where the target has AVX-512 VNNI, on two 256-bit halves where
 // it has AVX-VNNI (VEX-encoded, as on CPUs without AVX-512), plain i32 arithmetic

@@ -74,8 +74,7 @@ inline void StemFillRow(const float* src, int64_t count, int64_t left, const Ste
     gemm::v8f a, b;
     KILN_LOAD8(a, src + 2 * j);
     KILN_LOAD8(b, src + 2 * j + 8);
-    const gemm::v8f e = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
-    const gemm::v8f o = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+    const gemm::v8f e = EvenLanes(a, b), o = OddLanes(a, b);
     KILN_STORE8(even + j, e);
     KILN_STORE8(odd + j, o);
   }

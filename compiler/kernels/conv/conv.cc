@@ -149,8 +149,7 @@ inline void FillGroupedPlanes(const float* x, int64_t icg, const Window& w, cons
         gemm::v8f a, b;
         KILN_LOAD8(a, xc + j);
         KILN_LOAD8(b, xc + j + 8);
-        const gemm::v8f e = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
-        const gemm::v8f o = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+        const gemm::v8f e = EvenLanes(a, b), o = OddLanes(a, b);
         KILN_STORE8(evens + j / 2, e);
         KILN_STORE8(odds + j / 2, o);
       }

@@ -85,32 +85,6 @@ static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
 // pad 1 (ResNet) 0.17 -> 0.11 and 0.091 -> 0.059; 128x55x55 0.080 -> 0.060 and 0.043 -> 0.038.
 constexpr int64_t kPoolRowFloats = 4096;  // the row buffer: padded input rows this wide at most
 
-// The even and the odd lanes of the concatenation of a and b (L lanes each, 8, 16 or 32).
-template <typename V>
-__attribute__((always_inline)) inline V EvenLanes(V a, V b) {
-  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
-  if constexpr (L == 32) {
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40,
-                                   42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62);
-  } else if constexpr (L == 16) {
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  } else {
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
-  }
-}
-template <typename V>
-__attribute__((always_inline)) inline V OddLanes(V a, V b) {
-  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
-  if constexpr (L == 32) {
-    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41,
-                                   43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
-  } else if constexpr (L == 16) {
-    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  } else {
-    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
-  }
-}
-
 // T: float (V v8f or v16f, padding -inf), or uint8_t (V 32 bytes, padding 0, the smallest
 // u8: int8 ResNet's stem, whose conv result is quantized before the pool, as max pooling
 // commutes with QuantizeLinear's rounding).

@@ -735,8 +735,7 @@ inline void PackColumns(const QConvParams& q, const uint8_t* x4, int64_t j0, int
               v16i a, b;
               memcpy(&a, src + k * 8, 64);
               memcpy(&b, src + k * 8 + 64, 64);
-              const v16i even =
-                  __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+              const v16i even = EvenLanes(a, b);
               memcpy(out + k, &even, 64);
             }
           } else {
