@@ -134,7 +134,12 @@ TEST(Bf16Test, TargetWithoutAvx512Bf16GetsTheFp32Pipeline) {
   *spec.mutable_target() = *ResolveTarget(spec.target());
   spec.mutable_quantization()->set_precision("bf16");
   EXPECT_EQ(Bf16Unavailable(spec.target()), "");
+  // (without the layout pass's blocked ResNet-style runs, which AVX-512 targets get in f32:
+  // bf16 marks the Convs they would take)
   EXPECT_EQ(PrintPipeline(*PipelineFor(spec)), kBf16Pipeline);
+  spec.mutable_quantization()->set_precision("fp32");
+  EXPECT_EQ(PrintPipeline(*PipelineFor(spec)),
+            absl::StrReplaceAll(kDefaultPipeline, {{"layout", "layout{dense-runs=on}"}}));
 }
 
 // A bf16 job's verdict: a classifier-shaped output by top-1 agreement, any other by its

@@ -965,8 +965,85 @@ TEST(PassTest, LayoutRunsConvChainsBlocked) {
   CheckBlockedChain(true);
 }
 
-// Runs without a depthwise conv (ResNet's), and runs with too few convs for the layout
-// changes they need (a lone depthwise conv), stay in NCHW.
+// Two ResNet bottlenecks, x[2, 256, 4, 4] -> 1x1 (256 -> 64, ReLU) -> 3x3 (64 -> 64, ReLU)
+// -> 1x1 (64 -> 256) + the block's input -> ReLU. The first block's expand and the second's
+// reduce and expand join into one run through the residual (70 multiply-adds per element of
+// the tensors it changes: x, two 3x3 results in, a reduce result and the output out); the
+// first reduce alone would change x and its result for 51.
+std::unique_ptr<Graph> BottleneckNet() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {2, 256, 4, 4}));
+  g->AddInput(x);
+  uint32_t seed = 400;
+  auto conv = [&](Value* in, int64_t c, int64_t oc, int64_t k, const std::string& name, Value* residual) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c * k * k));
+    Node* n = g->AddNode("Conv", name,
+                         {in, g->AddConstant(name + ".w", Random({oc, c, k, k}, seed++, scale)),
+                          g->AddConstant(name + ".b", Random({oc}, seed++, 0.3f))},
+                         {name + ".y"}, 13);
+    n->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
+    Value* y = n->output(0);
+    if (residual != nullptr) y = g->AddNode("Add", name + ".add", {y, residual}, {name + ".sum"}, 13)->output(0);
+    return g->AddNode("Relu", name + ".act", {y}, {name + ".a"}, 13)->output(0);
+  };
+  for (const std::string block : {"b1", "b2"}) {
+    Value* reduced = conv(x, 256, 64, 1, block + ".reduce", nullptr);
+    Value* mixed = conv(reduced, 64, 64, 3, block + ".mix", nullptr);
+    x = conv(mixed, 64, 256, 1, block + ".expand", x);
+  }
+  return WithOutput(std::move(g), x);
+}
+
+// dense-runs=on: a run with no depthwise conv that does enough work per changed element
+// (the bottlenecks' 1x1 convs) runs blocked, its 3x3 convs between layout changes, and
+// computes what the plain graph does on every tile target; off (the default), it stays NCHW.
+TEST(PassTest, LayoutDenseRunsBlockBottlenecks) {
+  for (const bool on : {true, false}) {
+    SCOPED_TRACE(on ? "dense-runs=on" : "dense-runs=off");
+    const std::string pipeline = on ? "fuse,dce,layout{dense-runs=on}" : "fuse,dce,layout";
+    std::unique_ptr<Graph> g = BottleneckNet();
+    PassContext ctx;
+    ASSERT_TRUE(RunPipeline(*g, pipeline, {}, ctx).ok());
+    std::map<std::string, int> ops;
+    for (const Node* node : g->nodes()) ++ops[node->op()];
+    EXPECT_EQ(ops["kiln.BlockedConv"], on ? 3 : 0) << PrintGraph(*g);
+    EXPECT_EQ(ops["Conv"], on ? 3 : 6) << PrintGraph(*g);
+    EXPECT_EQ(ops["kiln.ToBlocked"], on ? 3 : 0) << PrintGraph(*g);
+    EXPECT_EQ(ops["kiln.FromBlocked"], on ? 2 : 0) << PrintGraph(*g);
+  }
+  for (const std::string& target : TileTargets()) {
+    SCOPED_TRACE(target);
+    EXPECT_LT(CompiledVsReference(BottleneckNet(), BottleneckNet(), "fuse,dce,layout{dense-runs=on}", target), 1e-5);
+  }
+  // A squeeze-sized run (two 1x1 convs of 16 channels over 81 positions: 16 multiply-adds
+  // per changed element) stays NCHW even so.
+  std::unique_ptr<Graph> small = ResidualNet(1, 16, 16, 9, 9, Residual::kShortcutConv, "Relu");
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*small, "fuse,dce,layout{dense-runs=on}", {}, ctx).ok());
+  for (const Node* node : small->nodes()) EXPECT_EQ(node->op().rfind("kiln.", 0), std::string::npos);
+}
+
+// The driver turns dense-runs on for targets with AVX-512 and leaves it off elsewhere, and
+// a pipeline that sets it keeps its choice.
+TEST(PassTest, PipelineForTurnsDenseRunsOnWithAvx512) {
+  for (const auto& [preset, layout] : std::vector<std::pair<std::string, std::string>>{
+           {"znver4", "layout{dense-runs=on}"}, {"x86-64-v3", "layout"}, {"aarch64", "layout"}}) {
+    SCOPED_TRACE(preset);
+    v1::CompileSpec spec;
+    spec.mutable_target()->set_preset(preset);
+    *spec.mutable_target() = *ResolveTarget(spec.target());
+    absl::StatusOr<Pipeline> pipeline = PipelineFor(spec);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    EXPECT_THAT(PrintPipeline(*pipeline), HasSubstr("," + layout + ",plan-memory"));
+    for (const std::string choice : {"on", "off"}) {
+      spec.set_pipeline("fuse,layout{dense-runs=" + choice + "},plan-memory");
+      EXPECT_EQ(PrintPipeline(*PipelineFor(spec)), "fuse,layout{dense-runs=" + choice + "},plan-memory");
+    }
+  }
+}
+
+// Runs without a depthwise conv (ResNet's) while dense-runs is off, and runs with too few
+// convs for the layout changes they need (a lone depthwise conv), stay in NCHW.
 TEST(PassTest, LayoutLeavesShortOrPointwiseRunsAlone) {
   for (int which = 0; which < 2; ++which) {
     std::unique_ptr<Graph> g = which == 0 ? ResidualNet(1, 16, 16, 9, 9, Residual::kShortcutConv, "Relu")
