@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kiln against ONNX Runtime (the CPU library onnxruntime-node ships) on the bench set.
 #   bench/run.sh [--models a,b,...] [--threads "1 2"] [--iters N] [--iters-b8 N] [--rounds R]
-#                [--rounds-b8 R] [--skip-install] [--no-check-b8]
+#                [--rounds-b8 R] [--min-ms M] [--skip-install] [--no-check-b8]
 # The default set (issue 22's): the five first bench models and BERT-tiny; ConvNeXt-T,
 # GoogLeNet, RegNetY-400MF, ViT-S/16, a GPT-style decoder, VGG-11, ResNeXt-50,
 # MobileNetV3-small, EfficientNetV2-S, Swin-T, the two segmentation models, R3D-18, the two
@@ -14,7 +14,9 @@
 # bench/ort_bench.js with the same inputs and thread count. Each model is first checked by
 # kiln-model-check (artifact vs reference interpreter, <= 1e-4 x output scale, and vs
 # PyTorch's outputs, <= 1e-3 x scale). Timing alternates the two runtimes R rounds (default
-# 3 at batch 1, 1 at batch 8), each a median of N runs; the table gives the median of the
+# 3 at batch 1, 1 at batch 8), each a median of N runs (default 20 at batch 1, 5 at batch 8),
+# more where N runs of Kiln's artifact would take under M ms (default 500; at most 200
+# runs), so small models are not timed by a handful of runs; the table gives the median of the
 # rounds' medians and each round's ratio, so a neighbour taking the machine during one
 # runtime's turn shows as one outlying round. --no-check-b8 skips the check at batch 8 (the
 # reference interpreter's plain loops take minutes on VGG-11 or BERT-base at batch 8; the
@@ -33,10 +35,11 @@ iters=20
 iters_b8=5
 rounds=3
 rounds_b8=1
+min_ms=500
 install=1
 check_b8=1
 source bench/lib.sh
-bench_args "$0" 24 "$@"
+bench_args "$0" 25 "$@"
 [ $install = 1 ] && bash deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 ninja -C build kiln kiln-model-check >&2
@@ -62,8 +65,8 @@ compile_rows=()
 memory_rows=()
 for m in ${models//,/ }; do
   so=bench/models/$m.so
-  batch=1; n=$iters; r=$rounds
-  case $m in *_b8) batch=8; n=$iters_b8; r=$rounds_b8 ;; esac
+  batch=1; base_n=$iters; r=$rounds
+  case $m in *_b8) batch=8; base_n=$iters_b8; r=$rounds_b8 ;; esac
   "$kiln" compile "bench/models/$m.onnx" -o "$so" --report "$tmp/$m.report.json" >&2
   compile_rows+=("$(/usr/bin/python3 - "$m" "$tmp/$m.report.json" <<'EOF'
 import json, sys
@@ -101,6 +104,10 @@ EOF
   fi
   for t in $threads; do
     ks=() os=()
+    # Each median over at least min_ms of runs: a 4 ms model's few runs at batch 8 gave
+    # ratios from 0.75 to 2 on this shared machine (probed by 3 runs of Kiln's artifact).
+    probe=$("$kiln" bench "$so" "${shapes[@]}" --threads "$t" --iters 3 --warmup 1 | field median_ms)
+    n=$(/usr/bin/python3 -c "import math; print(max($base_n, min(200, math.ceil($min_ms / max($probe, 1e-3)))))")
     for ((round = 1; round <= r; ++round)); do
       rss=$(peak_rss "$tmp/k.json" "$kiln" bench "$so" "${shapes[@]}" --threads "$t" --iters "$n")
       [ $round = 1 ] && kiln_rss=$rss
