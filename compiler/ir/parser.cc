@@ -8,6 +8,7 @@
 // `body: graph NAME(...) { ... }`, a graph of its own (closed: its own names only).
 // The printer's "#digest" form of a large constant names no values and is refused.
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <map>
 
@@ -18,6 +19,14 @@
 
 namespace kiln {
 namespace {
+
+// A number token: its value as a double, and an integer token's exact value (a uint64
+// past INT64_MAX kept as its bits), which a double would round past 2^53.
+struct NumberToken {
+  double value = 0;
+  bool is_float = false;  // written as a float (1.0, 1e-5, inf, nan)
+  int64_t integer = 0;    // when !is_float
+};
 
 void SetElement(Tensor& t, int64_t i, double v) {
   void* p = t.data();
@@ -43,6 +52,19 @@ void SetElement(Tensor& t, int64_t i, double v) {
     case DType::kUInt64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v); break;
     case DType::kBool: static_cast<bool*>(p)[i] = v != 0; break;
     default: break;
+  }
+}
+
+// An integer token goes into an integer tensor exactly.
+void SetElement(Tensor& t, int64_t i, const NumberToken& n) {
+  if (n.is_float || IsFloat(t.dtype()) || t.dtype() == DType::kBool) return SetElement(t, i, n.value);
+  void* p = t.data();
+  switch (t.dtype()) {
+    case DType::kInt64: static_cast<int64_t*>(p)[i] = n.integer; break;
+    case DType::kUInt64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(n.integer); break;
+    case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(n.integer); break;
+    case DType::kUInt32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(n.integer); break;
+    default: SetElement(t, i, n.value); break;  // 16 bits and fewer: exact as a double
   }
 }
 
@@ -126,8 +148,8 @@ class Parser {
     ++pos_;
     return out;
   }
-  // A number token; *is_float says whether it was written as a float (1.0, 1e-5, inf, nan).
-  absl::StatusOr<double> Number(bool* is_float) {
+  // A number token.
+  absl::StatusOr<NumberToken> ReadNumber() {
     SkipSpace();
     size_t start = pos_;
     if (pos_ < text_.size() && (text_[pos_] == '-' || text_[pos_] == '+')) ++pos_;
@@ -139,10 +161,28 @@ class Parser {
     std::string token(text_.substr(start, pos_ - start));
     if (token.empty()) return Error("expected a number");
     char* end = nullptr;
-    double v = std::strtod(token.c_str(), &end);
+    NumberToken n;
+    n.value = std::strtod(token.c_str(), &end);
     if (end != token.c_str() + token.size()) return Error("'" + token + "' is not a number");
-    *is_float = token.find_first_of(".eEnN") != std::string::npos;  // also inf, nan
-    return v;
+    n.is_float = token.find_first_of(".eEnN") != std::string::npos;  // also inf, nan
+    if (!n.is_float) {
+      errno = 0;
+      if (token[0] == '-') {
+        n.integer = std::strtoll(token.c_str(), &end, 10);
+      } else {
+        n.integer = static_cast<int64_t>(std::strtoull(token.c_str(), &end, 10));
+      }
+      if (errno == ERANGE || end != token.c_str() + token.size()) {
+        return Error("'" + token + "' is not a 64-bit integer");
+      }
+    }
+    return n;
+  }
+  // An integer token (a dimension, an opset) exactly; a float is an error.
+  absl::StatusOr<int64_t> Integer() {
+    KILN_ASSIGN_OR_RETURN(NumberToken n, ReadNumber());
+    if (n.is_float) return Error(absl::StrCat("expected an integer, not ", n.value));
+    return n.integer;
   }
   absl::StatusOr<std::string> ValueName() {
     if (!Accept('%')) return Error("expected a value name (%name)");
@@ -183,9 +223,8 @@ class Parser {
       if (Accept('?')) {
         type.shape.push_back(Dim{});
       } else if (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        bool is_float = false;
-        KILN_ASSIGN_OR_RETURN(auto n, Number(&is_float));
-        type.shape.push_back(Dim::Known(static_cast<int64_t>(n)));
+        KILN_ASSIGN_OR_RETURN(int64_t n, Integer());
+        type.shape.push_back(Dim::Known(n));
       } else {
         std::string symbol = Word();
         if (symbol.empty()) return Error("expected a dimension");
@@ -201,19 +240,18 @@ class Parser {
     if (!type.IsStatic()) return Error("a constant needs a static shape");
     auto tensor = std::make_shared<Tensor>(type.dtype, type.StaticDims());
     const int64_t n = tensor->num_elements();
-    bool is_float = false;
     if (Peek('#'))
       return Error("a constant printed as a digest has no values; write them, or splat(v) or random(seed)");
     if (AcceptWord("splat")) {
       KILN_RETURN_IF_ERROR(Expect('('));
-      KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
+      KILN_ASSIGN_OR_RETURN(NumberToken v, ReadNumber());
       for (int64_t i = 0; i < n; ++i) SetElement(*tensor, i, v);
       KILN_RETURN_IF_ERROR(Expect(')'));
       return tensor;
     }
     if (AcceptWord("random")) {
       KILN_RETURN_IF_ERROR(Expect('('));
-      KILN_ASSIGN_OR_RETURN(auto seed, Number(&is_float));
+      KILN_ASSIGN_OR_RETURN(int64_t seed, Integer());
       uint64_t state = static_cast<uint64_t>(seed) * 6364136223846793005ull + 1442695040888963407ull;
       for (int64_t i = 0; i < n; ++i) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -228,7 +266,7 @@ class Parser {
     int64_t count = 0;
     if (!Accept(']')) {
       do {
-        KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
+        KILN_ASSIGN_OR_RETURN(NumberToken v, ReadNumber());
         if (count < n) SetElement(*tensor, count, v);
         ++count;
       } while (Accept(','));
@@ -252,16 +290,17 @@ class Parser {
         return AttrValue(items);
       }
       std::vector<double> values;
+      std::vector<int64_t> integers;
       bool any_float = false;
       do {
-        bool is_float = false;
-        KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
-        values.push_back(v);
-        any_float |= is_float;
+        KILN_ASSIGN_OR_RETURN(NumberToken v, ReadNumber());
+        values.push_back(v.value);
+        integers.push_back(v.integer);
+        any_float |= v.is_float;
       } while (Accept(','));
       KILN_RETURN_IF_ERROR(Expect(']'));
       if (any_float) return AttrValue(values);
-      return AttrValue(std::vector<int64_t>(values.begin(), values.end()));
+      return AttrValue(integers);
     }
     if (AcceptWord("graph")) {  // read from the block after the node's line
       auto subgraph = std::make_shared<Graph>();
@@ -275,10 +314,9 @@ class Parser {
       KILN_ASSIGN_OR_RETURN(auto tensor, TensorValues(type));
       return AttrValue(std::shared_ptr<const Tensor>(tensor));
     }
-    bool is_float = false;
-    KILN_ASSIGN_OR_RETURN(auto v, Number(&is_float));
-    if (is_float) return AttrValue(v);
-    return AttrValue(static_cast<int64_t>(v));
+    KILN_ASSIGN_OR_RETURN(NumberToken v, ReadNumber());
+    if (v.is_float) return AttrValue(v.value);
+    return AttrValue(v.integer);
   }
 
   // ITEM, ITEM, ...: one or more, each read by `item`.
@@ -320,8 +358,7 @@ class Parser {
     }
     int opset = 17;
     if (AcceptWord("opset")) {
-      bool is_float = false;
-      KILN_ASSIGN_OR_RETURN(auto n, Number(&is_float));
+      KILN_ASSIGN_OR_RETURN(int64_t n, Integer());
       opset = static_cast<int>(n);
     }
     graph_->set_opset(opset);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -83,6 +84,38 @@ TEST(PassTest, FoldConstantsEvaluatesShapeArithmetic) {
   ASSERT_TRUE(g.outputs()[0]->is_constant());
   EXPECT_EQ(g.outputs()[0]->constant()->GetAsInt64(0), 4);
   EXPECT_EQ(g.outputs()[0]->constant()->GetAsInt64(1), 6);
+}
+
+// The IR text reads integers exactly: 64-bit values past a double's 53 bits of mantissa
+// (INT64_MAX, Slice's "to the end") in constants and attributes, and prints them back so.
+TEST(IrTextTest, IntegersReadExactlyPastADoublesMantissa) {
+  const std::string text =
+      "graph main(%x: i64[3]) {\n"
+      "  %c = constant i64[3] [9223372036854775807, -9223372036854775807, 9007199254740993]\n"
+      "  %u = constant u64[1] [18446744073709551615]\n"
+      "  %s = constant i64[2] splat(9007199254740993)\n"
+      "  %y = Add(%x, %c) {big=9223372036854775807, list=[9007199254740993, -2]} : i64[3]\n"
+      "  return %y, %u, %s\n"
+      "}\n";
+  absl::StatusOr<std::unique_ptr<Graph>> g = ParseGraph(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const Node* add = (*g)->nodes().back();
+  EXPECT_EQ(add->GetInt("big", 0), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(add->GetInts("list", {}), (std::vector<int64_t>{9007199254740993, -2}));
+  const Tensor& c = *add->input(1)->constant();
+  EXPECT_EQ(c.data_as<int64_t>()[0], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(c.data_as<int64_t>()[1], -std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(c.data_as<int64_t>()[2], 9007199254740993);
+  EXPECT_EQ((*g)->outputs()[1]->constant()->data_as<uint64_t>()[0], std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ((*g)->outputs()[2]->constant()->data_as<int64_t>()[1], 9007199254740993);
+  EXPECT_THAT(PrintGraph(**g), HasSubstr("[9223372036854775807, -9223372036854775807, 9007199254740993]"));
+  // Past 64 bits, or a fraction where an integer is due, is an error naming the token.
+  EXPECT_THAT(std::string(ParseGraph("graph main(%x: i64[3]) {\n  %c = constant i64[1] [99999999999999999999]\n"
+                                     "  return %c\n}\n")
+                              .status()
+                              .message()),
+              HasSubstr("'99999999999999999999' is not a 64-bit integer"));
+  EXPECT_FALSE(ParseGraph("graph main(%x: f32[2.5]) {\n  return %x\n}\n").ok());
 }
 
 TEST(PassTest, PipelineRejectsUnknownPass) {
