@@ -116,29 +116,30 @@ inline bool WideVectors() { return kiln_wide_vectors != 0; }
 
 // The even and the odd lanes of the concatenation of a and b (L lanes each, 8, 16 or 32;
 // any element type): a stride-2 row split in two (pooling, conv stems and im2col rows).
-template <typename V>
-__attribute__((always_inline)) inline V EvenLanes(V a, V b) {
+// kFirst 0 takes lanes 0, 2, 4, ..., 1 takes lanes 1, 3, 5, ....
+template <int kFirst, typename V>
+__attribute__((always_inline)) inline V EveryOtherLane(V a, V b) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  constexpr int F = kFirst;
   if constexpr (L == 32) {
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40,
-                                   42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62);
+    return __builtin_shufflevector(a, b, F, F + 2, F + 4, F + 6, F + 8, F + 10, F + 12, F + 14, F + 16, F + 18, F + 20,
+                                   F + 22, F + 24, F + 26, F + 28, F + 30, F + 32, F + 34, F + 36, F + 38, F + 40,
+                                   F + 42, F + 44, F + 46, F + 48, F + 50, F + 52, F + 54, F + 56, F + 58, F + 60,
+                                   F + 62);
   } else if constexpr (L == 16) {
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return __builtin_shufflevector(a, b, F, F + 2, F + 4, F + 6, F + 8, F + 10, F + 12, F + 14, F + 16, F + 18, F + 20,
+                                   F + 22, F + 24, F + 26, F + 28, F + 30);
   } else {
-    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+    return __builtin_shufflevector(a, b, F, F + 2, F + 4, F + 6, F + 8, F + 10, F + 12, F + 14);
   }
 }
 template <typename V>
+__attribute__((always_inline)) inline V EvenLanes(V a, V b) {
+  return EveryOtherLane<0>(a, b);
+}
+template <typename V>
 __attribute__((always_inline)) inline V OddLanes(V a, V b) {
-  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
-  if constexpr (L == 32) {
-    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41,
-                                   43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
-  } else if constexpr (L == 16) {
-    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  } else {
-    return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
-  }
+  return EveryOtherLane<1>(a, b);
 }
 
 // The int8 kernels' dot product (vpdpbusd: four u8 x s8 products summed into each i32
