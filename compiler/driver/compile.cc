@@ -470,10 +470,9 @@ absl::StatusOr<Pipeline> PipelineFor(const v1::CompileSpec& spec) {
   // The blocked layout's pointwise tiles take AVX-512's 32 registers; with them, ResNet-style
   // chains run blocked too (layout.cc), unless the pipeline says otherwise, or bf16 runs:
   // its pass (after layout) marks Convs, which blocked ones no longer are.
-  const auto& features = spec.target().features();
   PassInvocation* layout = FindInvocation(pipeline, "layout");
   if (layout != nullptr && !bf16 && layout->Choice("dense-runs") == "auto" &&
-      std::find(features.begin(), features.end(), "+avx512f") != features.end()) {
+      TargetHasFeature(spec.target(), "+avx512f")) {
     KILN_RETURN_IF_ERROR(layout->Set("dense-runs", "on"));
   }
   return pipeline;

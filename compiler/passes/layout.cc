@@ -96,11 +96,7 @@ int EligibleKind(const Node* node) {
 }
 
 // Elements of a static value.
-double Elements(const Value* v) {
-  double n = 1;
-  for (int64_t d : v->type().StaticDims()) n *= static_cast<double>(d);
-  return n;
-}
+double Elements(const Value* v) { return static_cast<double>(NumElements(v->type().StaticDims())); }
 
 class Layout : public Pass {
  public:

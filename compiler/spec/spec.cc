@@ -181,13 +181,15 @@ bool IsLossy(const v1::CompileSpec& spec) {
          spec.pruning().channels() > 0 || spec.pruning().weights() > 0;
 }
 
+bool TargetHasFeature(const v1::Target& target, absl::string_view feature) {
+  return std::find(target.features().begin(), target.features().end(), feature) != target.features().end();
+}
+
 std::string Bf16Unavailable(const v1::Target& target) {
   const std::string name = target.preset().empty() ? target.cpu() : target.preset();
   if (target.triple().rfind("x86_64", 0) != 0)
     return absl::StrCat("target ", name, " (", target.triple(), ") is not x86-64 with avx512bf16");
-  for (const std::string& feature : target.features()) {
-    if (feature == "+avx512bf16") return "";
-  }
+  if (TargetHasFeature(target, "+avx512bf16")) return "";
   return absl::StrCat("target ", name, " has no avx512bf16");
 }
 

@@ -42,6 +42,9 @@ bool IsLossy(const v1::CompileSpec& spec);
 // "target x86-64-v3 has no avx512bf16", or "" when the target has it.
 std::string Bf16Unavailable(const v1::Target& target);
 
+// Whether the resolved target's feature list holds `feature` ("+avx512f").
+bool TargetHasFeature(const v1::Target& target, absl::string_view feature);
+
 // The worst error a bf16 build's output that is not a classifier's may have, relative to
 // its scale (max |reference|): bf16 keeps 8 significant bits (relative rounding 2^-9 per
 // operand) and a deep network's layers add their errors up. BERT-base's outputs measured
