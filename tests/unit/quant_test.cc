@@ -495,6 +495,113 @@ TEST(QuantTest, IntegerConvsMatchPlainLoops) {
   }
 }
 
+// A QLinearConv (3x3, stride 1) that artifacts run as the integer Winograd kernel.
+struct QWinogradCase {
+  int64_t N, C, H, W, OC;
+  std::vector<int64_t> pads;  // top, left, bottom, right
+  DType x_type, y_type;
+  bool relu;
+  int w_lo, w_hi;         // the weights' range (the zero points are 0)
+  int64_t max_steps;      // how far an output may be from the exact requantized sum
+  double exact_fraction;  // how many outputs at least must equal it
+};
+
+// Integer Winograd F(4x4, 3x3) (kernels/quant/qwinograd.cc) against the exact sums,
+// requantized: every output within one step, and all but a few exactly equal (the kernel's
+// f32 output transform rounds). Each case must take qconv_winograd, on every int8 target
+// (the AVX-512 VNNI products and the plain ones) at 1 and 2 threads. Cases: u8 X with zero
+// point 128, partial tiles at the bottom and right, 80 output channels (a group of four
+// 16-channel panels and a group of one), relu; s8 X and Y, two images, no padding, 48
+// output channels (a group of three); asymmetric pads; and 256 input channels of weights
+// all near 127 against X up to 255, where the worst case of an i32 sum would pass 2^31 and
+// lowering scales U down (its rounding moves some outputs by a step).
+TEST(QuantTest, WinogradConvMatchesExactSumsWithinAStep) {
+  const QWinogradCase cases[] = {
+      {1, 16, 17, 18, 80, {1, 1, 1, 1}, DType::kUInt8, DType::kUInt8, true, -127, 127, 1, 0.995},
+      {2, 32, 16, 16, 48, {0, 0, 0, 0}, DType::kInt8, DType::kInt8, false, -127, 127, 1, 0.995},
+      {1, 32, 20, 20, 64, {0, 1, 2, 1}, DType::kUInt8, DType::kUInt8, false, -127, 127, 1, 0.995},
+      {1, 256, 18, 18, 32, {0, 0, 0, 0}, DType::kUInt8, DType::kUInt8, false, 120, 127, 2, 0.7},
+  };
+  for (const QWinogradCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "N " << c.N << " C " << c.C << " H " << c.H << " OC " << c.OC);
+    const int64_t OH = c.H + c.pads[0] + c.pads[2] - 2, OW = c.W + c.pads[1] + c.pads[3] - 2;
+    const bool x_u8 = c.x_type == DType::kUInt8;
+    auto x = RandomInts(c.x_type, {c.N, c.C, c.H, c.W}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 41);
+    auto w = RandomInts(DType::kInt8, {c.OC, c.C, 3, 3}, c.w_lo, c.w_hi, 42);
+    auto w_scale = FloatsIn({c.OC}, 0.002f, 0.006f, 43);
+    auto w_zero = RandomInts(DType::kInt8, {c.OC}, 0, 0, 44);
+    const int64_t x_zero = c.w_lo > 0 ? 0 : (x_u8 ? 128 : -3), y_zero = x_u8 ? 128 : 5;
+    const float x_scale = 0.02f;
+    // Y's scale and the bias put the sums' spread over about 60 steps around Y's zero point.
+    const double mean_x = (x_u8 ? 127.5 : -0.5) - static_cast<double>(x_zero), mean_w = (c.w_lo + c.w_hi) / 2.0;
+    const double spread = std::sqrt(9.0 * c.C) * 74.0 * std::max(74.0, std::abs(mean_w)) * x_scale * 0.004;
+    const float y_scale = static_cast<float>(spread / 30);
+    auto bias = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{c.OC});
+    for (int64_t oc = 0; oc < c.OC; ++oc)
+      bias->data_as<int32_t>()[oc] = static_cast<int32_t>(-9.0 * c.C * mean_x * mean_w + oc * 37);
+    auto build = [&] {
+      auto g = std::make_unique<Graph>();
+      Value* in = g->AddValue("x", TensorType::Static(c.x_type, {c.N, c.C, c.H, c.W}));
+      g->AddInput(in);
+      Node* conv = g->AddNode(
+          "QLinearConv", "conv",
+          {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})),
+           g->AddConstant("xz", ScalarOf(c.x_type, x_zero)), g->AddConstant("w", w), g->AddConstant("ws", w_scale),
+           g->AddConstant("wz", w_zero), g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})),
+           g->AddConstant("yz", ScalarOf(c.y_type, y_zero)), g->AddConstant("b", bias)},
+          {"y"}, 10);
+      conv->mutable_attrs()["pads"] = c.pads;
+      if (c.relu) conv->mutable_attrs()["kiln.relu"] = int64_t{1};
+      g->AddOutput(conv->output(0));
+      auto st = InferTypes(*g);
+      EXPECT_TRUE(st.ok()) << st;
+      return g;
+    };
+    {
+      auto g = build();
+      auto call = LowerForArtifact(*FindOp("QLinearConv"), *g->nodes()[0]);
+      ASSERT_TRUE(call.ok()) << call.status();
+      ASSERT_EQ(call->kernel, "qconv_winograd");
+    }
+    auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
+    std::vector<int64_t> want;
+    for (int64_t n = 0; n < c.N; ++n) {
+      for (int64_t oc = 0; oc < c.OC; ++oc) {
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t s = bias->data_as<int32_t>()[oc];
+            for (int64_t ic = 0; ic < c.C; ++ic) {
+              for (int64_t tap = 0; tap < 9; ++tap) {
+                const int64_t ih = oh - c.pads[0] + tap / 3, iw = ow - c.pads[1] + tap % 3;
+                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                s += (at(*x, ((n * c.C + ic) * c.H + ih) * c.W + iw) - x_zero) * at(*w, (oc * c.C + ic) * 9 + tap);
+              }
+            }
+            const int64_t y = Requantize(s, x_scale * w_scale->data_as<float>()[oc] / y_scale, y_zero, c.y_type);
+            want.push_back(c.relu ? std::max(y, y_zero) : y);
+          }
+        }
+      }
+    }
+    int64_t unsaturated = 0;  // the sums must spread over Y's range, not pile up at its ends
+    for (int64_t v : want) unsaturated += v > (x_u8 ? 0 : -128) && v < (x_u8 ? 255 : 127);
+    EXPECT_GT(unsaturated, static_cast<int64_t>(want.size()) * 9 / 10);
+    for (const std::string& target : Int8Targets()) {
+      SCOPED_TRACE(target);
+      auto g = build();
+      for (const Tensor& out : RunArtifact(*g, kDefaultPipeline, *x, {1, 2}, target)) {
+        ASSERT_EQ(out.num_elements(), static_cast<int64_t>(want.size()));
+        int64_t equal = 0;
+        for (int64_t i = 0; i < out.num_elements(); ++i) {
+          ASSERT_LE(std::abs(at(out, i) - want[i]), c.max_steps) << "element " << i << ": want " << want[i];
+          equal += at(out, i) == want[i];
+        }
+        EXPECT_GE(equal, static_cast<int64_t>(c.exact_fraction * out.num_elements()));
+      }
+    }
+  }
+}
+
 // MaxPool then QuantizeLinear runs as QuantizeLinear then a u8 MaxPool (fold-qdq; exact,
 // as quantizing never reverses an order): u8 rows of 32 outputs or more take the row walk
 // (ResNet's 112x112 with pads 1, a 261-wide row, 65 wide: 32 outputs, one vector exactly,
