@@ -366,7 +366,12 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
 // pairs in groups of four 16-channel panels (the last group may have fewer),
 // [36][OC/64][C/2][4][16][2]; F [36][OC] f32; the bias and multipliers f32 [OC].
 // Node attribute kiln.algorithm "direct" keeps the direct kernel.
-constexpr int64_t kQWinogradScratchBudget = int64_t{4} << 20;  // bytes of V and M per chunk of tiles
+// Bytes of V and M per chunk of tiles: a small U's chunks stay small, so that the chunks
+// reuse one scratch that stays in cache (ResNet-50 int8's first 56 x 56 conv, whose
+// scratch the stem's tensors had evicted, ran 0.73-0.81 -> 0.58 ms with 1 MiB chunks
+// rather than 4 MiB); a U over the kernel's block (512 KiB) takes every tile of an image in
+// one chunk (up to 8 MiB), as each chunk reads all of U.
+constexpr int64_t kQWinogradSmallUChunk = int64_t{1} << 20, kQWinogradLargeUChunk = int64_t{8} << 20;
 // U's bytes per tile above which the direct kernel is faster: the products then wait on
 // U from memory. ResNet-50's 14 x 14 convs at batch 1 (256 channels, 16 tiles, 4.6 MiB of
 // U, 295 KiB a tile) measured 0.58-0.60 ms against the direct kernel's 0.54-0.56.
@@ -470,7 +475,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvWinograd(const Node& n
                                               KernelOperand{-1, bias}, KernelOperand{-1, multipliers}},
                                              params);
   const int64_t per_tile = 36 * (2 * C + 4 * OC);
-  int64_t chunk = std::max<int64_t>(6, kQWinogradScratchBudget / per_tile / 6 * 6);
+  const int64_t budget = 36 * C * OC * 2 > (int64_t{512} << 10) ? kQWinogradLargeUChunk : kQWinogradSmallUChunk;
+  int64_t chunk = std::max<int64_t>(6, budget / per_tile / 6 * 6);
   chunk = std::max(std::min(chunk, tiles), xd[0]);  // a chunk holds a tile of every image
   const int64_t padded = xd[0] * C * (tiles_h * 4 + 2) * (tiles_w * 4 + 2);
   call.scratch_bytes = (padded + 63) / 64 * 64 + chunk * per_tile;

@@ -31,9 +31,9 @@ typedef int16_t v16s __attribute__((vector_size(32)));
 typedef uint8_t v16b __attribute__((vector_size(16)));
 typedef int8_t v16c __attribute__((vector_size(16)));
 
-constexpr int64_t kLanes = 16;                  // channels per vector in the transforms
-constexpr int kRows = 6;                        // tiles per register tile of the products
-constexpr int kPanels = 4;                      // 16-channel panels of U per register tile
+constexpr int64_t kLanes = 16;                       // channels per vector in the transforms
+constexpr int kRows = 6;                             // tiles per register tile of the products
+constexpr int kPanels = 4;                           // 16-channel panels of U per register tile
 constexpr int64_t kBlockBytes = int64_t{512} << 10;  // V and M of a job's block of tiles
 constexpr int64_t kSplitUBytes = int64_t{2} << 20;   // U above which the products split over U
 
@@ -173,7 +173,7 @@ KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t tc, int64_t b0, 
         memcpy(&factor, q.factors + xi * q.OC + o0, sizeof(factor));
         s[xi] = __builtin_convertvector(sums, v16f) * factor;
       }
-      for (int c = 0; c < 6; ++c) OutputTransform(s + c, 6, tmp + c, 6);           // A^T M: 4 x 6
+      for (int c = 0; c < 6; ++c) OutputTransform(s + c, 6, tmp + c, 6);            // A^T M: 4 x 6
       for (int r = 0; r < 4; ++r) OutputTransform(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
       v16f bias, multiplier;
       memcpy(&bias, q.bias + o0, sizeof(bias));
@@ -187,7 +187,7 @@ KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t tc, int64_t b0, 
         f = f > lo ? f : lo;
         f = f < hi ? f : hi;
         f = (f + round) - round + zero;
-        bytes[i] = (v16b)__builtin_convertvector(__builtin_convertvector(f, v16i), v16c);
+        bytes[i] = (v16b) __builtin_convertvector(__builtin_convertvector(f, v16i), v16c);
       }
       Transpose16(bytes);  // bytes[l]: output channel o0 + l's 4 x 4 values
       for (int l = 0; l < 16; ++l) {
@@ -235,9 +235,9 @@ KILN_ALWAYS_INLINE void ProductTileGeneric(const int16_t* const* rows, int count
 #if defined(__x86_64__)
 template <int NV>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void ProductTileVnni(const int16_t* const* rows,
-                                                                                 int count, const int16_t* u,
-                                                                                 int64_t ustep, int64_t pairs,
-                                                                                 int32_t* m, int64_t ldm) {
+                                                                                   int count, const int16_t* u,
+                                                                                   int64_t ustep, int64_t pairs,
+                                                                                   int32_t* m, int64_t ldm) {
   __m512i acc[kRows][NV];
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_si512();
@@ -299,9 +299,11 @@ KILN_ALWAYS_INLINE void ProductStage(const QWinograd& q, int64_t tc, int64_t xi,
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void ProductStageVnni(
-    const QWinograd& q, int64_t tc, int64_t xi, int64_t t0, int64_t t1, int64_t n0, int64_t n1, const int16_t* v,
-    int32_t* m) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void ProductStageVnni(const QWinograd& q, int64_t tc,
+                                                                                       int64_t xi, int64_t t0,
+                                                                                       int64_t t1, int64_t n0,
+                                                                                       int64_t n1, const int16_t* v,
+                                                                                       int32_t* m) {
   ProductStage<true>(q, tc, xi, t0, t1, n0, n1, v, m);
 }
 #endif
@@ -367,8 +369,8 @@ int32_t RunQWinograd(const kiln_kcall* call) {
   int64_t block = kBlockBytes / tile_bytes / kRows * kRows;
   if (block < kRows) block = kRows;
   if (36 * q.C * q.OC * int64_t{2} > kBlockBytes) block = chunk;
-  const bool split_u = call->exec != nullptr && call->exec->parallel_for != nullptr &&
-                       36 * q.C * q.OC * int64_t{2} > kSplitUBytes;
+  const bool split_u =
+      call->exec != nullptr && call->exec->parallel_for != nullptr && 36 * q.C * q.OC * int64_t{2} > kSplitUBytes;
   const int64_t chunk_width = chunk / q.batch > 0 ? chunk / q.batch : 1;
   for (int64_t s = 0; s < q.per_image; s += chunk_width) {
     const int64_t width = q.per_image - s < chunk_width ? q.per_image - s : chunk_width, tc = q.batch * width;
