@@ -148,7 +148,7 @@ KILN_ALWAYS_INLINE void InputStage(const QWinograd& q, int64_t tc, int64_t b0, i
       }
       for (int c = 0; c < 6; ++c) InputTransform(d + c, 6, tmp + c, 6);          // columns: B^T d
       for (int r = 0; r < 6; ++r) InputTransform(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
-      for (int xi = 0; xi < 36; ++xi) memcpy(v + (xi * tc + t) * q.C + cb * kLanes, &d[xi], sizeof(v16s));
+      for (int xi = 0; xi < 36; ++xi) memcpy(v + (t * 36 + xi) * q.C + cb * kLanes, &d[xi], sizeof(v16s));
     }
   }
 }
@@ -169,7 +169,7 @@ KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t tc, int64_t b0, 
       for (int xi = 0; xi < 36; ++xi) {
         v16i sums;
         v16f factor;
-        memcpy(&sums, m + (xi * tc + t) * q.OC + o0, sizeof(sums));
+        memcpy(&sums, m + (t * 36 + xi) * q.OC + o0, sizeof(sums));
         memcpy(&factor, q.factors + xi * q.OC + o0, sizeof(factor));
         s[xi] = __builtin_convertvector(sums, v16f) * factor;
       }
@@ -264,8 +264,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void ProductTileVn
 template <bool kVnni>
 KILN_ALWAYS_INLINE void ProductStage(const QWinograd& q, int64_t tc, int64_t xi, int64_t t0, int64_t t1, int64_t n0,
                                      int64_t n1, const int16_t* v, int32_t* m) {
-  const int16_t* vx = v + xi * tc * q.C;
-  int32_t* mx = m + xi * tc * q.OC;
+  const int16_t* vx = v + xi * q.C;
+  int32_t* mx = m + xi * q.OC;
   const int64_t pairs = q.C / 2;
   for (int64_t n = n0; n < n1; n += 16 * kPanels) {
     const int64_t panels = (q.OC - n) / 16 < kPanels ? (q.OC - n) / 16 : kPanels;
@@ -273,26 +273,26 @@ KILN_ALWAYS_INLINE void ProductStage(const QWinograd& q, int64_t tc, int64_t xi,
     for (int64_t t = t0; t < t1; t += kRows) {
       const int count = t1 - t < kRows ? static_cast<int>(t1 - t) : kRows;
       const int16_t* rows[kRows];
-      for (int r = 0; r < kRows; ++r) rows[r] = vx + (t + (r < count ? r : count - 1)) * q.C;
-      int32_t* out = mx + t * q.OC + n;
+      for (int r = 0; r < kRows; ++r) rows[r] = vx + (t + (r < count ? r : count - 1)) * 36 * q.C;
+      int32_t* out = mx + t * 36 * q.OC + n;
       if (panels == kPanels) {  // a full group; a last one of fewer panels, one panel at a time
 #if defined(__x86_64__)
         if constexpr (kVnni) {
-          ProductTileVnni<kPanels>(rows, count, u, 32 * kPanels, pairs, out, q.OC);
+          ProductTileVnni<kPanels>(rows, count, u, 32 * kPanels, pairs, out, 36 * q.OC);
           continue;
         }
 #endif
-        ProductTileGeneric<kPanels>(rows, count, u, 32 * kPanels, pairs, out, q.OC);
+        ProductTileGeneric<kPanels>(rows, count, u, 32 * kPanels, pairs, out, 36 * q.OC);
         continue;
       }
       for (int64_t p = 0; p < panels; ++p) {
 #if defined(__x86_64__)
         if constexpr (kVnni) {
-          ProductTileVnni<1>(rows, count, u + p * 32, 32 * panels, pairs, out + p * 16, q.OC);
+          ProductTileVnni<1>(rows, count, u + p * 32, 32 * panels, pairs, out + p * 16, 36 * q.OC);
           continue;
         }
 #endif
-        ProductTileGeneric<1>(rows, count, u + p * 32, 32 * panels, pairs, out + p * 16, q.OC);
+        ProductTileGeneric<1>(rows, count, u + p * 32, 32 * panels, pairs, out + p * 16, 36 * q.OC);
       }
     }
   }
@@ -325,7 +325,7 @@ void Products(const QWinograd& q, int64_t tc, int64_t xi, int64_t t0, int64_t t1
 
 // inputs: X (u8 or s8 [N, C, H, W]), U, F, bias (f32 [OC]), multipliers (f32 [OC]).
 // outputs: Y (u8 or s8 [N, OC, OH, OW]), scratch: X padded and blocked (its bytes rounded
-// up to 64), then V (i16 [36][chunk][C]) and M (i32 [36][chunk][OC]) of a chunk of tiles.
+// up to 64), then V (i16 [chunk][36][C]) and M (i32 [chunk][36][OC]) of a chunk of tiles.
 // Parameters: kiln_quant_params' window (pads), x_zero_point, x_signed, y_zero_point,
 // clamp_lo and clamp_hi. Like the f32 kernel (winograd_core.h), a chunk is the same tiles
 // of every image, jobs are groups of tiles that a thread takes through the three stages a
