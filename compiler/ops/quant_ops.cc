@@ -440,17 +440,23 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvWinograd(const Node& n
     }
     for (int64_t xi = 0; xi < 36; ++xi) {
       // The worst |sum| of this point's i32 sums must stay under 2^31, with room for the
-      // rounding of a scaled U (half a step per channel).
-      const double limit = static_cast<double>(INT32_MAX) - static_cast<double>(max_v[xi]) * (C / 2 + 1);
+      // rounding of a scaled U (at most one step per channel, below).
+      const double limit = static_cast<double>(INT32_MAX) - static_cast<double>(max_v[xi]) * (C + 1);
       double worst = 0;
       for (int64_t c = 0; c < C; ++c) worst += std::abs(static_cast<double>(exact[xi * C + c])) * max_v[xi];
       if (limit <= 0) return std::nullopt;
       const double scale = worst > limit ? limit / worst : 1.0;
+      // A scaled U is rounded with the error carried to the next channel, so that the
+      // errors of the channels' products cancel where V is alike across channels (a
+      // bright, even input) instead of adding up.
+      double carry = 0;
       for (int64_t c = 0; c < C; ++c) {
-        const double value = static_cast<double>(exact[xi * C + c]) * scale;
+        const double value = static_cast<double>(exact[xi * C + c]) * scale + carry;
+        const double rounded = std::nearbyint(value);
+        carry = value - rounded;
         const int64_t group = oc / 64, panels = std::min<int64_t>(4, OC / 16 - group * 4);
         pu[xi * OC * C + group * 64 * C + (c / 2 * panels + oc % 64 / 16) * 32 + oc % 16 * 2 + c % 2] =
-            static_cast<int16_t>(std::nearbyint(value));
+            static_cast<int16_t>(rounded);
       }
       factors->data_as<float>()[xi * OC + oc] = static_cast<float>(1.0 / (kGc[xi / 6] * kGc[xi % 6] * scale));
     }

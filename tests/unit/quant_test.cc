@@ -501,6 +501,7 @@ struct QWinogradCase {
   std::vector<int64_t> pads;  // top, left, bottom, right
   DType x_type, y_type;
   bool relu;
+  int x_lo, x_hi;         // X's range
   int w_lo, w_hi;         // the weights' range (the zero points are 0)
   int64_t max_steps;      // how far an output may be from the exact requantized sum
   double exact_fraction;  // how many outputs at least must equal it
@@ -513,28 +514,31 @@ struct QWinogradCase {
 // point 128, partial tiles at the bottom and right, 80 output channels (a group of four
 // 16-channel panels and a group of one), relu; s8 X and Y, two images, no padding, 48
 // output channels (a group of three); asymmetric pads; and 256 input channels of weights
-// all near 127 against X up to 255, where the worst case of an i32 sum would pass 2^31 and
-// lowering scales U down (its rounding moves some outputs by a step).
+// all near 127 against X near 255, where i32 sums of the exact U would pass 2^31 (at the
+// tile point that sums all nine taps: 256 x 1111 x 36 x 227, about 2.3e9) and lowering
+// scales U down (its rounding moves some outputs by a step).
 TEST(QuantTest, WinogradConvMatchesExactSumsWithinAStep) {
   const QWinogradCase cases[] = {
-      {1, 16, 17, 18, 80, {1, 1, 1, 1}, DType::kUInt8, DType::kUInt8, true, -127, 127, 1, 0.995},
-      {2, 32, 16, 16, 48, {0, 0, 0, 0}, DType::kInt8, DType::kInt8, false, -127, 127, 1, 0.995},
-      {1, 32, 20, 20, 64, {0, 1, 2, 1}, DType::kUInt8, DType::kUInt8, false, -127, 127, 1, 0.995},
-      {1, 256, 18, 18, 32, {0, 0, 0, 0}, DType::kUInt8, DType::kUInt8, false, 120, 127, 2, 0.7},
+      {1, 16, 17, 18, 80, {1, 1, 1, 1}, DType::kUInt8, DType::kUInt8, true, 0, 255, -127, 127, 1, 0.995},
+      {2, 32, 16, 16, 48, {0, 0, 0, 0}, DType::kInt8, DType::kInt8, false, -128, 127, -127, 127, 1, 0.995},
+      {1, 32, 20, 20, 64, {0, 1, 2, 1}, DType::kUInt8, DType::kUInt8, false, 0, 255, -127, 127, 1, 0.995},
+      {1, 256, 18, 18, 32, {0, 0, 0, 0}, DType::kUInt8, DType::kUInt8, false, 200, 255, 120, 127, 1, 0.85},
   };
   for (const QWinogradCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "N " << c.N << " C " << c.C << " H " << c.H << " OC " << c.OC);
     const int64_t OH = c.H + c.pads[0] + c.pads[2] - 2, OW = c.W + c.pads[1] + c.pads[3] - 2;
     const bool x_u8 = c.x_type == DType::kUInt8;
-    auto x = RandomInts(c.x_type, {c.N, c.C, c.H, c.W}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 41);
+    auto x = RandomInts(c.x_type, {c.N, c.C, c.H, c.W}, c.x_lo, c.x_hi, 41);
     auto w = RandomInts(DType::kInt8, {c.OC, c.C, 3, 3}, c.w_lo, c.w_hi, 42);
     auto w_scale = FloatsIn({c.OC}, 0.002f, 0.006f, 43);
     auto w_zero = RandomInts(DType::kInt8, {c.OC}, 0, 0, 44);
     const int64_t x_zero = c.w_lo > 0 ? 0 : (x_u8 ? 128 : -3), y_zero = x_u8 ? 128 : 5;
     const float x_scale = 0.02f;
     // Y's scale and the bias put the sums' spread over about 60 steps around Y's zero point.
-    const double mean_x = (x_u8 ? 127.5 : -0.5) - static_cast<double>(x_zero), mean_w = (c.w_lo + c.w_hi) / 2.0;
-    const double spread = std::sqrt(9.0 * c.C) * 74.0 * std::max(74.0, std::abs(mean_w)) * x_scale * 0.004;
+    const double mean_x = (c.x_lo + c.x_hi) / 2.0 - static_cast<double>(x_zero), mean_w = (c.w_lo + c.w_hi) / 2.0;
+    const double sd_x = (c.x_hi - c.x_lo + 1) / std::sqrt(12.0), sd_w = (c.w_hi - c.w_lo + 1) / std::sqrt(12.0);
+    const double term = std::sqrt(sd_x * sd_x * (mean_w * mean_w + sd_w * sd_w) + sd_w * sd_w * mean_x * mean_x);
+    const double spread = std::sqrt(9.0 * c.C) * term * x_scale * 0.004;
     const float y_scale = static_cast<float>(spread / 30);
     auto bias = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{c.OC});
     for (int64_t oc = 0; oc < c.OC; ++oc)
