@@ -11,11 +11,12 @@
 //   Y tile       = requantize(A^T (M * F) A + bias), F [36][OC] the factors below
 // U is computed at compile time from w - zw: with G's rows scaled to whole numbers (by
 // c = 4, 6, 6, 24, 24, 1) U[i][j] = Gi' w Gj'^T is exact and at most 49 * 128 in size, and
-// F = 1 / (c_i * c_j). Where the worst case of an i32 sum, max|V[i][j]| * sum_ic |U|,
-// could pass 2^31, lowering scales that (position, output channel)'s U down by s < 1
-// (rounded, each channel's error carried to the next) and F up by 1 / s. The sums are otherwise exact; the f32 output
-// transform and its rounding may move a requantized value by one step against the direct kernel's where the f32 value
-// lands within rounding of a tie.
+// F = 1 / (c_i * c_j). Where the worst case of an i32 sum (the largest |V[i][j]| the
+// input's range allows, times sum_ic |U|) could pass 2^31, lowering scales that (point,
+// output channel)'s U down by s < 1 (rounded, each channel's error carried to the next)
+// and F up by 1 / s. The sums are otherwise exact; the f32 output transform may move a
+// requantized value by one step against the direct kernel's where the f32 value lands
+// within its rounding of a tie. V and M are stored tile-major: [tile][point][channel].
 #include "fast_math.h"
 #include "kernel_common.h"
 #include "kiln/kernels/quant.h"
