@@ -362,16 +362,18 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
 // Integer Winograd F(4x4, 3x3) for QLinearConv in artifacts (kernels/quant/qwinograd.cc,
 // where the arithmetic is stated): 2-D, a constant 3x3 weight, stride 1, dilation 1, one
 // group, channels in and out multiples of 16, and at least 16 tiles of 4 x 4 outputs that
-// waste at most 35 % of their outputs past the map's edge and share U's reads (below). U is i16
+// compute at most 35 % more outputs than the map has and share U's reads (below). U is i16
 // pairs in groups of four 16-channel panels (the last group may have fewer),
 // [36][OC/64][C/2][4][16][2]; F [36][OC] f32; the bias and multipliers f32 [OC].
 // Node attribute kiln.algorithm "direct" keeps the direct kernel.
+//
 // Bytes of V and M per chunk of tiles: a small U's chunks stay small, so that the chunks
 // reuse one scratch that stays in cache (ResNet-50 int8's first 56 x 56 conv, whose
 // scratch the stem's tensors had evicted, ran 0.73-0.81 -> 0.58 ms with 1 MiB chunks
 // rather than 4 MiB); a U over the kernel's block (512 KiB) takes every tile of an image in
 // one chunk (up to 8 MiB), as each chunk reads all of U.
 constexpr int64_t kQWinogradSmallUChunk = int64_t{1} << 20, kQWinogradLargeUChunk = int64_t{8} << 20;
+
 // U's bytes per tile above which the direct kernel is faster: the products then wait on
 // U from memory. ResNet-50's 14 x 14 convs at batch 1 (256 channels, 16 tiles, 4.6 MiB of
 // U, 295 KiB a tile) measured 0.58-0.60 ms against the direct kernel's 0.54-0.56.
