@@ -33,14 +33,16 @@ inline void InputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
   out[5 * os] = four * d1 - five * d3 + d5;
 }
 
-// out[i * os] = (A^T in)[i], i < 4.
-inline void OutputTransform6(const v8f* in, int64_t is, v8f* out, int64_t os) {
-  const v8f m0 = in[0], m1 = in[is], m2 = in[2 * is], m3 = in[3 * is], m4 = in[4 * is], m5 = in[5 * is];
-  const v8f s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
+// out[i * os] = (A^T in)[i], i < 4, on f32 vectors V (v8f here; v16f in the integer
+// kernel, quant/qwinograd.cc, whose sums come back to f32 for this step).
+template <typename V>
+KILN_ALWAYS_INLINE void OutputTransform6(const V* in, int64_t is, V* out, int64_t os) {
+  const V m0 = in[0], m1 = in[is], m2 = in[2 * is], m3 = in[3 * is], m4 = in[4 * is], m5 = in[5 * is];
+  const V s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
   out[0] = m0 + s12 + s34;
-  out[os] = d12 + KILN_SPLAT8(2.f) * d34;
-  out[2 * os] = s12 + KILN_SPLAT8(4.f) * s34;
-  out[3 * os] = d12 + KILN_SPLAT8(8.f) * d34 + m5;
+  out[os] = d12 + 2.f * d34;
+  out[2 * os] = s12 + 4.f * s34;
+  out[3 * os] = d12 + 8.f * d34 + m5;
 }
 
 // d[r * 6 + q] = the 8 channels' x[ih0 + r][iw0 + q] (zero outside the H x W plane);

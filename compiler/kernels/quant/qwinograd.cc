@@ -17,9 +17,9 @@
 // and F up by 1 / s. The sums are otherwise exact; the f32 output transform may move a
 // requantized value by one step against the direct kernel's where the f32 value lands
 // within its rounding of a tie. V and M are stored tile-major: [tile][point][channel].
-#include "fast_math.h"
 #include "kernel_common.h"
 #include "kiln/kernels/quant.h"
+#include "winograd_core.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -77,16 +77,6 @@ KILN_ALWAYS_INLINE void InputTransform(const V* in, int64_t is, V* out, int64_t 
   out[5 * os] = (d1 << 2) - (d3 << 2) - d3 + d5;
 }
 
-// out[i * os] = (A^T in)[i], i < 4.
-KILN_ALWAYS_INLINE void OutputTransform(const v16f* in, int64_t is, v16f* out, int64_t os) {
-  const v16f m0 = in[0], m1 = in[is], m2 = in[2 * is], m3 = in[3 * is], m4 = in[4 * is], m5 = in[5 * is];
-  const v16f s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
-  out[0] = m0 + s12 + s34;
-  out[os] = d12 + d34 * 2.f;
-  out[2 * os] = s12 + s34 * 4.f;
-  out[3 * os] = d12 + d34 * 8.f + m5;
-}
-
 // X into q.xp: one job per (image, block of 16 channels); the padding (and the rows and
 // columns past the last tile's reach) hold X's zero point.
 void PadAndBlock(const kiln_kcall* call, const QWinograd& q) {
@@ -127,8 +117,7 @@ void PadAndBlock(const kiln_kcall* call, const QWinograd& q) {
 // Stage 1: V of tiles [b0, b1) of the chunk, every input channel. tile(t) gives the tile's
 // image, tile row and tile column.
 template <bool kSigned, typename TileAt>
-KILN_ALWAYS_INLINE void InputStage(const QWinograd& q, int64_t tc, int64_t b0, int64_t b1, const TileAt& tile,
-                                   int16_t* v) {
+KILN_ALWAYS_INLINE void InputStage(const QWinograd& q, int64_t b0, int64_t b1, const TileAt& tile, int16_t* v) {
   const int64_t blocks = q.C / kLanes;
   for (int64_t t = b0; t < b1; ++t) {
     int64_t n, th, tw;
@@ -156,8 +145,7 @@ KILN_ALWAYS_INLINE void InputStage(const QWinograd& q, int64_t tc, int64_t b0, i
 
 // Stage 3: Y of tiles [b0, b1), every output channel.
 template <typename TileAt>
-KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t tc, int64_t b0, int64_t b1, const TileAt& tile,
-                                    const int32_t* m) {
+KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t b0, int64_t b1, const TileAt& tile, const int32_t* m) {
   uint8_t* py = static_cast<uint8_t*>(q.y);
   const v16f lo = KILN_SPLAT16(q.lo - q.y_zero), hi = KILN_SPLAT16(q.hi - q.y_zero);
   const v16f round = KILN_SPLAT16(12582912.f), zero = KILN_SPLAT16(q.y_zero);
@@ -174,8 +162,8 @@ KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t tc, int64_t b0, 
         memcpy(&factor, q.factors + xi * q.OC + o0, sizeof(factor));
         s[xi] = __builtin_convertvector(sums, v16f) * factor;
       }
-      for (int c = 0; c < 6; ++c) OutputTransform(s + c, 6, tmp + c, 6);            // A^T M: 4 x 6
-      for (int r = 0; r < 4; ++r) OutputTransform(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
+      for (int c = 0; c < 6; ++c) winograd::OutputTransform6(s + c, 6, tmp + c, 6);            // A^T M: 4 x 6
+      for (int r = 0; r < 4; ++r) winograd::OutputTransform6(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
       v16f bias, multiplier;
       memcpy(&bias, q.bias + o0, sizeof(bias));
       memcpy(&multiplier, q.multipliers + o0, sizeof(multiplier));
@@ -263,8 +251,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void ProductTileVn
 // of 64): a group of panels at a time against every row tile, so the group's U (at most
 // 64 KiB) is read from memory once.
 template <bool kVnni>
-KILN_ALWAYS_INLINE void ProductStage(const QWinograd& q, int64_t tc, int64_t xi, int64_t t0, int64_t t1, int64_t n0,
-                                     int64_t n1, const int16_t* v, int32_t* m) {
+KILN_ALWAYS_INLINE void ProductStage(const QWinograd& q, int64_t xi, int64_t t0, int64_t t1, int64_t n0, int64_t n1,
+                                     const int16_t* v, int32_t* m) {
   const int16_t* vx = v + xi * q.C;
   int32_t* mx = m + xi * q.OC;
   const int64_t pairs = q.C / 2;
@@ -300,28 +288,27 @@ KILN_ALWAYS_INLINE void ProductStage(const QWinograd& q, int64_t tc, int64_t xi,
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void ProductStageVnni(const QWinograd& q, int64_t tc,
-                                                                                       int64_t xi, int64_t t0,
-                                                                                       int64_t t1, int64_t n0,
-                                                                                       int64_t n1, const int16_t* v,
-                                                                                       int32_t* m) {
-  ProductStage<true>(q, tc, xi, t0, t1, n0, n1, v, m);
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void ProductStageVnni(const QWinograd& q, int64_t xi,
+                                                                                       int64_t t0, int64_t t1,
+                                                                                       int64_t n0, int64_t n1,
+                                                                                       const int16_t* v, int32_t* m) {
+  ProductStage<true>(q, xi, t0, t1, n0, n1, v, m);
 }
 #endif
-__attribute__((noinline)) void ProductStageGeneric(const QWinograd& q, int64_t tc, int64_t xi, int64_t t0, int64_t t1,
-                                                   int64_t n0, int64_t n1, const int16_t* v, int32_t* m) {
-  ProductStage<false>(q, tc, xi, t0, t1, n0, n1, v, m);
+__attribute__((noinline)) void ProductStageGeneric(const QWinograd& q, int64_t xi, int64_t t0, int64_t t1, int64_t n0,
+                                                   int64_t n1, const int16_t* v, int32_t* m) {
+  ProductStage<false>(q, xi, t0, t1, n0, n1, v, m);
 }
 
-void Products(const QWinograd& q, int64_t tc, int64_t xi, int64_t t0, int64_t t1, int64_t n0, int64_t n1,
-              const int16_t* v, int32_t* m) {
+void Products(const QWinograd& q, int64_t xi, int64_t t0, int64_t t1, int64_t n0, int64_t n1, const int16_t* v,
+              int32_t* m) {
 #if defined(__x86_64__)
   if (Int8DotProduct() == kInt8DotAvx512Vnni) {
-    ProductStageVnni(q, tc, xi, t0, t1, n0, n1, v, m);
+    ProductStageVnni(q, xi, t0, t1, n0, n1, v, m);
     return;
   }
 #endif
-  ProductStageGeneric(q, tc, xi, t0, t1, n0, n1, v, m);
+  ProductStageGeneric(q, xi, t0, t1, n0, n1, v, m);
 }
 
 // inputs: X (u8 or s8 [N, C, H, W]), U, F, bias (f32 [OC]), multipliers (f32 [OC]).
@@ -384,12 +371,12 @@ int32_t RunQWinograd(const kiln_kcall* call) {
     };
     auto input = [=](int64_t b0, int64_t b1) {
       if (q.x_signed) {
-        InputStage<true>(q, tc, b0, b1, tile_at, v);
+        InputStage<true>(q, b0, b1, tile_at, v);
       } else {
-        InputStage<false>(q, tc, b0, b1, tile_at, v);
+        InputStage<false>(q, b0, b1, tile_at, v);
       }
     };
-    auto output = [=](int64_t b0, int64_t b1) { OutputStage(q, tc, b0, b1, tile_at, m); };
+    auto output = [=](int64_t b0, int64_t b1) { OutputStage(q, b0, b1, tile_at, m); };
     const int64_t groups = (tc + kRows - 1) / kRows;
     auto group_range = [=](int64_t begin, int64_t end, int64_t* b0, int64_t* b1) {
       *b0 = begin * kRows;
@@ -402,7 +389,7 @@ int32_t RunQWinograd(const kiln_kcall* call) {
         for (int64_t b0 = first; b0 < last; b0 += block) {
           const int64_t b1 = last - b0 < block ? last : b0 + block;
           input(b0, b1);
-          for (int64_t xi = 0; xi < 36; ++xi) Products(q, tc, xi, b0, b1, 0, q.OC, v, m);
+          for (int64_t xi = 0; xi < 36; ++xi) Products(q, xi, b0, b1, 0, q.OC, v, m);
           output(b0, b1);
         }
       });
@@ -417,7 +404,7 @@ int32_t RunQWinograd(const kiln_kcall* call) {
     ParallelFor(call, 36 * nchunks, 1, [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
         const int64_t xi = job / nchunks, n0 = job % nchunks * cols;
-        Products(q, tc, xi, 0, tc, n0, n0 + cols < q.OC ? n0 + cols : q.OC, v, m);
+        Products(q, xi, 0, tc, n0, n0 + cols < q.OC ? n0 + cols : q.OC, v, m);
       }
     });
     ParallelFor(call, groups, 1, [=](int64_t begin, int64_t end) {
