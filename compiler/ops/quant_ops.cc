@@ -266,6 +266,17 @@ int64_t IntAt(const Value* v, int64_t i) {
   return t->GetAsInt64(t->num_elements() > 1 ? i : 0);
 }
 
+// Y's zero point and range as the packed int8 kernels (qconv, qconv_winograd, qgemm) read
+// them: Y's u8 or s8 range, its low end raised to the zero point under relu (fold-qdq's
+// Relu); the zero point is QLinear*'s input 7 when requantizing, else 0.
+void SetOutputRange(const Node& node, bool requantize, bool relu, kiln_quant_params& params) {
+  const DType y_type = node.output(0)->type().dtype;
+  params.y_zero_point = requantize ? IntAt(node.input(7), 0) : 0;
+  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
+  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
+  if (relu) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
+}
+
 // kiln.QLinearConvToFloat's kiln.clip_min and kiln.clip_max (the fuse pass's Clip) as an
 // f32 [2] operand for the kernel, or an empty one.
 KernelOperand ClipBounds(const Node& node) {
@@ -339,11 +350,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   params.packed_weights = 1;
   params.x_zero_point = zx;
   params.x_signed = x_signed ? 1 : 0;
-  const DType y_type = node.output(0)->type().dtype;
-  params.y_zero_point = requantize ? IntAt(node.input(7), 0) : 0;
-  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
-  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
-  if (params.relu == 1) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
+  SetOutputRange(node, requantize, params.relu == 1, params);
   KernelCall call = CallWithParams<kernel::qconv>(
       {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
   if (mode == kToFloat) {
@@ -473,11 +480,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvWinograd(const Node& n
   params.relu = node.GetInt("kiln.relu", 0);
   params.x_zero_point = zx;
   params.x_signed = x_signed ? 1 : 0;
-  const DType y_type = node.output(0)->type().dtype;
-  params.y_zero_point = IntAt(node.input(7), 0);
-  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
-  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
-  if (params.relu == 1) params.clamp_lo = std::max(params.clamp_lo, params.y_zero_point);
+  SetOutputRange(node, true, params.relu == 1, params);
   KernelCall call =
       CallWithParams<kernel::qconv_winograd>({Input(node, 0), KernelOperand{-1, u}, KernelOperand{-1, factors},
                                               KernelOperand{-1, bias}, KernelOperand{-1, multipliers}},
@@ -551,10 +554,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerMatMulFast(const Node& nod
   params.K = K;
   params.N = N;
   params.x_signed = a_signed ? 1 : 0;
-  const DType y_type = node.output(0)->type().dtype;
-  params.y_zero_point = mode == kRequantize ? IntAt(node.input(7), 0) : 0;
-  params.clamp_lo = y_type == DType::kUInt8 ? 0 : -128;
-  params.clamp_hi = y_type == DType::kUInt8 ? 255 : 127;
+  SetOutputRange(node, mode == kRequantize, false, params);
   KernelCall call = CallWithParams<kernel::qgemm>(
       {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
   if (mode == kToFloat) call.inputs.push_back(Input(node, 6));  // the f32 bias
