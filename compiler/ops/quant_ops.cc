@@ -383,8 +383,10 @@ constexpr int64_t kQWinogradSmallUChunk = int64_t{1} << 20, kQWinogradLargeUChun
 
 // U's bytes per tile above which the direct kernel is faster: the products then wait on
 // U from memory. ResNet-50's 14 x 14 convs at batch 1 (256 channels, 16 tiles, 4.6 MiB of
-// U, 295 KiB a tile) measured 0.58-0.60 ms against the direct kernel's 0.54-0.56.
-constexpr int64_t kQWinogradUBytesPerTile = int64_t{64} << 10;
+// U, 295 KiB a tile) measured 0.49-0.52 ms in the model against the direct kernel's
+// 0.54-0.56 (0.47 against 0.535 in a chain of eight, whose 37 MiB of U pass the L3 too),
+// once the last register tile of 4 rows stopped computing 6.
+constexpr int64_t kQWinogradUBytesPerTile = int64_t{320} << 10;
 
 absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvWinograd(const Node& node) {
   // G's rows scaled to whole numbers (G = kGi / kGc), and B^T.

@@ -194,14 +194,13 @@ KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t b0, int64_t b1, 
   }
 }
 
-// One register tile of stage 2: rows (kRows tiles of V[xi], C i16 each; rows past `count`
-// repeat the last and are not stored) against NV panels of U[xi] (16 output channels each;
-// a step's vectors side by side, `ustep` i16 from one step's to the next), into M from m
-// (row stride ldm).
-template <int NV>
-KILN_ALWAYS_INLINE void ProductTileGeneric(const int16_t* const* rows, int count, const int16_t* u, int64_t ustep,
-                                           int64_t pairs, int32_t* m, int64_t ldm) {
-  v16i acc[kRows][NV] = {};
+// One register tile of stage 2: NR rows (tiles of V[xi], C i16 each) against NV panels of
+// U[xi] (16 output channels each; a step's vectors side by side, `ustep` i16 from one
+// step's to the next), into M from m (row stride ldm).
+template <int NR, int NV>
+KILN_ALWAYS_INLINE void ProductTileGeneric(const int16_t* const* rows, const int16_t* u, int64_t ustep, int64_t pairs,
+                                           int32_t* m, int64_t ldm) {
+  v16i acc[NR][NV] = {};
   for (int64_t k = 0; k < pairs; ++k) {
     v16i lo[NV], hi[NV];
     for (int j = 0; j < NV; ++j) {
@@ -210,42 +209,63 @@ KILN_ALWAYS_INLINE void ProductTileGeneric(const int16_t* const* rows, int count
       lo[j] = (b << 16) >> 16;
       hi[j] = b >> 16;
     }
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < NR; ++r) {
       int16_t a[2];
       memcpy(a, rows[r] + 2 * k, sizeof(a));
       for (int j = 0; j < NV; ++j) acc[r][j] += lo[j] * a[0] + hi[j] * a[1];
     }
   }
-  for (int r = 0; r < count; ++r) {
+  for (int r = 0; r < NR; ++r) {
     for (int j = 0; j < NV; ++j) memcpy(m + r * ldm + j * 16, &acc[r][j], sizeof(v16i));
   }
 }
 
 #if defined(__x86_64__)
-template <int NV>
+template <int NR, int NV>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void ProductTileVnni(const int16_t* const* rows,
-                                                                                   int count, const int16_t* u,
-                                                                                   int64_t ustep, int64_t pairs,
-                                                                                   int32_t* m, int64_t ldm) {
-  __m512i acc[kRows][NV];
-  for (int r = 0; r < kRows; ++r) {
+                                                                                   const int16_t* u, int64_t ustep,
+                                                                                   int64_t pairs, int32_t* m,
+                                                                                   int64_t ldm) {
+  __m512i acc[NR][NV];
+  for (int r = 0; r < NR; ++r) {
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_si512();
   }
   for (int64_t k = 0; k < pairs; ++k) {
     __m512i b[NV];
     for (int j = 0; j < NV; ++j) b[j] = _mm512_loadu_si512(u + k * ustep + j * 32);
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < NR; ++r) {
       int32_t word;
       memcpy(&word, rows[r] + 2 * k, sizeof(word));
       const __m512i a = _mm512_set1_epi32(word);
       for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_dpwssd_epi32(acc[r][j], a, b[j]);
     }
   }
-  for (int r = 0; r < count; ++r) {
+  for (int r = 0; r < NR; ++r) {
     for (int j = 0; j < NV; ++j) _mm512_storeu_si512(m + r * ldm + j * 16, acc[r][j]);
   }
 }
 #endif
+
+// The register tile for `count` rows (1 to kRows): a tile of exactly that many, so that a
+// last short group of tiles (ResNet-50's 14 x 14 maps have 16 tiles: 6 + 6 + 4) computes
+// no rows it does not store.
+template <bool kVnni, int NV, int NR = kRows>
+KILN_ALWAYS_INLINE void ProductTile(int count, const int16_t* const* rows, const int16_t* u, int64_t ustep,
+                                    int64_t pairs, int32_t* m, int64_t ldm) {
+  if constexpr (NR > 1) {
+    if (count < NR) {
+      ProductTile<kVnni, NV, NR - 1>(count, rows, u, ustep, pairs, m, ldm);
+      return;
+    }
+  }
+#if defined(__x86_64__)
+  if constexpr (kVnni) {
+    ProductTileVnni<NR, NV>(rows, u, ustep, pairs, m, ldm);
+    return;
+  }
+#endif
+  ProductTileGeneric<NR, NV>(rows, u, ustep, pairs, m, ldm);
+}
 
 // Stage 2 for point xi: M[xi] rows [t0, t1) and output channels [n0, n1) (n0 a multiple
 // of 64): a group of panels at a time against every row tile, so the group's U (at most
@@ -262,26 +282,14 @@ KILN_ALWAYS_INLINE void ProductStage(const QWinograd& q, int64_t xi, int64_t t0,
     for (int64_t t = t0; t < t1; t += kRows) {
       const int count = t1 - t < kRows ? static_cast<int>(t1 - t) : kRows;
       const int16_t* rows[kRows];
-      for (int r = 0; r < kRows; ++r) rows[r] = vx + (t + (r < count ? r : count - 1)) * 36 * q.C;
+      for (int r = 0; r < count; ++r) rows[r] = vx + (t + r) * 36 * q.C;
       int32_t* out = mx + t * 36 * q.OC + n;
       if (panels == kPanels) {  // a full group; a last one of fewer panels, one panel at a time
-#if defined(__x86_64__)
-        if constexpr (kVnni) {
-          ProductTileVnni<kPanels>(rows, count, u, 32 * kPanels, pairs, out, 36 * q.OC);
-          continue;
-        }
-#endif
-        ProductTileGeneric<kPanels>(rows, count, u, 32 * kPanels, pairs, out, 36 * q.OC);
+        ProductTile<kVnni, kPanels>(count, rows, u, 32 * kPanels, pairs, out, 36 * q.OC);
         continue;
       }
       for (int64_t p = 0; p < panels; ++p) {
-#if defined(__x86_64__)
-        if constexpr (kVnni) {
-          ProductTileVnni<1>(rows, count, u + p * 32, 32 * panels, pairs, out + p * 16, 36 * q.OC);
-          continue;
-        }
-#endif
-        ProductTileGeneric<1>(rows, count, u + p * 32, 32 * panels, pairs, out + p * 16, 36 * q.OC);
+        ProductTile<kVnni, 1>(count, rows, u + p * 32, 32 * panels, pairs, out + p * 16, 36 * q.OC);
       }
     }
   }
