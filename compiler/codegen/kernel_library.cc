@@ -95,6 +95,7 @@ using codegen::EmbeddedBitcode;
 constexpr char kWideVectors[] = "kiln_wide_vectors";
 constexpr char kInt8Dot[] = "kiln_int8_dot";
 constexpr char kBf16Dot[] = "kiln_bf16_dot";
+constexpr char kBytePermute[] = "kiln_byte_permute";
 
 bool IsKernelEntry(llvm::StringRef name) { return name.starts_with("kiln_k_"); }
 
@@ -132,7 +133,8 @@ void Specialise(llvm::Module& module, const std::string& kernel, const TargetSpe
   llvm::Type* i32 = llvm::Type::getInt32Ty(module.getContext());
   for (const auto& [name, value] : {std::pair<const char*, int32_t>{kWideVectors, traits.wide_vectors ? 1 : 0},
                                     {kInt8Dot, traits.int8_dot},
-                                    {kBf16Dot, traits.bf16_dot ? 1 : 0}}) {
+                                    {kBf16Dot, traits.bf16_dot ? 1 : 0},
+                                    {kBytePermute, traits.byte_permute ? 1 : 0}}) {
     if (llvm::GlobalVariable* knob = module.getGlobalVariable(name); knob != nullptr) {
       knob->setInitializer(llvm::ConstantInt::get(i32, static_cast<uint64_t>(value)));
       knob->setConstant(true);

@@ -60,6 +60,7 @@ TargetTraits TraitsOf(const llvm::TargetMachine& machine) {
     traits.int8_dot_name = "avx-vnni";
   }
   traits.bf16_dot = x86 && features->checkFeatures("+avx512f,+avx512bf16");
+  traits.byte_permute = x86 && features->checkFeatures("+avx512f,+avx512bw,+avx512vl,+avx512vbmi");
   return traits;
 }
 

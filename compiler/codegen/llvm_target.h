@@ -37,6 +37,7 @@ struct TargetTraits {
   std::string gemm_tile;      // "12x32" or "6x16"
   std::string int8_dot_name;  // "avx512-vnni", "avx-vnni" or "plain"
   bool bf16_dot = false;      // vdpbf16ps (AVX512-BF16): the bf16 products (kernels/bf16)
+  bool byte_permute = false;  // vpermt2b (AVX512-VBMI): the int8 conv stem's column gather
 };
 TargetTraits TraitsOf(const llvm::TargetMachine& machine);
 

@@ -304,7 +304,15 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   const int64_t group = node.GetInt("group", 1), oc_total = wd[0], ocg = oc_total / group, icg = wd[1];
   int64_t taps = 1;
   for (size_t i = 2; i < wd.size(); ++i) taps *= wd[i];
-  const int64_t quads = (icg + 3) / 4, steps = taps * quads, panels = (ocg + kQPanelRows - 1) / kQPanelRows;
+  auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(wd)), false);
+  if (!win.ok()) return win.status();
+  // A stem's few channels (ResNet-50's 7x7 over RGB) take K as one sequence of (kh, kw,
+  // channel) in words of four: 37 steps where channel quads take 49, a quarter of whose
+  // bytes are padding.
+  const int64_t quads = (icg + 3) / 4, flat_steps = (taps * icg + 3) / 4;
+  const bool flat = group == 1 && icg < 4 && xd.size() == 4 && flat_steps < taps * quads && win->dilations[0] == 1 &&
+                    win->dilations[1] == 1;
+  const int64_t steps = flat ? flat_steps : taps * quads, panels = (ocg + kQPanelRows - 1) / kQPanelRows;
   if (steps > kQMaxSteps) return std::nullopt;
   const Tensor* wt = w->constant().get();
   const bool x_signed = x->type().dtype == DType::kInt8;
@@ -322,8 +330,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
         const int64_t v = wt->GetAsInt64((oc * icg + ic) * taps + tap) - zw;
         if (v < -128 || v > 127) return std::nullopt;  // w - zw must be an s8
         weight_sum += v;
-        const int64_t step = tap * quads + ic / 4;
-        pw[(((grp * panels + panel) * steps + step) * kQPanelRows + r) * 4 + ic % 4] = static_cast<int8_t>(v);
+        const int64_t k = flat ? tap * icg + ic : (tap * quads + ic / 4) * 4 + ic % 4;
+        pw[(((grp * panels + panel) * steps + k / 4) * kQPanelRows + r) * 4 + k % 4] = static_cast<int8_t>(v);
       }
     }
     const int64_t bias = requantize ? IntAt(node.input(8), oc) : 0;  // (kToFloat: an f32 bias, added last)
@@ -340,8 +348,6 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
     }
     multipliers->data_as<float>()[oc] = multiplier;
   }
-  auto win = ComputeWindow(node, Spatial(xd), node.GetInts("kernel_shape", Spatial(wd)), false);
-  if (!win.ok()) return win.status();
   kiln_quant_params params{};
   params.group = group;
   KILN_ASSIGN_OR_RETURN(params.window, KernelWindow(node, *win));
@@ -350,6 +356,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   params.packed_weights = 1;
   params.x_zero_point = zx;
   params.x_signed = x_signed ? 1 : 0;
+  params.flat_k = flat ? 1 : 0;
   SetOutputRange(node, requantize, params.relu == 1, params);
   KernelCall call = CallWithParams<kernel::qconv>(
       {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
@@ -362,7 +369,10 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   int64_t plane = 1;
   for (size_t i = 2; i < xd.size(); ++i) plane *= xd[i];
   call.scratch_bytes = xd[0] * group * quads * plane * 4 + 256;
-  (void)yd;
+  if (flat) {  // X padded, channels last: the rows and columns the windows reach, and 64 bytes the gather may read past
+    const int64_t hp = (yd[2] - 1) * win->strides[0] + wd[2], wp = (yd[3] - 1) * win->strides[1] + wd[3];
+    call.scratch_bytes = xd[0] * hp * wp * icg + 64 + 256;
+  }
   return call;
 }
 

@@ -214,12 +214,17 @@ TEST(QuantTest, IntegerMatMulsMatchPlainLoops) {
 
 // The targets int8 artifacts are checked on: the GEMM tile targets (neither has VNNI, so
 // the int8 kernels take their i32 path) and, where this CPU has them, AVX-512 VNNI and
-// AVX-VNNI (256-bit vpdpbusd without AVX-512: x86-64-v3 plus the feature).
+// AVX-VNNI (256-bit vpdpbusd without AVX-512: x86-64-v3 plus the feature), and AVX-512 VNNI
+// with VBMI.
 std::vector<std::string> Int8Targets() {
   std::vector<std::string> targets = TileTargets();
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512vnni") && targets.size() > 1) {
     targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v4,features=+avx512vnni");
+    // and the byte permutes of the int8 conv stem's column gather (Zen 4, Ice Lake and later)
+    if (__builtin_cpu_supports("avx512vbmi")) {
+      targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v4,features=+avx512vnni,+avx512vbmi");
+    }
   }
   if (__builtin_cpu_supports("avxvnni"))
     targets.push_back("triple=x86_64-pc-linux-gnu,cpu=x86-64-v3,features=+avxvnni");
@@ -358,7 +363,8 @@ void CheckIntegerConv(const QConvCase& c) {
   const int64_t OH = (c.H + 2 * c.P - c.K) / c.S + 1, OW = (c.W + 2 * c.P - c.K) / c.S + 1, icg = c.C / c.G;
   const bool x_u8 = c.x_type == DType::kUInt8, w_u8 = c.w_type == DType::kUInt8;
   auto x = RandomInts(c.x_type, {1, c.C, c.H, c.W}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 11);
-  auto w = RandomInts(c.w_type, {c.OC, icg, c.K, c.K}, w_u8 ? 1 : -127, w_u8 ? 255 : 127, 12);
+  // (w - zw within s8, as the packed kernel needs.)
+  auto w = RandomInts(c.w_type, {c.OC, icg, c.K, c.K}, w_u8 ? 2 : -127, w_u8 ? 254 : 126, 12);
   auto w_zero = RandomInts(c.w_type, {c.OC}, w_u8 ? 127 : -1, w_u8 ? 129 : 1, 13);
   auto w_scale = FloatsIn({c.OC}, 0.002f, 0.006f, 14);
   auto bias = std::make_shared<Tensor>(DType::kInt32, std::vector<int64_t>{c.OC});
@@ -436,6 +442,12 @@ void CheckIntegerConv(const QConvCase& c) {
       if (quantized) EXPECT_EQ(conv->output(0)->type().dtype, c.y_type);
       return g;
     };
+    {  // the packed kernel, not the reference one it falls back to
+      auto g = build();
+      auto call = LowerForArtifact(*FindOp(op), *g->nodes()[0]);
+      ASSERT_TRUE(call.ok()) << call.status();
+      EXPECT_EQ(call->kernel, "qconv");
+    }
     std::vector<double> want;
     for (int64_t oc = 0; oc < c.OC; ++oc) {
       for (int64_t oh = 0; oh < OH; ++oh) {
@@ -481,13 +493,20 @@ void CheckIntegerConv(const QConvCase& c) {
 // 77 positions, two chunks of 48 columns, the second partial; 7 channels: the second quad
 // padded; 13 output channels: a partial row panel); s8 and u8 inputs and weights. The
 // last 1-4 columns of a chunk take the four-lane tile: 10x10 positions (48 + 48 + 4,
-// copied) and 7x7 (48 + 1, read in place).
+// copied) and 7x7 (48 + 1, read in place). Fewer than four channels take K as one (kh,
+// kw, channel) sequence (flat_k): a stem's 7x7 stride 2 over three channels (19 x 23
+// outputs, so chunks span rows; the byte-permute gather where the target has it), two
+// channels of s8 X (3x3: a word across two kernel rows), and one channel (3x3: a row of
+// three bytes, too short for the byte permutes).
 TEST(QuantTest, IntegerConvsMatchPlainLoops) {
   const QConvCase cases[] = {
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 4, 9, 11, 6, 2, 3, 2, 1},
       {DType::kInt8, DType::kUInt8, DType::kInt8, 7, 7, 11, 13, 1, 1, 1, 0},
       {DType::kUInt8, DType::kInt8, DType::kInt8, 16, 10, 10, 20, 1, 3, 1, 1},
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 8, 7, 7, 16, 1, 1, 1, 0},
+      {DType::kUInt8, DType::kInt8, DType::kUInt8, 3, 37, 45, 16, 1, 7, 2, 3},
+      {DType::kInt8, DType::kInt8, DType::kInt8, 2, 9, 10, 8, 1, 3, 1, 1},
+      {DType::kUInt8, DType::kInt8, DType::kUInt8, 1, 12, 13, 9, 1, 3, 1, 1},
   };
   for (const QConvCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "C " << c.C << " K " << c.K << " OC " << c.OC);

@@ -154,6 +154,16 @@ extern "C" const int32_t kiln_int8_dot;
 inline int32_t Int8DotProduct() { return kiln_int8_dot; }
 #endif
 
+// Whether the target has AVX-512 VBMI's byte permutes (vpermt2b: any 64 bytes of two
+// registers' 128): the int8 conv stem gathers its columns with them. Set by codegen like
+// kiln_wide_vectors.
+#ifdef KILN_REFERENCE_KERNELS
+inline bool BytePermute() { return false; }
+#else
+extern "C" const int32_t kiln_byte_permute;
+inline bool BytePermute() { return kiln_byte_permute != 0; }
+#endif
+
 enum DTypeId : int32_t {
   kF32 = 1,
   kU8 = 2,

@@ -273,9 +273,10 @@ typedef uint8_t v64u8 __attribute__((vector_size(64)));
       55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46,   \
       62, 15, 31, 47, 63
 typedef uint32_t v16u __attribute__((vector_size(64)));
-constexpr int kQRows = 8;             // rows (output channels) per weight panel and tile
-constexpr int kQCols = 48;            // columns per tile: three vectors of sixteen
-constexpr int64_t kQMaxSteps = 1280;  // K / 4 at most (the packed columns live on the stack)
+constexpr int kQRows = 8;                // rows (output channels) per weight panel and tile
+constexpr int kQCols = 48;               // columns per tile: three vectors of sixteen
+constexpr int64_t kQMaxSteps = 1280;     // K / 4 at most (the packed columns live on the stack)
+constexpr int64_t kQFlatMaxSteps = 128;  // flat_k's steps at most for the byte-permute gather (8 rows of 64 bytes)
 
 typedef int32_t v4i __attribute__((vector_size(16)));
 typedef uint32_t v4u __attribute__((vector_size(16)));
@@ -388,6 +389,14 @@ struct QConvParams {
   uint32_t x_zero_word;  // zx' in all four bytes
   float y_zero, lo, hi;  // the output zero point and clamp (quantized units)
   bool pointwise;        // 1x1, stride 1, no padding: columns read in place
+  // flat_k (kiln_quant_params): x4 holds X padded and channels last, [N][Hp][Wp][C], and a
+  // step's word is bytes 4s..4s+3 of the column's (kh, kw, channel) sequence. flat_index
+  // (null without byte permutes): per step, the vpermt2b indices that gather it for eight
+  // columns from rows flat_row[s] and flat_row[s] + 1 (PackColumnsFlatVbmi).
+  bool flat;
+  int64_t C, Hp, Wp;
+  const uint8_t* flat_index;
+  const uint8_t* flat_row;
 };
 
 // Element i of the residual as f32.
@@ -748,6 +757,88 @@ inline void PackColumns(const QConvParams& q, const uint8_t* x4, int64_t j0, int
   }
 }
 
+// PackColumns for flat_k: each column's (kh, kw, channel) bytes are KH runs of KW * C
+// bytes of the padded, channels-last X, which a column copies whole and then hands out by
+// the word.
+inline void PackColumnsFlat(const QConvParams& q, const uint8_t* xp, int64_t j0, int64_t cols, uint8_t* packed) {
+  const int64_t run = q.KW * q.C, row_bytes = q.Wp * q.C, k = q.KH * run;
+  uint8_t column[kQMaxSteps * 4];
+  memset(column + k, 0, q.steps * 4 - k);  // (their weights are 0)
+  for (int64_t j = 0; j < cols; ++j) {
+    const int64_t p = j0 + j;
+    const uint8_t* src = xp + (p / q.OW * q.SH * q.Wp + p % q.OW * q.SW) * q.C;
+    for (int64_t kh = 0; kh < q.KH; ++kh) memcpy(column + kh * run, src + kh * row_bytes, run);
+    for (int64_t s = 0; s < q.steps; ++s) memcpy(packed + (s * kQCols + j) * 4, column + s * 4, 4);
+  }
+}
+
+#if defined(__x86_64__)
+// PackColumnsFlat with byte permutes: eight columns of an output row at a time, whose KH
+// input rows each lie within 64 bytes (7 * SW * C + KW * C <= 64: ResNet's stem, 42 + 21),
+// one register a row; a step's eight words are one vpermt2b of the two rows its four bytes
+// come from (KW * C >= 4, so at most two).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"), noinline)) void PackColumnsFlatVbmi(
+    const QConvParams& q, const uint8_t* xp, int64_t j0, int64_t cols, uint8_t* packed) {
+  const int64_t row_bytes = q.Wp * q.C;
+  for (int64_t j = 0; j < cols;) {
+    const int64_t p = j0 + j, ow = p % q.OW;
+    const int64_t length = q.OW - ow < cols - j ? q.OW - ow : cols - j;
+    const uint8_t* src = xp + (p / q.OW * q.SH * q.Wp + ow * q.SW) * q.C;
+    for (int64_t g = 0; g < length; g += 8) {
+      const __mmask8 mask = static_cast<__mmask8>(length - g >= 8 ? 0xFF : (1u << (length - g)) - 1);
+      __m512i rows[8];
+      for (int64_t kh = 0; kh < q.KH; ++kh) rows[kh] = _mm512_loadu_si512(src + kh * row_bytes + g * q.SW * q.C);
+      for (int64_t s = 0; s < q.steps; ++s) {
+        const int64_t r = q.flat_row[s];
+        const __m512i v = _mm512_permutex2var_epi8(rows[r], _mm512_loadu_si512(q.flat_index + s * 64),
+                                                   rows[r + 1 < q.KH ? r + 1 : r]);
+        _mm256_mask_storeu_epi32(packed + (s * kQCols + j + g) * 4, mask, _mm512_castsi512_si256(v));
+      }
+    }
+    j += length;
+  }
+}
+#endif
+
+// flat_k's X: [N][Hp][Wp][C], the rows and columns the windows reach, the padding X's zero
+// point (as u8: an s8 X is flipped), a job per image and row.
+void PadChannelsLast(const kiln_kcall* call, const QConvParams& q, uint8_t zx, uint8_t flip, uint8_t* xp) {
+  const uint8_t* px = static_cast<const uint8_t*>(call->inputs[0].data);
+  ParallelFor(call, q.batch * q.Hp, 8, [=](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t n = job / q.Hp, ih = job % q.Hp - q.PH;
+      uint8_t* row = xp + job * q.Wp * q.C;
+      memset(row, zx, q.Wp * q.C);
+      if (ih < 0 || ih >= q.H) continue;
+      const int64_t iw_end = q.Wp - q.PW < q.W ? q.Wp - q.PW : q.W;
+      const uint8_t* src = px + (n * q.C * q.H + ih) * q.W;
+      uint8_t* dst = row + q.PW * q.C;
+      int64_t iw = 0;
+      if (q.C == 3) {  // sixteen pixels of the three planes interleaved into 48 bytes
+        v16u8 f;
+        for (int l = 0; l < 16; ++l) f[l] = flip;
+        for (; iw + 16 <= iw_end; iw += 16) {
+          v16u8 r, g, b;
+          memcpy(&r, src + iw, 16);
+          memcpy(&g, src + q.H * q.W + iw, 16);
+          memcpy(&b, src + 2 * q.H * q.W + iw, 16);
+          const v32u8 rg = __builtin_shufflevector(r ^ f, g ^ f, KILN_IOTA32);
+          const v32u8 bb = __builtin_shufflevector(b ^ f, b ^ f, KILN_IOTA32);
+          const v64u8 all = __builtin_shufflevector(rg, bb, KILN_IOTA64);
+          const v64u8 out =
+              __builtin_shufflevector(all, all, 0, 16, 32, 1, 17, 33, 2, 18, 34, 3, 19, 35, 4, 20, 36, 5, 21, 37, 6, 22,
+                                      38, 7, 23, 39, 8, 24, 40, 9, 25, 41, 10, 26, 42, 11, 27, 43, 12, 28, 44, 13, 29,
+                                      45, 14, 30, 46, 15, 31, 47, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+          memcpy(dst + iw * 3, &out, 48);
+        }
+      }
+      for (; iw < iw_end; ++iw) {
+        for (int64_t c = 0; c < q.C; ++c) dst[iw * q.C + c] = src[c * q.H * q.W + iw] ^ flip;
+      }
+    }
+  });
+}
+
 // One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp: its columns
 // packed (or read in place), then every row panel in tiles of 48, 32, 16 or 4 columns.
 template <int32_t kDot>
@@ -758,6 +849,19 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
   if (q.pointwise) {
     b = x4 + j0 * 4;
     ldb = q.H * q.W * 4;
+  } else if (q.flat) {
+    const uint8_t* xp = q.x4 + n * q.Hp * q.Wp * q.C;
+#if defined(__x86_64__)
+    if (BytePermute() && q.flat_index != nullptr) {  // (the knob folds the call away on other targets)
+      PackColumnsFlatVbmi(q, xp, j0, cols, packed);
+    } else {
+      PackColumnsFlat(q, xp, j0, cols, packed);
+    }
+#else
+    PackColumnsFlat(q, xp, j0, cols, packed);
+#endif
+    b = packed;
+    ldb = kQCols * 4;
   } else {
     PackColumns(q, x4, j0, cols, packed);
     b = packed;
@@ -840,6 +944,14 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   q.KH = w.kernel[1], q.KW = w.kernel[2], q.SH = w.stride[1], q.SW = w.stride[2];
   q.PH = w.pad[1], q.PW = w.pad[2], q.DH = w.dilation[1], q.DW = w.dilation[2];
   q.steps = q.KH * q.KW * q.quads;
+  q.flat = params.flat_k != 0;
+  q.C = icg;
+  q.flat_index = q.flat_row = nullptr;
+  if (q.flat) {
+    if (q.group != 1 || q.DH != 1 || q.DW != 1) return KILN_KERR_UNSUPPORTED;
+    q.steps = (q.KH * q.KW * icg + 3) / 4;
+    q.Hp = (q.OH - 1) * q.SH + q.KH, q.Wp = (q.OW - 1) * q.SW + q.KW;
+  }
   if (w.in[0] != 1 || w.kernel[0] != 1 || q.steps > kQMaxSteps) return KILN_KERR_UNSUPPORTED;
   q.pointwise =
       q.KH == 1 && q.KW == 1 && q.SH == 1 && q.SW == 1 && q.PH == 0 && q.PW == 0 && q.OH == q.H && q.OW == q.W;
@@ -868,11 +980,32 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   q.y_dtype = Y.dtype;
   uint8_t* x4 = OutputData<uint8_t>(call, 1);
   q.x4 = x4;
+  alignas(64) uint8_t flat_index[kQFlatMaxSteps * 64], flat_row[kQFlatMaxSteps];
+  if (q.flat) {
+    PadChannelsLast(call, q, zx, flip ? 0x80 : 0, x4);
+    const int64_t run = q.KW * q.C;
+    if (BytePermute() && q.KH <= 8 && run >= 4 && 7 * q.SW * q.C + run <= 64 && q.steps <= kQFlatMaxSteps) {
+      for (int64_t s = 0; s < q.steps; ++s) {  // byte b of column c's word: row r or r + 1 (+64)
+        const int64_t r = s * 4 / run;
+        flat_row[s] = static_cast<uint8_t>(r);
+        for (int64_t c = 0; c < 8; ++c) {
+          for (int64_t b = 0; b < 4; ++b) {
+            const int64_t k = s * 4 + b, kh = k / run;
+            flat_index[s * 64 + c * 4 + b] =
+                static_cast<uint8_t>(kh >= q.KH ? 0 : (kh > r ? 64 : 0) + c * q.SW * q.C + k % run);
+          }
+        }
+        memset(flat_index + s * 64 + 32, 0, 32);
+      }
+      q.flat_index = flat_index;
+      q.flat_row = flat_row;
+    }
+  }
   // X into channel quads: one job per (image, group, quad).
   const uint8_t* px = static_cast<const uint8_t*>(X.data);
   const int64_t HW = q.H * q.W, G = q.group, quads = q.quads;
   const uint8_t flip_bits = flip ? 0x80 : 0;
-  ParallelFor(call, q.batch * G * quads, 1, [=](int64_t begin, int64_t end) {
+  ParallelFor(call, q.flat ? 0 : q.batch * G * quads, 1, [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {
       const int64_t c4 = job % quads, ng = job / quads, grp = ng % G, n = ng / G;
       uint8_t* dst = x4 + job * HW * 4;

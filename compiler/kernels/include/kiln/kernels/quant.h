@@ -32,8 +32,11 @@ typedef struct kiln_quant_params {
   int64_t y_zero_point;       /* qconv packed, qgemm */
   int64_t clamp_lo, clamp_hi; /* qconv packed, qgemm: Y's range (with relu folded in) */
   int64_t rows, K, N;         /* qgemm */
+  /* qconv packed, one group of fewer than four channels (conv stems): K runs over (kh, kw,
+   * channel) as one sequence in words of four, rather than over (kh, kw, quad of channels). */
+  int64_t flat_k;
 } kiln_quant_params;
-KILN_PARAMS_LAYOUT(kiln_quant_params, 4 + (4 + 3 * KILN_MAX_RANK) + 1 + (1 + 5 * KILN_MAX_SPATIAL) + 7 + 3);
+KILN_PARAMS_LAYOUT(kiln_quant_params, 4 + (4 + 3 * KILN_MAX_RANK) + 1 + (1 + 5 * KILN_MAX_SPATIAL) + 7 + 3 + 1);
 
 #ifdef __cplusplus
 }
