@@ -257,6 +257,12 @@ absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<Ke
 // (bias - zx' * sum(w - zw)) and an f32 multiplier (x_scale * w_scale / y_scale, as the
 // reference kernel computes it).
 constexpr int64_t kQPanelRows = 8;
+constexpr int64_t kQChunkCols = 48;  // columns (output positions) per chunk of the packed kernel
+// Jobs below which the packed kernel also splits output channels (panel_splits): ResNet-50
+// int8's 7x7 convs at batch 1 were one chunk of 48 columns and one of 1, so a second
+// thread had next to nothing to do (0.60 ms at one thread, 0.60 at two), and the last
+// column's job read all the weights again.
+constexpr int64_t kQMinJobs = 8;
 constexpr int64_t kQMaxSteps = 1280;
 
 // The integer value of a constant tensor's element i (0 for an omitted one).
@@ -357,6 +363,12 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   params.x_zero_point = zx;
   params.x_signed = x_signed ? 1 : 0;
   params.flat_k = flat ? 1 : 0;
+  const int64_t units = xd[0] * group * ((yd.size() == 4 ? yd[2] * yd[3] : yd[2]) + kQChunkCols - 1) / kQChunkCols;
+  if (units < kQMinJobs && panels >= 4) {
+    const int64_t splits = std::min((kQMinJobs + units - 1) / units, panels / 2);
+    const int64_t split_panels = ((panels + splits - 1) / splits + 1) / 2 * 2;
+    params.panel_splits = (panels + split_panels - 1) / split_panels;
+  }
   SetOutputRange(node, requantize, params.relu == 1, params);
   KernelCall call = CallWithParams<kernel::qconv>(
       {Input(node, 0), KernelOperand{-1, packed}, KernelOperand{-1, offsets}, KernelOperand{-1, multipliers}}, params);
@@ -373,6 +385,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
     const int64_t hp = (yd[2] - 1) * win->strides[0] + wd[2], wp = (yd[3] - 1) * win->strides[1] + wd[3];
     call.scratch_bytes = xd[0] * hp * wp * icg + 64 + 256;
   }
+  if (params.panel_splits > 1)
+    call.scratch_bytes += 64 + units * (steps * kQChunkCols * 4 + 64);  // the chunks' columns
   return call;
 }
 

@@ -497,7 +497,10 @@ void CheckIntegerConv(const QConvCase& c) {
 // kw, channel) sequence (flat_k): a stem's 7x7 stride 2 over three channels (19 x 23
 // outputs, so chunks span rows; the byte-permute gather where the target has it), two
 // channels of s8 X (3x3: a word across two kernel rows), and one channel (3x3: a row of
-// three bytes, too short for the byte permutes).
+// three bytes, too short for the byte permutes). Few columns and at least four row panels
+// split the output channels among jobs (panel_splits): 7x7 positions (48 + 1), 40 output
+// channels (panels 0-3 and 4, which the one-column tile takes alone), copied; 64 output
+// channels in four ranges, read in place.
 TEST(QuantTest, IntegerConvsMatchPlainLoops) {
   const QConvCase cases[] = {
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 4, 9, 11, 6, 2, 3, 2, 1},
@@ -507,6 +510,8 @@ TEST(QuantTest, IntegerConvsMatchPlainLoops) {
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 3, 37, 45, 16, 1, 7, 2, 3},
       {DType::kInt8, DType::kInt8, DType::kInt8, 2, 9, 10, 8, 1, 3, 1, 1},
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 1, 12, 13, 9, 1, 3, 1, 1},
+      {DType::kUInt8, DType::kInt8, DType::kUInt8, 16, 7, 7, 40, 1, 3, 1, 1},
+      {DType::kInt8, DType::kInt8, DType::kInt8, 8, 7, 7, 64, 1, 1, 1, 0},
   };
   for (const QConvCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "C " << c.C << " K " << c.K << " OC " << c.OC);
