@@ -153,16 +153,21 @@ KILN_ALWAYS_INLINE void OutputStage(const QWinograd& q, int64_t b0, int64_t b1, 
     int64_t n, th, tw;
     tile(t, &n, &th, &tw);
     const int64_t rows = q.OH - th * 4 < 4 ? q.OH - th * 4 : 4, cols = q.OW - tw * 4 < 4 ? q.OW - tw * 4 : 4;
+    const int32_t* mt = m + t * 36 * q.OC;
     for (int64_t o0 = 0; o0 < q.OC; o0 += kLanes) {
-      v16f s[36], tmp[24], out[16];
-      for (int xi = 0; xi < 36; ++xi) {
-        v16i sums;
-        v16f factor;
-        memcpy(&sums, m + (t * 36 + xi) * q.OC + o0, sizeof(sums));
-        memcpy(&factor, q.factors + xi * q.OC + o0, sizeof(factor));
-        s[xi] = __builtin_convertvector(sums, v16f) * factor;
+      // A^T (M * F), a column of six points at a time (all 36 at once spilled to the stack).
+      v16f tmp[24], out[16];
+      for (int c = 0; c < 6; ++c) {
+        v16f column[6];
+        for (int r = 0; r < 6; ++r) {
+          v16i sums;
+          v16f factor;
+          memcpy(&sums, mt + (r * 6 + c) * q.OC + o0, sizeof(sums));
+          memcpy(&factor, q.factors + (r * 6 + c) * q.OC + o0, sizeof(factor));
+          column[r] = __builtin_convertvector(sums, v16f) * factor;
+        }
+        winograd::OutputTransform6(column, 1, tmp + c, 6);  // 4 x 6
       }
-      for (int c = 0; c < 6; ++c) winograd::OutputTransform6(s + c, 6, tmp + c, 6);            // A^T M: 4 x 6
       for (int r = 0; r < 4; ++r) winograd::OutputTransform6(tmp + r * 6, 1, out + r * 4, 1);  // (A^T M) A: 4 x 4
       v16f bias, multiplier;
       memcpy(&bias, q.bias + o0, sizeof(bias));
