@@ -114,31 +114,68 @@ void PadAndBlock(const kiln_kcall* call, const QWinograd& q) {
   });
 }
 
+// V of one tile for the NB 16-channel blocks (1 or 2) from block cb: B^T d a column at a
+// time, then the rows, on vectors of 16 * NB i16 (two blocks fill a 512-bit vector).
+typedef int16_t v32s __attribute__((vector_size(64)));
+typedef uint8_t v32b __attribute__((vector_size(32)));
+typedef int8_t v32c __attribute__((vector_size(32)));
+template <int NB>
+struct BlockVectors {  // NB 16-channel blocks as i16, u8 and s8 vectors
+  typedef v16s VS;
+  typedef v16b VB;
+  typedef v16c VC;
+};
+template <>
+struct BlockVectors<2> {
+  typedef v32s VS;
+  typedef v32b VB;
+  typedef v32c VC;
+};
+
+template <bool kSigned, int NB>
+KILN_ALWAYS_INLINE void TileV(const QWinograd& q, const uint8_t* base, int64_t block_bytes, int16_t* out) {
+  typedef typename BlockVectors<NB>::VS VS;
+  typedef typename BlockVectors<NB>::VB VB;
+  typedef typename BlockVectors<NB>::VC VC;
+  VS tmp[36];
+  for (int c = 0; c < 6; ++c) {
+    VS column[6];
+    for (int r = 0; r < 6; ++r) {
+      VB bytes;
+      for (int b = 0; b < NB; ++b)
+        memcpy(reinterpret_cast<uint8_t*>(&bytes) + 16 * b, base + b * block_bytes + (r * q.Wp + c) * kLanes, 16);
+      if constexpr (kSigned) {
+        column[r] = __builtin_convertvector((VC)bytes, VS) - q.zx;
+      } else {
+        column[r] = __builtin_convertvector(bytes, VS) - q.zx;
+      }
+    }
+    InputTransform(column, 1, tmp + c, 6);  // B^T d
+  }
+  for (int r = 0; r < 6; ++r) {
+    VS row[6];
+    InputTransform(tmp + r * 6, 1, row, 1);  // (B^T d) B
+    for (int c = 0; c < 6; ++c) memcpy(out + (r * 6 + c) * q.C, &row[c], sizeof(VS));
+  }
+}
+
 // Stage 1: V of tiles [b0, b1) of the chunk, every input channel. tile(t) gives the tile's
-// image, tile row and tile column.
+// image, tile row and tile column. Two blocks at a time (one 16-channel block's transforms
+// on 256-bit vectors took 7 % of a 64-channel 56 x 56 conv).
 template <bool kSigned, typename TileAt>
 KILN_ALWAYS_INLINE void InputStage(const QWinograd& q, int64_t b0, int64_t b1, const TileAt& tile, int16_t* v) {
-  const int64_t blocks = q.C / kLanes;
+  const int64_t blocks = q.C / kLanes, block_bytes = q.Hp * q.Wp * kLanes;
   for (int64_t t = b0; t < b1; ++t) {
     int64_t n, th, tw;
     tile(t, &n, &th, &tw);
-    for (int64_t cb = 0; cb < blocks; ++cb) {
-      const uint8_t* base = q.xp + (((n * blocks + cb) * q.Hp + th * 4) * q.Wp + tw * 4) * kLanes;
-      v16s d[36], tmp[36];
-      for (int r = 0; r < 6; ++r) {
-        for (int c = 0; c < 6; ++c) {
-          v16b bytes;
-          memcpy(&bytes, base + (r * q.Wp + c) * kLanes, 16);
-          if constexpr (kSigned) {
-            d[r * 6 + c] = __builtin_convertvector((v16c)bytes, v16s) - q.zx;
-          } else {
-            d[r * 6 + c] = __builtin_convertvector(bytes, v16s) - q.zx;
-          }
-        }
-      }
-      for (int c = 0; c < 6; ++c) InputTransform(d + c, 6, tmp + c, 6);          // columns: B^T d
-      for (int r = 0; r < 6; ++r) InputTransform(tmp + r * 6, 1, d + r * 6, 1);  // rows: (B^T d) B
-      for (int xi = 0; xi < 36; ++xi) memcpy(v + (t * 36 + xi) * q.C + cb * kLanes, &d[xi], sizeof(v16s));
+    int64_t cb = 0;
+    for (; cb + 2 <= blocks; cb += 2) {
+      const uint8_t* base = q.xp + (n * blocks + cb) * block_bytes + (th * 4 * q.Wp + tw * 4) * kLanes;
+      TileV<kSigned, 2>(q, base, block_bytes, v + t * 36 * q.C + cb * kLanes);
+    }
+    if (cb < blocks) {
+      const uint8_t* base = q.xp + (n * blocks + cb) * block_bytes + (th * 4 * q.Wp + tw * 4) * kLanes;
+      TileV<kSigned, 1>(q, base, block_bytes, v + t * 36 * q.C + cb * kLanes);
     }
   }
 }
