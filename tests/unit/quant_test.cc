@@ -359,11 +359,19 @@ float QuantizedAs(float v, float scale, int64_t zero, DType type) {
   return std::min(hi, std::max(lo, std::nearbyint(v / scale) + static_cast<float>(zero)));
 }
 
+// The graph's first node (op) lowers for artifacts to the packed int8 conv, not the
+// reference kernel it falls back to (CheckIntegerConv draws weights whose w - zw fits s8,
+// as the packed kernel needs).
+void ExpectPackedKernel(const Graph& graph, const std::string& op) {
+  auto call = LowerForArtifact(*FindOp(op), *graph.nodes()[0]);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->kernel, "qconv");
+}
+
 void CheckIntegerConv(const QConvCase& c) {
   const int64_t OH = (c.H + 2 * c.P - c.K) / c.S + 1, OW = (c.W + 2 * c.P - c.K) / c.S + 1, icg = c.C / c.G;
   const bool x_u8 = c.x_type == DType::kUInt8, w_u8 = c.w_type == DType::kUInt8;
   auto x = RandomInts(c.x_type, {1, c.C, c.H, c.W}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 11);
-  // (w - zw within s8, as the packed kernel needs.)
   auto w = RandomInts(c.w_type, {c.OC, icg, c.K, c.K}, w_u8 ? 2 : -127, w_u8 ? 254 : 126, 12);
   auto w_zero = RandomInts(c.w_type, {c.OC}, w_u8 ? 127 : -1, w_u8 ? 129 : 1, 13);
   auto w_scale = FloatsIn({c.OC}, 0.002f, 0.006f, 14);
@@ -372,7 +380,6 @@ void CheckIntegerConv(const QConvCase& c) {
   const int64_t x_zero = x_u8 ? 128 : -3;
   const float x_scale = 0.02f, y_scale = 0.1f;
   const int64_t y_zero = c.y_type == DType::kUInt8 ? 120 : 5;
-  auto scalar = ScalarOf;
   auto at = [](const Tensor& t, int64_t i) { return static_cast<int64_t>(t.GetAsDouble(i)); };
   auto float_bias = FloatsIn({c.OC}, -1.f, 1.f, 15);
   auto residual = FloatsIn({1, c.OC, OH, OW}, -2.f, 2.f, 16);  // the fuse pass's skip connection
@@ -396,7 +403,7 @@ void CheckIntegerConv(const QConvCase& c) {
       auto g = std::make_unique<Graph>();
       Value* in = g->AddValue("x", TensorType::Static(c.x_type, {1, c.C, c.H, c.W}));
       g->AddInput(in);
-      Value* xz = g->AddConstant("xz", scalar(c.x_type, x_zero));
+      Value* xz = g->AddConstant("xz", ScalarOf(c.x_type, x_zero));
       Node* conv;
       if (to_float) {
         conv = g->AddNode(
@@ -409,11 +416,11 @@ void CheckIntegerConv(const QConvCase& c) {
           inputs.push_back(g->AddConstant("r", quantized_residual ? residual_bytes : residual));
           if (quantized) {
             inputs.push_back(g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})));
-            inputs.push_back(g->AddConstant("yz", scalar(c.y_type, y_zero)));
+            inputs.push_back(g->AddConstant("yz", ScalarOf(c.y_type, y_zero)));
           }
           if (quantized_residual) {
             inputs.push_back(g->AddConstant("rs", Filled<float>(DType::kFloat32, {}, {residual_scale})));
-            inputs.push_back(g->AddConstant("rz", scalar(c.x_type, residual_zero)));
+            inputs.push_back(g->AddConstant("rz", ScalarOf(c.x_type, residual_zero)));
           }
           conv->set_inputs(inputs);
         }
@@ -427,7 +434,7 @@ void CheckIntegerConv(const QConvCase& c) {
                           {in, g->AddConstant("xs", Filled<float>(DType::kFloat32, {}, {x_scale})), xz,
                            g->AddConstant("w", w), g->AddConstant("ws", w_scale), g->AddConstant("wz", w_zero),
                            g->AddConstant("ys", Filled<float>(DType::kFloat32, {}, {y_scale})),
-                           g->AddConstant("yz", scalar(c.y_type, y_zero)), g->AddConstant("b", bias)},
+                           g->AddConstant("yz", ScalarOf(c.y_type, y_zero)), g->AddConstant("b", bias)},
                           {"y"}, 10);
       } else {
         conv = g->AddNode("ConvInteger", "conv", {in, g->AddConstant("w", w), xz, g->AddConstant("wz", w_zero)}, {"y"},
@@ -442,12 +449,7 @@ void CheckIntegerConv(const QConvCase& c) {
       if (quantized) EXPECT_EQ(conv->output(0)->type().dtype, c.y_type);
       return g;
     };
-    {  // the packed kernel, not the reference one it falls back to
-      auto g = build();
-      auto call = LowerForArtifact(*FindOp(op), *g->nodes()[0]);
-      ASSERT_TRUE(call.ok()) << call.status();
-      EXPECT_EQ(call->kernel, "qconv");
-    }
+    ExpectPackedKernel(*build(), op);
     std::vector<double> want;
     for (int64_t oc = 0; oc < c.OC; ++oc) {
       for (int64_t oh = 0; oh < OH; ++oh) {

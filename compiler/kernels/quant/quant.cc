@@ -920,6 +920,66 @@ __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n
   QConvChunk<kInt8DotPlain>(q, n, grp, j0, cols, packed, ready, p0, p1);
 }
 
+// flat_k's byte-permute gather, where the target has it and the window fits (see
+// PackColumnsFlatVbmi): per step, the vpermt2b indices for eight columns and the first of
+// the two input rows, into `index` and `row`, which q then points at.
+void SetFlatGather(QConvParams& q, uint8_t* index, uint8_t* row) {
+  const int64_t run = q.KW * q.C;
+  if (!BytePermute() || q.KH > 8 || run < 4 || 7 * q.SW * q.C + run > 64 || q.steps > kQFlatMaxSteps) return;
+  for (int64_t s = 0; s < q.steps; ++s) {  // byte b of column c's word: row r or r + 1 (+64)
+    const int64_t r = s * 4 / run;
+    row[s] = static_cast<uint8_t>(r);
+    for (int64_t c = 0; c < 8; ++c) {
+      for (int64_t b = 0; b < 4; ++b) {
+        const int64_t k = s * 4 + b, kh = k / run;
+        index[s * 64 + c * 4 + b] = static_cast<uint8_t>(kh >= q.KH ? 0 : (kh > r ? 64 : 0) + c * q.SW * q.C + k % run);
+      }
+    }
+    memset(index + s * 64 + 32, 0, 32);
+  }
+  q.flat_index = index;
+  q.flat_row = row;
+}
+
+// X into channel quads, [N][G][C/4][H][W][4]: one job per (image, group, quad).
+void CopyChannelQuads(const kiln_kcall* call, const QConvParams& q, int64_t in_channels, uint8_t zx, uint8_t flip_bits,
+                      uint8_t* x4) {
+  const uint8_t* px = static_cast<const uint8_t*>(call->inputs[0].data);
+  const int64_t HW = q.H * q.W, G = q.group, quads = q.quads, icg = q.C;
+  ParallelFor(call, q.batch * G * quads, 1, [=](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t c4 = job % quads, ng = job / quads, grp = ng % G, n = ng / G;
+      uint8_t* dst = x4 + job * HW * 4;
+      // The quad's four planes (a channel past the group's reads a plane of zx' bytes).
+      alignas(16) uint8_t pad_row[16];
+      memset(pad_row, zx ^ flip_bits, sizeof(pad_row));
+      const uint8_t* src[4];
+      int64_t step[4];
+      for (int b = 0; b < 4; ++b) {
+        const int64_t ic = c4 * 4 + b;
+        src[b] = ic < icg ? px + (n * in_channels + grp * icg + ic) * HW : pad_row;
+        step[b] = ic < icg ? 1 : 0;
+      }
+      // Sixteen pixels at a time: four 16-byte rows interleaved into 64 bytes.
+      int64_t i = 0;
+      v16u8 flip16;
+      for (int l = 0; l < 16; ++l) flip16[l] = flip_bits;
+      for (; i + 16 <= HW; i += 16) {
+        v16u8 r[4];
+        for (int b = 0; b < 4; ++b) memcpy(&r[b], src[b] + i * step[b], 16);
+        const v32u8 ab = __builtin_shufflevector(r[0] ^ flip16, r[1] ^ flip16, KILN_IOTA32);
+        const v32u8 cd = __builtin_shufflevector(r[2] ^ flip16, r[3] ^ flip16, KILN_IOTA32);
+        const v64u8 abcd = __builtin_shufflevector(ab, cd, KILN_IOTA64);
+        const v64u8 out = __builtin_shufflevector(abcd, abcd, KILN_QUAD_INTERLEAVE);
+        memcpy(dst + i * 4, &out, 64);
+      }
+      for (; i < HW; ++i) {
+        for (int b = 0; b < 4; ++b) dst[i * 4 + b] = src[b][i * step[b]] ^ flip_bits;
+      }
+    }
+  });
+}
+
 // inputs: X, packed weights (s8 [G][ceil(OC/G / 8)][K/4][8][4]), offsets (i32 [OC]),
 // multipliers (f32 [OC]; unread for i32 Y), for f32 Y an optional f32 bias [OC] and an
 // optional residual of Y's shape (added before relu), for a u8/i8 Y (mode 2: the f32
@@ -987,62 +1047,13 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   uint8_t* x4 = OutputData<uint8_t>(call, 1);
   q.x4 = x4;
   alignas(64) uint8_t flat_index[kQFlatMaxSteps * 64], flat_row[kQFlatMaxSteps];
+  const int64_t HW = q.H * q.W, G = q.group, quads = q.quads;
   if (q.flat) {
     PadChannelsLast(call, q, zx, flip ? 0x80 : 0, x4);
-    const int64_t run = q.KW * q.C;
-    if (BytePermute() && q.KH <= 8 && run >= 4 && 7 * q.SW * q.C + run <= 64 && q.steps <= kQFlatMaxSteps) {
-      for (int64_t s = 0; s < q.steps; ++s) {  // byte b of column c's word: row r or r + 1 (+64)
-        const int64_t r = s * 4 / run;
-        flat_row[s] = static_cast<uint8_t>(r);
-        for (int64_t c = 0; c < 8; ++c) {
-          for (int64_t b = 0; b < 4; ++b) {
-            const int64_t k = s * 4 + b, kh = k / run;
-            flat_index[s * 64 + c * 4 + b] =
-                static_cast<uint8_t>(kh >= q.KH ? 0 : (kh > r ? 64 : 0) + c * q.SW * q.C + k % run);
-          }
-        }
-        memset(flat_index + s * 64 + 32, 0, 32);
-      }
-      q.flat_index = flat_index;
-      q.flat_row = flat_row;
-    }
+    SetFlatGather(q, flat_index, flat_row);
+  } else {
+    CopyChannelQuads(call, q, in_channels, zx, flip ? 0x80 : 0, x4);
   }
-  // X into channel quads: one job per (image, group, quad).
-  const uint8_t* px = static_cast<const uint8_t*>(X.data);
-  const int64_t HW = q.H * q.W, G = q.group, quads = q.quads;
-  const uint8_t flip_bits = flip ? 0x80 : 0;
-  ParallelFor(call, q.flat ? 0 : q.batch * G * quads, 1, [=](int64_t begin, int64_t end) {
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t c4 = job % quads, ng = job / quads, grp = ng % G, n = ng / G;
-      uint8_t* dst = x4 + job * HW * 4;
-      // The quad's four planes (a channel past the group's reads a plane of zx' bytes).
-      alignas(16) uint8_t pad_row[16];
-      memset(pad_row, zx ^ flip_bits, sizeof(pad_row));
-      const uint8_t* src[4];
-      int64_t step[4];
-      for (int b = 0; b < 4; ++b) {
-        const int64_t ic = c4 * 4 + b;
-        src[b] = ic < icg ? px + (n * in_channels + grp * icg + ic) * HW : pad_row;
-        step[b] = ic < icg ? 1 : 0;
-      }
-      // Sixteen pixels at a time: four 16-byte rows interleaved into 64 bytes.
-      int64_t i = 0;
-      v16u8 flip16;
-      for (int l = 0; l < 16; ++l) flip16[l] = flip_bits;
-      for (; i + 16 <= HW; i += 16) {
-        v16u8 r[4];
-        for (int b = 0; b < 4; ++b) memcpy(&r[b], src[b] + i * step[b], 16);
-        const v32u8 ab = __builtin_shufflevector(r[0] ^ flip16, r[1] ^ flip16, KILN_IOTA32);
-        const v32u8 cd = __builtin_shufflevector(r[2] ^ flip16, r[3] ^ flip16, KILN_IOTA32);
-        const v64u8 abcd = __builtin_shufflevector(ab, cd, KILN_IOTA64);
-        const v64u8 out = __builtin_shufflevector(abcd, abcd, KILN_QUAD_INTERLEAVE);
-        memcpy(dst + i * 4, &out, 64);
-      }
-      for (; i < HW; ++i) {
-        for (int b = 0; b < 4; ++b) dst[i * 4 + b] = src[b][i * step[b]] ^ flip_bits;
-      }
-    }
-  });
   // Jobs: (panel range, image, group, chunk), the chunk fastest, so a thread's jobs share
   // its range's weights. With panel_splits > 1 (few columns: ResNet-50's 7x7 maps at batch
   // 1 are one chunk of 48 and one of 1) the ranges let threads share a chunk, and every
