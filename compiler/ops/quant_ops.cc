@@ -363,7 +363,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   params.x_zero_point = zx;
   params.x_signed = x_signed ? 1 : 0;
   params.flat_k = flat ? 1 : 0;
-  const int64_t units = xd[0] * group * ((yd.size() == 4 ? yd[2] * yd[3] : yd[2]) + kQChunkCols - 1) / kQChunkCols;
+  const int64_t positions = yd.size() == 4 ? yd[2] * yd[3] : yd[2];
+  const int64_t units = xd[0] * group * ((positions + kQChunkCols - 1) / kQChunkCols);  // jobs of the kernel
   if (units < kQMinJobs && panels >= 4) {
     const int64_t splits = std::min((kQMinJobs + units - 1) / units, panels / 2);
     const int64_t split_panels = ((panels + splits - 1) / splits + 1) / 2 * 2;
