@@ -645,7 +645,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
   const int8_t* group_weights = q.weights + grp * panels * panel_bytes;
   for (int64_t panel = p0; panel < p1; panel += 2) {
     const int8_t* w0 = group_weights + panel * panel_bytes;
-    const bool pair = panel + 1 < panels;
+    const bool pair = panel + 1 < p1;
     const int8_t* w1 = pair ? w0 + panel_bytes : w0;  // (a lone last panel: lanes 8-15 repeat it, unused)
     __m512i acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_si512();
@@ -1063,7 +1063,9 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   const bool threaded = call->exec != nullptr && call->exec->parallel_for != nullptr;
   const int64_t splits = params.panel_splits > 1 && threaded ? params.panel_splits : 1;
-  const int64_t split_panels = (panels + splits - 1) / splits;  // (even where splits > 1: the few-column pairs)
+  // Ranges of an even number of panels, as lowering counted them: the few-column tile takes
+  // panels in pairs.
+  const int64_t split_panels = splits > 1 ? ((panels + splits - 1) / splits + 1) / 2 * 2 : panels;
   const int64_t copy_bytes = q.flat ? q.batch * q.Hp * q.Wp * q.C + 64 : q.batch * G * quads * HW * 4;
   uint8_t* columns = x4 + (copy_bytes + 256 + 63) / 64 * 64;
   const int64_t column_bytes = q.steps * kQCols * 4 + 64;
