@@ -258,7 +258,7 @@ absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<Ke
 // reference kernel computes it).
 constexpr int64_t kQPanelRows = 8;
 constexpr int64_t kQChunkCols = 48;  // columns (output positions) per chunk of the packed kernel
-// Jobs below which the packed kernel also splits output channels (panel_splits): ResNet-50
+// Jobs below which the packed kernel also splits output channels (panel_range): ResNet-50
 // int8's 7x7 convs at batch 1 were one chunk of 48 columns and one of 1, so a second
 // thread had next to nothing to do (0.60 ms at one thread, 0.60 at two), and the last
 // column's job read all the weights again.
@@ -367,8 +367,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
   const int64_t units = xd[0] * group * ((positions + kQChunkCols - 1) / kQChunkCols);  // jobs of the kernel
   if (units < kQMinJobs && panels >= 4) {
     const int64_t splits = std::min((kQMinJobs + units - 1) / units, panels / 2);
-    const int64_t split_panels = ((panels + splits - 1) / splits + 1) / 2 * 2;
-    params.panel_splits = (panels + split_panels - 1) / split_panels;
+    const int64_t range = ((panels + splits - 1) / splits + 1) / 2 * 2;  // even: the few-column tile takes pairs
+    if (range < panels) params.panel_range = range;
   }
   SetOutputRange(node, requantize, params.relu == 1, params);
   KernelCall call = CallWithParams<kernel::qconv>(
@@ -386,8 +386,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
     const int64_t hp = (yd[2] - 1) * win->strides[0] + wd[2], wp = (yd[3] - 1) * win->strides[1] + wd[3];
     call.scratch_bytes = xd[0] * hp * wp * icg + 64 + 256;
   }
-  if (params.panel_splits > 1)
-    call.scratch_bytes += 64 + units * (steps * kQChunkCols * 4 + 64);  // the chunks' columns
+  if (params.panel_range > 0) call.scratch_bytes += 64 + units * (steps * kQChunkCols * 4 + 64);  // the chunks' columns
   return call;
 }
 

@@ -500,7 +500,7 @@ void CheckIntegerConv(const QConvCase& c) {
 // outputs, so chunks span rows; the byte-permute gather where the target has it), two
 // channels of s8 X (3x3: a word across two kernel rows), and one channel (3x3: a row of
 // three bytes, too short for the byte permutes). Few columns and at least four row panels
-// split the output channels among jobs (panel_splits): 7x7 positions (48 + 1), 40 output
+// split the output channels among jobs (panel_range): 7x7 positions (48 + 1), 40 output
 // channels (panels 0-3 and 4, which the one-column tile takes alone), copied; 64 output
 // channels in four ranges, read in place.
 TEST(QuantTest, IntegerConvsMatchPlainLoops) {

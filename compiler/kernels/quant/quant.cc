@@ -1055,17 +1055,15 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
     CopyChannelQuads(call, q, in_channels, zx, flip ? 0x80 : 0, x4);
   }
   // Jobs: (panel range, image, group, chunk), the chunk fastest, so a thread's jobs share
-  // its range's weights. With panel_splits > 1 (few columns: ResNet-50's 7x7 maps at batch
+  // its range's weights. With a panel_range (few columns: ResNet-50's 7x7 maps at batch
   // 1 are one chunk of 48 and one of 1) the ranges let threads share a chunk, and every
   // chunk is packed first, once, into the scratch past X's copy. On one thread the ranges
   // gain nothing (ResNet-50 int8 measured 0.25 ms slower with them).
   const int64_t chunks = (q.OH * q.OW + kQCols - 1) / kQCols, units = q.batch * G * chunks;
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   const bool threaded = call->exec != nullptr && call->exec->parallel_for != nullptr;
-  const int64_t splits = params.panel_splits > 1 && threaded ? params.panel_splits : 1;
-  // Ranges of an even number of panels, as lowering counted them: the few-column tile takes
-  // panels in pairs.
-  const int64_t split_panels = splits > 1 ? ((panels + splits - 1) / splits + 1) / 2 * 2 : panels;
+  const int64_t split_panels = params.panel_range > 0 && threaded ? params.panel_range : panels;
+  const int64_t splits = (panels + split_panels - 1) / split_panels;
   const int64_t copy_bytes = q.flat ? q.batch * q.Hp * q.Wp * q.C + 64 : q.batch * G * quads * HW * 4;
   uint8_t* columns = x4 + (copy_bytes + 256 + 63) / 64 * 64;
   const int64_t column_bytes = q.steps * kQCols * 4 + 64;

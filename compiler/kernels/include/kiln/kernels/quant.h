@@ -35,10 +35,10 @@ typedef struct kiln_quant_params {
   /* qconv packed, one group of fewer than four channels (conv stems): K runs over (kh, kw,
    * channel) as one sequence in words of four, rather than over (kh, kw, quad of channels). */
   int64_t flat_k;
-  /* qconv packed: output channels split into this many ranges of row panels (an even number
-   * each), each range its own jobs, where there are too few chunks of columns to share
-   * among threads; the scratch then holds every chunk's packed columns too. 0 or 1: none. */
-  int64_t panel_splits;
+  /* qconv packed: where there are too few chunks of columns to share among threads, the
+   * output channels are split into ranges of this many row panels (an even number), each
+   * range its own jobs; the scratch then holds every chunk's packed columns too. 0: none. */
+  int64_t panel_range;
 } kiln_quant_params;
 KILN_PARAMS_LAYOUT(kiln_quant_params, 4 + (4 + 3 * KILN_MAX_RANK) + 1 + (1 + 5 * KILN_MAX_SPATIAL) + 7 + 3 + 2);
 
