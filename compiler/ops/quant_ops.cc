@@ -257,7 +257,8 @@ absl::StatusOr<KernelCall> LowerQuantizedMatMul(const Node& node, std::vector<Ke
 // (bias - zx' * sum(w - zw)) and an f32 multiplier (x_scale * w_scale / y_scale, as the
 // reference kernel computes it).
 constexpr int64_t kQPanelRows = 8;
-constexpr int64_t kQChunkCols = 48;  // columns (output positions) per chunk of the packed kernel
+// Columns (output positions) per chunk of the packed kernel; a last chunk may take one more.
+constexpr int64_t kQChunkCols = 48;
 // Jobs below which the packed kernel also splits output channels (panel_range): ResNet-50
 // int8's 7x7 convs at batch 1 were one chunk of 48 columns and one of 1, so a second
 // thread had next to nothing to do (0.60 ms at one thread, 0.60 at two), and the last
@@ -386,7 +387,9 @@ absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvFast(const Node& node,
     const int64_t hp = (yd[2] - 1) * win->strides[0] + wd[2], wp = (yd[3] - 1) * win->strides[1] + wd[3];
     call.scratch_bytes = xd[0] * hp * wp * icg + 64 + 256;
   }
-  if (params.panel_range > 0) call.scratch_bytes += 64 + units * (steps * kQChunkCols * 4 + 64);  // the chunks' columns
+  if (params.panel_range > 0) {  // the chunks' columns
+    call.scratch_bytes += 64 + units * (steps * (kQChunkCols + 1) * 4 + 64);
+  }
   return call;
 }
 

@@ -495,14 +495,16 @@ void CheckIntegerConv(const QConvCase& c) {
 // 77 positions, two chunks of 48 columns, the second partial; 7 channels: the second quad
 // padded; 13 output channels: a partial row panel); s8 and u8 inputs and weights. The
 // last 1-4 columns of a chunk take the four-lane tile: 10x10 positions (48 + 48 + 4,
-// copied) and 7x7 (48 + 1, read in place). Fewer than four channels take K as one (kh,
-// kw, channel) sequence (flat_k): a stem's 7x7 stride 2 over three channels (19 x 23
-// outputs, so chunks span rows; the byte-permute gather where the target has it), two
-// channels of s8 X (3x3: a word across two kernel rows), and one channel (3x3: a row of
-// three bytes, too short for the byte permutes). Few columns and at least four row panels
-// split the output channels among jobs (panel_range): 7x7 positions (48 + 1), 40 output
-// channels (panels 0-3 and 4, which the one-column tile takes alone), copied; 64 output
-// channels in four ranges, read in place.
+// copied) and 7x7 (48 + 1, read in place); on AVX-512 VNNI a last single column joins
+// the chunk before as its 49th (7x7 read in place; 5 x 29 = 48 + 48 + 49 copied, its 49th
+// column packed after the others). Fewer than four channels take K as one (kh, kw,
+// channel) sequence (flat_k): a stem's 7x7 stride 2 over three channels (19 x 23 outputs,
+// so chunks span rows; the byte-permute gather where the target has it; and 7 x 7
+// outputs, a chunk of 49), two channels of s8 X (3x3: a word across two kernel rows), and
+// one channel (3x3: a row of three bytes, too short for the byte permutes). Few columns
+// and at least four row panels split the output channels among jobs (panel_range): 7x7
+// positions (48 + 1), 40 output channels (panels 0-3 and 4, which the one-column tile
+// takes alone), copied; 64 output channels in four ranges, read in place.
 TEST(QuantTest, IntegerConvsMatchPlainLoops) {
   const QConvCase cases[] = {
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 4, 9, 11, 6, 2, 3, 2, 1},
@@ -514,6 +516,8 @@ TEST(QuantTest, IntegerConvsMatchPlainLoops) {
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 1, 12, 13, 9, 1, 3, 1, 1},
       {DType::kUInt8, DType::kInt8, DType::kUInt8, 16, 7, 7, 40, 1, 3, 1, 1},
       {DType::kInt8, DType::kInt8, DType::kInt8, 8, 7, 7, 64, 1, 1, 1, 0},
+      {DType::kUInt8, DType::kInt8, DType::kUInt8, 12, 5, 29, 24, 1, 3, 1, 1},
+      {DType::kUInt8, DType::kInt8, DType::kUInt8, 3, 13, 13, 16, 1, 7, 2, 3},
   };
   for (const QConvCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "C " << c.C << " K " << c.K << " OC " << c.OC);

@@ -280,6 +280,7 @@ constexpr int64_t kQFlatMaxSteps = 128;  // flat_k's steps at most for the byte-
 
 typedef int32_t v4i __attribute__((vector_size(16)));
 typedef uint32_t v4u __attribute__((vector_size(16)));
+typedef int32_t v8i __attribute__((vector_size(32)));
 
 // acc + the four u8 x s8 products of each lane's word of x with the word w4 (VI: v16i, or
 // v4i for a chunk's last few columns; VU the unsigned type of the same width).
@@ -513,53 +514,80 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline __m512 Re
                        _mm512_set1_ps(q.residual_scale));
 }
 
+// One row of QConvEpilogueAvx512: its NV vectors of sums `row`, output channel oc, from
+// Y's element `at`, the columns of each vector in `masks`.
 template <int NV>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvEpilogueAvx512(
-    const QConvParams& q, const v16i* acc, int64_t n, int64_t grp, int64_t panel, int64_t j0, int64_t cols) {
-  const int64_t rows = q.ocg - panel * kQRows < kQRows ? q.ocg - panel * kQRows : kQRows;
-  const int64_t OHW = q.OH * q.OW;
-  __mmask16 masks[NV];
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void QConvEpilogueRowAvx512(
+    const QConvParams& q, const v16i* row, const __mmask16* masks, int64_t oc, int64_t at) {
+  const __m512i offset = _mm512_set1_epi32(q.offsets[oc]);
+  __m512i sums[NV];
+  for (int v = 0; v < NV; ++v) sums[v] = _mm512_add_epi32((__m512i)row[v], offset);
+  if (!q.requantize && !q.to_float) {
+    int32_t* y = static_cast<int32_t*>(q.y) + at;
+    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_epi32(y + v * 16, masks[v], sums[v]);
+    return;
+  }
+  const __m512 m = _mm512_set1_ps(q.multipliers[oc]);
+  const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
+  if (q.to_float) {
+    const __m512 b = _mm512_set1_ps(q.float_bias != nullptr ? q.float_bias[oc] : 0.f);
+    const bool quantized = q.y_dtype != kF32;  // then QuantizeLinear's rule: rint(v / scale) + zero
+    const __m512 out_scale = _mm512_set1_ps(q.out_scale);
+    const __m512 clip_lo = _mm512_set1_ps(q.clip != nullptr ? q.clip[0] : 0.f);
+    const __m512 clip_hi = _mm512_set1_ps(q.clip != nullptr ? q.clip[1] : 0.f);
+    for (int v = 0; v < NV; ++v) {
+      __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m), b);
+      if (q.residual != nullptr) f = _mm512_add_ps(f, ResidualAvx512(q, at + v * 16, masks[v]));
+      if (q.relu) f = _mm512_max_ps(f, _mm512_setzero_ps());  // -0 and NaN become +0, as in QConvEpilogue
+      if (q.clip != nullptr) f = _mm512_min_ps(_mm512_max_ps(f, clip_lo), clip_hi);
+      if (!quantized) {
+        _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
+        continue;
+      }
+      QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(_mm512_div_ps(f, out_scale), y_zero, lo, hi));
+    }
+    return;
+  }
+  for (int v = 0; v < NV; ++v) {
+    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
+    QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(f, y_zero, lo, hi));
+  }
+}
+
+// The lanes of NV vectors that hold a tile's `cols` columns.
+template <int NV>
+__attribute__((always_inline)) inline void TileMasks(int64_t cols, __mmask16* masks) {
   for (int v = 0; v < NV; ++v) {
     const int64_t left = cols - v * 16;
     masks[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>(left <= 0 ? 0 : (1u << left) - 1);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t oc = grp * q.ocg + panel * kQRows + r;
-    const __m512i offset = _mm512_set1_epi32(q.offsets[oc]);
-    const int64_t at = (n * q.out_channels + oc) * OHW + j0;
-    __m512i sums[NV];
-    for (int v = 0; v < NV; ++v) sums[v] = _mm512_add_epi32((__m512i)acc[r * NV + v], offset);
-    if (!q.requantize && !q.to_float) {
-      int32_t* y = static_cast<int32_t*>(q.y) + at;
-      for (int v = 0; v < NV; ++v) _mm512_mask_storeu_epi32(y + v * 16, masks[v], sums[v]);
-      continue;
-    }
-    const __m512 m = _mm512_set1_ps(q.multipliers[oc]);
-    const __m512 y_zero = _mm512_set1_ps(q.y_zero), lo = _mm512_set1_ps(q.lo), hi = _mm512_set1_ps(q.hi);
-    if (q.to_float) {
-      const __m512 b = _mm512_set1_ps(q.float_bias != nullptr ? q.float_bias[oc] : 0.f);
-      const bool quantized = q.y_dtype != kF32;  // then QuantizeLinear's rule: rint(v / scale) + zero
-      const __m512 out_scale = _mm512_set1_ps(q.out_scale);
-      const __m512 clip_lo = _mm512_set1_ps(q.clip != nullptr ? q.clip[0] : 0.f);
-      const __m512 clip_hi = _mm512_set1_ps(q.clip != nullptr ? q.clip[1] : 0.f);
-      for (int v = 0; v < NV; ++v) {
-        __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m), b);
-        if (q.residual != nullptr) f = _mm512_add_ps(f, ResidualAvx512(q, at + v * 16, masks[v]));
-        if (q.relu) f = _mm512_max_ps(f, _mm512_setzero_ps());  // -0 and NaN become +0, as in QConvEpilogue
-        if (q.clip != nullptr) f = _mm512_min_ps(_mm512_max_ps(f, clip_lo), clip_hi);
-        if (!quantized) {
-          _mm512_mask_storeu_ps(static_cast<float*>(q.y) + at + v * 16, masks[v], f);
-          continue;
-        }
-        QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(_mm512_div_ps(f, out_scale), y_zero, lo, hi));
-      }
-      continue;
-    }
-    for (int v = 0; v < NV; ++v) {
-      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[v]), m);
-      QConvStoreBytes(q, at + v * 16, masks[v], RoundAddZeroClamp(f, y_zero, lo, hi));
-    }
+}
+
+// Rows R.. of a tile's sums held in registers, acc [8][NV], into Y (QConvEpilogueAvx512):
+// each row's index a constant, so the sums never go through memory. (Read through a copy
+// indexed at run time, LLVM's stack-move merged the copy with the accumulators, which
+// then were stored every step: the tiles ran at half speed.)
+template <int NV, int R = 0>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void QConvEpilogueRowsAvx512(
+    const QConvParams& q, const v16i (&acc)[kQRows][NV], const __mmask16* masks, int64_t rows, int64_t oc, int64_t at) {
+  if constexpr (R < kQRows) {
+    if (R >= rows) return;
+    QConvEpilogueRowAvx512<NV>(q, acc[R], masks, oc + R, at + R * q.OH * q.OW);
+    QConvEpilogueRowsAvx512<NV, R + 1>(q, acc, masks, rows, oc, at);
   }
+}
+
+// QConvEpilogue for the AVX-512 VNNI tiles: sums [8][NV] of output channels panel * 8..
+// and columns j0.., `cols` of them valid.
+template <int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvEpilogueAvx512(
+    const QConvParams& q, const v16i (&acc)[kQRows][NV], int64_t n, int64_t grp, int64_t panel, int64_t j0,
+    int64_t cols) {
+  const int64_t rows = q.ocg - panel * kQRows < kQRows ? q.ocg - panel * kQRows : kQRows;
+  const int64_t oc = grp * q.ocg + panel * kQRows;
+  __mmask16 masks[NV];
+  TileMasks<NV>(cols, masks);
+  QConvEpilogueRowsAvx512<NV>(q, acc, masks, rows, oc, (n * q.out_channels + oc) * q.OH * q.OW + j0);
 }
 #endif
 
@@ -581,6 +609,12 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
       for (int v = 0; v < NV; ++v) DotStep<kDot, false>(&acc[r][v], &x[v], static_cast<uint32_t>(w4));
     }
   } while (++step < q.steps);
+#if defined(__x86_64__)
+  if constexpr (kDot == kInt8DotAvx512Vnni) {
+    QConvEpilogueAvx512<NV>(q, acc, n, grp, panel, j0, cols);
+    return;
+  }
+#endif
   // The epilogue reads the sums through a copy: its rows loop indexes them at run time, which
   // kept `acc` itself in memory, zeroed by a memset call per tile before the products (3.5 % of
   // ResNet-50's int8 time).
@@ -588,14 +622,59 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
   for (int r = 0; r < kQRows; ++r) {
     for (int v = 0; v < NV; ++v) sums[r * NV + v] = acc[r][v];
   }
-#if defined(__x86_64__)
-  if constexpr (kDot == kInt8DotAvx512Vnni) {
-    QConvEpilogueAvx512<NV>(q, sums, n, grp, panel, j0, cols);
-    return;
-  }
-#endif
   QConvEpilogue<NV * 16>(q, reinterpret_cast<const int32_t*>(sums), n, grp, panel, j0, cols);
 }
+
+#if defined(__x86_64__)
+// A chunk of 49 columns (Chunks) on AVX-512 VNNI, rows [panel * 8, +8): QConvTile's 48
+// columns, and the 49th column's word (from `column`, `ldc` bytes a step) broadcast
+// against the panel's step of weights, eight rows of four bytes, one more lane a row, which
+// the epilogue takes as a fourth vector of one column.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvTile49Vnni(
+    const QConvParams& q, const uint8_t* b, int64_t ldb, const uint8_t* column, int64_t ldc, int64_t n, int64_t grp,
+    int64_t panel, int64_t j0) {
+  const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
+  const int8_t* w = q.weights + (grp * panels + panel) * q.steps * kQRows * 4;
+  __m512i acc[kQRows][3];
+  for (int r = 0; r < kQRows; ++r) acc[r][0] = acc[r][1] = acc[r][2] = _mm512_setzero_si512();
+  __m256i last = _mm256_setzero_si256();
+  for (int64_t step = 0; step < q.steps; ++step) {
+    const uint8_t* x = b + step * ldb;
+    const __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 64), x2 = _mm512_loadu_si512(x + 128);
+    const int8_t* ws = w + step * kQRows * 4;
+    for (int r = 0; r < kQRows; ++r) {
+      int32_t w4;
+      memcpy(&w4, ws + r * 4, 4);
+      const __m512i wb = _mm512_set1_epi32(w4);
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], x0, wb);
+      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x1, wb);
+      acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], x2, wb);
+    }
+    int32_t word;
+    memcpy(&word, column + step * ldc, 4);
+    last = _mm256_dpbusd_epi32(last, _mm256_set1_epi32(word), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
+  }
+  const v8i lanes = (v8i)last;
+  v16i sums[kQRows][4];
+  for (int r = 0; r < kQRows; ++r) {
+    for (int v = 0; v < 3; ++v) sums[r][v] = (v16i)acc[r][v];
+    sums[r][3] = v16i{lanes[r]};
+  }
+  QConvEpilogueAvx512<4>(q, sums, n, grp, panel, j0, kQCols + 1);
+}
+#endif
+
+#if defined(__x86_64__)
+// Row panels [p0, p1) of a chunk of 49 columns, the 49th in place or packed after the
+// others.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) void QConvPanels49Vnni(
+    const QConvParams& q, const uint8_t* b, int64_t ldb, const uint8_t* packed, int64_t n, int64_t grp, int64_t j0,
+    int64_t p0, int64_t p1) {
+  const uint8_t* column = q.pointwise ? b + kQCols * 4 : packed + q.steps * kQCols * 4;
+  const int64_t ldc = q.pointwise ? ldb : 4;
+  for (int64_t panel = p0; panel < p1; ++panel) QConvTile49Vnni(q, b, ldb, column, ldc, n, grp, panel, j0);
+}
+#endif
 
 // The last 1 to 4 columns of a chunk (7x7 planes: 49 = 48 + 1 positions; 14x14: 196 =
 // 192 + 4) on four-lane vectors: a quarter of the 16-lane tile's work, which took 7 % of
@@ -630,8 +709,8 @@ inline void QConvTileNarrow(const QConvParams& q, const uint8_t* b, int64_t ldb,
 }
 
 #if defined(__x86_64__)
-// A chunk of 1 to 4 columns (7x7 planes: 49 = 48 + 1 positions; 14x14: 196 = 4 x 48 + 4)
-// the other way round on AVX-512 VNNI: lanes are sixteen output channels (two weight
+// A chunk of 1 to 4 columns (14x14 planes: 196 = 4 x 48 + 4; a single last column joins
+// the chunk before: Chunks) the other way round on AVX-512 VNNI: lanes are sixteen output channels (two weight
 // panels side by side), and each column's word of X is broadcast against them, so a step
 // costs NC products per sixteen channels where QConvTileNarrow's four-lane vectors cost
 // eight per eight channels whatever the column count. The sums go to QConvEpilogue as the
@@ -688,14 +767,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
 // words, or the zero point's where a tap falls in the padding, [steps][48] words. A run's
 // bounds depend on the tap alone, so they are found once per tap for all its quads (per
 // step and run they cost as much as the copies where a chunk's runs are short).
-inline void PackColumns(const QConvParams& q, const uint8_t* x4, int64_t j0, int64_t cols, uint8_t* packed) {
+inline void PackColumns(const QConvParams& q, const uint8_t* x4, int64_t j0, int64_t cols, int64_t ld,
+                        uint8_t* packed) {
   // Runs of the chunk's columns along one output row: [start, start + length), reading
   // input row ih0 + kh, columns iw0 + kw + SW * (0, 1, ...); per tap, words [lo, hi) of a
   // run read X from byte `offset` of a plane and the others are padding.
   struct Run {
     int64_t start, length, ih0, iw0, lo, hi, offset;
   };
-  Run runs[kQCols];
+  Run runs[kQCols + 1];
   int64_t num_runs = 0;
   for (int64_t j = 0; j < cols;) {
     const int64_t p = j0 + j, ow = p % q.OW;
@@ -728,7 +808,7 @@ inline void PackColumns(const QConvParams& q, const uint8_t* x4, int64_t j0, int
       }
       for (int64_t c4 = 0; c4 < q.quads; ++c4, ++step) {
         const uint8_t* plane = x4 + c4 * plane_bytes;
-        uint32_t* dst = reinterpret_cast<uint32_t*>(packed + step * kQCols * 4);
+        uint32_t* dst = reinterpret_cast<uint32_t*>(packed + step * ld * 4);
         for (int64_t i = 0; i < num_runs; ++i) {
           const Run& run = runs[i];
           uint32_t* out = dst + run.start;
@@ -762,7 +842,8 @@ inline void PackColumns(const QConvParams& q, const uint8_t* x4, int64_t j0, int
 // PackColumns for flat_k: each column's (kh, kw, channel) bytes are KH runs of KW * C
 // bytes of the padded, channels-last X, which a column copies whole and then hands out by
 // the word.
-inline void PackColumnsFlat(const QConvParams& q, const uint8_t* xp, int64_t j0, int64_t cols, uint8_t* packed) {
+inline void PackColumnsFlat(const QConvParams& q, const uint8_t* xp, int64_t j0, int64_t cols, int64_t ld,
+                            uint8_t* packed) {
   const int64_t run = q.KW * q.C, row_bytes = q.Wp * q.C, k = q.KH * run;
   uint8_t column[kQMaxSteps * 4];
   memset(column + k, 0, q.steps * 4 - k);  // (their weights are 0)
@@ -770,7 +851,7 @@ inline void PackColumnsFlat(const QConvParams& q, const uint8_t* xp, int64_t j0,
     const int64_t p = j0 + j;
     const uint8_t* src = xp + (p / q.OW * q.SH * q.Wp + p % q.OW * q.SW) * q.C;
     for (int64_t kh = 0; kh < q.KH; ++kh) memcpy(column + kh * run, src + kh * row_bytes, run);
-    for (int64_t s = 0; s < q.steps; ++s) memcpy(packed + (s * kQCols + j) * 4, column + s * 4, 4);
+    for (int64_t s = 0; s < q.steps; ++s) memcpy(packed + (s * ld + j) * 4, column + s * 4, 4);
   }
 }
 
@@ -780,7 +861,7 @@ inline void PackColumnsFlat(const QConvParams& q, const uint8_t* xp, int64_t j0,
 // one register a row; a step's eight words are one vpermt2b of the two rows its four bytes
 // come from (KW * C >= 4, so at most two).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"), noinline)) void PackColumnsFlatVbmi(
-    const QConvParams& q, const uint8_t* xp, int64_t j0, int64_t cols, uint8_t* packed) {
+    const QConvParams& q, const uint8_t* xp, int64_t j0, int64_t cols, int64_t ld, uint8_t* packed) {
   const int64_t row_bytes = q.Wp * q.C;
   for (int64_t j = 0; j < cols;) {
     const int64_t p = j0 + j, ow = p % q.OW;
@@ -794,7 +875,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"), noinline)) void P
         const int64_t r = q.flat_row[s];
         const __m512i v = _mm512_permutex2var_epi8(rows[r], _mm512_loadu_si512(q.flat_index + s * 64),
                                                    rows[r + 1 < q.KH ? r + 1 : r]);
-        _mm256_mask_storeu_epi32(packed + (s * kQCols + j + g) * 4, mask, _mm512_castsi512_si256(v));
+        _mm256_mask_storeu_epi32(packed + (s * ld + j + g) * 4, mask, _mm512_castsi512_si256(v));
       }
     }
     j += length;
@@ -841,28 +922,35 @@ void PadChannelsLast(const kiln_kcall* call, const QConvParams& q, uint8_t zx, u
   });
 }
 
-// The columns [j0, j0 + cols) of image n, group grp packed into `packed` ([steps][48]
-// words), as QConvChunk reads them.
-inline void PackChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, uint8_t* packed) {
+// The columns [j0, j0 + cols) of image n, group grp into `packed`, `ld` words a step.
+inline void PackColumnRange(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, int64_t ld,
+                            uint8_t* packed) {
   if (q.flat) {
     const uint8_t* xp = q.x4 + n * q.Hp * q.Wp * q.C;
 #if defined(__x86_64__)
     if (BytePermute() && q.flat_index != nullptr) {  // (the knob folds the call away on other targets)
-      PackColumnsFlatVbmi(q, xp, j0, cols, packed);
+      PackColumnsFlatVbmi(q, xp, j0, cols, ld, packed);
     } else {
-      PackColumnsFlat(q, xp, j0, cols, packed);
+      PackColumnsFlat(q, xp, j0, cols, ld, packed);
     }
 #else
-    PackColumnsFlat(q, xp, j0, cols, packed);
+    PackColumnsFlat(q, xp, j0, cols, ld, packed);
 #endif
     return;
   }
-  PackColumns(q, q.x4 + (n * q.group + grp) * q.quads * q.H * q.W * 4, j0, cols, packed);
+  PackColumns(q, q.x4 + (n * q.group + grp) * q.quads * q.H * q.W * 4, j0, cols, ld, packed);
 }
 
-// One chunk of at most 48 columns [j0, j0 + cols) of image n, group grp, row panels [p0,
+// A chunk's columns as QConvChunk reads them: [steps][48] words, and a 49th column's
+// [steps] words after them (whose packing overruns into 64 bytes of slack).
+inline void PackChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, uint8_t* packed) {
+  PackColumnRange(q, n, grp, j0, cols < kQCols ? cols : kQCols, kQCols, packed);
+  if (cols > kQCols) PackColumnRange(q, n, grp, j0 + kQCols, 1, 1, packed + q.steps * kQCols * 4);
+}
+
+// One chunk of at most 49 columns [j0, j0 + cols) of image n, group grp, row panels [p0,
 // p1): its columns read in place (pointwise), or packed here, or already packed (`ready`),
-// then each panel in tiles of 48, 32, 16 or 4 columns.
+// then each panel in tiles of 48 (and a 49th column), 32, 16 or 4 columns.
 template <int32_t kDot>
 inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols, uint8_t* packed,
                        bool ready, int64_t p0, int64_t p1) {
@@ -878,6 +966,10 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
   if constexpr (kDot == kInt8DotAvx512Vnni) {
     if (cols <= 4) {
       QConvFewColumnsAvx512(q, b, ldb, n, grp, j0, cols, p0, p1);
+      return;
+    }
+    if (cols == kQCols + 1) {
+      QConvPanels49Vnni(q, b, ldb, packed, n, grp, j0, p0, p1);
       return;
     }
   }
@@ -918,6 +1010,17 @@ __attribute__((target("avx2,fma,avxvnni"), noinline)) void QConvChunkAvxVnni(con
 __attribute__((noinline)) void QConvChunkGeneric(const QConvParams& q, int64_t n, int64_t grp, int64_t j0, int64_t cols,
                                                  uint8_t* packed, bool ready, int64_t p0, int64_t p1) {
   QConvChunk<kInt8DotPlain>(q, n, grp, j0, cols, packed, ready, p0, p1);
+}
+
+// Chunks of an image's positions: 48 columns each, the last one the rest, or 49 where the
+// rest would be a single column and the target's tile takes a 49th (AVX-512 VNNI). A 7 x 7
+// map was a chunk of 48 and one of a single column, whose tile read all the weights again
+// on one chain of dependent products (a 512-channel 3x3 conv: 0.58 ms, against 0.53 on a
+// 6 x 8 map). Every chunk of 49 (a 56 x 56 map's) made ResNet-50 slower: the other chunks'
+// in-place columns and f32 rows then start off 64 bytes' alignment.
+int64_t Chunks(int64_t positions) {
+  const bool column = Int8DotProduct() == kInt8DotAvx512Vnni;
+  return column && positions % kQCols == 1 && positions > 1 ? positions / kQCols : (positions + kQCols - 1) / kQCols;
 }
 
 // flat_k's byte-permute gather, where the target has it and the window fits (see
@@ -1059,20 +1162,20 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   // 1 are one chunk of 48 and one of 1) the ranges let threads share a chunk, and every
   // chunk is packed first, once, into the scratch past X's copy. On one thread the ranges
   // gain nothing (ResNet-50 int8 measured 0.25 ms slower with them).
-  const int64_t chunks = (q.OH * q.OW + kQCols - 1) / kQCols, units = q.batch * G * chunks;
+  const int64_t positions = q.OH * q.OW, chunks = Chunks(positions), units = q.batch * G * chunks;
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   const bool threaded = call->exec != nullptr && call->exec->parallel_for != nullptr;
   const int64_t split_panels = params.panel_range > 0 && threaded ? params.panel_range : panels;
   const int64_t splits = (panels + split_panels - 1) / split_panels;
   const int64_t copy_bytes = q.flat ? q.batch * q.Hp * q.Wp * q.C + 64 : q.batch * G * quads * HW * 4;
   uint8_t* columns = x4 + (copy_bytes + 256 + 63) / 64 * 64;
-  const int64_t column_bytes = q.steps * kQCols * 4 + 64;
+  const int64_t column_bytes = q.steps * (kQCols + 1) * 4 + 64;
   const bool prepacked = splits > 1 && !q.pointwise;
   auto chunk_at = [=](int64_t unit, int64_t* n, int64_t* grp, int64_t* j0, int64_t* cols) {
     const int64_t chunk = unit % chunks, ng = unit / chunks;
     *grp = ng % G, *n = ng / G;
     *j0 = chunk * kQCols;
-    *cols = q.OH * q.OW - *j0 < kQCols ? q.OH * q.OW - *j0 : kQCols;
+    *cols = chunk + 1 == chunks ? positions - *j0 : kQCols;
   };
   if (prepacked) {
     ParallelFor(call, units, 1, [=](int64_t begin, int64_t end) {
@@ -1084,7 +1187,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
     });
   }
   ParallelFor(call, splits * units, 1, [=](int64_t begin, int64_t end) {
-    alignas(64) uint8_t stack_columns[kQMaxSteps * kQCols * 4 + 64];  // (+ the packing's overrun)
+    alignas(64) uint8_t stack_columns[kQMaxSteps * (kQCols + 1) * 4 + 64];  // (+ the packing's overrun)
     for (int64_t job = begin; job < end; ++job) {
       const int64_t unit = job % units, p0 = job / units * split_panels;
       const int64_t p1 = p0 + split_panels < panels ? p0 + split_panels : panels;
