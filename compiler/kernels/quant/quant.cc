@@ -1044,6 +1044,33 @@ void SetFlatGather(QConvParams& q, uint8_t* index, uint8_t* row) {
   q.flat_row = row;
 }
 
+#if defined(__x86_64__)
+// CopyChannelQuads for a quad of four channels on AVX-512, 64 pixels at a time: bytes
+// interleaved by pairs and then by words within 128-bit lanes (lane k of u_m: pixels 16k +
+// 4m ..), then a 4 x 4 transpose of the lanes. Returns the pixels done. (The generic 16
+// pixels at a time took 2 % of ResNet-50 int8's time, its pointers spilled.)
+__attribute__((target("avx512f,avx512bw"), noinline)) int64_t CopyQuadAvx512(const uint8_t* const* src, int64_t pixels,
+                                                                            uint8_t flip, uint8_t* dst) {
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
+  int64_t i = 0;
+  for (; i + 64 <= pixels; i += 64) {
+    __m512i r[4];
+    for (int b = 0; b < 4; ++b) r[b] = _mm512_xor_si512(_mm512_loadu_si512(src[b] + i), f);
+    const __m512i ab_lo = _mm512_unpacklo_epi8(r[0], r[1]), ab_hi = _mm512_unpackhi_epi8(r[0], r[1]);
+    const __m512i cd_lo = _mm512_unpacklo_epi8(r[2], r[3]), cd_hi = _mm512_unpackhi_epi8(r[2], r[3]);
+    const __m512i u0 = _mm512_unpacklo_epi16(ab_lo, cd_lo), u1 = _mm512_unpackhi_epi16(ab_lo, cd_lo);
+    const __m512i u2 = _mm512_unpacklo_epi16(ab_hi, cd_hi), u3 = _mm512_unpackhi_epi16(ab_hi, cd_hi);
+    const __m512i v0 = _mm512_shuffle_i64x2(u0, u1, 0x44), v1 = _mm512_shuffle_i64x2(u2, u3, 0x44);
+    const __m512i v2 = _mm512_shuffle_i64x2(u0, u1, 0xEE), v3 = _mm512_shuffle_i64x2(u2, u3, 0xEE);
+    _mm512_storeu_si512(dst + i * 4, _mm512_shuffle_i64x2(v0, v1, 0x88));
+    _mm512_storeu_si512(dst + i * 4 + 64, _mm512_shuffle_i64x2(v0, v1, 0xDD));
+    _mm512_storeu_si512(dst + i * 4 + 128, _mm512_shuffle_i64x2(v2, v3, 0x88));
+    _mm512_storeu_si512(dst + i * 4 + 192, _mm512_shuffle_i64x2(v2, v3, 0xDD));
+  }
+  return i;
+}
+#endif
+
 // X into channel quads, [N][G][C/4][H][W][4]: one job per (image, group, quad).
 void CopyChannelQuads(const kiln_kcall* call, const QConvParams& q, int64_t in_channels, uint8_t zx, uint8_t flip_bits,
                       uint8_t* x4) {
@@ -1065,6 +1092,9 @@ void CopyChannelQuads(const kiln_kcall* call, const QConvParams& q, int64_t in_c
       }
       // Sixteen pixels at a time: four 16-byte rows interleaved into 64 bytes.
       int64_t i = 0;
+#if defined(__x86_64__)
+      if (Int8DotProduct() == kInt8DotAvx512Vnni && c4 * 4 + 3 < icg) i = CopyQuadAvx512(src, HW, flip_bits, dst);
+#endif
       v16u8 flip16;
       for (int l = 0; l < 16; ++l) flip16[l] = flip_bits;
       for (; i + 16 <= HW; i += 16) {
