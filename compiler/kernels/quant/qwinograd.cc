@@ -82,8 +82,8 @@ KILN_ALWAYS_INLINE void InputTransform(const V* in, int64_t is, V* out, int64_t 
 void PadAndBlock(const kiln_kcall* call, const QWinograd& q) {
   const uint8_t* px = static_cast<const uint8_t*>(call->inputs[0].data);
   uint8_t* xp = const_cast<uint8_t*>(q.xp);
-  const int64_t blocks = q.C / kLanes;
-  ParallelFor(call, q.batch * blocks, 1, [=](int64_t begin, int64_t end) {
+  const int64_t blocks = q.C / kLanes, jobs = q.batch * blocks;
+  ParallelFor(call, jobs, 1, [=](int64_t begin, int64_t end) {
     const uint8_t fill = static_cast<uint8_t>(q.zx);
     for (int64_t job = begin; job < end; ++job) {
       uint8_t* dst = xp + job * q.Hp * q.Wp * kLanes;
@@ -100,11 +100,16 @@ void PadAndBlock(const kiln_kcall* call, const QWinograd& q) {
         uint8_t* out = row + q.PL * kLanes;
         const uint8_t* in = src + ih * q.W;
         int64_t iw = 0;
-        for (; iw + 16 <= q.W; iw += 16) {
+        // The last (W % 16) pixels as well, reading past the row into the plane's next row or
+        // the next plane, except at the end of X (the last row of the last job): 14 x 14 maps
+        // were byte by byte.
+        const int64_t end_w = job + 1 == jobs && ih + 1 == q.H ? q.W / 16 * 16 : q.W;
+        for (; iw < end_w; iw += 16) {
           v16b v[16];
           for (int l = 0; l < 16; ++l) memcpy(&v[l], in + l * q.H * q.W + iw, 16);
           Transpose16(v);
-          for (int p = 0; p < 16; ++p) memcpy(out + (iw + p) * kLanes, &v[p], 16);
+          const int64_t pixels = q.W - iw < 16 ? q.W - iw : 16;
+          for (int p = 0; p < pixels; ++p) memcpy(out + (iw + p) * kLanes, &v[p], 16);
         }
         for (; iw < q.W; ++iw) {
           for (int l = 0; l < 16; ++l) out[iw * kLanes + l] = in[l * q.H * q.W + iw];
