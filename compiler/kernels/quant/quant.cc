@@ -1050,7 +1050,7 @@ void SetFlatGather(QConvParams& q, uint8_t* index, uint8_t* row) {
 // 4m ..), then a 4 x 4 transpose of the lanes. Returns the pixels done. (The generic 16
 // pixels at a time took 2 % of ResNet-50 int8's time, its pointers spilled.)
 __attribute__((target("avx512f,avx512bw"), noinline)) int64_t CopyQuadAvx512(const uint8_t* const* src, int64_t pixels,
-                                                                            uint8_t flip, uint8_t* dst) {
+                                                                             uint8_t flip, uint8_t* dst) {
   const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
   int64_t i = 0;
   for (; i + 64 <= pixels; i += 64) {
