@@ -305,6 +305,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void DotS
                                                                                          int32_t w4) {
   *acc = (v4i)_mm_dpbusd_epi32((__m128i)*acc, (__m128i)*x, _mm_set1_epi32(w4));
 }
+// A tile's 49th column (QConvTile's kColumn): its word x4 broadcast against the panel's
+// step of weights, eight rows of four bytes, one lane a row.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void DotStepColumnVnni(v8i* acc,
+                                                                                              const uint8_t* x4,
+                                                                                              const int8_t* w32) {
+  int32_t word;
+  memcpy(&word, x4, 4);
+  *acc = (v8i)_mm256_dpbusd_epi32((__m256i)*acc, _mm256_set1_epi32(word),
+                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w32)));
+}
 __attribute__((target("avx2,avxvnni"))) inline void DotStep4AvxVnni(v4i* acc, const v4i* x, int32_t w4) {
   *acc = (v4i)_mm_dpbusd_avx_epi32((__m128i)*acc, (__m128i)*x, _mm_set1_epi32(w4));
 }
@@ -592,13 +602,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
 #endif
 
 // Rows [panel * 8, +8) of one tile of NV column vectors: the i32 sums over every step,
-// then the epilogue into Y for the tile's `cols` columns starting at column j0.
-template <int32_t kDot, int NV>
+// then the epilogue into Y for the tile's `cols` columns starting at column j0. kColumn
+// (AVX-512 VNNI, NV = 3; chunks of 49 columns: Chunks): a 49th column, its words `ldc`
+// bytes apart from `column`, which the epilogue takes as a fourth vector of one column.
+template <int32_t kDot, int NV, bool kColumn = false>
 inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64_t n, int64_t grp, int64_t panel,
-                      int64_t j0, int64_t cols) {
+                      int64_t j0, int64_t cols, const uint8_t* column = nullptr, int64_t ldc = 0) {
+  static_assert(!kColumn || (kDot == kInt8DotAvx512Vnni && NV == 3), "the 49th column is AVX-512 VNNI's");
   const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
   const int8_t* w = q.weights + (grp * panels + panel) * q.steps * kQRows * 4;
   v16i acc[kQRows][NV] = {};
+  [[maybe_unused]] v8i last = {};
   int64_t step = 0;
   do {  // (steps >= 1; as a for loop, the zero-step case got the sums zeroed by a memset call)
     v16i x[NV];
@@ -608,9 +622,20 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
       memcpy(&w4, w + (step * kQRows + r) * 4, 4);
       for (int v = 0; v < NV; ++v) DotStep<kDot, false>(&acc[r][v], &x[v], static_cast<uint32_t>(w4));
     }
+#if defined(__x86_64__)
+    if constexpr (kColumn) DotStepColumnVnni(&last, column + step * ldc, w + step * kQRows * 4);
+#endif
   } while (++step < q.steps);
 #if defined(__x86_64__)
-  if constexpr (kDot == kInt8DotAvx512Vnni) {
+  if constexpr (kColumn) {
+    v16i sums[kQRows][NV + 1];
+    for (int r = 0; r < kQRows; ++r) {
+      for (int v = 0; v < NV; ++v) sums[r][v] = acc[r][v];
+      sums[r][NV] = v16i{last[r]};
+    }
+    QConvEpilogueAvx512<NV + 1>(q, sums, n, grp, panel, j0, cols);
+    return;
+  } else if constexpr (kDot == kInt8DotAvx512Vnni) {
     QConvEpilogueAvx512<NV>(q, acc, n, grp, panel, j0, cols);
     return;
   }
@@ -624,57 +649,6 @@ inline void QConvTile(const QConvParams& q, const uint8_t* b, int64_t ldb, int64
   }
   QConvEpilogue<NV * 16>(q, reinterpret_cast<const int32_t*>(sums), n, grp, panel, j0, cols);
 }
-
-#if defined(__x86_64__)
-// A chunk of 49 columns (Chunks) on AVX-512 VNNI, rows [panel * 8, +8): QConvTile's 48
-// columns, and the 49th column's word (from `column`, `ldc` bytes a step) broadcast
-// against the panel's step of weights, eight rows of four bytes, one more lane a row, which
-// the epilogue takes as a fourth vector of one column.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvTile49Vnni(
-    const QConvParams& q, const uint8_t* b, int64_t ldb, const uint8_t* column, int64_t ldc, int64_t n, int64_t grp,
-    int64_t panel, int64_t j0) {
-  const int64_t panels = (q.ocg + kQRows - 1) / kQRows;
-  const int8_t* w = q.weights + (grp * panels + panel) * q.steps * kQRows * 4;
-  __m512i acc[kQRows][3];
-  for (int r = 0; r < kQRows; ++r) acc[r][0] = acc[r][1] = acc[r][2] = _mm512_setzero_si512();
-  __m256i last = _mm256_setzero_si256();
-  for (int64_t step = 0; step < q.steps; ++step) {
-    const uint8_t* x = b + step * ldb;
-    const __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 64), x2 = _mm512_loadu_si512(x + 128);
-    const int8_t* ws = w + step * kQRows * 4;
-    for (int r = 0; r < kQRows; ++r) {
-      int32_t w4;
-      memcpy(&w4, ws + r * 4, 4);
-      const __m512i wb = _mm512_set1_epi32(w4);
-      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], x0, wb);
-      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x1, wb);
-      acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], x2, wb);
-    }
-    int32_t word;
-    memcpy(&word, column + step * ldc, 4);
-    last = _mm256_dpbusd_epi32(last, _mm256_set1_epi32(word), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
-  }
-  const v8i lanes = (v8i)last;
-  v16i sums[kQRows][4];
-  for (int r = 0; r < kQRows; ++r) {
-    for (int v = 0; v < 3; ++v) sums[r][v] = (v16i)acc[r][v];
-    sums[r][3] = v16i{lanes[r]};
-  }
-  QConvEpilogueAvx512<4>(q, sums, n, grp, panel, j0, kQCols + 1);
-}
-#endif
-
-#if defined(__x86_64__)
-// Row panels [p0, p1) of a chunk of 49 columns, the 49th in place or packed after the
-// others.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) void QConvPanels49Vnni(
-    const QConvParams& q, const uint8_t* b, int64_t ldb, const uint8_t* packed, int64_t n, int64_t grp, int64_t j0,
-    int64_t p0, int64_t p1) {
-  const uint8_t* column = q.pointwise ? b + kQCols * 4 : packed + q.steps * kQCols * 4;
-  const int64_t ldc = q.pointwise ? ldb : 4;
-  for (int64_t panel = p0; panel < p1; ++panel) QConvTile49Vnni(q, b, ldb, column, ldc, n, grp, panel, j0);
-}
-#endif
 
 // The last 1 to 4 columns of a chunk (7x7 planes: 49 = 48 + 1 positions; 14x14: 196 =
 // 192 + 4) on four-lane vectors: a quarter of the 16-lane tile's work, which took 7 % of
@@ -968,8 +942,12 @@ inline void QConvChunk(const QConvParams& q, int64_t n, int64_t grp, int64_t j0,
       QConvFewColumnsAvx512(q, b, ldb, n, grp, j0, cols, p0, p1);
       return;
     }
-    if (cols == kQCols + 1) {
-      QConvPanels49Vnni(q, b, ldb, packed, n, grp, j0, p0, p1);
+    if (cols == kQCols + 1) {  // the 49th column: in place, or packed after the others
+      const uint8_t* column = q.pointwise ? b + kQCols * 4 : packed + q.steps * kQCols * 4;
+      const int64_t ldc = q.pointwise ? ldb : 4;
+      for (int64_t panel = p0; panel < p1; ++panel) {
+        QConvTile<kDot, 3, true>(q, b, ldb, n, grp, panel, j0, cols, column, ldc);
+      }
       return;
     }
   }
@@ -1189,7 +1167,7 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
   }
   // Jobs: (panel range, image, group, chunk), the chunk fastest, so a thread's jobs share
   // its range's weights. With a panel_range (few columns: ResNet-50's 7x7 maps at batch
-  // 1 are one chunk of 48 and one of 1) the ranges let threads share a chunk, and every
+  // 1 are a single chunk) the ranges let threads share a chunk, and every
   // chunk is packed first, once, into the scratch past X's copy. On one thread the ranges
   // gain nothing (ResNet-50 int8 measured 0.25 ms slower with them).
   const int64_t positions = q.OH * q.OW, chunks = Chunks(positions), units = q.batch * G * chunks;
