@@ -14,6 +14,7 @@
 #include "kiln/compiler/pipeline.h"
 #include "kiln/compiler/spec.h"
 #include "kiln/compiler/target.h"
+#include "kiln/kernels/conv.h"
 #include "worker/report.h"
 
 namespace kiln {
@@ -39,11 +40,12 @@ double RelativeError(const Tensor& a, const Tensor& b) {
   return error / scale;
 }
 
-// x [1, c, h, w] -> Conv k x k (c -> oc, bias, same padding, stride) -> (+ x when the shapes
+// x [batch, c, h, w] -> Conv k x k (c -> oc, bias, same padding, stride) -> (+ x when the shapes
 // allow: the residual) -> Relu -> Flatten -> MatMul [.., n] (+ bias) -> Gemm (transB, C).
-std::unique_ptr<Graph> ProductsNet(int64_t c, int64_t oc, int64_t h, int64_t w, int64_t k, int64_t stride, int64_t n) {
+std::unique_ptr<Graph> ProductsNet(int64_t c, int64_t oc, int64_t h, int64_t w, int64_t k, int64_t stride, int64_t n,
+                                   int64_t batch) {
   auto g = std::make_unique<Graph>();
-  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, c, h, w}));
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {batch, c, h, w}));
   g->AddInput(x);
   Node* conv = g->AddNode(
       "Conv", "conv", {x, g->AddConstant("w", Random({oc, c, k, k}, 11, 0.2f)), g->AddConstant("b", Random({oc}, 12))},
@@ -68,6 +70,8 @@ std::unique_ptr<Graph> ProductsNet(int64_t c, int64_t oc, int64_t h, int64_t w, 
 struct Case {
   int64_t c, oc, h, w, k, stride, n;
   bool winograd;
+  bool position_rows = false;  // conv_bf16 with the positions as rows (packed_weights 1)
+  int64_t batch = 1;
 };
 
 TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
@@ -77,12 +81,18 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
       {16, 16, 13, 11, 3, 1, 33, true},  // Winograd (its GEMMs in bf16) with the residual
       {300, 20, 7, 7, 1, 1, 70, false},  // 1x1: K 300 (two K blocks), 49 positions, MatMul K 980
       {24, 48, 10, 10, 3, 1, 64, true},  // Winograd, 48 output channels (a partial 32-column panel)
+      // Positions as rows: a 7x7 map (4 x 12 + 1 rows) with the residual; a strided 3x3
+      // conv to 7x7 over two K blocks, two images; 3x3 positions, 72 channels (a partial
+      // panel).
+      {64, 64, 7, 7, 1, 1, 40, false, true},
+      {40, 96, 14, 14, 3, 2, 30, false, true, 2},
+      {48, 72, 6, 6, 1, 2, 20, false, true},
   };
   for (const Case& t : cases) {
     SCOPED_TRACE(::testing::Message() << "c " << t.c << " oc " << t.oc << " " << t.h << "x" << t.w << " k " << t.k
-                                      << " stride " << t.stride << " n " << t.n);
-    const Tensor x = *Random({1, t.c, t.h, t.w}, 21);
-    std::unique_ptr<Graph> fp32 = ProductsNet(t.c, t.oc, t.h, t.w, t.k, t.stride, t.n);
+                                      << " stride " << t.stride << " n " << t.n << " batch " << t.batch);
+    const Tensor x = *Random({t.batch, t.c, t.h, t.w}, 21);
+    std::unique_ptr<Graph> fp32 = ProductsNet(t.c, t.oc, t.h, t.w, t.k, t.stride, t.n, t.batch);
     const std::vector<Tensor> want = RunArtifact(*fp32, kDefaultPipeline, x, {1});
     // winograd=f32 leaves a Winograd-shaped conv in f32 (two bf16 products then).
     for (const std::string winograd : {"bf16", "f32"}) {
@@ -90,7 +100,7 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
       SCOPED_TRACE(winograd);
       const std::string pipeline =
           absl::StrReplaceAll(kBf16Pipeline, {{",bf16,", absl::StrCat(",bf16{winograd=", winograd, "},")}});
-      std::unique_ptr<Graph> bf16 = ProductsNet(t.c, t.oc, t.h, t.w, t.k, t.stride, t.n);
+      std::unique_ptr<Graph> bf16 = ProductsNet(t.c, t.oc, t.h, t.w, t.k, t.stride, t.n, t.batch);
       const std::vector<Tensor> got = RunArtifact(*bf16, pipeline, x, {1, 2});
       ASSERT_EQ(got.size(), 2u);
       // The kernels the marked nodes lowered to.
@@ -102,6 +112,9 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
         ASSERT_TRUE(call.ok()) << call.status();
         const std::string conv = t.winograd ? "conv_winograd_bf16" : "conv_bf16";
         EXPECT_TRUE(call->kernel == conv || call->kernel == "matmul_bf16") << call->kernel;
+        if (call->kernel == "conv_bf16") {
+          EXPECT_EQ(call->params.Get<kiln_conv_params>().packed_weights, t.position_rows ? 1 : 0);
+        }
         EXPECT_EQ(call->inputs[1].constant->dtype(), DType::kBFloat16);  // the weight, only as bf16
         ++bf16_calls;
       }

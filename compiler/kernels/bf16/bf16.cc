@@ -150,9 +150,94 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void MicroKernel(int row
 #undef KILN_BF16_CASE
   }
 }
+
+// 16 pair words of lo and hi as PairWord has them (integer rounding: bit-identical to the
+// weights' packing at compile time, subnormals included).
+__attribute__((target("avx512f"), always_inline)) inline __m512i PairWords16(__m512 lo, __m512 hi) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x00400000);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  __m512i words[2];
+  const __m512 values[2] = {lo, hi};
+  for (int h = 0; h < 2; ++h) {
+    const __m512i u = _mm512_castps_si512(values[h]);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), inf);
+    const __m512i rounded =
+        _mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+    words[h] = _mm512_and_si512(_mm512_mask_or_epi32(rounded, nan, u, quiet), high);
+  }
+  return _mm512_or_si512(words[1], _mm512_srli_epi32(words[0], 16));
+}
+
+// PackColumnsBf16<kRows> 16 columns at a time: X^T's 12-row A panels (RunPositionRows).
+__attribute__((target("avx512f"), noinline)) void PackPositionPanels(const float* rows, int64_t ld, int64_t kb,
+                                                                     int64_t nb, uint32_t* buf, int64_t* stride) {
+  const int64_t kp = (kb + 1) / 2;
+  *stride = kp * kRows;
+  for (int64_t t = 0; t * kRows < nb; ++t) {
+    uint32_t* panel = buf + t * kp * kRows;
+    const int64_t j0 = t * kRows, width = nb - j0 < kRows ? nb - j0 : kRows;
+    const __mmask16 load = static_cast<__mmask16>((1u << width) - 1), store = (1u << kRows) - 1;
+    for (int64_t p = 0; p < kp; ++p) {
+      const float* lo = rows + 2 * p * ld + j0;
+      const __m512 l = _mm512_maskz_loadu_ps(load, lo);
+      const __m512 h = 2 * p + 1 < kb ? _mm512_maskz_loadu_ps(load, lo + ld) : _mm512_setzero_ps();
+      _mm512_mask_storeu_epi32(panel + p * kRows, store, PairWords16(l, h));
+    }
+  }
+}
+
+// Y[q][r] = ep(C^T[r][q]) for r < rows (<= 16), q < cols: C^T's rows (positions) become Y's
+// columns, 16 x 16 at a time transposed in registers (unpacks, then 128-bit lane shuffles).
+// ep's bias is per column q of C^T (Y's row); its residual is laid out as Y (row stride ldy).
+__attribute__((target("avx512f"), noinline)) void StoreTransposed(const float* ct, int64_t ldc, int rows, int64_t cols,
+                                                                  float* y, int64_t ldy, const gemm::Epilogue& ep) {
+  const __mmask16 row_mask = static_cast<__mmask16>((1u << rows) - 1);
+  for (int64_t q0 = 0; q0 < cols; q0 += 16) {
+    const int64_t n = cols - q0 < 16 ? cols - q0 : 16;
+    const __mmask16 col_mask = static_cast<__mmask16>((1u << n) - 1);
+    __m512 r[16], t[16], u[16], out[16];
+    for (int i = 0; i < 16; ++i)
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(col_mask, ct + i * ldc + q0) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3]
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  // u[i + c]: rows i..i+3 of column 4 L + c in lane L
+      for (int c = 0; c < 2; ++c) {
+        const __m512d a = _mm512_castps_pd(t[i + c]), b = _mm512_castps_pd(t[i + c + 2]);
+        u[i + 2 * c] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[i + 2 * c + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+      }
+    }
+    for (int c = 0; c < 4; ++c) {  // column c + 4 L gathers lane L of u[c], u[4 + c], u[8 + c], u[12 + c]
+      const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+      const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+      const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+      out[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+      out[c + 8] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
+      out[c + 4] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+      out[c + 12] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
+    }
+    for (int64_t q = 0; q < n; ++q) {
+      __m512 v = out[q];
+      float* row = y + (q0 + q) * ldy;
+      if (ep.row_bias != nullptr) v = _mm512_add_ps(v, _mm512_set1_ps(ep.row_bias[q0 + q]));
+      if (ep.residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(row_mask, ep.residual + (q0 + q) * ldy));
+      // vmaxps/vminps return the second operand when either is NaN, as Tile's epilogue.
+      if (ep.kind == gemm::Epilogue::kRelu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+      if (ep.kind == gemm::Epilogue::kClip) {
+        v = _mm512_min_ps(_mm512_set1_ps(ep.hi), _mm512_max_ps(_mm512_set1_ps(ep.lo), v));
+      }
+      _mm512_mask_storeu_ps(row, row_mask, v);
+    }
+  }
+}
 #else
 inline bool Bf16Dot() { return false; }
 void MicroKernel(int, int64_t, const uint32_t*, const uint32_t*, float*, int64_t, bool, const TileEpilogue*) {}
+void PackPositionPanels(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t*) {}
+void StoreTransposed(const float*, int64_t, int, int64_t, float*, int64_t, const gemm::Epilogue&) {}
 #endif
 
 // C[m0..m1, n0..n1) = A · B over K (m0 a multiple of kRows; n1 - n0 <= kMaxJobCols where
@@ -231,23 +316,25 @@ inline const uint32_t* PackRowsBf16(const float* a, int64_t lda, int64_t k0, int
 }
 
 // Rows k0..k0+kb of a row-major f32 B block (row k at rows + k * ld, nb columns) as panels
-// [kp][kCols] words, zero past nb and past kb.
+// [kp][kWidth] words, zero past nb and past kb: B's 32-column panels, or (kWidth = kRows)
+// the A panels of a product whose rows are these columns (RunPositionRows).
+template <int64_t kWidth = kCols>
 inline void PackColumnsBf16(const float* rows, int64_t ld, int64_t kb, int64_t nb, uint32_t* buf, int64_t* stride) {
   const int64_t kp = (kb + 1) / 2;
-  *stride = kp * kCols;
-  for (int64_t t = 0; t * kCols < nb; ++t) {
-    uint32_t* panel = buf + t * kp * kCols;
-    const int64_t j0 = t * kCols, width = nb - j0 < kCols ? nb - j0 : kCols;
+  *stride = kp * kWidth;
+  for (int64_t t = 0; t * kWidth < nb; ++t) {
+    uint32_t* panel = buf + t * kp * kWidth;
+    const int64_t j0 = t * kWidth, width = nb - j0 < kWidth ? nb - j0 : kWidth;
     for (int64_t p = 0; p < kp; ++p) {
       const float* lo = rows + 2 * p * ld + j0;
-      uint32_t* out = panel + p * kCols;
+      uint32_t* out = panel + p * kWidth;
       if (2 * p + 1 < kb) {
         const float* hi = lo + ld;
         for (int64_t q = 0; q < width; ++q) out[q] = PairWord(lo[q], hi[q]);
       } else {
         for (int64_t q = 0; q < width; ++q) out[q] = PairWord(lo[q], 0.f);
       }
-      for (int64_t q = width; q < kCols; ++q) out[q] = 0;
+      for (int64_t q = width; q < kWidth; ++q) out[q] = 0;
     }
   }
 }
@@ -322,96 +409,208 @@ struct MatMulBf16Kernel {
   }
 };
 
+// The set-up both forms of conv_bf16 share: the call's tensors, shapes and window.
+struct ConvBf16Call {
+  Window w;
+  kiln_activation act;
+  int64_t group, batch, in_channels, out_channels, icg, ocg, in_size, out_size, kernel_size, K, kp_all;
+  int64_t scale_batch_stride;
+  const float *px, *pbias, *pscale, *pres;
+  const uint32_t* pw;
+  float* py;
+  bool pointwise;
+
+  ConvBf16Call(const kiln_kcall* call, const kiln_conv_params& params)
+      : w(params.window, call->inputs[0], call->outputs[0]), act(params.activation), group(params.group) {
+    const kiln_ktensor& X = call->inputs[0];
+    const kiln_ktensor& Y = call->outputs[0];
+    batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
+    icg = in_channels / group, ocg = out_channels / group;
+    in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
+    K = icg * kernel_size, kp_all = (K + 1) / 2;
+    px = static_cast<const float*>(X.data);
+    pw = static_cast<const uint32_t*>(call->inputs[1].data);
+    pbias = OptionalInputData<float>(call, 2);
+    pscale = OptionalInputData<float>(call, 3);
+    scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
+    pres = OptionalInputData<float>(call, 4);
+    py = static_cast<float*>(Y.data);
+    pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 && w.pad[0] == 0 &&
+                w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
+  }
+  // X of image n, group g; its input scale (null: none); Y's (and the residual's) offset.
+  const float* X(int64_t n, int64_t g) const { return px + (n * in_channels + g * icg) * in_size; }
+  const float* Scale(int64_t n, int64_t g) const {
+    return pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
+  }
+  int64_t YAt(int64_t n, int64_t g) const { return (n * out_channels + g * ocg) * out_size; }
+  // Bias, residual and ReLU or Clip of image n, group g, rows indexed by Y's channel.
+  gemm::Epilogue Epilogue(int64_t n, int64_t g) const {
+    gemm::Epilogue ep;
+    ep.row_bias = pbias != nullptr ? pbias + g * ocg : nullptr;
+    ep.residual = pres != nullptr ? pres + YAt(n, g) : nullptr;
+    ep.residual_ld = out_size;
+    if (act.code == KILN_UNARY_RELU) ep.kind = gemm::Epilogue::kRelu;
+    if (act.code == KILN_UNARY_CLIP) {
+      ep.kind = gemm::Epilogue::kClip;
+      ep.lo = static_cast<float>(act.alpha);
+      ep.hi = static_cast<float>(act.beta);
+    }
+    return ep;
+  }
+  // An activation the epilogue leaves to ApplyActivation.
+  bool OtherActivation() const { return act.code >= 0 && act.code != KILN_UNARY_RELU && act.code != KILN_UNARY_CLIP; }
+  // Rows k0..k0+kb of the implicit im2col matrix (scaled) at positions n0..n0+nb into
+  // staged[k][nb] (starts: the positions' windows).
+  void Stage(const float* x, const float* scale, int64_t k0, int64_t kb, int64_t n0, int64_t nb,
+             const WindowStarts& starts, float* staged) const {
+    const int64_t kk_hw = w.kernel[1] * w.kernel[2];
+    for (int64_t k = 0; k < kb; ++k) {
+      float* out = staged + k * nb;
+      const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
+      const float* xin = x + ic * in_size;
+      if (pointwise) {
+        const float s = scale[ic];
+        for (int64_t j = 0; j < nb; ++j) out[j] = xin[n0 + j] * s;
+        continue;
+      }
+      const int64_t kd = r / kk_hw, kh = r / w.kernel[2] % w.kernel[1], kw = r % w.kernel[2];
+      PackTapRow(w, starts, xin, kd * w.dilation[0], kh * w.dilation[1], kw * w.dilation[2],
+                 scale != nullptr ? scale + ic : nullptr, nb, out);
+    }
+  }
+};
+
 struct ConvBf16Kernel {
   // Inputs: X [N, C, *in] f32, W pre-packed per group in panels of 12 rows,
   // [group][ceil(OC/group / 12)][ceil(K/2)][12] bf16 pair words (K = C/group x kernel
   // size), B [OC] optional, then as the fuse pass writes them an input scale (input 3,
   // may be omitted) and a residual (input 4). Parameters: kiln_conv_params (group,
-  // window, activation, job_cols).
+  // window, activation, job_cols, packed_weights). packed_weights 1: W as 32-column
+  // panels of B, [group][ceil(OC/group / 32)][ceil(K/2)][32] words, for RunPositionRows.
   __attribute__((noinline)) static int32_t RunF32(const kiln_kcall* call, const kiln_conv_params& params);
+  __attribute__((noinline)) static int32_t RunPositionRows(const kiln_kcall* call, const kiln_conv_params& params);
 };
+
+// RunPositionRows' jobs: at most kMaxPositionRows positions (a multiple of kRows) and a C^T
+// block of at most kPositionFloats floats, both on the stack.
+constexpr int64_t kMaxPositionRows = 216;
+constexpr int64_t kPositionFloats = int64_t{1} << 16;
+static_assert(kMaxPositionRows % kRows == 0 && kMaxPositionRows <= kMc && kMaxPositionRows <= gemm::kMaxNc);
+static_assert(kPositionFloats >= kMaxPositionRows * kMaxJobCols);
+
+// Few output positions (7x7 maps, packed_weights 1): the positions are the product's rows
+// and the output channels its columns, C^T = X^T W^T. 49 positions are then 4 x 12 + 1
+// rows, the last tile a twelfth of a full one, where as columns they were 32 + 17, the
+// partial tile as dear as a full one. Each tile's C^T block goes to a buffer on the stack,
+// then to Y transposed with the bias, the residual and the activation.
+int32_t ConvBf16Kernel::RunPositionRows(const kiln_kcall* call, const kiln_conv_params& params) {
+  const ConvBf16Call cv(call, params);
+  const int64_t out_size = cv.out_size, ocg = cv.ocg, kp_all = cv.kp_all;
+  const int64_t oc_panels = (ocg + kCols - 1) / kCols;
+  // Jobs: (image, group, positions, output channels). A job's positions are packed once
+  // per K block for all its channels (a strided conv's im2col rows are the dear part), so it
+  // takes as many channels as its C^T block holds, in equal parts of whole 32-column
+  // panels; with a pool, the channels split further until there are gemm::kMinJobs jobs.
+  const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
+  const int64_t pos_chunks = (out_size + kMaxPositionRows - 1) / kMaxPositionRows;
+  const int64_t pos_rows = ((out_size + pos_chunks - 1) / pos_chunks + kRows - 1) / kRows * kRows;
+  const int64_t most_panels = kPositionFloats / pos_rows / kCols;
+  int64_t oc_parts = (oc_panels + most_panels - 1) / most_panels;
+  while (parallel && cv.batch * cv.group * pos_chunks * oc_parts < gemm::kMinJobs && oc_parts < oc_panels) ++oc_parts;
+  const int64_t part_cols = (oc_panels + oc_parts - 1) / oc_parts * kCols;
+  oc_parts = (ocg + part_cols - 1) / part_cols;
+  auto jobs = [=](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t part = job % oc_parts, pc = job / oc_parts % pos_chunks;
+      const int64_t g = job / (oc_parts * pos_chunks) % cv.group, n = job / (oc_parts * pos_chunks * cv.group);
+      const int64_t p0 = pc * pos_rows, p1 = p0 + pos_rows < out_size ? p0 + pos_rows : out_size;
+      const int64_t o0 = part * part_cols, o1 = o0 + part_cols < ocg ? o0 + part_cols : ocg;
+      const float* x = cv.X(n, g);
+      const float* scale = cv.Scale(n, g);
+      const gemm::Epilogue ep = cv.Epilogue(n, g);
+      alignas(64) float staged[kKc * kMaxPositionRows];
+      alignas(64) float ct[kPositionFloats];  // [positions][part_cols]
+      // X^T's rows i0..i1 (positions p0 + i) over k0..k0+kb as 12-row A panels.
+      auto pack_a = [&](int64_t k0, int64_t kb, int64_t i0, int64_t i1, uint32_t* buf, int64_t* stride) {
+        const int64_t nb = i1 - i0;
+        if (cv.pointwise && scale == nullptr) {
+          PackPositionPanels(x + k0 * cv.in_size + p0 + i0, cv.in_size, kb, nb, buf, stride);
+          return static_cast<const uint32_t*>(buf);
+        }
+        WindowStarts starts;
+        if (!cv.pointwise) starts.Fill(cv.w, p0 + i0, nb);
+        cv.Stage(x, scale, k0, kb, p0 + i0, nb, starts, staged);
+        PackPositionPanels(staged, nb, kb, nb, buf, stride);
+        return static_cast<const uint32_t*>(buf);
+      };
+      auto pack_b = [&](int64_t k0, int64_t, uint32_t*, int64_t* stride) -> const uint32_t* {
+        *stride = kp_all * kCols;
+        return cv.pw + (g * oc_panels + o0 / kCols) * kp_all * kCols + k0 / 2 * kCols;
+      };
+      auto epilogue = [](int64_t, int64_t, TileEpilogue*) {};
+      // C^T's tile (rows i.., columns j..) to Y's rows o0 + j.., positions p0 + i...
+      auto finish = [&](int64_t i, int rows, int64_t j, int64_t cols, bool) {
+        const int64_t offset = (o0 + j) * out_size + p0 + i;
+        gemm::Epilogue block = ep;
+        if (block.row_bias != nullptr) block.row_bias += o0 + j;
+        if (block.residual != nullptr) block.residual += offset;
+        float* y = cv.py + cv.YAt(n, g) + offset;
+        StoreTransposed(ct + i * part_cols + j, part_cols, rows, cols, y, out_size, block);
+        if (cv.OtherActivation()) {
+          for (int64_t q = 0; q < cols; ++q)
+            ApplyActivation(y + q * out_size, rows, cv.act.code, cv.act.alpha, cv.act.beta);
+        }
+      };
+      BlockBf16(0, p1 - p0, 0, o1 - o0, cv.K, ct, part_cols, pack_a, pack_b, epilogue, finish);
+    }
+  };
+  ParallelFor(call, cv.batch * cv.group * pos_chunks * oc_parts, 1, jobs);
+  return KILN_KERR_OK;
+}
 
 int32_t ConvBf16Kernel::RunF32(const kiln_kcall* call, const kiln_conv_params& params) {
   if (!Bf16Dot()) return KILN_KERR_UNSUPPORTED;
-  const kiln_ktensor& X = call->inputs[0];
-  const kiln_ktensor& Y = call->outputs[0];
-  const Window w(params.window, X, Y);
-  const int64_t group = params.group;
-  const kiln_activation act = params.activation;
-  const int64_t batch = X.dims[0], in_channels = X.dims[1], out_channels = Y.dims[1];
-  const int64_t icg = in_channels / group, ocg = out_channels / group;
-  const int64_t in_size = w.in_size(), out_size = w.out_size(), kernel_size = w.kernel_size();
-  const int64_t K = icg * kernel_size, kp_all = (K + 1) / 2;
+  if (params.packed_weights == 1) return RunPositionRows(call, params);
+  const ConvBf16Call cv(call, params);
+  const int64_t out_size = cv.out_size, ocg = cv.ocg, kp_all = cv.kp_all;
   const int64_t panels = (ocg + kRows - 1) / kRows;
-  const float* px = static_cast<const float*>(X.data);
-  const uint32_t* pw = static_cast<const uint32_t*>(call->inputs[1].data);
-  const float* pbias = OptionalInputData<float>(call, 2);
-  const float* pscale = OptionalInputData<float>(call, 3);
-  const int64_t scale_batch_stride = pscale != nullptr && call->inputs[3].dims[0] > 1 ? in_channels : 0;
-  const float* pres = OptionalInputData<float>(call, 4);
-  float* py = static_cast<float*>(Y.data);
-  const bool pointwise = kernel_size == 1 && w.stride[0] == 1 && w.stride[1] == 1 && w.stride[2] == 1 &&
-                         w.pad[0] == 0 && w.pad[1] == 0 && w.pad[2] == 0 && in_size == out_size;
   const int64_t first_cols = params.job_cols != 0 && params.job_cols % kCols == 0 && params.job_cols <= kMaxJobCols
                                  ? params.job_cols
                                  : kMaxJobCols;
   // As the f32 implicit GEMM (conv.cc): gemm::SplitConvJobs.
-  const gemm::ConvJobs plan = gemm::SplitConvJobs(call, out_size, ocg, first_cols, kCols, kernel_size, batch, group);
+  const gemm::ConvJobs plan =
+      gemm::SplitConvJobs(call, out_size, ocg, first_cols, kCols, cv.kernel_size, cv.batch, cv.group);
   const int64_t cols = plan.cols;
   const gemm::RowSplit split = plan.split;
-  const int64_t kk_hw = w.kernel[1] * w.kernel[2];
   auto jobs = [=](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end;) {
       const gemm::ConvJobs::Job at = plan.Next(&job, end);  // row groups of one chunk run together
       const int64_t rg = at.rg, cc = at.cc, g = at.g, n = at.n, taken = at.taken;
-      const float* x = px + (n * in_channels + g * icg) * in_size;
-      const float* scale = pscale != nullptr ? pscale + n * scale_batch_stride + g * icg : nullptr;
-      float* c = py + (n * out_channels + g * ocg) * out_size;
+      const float* x = cv.X(n, g);
+      const float* scale = cv.Scale(n, g);
+      float* c = cv.py + cv.YAt(n, g);
       const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + taken);
       const int64_t n0 = cc * cols, n1 = n0 + cols < out_size ? n0 + cols : out_size;
       WindowStarts starts;
-      starts.Fill(w, n0, n1 - n0);
-      const uint32_t* wg = pw + g * panels * kp_all * kRows;
+      starts.Fill(cv.w, n0, n1 - n0);
+      const uint32_t* wg = cv.pw + g * panels * kp_all * kRows;
       auto pack_a = [&](int64_t k0, int64_t, int64_t i0, int64_t, uint32_t*, int64_t* stride) -> const uint32_t* {
         *stride = kp_all * kRows;
         return wg + i0 / kRows * kp_all * kRows + k0 / 2 * kRows;
       };
       auto pack_b = [&](int64_t k0, int64_t kb, uint32_t* buf, int64_t* stride) -> const uint32_t* {
         const int64_t nb = n1 - n0;
-        if (pointwise && scale == nullptr) {
-          PackColumnsBf16(x + k0 * in_size + n0, in_size, kb, nb, buf, stride);
+        if (cv.pointwise && scale == nullptr) {
+          PackColumnsBf16(x + k0 * cv.in_size + n0, cv.in_size, kb, nb, buf, stride);
           return buf;
         }
         alignas(64) float staged[kKc * kMaxJobCols];
-        for (int64_t k = 0; k < kb; ++k) {
-          float* out = staged + k * nb;
-          const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
-          const float* xin = x + ic * in_size;
-          if (pointwise) {
-            const float s = scale[ic];
-            for (int64_t j = 0; j < nb; ++j) out[j] = xin[n0 + j] * s;
-            continue;
-          }
-          const int64_t kd = r / kk_hw, kh = r / w.kernel[2] % w.kernel[1], kw = r % w.kernel[2];
-          PackTapRow(w, starts, xin, kd * w.dilation[0], kh * w.dilation[1], kw * w.dilation[2],
-                     scale != nullptr ? scale + ic : nullptr, nb, out);
-        }
+        cv.Stage(x, scale, k0, kb, n0, nb, starts, staged);
         PackColumnsBf16(staged, nb, kb, nb, buf, stride);
         return buf;
       };
-      gemm::Epilogue ep;
-      ep.row_bias = pbias != nullptr ? pbias + g * ocg : nullptr;
-      if (pres != nullptr) {
-        ep.residual = pres + (n * out_channels + g * ocg) * out_size;
-        ep.residual_ld = out_size;
-      }
-      if (act.code == KILN_UNARY_RELU) ep.kind = gemm::Epilogue::kRelu;
-      if (act.code == KILN_UNARY_CLIP) {
-        ep.kind = gemm::Epilogue::kClip;
-        ep.lo = static_cast<float>(act.alpha);
-        ep.hi = static_cast<float>(act.beta);
-      }
-      const bool other_activation = act.code >= 0 && ep.kind == gemm::Epilogue::kNone;
+      const gemm::Epilogue ep = cv.Epilogue(n, g);
       auto epilogue = [&](int64_t i, int64_t j, TileEpilogue* tile) {
         tile->row_bias = ep.row_bias != nullptr ? ep.row_bias + i : nullptr;
         tile->residual = ep.residual != nullptr ? ep.residual + i * ep.residual_ld + j : nullptr;
@@ -426,13 +625,13 @@ int32_t ConvBf16Kernel::RunF32(const kiln_kcall* call, const kiln_conv_params& p
           if (!in_registers) {
             for (int64_t q = 0; q < tile_cols; ++q) row[q] = ep.Apply(row[q], i + r, j + q);
           }
-          if (other_activation) ApplyActivation(row, tile_cols, act.code, act.alpha, act.beta);
+          if (cv.OtherActivation()) ApplyActivation(row, tile_cols, cv.act.code, cv.act.alpha, cv.act.beta);
         }
       };
-      BlockBf16(m0, m1, n0, n1, K, c, out_size, pack_a, pack_b, epilogue, finish);
+      BlockBf16(m0, m1, n0, n1, cv.K, c, out_size, pack_a, pack_b, epilogue, finish);
     }
   };
-  ParallelFor(call, plan.Count(batch), 1, jobs);
+  ParallelFor(call, plan.Count(cv.batch), 1, jobs);
   return KILN_KERR_OK;
 }
 

@@ -21,7 +21,9 @@ typedef struct kiln_conv_params {
    * 1, no padding, at most 48 output positions, OC a multiple of 16) transposed into
    * 16-column panels [OC/16][C][16]; 4: a grouped 2-D conv's (at most 64 output positions
    * per image, OC/group a multiple of 16 up to 64, C/group x taps up to 512) transposed per
-   * group, [group][C/group x taps][OC/group]. */
+   * group, [group][C/group x taps][OC/group]. conv_bf16: 0: 12-row panels of bf16 pairs;
+   * 1: few output positions, 32-column panels, the positions the product's rows
+   * (kernels/bf16/bf16.cc). */
   int64_t packed_weights;
   int64_t job_cols;        /* conv: the job width in output positions (--tune), 0: default */
   int64_t tiles_per_chunk; /* conv_winograd: tiles transformed at a time (sizes the scratch) */
