@@ -82,10 +82,11 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
       {300, 20, 7, 7, 1, 1, 70, false},  // 1x1: K 300 (two K blocks), 49 positions, MatMul K 980
       {24, 48, 10, 10, 3, 1, 64, true},  // Winograd, 48 output channels (a partial 32-column panel)
       // Positions as rows: a 7x7 map (4 x 12 + 1 rows) with the residual; a strided 3x3
-      // conv to 7x7 over two K blocks, two images; 3x3 positions, 72 channels (a partial
-      // panel).
+      // conv to 7x7 over two K blocks, two images, and one image (two threads split its
+      // positions 25 + 24); 3x3 positions, 72 channels (a partial panel).
       {64, 64, 7, 7, 1, 1, 40, false, true},
       {40, 96, 14, 14, 3, 2, 30, false, true, 2},
+      {32, 64, 13, 13, 3, 2, 25, false, true},
       {48, 72, 6, 6, 1, 2, 20, false, true},
   };
   for (const Case& t : cases) {

@@ -513,11 +513,11 @@ struct ConvBf16Kernel {
   __attribute__((noinline)) static int32_t RunPositionRows(const kiln_kcall* call, const kiln_conv_params& params);
 };
 
-// RunPositionRows' jobs: at most kMaxPositionRows positions (a multiple of kRows) and a C^T
+// RunPositionRows' jobs: at most kMaxPositionRows positions and a C^T
 // block of at most kPositionFloats floats, both on the stack.
 constexpr int64_t kMaxPositionRows = 216;
 constexpr int64_t kPositionFloats = int64_t{1} << 16;
-static_assert(kMaxPositionRows % kRows == 0 && kMaxPositionRows <= kMc && kMaxPositionRows <= gemm::kMaxNc);
+static_assert(kMaxPositionRows <= kMc && kMaxPositionRows <= gemm::kMaxNc);
 static_assert(kPositionFloats >= kMaxPositionRows * kMaxJobCols);
 
 // Few output positions (7x7 maps, packed_weights 1): the positions are the product's rows
@@ -536,9 +536,16 @@ int32_t ConvBf16Kernel::RunPositionRows(const kiln_kcall* call, const kiln_conv_
   // and a thread's consecutive jobs of the same positions run as one call as far as the
   // block holds them (the pool hands each thread one range of jobs: split into eight and
   // packed once per job, layer4.0's strided conv took 3.3 ms at two threads, 2.0 at one).
+  // With a pool and one image, a conv with an im2col (not 1x1) splits its positions in two
+  // first (49 as 25 + 24 rows), so two threads each pack half of them rather than both
+  // packing all (that conv: 1.03 ms at two threads, 1.27 with the channels split alone);
+  // 1x1 convs pack cheaply, and splitting their channels halves each thread's weights.
   const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
-  const int64_t pos_chunks = (out_size + kMaxPositionRows - 1) / kMaxPositionRows;
-  const int64_t pos_rows = ((out_size + pos_chunks - 1) / pos_chunks + kRows - 1) / kRows * kRows;
+  int64_t pos_chunks = (out_size + kMaxPositionRows - 1) / kMaxPositionRows;
+  if (parallel && !cv.pointwise && pos_chunks == 1 && cv.batch * cv.group == 1 && out_size >= 2 * kRows) {
+    pos_chunks = 2;
+  }
+  const int64_t pos_rows = (out_size + pos_chunks - 1) / pos_chunks;
   const int64_t most_panels = kPositionFloats / pos_rows / kCols;
   int64_t oc_parts = (oc_panels + most_panels - 1) / most_panels;
   while (parallel && cv.batch * cv.group * pos_chunks * oc_parts < gemm::kMinJobs && oc_parts < oc_panels) ++oc_parts;
