@@ -167,25 +167,24 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void MicroKernel(int row
   }
 }
 
-// 16 pair words of lo and hi as PairWord has them (integer rounding: bit-identical to the
-// weights' packing at compile time, subnormals included).
-__attribute__((target("avx512f"), always_inline)) inline __m512i PairWords16(__m512 lo, __m512 hi) {
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x00400000);
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  __m512i words[2];
-  const __m512 values[2] = {lo, hi};
-  for (int h = 0; h < 2; ++h) {
-    const __m512i u = _mm512_castps_si512(values[h]);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), inf);
-    const __m512i rounded =
-        _mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
-    words[h] = _mm512_and_si512(_mm512_mask_or_epi32(rounded, nan, u, quiet), high);
-  }
-  return _mm512_or_si512(words[1], _mm512_srli_epi32(words[0], 16));
+// RoundedHigh of 16 values: integer rounding, bit-identical to the weights' packing at
+// compile time, subnormals included.
+__attribute__((target("avx512f"), always_inline)) inline __m512i RoundedHigh16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                           _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+  return _mm512_and_si512(_mm512_mask_or_epi32(rounded, nan, u, _mm512_set1_epi32(0x00400000)),
+                          _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
 }
 
-// PackColumnsBf16<kRows> 16 columns at a time: X^T's 12-row A panels (RunPositionRows).
+// 16 pair words of lo and hi, as PairWord.
+__attribute__((target("avx512f"), always_inline)) inline __m512i PairWords16(__m512 lo, __m512 hi) {
+  return _mm512_or_si512(RoundedHigh16(hi), _mm512_srli_epi32(RoundedHigh16(lo), 16));
+}
+
+// PackColumnsBf16 as 12-row panels, 16 columns at a time: X^T's A panels (RunPositionRows).
 __attribute__((target("avx512f"), noinline)) void PackPositionPanels(const float* rows, int64_t ld, int64_t kb,
                                                                      int64_t nb, uint32_t* buf, int64_t* stride) {
   const int64_t kp = (kb + 1) / 2;
@@ -230,13 +229,7 @@ __attribute__((target("avx512f"), always_inline)) inline void Transpose16x16(con
 
 // The bf16 bits of 16 values, rounded as RoundedHigh, in 16-bit lanes.
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m256i HighHalves16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-                                           _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
-  const __m512i quiet = _mm512_mask_or_epi32(rounded, nan, u, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(quiet, 16));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(RoundedHigh16(v), 16));
 }
 
 // A[i0..i1, k0..k0+kb) of a row-major f32 A (row stride lda) rounded to pair words, in
@@ -247,9 +240,9 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m256i HighHa
 // NaN branch, took a tenth of BERT-base's bf16 time).
 __attribute__((target("avx512f,avx512bw"), noinline)) void PackRowsAvx512(const float* a, int64_t lda, int64_t k0,
                                                                           int64_t kb, int64_t i0, int64_t i1,
-                                                                          uint32_t* buf) {
+                                                                          uint32_t* buf, int64_t* stride) {
   const int64_t kp = (kb + 1) / 2;
-
+  *stride = kp * kRows;
   for (int64_t i = i0; i < i1; i += kRows) {
     uint32_t* panel = buf + (i - i0) / kRows * kp * kRows;
     const int rows = static_cast<int>(i1 - i < kRows ? i1 - i : kRows);
@@ -309,7 +302,7 @@ inline bool Bf16Dot() { return false; }
 void MicroKernel(int, int64_t, const uint32_t*, const uint32_t*, float*, int64_t, bool, const TileEpilogue*) {}
 void PackPositionPanels(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t*) {}
 void StoreTransposed(const float*, int64_t, int, int64_t, float*, int64_t, const gemm::Epilogue&) {}
-void PackRowsAvx512(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t*) {}
+void PackRowsAvx512(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t*, int64_t*) {}
 #endif
 
 // C[m0..m1, n0..n1) = A · B over K (m0 a multiple of kRows; n1 - n0 <= kMaxJobCols where
@@ -362,27 +355,25 @@ void BlockBf16(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, float*
 }
 
 // Rows k0..k0+kb of a row-major f32 B block (row k at rows + k * ld, nb columns) as panels
-// [kp][kWidth] words, zero past nb and past kb: B's 32-column panels, or (kWidth = kRows)
-// the A panels of a product whose rows are these columns (RunPositionRows). Pairs of rows
-// outer: each row is read start to end, two streams the prefetcher follows (panels outer
-// read 128 bytes of every row in turn and stalled on the loads: a third of the packing's
-// time in ResNet-50's 1x1 convs).
-template <int64_t kWidth = kCols>
+// [kp][kCols] words, zero past nb and past kb (PackPositionPanels: the same as 12-row A
+// panels, on AVX-512). Pairs of rows outer: each row is read start to end, two streams the prefetcher follows (panels
+// outer read 128 bytes of every row in turn and stalled on the loads: a third of the packing's time in ResNet-50's 1x1
+// convs).
 inline void PackColumnsBf16(const float* rows, int64_t ld, int64_t kb, int64_t nb, uint32_t* buf, int64_t* stride) {
   const int64_t kp = (kb + 1) / 2;
-  *stride = kp * kWidth;
+  *stride = kp * kCols;
   for (int64_t p = 0; p < kp; ++p) {
-    for (int64_t t = 0; t * kWidth < nb; ++t) {
-      const int64_t j0 = t * kWidth, width = nb - j0 < kWidth ? nb - j0 : kWidth;
+    for (int64_t t = 0; t * kCols < nb; ++t) {
+      const int64_t j0 = t * kCols, width = nb - j0 < kCols ? nb - j0 : kCols;
       const float* lo = rows + 2 * p * ld + j0;
-      uint32_t* out = buf + t * kp * kWidth + p * kWidth;
+      uint32_t* out = buf + t * kp * kCols + p * kCols;
       if (2 * p + 1 < kb) {
         const float* hi = lo + ld;
         for (int64_t q = 0; q < width; ++q) out[q] = PairWord(lo[q], hi[q]);
       } else {
         for (int64_t q = 0; q < width; ++q) out[q] = PairWord(lo[q], 0.f);
       }
-      for (int64_t q = width; q < kWidth; ++q) out[q] = 0;
+      for (int64_t q = width; q < kCols; ++q) out[q] = 0;
     }
   }
 }
@@ -429,8 +420,7 @@ struct MatMulBf16Kernel {
         const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
         const int64_t n0 = cc * kJobCols, n1 = n0 + (next - job) * kJobCols < N ? n0 + (next - job) * kJobCols : N;
         auto pack_a = [&](int64_t k0, int64_t kb, int64_t i0, int64_t i1, uint32_t* buf, int64_t* stride) {
-          PackRowsAvx512(a, K, k0, kb, i0, i1, buf);
-          *stride = (kb + 1) / 2 * kRows;
+          PackRowsAvx512(a, K, k0, kb, i0, i1, buf, stride);
           return static_cast<const uint32_t*>(buf);
         };
         auto pack_b = [&](int64_t k0, int64_t, uint32_t*, int64_t* stride) -> const uint32_t* {
@@ -546,8 +536,8 @@ struct ConvBf16Kernel {
   __attribute__((noinline)) static int32_t RunPositionRows(const kiln_kcall* call, const kiln_conv_params& params);
 };
 
-// RunPositionRows' jobs: at most kMaxPositionRows positions and a C^T
-// block of at most kPositionFloats floats, both on the stack.
+// RunPositionRows' jobs: at most kMaxPositionRows positions and a C^T block of at most
+// kPositionFloats floats, both on the stack.
 constexpr int64_t kMaxPositionRows = 216;
 constexpr int64_t kPositionFloats = int64_t{1} << 16;
 static_assert(kMaxPositionRows <= kMc && kMaxPositionRows <= gemm::kMaxNc);
