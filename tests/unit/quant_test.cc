@@ -368,6 +368,18 @@ void ExpectPackedKernel(const Graph& graph, const std::string& op) {
   EXPECT_EQ(call->kernel, "qconv");
 }
 
+// The ops and epilogues CheckIntegerConv runs each case through.
+const char* const kConvVariants[] = {"QLinearConv",
+                                     "ConvInteger",
+                                     "kiln.QLinearConvToFloat",
+                                     "kiln.QLinearConvToFloat+relu",
+                                     "kiln.QLinearConvToFloat+residual+relu",
+                                     "kiln.QLinearConvToFloat+residual+quantized+relu",
+                                     "kiln.QLinearConvToFloat+qresidual+quantized+relu",
+                                     "kiln.QLinearConvToFloat+residual+clip",
+                                     "kiln.QLinearConvToFloat+residual+quantized+clip",
+                                     "kiln.QLinearConvToFloat+qresidual+quantized+clip+relu"};
+
 void CheckIntegerConv(const QConvCase& c) {
   const int64_t OH = (c.H + 2 * c.P - c.K) / c.S + 1, OW = (c.W + 2 * c.P - c.K) / c.S + 1, icg = c.C / c.G;
   const bool x_u8 = c.x_type == DType::kUInt8, w_u8 = c.w_type == DType::kUInt8;
@@ -386,10 +398,7 @@ void CheckIntegerConv(const QConvCase& c) {
   auto residual_bytes = RandomInts(c.x_type, {1, c.OC, OH, OW}, x_u8 ? 0 : -128, x_u8 ? 255 : 127, 17);
   const float residual_scale = 0.015f;
   const int64_t residual_zero = x_u8 ? 100 : -7;
-  for (const std::string variant :
-       {"QLinearConv", "ConvInteger", "kiln.QLinearConvToFloat", "kiln.QLinearConvToFloat+relu",
-        "kiln.QLinearConvToFloat+residual+relu", "kiln.QLinearConvToFloat+residual+quantized+relu",
-        "kiln.QLinearConvToFloat+qresidual+quantized+relu", "kiln.QLinearConvToFloat+residual+clip"}) {
+  for (const std::string variant : kConvVariants) {
     SCOPED_TRACE(variant);
     const bool relu = variant.size() > 5 && variant.substr(variant.size() - 5) == "+relu";
     // +qresidual: the residual as bytes, scale and zero point (a folded DequantizeLinear).
