@@ -27,8 +27,8 @@ source bench/lib.sh
 bench_args "$0" 16 "$@"
 bench_setup "$models"
 accuracy_rows=()
-echo "| model | threads | Kiln int8 ms | ORT int8 (QDQ) ms | Kiln fp32 ms | ORT fp32 ms | ORT fp32 / Kiln int8 | per round | ORT int8 / Kiln int8 |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| model | threads | Kiln int8 ms | ORT int8 (QDQ) ms | Kiln fp32 ms | ORT fp32 ms | ORT fp32 / Kiln int8 | per round | ORT int8 / Kiln int8 | Kiln int8 / ORT int8 per round |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for m in ${models//,/ }; do
   inputs=() run_inputs=()
   for f in bench/models/"$m".input_*.pb; do
@@ -83,19 +83,21 @@ print(f"| {m} | {sys.argv[9]}, {sys.argv[8]} samples | {q['quantized_nodes']} | 
 PY
 )")
   for t in $threads; do
-    ki=(); oi=(); kf=(); o=(); per=()
+    ki=(); oi=(); kf=(); o=(); per=(); per8=()
     for r in $(seq "$rounds"); do
       a=$("$kiln" bench "$tmp/$m.int8.so" --threads "$t" --iters "$iters" | field median_ms)
       q=$(node bench/ort_bench.js "$tmp/$m.qdq.onnx" "${inputs[@]}" --threads "$t" --iters "$iters" | field median_ms)
       b=$("$kiln" bench "$tmp/$m.fp32.so" --threads "$t" --iters "$iters" | field median_ms)
       c=$(node bench/ort_bench.js "bench/models/$m.onnx" "${inputs[@]}" --threads "$t" --iters "$iters" | field median_ms)
       ki+=("$a"); oi+=("$q"); kf+=("$b"); o+=("$c"); per+=("$(/usr/bin/python3 -c "print(f'{$c / $a:.2f}')")")
+      per8+=("$(/usr/bin/python3 -c "print(f'{$a / $q:.2f}')")")  # the bar's ratio, within one round
     done
-    /usr/bin/python3 - "$m" "$t" "${ki[*]}" "${oi[*]}" "${kf[*]}" "${o[*]}" "${per[*]}" <<'PY'
+    /usr/bin/python3 - "$m" "$t" "${ki[*]}" "${oi[*]}" "${kf[*]}" "${o[*]}" "${per[*]}" "${per8[*]}" <<'PY'
 import statistics, sys
 m, t = sys.argv[1], sys.argv[2]
 ki, oi, kf, o = (statistics.median(map(float, s.split())) for s in sys.argv[3:7])
-print(f"| {m} | {t} | {ki:.2f} | {oi:.2f} | {kf:.2f} | {o:.2f} | {o / ki:.2f} | {', '.join(sys.argv[7].split())} | {oi / ki:.2f} |")
+print(f"| {m} | {t} | {ki:.2f} | {oi:.2f} | {kf:.2f} | {o:.2f} | {o / ki:.2f} | {', '.join(sys.argv[7].split())} | "
+      f"{oi / ki:.2f} | {', '.join(sys.argv[8].split())} |")
 PY
   done
 done
