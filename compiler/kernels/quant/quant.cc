@@ -379,6 +379,28 @@ __attribute__((always_inline)) inline void DotStep(v16i* acc, const v16i* lanes,
   }
 }
 
+// QConvEpilogueAvx512's operands, derived from QConvParams once per call (EpilogueOperands)
+// and copied into a local per tile: the library builds with -fno-strict-aliasing, so Y's
+// byte stores may alias any memory, and read through `q` every field was loaded again
+// after each store and tested per vector. With the bounds folded (EpilogueOperands),
+// ResNet-50 int8's 56 x 56 block-ending convs (an f32 result with a u8 residual, then
+// quantized: about 20 vector operations per sixteen outputs, against 16 steps of
+// products) ran 0.47 -> 0.43 ms.
+struct EpilogueAvx512 {
+  void* y;
+  const void* residual;
+  const int32_t* offsets;
+  const float* multipliers;
+  const float* float_bias;
+  int64_t plane;  // Y's elements from one output channel to the next
+  int32_t y_dtype, residual_dtype, residual_zero, y_zero;
+  float residual_scale;
+  float lo, hi;              // Y's clamp less its zero point (RoundAddZeroClamp)
+  float bound_lo, bound_hi;  // mode 2: relu and clip as one max and min (`bounded`)
+  float out_scale;
+  bool sums_only, to_float, quantized, bounded;
+};
+
 struct QConvParams {
   const uint8_t* x4;  // the channel-quad copy of X
   const int8_t* weights;
@@ -408,7 +430,47 @@ struct QConvParams {
   int64_t C, Hp, Wp;
   const uint8_t* flat_index;
   const uint8_t* flat_row;
+  EpilogueAvx512 epilogue;  // EpilogueOperands(*this), set once its fields are
 };
+
+inline EpilogueAvx512 EpilogueOperands(const QConvParams& q) {
+  EpilogueAvx512 e;
+  e.y = q.y;
+  e.residual = q.residual;
+  e.offsets = q.offsets;
+  e.multipliers = q.multipliers;
+  e.float_bias = q.float_bias;
+  e.plane = q.OH * q.OW;
+  e.y_dtype = q.y_dtype;
+  e.residual_dtype = q.residual_dtype;
+  e.residual_zero = q.residual_zero;
+  e.residual_scale = q.residual_scale;
+  e.y_zero = static_cast<int32_t>(q.y_zero);
+  e.lo = q.lo - q.y_zero;
+  e.hi = q.hi - q.y_zero;
+  e.sums_only = !q.requantize && !q.to_float;
+  e.to_float = q.to_float;
+  e.quantized = q.to_float && q.y_dtype != kF32;
+  e.out_scale = q.out_scale;
+  // relu then clip: max(max(f, 0), lo) is max(f, max(0, lo)), NaN and -0 included (vmaxps
+  // returns its second operand for them).
+  e.bounded = q.to_float && (q.relu || q.clip != nullptr);
+  e.bound_lo = q.clip != nullptr ? q.clip[0] : -__builtin_inff();
+  e.bound_hi = q.clip != nullptr ? q.clip[1] : __builtin_inff();
+  if (q.relu && !(e.bound_lo > 0.f)) e.bound_lo = 0.f;
+  // A quantized Y: the bounds join the clamp of the quotient, two operations a vector fewer
+  // on the FP units, which this epilogue is bound by (at half rate on Zen 4's 512-bit
+  // vectors). The rounded f / s is monotonic in f (max(f, b) / s is max(f / s, b / s), NaN
+  // included), and where the two ranges do not overlap the clamp gives the end of Y's range
+  // nearest to the bounds, as clamping twice does: [lo, hi] is Y's whole range less the zero
+  // point here, and a result past it saturates in the store.
+  if (e.quantized && e.bounded) {
+    if (e.bound_lo / q.out_scale > e.lo) e.lo = e.bound_lo / q.out_scale;
+    if (e.bound_hi / q.out_scale < e.hi) e.hi = e.bound_hi / q.out_scale;
+    e.bounded = false;
+  }
+  return e;
+}
 
 // Element i of the residual as f32.
 inline float ResidualAt(const QConvParams& q, int64_t i) {
@@ -491,66 +553,6 @@ inline void QConvEpilogue(const QConvParams& q, const int32_t* acc, int64_t n, i
 // (multiply, then add; rint; add the zero point; clamp), so the results are identical.
 // Copying the tile through the stack and a scalar tail per row cost as much as the
 // products themselves where K is short (a 1x1 conv over 64 channels: 16 steps).
-//
-// Its operands are read from QConvParams once per tile into this local copy: the library
-// builds with -fno-strict-aliasing, so Y's byte stores may alias any memory, and read
-// through `q` every field was loaded again after each store and tested per vector. With
-// the bounds folded below, ResNet-50 int8's 56 x 56 block-ending convs (an f32 result
-// with a u8 residual, then quantized: about 20 vector operations per sixteen outputs,
-// against 16 steps of products) ran 0.47 -> 0.43 ms.
-struct EpilogueAvx512 {
-  void* y;
-  const void* residual;
-  const int32_t* offsets;
-  const float* multipliers;
-  const float* float_bias;
-  int64_t plane;  // Y's elements from one output channel to the next
-  int32_t y_dtype, residual_dtype, residual_zero, y_zero;
-  float residual_scale;
-  float lo, hi;              // Y's clamp less its zero point (RoundAddZeroClamp)
-  float bound_lo, bound_hi;  // mode 2: relu and clip as one max and min (`bounded`)
-  float out_scale;
-  bool sums_only, to_float, quantized, bounded;
-};
-
-inline EpilogueAvx512 EpilogueOperands(const QConvParams& q) {
-  EpilogueAvx512 e;
-  e.y = q.y;
-  e.residual = q.residual;
-  e.offsets = q.offsets;
-  e.multipliers = q.multipliers;
-  e.float_bias = q.float_bias;
-  e.plane = q.OH * q.OW;
-  e.y_dtype = q.y_dtype;
-  e.residual_dtype = q.residual_dtype;
-  e.residual_zero = q.residual_zero;
-  e.residual_scale = q.residual_scale;
-  e.y_zero = static_cast<int32_t>(q.y_zero);
-  e.lo = q.lo - q.y_zero;
-  e.hi = q.hi - q.y_zero;
-  e.sums_only = !q.requantize && !q.to_float;
-  e.to_float = q.to_float;
-  e.quantized = q.to_float && q.y_dtype != kF32;
-  e.out_scale = q.out_scale;
-  // relu then clip: max(max(f, 0), lo) is max(f, max(0, lo)), NaN and -0 included (vmaxps
-  // returns its second operand for them).
-  e.bounded = q.to_float && (q.relu || q.clip != nullptr);
-  e.bound_lo = q.clip != nullptr ? q.clip[0] : -__builtin_inff();
-  e.bound_hi = q.clip != nullptr ? q.clip[1] : __builtin_inff();
-  if (q.relu && !(e.bound_lo > 0.f)) e.bound_lo = 0.f;
-  // A quantized Y: the bounds join the clamp of the quotient, two operations a vector fewer
-  // on the FP units, which this epilogue is bound by (at half rate on Zen 4's 512-bit
-  // vectors). The rounded f / s is monotonic in f (max(f, b) / s is max(f / s, b / s), NaN
-  // included), and where the two ranges do not overlap the clamp gives the end of Y's range
-  // nearest to the bounds, as clamping twice does: [lo, hi] is Y's whole range less the zero
-  // point here, and a result past it saturates in the store.
-  if (e.quantized && e.bounded) {
-    if (e.bound_lo / q.out_scale > e.lo) e.lo = e.bound_lo / q.out_scale;
-    if (e.bound_hi / q.out_scale < e.hi) e.hi = e.bound_hi / q.out_scale;
-    e.bounded = false;
-  }
-  return e;
-}
 
 // Sixteen clamped values as Y's u8 or s8 bytes from element `at`, the lanes of `mask`.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QConvStoreBytes(const EpilogueAvx512& e,
@@ -658,7 +660,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void QCon
   const int64_t oc = grp * q.ocg + panel * kQRows;
   __mmask16 masks[NV];
   TileMasks<NV>(cols, masks);
-  const EpilogueAvx512 e = EpilogueOperands(q);
+  const EpilogueAvx512 e = q.epilogue;  // (a local: Y's stores cannot alias it)
   QConvEpilogueRowsAvx512<NV>(e, acc, masks, rows, oc, (n * q.out_channels + oc) * q.OH * q.OW + j0);
 }
 #endif
@@ -1231,8 +1233,8 @@ int32_t QConvFast(const kiln_kcall* call, const Window& w, const kiln_quant_para
     q.lo = Y.dtype == kU8 ? 0.f : -128.f;  // (relu applies before quantizing, in f32)
     q.hi = Y.dtype == kU8 ? 255.f : 127.f;
   }
-  q.y = Y.data;
-  q.y_dtype = Y.dtype;
+  q.y = Y.data, q.y_dtype = Y.dtype;
+  q.epilogue = EpilogueOperands(q);
   uint8_t* x4 = OutputData<uint8_t>(call, 1);
   q.x4 = x4;
   alignas(64) uint8_t flat_index[kQFlatMaxSteps * 64], flat_row[kQFlatMaxSteps];
