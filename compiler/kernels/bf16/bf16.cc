@@ -356,9 +356,9 @@ void BlockBf16(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, float*
 
 // Rows k0..k0+kb of a row-major f32 B block (row k at rows + k * ld, nb columns) as panels
 // [kp][kCols] words, zero past nb and past kb (PackPositionPanels: the same as 12-row A
-// panels, on AVX-512). Pairs of rows outer: each row is read start to end, two streams the prefetcher follows (panels
-// outer read 128 bytes of every row in turn and stalled on the loads: a third of the packing's time in ResNet-50's 1x1
-// convs).
+// panels, on AVX-512). Pairs of rows outer: each row is read start to end, two streams
+// the prefetcher follows (panels outer read 128 bytes of every row in turn and stalled on
+// the loads: a third of the packing's time in ResNet-50's 1x1 convs).
 inline void PackColumnsBf16(const float* rows, int64_t ld, int64_t kb, int64_t nb, uint32_t* buf, int64_t* stride) {
   const int64_t kp = (kb + 1) / 2;
   *stride = kp * kCols;
