@@ -56,6 +56,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvBf16(const Node& node
   KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> winograd, LowerWinogradConvF32(node));
   if (!winograd.has_value()) return std::nullopt;
   const std::vector<int64_t> ud = winograd->inputs[1].constant->dims();
+  if (ud[0] != 36) return std::nullopt;  // 3-D: its products stay f32
   const int64_t blocks = ud[1], C = ud[2], OC = blocks * 16;
   const float* u = winograd->inputs[1].constant->data_as<float>();
   const int64_t kp = (C + 1) / 2, panels = (OC + kPanelCols - 1) / kPanelCols;

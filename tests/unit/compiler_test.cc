@@ -596,6 +596,53 @@ TEST(CodegenTest, WinogradConvMatchesInterpreter) {
   }
 }
 
+// x[n, c, d, h, w] -> Conv 3x3x3 stride 1 (pads front, top, left, back, bottom, right) (+ x,
+// the residual, when asked: same-size padding and c == oc) -> Relu: the 3-D Winograd, F(2, 3)
+// along depth times F(4x4, 3x3) across the planes (144 points).
+struct Winograd3dCase {
+  int64_t n, c, oc, d, h, w;
+  std::vector<int64_t> pads;
+  bool residual;
+};
+
+std::unique_ptr<Graph> Winograd3dNet(const Winograd3dCase& t) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {t.n, t.c, t.d, t.h, t.w}));
+  g->AddInput(x);
+  Node* conv = g->AddNode(
+      "Conv", "conv",
+      {x, g->AddConstant("w", Random({t.oc, t.c, 3, 3, 3}, 43)), g->AddConstant("b", Random({t.oc}, 44))}, {"c"}, 13);
+  conv->mutable_attrs()["pads"] = t.pads;
+  Value* y = conv->output(0);
+  if (t.residual) y = g->AddNode("Add", "add", {y, x}, {"a"}, 13)->output(0);
+  Node* relu = g->AddNode("Relu", "relu", {y}, {"y"}, 13);
+  return WithOutput(std::move(g), relu->output(0));
+}
+
+TEST(CodegenTest, Winograd3dConvMatchesInterpreter) {
+  const Winograd3dCase cases[] = {
+      {1, 8, 16, 5, 9, 10, {1, 1, 1, 1, 1, 1}, false},   // partial tiles in depth (5 planes), rows and columns
+      {2, 16, 32, 4, 7, 6, {0, 1, 2, 1, 0, 1}, false},   // asymmetric padding, two images
+      {2, 16, 16, 3, 6, 5, {1, 1, 1, 1, 1, 1}, true},    // a residual (the fuse pass's Conv -> Add), two images
+      {1, 8, 16, 3, 12, 11, {0, 1, 1, 0, 1, 1}, false},  // one output plane: half of each depth tile unused
+      // R3D-18's layer1 shape at a smaller map: 64 channels, 4 x 12 x 12, 18 tiles.
+      {1, 64, 64, 4, 12, 12, {1, 1, 1, 1, 1, 1}, true},
+  };
+  for (const Winograd3dCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "x [" << t.n << "," << t.c << "," << t.d << "," << t.h << "," << t.w << "] oc "
+                                      << t.oc);
+    std::unique_ptr<Graph> g = Winograd3dNet(t);
+    auto call = LowerForArtifact(*FindOp("Conv"), *g->nodes()[0]);
+    ASSERT_TRUE(call.ok()) << call.status();
+    ASSERT_EQ(call->kernel, "conv_winograd");
+    ASSERT_EQ(call->inputs[1].constant->dims()[0], 144);
+    for (const std::string& target : TileTargets()) {
+      SCOPED_TRACE(target);
+      EXPECT_LT(CompiledVsReference(Winograd3dNet(t), Winograd3dNet(t), kDefaultPipeline, target), 1e-5);
+    }
+  }
+}
+
 // x[3, 5, 40, 41] -> Relu, Sigmoid -> Concat (axis 1) -> y: parts whose rows (5 x 40 x 41
 // floats per image) are long enough that the copy's pieces go image by image.
 std::unique_ptr<Graph> ChannelConcatNet() {
