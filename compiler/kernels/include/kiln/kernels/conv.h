@@ -1,5 +1,6 @@
 /* Parameters of the convolution kernels: conv (direct loops and the implicit GEMM),
- * conv_transpose, conv_winograd (F(4x4, 3x3)) and blocked_conv (NCHW16c, blocked.cc).
+ * conv_transpose, conv_winograd (F(4x4, 3x3); in 3-D with F(2, 3) along depth) and
+ * blocked_conv (NCHW16c, blocked.cc).
  * One struct: each kernel reads the fields named for it; the lowering leaves the others
  * zero. */
 #ifndef KILN_KERNELS_CONV_H_
@@ -14,7 +15,7 @@ extern "C" {
 typedef struct kiln_conv_params {
   int64_t group;              /* conv, conv_transpose */
   kiln_window window;         /* conv, conv_transpose (its pads apply to the uncropped output);
-                                 conv_winograd reads pads_begin[0..1] only */
+                                 conv_winograd reads pads_begin only (2 or 3 of them) */
   kiln_activation activation; /* conv, conv_winograd */
   /* conv, artifacts only: the weight comes pre-packed, 1: per group in panels of gemm::kMr
    * rows ([ceil(OC/group / kMr)][K][kMr], zero past the last row); 2: a 1x1 conv's (group
