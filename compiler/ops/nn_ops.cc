@@ -198,7 +198,14 @@ absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
 constexpr int64_t kWinogradScratchBudget = int64_t{4} << 20;  // bytes of V and M per tile chunk
 constexpr int64_t kWinograd3dUBytes = int64_t{64} << 20;
 
-absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
+// The shape of a Conv the Winograd lowering takes, or nullopt.
+struct WinogradShape {
+  size_t dims;  // 2 or 3
+  int64_t C, OC, points, tiles;
+  WindowParams window;
+};
+
+absl::StatusOr<std::optional<WinogradShape>> WinogradApplies(const Node& node) {
   const Value* w = node.input(1);
   if (!w->is_constant() || w->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
     return std::nullopt;
@@ -211,10 +218,9 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   }
   if (node.inputs().size() > 3 && node.input(3) != nullptr)
     return std::nullopt;  // an input scale: the GEMM path applies it
-  auto win = ConvWindow(node);
-  if (!win.ok()) return win.status();
+  KILN_ASSIGN_OR_RETURN(WindowParams win, ConvWindow(node));
   for (size_t i = 0; i < dims; ++i) {
-    if (win->strides[i] != 1 || win->dilations[i] != 1) return std::nullopt;
+    if (win.strides[i] != 1 || win.dilations[i] != 1) return std::nullopt;
   }
   const int64_t C = xd[1], OC = wd[0], points = dims == 3 ? 144 : 36;
   if (C % 8 != 0 || OC % 16 != 0) return std::nullopt;
@@ -222,6 +228,15 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   const int64_t tiles = xd[0] * depth_tiles * ((yd[dims] + 3) / 4) * ((yd[dims + 1] + 3) / 4);
   if (tiles < 4) return std::nullopt;
   if (dims == 3 && points * C * OC * static_cast<int64_t>(sizeof(float)) > kWinograd3dUBytes) return std::nullopt;
+  return WinogradShape{dims, C, OC, points, tiles, std::move(win)};
+}
+
+absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
+  KILN_ASSIGN_OR_RETURN(std::optional<WinogradShape> shape, WinogradApplies(node));
+  if (!shape.has_value()) return std::nullopt;
+  const size_t dims = shape->dims;
+  const int64_t C = shape->C, OC = shape->OC, points = shape->points, tiles = shape->tiles;
+  const std::vector<int64_t> xd = StaticDims(node.input(0));
   // G (6x3) for the interpolation points 0, 1, -1, 2, -2 and infinity; Gd (4x3) for 0, 1,
   // -1 and infinity (F(2, 3), along depth).
   static constexpr double kG[6][3] = {{1.0 / 4, 0, 0},
@@ -232,7 +247,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
                                       {0, 0, 1}};
   static constexpr double kGd[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
   auto u = std::make_shared<Tensor>(DType::kFloat32, std::vector<int64_t>{points, OC / 16, C, 16});
-  const float* g = w->constant()->data_as<float>();
+  const float* g = node.input(1)->constant()->data_as<float>();
   float* pu = u->data_as<float>();
   const int64_t taps = dims == 3 ? 27 : 9;
   for (int64_t oc = 0; oc < OC; ++oc) {
@@ -261,7 +276,7 @@ absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
   int64_t chunk = std::max<int64_t>(6, kWinogradScratchBudget / per_tile / 6 * 6);
   if (chunk > tiles) chunk = tiles;
   chunk = std::max(chunk, xd[0]);  // a chunk holds a tile of every image (winograd_core.h)
-  KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, *win));
+  KILN_ASSIGN_OR_RETURN(kiln_conv_params params, ConvParams(node, shape->window));
   params.tiles_per_chunk = chunk;
   KernelCall call = CallWithParams<kernel::conv_winograd>({}, params);
   call.inputs.push_back(KernelOperand{0, nullptr});
@@ -986,3 +1001,13 @@ void RegisterNnOps(Registry& registry) {
 }
 
 }  // namespace kiln::ops
+
+namespace kiln {
+
+bool TakesWinograd3d(const Node& node) {
+  if (node.op() != "Conv" || node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") == 0) return false;
+  absl::StatusOr<std::optional<ops::WinogradShape>> shape = ops::WinogradApplies(node);
+  return shape.ok() && shape->has_value() && (*shape)->dims == 3;
+}
+
+}  // namespace kiln

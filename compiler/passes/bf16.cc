@@ -12,6 +12,9 @@
 // Option winograd=f32 leaves unmarked the convs that run as Winograd F(4x4, 3x3) (2-D 3x3,
 // stride and dilation 1, one group, input channels a multiple of 8, output channels of 16):
 // its transforms amplify bf16's rounding (a layer's error measured 3-10x a direct conv's).
+// 3x3x3 convs that f32 runs as its 3-D Winograd stay f32 always: bf16 has no 3-D Winograd,
+// and its direct conv does six times the multiplies.
+#include "kiln/compiler/ops.h"
 #include "kiln/compiler/passes.h"
 
 namespace kiln {
@@ -67,7 +70,8 @@ class Bf16Products : public Pass {
     bool changed = false;
     for (Node* node : graph.nodes()) {
       if (node->GetString("kiln.precision", "") == "bf16") continue;
-      const bool takes = (node->op() == "Conv" && ConvTakesBf16(*node) && !(winograd_f32_ && WinogradShaped(*node))) ||
+      const bool takes = (node->op() == "Conv" && ConvTakesBf16(*node) && !(winograd_f32_ && WinogradShaped(*node)) &&
+                          !TakesWinograd3d(*node)) ||
                          (node->op() == "MatMul" && MatMulTakesBf16(*node)) ||
                          (node->op() == "Gemm" && GemmTakesBf16(*node));
       if (!takes) continue;

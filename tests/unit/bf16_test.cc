@@ -4,6 +4,7 @@
 // Winograd), on one and two threads; the lowering picks the bf16 kernels and keeps only the
 // bf16 weight; a target without avx512bf16 gets the fp32 pipeline and the reason.
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -128,6 +129,39 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
       EXPECT_GT(RelativeError(got[0], want[0]), 0);  // bf16 really ran
     }
   }
+}
+
+// x [1, 16, 4, 8, 8] -> Conv 3x3x3 (16 -> 16, pads 1) -> Relu -> Conv 1x1x1 (16 -> 32).
+std::unique_ptr<Graph> Conv3dNet() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, 16, 4, 8, 8}));
+  g->AddInput(x);
+  Node* conv = g->AddNode("Conv", "conv3", {x, g->AddConstant("w", Random({16, 16, 3, 3, 3}, 31, 0.2f))}, {"c"}, 13);
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{1, 1, 1, 1, 1, 1};
+  Value* y = g->AddNode("Relu", "relu", {conv->output(0)}, {"r"}, 13)->output(0);
+  Node* point = g->AddNode("Conv", "conv1", {y, g->AddConstant("w1", Random({32, 16, 1, 1, 1}, 32, 0.2f))}, {"p"}, 13);
+  return WithOutput(std::move(g), point->output(0));
+}
+
+// A 3x3x3 conv that f32 runs as its 3-D Winograd stays f32 (bf16 has no 3-D Winograd, and
+// its direct conv does six times the multiplies); the 1x1x1 conv after it runs in bf16.
+TEST(Bf16Test, ThreeDimWinogradConvStaysF32) {
+  if (!HostHasBf16()) GTEST_SKIP() << "this CPU has no avx512bf16";
+  const Tensor x = *Random({1, 16, 4, 8, 8}, 33);
+  const std::vector<Tensor> want = RunArtifact(*Conv3dNet(), kDefaultPipeline, x, {1});
+  std::unique_ptr<Graph> bf16 = Conv3dNet();
+  const std::vector<Tensor> got = RunArtifact(*bf16, kBf16Pipeline, x, {1, 2});
+  ASSERT_EQ(got.size(), 2u);
+  std::map<std::string, std::string> kernels;
+  for (const Node* node : bf16->nodes()) {
+    if (node->op() != "Conv") continue;
+    absl::StatusOr<KernelCall> call = LowerForArtifact(*FindOp("Conv"), *node);
+    ASSERT_TRUE(call.ok()) << call.status();
+    kernels[node->name()] = call->kernel;
+  }
+  EXPECT_EQ(kernels["conv3"], "conv_winograd");
+  EXPECT_EQ(kernels["conv1"], "conv_bf16");
+  for (const Tensor& out : got) EXPECT_LT(RelativeError(out, want[0]), 1e-2);
 }
 
 TEST(Bf16Test, TargetWithoutAvx512Bf16GetsTheFp32Pipeline) {

@@ -137,6 +137,10 @@ KernelCall ValueExportCall();
 absl::StatusOr<KernelCall> LowerForArtifact(const OpSchema& schema, const Node& node);
 std::vector<std::string> SupportedOps();
 
+// Whether an f32 Conv lowers to the 3-D Winograd (3x3x3, stride and dilation 1, one group,
+// channels multiples of 8 and 16, its transformed weight within 64 MB; ops/nn_ops.cc).
+bool TakesWinograd3d(const Node& node);
+
 // "node 'conv_1' (Conv, opset 13)": the prefix of every error about a node.
 std::string NodeLabel(const Node& node);
 
