@@ -458,7 +458,7 @@ def scenario_eviction(work):
 def scenario_bad_requests(work):
     """Wrong digest, oversize upload, garbage model, unknown target: right code, nothing disturbed."""
     from kiln_client import KilnError, digest_of, kiln_pb2, spec_pb2
-    with Kilnd(os.path.join(work, "data"), "--max-upload", "2M", workers=1) as server:
+    with Kilnd(os.path.join(work, "data"), "--max-upload", "4M", workers=1) as server:
         client = server.client
         model = open(sample_model(work), "rb").read()
 
@@ -473,7 +473,7 @@ def scenario_bad_requests(work):
         wrong = digest_of(b"something else")
         wrong.size_bytes = len(model)
         check(code_of(lambda: client.upload(model, digest=wrong, check_missing=False)) == "INVALID_ARGUMENT", "wrong digest")
-        big = os.urandom(3 << 20)  # over the 2 MiB limit; a compiled sample (1.5 MB) is under it
+        big = os.urandom(5 << 20)  # over the 4 MiB limit; a compiled sample (2.1 MB) is under it
         check(code_of(lambda: client.upload(big)) == "RESOURCE_EXHAUSTED", "oversize upload")
         garbage = os.urandom(4096)
         check(code_of(lambda: client.submit(garbage)) == "INVALID_ARGUMENT", "garbage model")
