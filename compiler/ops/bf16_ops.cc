@@ -52,8 +52,7 @@ bool MarkedBf16(const Node& node) { return node.GetString("kiln.precision", "") 
 // Winograd F(4x4, 3x3) where the f32 lowering takes it (its 36 GEMMs then run in bf16):
 // the f32 call's U [36][OC/16][C][16] repacked as [36][ceil(OC/32)][ceil(C/2)][32] words.
 absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvBf16(const Node& node) {
-  if (node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") == 0) return std::nullopt;
-  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> winograd, LowerWinogradConvF32(node));
+  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> winograd, LowerWinogradConvF32(node));  // unless tuned to a GEMM
   if (!winograd.has_value()) return std::nullopt;
   const std::vector<int64_t> ud = winograd->inputs[1].constant->dims();
   if (ud[0] != 36) return std::nullopt;  // 3-D: its products stay f32

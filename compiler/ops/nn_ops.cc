@@ -206,6 +206,9 @@ struct WinogradShape {
 };
 
 absl::StatusOr<std::optional<WinogradShape>> WinogradApplies(const Node& node) {
+  // kiln.algorithm = "gemm64" (or another width): auto-tuning (driver/tune.cc) measured an
+  // implicit GEMM faster than Winograd.
+  if (node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") == 0) return std::nullopt;
   const Value* w = node.input(1);
   if (!w->is_constant() || w->type().dtype != DType::kFloat32 || node.input(0)->type().dtype != DType::kFloat32) {
     return std::nullopt;
@@ -456,12 +459,8 @@ absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node)
   if (MarkedBf16(node)) return LowerConvBf16(node);
   KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> points, LowerPooledPointConv(node));
   if (points) return points;
-  // kiln.algorithm = "gemm64" (or another width): auto-tuning (driver/tune.cc) measured an
-  // implicit GEMM faster than Winograd.
-  if (node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") != 0) {
-    absl::StatusOr<std::optional<KernelCall>> winograd = LowerWinogradConv(node);
-    if (!winograd.ok() || winograd->has_value()) return winograd;
-  }
+  absl::StatusOr<std::optional<KernelCall>> winograd = LowerWinogradConv(node);  // unless tuned to a GEMM
+  if (!winograd.ok() || winograd->has_value()) return winograd;
   return LowerPackedConv(node);
 }
 
@@ -1005,7 +1004,7 @@ void RegisterNnOps(Registry& registry) {
 namespace kiln {
 
 bool TakesWinograd3d(const Node& node) {
-  if (node.op() != "Conv" || node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") == 0) return false;
+  if (node.op() != "Conv") return false;
   absl::StatusOr<std::optional<ops::WinogradShape>> shape = ops::WinogradApplies(node);
   return shape.ok() && shape->has_value() && (*shape)->dims == 3;
 }
