@@ -118,15 +118,23 @@ struct MatMulKernel {
             const int64_t n0 = cc * width, n1 = n0 + width < N ? n0 + width : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ld) -> const float* {
               if (b_transposed) {
-                // Column j of B is a contiguous run of K. 16 columns at a time, each row of the
-                // panel's 16 a cache line written whole (column by column, the 64 KiB panel
-                // went through L1 once per column).
+                // Column j of B is a contiguous run of K. Blocks of 16 columns by 16 of K, a
+                // column's 16 floats (one cache line) at a time, so each row of the block's
+                // 16 is a cache line written whole and each line of B is read once. (Column by
+                // column the 64 KiB panel went through L1 once per column; a step of K across
+                // 16 columns read 16 lines, which at a stride of a multiple of 4 KiB share one
+                // set of the 8-way L1 and evicted each other at every step: an attention
+                // head's keys in a sequence-first [seq, batch * heads, 64] tensor at batch 8.)
                 for (int64_t j0 = 0; j0 < nb; j0 += 16) {
                   const int64_t jn = nb - j0 < 16 ? nb - j0 : 16;
                   const float* col = b + (c0 + j0) * ldb + k0;
-                  for (int64_t k = 0; k < kb; ++k) {
-                    float* out = dst + k * *ld + j0;
-                    for (int64_t j = 0; j < jn; ++j) out[j] = col[j * ldb + k];
+                  for (int64_t kk = 0; kk < kb; kk += 16) {
+                    const int64_t kn = kb - kk < 16 ? kb - kk : 16;
+                    float* out = dst + kk * *ld + j0;
+                    for (int64_t j = 0; j < jn; ++j) {
+                      const float* src = col + j * ldb + kk;
+                      for (int64_t k = 0; k < kn; ++k) out[k * *ld + j] = src[k];
+                    }
                   }
                 }
                 return dst;
