@@ -118,25 +118,7 @@ struct MatMulKernel {
             const int64_t n0 = cc * width, n1 = n0 + width < N ? n0 + width : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ld) -> const float* {
               if (b_transposed) {
-                // Column j of B is a contiguous run of K. Blocks of 16 columns by 16 of K, a
-                // column's 16 floats (one cache line) at a time, so each row of the block's
-                // 16 is a cache line written whole and each line of B is read once. (Column by
-                // column the 64 KiB panel went through L1 once per column; a step of K across
-                // 16 columns read 16 lines, which at a stride of a multiple of 4 KiB share one
-                // set of the 8-way L1 and evicted each other at every step: an attention
-                // head's keys in a sequence-first [seq, batch * heads, 64] tensor at batch 8.)
-                for (int64_t j0 = 0; j0 < nb; j0 += 16) {
-                  const int64_t jn = nb - j0 < 16 ? nb - j0 : 16;
-                  const float* col = b + (c0 + j0) * ldb + k0;
-                  for (int64_t kk = 0; kk < kb; kk += 16) {
-                    const int64_t kn = kb - kk < 16 ? kb - kk : 16;
-                    float* out = dst + kk * *ld + j0;
-                    for (int64_t j = 0; j < jn; ++j) {
-                      const float* src = col + j * ldb + kk;
-                      for (int64_t k = 0; k < kn; ++k) out[k * *ld + j] = src[k];
-                    }
-                  }
-                }
+                gemm::PackTransposedColumns(b + c0 * ldb + k0, ldb, kb, nb, dst, *ld);
                 return dst;
               }
               for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ld, b + (k0 + k) * ldb + c0, sizeof(float) * nb);
@@ -346,14 +328,11 @@ struct GemmKernel {
             const int64_t m0 = split.Begin(rg), m1 = split.Begin(rg + 1);
             const int64_t n0 = cc * gemm::kNc, n1 = n0 + gemm::kNc < N ? n0 + gemm::kNc : N;
             auto pack = [&](int64_t k0, int64_t kb, int64_t c0, int64_t nb, float* dst, int64_t* ldb) -> const float* {
-              for (int64_t k = 0; k < kb; ++k) {
-                float* out = dst + k * *ldb;
-                if (tb) {
-                  for (int64_t j = 0; j < nb; ++j) out[j] = pb[(c0 + j) * K + k0 + k];
-                } else {
-                  memcpy(out, pb + (k0 + k) * N + c0, sizeof(float) * nb);
-                }
+              if (tb) {
+                gemm::PackTransposedColumns(pb + c0 * K + k0, K, kb, nb, dst, *ldb);
+                return dst;
               }
+              for (int64_t k = 0; k < kb; ++k) memcpy(dst + k * *ldb, pb + (k0 + k) * N + c0, sizeof(float) * nb);
               return dst;
             };
             gemm::Block(m0, m1, n0, n1, K, pa, ta ? 1 : K, ta ? M : 1, pc, N, pack);
