@@ -1295,6 +1295,29 @@ TEST(CodegenTest, PackedGemmMatchesInterpreter) {
   }
 }
 
+// More rows than the few-row path takes, B an activation (x itself) under transB: the Gemm
+// kernel's blocked path packs B^T on every call (gemm::PackTransposedColumns), in partial
+// blocks of columns (40 = 16 + 16 + 8) and of K (70 = 4 x 16 + 6).
+TEST(CodegenTest, GemmOfActivationsTransBMatchesInterpreter) {
+  auto net = [] {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {40, 70}));
+    g->AddInput(x);
+    Node* gemm = g->AddNode("Gemm", "xxt", {x, x}, {"y"}, 13);
+    gemm->mutable_attrs()["transB"] = int64_t{1};
+    gemm->mutable_attrs()["alpha"] = 0.5;
+    return WithOutput(std::move(g), gemm->output(0));
+  };
+  std::unique_ptr<Graph> g = net();
+  auto call = LowerForArtifact(*FindOp("Gemm"), *g->nodes().back());
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->kernel, "gemm");
+  for (const std::string& target : TileTargets()) {
+    SCOPED_TRACE(target);
+    EXPECT_LT(CompiledVsReference(net(), net(), kDefaultPipeline, target), 1e-5);
+  }
+}
+
 // More rows than the few-row path takes, N off the panels (a classifier head at batch 17
 // and 40): a constant transB weight is stored transposed, [K, N], and run with transB = 0
 // (ops/nn_ops.cc LowerGemmTransposedWeight).
