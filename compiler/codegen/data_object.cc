@@ -7,7 +7,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/common/file.h"
@@ -24,7 +26,13 @@ struct FileCloser {
 }  // namespace
 
 int64_t DataObject::Add(const void* data, int64_t size) {
+  const uint64_t hash = std::hash<std::string_view>()(std::string_view(static_cast<const char*>(data), size));
+  for (auto [it, end] = by_content_.equal_range(hash); it != end; ++it) {
+    const Blob& blob = blobs_[it->second];
+    if (blob.size == size && memcmp(blob.data, data, size) == 0) return blob.offset;
+  }
   const int64_t offset = AlignUp(size_, kAlignment);
+  by_content_.emplace(hash, blobs_.size());
   blobs_.push_back(Blob{data, size, offset});
   size_ = offset + size;
   payload_ += size;

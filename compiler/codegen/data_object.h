@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,8 +18,10 @@ class DataObject {
  public:
   static constexpr int64_t kAlignment = 64;  // whole cache lines; aligned vector loads everywhere
 
-  // Places `size` bytes at the next aligned offset and returns it. `data` must stay alive
-  // until Write().
+  // Places `size` bytes at the next aligned offset and returns it, or the offset of bytes
+  // placed before that are the same (the packed weights of one constant that several nodes
+  // read, as split-batch's copies of a graph do, are made once per node). `data` must stay
+  // alive until Write().
   int64_t Add(const void* data, int64_t size);
   int64_t size_bytes() const { return size_; }
   int64_t payload_bytes() const { return payload_; }  // size_bytes() less the alignment gaps
@@ -34,6 +37,7 @@ class DataObject {
     int64_t offset;
   };
   std::vector<Blob> blobs_;
+  std::unordered_multimap<uint64_t, size_t> by_content_;  // a hash of the bytes -> blobs_ index
   int64_t size_ = 0;
   int64_t payload_ = 0;
 };

@@ -860,6 +860,102 @@ TEST(PassTest, FuseAddsResidualInMatMulEpilogue) {
   for (const Node* node : g->nodes()) EXPECT_EQ(node->GetInt("kiln.residual", 0), 0) << PrintGraph(*g);
 }
 
+// split-batch: a batch of 3 through a small CNN (conv, pool, two branches concatenated
+// on channels, pool, flatten, a Linear layer: the logits, as a softmax would saturate and
+// give every image the same probabilities) becomes three
+// copies at batch 1 between Slices and a Concat on axis 0, and computes what the batched
+// graph does. A node that mixes images (a softmax over the batch, a transpose that moves
+// it) is an error naming it; a graph at batch 1 is left as it is.
+std::unique_ptr<Graph> SplitBatchNet(int64_t batch, const std::string& blocker = "") {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {batch, 3, 12, 12}));
+  g->AddInput(x);
+  auto conv = [&](Value* in, int64_t oc, int64_t ic, int64_t k, const std::string& name) {
+    Node* c = g->AddNode("Conv", name, {in, g->AddConstant(name + ".w", Random({oc, ic, k, k}, 40 + oc + k, 0.5f))},
+                         {name + "_out"}, 13);
+    c->mutable_attrs()["pads"] = std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2};
+    return g->AddNode("Relu", name + ".relu", {c->output(0)}, {name + "_relu"}, 13)->output(0);
+  };
+  Node* pool = g->AddNode("MaxPool", "pool", {conv(x, 16, 3, 3, "stem")}, {"pooled"}, 13);
+  pool->mutable_attrs()["kernel_shape"] = std::vector<int64_t>{2, 2};
+  pool->mutable_attrs()["strides"] = std::vector<int64_t>{2, 2};
+  Value* p = pool->output(0);
+  Node* cat = g->AddNode("Concat", "cat", {conv(p, 8, 16, 1, "a"), conv(p, 8, 16, 3, "b")}, {"cat_out"}, 13);
+  cat->mutable_attrs()["axis"] = int64_t{1};
+  // (A second pool, not a global one: averaged over the map, every image's features would
+  // be about the same, and a mix-up of images would pass.)
+  Node* pool2 = g->AddNode("MaxPool", "pool2", {cat->output(0)}, {"pooled2"}, 13);
+  pool2->mutable_attrs()["kernel_shape"] = std::vector<int64_t>{2, 2};
+  pool2->mutable_attrs()["strides"] = std::vector<int64_t>{2, 2};
+  Value* v = g->AddNode("Flatten", "flat", {pool2->output(0)}, {"flat_out"}, 13)->output(0);
+  Node* fc = g->AddNode(
+      "Gemm", "fc", {v, g->AddConstant("fc.w", Random({10, 144}, 44, 0.2f)), g->AddConstant("fc.b", Random({10}, 45))},
+      {"logits"}, 13);
+  fc->mutable_attrs()["transB"] = int64_t{1};
+  v = fc->output(0);
+  if (blocker == "Transpose") {
+    Node* t = g->AddNode("Transpose", "swap", {v}, {"swapped"}, 13);
+    t->mutable_attrs()["perm"] = std::vector<int64_t>{1, 0};
+    Node* back = g->AddNode("Transpose", "back", {g->AddNode("Relu", "r", {t->output(0)}, {"r_out"}, 13)->output(0)},
+                            {"back_out"}, 13);
+    back->mutable_attrs()["perm"] = std::vector<int64_t>{1, 0};
+    v = back->output(0);
+  }
+  if (blocker == "Softmax") {
+    Node* softmax = g->AddNode("Softmax", "softmax", {v}, {"probs"}, 13);
+    softmax->mutable_attrs()["axis"] = int64_t{0};
+    v = softmax->output(0);
+  }
+  return WithOutput(std::move(g), v);
+}
+
+TEST(PassTest, SplitBatchRunsImagesOneAtATime) {
+  const std::string pipeline = "fold-constants,simplify,cse,dce,fold-batchnorm,split-batch,fuse,dce,layout,plan-memory";
+  std::unique_ptr<Graph> g = SplitBatchNet(3);
+  PassContext ctx;
+  ASSERT_TRUE(RunPipeline(*g, "split-batch", {}, ctx).ok());
+  int slices = 0, convs = 0, batch_concats = 0;
+  for (const Node* node : g->nodes()) {
+    slices += node->op() == "Slice";
+    convs += node->op() == "Conv";
+    batch_concats += node->op() == "Concat" && node->GetInt("axis", 1) == 0;
+    if (node->op() == "Conv") EXPECT_EQ(node->output(0)->type().StaticDims()[0], 1) << PrintGraph(*g);
+  }
+  EXPECT_EQ(slices, 3);
+  EXPECT_EQ(convs, 9);
+  EXPECT_EQ(batch_concats, 1);
+  EXPECT_EQ(g->outputs()[0]->name(), "logits");
+  EXPECT_EQ(g->outputs()[0]->type().StaticDims(), (std::vector<int64_t>{3, 10}));
+  for (const std::string& target : TileTargets()) {
+    SCOPED_TRACE(target);
+    EXPECT_LT(CompiledVsReference(SplitBatchNet(3), SplitBatchNet(3), pipeline, target), 1e-5);
+  }
+  for (const std::string blocker : {"Softmax", "Transpose"}) {
+    SCOPED_TRACE(blocker);
+    std::unique_ptr<Graph> mixed = SplitBatchNet(3, blocker);
+    PassContext mixed_ctx;
+    auto run = RunPipeline(*mixed, "split-batch", {}, mixed_ctx);
+    ASSERT_FALSE(run.ok());
+    EXPECT_THAT(std::string(run.status().message()),
+                ::testing::HasSubstr(blocker == "Softmax" ? "node 'softmax' (Softmax): it works along axis 0"
+                                                          : "node 'swap' (Transpose)"));
+  }
+  std::unique_ptr<Graph> one = SplitBatchNet(1);
+  const size_t nodes = one->num_nodes();
+  PassContext one_ctx;
+  auto run = RunPipeline(*one, "split-batch", {}, one_ctx);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(one->num_nodes(), nodes);
+  // Each copy's conv and Gemm pack their weights anew; the artifact holds the bytes once.
+  auto split = GenerateFor(*g, "x86-64-v4");
+  auto single = GenerateFor(*one, "x86-64-v4");
+  ASSERT_TRUE(split.ok()) << split.status();
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_GT(single->size.weights_added, 0);
+  EXPECT_EQ(split->size.weights_added, single->size.weights_added);
+  EXPECT_EQ(split->size.weights_given, single->size.weights_given);
+}
+
 // Attention's transposes fold into its products: scores = q . k^T and out = scores . v
 // with q, k and v Transposes of x (ViT's [seq, batch x heads, width] -> heads-major, and
 // BERT's [batch, seq, heads, width] -> [batch, heads, seq, width] with k^T as perm
