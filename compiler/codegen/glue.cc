@@ -145,7 +145,12 @@ void PlaceCallWeights(GluePlan& plan, const Node& node, const KernelCall& call) 
 
 ArtifactSize WeightsSize(const GluePlan& plan) {
   ArtifactSize size;
-  for (const Tensor* given : plan.given_weights) size.weights_given += given->size_bytes();
+  std::set<int64_t> placed;  // (equal bytes share one offset: DataObject::Add)
+  for (const Tensor* given : plan.given_weights) {
+    auto it = plan.weight_offsets.find(given);
+    if (it != plan.weight_offsets.end() && it->second >= 0 && !placed.insert(it->second).second) continue;
+    size.weights_given += given->size_bytes();
+  }
   size.weights_added = plan.weights.payload_bytes() - size.weights_given;
   size.weights_alignment = plan.weights.size_bytes() - plan.weights.payload_bytes();
   return size;

@@ -93,6 +93,7 @@ std::string Blocker(const Node& node) {
   if (op == "Conv" || op == "ConvTranspose" || op == "BatchNormalization" || op == "InstanceNormalization" ||
       op == "LayerNormalization") {
     if (!constant_from(1)) return "its weights are not constant";
+    if (op == "BatchNormalization" && node.GetInt("training_mode", 0) != 0) return "it normalizes over the batch";
     if (op == "LayerNormalization" && NormalizedAxis(node.GetInt("axis", -1), rank) == 0) return "it normalizes axis 0";
     return "";
   }
@@ -100,12 +101,20 @@ std::string Blocker(const Node& node) {
       op == "LRN") {
     return "";
   }
+  if (op == "Gather" && node.input(0)->is_constant() && !node.input(1)->is_constant()) {
+    // A lookup in a constant table by indices with the batch first (token embeddings).
+    return node.GetInt("axis", 0) == 0 ? "" : "it gathers a constant along another axis";
+  }
   if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "Concat" || op == "Split" || op == "Gather" ||
       op == "Flatten") {
     const int64_t axis = NormalizedAxis(node.GetInt("axis", op == "Softmax" || op == "LogSoftmax" ? -1 : 1),
                                         static_cast<int64_t>(node.input(0)->type().StaticDims().size()));
     if (axis == 0) return "it works along axis 0";
     if ((op == "Gather" || op == "Split") && !constant_from(1)) return "its indices are not constant";
+    for (const Value* in : node.inputs()) {  // (a Concat's constant part: the same for every image)
+      if (op == "Concat" && in != nullptr && in->is_constant() && in->type().StaticDims()[0] != 1)
+        return "a constant operand has a batch of its own";
+    }
     return "";
   }
   if (op == "Reshape") return constant_from(1) ? "" : "its shape is not constant";
@@ -138,6 +147,7 @@ std::string Blocker(const Node& node) {
   if (op == "MatMul") {
     // Rows of A times a constant weight, or a batched product whose operands both carry
     // the images on axis 0.
+    if (node.input(0)->is_constant()) return "its A is constant";
     const Value* b = node.input(1);
     const size_t a_rank = node.input(0)->type().StaticDims().size(), b_rank = b->type().StaticDims().size();
     if (b->is_constant() ? b_rank <= 2 : a_rank >= 3 && b_rank == a_rank) return "";
@@ -185,11 +195,15 @@ class SplitBatch : public Pass {
           }
         }
         std::vector<std::string> names;
-        for (const Value* out : node->outputs()) names.push_back(graph.UniqueName(absl::StrCat(out->name(), "#", i)));
+        for (const Value* out : node->outputs()) {
+          names.push_back(out == nullptr ? "" : graph.UniqueName(absl::StrCat(out->name(), "#", i)));
+        }
         Node* copy =
             graph.AddNode(node->op(), absl::StrCat(node->name(), "#", i), std::move(inputs), names, node->opset());
         copy->mutable_attrs() = node->attrs();
-        for (size_t k = 0; k < node->outputs().size(); ++k) image[i][node->output(k)] = copy->output(k);
+        for (size_t k = 0; k < node->outputs().size(); ++k) {
+          if (node->output(k) != nullptr) image[i][node->output(k)] = copy->output(k);
+        }
       }
     }
     const std::vector<Value*> outputs = graph.outputs();
@@ -271,7 +285,7 @@ class SplitBatch : public Pass {
     }
     if (*n <= 1) return false;
     for (const Value* y : graph.outputs()) {
-      if (batch_of(y) != *n || y->producer() == nullptr) {
+      if (batch_of(y) < *n || batch_of(y) % *n != 0 || y->producer() == nullptr) {
         *why = absl::StrCat("output '", y->name(), "' does not have the batch first");
         return false;
       }
