@@ -28,23 +28,16 @@ namespace {
 
 int64_t NormalizedAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
 
-// The int64 elements of a constant input (empty when absent or not constant).
-std::vector<int64_t> ConstantInts(const Value* v) {
-  std::vector<int64_t> out;
-  if (v == nullptr || !v->is_constant() || v->constant()->dtype() != DType::kInt64) return out;
+// The elements of a constant input of type `dtype` (empty when absent, of another type or
+// not constant).
+template <typename T>
+std::vector<T> ConstantElements(const Value* v, DType dtype) {
+  if (v == nullptr || !v->is_constant() || v->constant()->dtype() != dtype) return {};
   const Tensor& t = *v->constant();
-  for (int64_t i = 0; i < t.num_elements(); ++i) out.push_back(t.data_as<int64_t>()[i]);
-  return out;
+  return std::vector<T>(t.data_as<T>(), t.data_as<T>() + t.num_elements());
 }
-
-// The f32 elements of a constant input (empty when absent, empty or not constant).
-std::vector<float> ConstantFloats(const Value* v) {
-  std::vector<float> out;
-  if (v == nullptr || !v->is_constant() || v->constant()->dtype() != DType::kFloat32) return out;
-  const Tensor& t = *v->constant();
-  for (int64_t i = 0; i < t.num_elements(); ++i) out.push_back(t.data_as<float>()[i]);
-  return out;
-}
+std::vector<int64_t> ConstantInts(const Value* v) { return ConstantElements<int64_t>(v, DType::kInt64); }
+std::vector<float> ConstantFloats(const Value* v) { return ConstantElements<float>(v, DType::kFloat32); }
 
 bool Contains(const std::vector<int64_t>& axes, int64_t rank, int64_t axis) {
   for (int64_t a : axes) {
@@ -173,11 +166,14 @@ class SplitBatch : public Pass {
     std::map<const Value*, Value*> shapes;
     const std::vector<Node*> nodes = graph.nodes();
     std::vector<std::map<const Value*, Value*>> image(n);
+    std::vector<Value*> starts;  // [i], and [n] last: each image's Slice bounds
+    for (int64_t i = 0; i <= n; ++i) starts.push_back(Ints(graph, {i}));
+    Value* axis0 = starts[0];
     for (Value* x : graph.inputs()) {
       if (x->is_constant()) continue;
       for (int64_t i = 0; i < n; ++i) {
         Node* slice = graph.AddNode("Slice", graph.UniqueName(absl::StrCat(x->name(), ".image", i)),
-                                    {x, Ints(graph, {i}), Ints(graph, {i + 1}), Ints(graph, {0})},
+                                    {x, starts[i], starts[i + 1], axis0},
                                     {graph.UniqueName(absl::StrCat(x->name(), "#", i))}, 13);
         image[i][x] = slice->output(0);
       }
