@@ -8,7 +8,8 @@
 // SqueezeNet-1.1 at batch 8 ran 7-12 % slower per image than at batch 1 (bench/RESULTS.md,
 // twelfth stop). Weights are read once per image, so a graph whose weights outweigh its
 // activations (VGG-11) runs faster batched, and on two threads each image's kernels split
-// over both cores, which measured 1-2 % slower: the pass is not in the default pipeline.
+// over both cores, which measured level to 41 % slower: the pass is not in the default
+// pipeline.
 //   %y = Relu(Conv(%x [2, 3, 8, 8], W))
 //     =>  %x#0 = Slice(%x, [0], [1], [0]) ; %x#1 = Slice(%x, [1], [2], [0])
 //         %y#0 = Relu(Conv(%x#0, W)) ; %y#1 = Relu(Conv(%x#1, W))
