@@ -105,8 +105,9 @@ std::string Blocker(const Node& node) {
                                         static_cast<int64_t>(node.input(0)->type().StaticDims().size()));
     if (axis == 0) return "it works along axis 0";
     if ((op == "Gather" || op == "Split") && !constant_from(1)) return "its indices are not constant";
-    for (const Value* in : node.inputs()) {  // (a Concat's constant part: the same for every image)
-      if (op == "Concat" && in != nullptr && in->is_constant() && in->type().StaticDims()[0] != 1)
+    if (op != "Concat") return "";
+    for (const Value* in : node.inputs()) {  // (a constant part must be the same for every image)
+      if (in != nullptr && in->is_constant() && in->type().StaticDims()[0] != 1)
         return "a constant operand has a batch of its own";
     }
     return "";
@@ -282,26 +283,26 @@ class SplitBatch : public Pass {
     }
     if (*n <= 1) return false;
     for (const Value* y : graph.outputs()) {
-      if (batch_of(y) < *n || batch_of(y) % *n != 0 || y->producer() == nullptr) {
+      const int64_t b = batch_of(y);
+      if (b < *n || b % *n != 0 || y->producer() == nullptr) {
         *why = absl::StrCat("output '", y->name(), "' does not have the batch first");
         return false;
       }
     }
     for (const Node* node : graph.nodes()) {
       if (node->has_subgraphs()) {
-        *why = absl::StrCat("node '", node->name(), "' (", node->op(), ") has a subgraph");
+        *why = absl::StrCat(NodeLabel(*node), " has a subgraph");
         return false;
       }
       for (const Value* out : node->outputs()) {
         const int64_t b = out == nullptr ? *n : batch_of(out);
         if (b < *n || b % *n != 0) {
-          *why = absl::StrCat("'", out->name(), "' of node '", node->name(), "' (", node->op(),
-                              ") does not have the batch first");
+          *why = absl::StrCat("'", out->name(), "' of ", NodeLabel(*node), " does not have the batch first");
           return false;
         }
       }
       if (std::string blocker = Blocker(*node); !blocker.empty()) {
-        *why = absl::StrCat("node '", node->name(), "' (", node->op(), "): ", blocker);
+        *why = absl::StrCat(NodeLabel(*node), ": ", blocker);
         return false;
       }
     }

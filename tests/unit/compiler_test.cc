@@ -937,8 +937,8 @@ TEST(PassTest, SplitBatchRunsImagesOneAtATime) {
     auto run = RunPipeline(*mixed, "split-batch", {}, mixed_ctx);
     ASSERT_FALSE(run.ok());
     EXPECT_THAT(std::string(run.status().message()),
-                ::testing::HasSubstr(blocker == "Softmax" ? "node 'softmax' (Softmax): it works along axis 0"
-                                                          : "node 'swap' (Transpose)"));
+                ::testing::HasSubstr(blocker == "Softmax" ? "node 'softmax' (Softmax, opset 13): it works along axis 0"
+                                                          : "node 'swap' (Transpose, opset 13)"));
   }
   std::unique_ptr<Graph> one = SplitBatchNet(1);
   const size_t nodes = one->num_nodes();
