@@ -14,10 +14,15 @@
 //     =>  %x#0 = Slice(%x, [0], [1], [0]) ; %x#1 = Slice(%x, [1], [2], [0])
 //         %y#0 = Relu(Conv(%x#0, W)) ; %y#1 = Relu(Conv(%x#1, W))
 //         %y = Concat(%y#0, %y#1) {axis=0}
-// A graph at batch 1 is left as it is; one with any other node (or a value without the
-// batch first, or a run-time shape) is an error naming the node, as the pass is asked for
-// by name (kiln compile --pipeline).
+// split-batch{until=NODE} splits only the graph's nodes up to NODE (in graph order, after
+// fold-batchnorm) and leaves the rest batched: the activation-heavy early layers one image
+// at a time, the weight-heavy later ones over the whole batch, with a Concat on axis 0 of
+// each value the rest reads. The rest may mix images (a Softmax over the batch).
+// A graph at batch 1 is left as it is; one with any other node among those it splits (or a
+// value without the batch first, or a run-time shape) is an error naming the node, as the
+// pass is asked for by name (kiln compile --pipeline).
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/common/status.h"
@@ -157,31 +162,71 @@ std::string Blocker(const Node& node) {
 
 class SplitBatch : public Pass {
  public:
+  // `until`: the name of the last node run image by image (none: every node).
+  explicit SplitBatch(std::vector<std::string> until) : until_(std::move(until)) {}
+
   absl::StatusOr<bool> Run(Graph& graph, PassContext&) override {
     int64_t n = 0;
     std::string why;
-    if (!Eligible(graph, &n, &why)) {
+    if (!BatchOfInputs(graph, &n, &why)) {
       if (why.empty()) return false;  // batch 1, or nothing batched: nothing to split
       return absl::InvalidArgumentError(absl::StrCat("split-batch: the graph cannot run image by image: ", why));
     }
+    if (until_.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat("split-batch: until takes one node name, not ", until_.size()));
+    }
+    const std::string until = until_.empty() ? "" : until_[0];
+    const std::vector<Node*> nodes = graph.nodes();
+    size_t k = nodes.size();
+    if (!until.empty()) {
+      k = 0;
+      while (k < nodes.size() && nodes[k]->name() != until) ++k;
+      if (k == nodes.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("split-batch: until=", until, ": the graph has no such node"));
+      }
+      ++k;
+    }
+    const std::vector<Node*> prefix(nodes.begin(), nodes.begin() + k);
+    if (Splittable(prefix, n, &why) < k || (k == nodes.size() && !(why = OutputsBlocker(graph, n)).empty())) {
+      return absl::InvalidArgumentError(absl::StrCat("split-batch: the graph cannot run image by image",
+                                                     until.empty() ? "" : " up to " + until, ": ", why));
+    }
+    KILN_RETURN_IF_ERROR(Split(graph, prefix, k < nodes.size() ? nodes[k] : nullptr, n));
+    return true;
+  }
+
+ private:
+  // Replaces `prefix` (the graph's first nodes, which keep images apart) by n copies at
+  // one image each, inserted before `anchor` (appended when null), and the values it
+  // hands on by a Concat of the copies' on axis 0.
+  static absl::Status Split(Graph& graph, const std::vector<Node*>& prefix, Node* anchor, int64_t n) {
+    auto add = [&](std::string op, std::string name, std::vector<Value*> inputs, const std::vector<std::string>& names,
+                   int opset) {
+      return anchor == nullptr
+                 ? graph.AddNode(std::move(op), std::move(name), std::move(inputs), names, opset)
+                 : graph.InsertNodeBefore(anchor, std::move(op), std::move(name), std::move(inputs), names, opset);
+    };
+    std::set<const Node*> in_prefix(prefix.begin(), prefix.end());
     // Reshape shapes and Resize sizes at one image (one constant per shape).
     std::map<const Value*, Value*> shapes;
-    const std::vector<Node*> nodes = graph.nodes();
     std::vector<std::map<const Value*, Value*>> image(n);
     std::vector<Value*> starts;  // [i], and [n] last: each image's Slice bounds
     for (int64_t i = 0; i <= n; ++i) starts.push_back(Ints(graph, {i}));
     Value* axis0 = starts[0];
     for (Value* x : graph.inputs()) {
       if (x->is_constant()) continue;
+      bool used = false;
+      for (const Node* user : graph.Users(x)) used = used || in_prefix.count(user) > 0;
+      if (!used) continue;
       for (int64_t i = 0; i < n; ++i) {
-        Node* slice = graph.AddNode("Slice", graph.UniqueName(absl::StrCat(x->name(), ".image", i)),
-                                    {x, starts[i], starts[i + 1], axis0},
-                                    {graph.UniqueName(absl::StrCat(x->name(), "#", i))}, 13);
+        Node* slice =
+            add("Slice", graph.UniqueName(absl::StrCat(x->name(), ".image", i)), {x, starts[i], starts[i + 1], axis0},
+                {graph.UniqueName(absl::StrCat(x->name(), "#", i))}, 13);
         image[i][x] = slice->output(0);
       }
     }
     for (int64_t i = 0; i < n; ++i) {
-      for (const Node* node : nodes) {
+      for (const Node* node : prefix) {
         std::vector<Value*> inputs;
         for (size_t k = 0; k < node->inputs().size(); ++k) {
           Value* in = node->input(k);
@@ -196,23 +241,28 @@ class SplitBatch : public Pass {
         for (const Value* out : node->outputs()) {
           names.push_back(out == nullptr ? "" : graph.UniqueName(absl::StrCat(out->name(), "#", i)));
         }
-        Node* copy =
-            graph.AddNode(node->op(), absl::StrCat(node->name(), "#", i), std::move(inputs), names, node->opset());
+        Node* copy = add(node->op(), absl::StrCat(node->name(), "#", i), std::move(inputs), names, node->opset());
         copy->mutable_attrs() = node->attrs();
         for (size_t k = 0; k < node->outputs().size(); ++k) {
           if (node->output(k) != nullptr) image[i][node->output(k)] = copy->output(k);
         }
       }
     }
-    const std::vector<Value*> outputs = graph.outputs();
-    for (Value* y : outputs) {
-      std::vector<Value*> parts;
-      for (int64_t i = 0; i < n; ++i) parts.push_back(image[i].at(y));
-      Node* concat = graph.AddNode("Concat", graph.UniqueName(y->name() + ".images"), parts,
-                                   {graph.UniqueName(y->name() + ".images")}, 13);
-      concat->mutable_attrs()["axis"] = int64_t{0};
-      concat->output(0)->set_type(y->type());
-      graph.TakeOver(y, concat->output(0));
+    // The values read after the prefix (or graph outputs) come back together on axis 0.
+    for (const Node* node : prefix) {
+      for (Value* y : node->outputs()) {
+        if (y == nullptr) continue;
+        bool read_after = graph.IsGraphOutput(y);
+        for (const Node* user : graph.Users(y)) read_after = read_after || in_prefix.count(user) == 0;
+        if (!read_after) continue;
+        std::vector<Value*> parts;
+        for (int64_t i = 0; i < n; ++i) parts.push_back(image[i].at(y));
+        Node* concat = add("Concat", graph.UniqueName(y->name() + ".images"), parts,
+                           {graph.UniqueName(y->name() + ".images")}, 13);
+        concat->mutable_attrs()["axis"] = int64_t{0};
+        concat->output(0)->set_type(y->type());
+        graph.TakeOver(y, concat->output(0));
+      }
     }
     // Each image's values must be the batch's with 1 / n of its axis 0 (else a node mixed
     // images after all: a bug in Blocker, not a model to leave batched).
@@ -229,7 +279,7 @@ class SplitBatch : public Pass {
         expected.push_back({one, std::move(dims), batched->name()});
       }
     }
-    for (Node* node : nodes) graph.RemoveNode(node);
+    for (Node* node : prefix) graph.RemoveNode(node);
     graph.Compact();
     KILN_RETURN_IF_ERROR(InferTypes(graph));
     for (const Expected& e : expected) {
@@ -238,10 +288,9 @@ class SplitBatch : public Pass {
                                                 PrintType(e.one->type()), ", not one image of '", e.batched, "'"));
       }
     }
-    return true;
+    return absl::OkStatus();
   }
 
- private:
   static Value* Ints(Graph& graph, const std::vector<int64_t>& values) {
     auto t = std::make_shared<Tensor>(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
     for (size_t i = 0; i < values.size(); ++i) t->data_as<int64_t>()[i] = values[i];
@@ -262,56 +311,70 @@ class SplitBatch : public Pass {
     return it->second;
   }
 
-  // Whether every input and output has static dims with the same batch n > 1 first, every
-  // value a multiple of n first, and every node keeps the images apart; else *why (empty:
-  // nothing batched).
-  static bool Eligible(const Graph& graph, int64_t* n, std::string* why) {
+  static int64_t BatchOf(const Value* v) {
+    if (!v->type().IsStatic()) return -1;
+    const std::vector<int64_t> dims = v->type().StaticDims();
+    return dims.empty() ? -1 : dims[0];
+  }
+
+  // Whether every non-constant input has static dims with the same batch n > 1 first;
+  // else *why (empty: nothing batched).
+  static bool BatchOfInputs(const Graph& graph, int64_t* n, std::string* why) {
     *n = 0;
-    auto batch_of = [](const Value* v) -> int64_t {
-      if (!v->type().IsStatic()) return -1;
-      const std::vector<int64_t> dims = v->type().StaticDims();
-      return dims.empty() ? -1 : dims[0];
-    };
     for (const Value* x : graph.inputs()) {
       if (x->is_constant()) continue;
-      const int64_t b = batch_of(x);
+      const int64_t b = BatchOf(x);
       if (*n == 0) *n = b;
       if (b != *n || b < 1) {
         *why = absl::StrCat("input '", x->name(), "' does not have the batch first");
         return false;
       }
     }
-    if (*n <= 1) return false;
+    return *n > 1;
+  }
+
+  // Why an output of the graph cannot be put together from its images (empty: none).
+  static std::string OutputsBlocker(const Graph& graph, int64_t n) {
     for (const Value* y : graph.outputs()) {
-      const int64_t b = batch_of(y);
-      if (b < *n || b % *n != 0 || y->producer() == nullptr) {
-        *why = absl::StrCat("output '", y->name(), "' does not have the batch first");
-        return false;
+      const int64_t b = BatchOf(y);
+      if (b < n || b % n != 0 || y->producer() == nullptr) {
+        return absl::StrCat("output '", y->name(), "' does not have the batch first");
       }
     }
-    for (const Node* node : graph.nodes()) {
+    return "";
+  }
+
+  // How many of the leading `nodes` keep the images apart, every value they make a
+  // multiple of n first; *why names the first that does not (empty: all do).
+  static size_t Splittable(const std::vector<Node*>& nodes, int64_t n, std::string* why) {
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      const Node* node = nodes[k];
       if (node->has_subgraphs()) {
         *why = absl::StrCat(NodeLabel(*node), " has a subgraph");
-        return false;
+        return k;
       }
       for (const Value* out : node->outputs()) {
-        const int64_t b = out == nullptr ? *n : batch_of(out);
-        if (b < *n || b % *n != 0) {
+        const int64_t b = out == nullptr ? n : BatchOf(out);
+        if (b < n || b % n != 0) {
           *why = absl::StrCat("'", out->name(), "' of ", NodeLabel(*node), " does not have the batch first");
-          return false;
+          return k;
         }
       }
       if (std::string blocker = Blocker(*node); !blocker.empty()) {
         *why = absl::StrCat(NodeLabel(*node), ": ", blocker);
-        return false;
+        return k;
       }
     }
-    return true;
+    return nodes.size();
   }
+
+  std::vector<std::string> until_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> CreateSplitBatch(const PassInvocation&) { return std::make_unique<SplitBatch>(); }
+std::unique_ptr<Pass> CreateSplitBatch(const PassInvocation& options) {
+  return std::make_unique<SplitBatch>(options.List("until"));
+}
 
 }  // namespace kiln

@@ -956,6 +956,47 @@ TEST(PassTest, SplitBatchRunsImagesOneAtATime) {
   EXPECT_EQ(split->size.weights_given, single->size.weights_given);
 }
 
+// until= names the last node run image by image: the convolutions and pools per image,
+// their result put together on axis 0, and the Gemm (weights read once for the batch) and
+// a Softmax over the batch after it, which the whole-graph split refuses.
+TEST(PassTest, SplitBatchUntilLeavesTheRestBatched) {
+  std::unique_ptr<Graph> g = SplitBatchNet(3, "Softmax");
+  PassContext ctx;
+  auto run = RunPipeline(*g, "split-batch{until=pool2}", {}, ctx);
+  ASSERT_TRUE(run.ok()) << run.status();
+  int convs = 0, batch_concats = 0;
+  for (const Node* node : g->nodes()) {
+    convs += node->op() == "Conv";
+    batch_concats += node->op() == "Concat" && node->GetInt("axis", 1) == 0;
+    const int64_t batch = node->output(0)->type().StaticDims()[0];
+    if (node->op() == "Conv" || node->op() == "MaxPool") EXPECT_EQ(batch, 1) << NodeLabel(*node);
+    if (node->op() == "Gemm" || node->op() == "Softmax" || node->op() == "Flatten") {
+      EXPECT_EQ(batch, 3) << NodeLabel(*node);
+    }
+  }
+  EXPECT_EQ(convs, 9);
+  EXPECT_EQ(batch_concats, 1);
+  const std::string pipeline =
+      "fold-constants,simplify,cse,dce,fold-batchnorm,split-batch{until=pool2},fuse,dce,layout,plan-memory";
+  for (const std::string& target : TileTargets()) {
+    SCOPED_TRACE(target);
+    EXPECT_LT(CompiledVsReference(SplitBatchNet(3, "Softmax"), SplitBatchNet(3, "Softmax"), pipeline, target), 1e-5);
+  }
+  const std::pair<const char*, const char*> errors[] = {
+      {"split-batch{until=softmax}", "up to softmax: node 'softmax' (Softmax, opset 13): it works along axis 0"},
+      {"split-batch{until=nope}", "until=nope: the graph has no such node"},
+      {"split-batch{until=pool,pool2}", "until takes one node name, not 2"},
+  };
+  for (const auto& [passes, message] : errors) {
+    SCOPED_TRACE(passes);
+    std::unique_ptr<Graph> bad = SplitBatchNet(3, "Softmax");
+    PassContext bad_ctx;
+    auto status = RunPipeline(*bad, passes, {}, bad_ctx);
+    ASSERT_FALSE(status.ok());
+    EXPECT_THAT(std::string(status.status().message()), ::testing::HasSubstr(message));
+  }
+}
+
 // Attention's transposes fold into its products: scores = q . k^T and out = scores . v
 // with q, k and v Transposes of x (ViT's [seq, batch x heads, width] -> heads-major, and
 // BERT's [batch, seq, heads, width] -> [batch, heads, seq, width] with k^T as perm
