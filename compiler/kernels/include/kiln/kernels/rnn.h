@@ -30,14 +30,18 @@ typedef struct kiln_rnn_params {
   double clip;
   int64_t linear_before_reset; /* GRU */
   int64_t input_forget;        /* LSTM: f = 1 - i */
+  /* 1: W and R come transposed, [dirs, input, gates*hidden] and [dirs, hidden,
+   * gates*hidden] (the lowering's copy of constant weights), so no run transposes them */
+  int64_t weights_transposed;
   /* [direction][f, g, h]: the cell's activations in ONNX order (RNN f; GRU f, g; LSTM
    * f, g, h), the reverse direction's in row 1. */
   kiln_activation activations[2][KILN_RNN_MAX_ACTIVATIONS];
 } kiln_rnn_params;
-KILN_PARAMS_LAYOUT(kiln_rnn_params, 7 + 2 * KILN_RNN_MAX_ACTIVATIONS * 3);
+KILN_PARAMS_LAYOUT(kiln_rnn_params, 8 + 2 * KILN_RNN_MAX_ACTIVATIONS * 3);
 
 /* The scratch the kernel works in, in elements of X's type, for one direction at a time:
- * W and R transposed ([input, gates*hidden], [hidden, gates*hidden]), the projected input
+ * W and R transposed ([input, gates*hidden], [hidden, gates*hidden]; unused when they come
+ * transposed), the projected input
  * of every step ([seq*batch, gates*hidden]), one step's gates ([batch, gates*hidden]) and
  * the states h, c and GRU's r*h ([batch, hidden] each). The lowering sizes the scratch
  * with it and the kernel lays it out with it. */
