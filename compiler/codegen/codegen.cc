@@ -70,8 +70,11 @@ void RetargetGlue(llvm::Module& module, const TargetSpec& target) {
     if (f.isDeclaration()) continue;
     codegen::SetTargetAttributes(f, target);
     const llvm::StringRef name = f.getName();
-    // Parts are called across modules; kiln_module_v1 is the artifact's one export.
-    if (name != "kiln_module_v1" && !name.starts_with("kiln_part_")) f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    // Parts, and the bodies of control-flow nodes, are called across modules; kiln_module_v1
+    // is the artifact's one export.
+    if (name != "kiln_module_v1" && !name.starts_with("kiln_part_") && !name.starts_with("kiln_body_")) {
+      f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    }
     const bool generated = name == "kiln_entry" || name == "kiln_module_v1" || name.starts_with("kiln_loop_") ||
                            name.starts_with("kiln_body_") || name.starts_with("kiln_part_");
     if (!generated && !f.hasFnAttribute(llvm::Attribute::NoInline)) {

@@ -108,8 +108,7 @@ absl::Status GlueBuilder::EmitControlNode(size_t index) {
   for (const Value* out : node.outputs()) {
     const bool sequence = out->type().holds_sequence();
     const int64_t rank = sequence ? 1 : static_cast<int64_t>(out->type().shape.size());
-    llvm::Value* dims = alloca_builder_->CreateAlloca(
-        i64_, builder_.getInt32(static_cast<uint32_t>(std::max<int64_t>(rank, 1))), out->name() + ".dims");
+    llvm::Value* dims = DimsBuffer(out, rank);
     for (int64_t d = 0; d < rank; ++d) {
       const Dim& dim = sequence ? Dim{} : out->type().shape[static_cast<size_t>(d)];
       builder_.CreateStore(builder_.getInt64(dim.known() ? dim.size : 0), builder_.CreateConstGEP1_64(i64_, dims, d));
@@ -152,7 +151,7 @@ absl::Status GlueBuilder::EmitControlNode(size_t index) {
     rt_data_[node.output(k)] =
         builder_.CreateLoad(ptr_, builder_.CreateStructGEP(ktensor_, slot, 0), node.output(k)->name());
   }
-  for (const Value* dead : plan_.releases[index]) EmitRelease(rt_data_.at(dead));
+  for (const Value* dead : plan_.releases[index]) EmitRelease(DataOf(dead));
   return absl::OkStatus();
 }
 

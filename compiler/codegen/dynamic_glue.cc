@@ -269,8 +269,14 @@ absl::Status PlanDynamicGlue(GluePlan& plan) {
     const bool owned = root->producer() != nullptr && !root->is_constant();
     if (owned && escaping.count(root) == 0 && plan.slots.count(root) == 0) plan.releases[index].push_back(root);
   }
-  plan.num_parts = 1;
-  plan.num_modules = 1;
+  // The outermost graph's nodes in parts of kNodesPerPart, each a function of its own
+  // (kiln_part_N, called by the entry in turn), spread over modules compiled in
+  // parallel as the static glue's parts are: LLVM's optimisation and code generation grow
+  // faster than linearly in a function's size, and one function of SSDlite's 17,705 nodes
+  // at 8 images took over 11 minutes to compile. A body is one function.
+  plan.num_parts =
+      plan.root == nullptr ? std::max<size_t>(1, (plan.nodes.size() + kNodesPerPart - 1) / kNodesPerPart) : 1;
+  plan.num_modules = std::clamp<size_t>(plan.num_parts / 4, 1, 4);
   return absl::OkStatus();
 }
 
@@ -327,11 +333,11 @@ absl::StatusOr<GlueBuilder::RtTensor> GlueBuilder::RtOf(const Value* value) {
   if (value == nullptr)
     return RtTensor{llvm::ConstantPointerNull::get(ptr_), llvm::ConstantPointerNull::get(ptr_), 0, DType::kUndefined};
   if (value->is_constant()) return RtOfConstant(value->constant().get());
-  auto data = rt_data_.find(value);
-  if (data == rt_data_.end()) return absl::InternalError(absl::StrCat("value '", value->name(), "' has no buffer"));
+  llvm::Value* data = DataOf(value);
+  if (data == nullptr) return absl::InternalError(absl::StrCat("value '", value->name(), "' has no buffer"));
   auto dims = rt_dims_.find(value);
   const TensorType& type = value->type();
-  RtTensor t{data->second, dims != rt_dims_.end() ? dims->second : Int64Array(type.StaticDims()),
+  RtTensor t{data, dims != rt_dims_.end() ? dims->second : Int64Array(type.StaticDims()),
              static_cast<int64_t>(type.shape.size()), type.dtype};
   if (type.holds_sequence()) t.rank = 1, t.dtype = static_cast<DType>(KILN_DTYPE_SEQUENCE);
   if (auto rank = rt_rank_.find(value); rank != rt_rank_.end()) t.rank_value = rank->second;
@@ -366,7 +372,7 @@ absl::Status GlueBuilder::EmitAllocatingNode(size_t index) {
       rt_rank_[out] = builder_.CreateLoad(i32_, builder_.CreateStructGEP(ktensor_, slot, 2), out->name() + ".rank");
     }
   }
-  for (const Value* dead : plan_.releases[index]) EmitRelease(rt_data_.at(dead));
+  for (const Value* dead : plan_.releases[index]) EmitRelease(DataOf(dead));
   return absl::OkStatus();
 }
 
@@ -433,8 +439,7 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
     }
     for (const Value* out : node.outputs()) {
       const int64_t rank = static_cast<int64_t>(out->type().shape.size());
-      llvm::Value* dims = alloca_builder_->CreateAlloca(
-          i64_, builder_.getInt32(static_cast<uint32_t>(std::max<int64_t>(rank, 1))), out->name() + ".dims");
+      llvm::Value* dims = DimsBuffer(out, rank);
       rt_dims_[out] = dims;
       outs.push_back(RtTensor{llvm::ConstantPointerNull::get(ptr_), dims, rank, out->type().dtype});
     }
@@ -502,7 +507,7 @@ absl::Status GlueBuilder::EmitDynamicNode(size_t index) {
       EmitInjectedBug(outs[0].data, node.output(0)->type());
     }
   }
-  for (const Value* dead : plan_.releases[index]) EmitRelease(rt_data_.at(dead));
+  for (const Value* dead : plan_.releases[index]) EmitRelease(DataOf(dead));
   return absl::OkStatus();
 }
 
@@ -518,9 +523,7 @@ absl::Status GlueBuilder::EmitDynamicEntry() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<llvm::Function*> GlueBuilder::EmitDynamicFunction(const std::string& name) {
-  auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
-  llvm::Function* entry = BeginFunction(name, llvm::GlobalValue::InternalLinkage, type);
+void GlueBuilder::LoadDynamicInputs() {
   rt_data_.clear();
   rt_dims_.clear();
   rt_rank_.clear();
@@ -535,10 +538,120 @@ absl::StatusOr<llvm::Function*> GlueBuilder::EmitDynamicFunction(const std::stri
       rt_rank_[v] = builder_.CreateLoad(i32_, builder_.CreateStructGEP(ktensor_, slot, 2), v->name() + ".rank");
     }
   }
+}
+
+// The frame of a multi-part entry: per node output, four words (its data pointer, its
+// dims pointer, its rank, and one word of dims) and more words where its rank is higher,
+// in node order: the same layout in every module.
+void GlueBuilder::LayOutFrame() {
+  frame_base_.clear();
+  frame_ranks_.clear();
+  frame_words_ = 0;
   for (size_t i = 0; i < plan_.nodes.size(); ++i) {
+    const bool allocates = plan_.calls[i].has_value() && plan_.calls[i]->allocates_outputs;
+    for (const Value* out : plan_.nodes[i]->outputs()) {
+      if (out == nullptr) continue;
+      // (EmitAllocatingNode reads such a value's rank back at run time.)
+      if (allocates && !out->type().has_shape && !out->type().holds_sequence()) frame_ranks_.insert(out);
+      frame_base_[out] = frame_words_;
+      frame_words_ += 3 + std::max<int64_t>(1, static_cast<int64_t>(out->type().shape.size()));
+    }
+  }
+}
+
+llvm::Value* GlueBuilder::DimsBuffer(const Value* value, int64_t rank) {
+  auto base = frame_base_.find(value);
+  if (frame_ == nullptr || base == frame_base_.end()) {
+    return alloca_builder_->CreateAlloca(i64_, builder_.getInt32(static_cast<uint32_t>(std::max<int64_t>(rank, 1))),
+                                         value->name() + ".dims");
+  }
+  return alloca_builder_->CreateConstGEP1_64(i64_, frame_, base->second + 3, value->name() + ".dims");
+}
+
+void GlueBuilder::Persist(const Value* value) {
+  auto base = frame_base_.find(value);
+  if (frame_ == nullptr || base == frame_base_.end()) return;
+  const std::map<const Value*, llvm::Value*>* parts[] = {&rt_data_, &rt_dims_, &rt_rank_};
+  for (int64_t k = 0; k < 3; ++k) {
+    auto it = parts[k]->find(value);
+    if (it != parts[k]->end())
+      builder_.CreateStore(it->second, builder_.CreateConstGEP1_64(i64_, frame_, base->second + k));
+  }
+}
+
+llvm::Value* GlueBuilder::DataOf(const Value* value) {
+  if (auto it = rt_data_.find(value); it != rt_data_.end()) return it->second;
+  auto base = frame_base_.find(value);
+  if (frame_ == nullptr || base == frame_base_.end()) return nullptr;
+  // In a part, loaded before its first node (earlier parts wrote it), so that every use
+  // sees it; in the entry, after the parts, where it is first used.
+  llvm::IRBuilder<>& at = frame_is_argument_ ? *alloca_builder_ : builder_;
+  auto load = [&](int64_t k, llvm::Type* type, const std::string& suffix) {
+    return at.CreateLoad(type, at.CreateConstGEP1_64(i64_, frame_, base->second + k), value->name() + suffix);
+  };
+  rt_data_[value] = load(0, ptr_, "");
+  // Dims and rank where the producer had them at run time (static dims are constants).
+  if (!value->type().IsStatic()) rt_dims_[value] = load(1, ptr_, ".dims");
+  if (frame_ranks_.count(value) > 0) rt_rank_[value] = load(2, i32_, ".rank");
+  return rt_data_[value];
+}
+
+llvm::FunctionType* GlueBuilder::DynamicPartType() {
+  return llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false);
+}
+
+absl::Status GlueBuilder::EmitDynamicPart(size_t part) {
+  llvm::Function* function =
+      BeginFunction(absl::StrCat("kiln_part_", part), llvm::GlobalValue::ExternalLinkage, DynamicPartType());
+  function->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  workspace_arg_ = nullptr;
+  LayOutFrame();
+  frame_ = function->getArg(2);
+  frame_is_argument_ = true;
+  LoadDynamicInputs();
+  for (size_t i = plan_.PartBegin(part); i < plan_.PartEnd(part); ++i) {
     KILN_RETURN_IF_ERROR(EmitDynamicNode(i));
-    // (The profile's kernels are the outermost graph's nodes; a body's run inside its node's.)
-    if (plan_.root == nullptr) EmitKernelDone(static_cast<int32_t>(i));
+    EmitKernelDone(static_cast<int32_t>(i));
+    for (const Value* out : plan_.nodes[i]->outputs()) {
+      if (out != nullptr) Persist(out);
+    }
+  }
+  EndFunction();
+  frame_ = nullptr;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<llvm::Function*> GlueBuilder::EmitDynamicFunction(const std::string& name) {
+  auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
+  // A body is called from the parts, which may lie in other modules.
+  const bool body = plan_.root != nullptr;
+  llvm::Function* entry =
+      BeginFunction(name, body ? llvm::GlobalValue::ExternalLinkage : llvm::GlobalValue::InternalLinkage, type);
+  if (body) entry->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  if (plan_.num_parts > 1) {
+    LayOutFrame();
+    llvm::Value* frame =
+        alloca_builder_->CreateAlloca(i64_, builder_.getInt32(static_cast<uint32_t>(frame_words_)), "frame");
+    llvm::cast<llvm::AllocaInst>(frame)->setAlignment(llvm::Align(16));
+    frame_ = frame;
+    frame_is_argument_ = false;
+    LoadDynamicInputs();
+    for (size_t part = 0; part < plan_.num_parts; ++part) {
+      // A part returns the failing node's code as the entry does: passed on as it is.
+      llvm::FunctionCallee callee = module_.getOrInsertFunction(absl::StrCat("kiln_part_", part), DynamicPartType());
+      llvm::Value* rc = builder_.CreateCall(callee, {inputs_arg_, outputs_arg_, frame, exec_arg_});
+      llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "after.part", entry);
+      fail_code_->addIncoming(rc, builder_.GetInsertBlock());
+      builder_.CreateCondBr(builder_.CreateICmpEQ(rc, builder_.getInt32(0)), next, fail_block_);
+      builder_.SetInsertPoint(next);
+    }
+  } else {
+    LoadDynamicInputs();
+    for (size_t i = 0; i < plan_.nodes.size(); ++i) {
+      KILN_RETURN_IF_ERROR(EmitDynamicNode(i));
+      // (The profile's kernels are the outermost graph's nodes; a body's run inside its node's.)
+      if (plan_.root == nullptr) EmitKernelDone(static_cast<int32_t>(i));
+    }
   }
   // Each output: the buffer that holds it, handed over, or a copy where the buffer is an
   // input's, a constant's, or another output's; its dims in a buffer of their own.
@@ -578,8 +691,9 @@ absl::StatusOr<llvm::Function*> GlueBuilder::EmitDynamicFunction(const std::stri
     builder_.CreateStore(builder_.getInt32(static_cast<uint32_t>(t.dtype)),
                          builder_.CreateStructGEP(ktensor_, slot, 3));
   }
-  for (const Value* v : exported) EmitRelease(rt_data_.at(v));
+  for (const Value* v : exported) EmitRelease(DataOf(v));
   EndFunction();
+  frame_ = nullptr;
   return entry;
 }
 

@@ -1,12 +1,12 @@
 // kiln.Elementwise (a fused chain of elementwise ops) becomes a loop nest generated here,
 // not a kernel call:
-//   kiln_body_N(out, in0, in1, ..., begin, end)   noalias pointers; rows [begin, end) of the
+//   kiln_loop_body_N(out, in0, ..., begin, end)   noalias pointers; rows [begin, end) of the
 //       collapsed iteration space, each an inner loop over the last dim that evaluates the
 //       fused ops on scalars (arithmetic inline; other ops through the kernel library's
 //       kiln_s_unary/kiln_s_binary, inlined with constant codes), which LLVM vectorizes
 //   kiln_loop_N(ctx, begin, end)                  unpacks the pointers: the parallel_for body
 // and the part function runs kiln_loop_N through the thread pool's parallel_for. Loops
-// that agree in program, shapes and constants share one kiln_body/kiln_loop pair (BERT's
+// that agree in program, shapes and constants share one kiln_loop_body/kiln_loop pair (BERT's
 // twelve GELUs compile once).
 #include <cstring>
 
@@ -301,7 +301,7 @@ absl::Status GlueBuilder::EmitFusedElementwise(const Node& node, size_t index, b
   const std::string key = spec.Key();
   llvm::Function*& loop = fused_loops_[key];
   if (loop == nullptr) {
-    llvm::Function* body = BodyEmitter(module_, spec).Emit(absl::StrCat("kiln_body_", index));
+    llvm::Function* body = BodyEmitter(module_, spec).Emit(absl::StrCat("kiln_loop_body_", index));
     loop = EmitLoop(module_, body, addresses.size(), absl::StrCat("kiln_loop_", index));
   }
 

@@ -613,7 +613,12 @@ void GlueBuilder::EmitDescriptor(llvm::Function* entry, llvm::Function* dynamic_
 }
 
 absl::Status GlueBuilder::Build(size_t first_part, size_t last_part, bool main) {
-  if (plan_.dynamic) return main ? EmitDynamicEntry() : absl::OkStatus();
+  if (plan_.dynamic) {
+    if (plan_.num_parts > 1) {
+      for (size_t part = first_part; part < last_part; ++part) KILN_RETURN_IF_ERROR(EmitDynamicPart(part));
+    }
+    return main ? EmitDynamicEntry() : absl::OkStatus();
+  }
   for (size_t part = first_part; part < last_part; ++part) KILN_RETURN_IF_ERROR(EmitPart(part));
   if (main) KILN_RETURN_IF_ERROR(EmitEntry());
   return absl::OkStatus();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,24 @@ class GlueBuilder {
   // exec), every node in order with its dims and buffers made at run time.
   absl::Status EmitDynamicEntry();
   // The plan's graph as one function `name`(inputs, outputs, exec): the entry, or a body.
+  // With several parts (the outermost graph past kNodesPerPart nodes), it calls each
+  // part's function in turn, with each value's data, dims and rank in a frame on its stack.
   absl::StatusOr<llvm::Function*> EmitDynamicFunction(const std::string& name);
+  // kiln_part_N(inputs, outputs, frame, exec) -> 0 or the failing node's code:
+  // nodes [PartBegin(part), PartEnd(part)).
+  absl::Status EmitDynamicPart(size_t part);
+  llvm::FunctionType* DynamicPartType();
+  // Where each node output's words lie in the frame (the same in every module).
+  void LayOutFrame();
+  // The graph inputs' data, dims and rank as the current function reads them.
+  void LoadDynamicInputs();
+  // With a frame: the value's data, dims and rank stored in it for later chunks.
+  void Persist(const Value* value);
+  // An i64 array of `rank` elements for a value's dims: on the stack, or in the frame.
+  llvm::Value* DimsBuffer(const Value* value, int64_t rank);
+  // The value's data pointer in the current function (loaded from the frame when an
+  // earlier chunk made it); null when it has none.
+  llvm::Value* DataOf(const Value* value);
   absl::Status EmitDynamicNode(size_t index);
   // A node whose kernel makes its outputs (KernelCall::allocates_outputs): sequences,
   // optionals and what is read out of them; their data, dims and rank are read back.
@@ -118,6 +136,13 @@ class GlueBuilder {
   // Dynamic entry: each value's data and dims (an i64 array) as the function has them.
   std::map<const Value*, llvm::Value*> rt_data_, rt_dims_;
   std::map<const Value*, llvm::Value*> rt_rank_;  // values whose rank is known at run time only
+  // Multi-part dynamic entry: the frame (an i64 array) in the current function, its size,
+  // and where each value's words begin in it.
+  llvm::Value* frame_ = nullptr;
+  bool frame_is_argument_ = false;  // a part's (else the entry's own, read after the parts)
+  int64_t frame_words_ = 0;
+  std::map<const Value*, int64_t> frame_base_;
+  std::set<const Value*> frame_ranks_;  // values whose rank is known at run time only
 };
 
 }  // namespace kiln::codegen

@@ -440,6 +440,49 @@ TEST(RunTimeShapesTest, PlannedSlotsAreReusedAndSizedPerCall) {
   kiln_module_unload(module);
 }
 
+// A run-time-shape graph of 603 nodes compiles to ten part functions over two modules:
+// values cross parts through the entry's frame (the input, read in the first and last
+// parts; an early Tanh, read by the last node; each part's last result, read by the next
+// part's first node), with dims known only at run time.
+TEST(RunTimeShapesTest, LongGraphsRunInPartsAcrossModules) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType{DType::kFloat32, {Dim::Symbolic("N"), Dim::Known(16)}, true});
+  g->AddInput(x);
+  Value* early = g->AddNode("Tanh", "early", {x}, {"early"}, 13)->output(0);
+  Value* h = early;
+  // Elementwise steps (exact in both runtimes, so errors do not compound over 300 layers),
+  // a MatMul every 50th.
+  for (int i = 0; i < 300; ++i) {
+    const std::string name = "step" + std::to_string(i);
+    if (i % 50 == 0) {
+      h = g->AddNode("MatMul", name, {h, g->AddConstant(name + ".w", Random({16, 16}, 100 + i, 0.3f))}, {name}, 13)
+              ->output(0);
+    } else {
+      h = g->AddNode("Add", name, {h, g->AddConstant(name + ".c", Random({16}, 100 + i, 0.05f))}, {name}, 13)
+              ->output(0);
+    }
+    h = g->AddNode("Relu", name + ".relu", {h}, {name + ".relu"}, 13)->output(0);
+  }
+  Value* sum = g->AddNode("Add", "last", {h, early}, {"sum"}, 13)->output(0);
+  Value* y = g->AddNode("Add", "plus_x", {sum, x}, {"y"}, 13)->output(0);
+  std::unique_ptr<Graph> graph = WithOutput(std::move(g), y);
+  ASSERT_GT(graph->num_nodes(), 9 * 64u);
+  for (int64_t batch : {5, 1, 33}) {
+    SCOPED_TRACE(batch);
+    const Tensor input = *Random({batch, 16}, static_cast<uint32_t>(batch), 1.0f);
+    auto reference = ReferenceRunGraph(*graph, {input});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    EXPECT_GT(std::fabs((*reference)[0].GetAsDouble(0)), 1e-3);
+    const std::vector<Tensor> got = RunShapedArtifact(*graph, "fold-constants,cse,dce", {input});
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].dims(), (*reference)[0].dims());
+    for (int64_t i = 0; i < got[0].num_elements(); ++i) {
+      const double w = (*reference)[0].GetAsDouble(i);
+      ASSERT_NEAR(got[0].GetAsDouble(i), w, 1e-5 * (1 + std::fabs(w))) << "element " << i;
+    }
+  }
+}
+
 // A block-sparse weight (what --prune-weights leaves) under rows known only at run time:
 // the sparse kernel takes its rows from its parameters, so the dense kernel runs it there.
 TEST(RunTimeShapesTest, BlockSparseWeightWithRunTimeRows) {
