@@ -5,11 +5,10 @@
 # The default set (issue 22's): the five first bench models and BERT-tiny; ConvNeXt-T,
 # GoogLeNet, RegNetY-400MF, ViT-S/16, a GPT-style decoder, VGG-11, ResNeXt-50,
 # MobileNetV3-small, EfficientNetV2-S, Swin-T, the two segmentation models, R3D-18, the two
-# detectors, an LSTM, a GRU and a TransformerEncoder with run-time shapes; every one but the
-# detectors also at batch 8 (NAME_b8). (A detector exported at 8 images unrolls its
-# per-image postprocessing 8 times, 17,705 nodes for SSDlite, and Kiln's glue for run-time
-# shapes is one LLVM function: its compile ran past 11 minutes.) After the tables, the
-# geometric mean of the ratios per batch and thread count and the models slower than ORT.
+# detectors, an LSTM, a GRU and a TransformerEncoder with run-time shapes; every one also at
+# batch 8 (NAME_b8; a detector's export unrolls its per-image postprocessing, 17,705 nodes
+# for SSDlite). After the tables, the geometric mean of the ratios per batch and thread
+# count and the models slower than ORT.
 # Builds `kiln` (build/), installs onnxruntime-node (bench/node_modules), exports the models
 # (bench/models, bench/make_models.py; NAME_b8 is NAME at batch 8, same weights), compiles
 # each for the host (cold: every run recompiles, timed), then runs `kiln bench` and
@@ -30,8 +29,8 @@ cd "$(dirname "$0")/.."
 batched=squeezenet1_1,mobilenet_v2,resnet50,efficientnet_b0,bert_base,convnext_tiny,googlenet,regnet_y_400mf
 batched=$batched,vit_s16,gpt_decoder,vgg11,resnext50_32x4d,mobilenet_v3_small,efficientnet_v2_s,swin_t
 batched=$batched,lraspp_mobilenet_v3,deeplabv3_mobilenet_v3,r3d_18,bert_tiny,lstm2,gru2_bidirectional,transformer_dyn
-models=$batched,ssdlite320_mobilenet_v3_large,fasterrcnn_mobilenet_v3_large_320_fpn
-models=$models,$(echo "$batched" | sed 's/,/_b8,/g')_b8
+batched=$batched,ssdlite320_mobilenet_v3_large,fasterrcnn_mobilenet_v3_large_320_fpn
+models=$batched,$(echo "$batched" | sed 's/,/_b8,/g')_b8
 threads="1 2"
 iters=20
 iters_b8=5
@@ -92,6 +91,10 @@ EOF
   # Accuracy: every output within 1e-4 x its scale of the reference interpreter.
   expected=()
   for f in bench/models/"$m".output_*.pb; do expected+=(--expected "$f"); done
+  # A detector at 8 images: thousands of near-equal scores from random weights, which
+  # PyTorch's NMS orders otherwise than ONNX's TopK among ties; checked against the
+  # reference interpreter alone (the same weights at one image are held to PyTorch's too).
+  case $m in fasterrcnn_*_b8 | ssdlite*_b8) expected=() ;; esac
   # A detector's rows whose sorted scores tie within the tolerance may come in either order
   # (kiln-model-check --ranked-by; tests/models/run_models.sh does the same).
   case $m in fasterrcnn_* | ssdlite*) expected+=(--ranked-by 1) ;; esac
