@@ -596,26 +596,28 @@ llvm::Value* GlueBuilder::DataOf(const Value* value) {
   return rt_data_[value];
 }
 
-llvm::FunctionType* GlueBuilder::DynamicPartType() {
-  return llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false);
-}
-
-absl::Status GlueBuilder::EmitDynamicPart(size_t part) {
-  llvm::Function* function =
-      BeginFunction(absl::StrCat("kiln_part_", part), llvm::GlobalValue::ExternalLinkage, DynamicPartType());
-  function->setVisibility(llvm::GlobalValue::HiddenVisibility);
-  workspace_arg_ = nullptr;
-  LayOutFrame();
-  frame_ = function->getArg(2);
-  frame_is_argument_ = true;
+absl::Status GlueBuilder::EmitDynamicNodes(size_t begin, size_t end) {
   LoadDynamicInputs();
-  for (size_t i = plan_.PartBegin(part); i < plan_.PartEnd(part); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     KILN_RETURN_IF_ERROR(EmitDynamicNode(i));
-    EmitKernelDone(static_cast<int32_t>(i));
+    // (The profile's kernels are the outermost graph's nodes; a body's run inside its node's.)
+    if (plan_.root == nullptr) EmitKernelDone(static_cast<int32_t>(i));
     for (const Value* out : plan_.nodes[i]->outputs()) {
       if (out != nullptr) Persist(out);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status GlueBuilder::EmitDynamicPart(size_t part) {
+  // The static parts' signature, with the frame where their workspace goes.
+  llvm::Function* function = BeginFunction(absl::StrCat("kiln_part_", part), llvm::GlobalValue::ExternalLinkage);
+  function->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  LayOutFrame();
+  frame_ = workspace_arg_;
+  workspace_arg_ = nullptr;
+  frame_is_argument_ = true;
+  KILN_RETURN_IF_ERROR(EmitDynamicNodes(plan_.PartBegin(part), plan_.PartEnd(part)));
   EndFunction();
   frame_ = nullptr;
   return absl::OkStatus();
@@ -636,22 +638,9 @@ absl::StatusOr<llvm::Function*> GlueBuilder::EmitDynamicFunction(const std::stri
     frame_ = frame;
     frame_is_argument_ = false;
     LoadDynamicInputs();
-    for (size_t part = 0; part < plan_.num_parts; ++part) {
-      // A part returns the failing node's code as the entry does: passed on as it is.
-      llvm::FunctionCallee callee = module_.getOrInsertFunction(absl::StrCat("kiln_part_", part), DynamicPartType());
-      llvm::Value* rc = builder_.CreateCall(callee, {inputs_arg_, outputs_arg_, frame, exec_arg_});
-      llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "after.part", entry);
-      fail_code_->addIncoming(rc, builder_.GetInsertBlock());
-      builder_.CreateCondBr(builder_.CreateICmpEQ(rc, builder_.getInt32(0)), next, fail_block_);
-      builder_.SetInsertPoint(next);
-    }
+    EmitPartCalls(frame);
   } else {
-    LoadDynamicInputs();
-    for (size_t i = 0; i < plan_.nodes.size(); ++i) {
-      KILN_RETURN_IF_ERROR(EmitDynamicNode(i));
-      // (The profile's kernels are the outermost graph's nodes; a body's run inside its node's.)
-      if (plan_.root == nullptr) EmitKernelDone(static_cast<int32_t>(i));
-    }
+    KILN_RETURN_IF_ERROR(EmitDynamicNodes(0, plan_.nodes.size()));
   }
   // Each output: the buffer that holds it, handed over, or a copy where the buffer is an
   // input's, a constant's, or another output's; its dims in a buffer of their own.

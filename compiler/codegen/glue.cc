@@ -528,14 +528,13 @@ void GlueBuilder::EmitKernelDone(int32_t index) {
   builder_.SetInsertPoint(next);
 }
 
-absl::Status GlueBuilder::EmitEntry() {
-  llvm::Function* entry = BeginFunction("kiln_entry", llvm::GlobalValue::InternalLinkage);
+void GlueBuilder::EmitPartCalls(llvm::Value* third) {
   for (size_t part = 0; part < plan_.num_parts; ++part) {
     llvm::FunctionCallee callee = module_.getOrInsertFunction(absl::StrCat("kiln_part_", part), part_type_);
     if (auto* declared = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
       declared->setVisibility(llvm::GlobalValue::HiddenVisibility);
     }
-    llvm::Value* rc = builder_.CreateCall(callee, {inputs_arg_, outputs_arg_, workspace_arg_, exec_arg_});
+    llvm::Value* rc = builder_.CreateCall(callee, {inputs_arg_, outputs_arg_, third, exec_arg_});
     // The part's code already names the node; pass it on unchanged.
     llvm::Function* function = builder_.GetInsertBlock()->getParent();
     llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx_, "after.part", function);
@@ -544,6 +543,11 @@ absl::Status GlueBuilder::EmitEntry() {
     fail_code_->addIncoming(rc, here);
     builder_.SetInsertPoint(next);
   }
+}
+
+absl::Status GlueBuilder::EmitEntry() {
+  llvm::Function* entry = BeginFunction("kiln_entry", llvm::GlobalValue::InternalLinkage);
+  EmitPartCalls(workspace_arg_);
   // Graph outputs that no node writes in place (constants, inputs, repeats) are copied.
   for (size_t i = 0; i < graph_.outputs().size(); ++i) {
     const Value* v = graph_.outputs()[i];

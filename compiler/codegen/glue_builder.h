@@ -27,6 +27,9 @@ class GlueBuilder {
   absl::Status EmitPart(size_t part);
   // kiln_entry: each part in order; then graph outputs no node wrote are copied.
   absl::Status EmitEntry();
+  // Calls kiln_part_0 .. kiln_part_{num_parts-1}(inputs, outputs, third, exec) in turn,
+  // passing a failing part's code on (`third`: the static workspace, or the dynamic frame).
+  void EmitPartCalls(llvm::Value* third);
   void EmitDescriptor(llvm::Function* entry, llvm::Function* dynamic_entry);
   // Graphs with run-time shapes (dynamic_glue.cc): kiln_dynamic_entry(inputs, outputs,
   // exec), every node in order with its dims and buffers made at run time.
@@ -38,17 +41,19 @@ class GlueBuilder {
   // kiln_part_N(inputs, outputs, frame, exec) -> 0 or the failing node's code:
   // nodes [PartBegin(part), PartEnd(part)).
   absl::Status EmitDynamicPart(size_t part);
-  llvm::FunctionType* DynamicPartType();
+  // Nodes [begin, end) in the current function, after the graph inputs' loads; each
+  // output kept in the frame when there is one.
+  absl::Status EmitDynamicNodes(size_t begin, size_t end);
   // Where each node output's words lie in the frame (the same in every module).
   void LayOutFrame();
   // The graph inputs' data, dims and rank as the current function reads them.
   void LoadDynamicInputs();
-  // With a frame: the value's data, dims and rank stored in it for later chunks.
+  // With a frame: the value's data, dims and rank stored in it for later parts.
   void Persist(const Value* value);
   // An i64 array of `rank` elements for a value's dims: on the stack, or in the frame.
   llvm::Value* DimsBuffer(const Value* value, int64_t rank);
   // The value's data pointer in the current function (loaded from the frame when an
-  // earlier chunk made it); null when it has none.
+  // earlier part made it); null when it has none.
   llvm::Value* DataOf(const Value* value);
   absl::Status EmitDynamicNode(size_t index);
   // A node whose kernel makes its outputs (KernelCall::allocates_outputs): sequences,
