@@ -410,10 +410,11 @@ constexpr int64_t kQWinogradSmallUChunk = int64_t{1} << 20, kQWinogradLargeUChun
 
 // U's bytes per tile above which the direct kernel is faster: the products then wait on
 // U from memory. ResNet-50's 14 x 14 convs at batch 1 (256 channels, 16 tiles, 4.6 MiB of
-// U, 295 KiB a tile) measured 0.49-0.52 ms in the model against the direct kernel's
-// 0.54-0.56 (0.47 against 0.535 in a chain of eight, whose 37 MiB of U pass the L3 too),
-// once the last register tile of 4 rows stopped computing 6.
-constexpr int64_t kQWinogradUBytesPerTile = int64_t{320} << 10;
+// U, 295 KiB a tile) ran faster in Winograd on the Zen 4 host (0.49-0.52 ms against
+// 0.54-0.56); on the Zen 5 host, with the direct kernel's weights prefetched, the direct
+// kernel is ahead (0.255 ms against 0.30; ResNet-50 int8 9.75 against 10.04 ms, four
+// rounds alternated). The 28 x 28 maps' 24 KiB a tile stay in Winograd.
+constexpr int64_t kQWinogradUBytesPerTile = int64_t{256} << 10;
 
 absl::StatusOr<std::optional<KernelCall>> LowerIntegerConvWinograd(const Node& node) {
   // G's rows scaled to whole numbers (G = kGi / kGc), and B^T.
