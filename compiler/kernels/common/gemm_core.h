@@ -83,6 +83,15 @@ struct Epilogue {
   }
 };
 
+// The B rows a pre-packed B's next column tile reads at the same k: its first panel at
+// `at`, the second `gap` floats on (the wide tile's next panel; on the narrow tile the
+// same line).
+template <int NV>
+inline void PrefetchPanels(const float* at, int64_t gap) {
+  __builtin_prefetch(at);
+  if constexpr (NV == 2) __builtin_prefetch(at + gap);
+}
+
 // C[0..MR, 0..L*NV) (+)= A[0..MR, 0..kb) · B[0..kb, 0..L*NV), L the lanes of V (v8f: the
 // narrow tile, MR <= kMr; v16f: the wide one, MR <= kWideMr). Rows i < kMr of A are
 // a[i * a_row + k * a_k], rows from kMr on a_hi[(i - kMr) * a_row + k * a_k] (the next
@@ -93,7 +102,7 @@ struct Epilogue {
 template <typename V, int MR, int NV>
 inline void MicroKernel(int64_t kb, const float* a, const float* a_hi, int64_t a_row, int64_t a_k, const float* b0,
                         const float* b1, int64_t ldb, float* c, int64_t ldc, bool accumulate, const Epilogue* ep,
-                        int64_t row0) {
+                        int64_t row0, const float* b_next) {
 #ifdef __clang__
   // The library builds with -ffp-contract=off (results that do not depend on the target);
   // here (and in the blocked convolutions, blocked.cc) a multiply-add may fuse into one
@@ -118,6 +127,7 @@ inline void MicroKernel(int64_t kb, const float* a, const float* a_hi, int64_t a
     const float* rows[MR];
     for (int i = 0; i < MR; ++i) rows[i] = i < kMr ? a + i * a_row : a_hi + (i - kMr) * a_row;
     for (int64_t k = 0; k < kb; ++k) {
+      if (b_next != nullptr) PrefetchPanels<NV>(b_next + k * ldb, b1 - b0);
       V bv0, bv1;
       memcpy(&bv0, b0 + k * ldb, sizeof(V));
       if constexpr (NV == 2) memcpy(&bv1, b1 + k * ldb, sizeof(V));
@@ -131,6 +141,7 @@ inline void MicroKernel(int64_t kb, const float* a, const float* a_hi, int64_t a
     }
   } else {
     for (int64_t k = 0; k < kb; ++k) {
+      if (b_next != nullptr) PrefetchPanels<NV>(b_next + k * ldb, b1 - b0);
       V bv0, bv1;
       memcpy(&bv0, b0 + k * ldb, sizeof(V));
       if constexpr (NV == 2) memcpy(&bv1, b1 + k * ldb, sizeof(V));
@@ -181,9 +192,9 @@ template <typename V, int NV>
 __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float* a, const float* a_hi, int64_t a_row,
                                                int64_t a_k, const float* b0, const float* b1, int64_t ldb, float* c,
                                                int64_t ldc, bool accumulate, const Epilogue* ep = nullptr,
-                                               int64_t row0 = 0) {
+                                               int64_t row0 = 0, const float* b_next = nullptr) {
 #define KILN_MK_CASE(R) \
-  case R: MicroKernel<V, R, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break
+  case R: MicroKernel<V, R, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0, b_next); break
 // The rows both tiles have: 6 down to 2, then 1 for anything else.
 #define KILN_MK_NARROW_CASES \
   KILN_MK_CASE(6);           \
@@ -191,7 +202,7 @@ __attribute__((noinline)) void MicroKernelRows(int rows, int64_t kb, const float
   KILN_MK_CASE(4);           \
   KILN_MK_CASE(3);           \
   KILN_MK_CASE(2);           \
-  default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0); break
+  default: MicroKernel<V, 1, NV>(kb, a, a_hi, a_row, a_k, b0, b1, ldb, c, ldc, accumulate, ep, row0, b_next); break
   if constexpr (sizeof(V) == sizeof(v16f)) {
     switch (rows) {
       KILN_MK_CASE(12);
@@ -520,10 +531,17 @@ inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int6
         const float* b_second = kWide ? b + K * kNr : b + T::kHalf;
         const float* ai = kPackA ? block + (i - mb) / kMr * kb * kMr : a + i * lda + k0;
         const float* ai_hi = kPackA ? ai + kb * kMr : ai + kMr * lda;  // rows kMr.. (wide tile)
+        // The next column tile's B at this K block (or the first tile's at the next block),
+        // fetched while this one computes: B comes from memory where the rows are few (a
+        // Winograd point's U over a 14x14 map's 16 tiles is read by two row tiles).
+        const int64_t jn = j + T::kCols < n1 ? j + T::kCols : n0, kn = j + T::kCols < n1 ? k0 : k0 + kb;
+        const float* b_next = kn < K ? panels + (jn / kNr) * K * kNr + kn * kNr : nullptr;
         if (j + T::kCols <= n1) {
-          MicroKernelRows<V, 2>(r, kb, ai, ai_hi, a_row, a_k, b, b_second, kNr, c + i * ldc + j, ldc, k0 > 0);
+          MicroKernelRows<V, 2>(r, kb, ai, ai_hi, a_row, a_k, b, b_second, kNr, c + i * ldc + j, ldc, k0 > 0, nullptr,
+                                0, b_next);
         } else {  // the wide tile's last 16 columns
-          MicroKernelRows<V, 1>(r, kb, ai, ai_hi, a_row, a_k, b, b, kNr, c + i * ldc + j, ldc, k0 > 0);
+          MicroKernelRows<V, 1>(r, kb, ai, ai_hi, a_row, a_k, b, b, kNr, c + i * ldc + j, ldc, k0 > 0, nullptr, 0,
+                                b_next);
         }
       };
       if constexpr (kPackA) {
