@@ -38,10 +38,10 @@ channel_table() {
     for r in $ratios; do
       "$kiln" compile "bench/models/$m.onnx" -o "$tmp/$m.$r.so" --prune-channels "$r" --report "$tmp/$m.$r.json" 2> /dev/null
       summary=$(/usr/bin/python3 -c "
-  import json, sys
-  p = json.load(open(sys.argv[1]))['pruning']
-  b, a = p['before'], p['after']
-  print(f\"{p['pruned_layers']} ({len(p['kept_whole'])}) | {b['parameters']/1e6:.2f} -> {a['parameters']/1e6:.2f} | {b['flops']/1e9:.3f} -> {a['flops']/1e9:.3f}\")" "$tmp/$m.$r.json")
+import json, sys
+p = json.load(open(sys.argv[1]))['pruning']
+b, a = p['before'], p['after']
+print(f\"{p['pruned_layers']} ({len(p['kept_whole'])}) | {b['parameters']/1e6:.2f} -> {a['parameters']/1e6:.2f} | {b['flops']/1e9:.3f} -> {a['flops']/1e9:.3f}\")" "$tmp/$m.$r.json")
       for t in $threads; do
         base=() pruned=() per=()
         for ((k = 0; k < rounds; ++k)); do
