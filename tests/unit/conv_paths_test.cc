@@ -158,8 +158,9 @@ TEST(ConvPathsTest, ConvsWithTapsInThePaddingMatchTheReference) {
   });
 }
 
-// 1x1 convs with at most 48 output positions and a multiple of 16 output channels, run as
-// Y^T = X^T W^T (ResNeXt's last stages): 3x3 and 6x6 maps (36 positions: three row tiles),
+// 1x1 convs with at most 49 output positions and a multiple of 16 output channels, run as
+// Y^T = X^T W^T (ResNeXt's last stages, ResNet-50's): 3x3, 6x6 and 7x7 maps (36 positions:
+// three row tiles; 49: four and a row of one),
 // a strided 1x1 (the downsample) from 6x5, 1x1 maps (squeeze-and-excitation), an odd and
 // a 1024-channel input (whose rows the GEMM copies into panels), a batch, a fused residual.
 TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
@@ -184,6 +185,11 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       {8, 2048, 2048, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu"},
       // Past kFewPositionsStreamK (conv.cc): the K-blocked product, on padded X^T rows.
       {2, 3072, 32, 1, 3, 3, 1, 1, 1, 1, {0, 0, 0, 0}, false, ""},
+      // ResNet-50's last stage on 7x7 maps: the downsample (stride 2 from 13x13), two
+      // images; a skip; 2048 input channels (X^T's padded rows: 49 x 2064 floats).
+      {2, 64, 48, 1, 13, 13, 1, 1, 2, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 48, 48, 1, 7, 7, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
+      {1, 2048, 32, 1, 7, 7, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
   });
 }
 
@@ -207,7 +213,7 @@ TEST(ConvPathsTest, PointwiseConvsWithFewChannelsOverLargePlanesMatchTheReferenc
 
 // A 1x1 conv whose map is known only at run time: the lowering sees probe dims (32), few
 // enough positions for the transposed path, and the kernel then meets the real map, here
-// 1 x 200 positions (slices of 48) and 1 x 7, batch 3.
+// 1 x 200 positions (slices of 49) and 1 x 7, batch 3.
 TEST(ConvPathsTest, PointwiseConvOverARunTimeShapedMapMatchesTheReference) {
   for (const std::vector<int64_t>& dims : {std::vector<int64_t>{1, 64, 1, 200}, std::vector<int64_t>{3, 64, 1, 7}}) {
     auto g = std::make_unique<Graph>();

@@ -501,16 +501,16 @@ static int32_t RunGroupedTransposed(const kiln_kcall* call, const Window& w, int
   return KILN_KERR_OK;
 }
 
-// packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 48 output positions per image
+// packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 49 output positions per image
 // as Y^T = X^T W^T, the positions the GEMM's rows (X^T gathered per image: the stride's
 // positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
 // output channels fill the vector lanes; each job's columns of Y^T, a chunk of output
 // channels, go back to Y transposed, with the bias, the residual and the activation.
 // The lowering decides on the static shape; with shapes known only at run time it sees
-// probe dims, so a larger map still runs here, a slice of up to 48 positions per pass.
-constexpr int64_t kFewPositionsChunk = 256;         // output channels per job
-constexpr int64_t kFewPositionsFloats = 48 * 1024;  // X^T: positions x input channels
-constexpr int64_t kFewPositionsRows = 48;           // X^T's rows (positions of the images of a pass)
+// probe dims, so a larger map still runs here, a slice of up to 49 positions per pass.
+constexpr int64_t kFewPositionsChunk = 256;          // output channels per job
+constexpr int64_t kFewPositionsFloats = 104 * 1024;  // X^T: positions x input channels (416 KiB of stack)
+constexpr int64_t kFewPositionsRows = 49;            // X^T's rows (positions of the images of a pass)
 
 // C[0..rows, 0..width) = X^T [rows][K] (row stride ld) · W^T in 16-column panels [width / 16]
 // [K][16]: column tiles outermost, each over the whole K, so the weight streams once and in
