@@ -323,14 +323,16 @@ std::shared_ptr<Tensor> TransposedMatrix(const float* src, int64_t N, int64_t K)
 
 // A 1x1 Conv (any stride, no padding, group 1, no input scale) with at most 49 output
 // positions per image and a multiple of 16 output channels (ResNeXt's last two stages over
-// 6x6 and 3x3 maps; ResNet-50's last over 7x7, whose 1024 -> 2048 downsample as the
-// implicit GEMM, 49 = 32 + 16 + 1 columns a weight row, took 1.73 ms at one thread on the
-// Zen 5 host and 1.05 this way, against ONNX Runtime's 1.10): its weight transposed into 16-column panels
-// [OC/16][C][16] (packed_weights 2), so the kernel computes Y^T = X^T W^T with the positions as the GEMM's rows and the
-// channels across the vector lanes, where 9 positions filled 9 of a tile's 16 lanes (and 36, 36 of 48). (It was off for
-// a while: with it, Faster R-CNN's detections 98 and 99, whose scores are 7.8e-7 apart, came out in the other order,
-// which models_real read as wrong boxes and labels. Any change of summation order in a conv can do that;
-// kiln-model-check --ranked-by now accepts near-tied rows in either order.)
+// 6x6 and 3x3 maps; ResNet-50's last over 7x7, whose 1024 -> 2048 downsample took 1.73 ms
+// at one thread on the Zen 5 host as the implicit GEMM, 49 = 32 + 16 + 1 columns a weight
+// row, and 1.05 this way, against ONNX Runtime's 1.10): its weight transposed into
+// 16-column panels [OC/16][C][16] (packed_weights 2), so the kernel computes Y^T = X^T W^T
+// with the positions as the GEMM's rows and the channels across the vector lanes, where 9
+// positions filled 9 of a tile's 16 lanes (and 36, 36 of 48). (It was off for a while:
+// with it, Faster R-CNN's detections 98 and 99, whose scores are 7.8e-7 apart, came out in
+// the other order, which models_real read as wrong boxes and labels. Any change of
+// summation order in a conv can do that; kiln-model-check --ranked-by now accepts
+// near-tied rows in either order.)
 constexpr int64_t kFewPositions = 49;
 constexpr int64_t kFewPositionsFloats = 104 * 1024;  // conv.cc's buffer for X^T
 
