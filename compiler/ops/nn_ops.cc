@@ -333,8 +333,8 @@ std::shared_ptr<Tensor> TransposedMatrix(const float* src, int64_t N, int64_t K)
 // the other order, which models_real read as wrong boxes and labels. Any change of
 // summation order in a conv can do that; kiln-model-check --ranked-by now accepts
 // near-tied rows in either order.)
-constexpr int64_t kFewPositions = 49;
-constexpr int64_t kFewPositionsFloats = 104 * 1024;  // conv.cc's buffer for X^T
+constexpr int64_t kFewPositions = KILN_CONV_FEW_POSITIONS;
+constexpr int64_t kFewPositionsFloats = KILN_CONV_FEW_POSITIONS_FLOATS;  // conv.cc's buffer for X^T
 
 std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, const WindowParams& window) {
   const Value* w = node.input(1);

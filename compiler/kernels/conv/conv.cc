@@ -508,9 +508,9 @@ static int32_t RunGroupedTransposed(const kiln_kcall* call, const Window& w, int
 // channels, go back to Y transposed, with the bias, the residual and the activation.
 // The lowering decides on the static shape; with shapes known only at run time it sees
 // probe dims, so a larger map still runs here, a slice of up to 49 positions per pass.
-constexpr int64_t kFewPositionsChunk = 256;          // output channels per job
-constexpr int64_t kFewPositionsFloats = 104 * 1024;  // X^T: positions x input channels (416 KiB of stack)
-constexpr int64_t kFewPositionsRows = 49;            // X^T's rows (positions of the images of a pass)
+constexpr int64_t kFewPositionsChunk = 256;                              // output channels per job
+constexpr int64_t kFewPositionsFloats = KILN_CONV_FEW_POSITIONS_FLOATS;  // X^T: positions x input channels (416 KiB)
+constexpr int64_t kFewPositionsRows = KILN_CONV_FEW_POSITIONS;  // X^T's rows (positions of the images of a pass)
 
 // C[0..rows, 0..width) = X^T [rows][K] (row stride ld) · W^T in 16-column panels [width / 16]
 // [K][16]: column tiles outermost, each over the whole K, so the weight streams once and in

@@ -35,6 +35,11 @@ typedef struct kiln_conv_params {
 } kiln_conv_params;
 KILN_PARAMS_LAYOUT(kiln_conv_params, 1 + (1 + 5 * KILN_MAX_SPATIAL) + 3 + 3 + 3);
 
+/* conv's packed_weights 2, shared by the lowering (ops/nn_ops.cc) and the kernel
+ * (kernels/conv/conv.cc): the most output positions per image, and the floats of the
+ * kernel's X^T buffer (positions x input channels, on the stack). */
+enum { KILN_CONV_FEW_POSITIONS = 49, KILN_CONV_FEW_POSITIONS_FLOATS = 104 * 1024 };
+
 #ifdef __cplusplus
 }
 #endif
