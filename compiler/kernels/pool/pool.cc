@@ -68,26 +68,105 @@ static int32_t RunPool2D(const kiln_kcall* call, const Window& w, bool is_max) {
   return KILN_KERR_OK;
 }
 
-// 2-D f32 max pooling with a KW-wide window at column stride 2 (3x3 and 2x2 at stride 2:
-// ResNet, SqueezeNet, VGG) on NCHW planes, with no transposes: a window's max is the max
-// over its columns of each column's max over its rows. Per output row, the max of its input
-// rows goes into a row buffer whose pad columns (and the columns a ceil_mode window reads
-// past the image) hold -inf; each output is then the max of KW consecutive buffer entries,
-// the even and odd entries split out of two vectors by shuffles. Rows at least one vector
-// wide end with a vector that overlaps the one before it (a max computed twice is the same
-// max), so there is no scalar remainder. Window height, row stride and pads are run-time.
-// A NaN never wins, as in the reference loop: each max starts from -inf and takes a value
-// only when it is greater.
-// Rows of 16 outputs or more (so W >= 31: one vector of either width fits) take this path.
-// Measured (single MaxPool nodes, Zen 4, median of 3 x 500 runs, against
-// RunDepthwiseBlocked's max pool, which transposes to 16 channels per vector and back):
-// 64x111x111 (SqueezeNet) 0.19 -> 0.11 ms at 1 thread, 0.095 -> 0.086 at 2; 64x112x112
-// pad 1 (ResNet) 0.17 -> 0.11 and 0.091 -> 0.059; 128x55x55 0.080 -> 0.060 and 0.043 -> 0.038.
-constexpr int64_t kPoolRowFloats = 4096;  // the row buffer: padded input rows this wide at most
+// 2-D max pooling with a KW-wide window at column stride 2 (3x3 and 2x2 at stride 2:
+// ResNet, SqueezeNet, VGG) on NCHW planes, with no transposes and no row buffer: a window's
+// max is the max over its columns of each column's max over its rows. For L outputs of a
+// row, the column maxes of the 2L (+1 for KW 3) input columns they read are two vectors
+// (a, b: L unaligned loads per window row each) and one scalar (c); the outputs are then
+// max(even lanes of a:b, odd lanes of a:b, even lanes shifted by one with c shifted in).
+// Everything stays in registers: an earlier form reduced each row into a buffer and read
+// it back at other offsets, twice the instructions (64x111x111 f32: 0.100 ms on Zen 5).
+// A vector whose columns reach the pad or past the image (ceil_mode) takes its column
+// maxes from a small buffer filled with the smallest value and then with the in-image
+// column maxes. Rows at least one vector wide end with a vector that overlaps the one
+// before it (a max computed twice is the same max), so there is no scalar remainder.
+// Window height, row stride and pads are run-time.
+// A NaN never wins, as in the reference loop: each column max starts from the smallest
+// value and takes a value only when it is greater, so no NaN reaches the lane maxes.
+// T: float (V v8f or v16f, smallest -inf), or uint8_t (V 32 bytes, smallest 0: int8
+// ResNet's stem, whose conv result is quantized before the pool, as max pooling commutes
+// with QuantizeLinear's rounding). Rows of L outputs or more take this path.
 
-// T: float (V v8f or v16f, padding -inf), or uint8_t (V 32 bytes, padding 0, the smallest
-// u8: int8 ResNet's stem, whose conv result is quantized before the pool, as max pooling
-// commutes with QuantizeLinear's rounding).
+// Lanes 1 .. L of the concatenation of a and b: a shifted down one lane, b's first lane in.
+template <typename V>
+__attribute__((always_inline)) inline V ShiftOneLaneIn(V a, V b) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  if constexpr (L == 32) {
+    return __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                   23, 24, 25, 26, 27, 28, 29, 30, 31, 32);
+  } else if constexpr (L == 16) {
+    return __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+  } else {
+    return __builtin_shufflevector(a, b, 1, 2, 3, 4, 5, 6, 7, 8);
+  }
+}
+
+// The max over R rows (`rows` where R is 0) W apart of the L columns at p (of the one
+// column at p for ColumnMax1), starting from `lowest`.
+template <int R, typename T, typename V>
+__attribute__((always_inline)) inline V ColumnMax(const T* p, int64_t rows, int64_t W, V lowest) {
+  V m = lowest;
+  for (int64_t r = 0; r < (R ? R : rows); ++r) {
+    V v;
+    memcpy(&v, p + r * W, sizeof(V));
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+template <int R, typename T>
+__attribute__((always_inline)) inline T ColumnMax1(const T* p, int64_t rows, int64_t W, T lowest) {
+  T m = lowest;
+  for (int64_t r = 0; r < (R ? R : rows); ++r) m = p[r * W] > m ? p[r * W] : m;
+  return m;
+}
+
+// One output row (OW >= L outputs at `out`) of the pooling, from the `rows` input rows at
+// xr; R is `rows` where it is known at compile time (3, the common window), else 0.
+template <typename T, typename V, int KW, int R>
+__attribute__((always_inline)) inline void MaxPoolRow(const T* xr, int64_t rows, int64_t W, int64_t OW, int64_t PW,
+                                                      V lowest, T* edge, T* out) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(T));
+  constexpr int64_t kReach = 2 * L + KW - 2;  // input columns L outputs read
+  for (int64_t ow = 0;; ow += L) {
+    if (ow + L > OW) ow = OW - L;
+    const int64_t c0 = ow * 2 - PW;  // the first input column these outputs read
+    V a, b;
+    T c = lowest[0];
+    if (c0 >= 0 && c0 + kReach <= W) {
+      a = ColumnMax<R>(xr + c0, rows, W, lowest);
+      b = ColumnMax<R>(xr + c0 + L, rows, W, lowest);
+      if constexpr (KW == 3) c = ColumnMax1<R>(xr + c0 + 2 * L, rows, W, lowest[0]);
+    } else {
+      // Each L-column slot with a column in the image stores the column maxes of the
+      // in-image vector that starts at (or, at the right edge, ends with) it: every value
+      // stored is an in-image column's, so the smallest value stays everywhere else.
+      // edge[L + k] is column c0 + k's, for k < kReach.
+      for (int i = 0; i < 4; ++i) memcpy(edge + i * L, &lowest, sizeof(V));
+      for (int64_t k = 0; k < kReach; k += L) {
+        const int64_t first = c0 + k < 0 ? 0 : c0 + k, last = c0 + k + L < W ? c0 + k + L : W;
+        if (first >= last) continue;
+        const int64_t at = first + L <= W ? first : W - L;
+        const V m = ColumnMax<R>(xr + at, rows, W, lowest);
+        memcpy(edge + L + at - c0, &m, sizeof(V));
+      }
+      memcpy(&a, edge + L, sizeof(V));
+      memcpy(&b, edge + 2 * L, sizeof(V));
+      c = edge[3 * L];
+    }
+    const V e = EvenLanes(a, b), o = OddLanes(a, b);
+    V m = o > e ? o : e;
+    if constexpr (KW == 3) {
+      V cv = lowest;
+      cv[0] = c;
+      const V e2 = ShiftOneLaneIn(e, cv);
+      m = e2 > m ? e2 : m;
+    }
+    memcpy(out + ow, &m, sizeof(V));
+    if (ow + L >= OW) break;
+  }
+}
+
 template <typename T, typename V, int KW>
 __attribute__((noinline)) static int32_t RunMaxPoolRows(const kiln_kcall* call, const Window& w) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(T));
@@ -98,47 +177,20 @@ __attribute__((noinline)) static int32_t RunMaxPoolRows(const kiln_kcall* call, 
   const int64_t planes = call->inputs[0].dims[0] * call->inputs[0].dims[1];
   const int64_t H = w.in[1], W = w.in[2], OH = w.out[1], OW = w.out[2];
   const int64_t KH = w.kernel[1], SH = w.stride[1], PH = w.pad[1], PW = w.pad[2];
-  const int64_t padded_w = (OW - 1) * 2 + KW;
   auto body = [=](int64_t begin, int64_t end) {
-    alignas(64) T buf[kPoolRowFloats];
-    for (int64_t c = 0; c < PW; ++c) buf[c] = kLowest;
-    for (int64_t c = PW + W; c < padded_w; ++c) buf[c] = kLowest;
-    T* row = buf + PW;
     V lowest;
     for (int l = 0; l < L; ++l) lowest[l] = kLowest;
+    alignas(64) T edge[4 * L];
     for (int64_t plane = begin; plane < end; ++plane) {
       const T* x = px + plane * H * W;
       T* y = py + plane * OH * OW;
       for (int64_t oh = 0; oh < OH; ++oh) {
         const int64_t ih0 = oh * SH - PH;
         const int64_t lo = ih0 < 0 ? 0 : ih0, hi = ih0 + KH < H ? ih0 + KH : H;
-        for (int64_t iw = 0;; iw += L) {
-          if (iw + L > W) iw = W - L;
-          V m = lowest;
-          for (int64_t ih = lo; ih < hi; ++ih) {
-            V v;
-            memcpy(&v, x + ih * W + iw, sizeof(V));
-            m = v > m ? v : m;
-          }
-          memcpy(row + iw, &m, sizeof(V));
-          if (iw + L >= W) break;
-        }
-        T* out = y + oh * OW;
-        for (int64_t ow = 0;; ow += L) {
-          if (ow + L > OW) ow = OW - L;
-          V a0, a1;
-          memcpy(&a0, buf + ow * 2, sizeof(V));
-          memcpy(&a1, buf + ow * 2 + L, sizeof(V));
-          const V e = EvenLanes(a0, a1), o = OddLanes(a0, a1);
-          V m = o > e ? o : e;
-          if constexpr (KW == 3) {
-            memcpy(&a0, buf + ow * 2 + 2, sizeof(V));
-            memcpy(&a1, buf + ow * 2 + 2 + L, sizeof(V));
-            const V e2 = EvenLanes(a0, a1);
-            m = e2 > m ? e2 : m;
-          }
-          memcpy(out + ow, &m, sizeof(V));
-          if (ow + L >= OW) break;
+        if (hi - lo == 3) {
+          MaxPoolRow<T, V, KW, 3>(x + lo * W, 3, W, OW, PW, lowest, edge, y + oh * OW);
+        } else {
+          MaxPoolRow<T, V, KW, 0>(x + lo * W, hi - lo, W, OW, PW, lowest, edge, y + oh * OW);
         }
       }
     }
@@ -149,7 +201,7 @@ __attribute__((noinline)) static int32_t RunMaxPoolRows(const kiln_kcall* call, 
 
 template <int KW>
 static int32_t RunMaxPoolRowsLanes(const kiln_kcall* call, const Window& w) {
-  if (WideVectors()) return RunMaxPoolRows<float, v16f, KW>(call, w);
+  if (WideVectors() && w.out[2] >= 16) return RunMaxPoolRows<float, v16f, KW>(call, w);
   return RunMaxPoolRows<float, gemm::v8f, KW>(call, w);
 }
 
@@ -174,8 +226,7 @@ struct PoolKernel {
       const bool plain_2d = X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1;
       // Max pooling at column stride 2 with rows of 16 outputs or more: the row walk.
       if (plain_2d && op == KILN_POOL_MAX && w.stride[2] == 2 && (w.kernel[2] == 2 || w.kernel[2] == 3) &&
-          w.pad[1] >= 0 && w.pad[2] >= 0 && w.out[2] >= 16 && (w.out[2] - 1) * 2 + w.kernel[2] <= kPoolRowFloats &&
-          w.pad[2] + w.in[2] <= kPoolRowFloats) {
+          w.pad[1] >= 0 && w.pad[2] >= 0 && w.out[2] >= 8 && w.in[2] >= 16 && w.pad[2] < 8) {
         return w.kernel[2] == 3 ? RunMaxPoolRowsLanes<3>(call, w) : RunMaxPoolRowsLanes<2>(call, w);
       }
       // Narrower 3x3 stride-2 max pooling: 8 or 16 channels per vector, as depthwise
@@ -197,8 +248,7 @@ struct PoolKernel {
       // u8 max pooling at column stride 2 with rows of 32 outputs or more: the row walk.
       if (X.rank == 4 && w.dilation[1] == 1 && w.dilation[2] == 1 && call->num_outputs == 1 && op == KILN_POOL_MAX &&
           w.stride[2] == 2 && (w.kernel[2] == 2 || w.kernel[2] == 3) && w.pad[1] >= 0 && w.pad[2] >= 0 &&
-          w.out[2] >= 32 && (w.out[2] - 1) * 2 + w.kernel[2] + 32 <= kPoolRowFloats &&
-          w.pad[2] + w.in[2] + 32 <= kPoolRowFloats) {
+          w.out[2] >= 32 && w.in[2] >= 32 && w.pad[2] < 32) {
         typedef uint8_t v32u8 __attribute__((vector_size(32)));
         return w.kernel[2] == 3 ? RunMaxPoolRows<uint8_t, v32u8, 3>(call, w)
                                 : RunMaxPoolRows<uint8_t, v32u8, 2>(call, w);
