@@ -517,7 +517,8 @@ struct NoFinish {
 };
 template <bool kWide, bool kPackA, typename Finish>
 inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
-                            const float* panels, float* c, int64_t ldc, const Finish& finish) {
+                            const float* panels, float* c, int64_t ldc, const Finish& finish, int64_t panel_k,
+                            bool accumulate) {
   using T = Tile<kWide>;
   using V = typename T::V;
   // kPackA: A's rows lie a multiple of 4 KiB apart (K = 1024 or 3072 floats), so a tile's 12
@@ -534,22 +535,22 @@ inline void PanelBlockTiles(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int6
       // C[i.., j..] over this K block: rows i.. of the block, the column tile at j.
       auto tile = [&](int64_t i, int64_t j) {
         const int r = static_cast<int>(mb1 - i < T::kRows ? mb1 - i : T::kRows);
-        const float* b = panels + (j / kNr) * K * kNr + k0 * kNr;
+        const float* b = panels + (j / kNr) * panel_k * kNr + k0 * kNr;
         // The narrow tile's two vectors lie in one panel; the wide tile's in two.
-        const float* b_second = kWide ? b + K * kNr : b + T::kHalf;
+        const float* b_second = kWide ? b + panel_k * kNr : b + T::kHalf;
         const float* ai = kPackA ? block + (i - mb) / kMr * kb * kMr : a + i * lda + k0;
         const float* ai_hi = kPackA ? ai + kb * kMr : ai + kMr * lda;  // rows kMr.. (wide tile)
         // The next column tile's B at this K block (or the first tile's at the next block),
         // fetched while this one computes: B comes from memory where the rows are few (a
         // Winograd point's U over a 14x14 map's 16 tiles is read by two row tiles).
         const int64_t jn = j + T::kCols < n1 ? j + T::kCols : n0, kn = j + T::kCols < n1 ? k0 : k0 + kb;
-        const float* b_next = kn < K ? panels + (jn / kNr) * K * kNr + kn * kNr : nullptr;
+        const float* b_next = kn < K ? panels + (jn / kNr) * panel_k * kNr + kn * kNr : nullptr;
+        const bool add = accumulate || k0 > 0;
         if (j + T::kCols <= n1) {
-          MicroKernelRows<V, 2>(r, kb, ai, ai_hi, a_row, a_k, b, b_second, kNr, c + i * ldc + j, ldc, k0 > 0, nullptr,
-                                0, b_next);
-        } else {  // the wide tile's last 16 columns
-          MicroKernelRows<V, 1>(r, kb, ai, ai_hi, a_row, a_k, b, b, kNr, c + i * ldc + j, ldc, k0 > 0, nullptr, 0,
+          MicroKernelRows<V, 2>(r, kb, ai, ai_hi, a_row, a_k, b, b_second, kNr, c + i * ldc + j, ldc, add, nullptr, 0,
                                 b_next);
+        } else {  // the wide tile's last 16 columns
+          MicroKernelRows<V, 1>(r, kb, ai, ai_hi, a_row, a_k, b, b, kNr, c + i * ldc + j, ldc, add, nullptr, 0, b_next);
         }
       };
       if constexpr (kPackA) {
@@ -603,16 +604,20 @@ inline bool AliasedRows(int64_t lda) { return lda % 1024 == 0; }
 // r1) runs on each block of rows [r0, r1) of C once it is complete, while the block is
 // still in L2 (MatMul's bias and activation: a pass over all of C after the product read
 // it back from memory: [12800 x 96] x [96 x 384] + bias 12.3 -> 10.0 ms, one thread).
+// A slice of a longer K: the panels hold panel_k rows each (panels points at the slice's
+// first row of panel 0) and, with `accumulate`, the product adds to C.
 template <typename Finish = NoFinish>
 inline void PanelBlock(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* a, int64_t lda,
-                       const float* panels, float* c, int64_t ldc, const Finish& finish = Finish()) {
+                       const float* panels, float* c, int64_t ldc, const Finish& finish = Finish(), int64_t panel_k = 0,
+                       bool accumulate = false) {
   const bool pack = AliasedRows(lda);
+  const int64_t pk = panel_k > 0 ? panel_k : K;
   if (WideVectors()) {
-    if (pack) return PanelBlockTiles<true, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
-    PanelBlockTiles<true, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
+    if (pack) return PanelBlockTiles<true, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish, pk, accumulate);
+    PanelBlockTiles<true, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish, pk, accumulate);
   } else {
-    if (pack) return PanelBlockTiles<false, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
-    PanelBlockTiles<false, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish);
+    if (pack) return PanelBlockTiles<false, true>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish, pk, accumulate);
+    PanelBlockTiles<false, false>(m0, m1, n0, n1, K, a, lda, panels, c, ldc, finish, pk, accumulate);
   }
 }
 

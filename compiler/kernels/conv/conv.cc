@@ -501,69 +501,126 @@ static int32_t RunGroupedTransposed(const kiln_kcall* call, const Window& w, int
   return KILN_KERR_OK;
 }
 
-// packed_weights 2 (ops/nn_ops.cc): a 1x1 conv with at most 49 output positions per image
-// as Y^T = X^T W^T, the positions the GEMM's rows (X^T gathered per image: the stride's
-// positions, transposed) and W^T pre-packed in 16-column panels (gemm::PanelBlock), so the
-// output channels fill the vector lanes; each job's columns of Y^T, a chunk of output
-// channels, go back to Y transposed, with the bias, the residual and the activation.
+// packed_weights 2 (ops/nn_ops.cc): a conv with at most 49 output positions per image
+// as Y^T = X^T W^T, the positions the GEMM's rows and W^T pre-packed in 16-column panels
+// (gemm::PanelBlock), so the output channels fill the vector lanes; each job's columns of
+// Y^T, a chunk of output channels, go back to Y transposed, with the bias, the residual and
+// the activation. X^T's row for a position is its im2col column: input channel major, then
+// the window's taps, zero where a tap falls in the padding (a 1x1 conv's is the position's
+// channels at its stride). Where a pass's rows of the whole K do not fit X^T's buffer
+// (ResNet-50's stride-2 3x3 over 14x14, K = 4608), K goes in slices of whole channels, the
+// products summed in the job's C^T.
 // The lowering decides on the static shape; with shapes known only at run time it sees
 // probe dims, so a larger map still runs here, a slice of up to 49 positions per pass.
 constexpr int64_t kFewPositionsChunk = 256;                              // output channels per job
 constexpr int64_t kFewPositionsFloats = KILN_CONV_FEW_POSITIONS_FLOATS;  // X^T: positions x input channels (416 KiB)
 constexpr int64_t kFewPositionsRows = KILN_CONV_FEW_POSITIONS;  // X^T's rows (positions of the images of a pass)
 
-// C[0..rows, 0..width) = X^T [rows][K] (row stride ld) · W^T in 16-column panels [width / 16]
-// [K][16]: column tiles outermost, each over the whole K, so the weight streams once and in
-// memory order (a tile's panels lie side by side), where gemm::PanelBlock takes a K block
-// of every panel in turn. With a few positions the weight read is all the time there is:
-// ResNeXt-50's 1x1 convs over 3x3 maps at batch 1 (2048x1024 floats) ran 0.63 ms against
-// ONNX Runtime's 0.46 that way. Each row tile past the first reads the column tile's panels
-// again, from L2 while K <= kFewPositionsStreamK (256 KiB for the wide tile).
+// C[0..rows, 0..width) (+)= X^T [rows][K] (row stride ld) · W^T in 16-column panels
+// [width / 16][panel_k][16] (panels at this K slice's first row): column tiles outermost,
+// each over the whole K, so the weight streams once and in memory order (a tile's panels
+// lie side by side), where gemm::PanelBlock takes a K block of every panel in turn. With a
+// few positions the weight read is all the time there is: ResNeXt-50's 1x1 convs over 3x3
+// maps at batch 1 (2048x1024 floats) ran 0.63 ms against ONNX Runtime's 0.46 that way.
+// Each row tile past the first reads the column tile's panels again, from L2 while K <=
+// kFewPositionsStreamK (256 KiB for the wide tile).
 constexpr int64_t kFewPositionsStreamK = 2048;
 template <bool kWide>
 inline void FewPositionsProduct(int64_t rows, int64_t width, int64_t K, const float* xt, int64_t ld,
-                                const float* panels, float* ct) {
+                                const float* panels, int64_t panel_k, bool accumulate, float* ct) {
   using T = gemm::Tile<kWide>;
   using V = typename T::V;
+  const int64_t tiles = (rows + T::kRows - 1) / T::kRows;  // row tiles, as even as whole rows allow
   for (int64_t j = 0; j < width; j += T::kCols) {
-    const float* b = panels + j / gemm::kNr * K * gemm::kNr;
-    const float* b_second = kWide ? b + K * gemm::kNr : b + T::kHalf;
-    for (int64_t i = 0; i < rows; i += T::kRows) {
-      const int r = static_cast<int>(rows - i < T::kRows ? rows - i : T::kRows);
+    const float* b = panels + j / gemm::kNr * panel_k * gemm::kNr;
+    const float* b_second = kWide ? b + panel_k * gemm::kNr : b + T::kHalf;
+    // The first row tile fetches the next column tile's panels on the way.
+    const float* b_next = j + T::kCols < width ? b + T::kCols / gemm::kNr * panel_k * gemm::kNr : nullptr;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t i = t * rows / tiles;
+      const int r = static_cast<int>((t + 1) * rows / tiles - i);
       const float* ai = xt + i * ld;
+      const float* next = t == 0 ? b_next : nullptr;
       if (j + T::kCols <= width) {
         gemm::MicroKernelRows<V, 2>(r, K, ai, ai + gemm::kMr * ld, ld, 1, b, b_second, gemm::kNr, ct + i * width + j,
-                                    width, false);
+                                    width, accumulate, nullptr, 0, next);
       } else {  // the wide tile's last 16 columns
         gemm::MicroKernelRows<V, 1>(r, K, ai, ai + gemm::kMr * ld, ld, 1, b, b, gemm::kNr, ct + i * width + j, width,
-                                    false);
+                                    accumulate, nullptr, 0, next);
       }
     }
   }
 }
+
+// Columns [k0, k0 + kb) of X^T's rows for positions [p0, p0 + rows) of image x ([C][H][W]),
+// K = C x taps (channel major), into xt (row stride ld). kb and k0 are whole channels.
+inline void GatherFewPositions(const float* x, const Window& w, int64_t p0, int64_t rows, int64_t k0, int64_t kb,
+                               float* xt, int64_t ld) {
+  const int64_t H = w.in[1], W = w.in[2], OW = w.out[2], KH = w.kernel[1], KW = w.kernel[2], taps = KH * KW;
+  const int64_t SH = w.stride[1], SW = w.stride[2];
+  if (taps == 1 && w.pad[1] == 0 && w.pad[2] == 0) {  // a 1x1 conv: each row a position's channels
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t at = (p0 + i) / OW * SH * W + (p0 + i) % OW * SW;
+      float* row = xt + i * ld;
+      for (int64_t k = 0; k < kb; ++k) row[k] = x[(k0 + k) * H * W + at];
+    }
+    return;
+  }
+  // Channel by channel (its plane in L1), tap by tap, position by position.
+  int64_t ih0[kFewPositionsRows], iw0[kFewPositionsRows];
+  for (int64_t i = 0; i < rows; ++i) {
+    ih0[i] = (p0 + i) / OW * SH - w.pad[1];
+    iw0[i] = (p0 + i) % OW * SW - w.pad[2];
+  }
+  for (int64_t c = k0 / taps; c < (k0 + kb) / taps; ++c) {
+    const float* plane = x + c * H * W;
+    float* col = xt + c * taps - k0;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const int64_t dh = kh * w.dilation[1];
+      for (int64_t kw = 0; kw < KW; ++kw, ++col) {
+        const int64_t dw = kw * w.dilation[2];
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t ih = ih0[i] + dh, iw = iw0[i] + dw;
+          const bool inside = static_cast<uint64_t>(ih) < static_cast<uint64_t>(H) &&
+                              static_cast<uint64_t>(iw) < static_cast<uint64_t>(W);
+          col[i * ld] = inside ? plane[ih * W + iw] : 0.f;
+        }
+      }
+    }
+  }
+}
+
 __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call, const Window& w,
                                                          const kiln_activation& act) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
-  const int64_t batch = X.dims[0], K = X.dims[1], out_channels = Y.dims[1];
-  const int64_t H = w.in[1], W = w.in[2], OW = w.out[2], P = w.out[1] * OW;
-  // X^T's row stride: K, or past it where K is a multiple of 1024 floats, whose rows 4 KiB
-  // apart would fall in one set of L1 and evict each other as a tile walks them.
-  const int64_t ld = K % 1024 == 0 && K + 16 <= kFewPositionsFloats ? K + 16 : K;
-  if (out_channels % 16 != 0 || w.in[0] != 1 || K < 1 || ld > kFewPositionsFloats) return KILN_KERR_UNSUPPORTED;
+  const int64_t batch = X.dims[0], taps = w.kernel[1] * w.kernel[2], K = X.dims[1] * taps, out_channels = Y.dims[1];
+  const int64_t H = w.in[1], W = w.in[2], P = w.out[1] * w.out[2];
+  if (out_channels % 16 != 0 || w.in[0] != 1 || K < 1 || taps > kFewPositionsFloats / kFewPositionsRows) {
+    return KILN_KERR_UNSUPPORTED;
+  }
   if (P == 0 || batch == 0) return KILN_KERR_OK;
-  // A pass: `images` whole images as many as X^T's buffer and kFewPositionsRows rows hold,
-  // so a batch streams the weight once per pass rather than once per image (a 2048x1024
-  // weight is 8 MiB); or, where one image's positions do not fit, a slice of one image.
-  const bool whole = P <= kFewPositionsRows && P * ld <= kFewPositionsFloats;
-  const int64_t slice =
-      whole ? P : (kFewPositionsFloats / ld < kFewPositionsRows ? kFewPositionsFloats / ld : kFewPositionsRows);
-  int64_t images = whole ? (kFewPositionsFloats / (P * ld) < kFewPositionsRows / P ? kFewPositionsFloats / (P * ld)
-                                                                                   : kFewPositionsRows / P)
-                         : 1;
-  if (images > batch) images = batch;
+  // A pass: as many whole images as kFewPositionsRows rows hold, so a batch streams the
+  // weight once per pass rather than once per image (a 2048x1024 weight is 8 MiB); or,
+  // where one image has more positions, a slice of them.
+  const bool whole = P <= kFewPositionsRows;
+  const int64_t images = whole ? (kFewPositionsRows / P < batch ? kFewPositionsRows / P : batch) : 1;
+  const int64_t slice = whole ? P : kFewPositionsRows;
   const int64_t slices = (P + slice - 1) / slice;  // per image (1 when whole)
   const int64_t passes = whole ? (batch + images - 1) / images : batch * slices;
+  // K in slices of whole channels, as few and as even as X^T's buffer allows for a pass's
+  // rows (all of K where it fits). X^T's row stride: the slice's width, or past it where
+  // that is a multiple of 1024 floats, whose rows 4 KiB apart would fall in one set of L1
+  // and evict each other as a tile walks them.
+  const int64_t pass_rows = images * slice, channels = X.dims[1];
+  int64_t kslice = K;
+  if (pass_rows * K > kFewPositionsFloats) {
+    const int64_t most = kFewPositionsFloats / pass_rows / taps, count = (channels + most - 1) / most;
+    kslice = (channels + count - 1) / count * taps;
+  }
+  auto row_stride = [pass_rows](int64_t k) {
+    return k % 1024 == 0 && pass_rows * (k + 16) <= kFewPositionsFloats ? k + 16 : k;
+  };
   const float* px = static_cast<const float*>(X.data);
   const float* panels = InputData<float>(call, 1);
   const float* pbias = OptionalInputData<float>(call, 2);
@@ -574,7 +631,7 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
   auto body = [=](int64_t begin, int64_t end) {
     alignas(64) float xt[kFewPositionsFloats];
     alignas(64) float ct[kFewPositionsRows * kFewPositionsChunk];
-    int64_t filled = -1;  // the pass xt holds
+    int64_t filled = -1;  // the pass xt holds (with the whole K)
     for (int64_t job = begin; job < end; ++job) {
       const int64_t pass = job / chunks, n0 = job % chunks * kFewPositionsChunk;
       const int64_t n1 = n0 + kFewPositionsChunk < out_channels ? n0 + kFewPositionsChunk : out_channels;
@@ -582,24 +639,23 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
       const int64_t image0 = whole ? pass * images : pass / slices;
       const int64_t count = whole ? (batch - image0 < images ? batch - image0 : images) : 1;
       const int64_t p0 = whole ? 0 : pass % slices * slice, rows = P - p0 < slice ? P - p0 : slice;
-      if (filled != pass) {  // rows: image by image, its positions (the stride's), transposed
-        for (int64_t m = 0; m < count; ++m) {
-          const float* x = px + (image0 + m) * K * H * W;
-          for (int64_t i = 0; i < rows; ++i) {
-            const int64_t at = (p0 + i) / OW * w.stride[1] * W + (p0 + i) % OW * w.stride[2];
-            float* row = xt + (m * rows + i) * ld;
-            for (int64_t k = 0; k < K; ++k) row[k] = x[k * H * W + at];
-          }
-        }
-        filled = pass;
-      }
       const int64_t width = n1 - n0;
-      if (K > kFewPositionsStreamK) {  // a tile's panels past L2: K blocks (see above)
-        gemm::PanelBlock(0, count * rows, 0, width, K, xt, ld, panels + n0 * K, ct, width);
-      } else if (WideVectors()) {
-        FewPositionsProduct<true>(count * rows, width, K, xt, ld, panels + n0 * K, ct);
-      } else {
-        FewPositionsProduct<false>(count * rows, width, K, xt, ld, panels + n0 * K, ct);
+      for (int64_t k0 = 0; k0 < K; k0 += kslice) {
+        const int64_t kb = K - k0 < kslice ? K - k0 : kslice, ld = row_stride(kb);
+        if (kb < K || filled != pass) {
+          for (int64_t m = 0; m < count; ++m) {
+            GatherFewPositions(px + (image0 + m) * X.dims[1] * H * W, w, p0, rows, k0, kb, xt + m * rows * ld, ld);
+          }
+          filled = kb < K ? -1 : pass;
+        }
+        const float* slice_panels = panels + n0 * K + k0 * gemm::kNr;
+        if (kb > kFewPositionsStreamK) {  // a tile's panels past L2: K blocks (see above)
+          gemm::PanelBlock(0, count * rows, 0, width, kb, xt, ld, slice_panels, ct, width, gemm::NoFinish(), K, k0 > 0);
+        } else if (WideVectors()) {
+          FewPositionsProduct<true>(count * rows, width, kb, xt, ld, slice_panels, K, k0 > 0, ct);
+        } else {
+          FewPositionsProduct<false>(count * rows, width, kb, xt, ld, slice_panels, K, k0 > 0, ct);
+        }
       }
       for (int64_t m = 0; m < count; ++m) {
         const int64_t n = image0 + m;
