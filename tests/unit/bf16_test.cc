@@ -89,6 +89,9 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
       {40, 96, 14, 14, 3, 2, 30, false, true, 2},
       {32, 64, 13, 13, 3, 2, 25, false, true},
       {48, 72, 6, 6, 1, 2, 20, false, true},
+      // Winograd's shape, but 1.1 MiB of bf16 U per tile (4 tiles of a 7x7 map): the direct
+      // product with the positions as rows (kBf16WinogradUBytesPerTile, ops/bf16_ops.cc).
+      {256, 256, 7, 7, 3, 1, 20, false, true},
   };
   for (const Case& t : cases) {
     SCOPED_TRACE(::testing::Message() << "c " << t.c << " oc " << t.oc << " " << t.h << "x" << t.w << " k " << t.k
