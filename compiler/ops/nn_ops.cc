@@ -338,17 +338,26 @@ std::shared_ptr<Tensor> TransposedMatrix(const float* src, int64_t N, int64_t K)
 // stride-2 3x3 into 7x7 (512 channels, K = 4608), whose implicit GEMM again had 49 = 32 +
 // 16 + 1 columns a weight row: 2.09 -> 1.62 ms at one thread in the model, 1.22 -> 0.86 at
 // two (ONNX Runtime 1.33 and 0.67). Winograd, tried first, keeps the stride-1 3x3 convs.
+// A strided 1x1 conv over up to 196 positions (ResNet-50's and ResNeXt-50's 512 -> 1024
+// downsample into 14x14 at batch 1) takes it too, in slices of 49 positions that each read
+// the weight again (2 MiB, from L3): 1.13 -> 1.03 ms at one thread, 0.59 -> 0.52 at two
+// (ONNX Runtime 0.48 at two). Into 28x28 (784 positions, 16 slices) it was slower (1.02 ->
+// 1.18 ms), and a 1x1 at stride 1 reads X in place as the implicit GEMM's B.
 constexpr int64_t kFewPositions = KILN_CONV_FEW_POSITIONS;
+constexpr int64_t kFewPositionsStrided = 196;
 constexpr int64_t kFewPositionsFloats = KILN_CONV_FEW_POSITIONS_FLOATS;  // conv.cc's buffer for X^T
 
 std::optional<std::shared_ptr<Tensor>> PackFewPositionsWeight(const Node& node, const WindowParams& window) {
   const Value* w = node.input(1);
   const std::vector<int64_t> wd = StaticDims(w), yd = StaticDims(node.output(0));
   if (node.GetInt("group", 1) != 1 || node.GetInt("kiln.input_scale", 0) == 1 || wd.size() != 4) return std::nullopt;
-  if (wd[0] % 16 != 0 || wd[0] == 0 || yd[2] * yd[3] > kFewPositions) return std::nullopt;
-  const int64_t taps = wd[2] * wd[3], K = wd[1] * taps;
+  const int64_t taps = wd[2] * wd[3], K = wd[1] * taps, positions = yd[2] * yd[3];
+  const bool strided = window.strides.size() == 2 && (window.strides[0] > 1 || window.strides[1] > 1);
+  const bool strided_pointwise = taps == 1 && strided && yd[0] * positions <= kFewPositionsStrided;
+  if (wd[0] % 16 != 0 || wd[0] == 0 || (positions > kFewPositions && !strided_pointwise)) return std::nullopt;
   if (taps == 1) {
-    if (yd[2] * yd[3] * wd[1] > kFewPositionsFloats) return std::nullopt;  // X^T in the kernel's buffer
+    // X^T in the kernel's buffer (a strided 1x1 past 49 positions: slices of 49).
+    if (positions <= kFewPositions && positions * wd[1] > kFewPositionsFloats) return std::nullopt;
     for (size_t i = 0; i < window.pads_begin.size(); ++i) {
       if (window.pads_begin[i] != 0 || window.pads_end[i] != 0) return std::nullopt;
     }

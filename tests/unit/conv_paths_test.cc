@@ -190,6 +190,10 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
       {2, 64, 48, 1, 13, 13, 1, 1, 2, 1, {0, 0, 0, 0}, false, "Relu"},
       {1, 48, 48, 1, 7, 7, 1, 1, 1, 1, {0, 0, 0, 0}, true, ""},
       {1, 2048, 32, 1, 7, 7, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu"},
+      // Strided 1x1 convs past 49 positions (ResNet-50's downsample into 14x14): slices of
+      // 49 positions, 196 = 4 x 49 from 27x27, and 100 = 49 + 49 + 2 from 20x20.
+      {1, 64, 32, 1, 27, 27, 1, 1, 2, 1, {0, 0, 0, 0}, false, "Relu"},
+      {1, 48, 48, 1, 20, 20, 1, 1, 2, 1, {0, 0, 0, 0}, false, ""},
   });
 }
 
