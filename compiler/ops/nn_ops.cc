@@ -197,6 +197,13 @@ absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
 // 512-channel ones (151 MB for 1 tile) stay direct.
 constexpr int64_t kWinogradScratchBudget = int64_t{4} << 20;  // bytes of V and M per tile chunk
 constexpr int64_t kWinograd3dUBytes = int64_t{64} << 20;
+// A 2-D conv whose U per tile passes this stays direct: ResNet-50's 512-channel 3x3 convs
+// over 7x7 at batch 1 (36 MiB of U for 4 tiles, read from memory) took 1.30 ms each in the
+// model at one thread and 1.00-1.05 at two, where ONNX Runtime scales to 0.67; as the
+// transposed product over 49 positions (packed_weights 2, 9 MiB of weight) 1.22 and 0.66.
+// ResNet-50 at two threads: 0.962 of the time before, one thread 0.996. Batch 8 (32 tiles,
+// 1.1 MiB a tile) and the 14x14 convs (0.56 MiB) keep Winograd.
+constexpr int64_t kWinogradUBytesPerTile = int64_t{4} << 20;
 
 // The shape of a Conv the Winograd lowering takes, or nullopt.
 struct WinogradShape {
@@ -231,6 +238,9 @@ absl::StatusOr<std::optional<WinogradShape>> WinogradApplies(const Node& node) {
   const int64_t tiles = xd[0] * depth_tiles * ((yd[dims] + 3) / 4) * ((yd[dims + 1] + 3) / 4);
   if (tiles < 4) return std::nullopt;
   if (dims == 3 && points * C * OC * static_cast<int64_t>(sizeof(float)) > kWinograd3dUBytes) return std::nullopt;
+  if (dims == 2 && points * C * OC * static_cast<int64_t>(sizeof(float)) / tiles > kWinogradUBytesPerTile) {
+    return std::nullopt;
+  }
   return WinogradShape{dims, C, OC, points, tiles, std::move(win)};
 }
 
@@ -337,7 +347,8 @@ std::shared_ptr<Tensor> TransposedMatrix(const float* src, int64_t N, int64_t K)
 // are at most 49 in all: W^T [C x taps, OC], and X^T's rows the im2col columns. ResNet-50's
 // stride-2 3x3 into 7x7 (512 channels, K = 4608), whose implicit GEMM again had 49 = 32 +
 // 16 + 1 columns a weight row: 2.09 -> 1.62 ms at one thread in the model, 1.22 -> 0.86 at
-// two (ONNX Runtime 1.33 and 0.67). Winograd, tried first, keeps the stride-1 3x3 convs.
+// two (ONNX Runtime 1.33 and 0.67). Winograd, tried first, keeps the stride-1 3x3 convs
+// whose U per tile is at most kWinogradUBytesPerTile.
 // A strided 1x1 conv over up to 196 positions (ResNet-50's and ResNeXt-50's 512 -> 1024
 // downsample into 14x14 at batch 1) takes it too, in slices of 49 positions that each read
 // the weight again (2 MiB, from L3): 1.13 -> 1.03 ms at one thread, 0.59 -> 0.52 at two

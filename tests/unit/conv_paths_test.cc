@@ -201,8 +201,9 @@ TEST(ConvPathsTest, PointwiseConvsOverFewPositionsMatchTheReference) {
 // with X^T's rows the im2col columns: ResNet-50's stride-2 3x3 into 7x7 (here 64 -> 48 from
 // 13x13 with pads 1), K past X^T's buffer for 49 rows (288 channels x 9 taps: three K
 // slices summed), a 5x5 with uneven pads and dilation 2, a 3x3 with a fused residual, a
-// 2x3 window at stride 2 from 5x6 (6 positions). Stride 1 over 3x3 windows takes Winograd
-// before this path, so the cases that reach it are the strided, dilated or odd windows.
+// 2x3 window at stride 2 from 5x6 (6 positions), and a 3x3 at stride 1 whose Winograd U
+// would be 4.3 MiB a tile (352 channels over 7x7, 4 tiles: kWinogradUBytesPerTile) with a
+// fused residual. Other stride-1 3x3 convs take Winograd before this path.
 TEST(ConvPathsTest, WindowedConvsOverFewPositionsMatchTheReference) {
   ExpectConvCases({
       {1, 64, 48, 1, 13, 13, 3, 3, 2, 1, {1, 1, 1, 1}, false, "Relu"},
@@ -210,6 +211,7 @@ TEST(ConvPathsTest, WindowedConvsOverFewPositionsMatchTheReference) {
       {1, 40, 16, 1, 9, 8, 5, 5, 1, 2, {2, 1, 1, 2}, false, "Relu"},
       {1, 32, 32, 1, 7, 7, 3, 3, 1, 2, {2, 2, 2, 2}, true, ""},
       {1, 24, 16, 1, 5, 6, 2, 3, 2, 1, {0, 1, 1, 0}, false, ""},
+      {1, 352, 352, 1, 7, 7, 3, 3, 1, 1, {1, 1, 1, 1}, true, "Relu"},
   });
 }
 
