@@ -54,7 +54,6 @@ constexpr int64_t kBf16WinogradUBytesPerTile = int64_t{1} << 20;
 // Winograd F(4x4, 3x3) where the f32 lowering takes it (its 36 GEMMs then run in bf16),
 // unless U per tile passes kBf16WinogradUBytesPerTile:
 // the f32 call's U [36][OC/16][C][16] repacked as [36][ceil(OC/32)][ceil(C/2)][32] words.
-
 absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvBf16(const Node& node) {
   KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> winograd, LowerWinogradConvF32(node));  // unless tuned to a GEMM
   if (!winograd.has_value()) return std::nullopt;

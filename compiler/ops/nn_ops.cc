@@ -198,8 +198,8 @@ absl::StatusOr<WindowParams> ConvWindow(const Node& node) {
 constexpr int64_t kWinogradScratchBudget = int64_t{4} << 20;  // bytes of V and M per tile chunk
 constexpr int64_t kWinograd3dUBytes = int64_t{64} << 20;
 // A 2-D conv whose U per tile passes this stays direct: ResNet-50's 512-channel 3x3 convs
-// over 7x7 at batch 1 (36 MiB of U for 4 tiles, read from memory) took 1.30 ms each in the
-// model at one thread and 1.00-1.05 at two, where ONNX Runtime scales to 0.67; as the
+// over 7x7 at batch 1 (36 MiB of U for 4 tiles, read from memory) took 1.28 ms each in the
+// model at one thread and 0.94-0.96 at two, where ONNX Runtime scales to 0.67; as the
 // transposed product over 49 positions (packed_weights 2, 9 MiB of weight) 1.22 and 0.66.
 // ResNet-50 at two threads: 0.962 of the time before, one thread 0.996. Batch 8 (32 tiles,
 // 1.1 MiB a tile) and the 14x14 convs (0.56 MiB) keep Winograd.
