@@ -55,19 +55,16 @@ constexpr int64_t kBf16WinogradUBytesPerTile = int64_t{1} << 20;
 // unless U per tile passes kBf16WinogradUBytesPerTile:
 // the f32 call's U [36][OC/16][C][16] repacked as [36][ceil(OC/32)][ceil(C/2)][32] words.
 absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvBf16(const Node& node) {
-  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> winograd, LowerWinogradConvF32(node));  // unless tuned to a GEMM
+  // U read from memory for few tiles costs more than the products it saves: ResNet-50's
+  // 512-channel convs over 7x7 at batch 1 (18 MiB of U for 4 tiles) took 1.11 ms each in
+  // the model (0.55 alone, U in L3) and 0.88 as the direct product (4.5 MiB of weight).
+  // The f32 lowering declines those before it computes U (and any conv tuned to a GEMM).
+  KILN_ASSIGN_OR_RETURN(std::optional<KernelCall> winograd,
+                        LowerWinogradConvF32(node, sizeof(uint16_t), kBf16WinogradUBytesPerTile));
   if (!winograd.has_value()) return std::nullopt;
   const std::vector<int64_t> ud = winograd->inputs[1].constant->dims();
   if (ud[0] != 36) return std::nullopt;  // 3-D: its products stay f32
   const int64_t blocks = ud[1], C = ud[2], OC = blocks * 16;
-  // U read from memory for few tiles costs more than the products it saves: ResNet-50's
-  // 512-channel convs over 7x7 at batch 1 (18 MiB of U for 4 tiles) took 1.11 ms each in
-  // the model (0.55 alone, U in L3) and 0.88 as the direct product (4.5 MiB of weight).
-  const std::vector<int64_t> yd = StaticDims(node.output(0));
-  const int64_t tiles = yd[0] * ((yd[2] + 3) / 4) * ((yd[3] + 3) / 4);
-  if (tiles > 0 && 36 * C * OC * static_cast<int64_t>(sizeof(uint16_t)) / tiles > kBf16WinogradUBytesPerTile) {
-    return std::nullopt;
-  }
   const float* u = winograd->inputs[1].constant->data_as<float>();
   const int64_t kp = (C + 1) / 2, panels = (OC + kPanelCols - 1) / kPanelCols;
   const int64_t per_xi = panels * kp * kPanelCols;

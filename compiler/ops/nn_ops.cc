@@ -212,7 +212,10 @@ struct WinogradShape {
   WindowParams window;
 };
 
-absl::StatusOr<std::optional<WinogradShape>> WinogradApplies(const Node& node) {
+// max_u_bytes_per_tile bounds a 2-D conv's U per tile, u_element_bytes the size of one of
+// its elements as the GEMMs read it (bf16's U: 2, and its own bound).
+absl::StatusOr<std::optional<WinogradShape>> WinogradApplies(const Node& node, int64_t u_element_bytes = sizeof(float),
+                                                             int64_t max_u_bytes_per_tile = kWinogradUBytesPerTile) {
   // kiln.algorithm = "gemm64" (or another width): auto-tuning (driver/tune.cc) measured an
   // implicit GEMM faster than Winograd.
   if (node.GetString("kiln.algorithm", "").compare(0, 4, "gemm") == 0) return std::nullopt;
@@ -238,14 +241,16 @@ absl::StatusOr<std::optional<WinogradShape>> WinogradApplies(const Node& node) {
   const int64_t tiles = xd[0] * depth_tiles * ((yd[dims] + 3) / 4) * ((yd[dims + 1] + 3) / 4);
   if (tiles < 4) return std::nullopt;
   if (dims == 3 && points * C * OC * static_cast<int64_t>(sizeof(float)) > kWinograd3dUBytes) return std::nullopt;
-  if (dims == 2 && points * C * OC * static_cast<int64_t>(sizeof(float)) / tiles > kWinogradUBytesPerTile) {
+  if (dims == 2 && points * C * OC * u_element_bytes / tiles > max_u_bytes_per_tile) {
     return std::nullopt;
   }
   return WinogradShape{dims, C, OC, points, tiles, std::move(win)};
 }
 
-absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node) {
-  KILN_ASSIGN_OR_RETURN(std::optional<WinogradShape> shape, WinogradApplies(node));
+absl::StatusOr<std::optional<KernelCall>> LowerWinogradConv(const Node& node, int64_t u_element_bytes = sizeof(float),
+                                                            int64_t max_u_bytes_per_tile = kWinogradUBytesPerTile) {
+  KILN_ASSIGN_OR_RETURN(std::optional<WinogradShape> shape,
+                        WinogradApplies(node, u_element_bytes, max_u_bytes_per_tile));
   if (!shape.has_value()) return std::nullopt;
   const size_t dims = shape->dims;
   const int64_t C = shape->C, OC = shape->OC, points = shape->points, tiles = shape->tiles;
@@ -499,7 +504,10 @@ absl::StatusOr<std::optional<KernelCall>> LowerConvForArtifact(const Node& node)
 
 }  // namespace
 
-absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvF32(const Node& node) { return LowerWinogradConv(node); }
+absl::StatusOr<std::optional<KernelCall>> LowerWinogradConvF32(const Node& node, int64_t u_element_bytes,
+                                                               int64_t max_u_bytes_per_tile) {
+  return LowerWinogradConv(node, u_element_bytes, max_u_bytes_per_tile);
+}
 
 namespace {
 

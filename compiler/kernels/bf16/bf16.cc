@@ -415,11 +415,8 @@ struct MatMulBf16Kernel {
     // its rows split in 3 as well, and each row group read the whole 4.5 MiB weight again:
     // it ran 1.2x faster on two threads than on one.
     const bool parallel = call->exec != nullptr && call->exec->parallel_for != nullptr;
-    int64_t kJobCols = (N + kCols - 1) / kCols * kCols;
-    if (parallel) {
-      kJobCols = ((N + gemm::kMinJobs - 1) / gemm::kMinJobs + kCols - 1) / kCols * kCols;
-      if (kJobCols > kMaxJobCols) kJobCols = kMaxJobCols;
-    }
+    const int64_t eighth = ((N + gemm::kMinJobs - 1) / gemm::kMinJobs + kCols - 1) / kCols * kCols;
+    const int64_t kJobCols = !parallel ? (N + kCols - 1) / kCols * kCols : eighth < kMaxJobCols ? eighth : kMaxJobCols;
     const int64_t chunks = (N + kJobCols - 1) / kJobCols;
     const gemm::RowSplit split = gemm::SplitRows(call, M, chunks * batches);
     const int64_t groups = split.groups;

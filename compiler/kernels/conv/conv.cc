@@ -594,8 +594,9 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
                                                          const kiln_activation& act) {
   const kiln_ktensor& X = call->inputs[0];
   const kiln_ktensor& Y = call->outputs[0];
-  const int64_t batch = X.dims[0], taps = w.kernel[1] * w.kernel[2], K = X.dims[1] * taps, out_channels = Y.dims[1];
-  const int64_t H = w.in[1], W = w.in[2], P = w.out[1] * w.out[2];
+  const int64_t batch = X.dims[0], channels = X.dims[1], out_channels = Y.dims[1];
+  const int64_t taps = w.kernel[1] * w.kernel[2], K = channels * taps, plane = w.in[1] * w.in[2];
+  const int64_t P = w.out[1] * w.out[2];
   if (out_channels % 16 != 0 || w.in[0] != 1 || K < 1 || taps > kFewPositionsFloats / kFewPositionsRows) {
     return KILN_KERR_UNSUPPORTED;
   }
@@ -612,7 +613,7 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
   // rows (all of K where it fits). X^T's row stride: the slice's width, or past it where
   // that is a multiple of 1024 floats, whose rows 4 KiB apart would fall in one set of L1
   // and evict each other as a tile walks them.
-  const int64_t pass_rows = images * slice, channels = X.dims[1];
+  const int64_t pass_rows = images * slice;
   int64_t kslice = K;
   if (pass_rows * K > kFewPositionsFloats) {
     const int64_t most = kFewPositionsFloats / pass_rows / taps, count = (channels + most - 1) / most;
@@ -644,7 +645,7 @@ __attribute__((noinline)) static int32_t RunFewPositions(const kiln_kcall* call,
         const int64_t kb = K - k0 < kslice ? K - k0 : kslice, ld = row_stride(kb);
         if (kb < K || filled != pass) {
           for (int64_t m = 0; m < count; ++m) {
-            GatherFewPositions(px + (image0 + m) * X.dims[1] * H * W, w, p0, rows, k0, kb, xt + m * rows * ld, ld);
+            GatherFewPositions(px + (image0 + m) * channels * plane, w, p0, rows, k0, kb, xt + m * rows * ld, ld);
           }
           filled = kb < K ? -1 : pass;
         }

@@ -18,9 +18,9 @@ typedef struct kiln_conv_params {
                                  conv_winograd reads pads_begin only (2 or 3 of them) */
   kiln_activation activation; /* conv, conv_winograd */
   /* conv, artifacts only: the weight comes pre-packed, 1: per group in panels of gemm::kMr
-   * rows ([ceil(OC/group / kMr)][K][kMr], zero past the last row); 2: a 1x1 conv's (group
-   * 1, no padding, at most 49 output positions, OC a multiple of 16) transposed into
-   * 16-column panels [OC/16][C][16]; 4: a grouped 2-D conv's (at most 64 output positions
+   * rows ([ceil(OC/group / kMr)][K][kMr], zero past the last row); 2: a conv's over few
+   * output positions (group 1, OC a multiple of 16; see ops/nn_ops.cc) transposed into
+   * 16-column panels [OC/16][C x taps][16]; 4: a grouped 2-D conv's (at most 64 output positions
    * per image, OC/group a multiple of 16 up to 64, C/group x taps up to 512) transposed per
    * group, [group][C/group x taps][OC/group]. conv_bf16: 0: 12-row panels of bf16 pairs;
    * 1: few output positions, 32-column panels, the positions the product's rows
