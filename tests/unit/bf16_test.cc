@@ -4,6 +4,7 @@
 // Winograd), on one and two threads; the lowering picks the bf16 kernels and keeps only the
 // bf16 weight; a target without avx512bf16 gets the fp32 pipeline and the reason.
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -131,6 +132,77 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
       for (const Tensor& out : got) EXPECT_LT(RelativeError(out, want[0]), tolerance);
       EXPECT_GT(RelativeError(got[0], want[0]), 0);  // bf16 really ran
     }
+  }
+}
+
+// `t` with each value rounded to the nearest bf16 (ties to even): a conv of such values
+// has the same products in bf16 as in f32.
+std::shared_ptr<Tensor> RoundedToBf16(std::shared_ptr<Tensor> t) {
+  float* v = t->data_as<float>();
+  for (int64_t i = 0; i < t->num_elements(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &v[i], sizeof(u));
+    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+    std::memcpy(&v[i], &u, sizeof(u));
+  }
+  return t;
+}
+
+struct WindowCase {
+  int64_t c, oc, h, w, k, stride, pad, dilation;
+  bool position_rows;
+};
+
+// x [1, c, h, w] -> Conv k x k (c -> oc, bias, pad, stride, dilation): x and the weight hold
+// bf16 values.
+std::unique_ptr<Graph> WindowNet(const WindowCase& t) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->AddValue("x", TensorType::Static(DType::kFloat32, {1, t.c, t.h, t.w}));
+  g->AddInput(x);
+  Node* conv = g->AddNode("Conv", "conv",
+                          {x, g->AddConstant("w", RoundedToBf16(Random({t.oc, t.c, t.k, t.k}, 41, 0.2f))),
+                           g->AddConstant("b", Random({t.oc}, 42))},
+                          {"c"}, 13);
+  conv->mutable_attrs()["pads"] = std::vector<int64_t>{t.pad, t.pad, t.pad, t.pad};
+  conv->mutable_attrs()["strides"] = std::vector<int64_t>{t.stride, t.stride};
+  conv->mutable_attrs()["dilations"] = std::vector<int64_t>{t.dilation, t.dilation};
+  return WithOutput(std::move(g), conv->output(0));
+}
+
+// The bf16 im2col (MaskedRun's masked loads at column strides 1 and 2, packed straight to
+// pair words or staged for the positions-as-rows product) on windows whose runs start and
+// end in the padding, split across 16-lane pieces, 32-column panels and 256-position
+// chunks: with bf16 values in x and the weight, every product is exact in both artifacts
+// and only the order of the f32 sums differs, so one misplaced or dropped element shows.
+TEST(Bf16Test, WindowedConvsOverBf16ValuesMatchFp32) {
+  if (!HostHasBf16()) GTEST_SKIP() << "this CPU has no avx512bf16";
+  const WindowCase cases[] = {
+      {3, 16, 30, 30, 7, 2, 3, 1, false},   // a stem: 15-wide runs, the pad on both sides
+      {21, 24, 29, 29, 3, 2, 1, 1, false},  // K 189 (odd), 15x15
+      {5, 8, 70, 70, 3, 2, 1, 1, false},    // 35-wide runs: three pieces, runs across panels
+      {8, 12, 40, 40, 3, 2, 1, 1, false},   // 400 positions: a run split between two chunks
+      {8, 12, 13, 13, 3, 1, 0, 1, false},   // stride 1, 11 wide out of 13
+      {6, 10, 17, 17, 3, 2, 2, 2, false},   // dilation 2
+      {40, 64, 14, 14, 3, 2, 1, 1, true},   // to 7x7, positions as rows (staged)
+  };
+  for (const WindowCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "c " << t.c << " oc " << t.oc << " " << t.h << "x" << t.w << " k " << t.k
+                                      << " stride " << t.stride << " pad " << t.pad << " dilation " << t.dilation);
+    const Tensor x = *RoundedToBf16(Random({1, t.c, t.h, t.w}, 43));
+    std::unique_ptr<Graph> fp32 = WindowNet(t);
+    const std::vector<Tensor> want = RunArtifact(*fp32, kDefaultPipeline, x, {1});
+    std::unique_ptr<Graph> bf16 = WindowNet(t);
+    const std::vector<Tensor> got = RunArtifact(*bf16, kBf16Pipeline, x, {1, 2});
+    for (const Node* node : bf16->nodes()) {
+      const OpSchema* schema = FindOp(node->op());
+      if (schema == nullptr || node->op() != "Conv") continue;
+      absl::StatusOr<KernelCall> call = LowerForArtifact(*schema, *node);
+      ASSERT_TRUE(call.ok()) << call.status();
+      ASSERT_EQ(call->kernel, "conv_bf16");
+      EXPECT_EQ(call->params.Get<kiln_conv_params>().packed_weights, t.position_rows ? 1 : 0);
+    }
+    ASSERT_EQ(got.size(), 2u);
+    for (const Tensor& out : got) EXPECT_LT(RelativeError(out, want[0]), 1e-5);
   }
 }
 
