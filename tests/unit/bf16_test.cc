@@ -83,6 +83,9 @@ TEST(Bf16Test, ArtifactMatchesFp32WithinBf16Tolerance) {
       {16, 16, 13, 11, 3, 1, 33, true},  // Winograd (its GEMMs in bf16) with the residual
       {300, 20, 7, 7, 1, 1, 70, false},  // 1x1: K 300 (two K blocks), 49 positions, MatMul K 980
       {24, 48, 10, 10, 3, 1, 64, true},  // Winograd, 48 output channels (a partial 32-column panel)
+      // Winograd with 2.4 MiB of f32 U: its stages one after the other, the transforms' jobs
+      // over (8 channels, tile) split between two threads.
+      {128, 128, 14, 14, 3, 1, 16, true},
       // Positions as rows: a 7x7 map (4 x 12 + 1 rows) with the residual; a strided 3x3
       // conv to 7x7 over two K blocks, two images, and one image (two threads split its
       // positions 25 + 24); 3x3 positions, 72 channels (a partial panel).
