@@ -215,6 +215,24 @@ TEST(ConvPathsTest, WindowedConvsOverFewPositionsMatchTheReference) {
   });
 }
 
+// Windowed convs on the implicit GEMM (more than 49 positions, more than 4 input channels,
+// not Winograd's): on AVX-512 its im2col rows go by masked loads, runs outermost
+// (StageMasked, im2col.h). A 7x7 at stride 2 whose 15-wide runs start and end in the pad,
+// an odd K (21 x 9), 35-wide runs (three 16-lane pieces) over 1225 positions whose chunks
+// end mid-run, two images, a 5x5 at stride 1 without pads (11 of 15 columns), dilation 2
+// at stride 2, lopsided pads.
+TEST(ConvPathsTest, ImplicitGemmConvsMatchTheReference) {
+  ExpectConvCases({
+      {1, 8, 16, 1, 30, 30, 7, 7, 2, 1, {3, 3, 3, 3}, false, "Relu"},
+      {1, 21, 24, 1, 29, 29, 3, 3, 2, 1, {1, 1, 1, 1}, false, ""},
+      {1, 5, 8, 1, 70, 70, 3, 3, 2, 1, {1, 1, 1, 1}, false, "Relu"},
+      {2, 8, 12, 1, 40, 40, 3, 3, 2, 1, {1, 1, 1, 1}, false, ""},
+      {1, 8, 12, 1, 17, 15, 5, 5, 1, 1, {0, 0, 0, 0}, false, ""},
+      {1, 6, 10, 1, 23, 23, 3, 3, 2, 2, {2, 2, 2, 2}, false, "Relu"},
+      {1, 16, 32, 1, 31, 30, 3, 3, 2, 1, {0, 1, 1, 0}, false, ""},
+  });
+}
+
 // 1x1 convs with few output channels over planes of at least 2048 positions, as register
 // tiles over X in place (PointwiseRows, conv.cc): SqueezeNet's 64 -> 16 at batch 2; odd
 // planes whose positions end in a partial tile and a scalar tail; one group of 13 or 5

@@ -43,9 +43,6 @@ constexpr int64_t kCols = 32;  // columns of C per micro-kernel and per B panel 
 constexpr int64_t kKc = 256;
 constexpr int64_t kMc = 240;  // rows of A per block (a multiple of kRows)
 constexpr int64_t kMaxJobCols = 256;
-// The most kernel columns and 16-lane pieces of one run StageMasked handles.
-constexpr int64_t kMaskedKernelCols = 8;
-constexpr int64_t kMaskedPieces = (gemm::kMaxNc + 15) / 16;
 
 // f32 -> bf16 bits, rounded to nearest even; a NaN stays a (quiet) NaN.
 inline uint32_t RoundedHigh(float f) {
@@ -330,99 +327,6 @@ __attribute__((target("avx512f"), noinline)) void StoreTransposed(const float* c
   }
 }
 
-// The im2col rows of a conv with a column stride sw of 1 or 2, read with AVX-512 masks: output q
-// of a run (the chunk's positions in one output row) reads column w0 + kw + q * sw of its input
-// row, and a lane whose column lies outside the row (the padding) is a masked-off lane of
-// the load, so 16 outputs are one masked load (two and a permute of the even lanes at
-// stride 2). PackTapRow's scalar edges and tails cost 2.6 cycles per element on ResNet-50's
-// stride-2 3x3 convs (14-wide rows), a third of their time. Runs go outermost: a run's masks
-// for each kernel column are worked out once for all its K rows.
-struct MaskedRun {
-  int64_t j, run, pieces;  // the run's first position in the chunk, its length, 16-lane pieces
-  __mmask16 tail;          // the last piece's lanes
-  // masks[kw][q]: lanes m < 32 of the columns base + m inside the row, base the column
-  // lane 0 of piece q reads.
-  uint32_t masks[kMaskedKernelCols][kMaskedPieces];
-
-  __attribute__((always_inline)) MaskedRun(const Window& w, const WindowStarts& starts, int64_t j0, int64_t nb)
-      : j(j0) {
-    run = w.out[2] - starts.ow0[j] < nb - j ? w.out[2] - starts.ow0[j] : nb - j;
-    pieces = (run + 15) / 16;
-    tail = static_cast<__mmask16>((1u << (run - (pieces - 1) * 16)) - 1);
-    for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-      for (int64_t q = 0; q < pieces; ++q) {
-        const int64_t base = starts.w0[j] + kw * w.dilation[2] + q * 16 * w.stride[2];
-        const int64_t lo = base < 0 ? (-base < 32 ? -base : 32) : 0;
-        const int64_t hi = w.in[2] - base <= 0 ? 0 : (w.in[2] - base < 32 ? w.in[2] - base : 32);
-        masks[kw][q] = hi > lo ? static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1)) : 0u;
-      }
-    }
-  }
-  __mmask16 Lanes(int64_t q) const { return q + 1 < pieces ? static_cast<__mmask16>(0xffff) : tail; }
-};
-
-// One im2col row (input channel ic, tap kd, kh, kw) for a run: where its columns start
-// (null: the row lies in the padding) and its input scale.
-struct MaskedTap {
-  int64_t ic, kd, kh, kw;
-
-  MaskedTap(const Window& w, int64_t k) {
-    const int64_t kernel_size = w.kernel_size(), r = k % kernel_size;
-    ic = k / kernel_size, kd = r / (w.kernel[1] * w.kernel[2]), kh = r / w.kernel[2] % w.kernel[1];
-    kw = r % w.kernel[2];
-  }
-  __attribute__((always_inline)) void Next(const Window& w) {
-    if (++kw < w.kernel[2]) return;
-    kw = 0;
-    if (++kh < w.kernel[1]) return;
-    kh = 0;
-    if (++kd == w.kernel[0]) kd = 0, ++ic;
-  }
-  __attribute__((always_inline)) const float* Source(const Window& w, const WindowStarts& starts, const float* x,
-                                                     int64_t j) const {
-    const int64_t id = starts.d0[j] + kd * w.dilation[0], ih = starts.h0[j] + kh * w.dilation[1];
-    if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) return nullptr;
-    return x + ((ic * w.in[0] + id) * w.in[1] + ih) * w.in[2] + starts.w0[j] + kw * w.dilation[2];
-  }
-};
-
-// Piece q of a tap's run (src from MaskedTap::Source, valid its masks[kw][q]), times the
-// scale (null: none).
-__attribute__((target("avx512f"), always_inline)) inline __m512 MaskedPiece(const float* src, uint32_t valid, int64_t q,
-                                                                            int64_t sw, const float* scale) {
-  if (src == nullptr) return _mm512_setzero_ps();
-  __m512 v;
-  if (sw == 1) {
-    v = _mm512_maskz_loadu_ps(static_cast<__mmask16>(valid), src + q * 16);
-  } else {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(valid), src + q * 32);
-    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(valid >> 16), src + q * 32 + 16);
-    v = _mm512_permutex2var_ps(lo, even, hi);
-  }
-  return scale != nullptr ? _mm512_mul_ps(v, _mm512_set1_ps(*scale)) : v;
-}
-
-// Rows k0..k0+kb of the implicit im2col matrix at the nb positions of `starts` into
-// staged[k][nb] (ConvBf16Call::Stage), with MaskedRun's loads.
-__attribute__((target("avx512f"), noinline)) void StageMasked(const Window& w, const WindowStarts& starts,
-                                                              const float* x, const float* scale, int64_t k0,
-                                                              int64_t kb, int64_t nb, float* staged) {
-  for (int64_t j = 0; j < nb;) {
-    const MaskedRun r(w, starts, j, nb);
-    MaskedTap tap(w, k0);
-    for (int64_t k = 0; k < kb; ++k, tap.Next(w)) {
-      const float* src = tap.Source(w, starts, x, j);
-      const float* s = scale != nullptr ? scale + tap.ic : nullptr;
-      for (int64_t q = 0; q < r.pieces; ++q) {
-        _mm512_mask_storeu_ps(staged + k * nb + j + q * 16, r.Lanes(q),
-                              MaskedPiece(src, r.masks[tap.kw][q], q, w.stride[2], s));
-      }
-    }
-    j += r.run;
-  }
-}
-
 // The same rows rounded to bf16 pair words and laid out as PackColumnsBf16 lays them
 // ([nb / 32 panels][kp][32], zero past nb), two K rows at a time, without staging them in
 // f32 first (that buffer, 256 KiB per K block, went to L2 and back: the staging and the
@@ -479,7 +383,6 @@ void MicroKernel(int, int64_t, const uint32_t*, const uint32_t*, float*, int64_t
 void PackPositionPanels(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t*) {}
 void StoreTransposed(const float*, int64_t, int, int64_t, float*, int64_t, const gemm::Epilogue&) {}
 void PackRowsAvx512(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t*, int64_t*) {}
-void StageMasked(const Window&, const WindowStarts&, const float*, const float*, int64_t, int64_t, int64_t, float*) {}
 void PackTapPanels(const Window&, const WindowStarts&, const float*, const float*, int64_t, int64_t, int64_t, uint32_t*,
                    int64_t*) {}
 #endif
@@ -710,20 +613,14 @@ struct ConvBf16Call {
   }
   // An activation the epilogue leaves to ApplyActivation.
   bool OtherActivation() const { return act.code >= 0 && act.code != KILN_UNARY_RELU && act.code != KILN_UNARY_CLIP; }
-  // Whether the im2col rows of nb positions go by MaskedRun: a column stride of 1 or 2 and
-  // at most kMaskedKernelCols kernel columns, but not where PackTapRow copies whole planes
-  // (stride 1, the same width in and out, no scale).
-  bool Masked(const float* scale, int64_t nb) const {
-    const bool same_shape = scale == nullptr && w.stride[2] == 1 && w.stride[1] == 1 && w.out[2] == w.in[2];
-    return !pointwise && (w.stride[2] == 1 || w.stride[2] == 2) && !same_shape && w.kernel[2] <= kMaskedKernelCols &&
-           nb <= gemm::kMaxNc;
-  }
+  // Whether the im2col rows of nb positions go by MaskedRun (im2col.h).
+  bool Masked(const float* scale, int64_t nb) const { return !pointwise && MaskedRows(w, scale, nb); }
   // Rows k0..k0+kb of the implicit im2col matrix (scaled) at positions n0..n0+nb into
   // staged[k][nb] (starts: the positions' windows).
   void Stage(const float* x, const float* scale, int64_t k0, int64_t kb, int64_t n0, int64_t nb,
              const WindowStarts& starts, float* staged) const {
     const int64_t kk_hw = w.kernel[1] * w.kernel[2];
-    if (Masked(scale, nb)) return StageMasked(w, starts, x, scale, k0, kb, nb, staged);
+    if (Masked(scale, nb)) return StageMasked(w, starts, x, scale, k0, kb, nb, staged, nb);
     for (int64_t k = 0; k < kb; ++k) {
       float* out = staged + k * nb;
       const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;

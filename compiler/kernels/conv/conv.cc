@@ -977,6 +977,10 @@ int32_t ConvKernel::ImplicitGemm(const kiln_kcall* call, const Window& w, int64_
           *ldb = in_size;
           return x + k0 * in_size + c0;
         }
+        if (!pointwise && MaskedRows(w, scale, nb)) {  // masked loads, runs outermost (im2col.h)
+          StageMasked(w, starts, x, scale, k0, kb, nb, dst, *ldb);
+          return dst;
+        }
         for (int64_t k = 0; k < kb; ++k) {
           float* out = dst + k * *ldb;
           const int64_t kidx = k0 + k, ic = kidx / kernel_size, r = kidx % kernel_size;
