@@ -582,6 +582,8 @@ TEST(CodegenTest, WinogradConvMatchesInterpreter) {
       // Three images of 64 tiles in chunks of 24 + 24 + 16 tiles of each, each chunk's jobs
       // in blocks of 12 tiles.
       {3, 128, 256, 30, 30, {1, 1, 1, 1}, true, 3e-5},
+      // 16 tiles and 4.5 MiB of U: the transforms' jobs go by (8 channels, tile) instead.
+      {1, 128, 256, 14, 14, {1, 1, 1, 1}, true, 3e-5},
   };
   for (const WinogradCase& t : cases) {
     SCOPED_TRACE(::testing::Message() << "x [" << t.n << "," << t.c << "," << t.h << "," << t.w << "] oc " << t.oc);

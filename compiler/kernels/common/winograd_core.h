@@ -98,6 +98,8 @@ constexpr int64_t kTileGroup = 12;
 // M stage 3. SqueezeNet-1.1 batch 8 on two threads, medians of 4 alternated rounds: 42.5 ms
 // with 1 MiB blocks, 40.8 with 512 KiB, 39.9 with 256 KiB (12 to 24 tiles there).
 constexpr int64_t kBlockBytes = int64_t{1} << 18;
+// Groups of kTileGroup tiles below which the transforms of a split U go by channels (below).
+constexpr int64_t kFewTileGroups = 4;
 // U's bytes (as f32) above which stage 2 is split over U instead (below).
 constexpr int64_t kSplitUBytes = int64_t{2} << 20;
 
@@ -288,14 +290,23 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
       ParallelFor(call, groups, 1, jobs);
       continue;
     }
-    // A large U: the stages one after the other, stage 2's jobs over (xi, job_cols channels),
-    // stages 1 and 3 over (8 channels, tile), channels outer: by groups of kTileGroup tiles,
-    // a 14x14 map's 16 went 12 + 4 to two threads (ResNet-50's 256-channel convs there ran
-    // 1.35x faster on two threads than on one), and tiles split within a group would share
-    // the cache lines of V's panels (their rows interleave word by word).
-    ParallelFor(call, cblocks * tc, 1, [=](int64_t b, int64_t e) {
-      for (int64_t job = b; job < e; ++job) input_tile(job % tc, job / tc * kLanes);
-    });
+    // A large U: the stages one after the other, stage 2's jobs over (xi, job_cols channels).
+    // Stages 1 and 3 go by groups of kTileGroup tiles, each thread its own images and
+    // regions as in the ops around (across the VM's two L3s, reading what the other core
+    // wrote costs more than the work), except over a few groups, whose split is too uneven:
+    // a 14x14 map's 16 tiles went 12 + 4 to two threads (ResNet-50's 256-channel convs there
+    // ran 1.35x faster on two threads than on one), so those take jobs of (8 channels, tile),
+    // channels outer (tiles split within a group would share the cache lines of V's panels,
+    // whose rows interleave word by word: 2.6x slower). Channels outer over a batch's many
+    // tiles cost ResNet-50 at batch 8 3 % on two threads.
+    if (groups >= kFewTileGroups) {
+      ParallelFor(call, groups, 1,
+                  [=](int64_t b, int64_t e) { input(b * kTileGroup, e * kTileGroup < tc ? e * kTileGroup : tc); });
+    } else {
+      ParallelFor(call, cblocks * tc, 1, [=](int64_t b, int64_t e) {
+        for (int64_t job = b; job < e; ++job) input_tile(job % tc, job / tc * kLanes);
+      });
+    }
     const int64_t nchunks = (OC + job_cols - 1) / job_cols;
     ParallelFor(call, kP * nchunks, 1, [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
@@ -303,9 +314,14 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
         multiply(v, xi, tc, 0, tc, n0, n0 + job_cols < OC ? n0 + job_cols : OC, m + xi * tc * OC);
       }
     });
-    ParallelFor(call, oblocks * tc, 1, [=](int64_t b, int64_t e) {
-      for (int64_t job = b; job < e; ++job) output_tile(job % tc, job / tc * kLanes);
-    });
+    if (groups >= kFewTileGroups) {
+      ParallelFor(call, groups, 1,
+                  [=](int64_t b, int64_t e) { output(b * kTileGroup, e * kTileGroup < tc ? e * kTileGroup : tc); });
+    } else {
+      ParallelFor(call, oblocks * tc, 1, [=](int64_t b, int64_t e) {
+        for (int64_t job = b; job < e; ++job) output_tile(job % tc, job / tc * kLanes);
+      });
+    }
   }
   return KILN_KERR_OK;
 }
