@@ -299,14 +299,20 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
     // channels outer (tiles split within a group would share the cache lines of V's panels,
     // whose rows interleave word by word: 2.6x slower). Channels outer over a batch's many
     // tiles cost ResNet-50 at batch 8 3 % on two threads.
-    if (groups >= kFewTileGroups) {
-      ParallelFor(call, groups, 1,
-                  [=](int64_t b, int64_t e) { input(b * kTileGroup, e * kTileGroup < tc ? e * kTileGroup : tc); });
-    } else {
-      ParallelFor(call, cblocks * tc, 1, [=](int64_t b, int64_t e) {
-        for (int64_t job = b; job < e; ++job) input_tile(job % tc, job / tc * kLanes);
-      });
-    }
+    // One transform stage: by_groups(t0, t1) over tiles, or by_tile(t, c0) for `blocks`
+    // blocks of 8 channels.
+    auto transforms = [=](const auto& by_groups, const auto& by_tile, int64_t blocks) {
+      if (groups >= kFewTileGroups) {
+        ParallelFor(call, groups, 1, [=](int64_t b, int64_t e) {
+          by_groups(b * kTileGroup, e * kTileGroup < tc ? e * kTileGroup : tc);
+        });
+      } else {
+        ParallelFor(call, blocks * tc, 1, [=](int64_t b, int64_t e) {
+          for (int64_t job = b; job < e; ++job) by_tile(job % tc, job / tc * kLanes);
+        });
+      }
+    };
+    transforms(input, input_tile, cblocks);
     const int64_t nchunks = (OC + job_cols - 1) / job_cols;
     ParallelFor(call, kP * nchunks, 1, [=](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
@@ -314,14 +320,7 @@ int32_t WinogradRun(const kiln_kcall* call, const kiln_conv_params& params, int6
         multiply(v, xi, tc, 0, tc, n0, n0 + job_cols < OC ? n0 + job_cols : OC, m + xi * tc * OC);
       }
     });
-    if (groups >= kFewTileGroups) {
-      ParallelFor(call, groups, 1,
-                  [=](int64_t b, int64_t e) { output(b * kTileGroup, e * kTileGroup < tc ? e * kTileGroup : tc); });
-    } else {
-      ParallelFor(call, oblocks * tc, 1, [=](int64_t b, int64_t e) {
-        for (int64_t job = b; job < e; ++job) output_tile(job % tc, job / tc * kLanes);
-      });
-    }
+    transforms(output, output_tile, oblocks);
   }
   return KILN_KERR_OK;
 }
