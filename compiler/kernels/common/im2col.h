@@ -202,8 +202,9 @@ struct MaskedRun {
   __mmask16 Lanes(int64_t q) const { return q + 1 < pieces ? static_cast<__mmask16>(0xffff) : tail; }
 };
 
-// One im2col row (input channel ic, tap kd, kh, kw) for a run: where its columns start
-// (null: the row lies in the padding) and its input scale.
+// One im2col row (input channel ic, tap kd, kh, kw), stepped through K in order: Source
+// gives where a run's columns start in it (null: the row lies in the padding); the input
+// scale, if any, is the caller's scale[ic].
 struct MaskedTap {
   int64_t ic, kd, kh, kw;
 
